@@ -1,0 +1,71 @@
+//! The protocol between a Lizard node (the host) and `lizard-agent` (PID 1 in the guest).
+//!
+//! # Layers
+//!
+//! 1. **Transport**: any reliable byte stream into the guest. Under QEMU that is a
+//!    virtio-serial port named [`SERIAL_PORT_NAME`] (virtio-serial survives QEMU
+//!    migration, which snapshots rely on; vhost-user devices do not). Under Firecracker it
+//!    is a vsock connection to [`VSOCK_PORT`] through the hybrid-vsock Unix socket.
+//! 2. **Handshake** ([`handshake`]): the agent sends a fresh random challenge, the host
+//!    answers with HMAC-SHA256(secret, challenge). Only a holder of the sandbox's secret can
+//!    drive the agent; the secret itself never crosses the wire.
+//! 3. **HTTP/2** (prior knowledge, the host is the client): multiplexes any number of
+//!    concurrent operations over the one stream, with per-stream flow control so that
+//!    100 MB files stream without being buffered whole on either side.
+//! 4. **Operations**: the routes in [`routes`], JSON types in [`types`], and the framed
+//!    exec stream in [`frame`].
+//!
+//! After a snapshot restore the host side of the transport is a new connection: the agent
+//! sees the old session end, drops it, and waits for the next handshake. Nothing in the
+//! protocol outlives one connection.
+
+pub mod frame;
+pub mod handshake;
+pub mod routes;
+pub mod types;
+
+/// Name of the virtio-serial port the agent listens on (`/dev/virtio-ports/<name>` in the guest).
+pub const SERIAL_PORT_NAME: &str = "lizard.agent";
+
+/// vsock port the agent listens on where the transport is vsock (Firecracker).
+pub const VSOCK_PORT: u32 = 1024;
+
+/// Protocol version; bumped on incompatible changes. Part of the handshake.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Kernel command-line keys the node passes to the agent on cold boot.
+pub mod cmdline {
+    /// Hex-encoded per-sandbox secret used by the handshake.
+    pub const SECRET: &str = "lizard.secret";
+    /// Guest hostname (the sandbox id).
+    pub const HOSTNAME: &str = "lizard.hostname";
+    /// Block device holding the root filesystem, e.g. `/dev/vda`.
+    pub const ROOT: &str = "lizard.root";
+    /// `probe`: print [`super::PROBE_OK`] on the console and power off (accelerator probe).
+    pub const MODE: &str = "lizard.mode";
+    /// Transport: `serial` (default) or `vsock`.
+    pub const TRANSPORT: &str = "lizard.transport";
+}
+
+/// Line the agent prints to the console in probe mode once it runs.
+pub const PROBE_OK: &str = "LIZARD-PROBE-OK";
+
+/// Parse `key=value` pairs out of a kernel command line.
+pub fn parse_cmdline(cmdline: &str) -> std::collections::HashMap<String, String> {
+    cmdline
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_cmdline_pairs() {
+        let m = super::parse_cmdline("console=ttyS0 quiet lizard.secret=ab12 lizard.root=/dev/vda\n");
+        assert_eq!(m["lizard.secret"], "ab12");
+        assert_eq!(m["lizard.root"], "/dev/vda");
+        assert!(!m.contains_key("quiet"));
+    }
+}

@@ -1,0 +1,167 @@
+//! JSON bodies exchanged with the agent. Field names are camelCase, like the public API.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What to run. Exactly one of `cmd` (a shell string, run with `/bin/sh -c`) or `argv`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argv: Option<Vec<String>>,
+    /// Working directory; defaults to the user's home (or `/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Added to (and overriding) the agent's default environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// User name or numeric uid from the guest's /etc/passwd; defaults to root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Kill the command (its whole process group) after this long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// When true, the request body carries [`crate::frame::FrameKind::Stdin`] frames after
+    /// the start frame, ended by `StdinEof`; otherwise stdin is /dev/null.
+    #[serde(default)]
+    pub stdin: bool,
+}
+
+/// How a command ended: the last frame of an exec stream.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ExitStatus {
+    /// The exit code; `128 + signal` when killed by a signal (as a shell reports it);
+    /// 124 when the timeout killed it.
+    pub exit_code: i32,
+    /// The signal that killed it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// True when the agent killed it because `timeoutMs` passed.
+    #[serde(default)]
+    pub timed_out: bool,
+    /// Wall time from spawn to exit, in the guest.
+    pub duration_ms: u64,
+}
+
+/// Kind of a directory entry.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FileType {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FileEntry {
+    pub name: String,
+    /// Absolute path of the entry.
+    pub path: String,
+    #[serde(rename = "type")]
+    pub file_type: FileType,
+    pub size: u64,
+    /// Permission bits, e.g. 0o644.
+    pub mode: u32,
+    /// Modification time, milliseconds since the Unix epoch.
+    pub mtime_ms: i64,
+}
+
+/// Answer to a file write.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteResult {
+    pub path: String,
+    pub bytes_written: u64,
+}
+
+/// Answer to the health probe.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Health {
+    pub agent_version: String,
+    pub protocol: u32,
+    pub hostname: String,
+    pub kernel: String,
+    pub uptime_ms: u64,
+}
+
+/// Stable error codes of the agent; the node maps them onto the public API's codes.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    NotFound,
+    IsADirectory,
+    NotADirectory,
+    AlreadyExists,
+    PermissionDenied,
+    InvalidArgument,
+    Internal,
+}
+
+/// Error body of every failed agent call.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct AgentError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl AgentError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        AgentError { code, message: message.into() }
+    }
+
+    /// Map an I/O error on `path` to a stable code and a message that names the path.
+    pub fn from_io(err: &std::io::Error, path: &str) -> Self {
+        use std::io::ErrorKind as K;
+        let code = match err.kind() {
+            K::NotFound => ErrorCode::NotFound,
+            K::PermissionDenied => ErrorCode::PermissionDenied,
+            K::AlreadyExists => ErrorCode::AlreadyExists,
+            K::IsADirectory => ErrorCode::IsADirectory,
+            K::NotADirectory => ErrorCode::NotADirectory,
+            K::InvalidInput => ErrorCode::InvalidArgument,
+            _ => ErrorCode::Internal,
+        };
+        AgentError::new(code, format!("{path}: {err}"))
+    }
+
+    /// The HTTP status the agent answers with for this code.
+    pub fn http_status(&self) -> u16 {
+        match self.code {
+            ErrorCode::NotFound => 404,
+            ErrorCode::IsADirectory | ErrorCode::NotADirectory | ErrorCode::InvalidArgument => 400,
+            ErrorCode::AlreadyExists => 409,
+            ErrorCode::PermissionDenied => 403,
+            ErrorCode::Internal => 500,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_request_rejects_unknown_fields() {
+        let r: Result<ExecRequest, _> = serde_json::from_str(r#"{"cmd":"true","bogus":1}"#);
+        assert!(r.is_err());
+        let r: ExecRequest = serde_json::from_str(r#"{"cmd":"true","timeoutMs":5}"#).unwrap();
+        assert_eq!(r.timeout_ms, Some(5));
+    }
+
+    #[test]
+    fn io_errors_map_to_codes() {
+        let e = std::io::Error::from(std::io::ErrorKind::NotFound);
+        assert_eq!(AgentError::from_io(&e, "/x").code, ErrorCode::NotFound);
+        assert_eq!(AgentError::from_io(&e, "/x").http_status(), 404);
+        let s = serde_json::to_string(&AgentError::new(ErrorCode::IsADirectory, "m")).unwrap();
+        assert_eq!(s, r#"{"code":"IS_A_DIRECTORY","message":"m"}"#);
+    }
+}
