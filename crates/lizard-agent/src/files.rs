@@ -1,0 +1,330 @@
+//! File routes: write, read, list, remove, mkdir. Paths come as the `path` query parameter
+//! and must be absolute.
+//!
+//! Reads and writes stream: a write goes chunk by chunk into a temporary file next to the
+//! target, is fsynced and then renamed over it (readers never see half a file); a read
+//! streams the file with its length. Neither holds a whole file in memory.
+
+use crate::server::AppError;
+use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::Query;
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::StreamExt;
+use lizard_agent_proto::types::{AgentError, ErrorCode, FileEntry, FileType, WriteResult};
+use serde::Deserialize;
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::UNIX_EPOCH;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::io::ReaderStream;
+
+/// Size of the chunks a file is read in.
+const READ_CHUNK: usize = 256 * 1024;
+/// Mode of a newly created file when the request gives none.
+const DEFAULT_MODE: u32 = 0o644;
+
+/// Why a file operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FilesError {
+    /// The query string is malformed or lacks `path`.
+    #[error("bad query: {0}")]
+    Query(String),
+    /// Paths must be absolute.
+    #[error("path must be absolute: {0:?}")]
+    Relative(String),
+    /// `mode` is not an octal permission value.
+    #[error("mode must be octal permission bits, got {0:?}")]
+    Mode(String),
+    /// Removing `/` is never what anyone meant.
+    #[error("refusing to remove /")]
+    RemoveRoot,
+    /// The path names a directory where a file is needed.
+    #[error("{0} is a directory")]
+    IsADirectory(String),
+    /// The operation failed on the file system.
+    #[error("{path}: {source}")]
+    Io { path: String, source: io::Error },
+}
+
+impl FilesError {
+    fn io(path: &Path) -> impl FnOnce(io::Error) -> FilesError + '_ {
+        move |source| FilesError::Io { path: path.display().to_string(), source }
+    }
+}
+
+impl From<FilesError> for AgentError {
+    fn from(e: FilesError) -> AgentError {
+        let code = match &e {
+            FilesError::Query(_) | FilesError::Relative(_) | FilesError::Mode(_) | FilesError::RemoveRoot => {
+                ErrorCode::InvalidArgument
+            }
+            FilesError::IsADirectory(_) => ErrorCode::IsADirectory,
+            FilesError::Io { source, path } => AgentError::from_io(source, path).code,
+        };
+        AgentError::new(code, e.to_string())
+    }
+}
+
+/// Query parameters of the file routes.
+#[derive(Debug, Deserialize)]
+pub struct FileQuery {
+    path: String,
+    /// Octal permission bits for a write, e.g. `644` or `0755`.
+    mode: Option<String>,
+}
+
+impl FileQuery {
+    fn from(q: Result<Query<FileQuery>, QueryRejection>) -> Result<(PathBuf, Option<String>), FilesError> {
+        let Query(q) = q.map_err(|e| FilesError::Query(e.body_text()))?;
+        if !q.path.starts_with('/') {
+            return Err(FilesError::Relative(q.path));
+        }
+        Ok((PathBuf::from(q.path), q.mode))
+    }
+}
+
+fn parse_mode(mode: &str) -> Result<u32, FilesError> {
+    let digits = mode.strip_prefix("0o").unwrap_or(mode);
+    match u32::from_str_radix(digits, 8) {
+        Ok(m) if m <= 0o7777 => Ok(m),
+        _ => Err(FilesError::Mode(mode.to_string())),
+    }
+}
+
+/// A name for the temporary file of a write, unique within this agent's lifetime.
+fn temp_path(target: &Path) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    target.with_file_name(format!(".{name}.lizard-{}-{n}.tmp", std::process::id()))
+}
+
+/// `PUT /v1/files?path=&mode=`: stream the body into the file, atomically.
+pub async fn write(q: Result<Query<FileQuery>, QueryRejection>, body: Body) -> Result<Json<WriteResult>, AppError> {
+    let (path, mode) = FileQuery::from(q)?;
+    let mode = mode.as_deref().map(parse_mode).transpose()?;
+    let shown = path.display().to_string();
+    let Some(parent) = path.parent() else { return Err(FilesError::IsADirectory(shown).into()) };
+    // Fail before the upload, not after it.
+    let existing = match tokio::fs::metadata(&path).await {
+        Ok(m) if m.is_dir() => return Err(FilesError::IsADirectory(shown).into()),
+        Ok(m) => Some(m.permissions().mode() & 0o7777),
+        Err(_) => None,
+    };
+    tokio::fs::create_dir_all(parent)
+        .await
+        // EEXIST here means some ancestor exists but is not a directory.
+        .map_err(|e| if e.kind() == io::ErrorKind::AlreadyExists { io::ErrorKind::NotADirectory.into() } else { e })
+        .map_err(FilesError::io(parent))?;
+    let tmp = temp_path(&path);
+    let result = write_via(&tmp, &path, mode.or(existing).unwrap_or(DEFAULT_MODE), body).await;
+    if result.is_err() {
+        let _ = tokio::fs::remove_file(&tmp).await;
+    }
+    Ok(Json(WriteResult { path: shown, bytes_written: result? }))
+}
+
+async fn write_via(tmp: &Path, path: &Path, mode: u32, body: Body) -> Result<u64, FilesError> {
+    let mut file = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(tmp)
+        .await
+        .map_err(FilesError::io(tmp))?;
+    let mut written = 0u64;
+    let mut data = body.into_data_stream();
+    while let Some(chunk) = data.next().await {
+        let chunk = chunk.map_err(|e| FilesError::Io { path: path.display().to_string(), source: io::Error::other(e) })?;
+        file.write_all(&chunk).await.map_err(FilesError::io(tmp))?;
+        written += chunk.len() as u64;
+    }
+    file.flush().await.map_err(FilesError::io(tmp))?;
+    // Set exactly the requested bits, whatever the umask.
+    file.set_permissions(std::fs::Permissions::from_mode(mode)).await.map_err(FilesError::io(tmp))?;
+    file.sync_all().await.map_err(FilesError::io(tmp))?;
+    drop(file);
+    tokio::fs::rename(tmp, path).await.map_err(FilesError::io(path))?;
+    Ok(written)
+}
+
+/// `GET /v1/files?path=`: stream the file, with its length where the file system knows it.
+pub async fn read(q: Result<Query<FileQuery>, QueryRejection>) -> Result<Response, AppError> {
+    let (path, _) = FileQuery::from(q)?;
+    let file = tokio::fs::File::open(&path).await.map_err(FilesError::io(&path))?;
+    let meta = file.metadata().await.map_err(FilesError::io(&path))?;
+    if meta.is_dir() {
+        return Err(FilesError::IsADirectory(path.display().to_string()).into());
+    }
+    // Files in /proc and /sys report size 0 but have content: stream those to EOF.
+    if meta.is_file() && meta.len() > 0 {
+        // Never send more than announced, even if the file grows meanwhile.
+        let body = Body::from_stream(ReaderStream::with_capacity(file.take(meta.len()), READ_CHUNK));
+        Ok(([(CONTENT_TYPE, "application/octet-stream".to_string()), (CONTENT_LENGTH, meta.len().to_string())], body)
+            .into_response())
+    } else {
+        let body = Body::from_stream(ReaderStream::with_capacity(file, READ_CHUNK));
+        Ok(([(CONTENT_TYPE, "application/octet-stream")], body).into_response())
+    }
+}
+
+/// `GET /v1/files/list?path=`: the directory's entries, sorted by name.
+pub async fn list(q: Result<Query<FileQuery>, QueryRejection>) -> Result<Json<Vec<FileEntry>>, AppError> {
+    let (path, _) = FileQuery::from(q)?;
+    let entries = tokio::task::spawn_blocking(move || list_dir(&path))
+        .await
+        .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))??;
+    Ok(Json(entries))
+}
+
+fn list_dir(path: &Path) -> Result<Vec<FileEntry>, FilesError> {
+    let mut entries = vec![];
+    for entry in std::fs::read_dir(path).map_err(FilesError::io(path))? {
+        let entry = entry.map_err(FilesError::io(path))?;
+        // The entry may vanish between readdir and lstat; skip it then.
+        let Ok(meta) = entry.path().symlink_metadata() else { continue };
+        let ft = meta.file_type();
+        let file_type = if ft.is_symlink() {
+            FileType::Symlink
+        } else if ft.is_dir() {
+            FileType::Dir
+        } else if ft.is_file() {
+            FileType::File
+        } else {
+            FileType::Other
+        };
+        let mtime_ms = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(meta.mtime() * 1000);
+        entries.push(FileEntry {
+            name: entry.file_name().to_string_lossy().into_owned(),
+            path: entry.path().display().to_string(),
+            file_type,
+            size: meta.len(),
+            mode: meta.mode() & 0o7777,
+            mtime_ms,
+        });
+    }
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(entries)
+}
+
+/// True when `path` (absolute) names `/` once `.` and `..` are resolved lexically.
+fn is_root(path: &Path) -> bool {
+    let mut depth = 0usize;
+    for c in path.components() {
+        match c {
+            Component::Normal(_) => depth += 1,
+            Component::ParentDir => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    depth == 0
+}
+
+/// `DELETE /v1/files?path=`: remove a file, a symlink, or a directory recursively.
+pub async fn remove(q: Result<Query<FileQuery>, QueryRejection>) -> Result<StatusCode, AppError> {
+    let (path, _) = FileQuery::from(q)?;
+    if is_root(&path) {
+        return Err(FilesError::RemoveRoot.into());
+    }
+    tokio::task::spawn_blocking(move || {
+        let meta = path.symlink_metadata().map_err(FilesError::io(&path))?;
+        if meta.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) }
+            .map_err(FilesError::io(&path))
+    })
+    .await
+    .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))??;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/files/mkdir?path=`: create a directory and its parents; fine if it exists.
+pub async fn mkdir(q: Result<Query<FileQuery>, QueryRejection>) -> Result<StatusCode, AppError> {
+    let (path, _) = FileQuery::from(q)?;
+    tokio::fs::create_dir_all(&path).await.map_err(FilesError::io(&path))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::tests::call;
+
+    fn code(body: &[u8]) -> ErrorCode {
+        serde_json::from_slice::<AgentError>(body).unwrap().code
+    }
+
+    #[test]
+    fn modes_and_root_detection() {
+        assert_eq!(parse_mode("644").unwrap(), 0o644);
+        assert_eq!(parse_mode("0o4755").unwrap(), 0o4755);
+        assert!(parse_mode("999").is_err());
+        assert!(parse_mode("77777").is_err());
+        assert!(is_root(Path::new("/")));
+        assert!(is_root(Path::new("//./tmp/..")));
+        assert!(is_root(Path::new("/../..")));
+        assert!(!is_root(Path::new("/tmp/x/..")));
+    }
+
+    #[tokio::test]
+    async fn write_read_list_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        let (s, body) = call("PUT", &format!("/v1/files?path={d}/a/b/f.txt&mode=0600"), "hello").await;
+        assert_eq!(s, 200, "{body:?}");
+        let w: WriteResult = serde_json::from_slice(&body).unwrap();
+        assert_eq!(w.bytes_written, 5);
+        let meta = std::fs::metadata(dir.path().join("a/b/f.txt")).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        // Overwriting keeps the mode when none is given, and leaves no temporary file.
+        let (s, _) = call("PUT", &format!("/v1/files?path={d}/a/b/f.txt"), "hello again").await;
+        assert_eq!(s, 200);
+        assert_eq!(std::fs::metadata(dir.path().join("a/b/f.txt")).unwrap().permissions().mode() & 0o777, 0o600);
+        let (s, body) = call("GET", &format!("/v1/files?path={d}/a/b/f.txt"), Body::empty()).await;
+        assert_eq!((s, &body[..]), (StatusCode::OK, &b"hello again"[..]));
+        let (s, body) = call("GET", &format!("/v1/files/list?path={d}/a/b"), Body::empty()).await;
+        assert_eq!(s, 200);
+        let entries: Vec<FileEntry> = serde_json::from_slice(&body).unwrap();
+        assert_eq!(entries.len(), 1);
+        assert_eq!((entries[0].name.as_str(), entries[0].size, entries[0].file_type), ("f.txt", 11, FileType::File));
+        let (s, _) = call("DELETE", &format!("/v1/files?path={d}/a"), Body::empty()).await;
+        assert_eq!(s, StatusCode::NO_CONTENT);
+        assert!(!dir.path().join("a").exists());
+    }
+
+    #[tokio::test]
+    async fn errors_have_codes() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        std::fs::write(dir.path().join("file"), "x").unwrap();
+        let cases = [
+            ("GET", format!("/v1/files?path={d}/missing"), 404, ErrorCode::NotFound),
+            ("GET", format!("/v1/files?path={d}"), 400, ErrorCode::IsADirectory),
+            ("GET", format!("/v1/files/list?path={d}/file"), 400, ErrorCode::NotADirectory),
+            ("GET", "/v1/files?path=relative/x".to_string(), 400, ErrorCode::InvalidArgument),
+            ("GET", "/v1/files".to_string(), 400, ErrorCode::InvalidArgument),
+            ("DELETE", format!("/v1/files?path={d}/missing"), 404, ErrorCode::NotFound),
+            ("DELETE", "/v1/files?path=/".to_string(), 400, ErrorCode::InvalidArgument),
+            ("POST", format!("/v1/files/mkdir?path={d}/file"), 409, ErrorCode::AlreadyExists),
+            ("PUT", format!("/v1/files?path={d}"), 400, ErrorCode::IsADirectory),
+            ("PUT", format!("/v1/files?path={d}/y&mode=abc"), 400, ErrorCode::InvalidArgument),
+        ];
+        for (method, uri, status, want) in cases {
+            let (s, body) = call(method, &uri, Body::empty()).await;
+            assert_eq!((s.as_u16(), code(&body)), (status, want), "{method} {uri}");
+        }
+        let (s, _) = call("POST", &format!("/v1/files/mkdir?path={d}/n/m"), Body::empty()).await;
+        assert_eq!(s, StatusCode::NO_CONTENT);
+        let (s, _) = call("POST", &format!("/v1/files/mkdir?path={d}/n/m"), Body::empty()).await;
+        assert_eq!(s, StatusCode::NO_CONTENT);
+    }
+}

@@ -1,0 +1,75 @@
+//! `lizard-agent`: PID 1 of a Lizard guest, or (`serve`) the same service on a Unix
+//! socket on the host, for development and tests.
+
+mod exec;
+mod files;
+mod init;
+mod reaper;
+mod server;
+mod transport;
+mod users;
+
+use clap::{Parser, Subcommand};
+use lizard_agent_proto::handshake::Secret;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+#[derive(Parser)]
+#[command(version, about = "The Lizard guest agent")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve on a Unix socket without touching the system (no mounts, no PID-1 duties).
+    Serve {
+        /// Socket path to listen on (replaced if it exists).
+        #[arg(long)]
+        unix: PathBuf,
+        /// File holding the session secret in hex.
+        #[arg(long)]
+        secret_file: PathBuf,
+    },
+}
+
+/// Why dev mode could not run.
+#[derive(Debug, thiserror::Error)]
+enum DevError {
+    /// The secret file is unreadable or not a hex secret.
+    #[error("secret file {path}: {reason}")]
+    Secret { path: PathBuf, reason: String },
+    /// The runtime could not start.
+    #[error("cannot start the runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error(transparent)]
+    Reaper(#[from] reaper::ReaperError),
+    #[error(transparent)]
+    Transport(#[from] transport::TransportError),
+}
+
+fn main() {
+    if nix::unistd::getpid().as_raw() == 1 {
+        init::run();
+    }
+    let Command::Serve { unix, secret_file } = Cli::parse().command;
+    if let Err(e) = serve(unix, secret_file) {
+        eprintln!("lizard-agent: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn serve(socket: PathBuf, secret_file: PathBuf) -> Result<(), DevError> {
+    let secret = std::fs::read_to_string(&secret_file)
+        .map_err(|e| e.to_string())
+        .and_then(|s| Secret::from_hex(&s).map_err(|e| e.to_string()))
+        .map_err(|reason| DevError::Secret { path: secret_file, reason })?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(DevError::Runtime)?;
+    rt.block_on(async {
+        // Orphans of our commands come to us, as they would to PID 1.
+        reaper::start(true)?;
+        let state = server::AppState { secret: Arc::new(RwLock::new(secret)) };
+        match transport::serve_unix(&socket, state).await? {}
+    })
+}

@@ -1,0 +1,150 @@
+//! One agent session: handshake, then HTTP/2 (prior knowledge) over the authenticated
+//! stream, routed by axum.
+//!
+//! Nothing here knows which transport carries the stream; `transport` hands over any
+//! byte stream and the session owns it until the host goes away. All session state lives
+//! in the hyper connection and is dropped with it, so a host that reconnects (after a
+//! snapshot restore, say) starts from a clean slate.
+
+use crate::{exec, files};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
+use lizard_agent_proto::handshake::{self, HandshakeError, Secret};
+use lizard_agent_proto::types::{AgentError, ErrorCode, Health};
+use lizard_agent_proto::{routes, PROTOCOL_VERSION};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// HTTP/2 flow-control windows: large enough that one stream can fill a fast channel.
+pub const STREAM_WINDOW: u32 = 4 << 20;
+pub const CONNECTION_WINDOW: u32 = 16 << 20;
+/// Largest HTTP/2 frame we accept; fewer, larger frames cost less per byte.
+pub const MAX_FRAME_SIZE: u32 = 1 << 20;
+/// A host that connects must finish the handshake within this time.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a session ended abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The host failed the handshake.
+    #[error("handshake failed: {0}")]
+    Handshake(#[from] HandshakeError),
+    /// The host did not complete the handshake in time.
+    #[error("handshake timed out")]
+    HandshakeTimeout,
+    /// The HTTP/2 connection failed.
+    #[error("http/2 session failed: {0}")]
+    Http(#[from] hyper::Error),
+}
+
+/// What every request handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    /// The secret the handshake checks. Shared and replaceable: after a snapshot restore
+    /// each clone will get a fresh identity (and secret) from the host.
+    pub secret: Arc<RwLock<Secret>>,
+}
+
+/// Run one session over `io` until the host disconnects.
+pub async fn serve_connection<S>(mut io: S, state: AppState) -> Result<(), SessionError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let secret = state.secret.read().unwrap_or_else(|e| e.into_inner()).clone();
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake::agent_accept(&mut io, &secret))
+        .await
+        .map_err(|_| SessionError::HandshakeTimeout)??;
+    let service = TowerToHyperService::new(router(state));
+    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(MAX_FRAME_SIZE)
+        .max_send_buf_size(MAX_FRAME_SIZE as usize)
+        .serve_connection(TokioIo::new(io), service)
+        .await?;
+    Ok(())
+}
+
+/// The agent's routes (see `lizard_agent_proto::routes`).
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route(routes::HEALTH, get(health))
+        .route(routes::EXEC, post(exec::handle))
+        .route(routes::FILES, put(files::write).get(files::read).delete(files::remove))
+        .route(routes::FILES_LIST, get(files::list))
+        .route(routes::FILES_MKDIR, post(files::mkdir))
+        .fallback(|| async { AppError(AgentError::new(ErrorCode::NotFound, "no such route")) })
+        .with_state(state)
+}
+
+async fn health() -> Json<Health> {
+    let hostname = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
+    let uptime_ms = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map(|t| t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
+        .unwrap_or_default();
+    Json(Health {
+        agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        protocol: PROTOCOL_VERSION,
+        hostname,
+        kernel,
+        uptime_ms,
+    })
+}
+
+/// A failed request: the status that matches the code, and the error as JSON.
+#[derive(Debug)]
+pub struct AppError(pub AgentError);
+
+impl<E: Into<AgentError>> From<E> for AppError {
+    fn from(e: E) -> Self {
+        AppError(e.into())
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, Json(self.0)).into_response()
+    }
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+    use axum::body::Body;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    /// A router for handler tests, as dev mode would build it.
+    pub fn test_router() -> Router {
+        crate::reaper::start(false).unwrap();
+        router(AppState { secret: Arc::new(RwLock::new(Secret::generate())) })
+    }
+
+    /// Send one request through the router; returns the status and the whole body.
+    pub async fn call(method: &str, uri: &str, body: impl Into<Body>) -> (StatusCode, bytes::Bytes) {
+        let req = http::Request::builder().method(method).uri(uri).body(body.into()).unwrap();
+        let resp = test_router().oneshot(req).await.unwrap();
+        let status = resp.status();
+        (status, resp.into_body().collect().await.unwrap().to_bytes())
+    }
+
+    #[tokio::test]
+    async fn health_and_unknown_routes() {
+        let (status, body) = call("GET", routes::HEALTH, Body::empty()).await;
+        assert_eq!(status, StatusCode::OK);
+        let h: Health = serde_json::from_slice(&body).unwrap();
+        assert_eq!(h.protocol, PROTOCOL_VERSION);
+        assert!(!h.kernel.is_empty());
+        let (status, body) = call("GET", "/v1/nope", Body::empty()).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let e: AgentError = serde_json::from_slice(&body).unwrap();
+        assert_eq!(e.code, ErrorCode::NotFound);
+    }
+}

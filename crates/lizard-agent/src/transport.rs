@@ -1,0 +1,253 @@
+//! Byte streams from the host: a virtio-serial port (QEMU; survives snapshots), vsock
+//! (Firecracker), or a Unix socket (dev mode on the host). Each hands streams to
+//! [`server::serve_connection`].
+//!
+//! virtio-serial has one peer at a time and no "accept": while the host side is not
+//! connected, `read` returns 0 and `poll` reports POLLHUP at once. The agent therefore
+//! polls the port every few milliseconds until POLLHUP clears (the host connected), runs
+//! one session on it, closes the port (the kernel then discards whatever the old session
+//! left unread) and starts over. After a snapshot restore that loop is exactly what picks
+//! up the new host connection.
+
+use crate::server::{self, AppState};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{self, AddressFamily, Backlog, SockFlag, SockType, VsockAddr};
+use std::convert::Infallible;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// How often the serial port is checked for a host while none is connected. Short, since
+/// it bounds how fast a restored snapshot answers.
+const HOST_POLL_INTERVAL: Duration = Duration::from_millis(2);
+/// How long to wait for the serial port device to appear at boot.
+const PORT_WAIT: Duration = Duration::from_secs(10);
+
+/// Why a transport failed for good.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The virtio-serial port never appeared.
+    #[error("virtio-serial port {0:?} not found")]
+    NoPort(String),
+    /// Opening, polling or listening failed.
+    #[error("{what}: {source}")]
+    Io { what: String, source: io::Error },
+}
+
+impl TransportError {
+    fn io(what: impl Into<String>) -> impl FnOnce(io::Error) -> TransportError {
+        let what = what.into();
+        move |source| TransportError::Io { what, source }
+    }
+}
+
+/// A non-blocking file descriptor (serial port, vsock connection) as a tokio stream.
+pub struct FdStream(AsyncFd<OwnedFd>);
+
+impl FdStream {
+    /// `fd` must already be non-blocking.
+    pub fn new(fd: OwnedFd) -> io::Result<FdStream> {
+        Ok(FdStream(register(fd)?))
+    }
+}
+
+/// Register an owned descriptor with the tokio reactor.
+fn register(fd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: an OwnedFd stays open until dropped and always reports the same descriptor,
+    // and the AsyncFd takes ownership of it.
+    unsafe { AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)
+}
+
+impl AsyncRead for FdStream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        loop {
+            let mut guard = ready!(self.0.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            match guard.try_io(|fd| nix::unistd::read(fd.as_raw_fd(), unfilled).map_err(io::Error::from)) {
+                Ok(Ok(n)) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+impl AsyncWrite for FdStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        loop {
+            let mut guard = ready!(self.0.poll_write_ready(cx))?;
+            match guard.try_io(|fd| nix::unistd::write(fd.get_ref().as_fd(), buf).map_err(io::Error::from)) {
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(result) => return Poll::Ready(result),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Dev mode: serve every connection on a Unix socket at `path`, concurrently.
+pub async fn serve_unix(path: &Path, state: AppState) -> Result<Infallible, TransportError> {
+    let _ = std::fs::remove_file(path);
+    let listener = tokio::net::UnixListener::bind(path).map_err(TransportError::io(format!("bind {}", path.display())))?;
+    loop {
+        let (stream, _) = listener.accept().await.map_err(TransportError::io("accept"))?;
+        spawn_session(stream, state.clone());
+    }
+}
+
+/// Guest with vsock: serve every connection to [`lizard_agent_proto::VSOCK_PORT`].
+pub async fn serve_vsock(state: AppState) -> Result<Infallible, TransportError> {
+    let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
+    let fd = socket::socket(AddressFamily::Vsock, SockType::Stream, flags, None)
+        .map_err(|e| TransportError::Io { what: "vsock socket".into(), source: e.into() })?;
+    let addr = VsockAddr::new(libc::VMADDR_CID_ANY, lizard_agent_proto::VSOCK_PORT);
+    socket::bind(fd.as_raw_fd(), &addr)
+        .and_then(|_| socket::listen(&fd, Backlog::MAXCONN))
+        .map_err(|e| TransportError::Io { what: "vsock listen".into(), source: e.into() })?;
+    let listener = register(fd).map_err(TransportError::io("vsock listener"))?;
+    loop {
+        let mut guard = listener.readable().await.map_err(TransportError::io("vsock accept"))?;
+        match guard.try_io(|fd| socket::accept4(fd.as_raw_fd(), flags).map_err(io::Error::from)) {
+            Ok(Ok(raw)) => {
+                // SAFETY: accept4 just returned this descriptor; nothing else owns it.
+                let conn = unsafe { OwnedFd::from_raw_fd(raw) };
+                match FdStream::new(conn) {
+                    Ok(stream) => spawn_session(stream, state.clone()),
+                    Err(e) => eprintln!("lizard-agent: vsock connection: {e}"),
+                }
+            }
+            // Aborted connections and the like concern one peer, not the listener.
+            Ok(Err(e)) => eprintln!("lizard-agent: vsock accept: {e}"),
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+fn spawn_session<S>(stream: S, state: AppState)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = server::serve_connection(stream, state).await {
+            eprintln!("lizard-agent: session ended: {e}");
+        }
+    });
+}
+
+/// Guest with virtio-serial: one session at a time on the agent's port, forever.
+pub async fn serve_serial(state: AppState) -> Result<Infallible, TransportError> {
+    let port = wait_for_port(Path::new("/dev"), Path::new("/sys/class/virtio-ports"), PORT_WAIT).await?;
+    loop {
+        let fd = nix::fcntl::open(
+            &port,
+            nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|e| TransportError::Io { what: format!("open {}", port.display()), source: e.into() })?;
+        // SAFETY: open just returned this descriptor; nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        wait_for_host(&fd).await?;
+        let stream = FdStream::new(fd).map_err(TransportError::io("register serial port"))?;
+        if let Err(e) = server::serve_connection(stream, state.clone()).await {
+            eprintln!("lizard-agent: session ended: {e}");
+        }
+    }
+}
+
+/// Sleep-poll until the host side of the port is connected (POLLHUP clears).
+async fn wait_for_host(fd: &OwnedFd) -> Result<(), TransportError> {
+    loop {
+        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN | PollFlags::POLLOUT)];
+        match nix::poll::poll(&mut fds, PollTimeout::ZERO) {
+            Ok(_) => {
+                let revents = fds[0].revents().unwrap_or(PollFlags::empty());
+                if !revents.intersects(PollFlags::POLLHUP | PollFlags::POLLERR) {
+                    return Ok(());
+                }
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(TransportError::Io { what: "poll serial port".into(), source: e.into() }),
+        }
+        tokio::time::sleep(HOST_POLL_INTERVAL).await;
+    }
+}
+
+/// The device node of the agent's port. udev's `/dev/virtio-ports/<name>` link is used
+/// when present; a bare guest has no udev, so the name is also looked up in sysfs.
+async fn wait_for_port(dev: &Path, sysfs: &Path, wait: Duration) -> Result<PathBuf, TransportError> {
+    let name = lizard_agent_proto::SERIAL_PORT_NAME;
+    let deadline = Instant::now() + wait;
+    loop {
+        if let Some(p) = find_port(dev, sysfs, name) {
+            return Ok(p);
+        }
+        if Instant::now() >= deadline {
+            return Err(TransportError::NoPort(name.to_string()));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn find_port(dev: &Path, sysfs: &Path, name: &str) -> Option<PathBuf> {
+    let link = dev.join("virtio-ports").join(name);
+    if link.exists() {
+        return Some(link);
+    }
+    std::fs::read_dir(sysfs).ok()?.flatten().find_map(|entry| {
+        let port_name = std::fs::read_to_string(entry.path().join("name")).ok()?;
+        let node = dev.join(entry.file_name());
+        (port_name.trim() == name && node.exists()).then_some(node)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn finds_ports_by_sysfs_name() {
+        let root = tempfile::tempdir().unwrap();
+        let (dev, sys) = (root.path().join("dev"), root.path().join("sys"));
+        for (port, name) in [("vport0p0", "other"), ("vport0p1", "lizard.agent")] {
+            std::fs::create_dir_all(sys.join(port)).unwrap();
+            std::fs::write(sys.join(port).join("name"), format!("{name}\n")).unwrap();
+        }
+        std::fs::create_dir_all(&dev).unwrap();
+        assert!(wait_for_port(&dev, &sys, Duration::from_millis(30)).await.is_err());
+        std::fs::write(dev.join("vport0p1"), "").unwrap();
+        assert_eq!(wait_for_port(&dev, &sys, Duration::ZERO).await.unwrap(), dev.join("vport0p1"));
+    }
+
+    #[tokio::test]
+    async fn fd_stream_carries_bytes() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        b.set_nonblocking(true).unwrap();
+        let (mut a, mut b) = (FdStream::new(a.into()).unwrap(), FdStream::new(b.into()).unwrap());
+        let payload = vec![7u8; 1 << 20];
+        let p2 = payload.clone();
+        let writer = tokio::spawn(async move { a.write_all(&p2).await.unwrap() });
+        let mut got = vec![0u8; payload.len()];
+        b.read_exact(&mut got).await.unwrap();
+        writer.await.unwrap();
+        assert_eq!(got, payload);
+    }
+}
