@@ -61,7 +61,7 @@ const RECIPES: &[(&str, &str)] = &[
 ];
 
 /// Default size of a template's file system, in GiB.
-const DEFAULT_DISK_GB: u64 = 4;
+pub const DEFAULT_DISK_GB: u64 = 4;
 
 /// A recipe file as written (`templates/<name>.toml`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
