@@ -15,7 +15,7 @@ use object::{Object, ObjectSection};
 use crate::ImageError;
 
 /// The modules a Lizard guest needs, in the order we ask for them; their dependencies
-/// (`virtio`, `virtio_ring`, `vsock`, ...) are pulled in by [`load_order`].
+/// (`virtio`, `virtio_ring`, `vsock`, ...) are pulled in from `.modinfo`.
 pub const WANTED_MODULES: &[&str] = &[
     "virtio_mmio",
     "virtio_blk",
