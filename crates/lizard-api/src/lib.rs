@@ -1,0 +1,175 @@
+//! The types of Lizard's HTTP API. No machinery here: the node, the server, the CLI and
+//! the Rust client all speak these, so a field means the same thing everywhere.
+//!
+//! JSON is camelCase, like the SDK reference. Request bodies reject unknown fields.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub use lizard_agent_proto::types::{ExitStatus, FileEntry, FileType, WriteResult};
+
+/// Sandbox routes, relative to the API root. `{id}` is a sandbox id.
+pub mod paths {
+    pub const HEALTH: &str = "/health";
+    pub const SANDBOXES: &str = "/v1/sandboxes";
+    pub fn sandbox(id: &str) -> String {
+        format!("/v1/sandboxes/{id}")
+    }
+    pub fn exec(id: &str) -> String {
+        format!("/v1/sandboxes/{id}/exec")
+    }
+    pub fn files(id: &str) -> String {
+        format!("/v1/sandboxes/{id}/files")
+    }
+    pub fn files_list(id: &str) -> String {
+        format!("/v1/sandboxes/{id}/files/list")
+    }
+    pub fn files_mkdir(id: &str) -> String {
+        format!("/v1/sandboxes/{id}/files/mkdir")
+    }
+}
+
+/// `POST /v1/sandboxes`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateSandboxRequest {
+    pub template: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpus: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u32>,
+    /// Environment for every process started in the sandbox.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// Lifecycle state of a sandbox.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxState {
+    Running,
+    Paused,
+}
+
+/// A sandbox as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxInfo {
+    pub sandbox_id: String,
+    pub template: String,
+    pub state: SandboxState,
+    pub vcpus: u32,
+    pub memory_mib: u32,
+    /// RFC 3339.
+    pub started_at: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// `POST /v1/sandboxes/{id}/exec`. Exactly one of `cmd` (run by `/bin/sh -c`) or `argv`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argv: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Text fed to the command's stdin (then EOF). Absent: stdin is /dev/null.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
+}
+
+/// Result of a buffered exec (the SDKs' ProcessResult). Output is UTF-8 (lossy); use the
+/// streaming form for exact bytes.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessResult {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: i32,
+    #[serde(default)]
+    pub timed_out: bool,
+}
+
+/// Stable error codes. The HTTP status is part of the contract too: see [`ErrorCode::status`].
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    InvalidArgument,
+    Unauthenticated,
+    Forbidden,
+    NotFound,
+    Conflict,
+    /// A guest did not become ready in time, or the VMM failed.
+    BootFailed,
+    Unavailable,
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn status(self) -> u16 {
+        match self {
+            ErrorCode::InvalidArgument => 422,
+            ErrorCode::Unauthenticated => 401,
+            ErrorCode::Forbidden => 403,
+            ErrorCode::NotFound => 404,
+            ErrorCode::Conflict => 409,
+            ErrorCode::BootFailed => 502,
+            ErrorCode::Unavailable => 503,
+            ErrorCode::Internal => 500,
+        }
+    }
+}
+
+/// Body of every error response.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError { code, message: message.into() }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let code = serde_json::to_value(self.code).ok();
+        let code = code.as_ref().and_then(|c| c.as_str()).unwrap_or("ERROR");
+        write!(f, "{code}: {}", self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_rejects_unknown_fields_and_is_camel_case() {
+        assert!(serde_json::from_str::<CreateSandboxRequest>(r#"{"template":"base","x":1}"#).is_err());
+        let r: CreateSandboxRequest = serde_json::from_str(r#"{"template":"base","memoryMib":256}"#).unwrap();
+        assert_eq!(r.memory_mib, Some(256));
+    }
+
+    #[test]
+    fn error_display_uses_stable_code() {
+        let e = ApiError::new(ErrorCode::NotFound, "sandbox x not found");
+        assert_eq!(e.to_string(), "NOT_FOUND: sandbox x not found");
+        assert_eq!(e.code.status(), 404);
+        assert_eq!(serde_json::to_string(&e).unwrap(), r#"{"code":"NOT_FOUND","message":"sandbox x not found"}"#);
+    }
+}

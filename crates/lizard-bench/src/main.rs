@@ -1,0 +1,128 @@
+//! `lizard-bench`: how long the sandbox core takes on this machine.
+//!
+//! Measures, in one run so the numbers compare: cold create → first exec returns; the
+//! round trip of `exec true` (with the guest's own spawn-to-exit time beside it, so
+//! Lizard's overhead is visible apart from the guest's process start); write and read
+//! throughput of a 64 MiB file. Prints a Markdown table of percentiles.
+
+use anyhow::Result;
+use bytes::Bytes;
+use clap::Parser;
+use futures_util::StreamExt;
+use lizard_api::{CreateSandboxRequest, ExecRequest};
+use lizard_node::{Node, NodeConfig};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+struct Args {
+    /// Where images are cached (shared with `lizard images build`).
+    #[arg(long, env = "LIZARD_DATA_DIR")]
+    image_root: Option<PathBuf>,
+    #[arg(long, default_value = "base")]
+    template: String,
+    /// Cold creates to time.
+    #[arg(long, default_value_t = 10)]
+    creates: usize,
+    /// `exec true` round trips to time.
+    #[arg(long, default_value_t = 100)]
+    execs: usize,
+    /// 64 MiB transfers to time in each direction.
+    #[arg(long, default_value_t = 3)]
+    transfers: usize,
+}
+
+/// Percentiles of a sample, nearest-rank.
+struct Summary(Vec<f64>);
+
+impl Summary {
+    fn new(mut v: Vec<f64>) -> Self {
+        v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+        Summary(v)
+    }
+    fn p(&self, q: f64) -> f64 {
+        let i = ((q * self.0.len() as f64).ceil() as usize).clamp(1, self.0.len()) - 1;
+        self.0[i]
+    }
+    fn row(&self, name: &str, unit: &str) -> String {
+        format!(
+            "| {name} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {unit} |",
+            self.0.len(),
+            self.p(0.0),
+            self.p(0.5),
+            self.p(0.9),
+            self.p(0.99),
+            self.0.last().copied().unwrap_or(0.0)
+        )
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt().with_env_filter("warn").with_writer(std::io::stderr).init();
+    let args = Args::parse();
+    let dir = tempfile::Builder::new().prefix("lizard-bench-").tempdir()?;
+    let mut config = NodeConfig::new(dir.path());
+    config.image_root = args.image_root.unwrap_or_else(lizard_node::default_data_dir);
+    let node = Node::start(config).await?;
+    eprintln!("preparing images for {} (first run builds them)…", args.template);
+    node.prepare(&args.template).await?;
+    let create = || CreateSandboxRequest { template: args.template.clone(), ..Default::default() };
+    let echo = ExecRequest { cmd: Some("echo hi".into()), ..Default::default() };
+
+    let mut cold = vec![];
+    for i in 0..args.creates {
+        let t = Instant::now();
+        let sbx = node.create(create()).await?;
+        let r = sbx.exec_collect(echo.clone()).await?;
+        cold.push(ms(t.elapsed()));
+        anyhow::ensure!(r.stdout == "hi\n", "unexpected output {r:?}");
+        node.kill(&sbx.id).await?;
+        eprintln!("cold create {}/{}: {:.0} ms", i + 1, args.creates, cold.last().unwrap());
+    }
+
+    let sbx = node.create(create()).await?;
+    let mut round = vec![];
+    let mut guest = vec![];
+    let tru = ExecRequest { argv: Some(vec!["/bin/true".into()]), ..Default::default() };
+    for _ in 0..args.execs {
+        let t = Instant::now();
+        let status = sbx.exec_status(tru.clone()).await?;
+        round.push(ms(t.elapsed()));
+        guest.push(status.duration_ms as f64);
+    }
+
+    const SIZE: usize = 64 * 1024 * 1024;
+    let chunk = Bytes::from(vec![0xa5u8; 1024 * 1024]);
+    let mut write = vec![];
+    let mut read = vec![];
+    for _ in 0..args.transfers {
+        let c = chunk.clone();
+        let body = futures_util::stream::iter(0..SIZE / chunk.len()).map(move |_| Ok::<_, std::io::Error>(c.clone()));
+        let t = Instant::now();
+        sbx.write_file("/root/bench.bin", None, body).await?;
+        write.push(SIZE as f64 / 1048576.0 / t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let (_, mut s) = sbx.read_file("/root/bench.bin").await?;
+        let mut n = 0;
+        while let Some(c) = s.next().await {
+            n += c?.len();
+        }
+        anyhow::ensure!(n == SIZE, "read {n} bytes");
+        read.push(SIZE as f64 / 1048576.0 / t.elapsed().as_secs_f64());
+    }
+    node.shutdown().await;
+
+    println!("| measurement | n | min | p50 | p90 | p99 | max | unit |");
+    println!("|---|---|---|---|---|---|---|---|");
+    println!("{}", Summary::new(cold).row("cold create → first `echo hi` returns", "ms"));
+    println!("{}", Summary::new(round).row("`exec /bin/true` round trip", "ms"));
+    println!("{}", Summary::new(guest).row("… of which the guest's spawn-to-exit", "ms"));
+    println!("{}", Summary::new(write).row("write 64 MiB file", "MiB/s"));
+    println!("{}", Summary::new(read).row("read 64 MiB file", "MiB/s"));
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! Local mode: the node daemon (`lizard node run`) and how the CLI finds or starts it.
+
+use crate::client::{ApiClient, Endpoint};
+use anyhow::{bail, Context, Result};
+use std::os::unix::process::CommandExt;
+use clap::Args;
+use lizard_node::{Node, NodeConfig};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Unix socket to serve on [default: <data-dir>/node.sock]
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Skip the probe and use this accelerator (kvm or tcg).
+    #[arg(long, value_parser = parse_accel, env = "LIZARD_ACCEL")]
+    accel: Option<lizard_node::Accel>,
+    /// The static guest agent [default: lizard-agent next to this binary]
+    #[arg(long, env = "LIZARD_AGENT_BIN")]
+    agent: Option<PathBuf>,
+    /// Seconds a cold boot may take before it is abandoned.
+    #[arg(long, default_value_t = 60)]
+    boot_timeout: u64,
+}
+
+fn parse_accel(s: &str) -> Result<lizard_node::Accel, String> {
+    match s {
+        "kvm" => Ok(lizard_node::Accel::Kvm),
+        "tcg" => Ok(lizard_node::Accel::Tcg),
+        _ => Err(format!("expected kvm or tcg, got {s:?}")),
+    }
+}
+
+fn socket_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("node.sock")
+}
+
+/// Serve the node until SIGTERM or SIGINT, then kill its sandboxes.
+pub async fn run_node(data_dir: PathBuf, args: RunArgs) -> Result<()> {
+    let mut config = NodeConfig::new(&data_dir);
+    config.accel = args.accel;
+    config.boot_timeout = Duration::from_secs(args.boot_timeout);
+    if let Some(a) = args.agent {
+        config.agent_bin = a;
+    }
+    let node = Node::start(config).await?;
+    let socket = args.socket.unwrap_or_else(|| socket_path(&data_dir));
+    let _ = std::fs::remove_file(&socket);
+    let listener = tokio::net::UnixListener::bind(&socket).with_context(|| format!("bind {}", socket.display()))?;
+    // The socket is the local mode's only credential: owner only.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
+    tracing::info!("node serving on {}", socket.display());
+    let app = lizard_node::http::router(node.clone());
+    let shutdown = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    };
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
+    tracing::info!("node stopping: killing its sandboxes");
+    node.shutdown().await;
+    let _ = std::fs::remove_file(&socket);
+    Ok(())
+}
+
+/// The local node's API, starting the daemon if it is not running.
+pub async fn connect(data_dir: &Path) -> Result<ApiClient> {
+    let socket = socket_path(data_dir);
+    let api = ApiClient { endpoint: Endpoint::Unix(socket.clone()), api_key: None };
+    if tokio::net::UnixStream::connect(&socket).await.is_ok() {
+        return Ok(api);
+    }
+    std::fs::create_dir_all(data_dir).with_context(|| format!("create {}", data_dir.display()))?;
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(data_dir.join("node.log"))?;
+    let exe = std::env::current_exe()?;
+    std::process::Command::new(exe)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["node", "run"])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        // Its own session: the daemon must outlive this CLI and its terminal.
+        .process_group(0)
+        .spawn()
+        .context("start the local node (lizard node run)")?;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(20) {
+        if tokio::net::UnixStream::connect(&socket).await.is_ok() {
+            return Ok(api);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("the local node did not start; see {}", data_dir.join("node.log").display())
+}
+
+/// `lizard images build`: build everything in this process, with progress bars.
+pub async fn build_images(data_dir: PathBuf, templates: Vec<String>) -> Result<()> {
+    let templates = if templates.is_empty() {
+        lizard_image::ImageStore::template_names().into_iter().map(String::from).collect()
+    } else {
+        templates
+    };
+    let agent = lizard_node::default_agent_bin();
+    tokio::task::spawn_blocking(move || -> Result<()> {
+        let store = lizard_image::ImageStore::new(&data_dir);
+        let kernel = store.kernel()?;
+        eprintln!("kernel {} ({})", kernel.version, kernel.vmlinux.display());
+        let initramfs = store.initramfs(&kernel, &agent)?;
+        eprintln!("initramfs {}", initramfs.path.display());
+        for t in templates {
+            let img = store.template(&t)?;
+            eprintln!("template {t}: {}", img.rootfs.display());
+        }
+        Ok(())
+    })
+    .await?
+}

@@ -1,0 +1,83 @@
+//! Boot assets for a sandbox: kernel, initramfs (with this node's agent) and template disk.
+//!
+//! Building them can take minutes the first time (apt download, mmdebstrap); afterwards
+//! [`lizard_image::ImageStore`] answers from its cache, and this module memoizes its
+//! answers for the node's lifetime so the create path costs no hashing or apt lookups.
+
+use lizard_image::{ImageError, ImageStore, Initramfs, Kernel, TemplateImage};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::Mutex;
+
+/// Kernel and initramfs: the parts every sandbox of this node shares.
+#[derive(Debug, Clone)]
+pub struct BootFiles {
+    pub kernel: Kernel,
+    pub initramfs: Initramfs,
+}
+
+/// Memoizing front of the image store.
+pub struct Assets {
+    images: Arc<ImageStore>,
+    agent_bin: PathBuf,
+    boot: Mutex<Option<(AgentStamp, BootFiles)>>,
+    templates: Mutex<HashMap<String, TemplateImage>>,
+}
+
+/// Identifies one build of the agent binary cheaply (no hashing on the hot path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct AgentStamp(u64, std::time::SystemTime);
+
+impl Assets {
+    pub fn new(images: ImageStore, agent_bin: PathBuf) -> Self {
+        Assets { images: Arc::new(images), agent_bin, boot: Mutex::new(None), templates: Mutex::new(HashMap::new()) }
+    }
+
+    fn stamp(&self) -> Result<AgentStamp, ImageError> {
+        let m = std::fs::metadata(&self.agent_bin).map_err(|source| ImageError::Io {
+            action: "read the agent binary (build it with scripts/build-agent.sh)",
+            path: self.agent_bin.clone(),
+            source,
+        })?;
+        Ok(AgentStamp(m.len(), m.modified().unwrap_or(std::time::UNIX_EPOCH)))
+    }
+
+    /// Kernel and initramfs, rebuilt when the agent binary changes.
+    pub async fn boot_files(&self) -> Result<BootFiles, ImageError> {
+        let mut guard = self.boot.lock().await;
+        let stamp = self.stamp()?;
+        if let Some((s, files)) = guard.as_ref() {
+            if *s == stamp {
+                return Ok(files.clone());
+            }
+        }
+        let images = self.images.clone();
+        let agent = self.agent_bin.clone();
+        let files = tokio::task::spawn_blocking(move || -> Result<BootFiles, ImageError> {
+            let kernel = images.kernel()?;
+            let initramfs = images.initramfs(&kernel, &agent)?;
+            Ok(BootFiles { kernel, initramfs })
+        })
+        .await
+        .expect("image build task panicked")?;
+        *guard = Some((stamp, files.clone()));
+        Ok(files)
+    }
+
+    /// The root filesystem image of a template, built on first use.
+    pub async fn template(&self, name: &str) -> Result<TemplateImage, ImageError> {
+        // Held across the build: two first creates of one template build it once.
+        let mut templates = self.templates.lock().await;
+        if let Some(t) = templates.get(name) {
+            return Ok(t.clone());
+        }
+        let images = self.images.clone();
+        let n = name.to_string();
+        let t = tokio::task::spawn_blocking(move || images.template(&n))
+            .await
+            .expect("image build task panicked")?;
+        templates.insert(name.to_string(), t.clone());
+        Ok(t)
+    }
+}

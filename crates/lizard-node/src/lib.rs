@@ -1,0 +1,361 @@
+//! A Lizard node: the machinery on one host that turns "create a sandbox from template T"
+//! into a running microVM with its own kernel, root disk and authenticated agent channel.
+//!
+//! The node owns `<data_dir>/sandboxes/<id>/` for each sandbox (root disk overlay, VMM
+//! sockets, console log, memory file) and deletes it when the sandbox ends, whichever way
+//! it ends: killed, VMM crash (noticed by a monitor task), failed boot, or a node restart
+//! (the next start sweeps what the previous process left).
+//!
+//! The HTTP face of a node is in [`http`]; the control plane embeds a [`Node`] directly.
+
+pub mod assets;
+pub mod http;
+mod sandbox;
+
+use assets::Assets;
+use lizard_agent_proto::handshake::Secret;
+use lizard_api::{CreateSandboxRequest, ErrorCode, SandboxInfo};
+use lizard_image::ImageStore;
+use lizard_vmm::{Backend, VmConfig};
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+pub use lizard_vmm::Accel;
+pub use sandbox::Sandbox;
+
+/// Settings of a node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Root of everything the node stores (sandboxes, caches).
+    pub data_dir: PathBuf,
+    /// Where guest images are built and cached (`<image_root>/images`); usually the data
+    /// directory, shared between nodes of one machine in tests.
+    pub image_root: PathBuf,
+    /// The static `lizard-agent` binary that becomes PID 1 in every guest.
+    pub agent_bin: PathBuf,
+    /// QEMU system emulator.
+    pub qemu_binary: PathBuf,
+    /// Force an accelerator instead of probing.
+    pub accel: Option<Accel>,
+    pub default_vcpus: u32,
+    pub default_memory_mib: u32,
+    /// How long a cold-booted guest may take until its agent answers.
+    pub boot_timeout: Duration,
+}
+
+impl NodeConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        let data_dir = data_dir.into();
+        NodeConfig {
+            image_root: data_dir.clone(),
+            data_dir,
+            agent_bin: default_agent_bin(),
+            qemu_binary: PathBuf::from("qemu-system-x86_64"),
+            accel: None,
+            default_vcpus: 1,
+            default_memory_mib: 512,
+            boot_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// `LIZARD_AGENT_BIN`, else `lizard-agent` next to the running executable, else the
+/// static build in this checkout's target directory.
+pub fn default_agent_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("LIZARD_AGENT_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe_dir = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf));
+    if let Some(dir) = &exe_dir {
+        let candidate = dir.join("lizard-agent");
+        if candidate.exists() {
+            return candidate;
+        }
+        // target/{debug,release}[/deps] → target/x86_64-unknown-linux-gnu/release/lizard-agent
+        for up in dir.ancestors().take(3) {
+            let c = up.join("x86_64-unknown-linux-gnu/release/lizard-agent");
+            if c.exists() {
+                return c;
+            }
+        }
+    }
+    PathBuf::from("/usr/local/bin/lizard-agent")
+}
+
+/// The default data directory: /var/lib/lizard as root, else the XDG data home.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("LIZARD_DATA_DIR") {
+        return PathBuf::from(p);
+    }
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/var/lib/lizard");
+    }
+    let base = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    base.join("lizard")
+}
+
+/// Why a node operation failed. Each maps to one stable API code.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// Bad parameters.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// No such sandbox (never existed, or already gone).
+    #[error("sandbox {0} not found")]
+    NotFound(String),
+    /// The sandbox existed but has ended (killed, or its VM died); 404 like an unknown
+    /// id, with a message that says why.
+    #[error("sandbox {0} not found: {1}")]
+    Dead(String, String),
+    /// Image build failed.
+    #[error("image: {0}")]
+    Image(#[from] lizard_image::ImageError),
+    /// The VMM failed.
+    #[error("vmm: {0}")]
+    Vmm(#[from] lizard_vmm::VmmError),
+    /// The guest did not come up.
+    #[error("sandbox did not boot: {0}")]
+    Boot(String),
+    /// A request to the agent failed.
+    #[error("{0}")]
+    Agent(lizard_agent_proto::types::AgentError),
+    /// The agent channel failed while the VM still runs.
+    #[error("agent unavailable: {0}")]
+    Unavailable(String),
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+}
+
+impl NodeError {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        NodeError::Io { context: context.into(), source }
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        use lizard_agent_proto::types::ErrorCode as A;
+        match self {
+            NodeError::InvalidArgument(_) | NodeError::Image(lizard_image::ImageError::UnknownTemplate(_)) => {
+                ErrorCode::InvalidArgument
+            }
+            NodeError::NotFound(_) | NodeError::Dead(..) => ErrorCode::NotFound,
+            NodeError::Boot(_) | NodeError::Vmm(_) => ErrorCode::BootFailed,
+            NodeError::Unavailable(_) => ErrorCode::Unavailable,
+            NodeError::Agent(e) => match e.code {
+                A::NotFound => ErrorCode::NotFound,
+                A::IsADirectory | A::NotADirectory | A::InvalidArgument => ErrorCode::InvalidArgument,
+                A::AlreadyExists => ErrorCode::Conflict,
+                A::PermissionDenied => ErrorCode::Forbidden,
+                A::Internal => ErrorCode::Internal,
+            },
+            NodeError::Image(_) | NodeError::Io { .. } => ErrorCode::Internal,
+        }
+    }
+
+    pub fn to_api(&self) -> lizard_api::ApiError {
+        lizard_api::ApiError::new(self.code(), self.to_string())
+    }
+}
+
+pub type Result<T, E = NodeError> = std::result::Result<T, E>;
+
+/// How many ended sandboxes the node remembers, to say why an id is gone.
+const TOMBSTONES: usize = 4096;
+
+/// One host's sandboxes.
+pub struct Node {
+    config: NodeConfig,
+    assets: Assets,
+    backend: Arc<dyn Backend>,
+    accel: tokio::sync::OnceCell<Accel>,
+    sandboxes: RwLock<HashMap<String, Arc<Sandbox>>>,
+    /// Ended sandboxes and why, newest last.
+    tombstones: Mutex<VecDeque<(String, String)>>,
+}
+
+impl Node {
+    /// Open the node's data directory, cleaning up anything a previous process left.
+    pub async fn start(config: NodeConfig) -> Result<Arc<Node>> {
+        let sandboxes_dir = config.data_dir.join("sandboxes");
+        std::fs::create_dir_all(&sandboxes_dir).map_err(|e| NodeError::io(format!("create {}", sandboxes_dir.display()), e))?;
+        // Sandbox directories hold VMM control sockets and secrets: owner only.
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&sandboxes_dir, std::fs::Permissions::from_mode(0o700));
+        let node = Arc::new(Node {
+            assets: Assets::new(ImageStore::new(&config.image_root), config.agent_bin.clone()),
+            backend: Arc::new(lizard_vmm::qemu::QemuBackend::with_binary(&config.qemu_binary)),
+            accel: tokio::sync::OnceCell::new(),
+            sandboxes: RwLock::new(HashMap::new()),
+            tombstones: Mutex::new(VecDeque::new()),
+            config,
+        });
+        node.sweep_leftovers();
+        Ok(node)
+    }
+
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    fn sandboxes_dir(&self) -> PathBuf {
+        self.config.data_dir.join("sandboxes")
+    }
+
+    /// Kill VMM processes and delete directories left by an earlier node process.
+    /// Sandboxes do not outlive their node process in this version; each one found is
+    /// recorded as lost, so a later lookup explains what happened.
+    fn sweep_leftovers(&self) {
+        let Ok(entries) = std::fs::read_dir(self.sandboxes_dir()) else { return };
+        for entry in entries.flatten() {
+            let id = entry.file_name().to_string_lossy().into_owned();
+            let dir = entry.path();
+            if let Some(pid) = sandbox::vmm_pid_of(&dir, &id) {
+                tracing::warn!(%id, pid, "killing VMM left by a previous node process");
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+            self.bury(&id, "lost: the node restarted while it ran".into());
+        }
+    }
+
+    fn bury(&self, id: &str, why: String) {
+        let mut t = self.tombstones.lock().unwrap();
+        if t.len() >= TOMBSTONES {
+            t.pop_front();
+        }
+        t.push_back((id.to_string(), why));
+    }
+
+    fn not_found(&self, id: &str) -> NodeError {
+        let t = self.tombstones.lock().unwrap();
+        match t.iter().rev().find(|(i, _)| i == id) {
+            Some((_, why)) => NodeError::Dead(id.to_string(), why.clone()),
+            None => NodeError::NotFound(id.to_string()),
+        }
+    }
+
+    /// The accelerator, probed once per node (and cached on disk per host).
+    async fn accel(&self) -> Result<Accel> {
+        if let Some(a) = self.config.accel {
+            return Ok(a);
+        }
+        let boot = self.assets.boot_files().await?;
+        let probe_dir = self.config.data_dir.join("probe");
+        let _ = std::fs::remove_dir_all(&probe_dir);
+        let cfg = VmConfig {
+            id: "accel-probe".into(),
+            vcpus: 1,
+            memory_mib: 128,
+            kernel: boot.kernel.vmlinux.clone(),
+            initramfs: boot.initramfs.path.clone(),
+            cmdline: format!("{} {}=probe", sandbox::BASE_CMDLINE, lizard_agent_proto::cmdline::MODE),
+            root_disk: PathBuf::from("/dev/null"),
+            extra_disks: vec![],
+            run_dir: probe_dir,
+            accel: Accel::Kvm,
+        };
+        let backend = self.backend.clone();
+        let cache = self.config.image_root.join("accel.json");
+        Ok(*self
+            .accel
+            .get_or_init(|| async move { lizard_vmm::accel::choose(backend.as_ref(), &cfg, &cache).await })
+            .await)
+    }
+
+    /// Build (or take from cache) the images for `template`, without booting anything.
+    pub async fn prepare(&self, template: &str) -> Result<()> {
+        self.assets.template(template).await?;
+        self.assets.boot_files().await?;
+        self.accel().await?;
+        Ok(())
+    }
+
+    /// Boot a new sandbox and wait until its agent answers.
+    pub async fn create(self: &Arc<Self>, req: CreateSandboxRequest) -> Result<Arc<Sandbox>> {
+        let vcpus = req.vcpus.unwrap_or(self.config.default_vcpus);
+        let memory_mib = req.memory_mib.unwrap_or(self.config.default_memory_mib);
+        if !(1..=16).contains(&vcpus) {
+            return Err(NodeError::InvalidArgument(format!("vcpus must be 1..=16, got {vcpus}")));
+        }
+        if !(128..=16384).contains(&memory_mib) {
+            return Err(NodeError::InvalidArgument(format!("memoryMib must be 128..=16384, got {memory_mib}")));
+        }
+        let template = self.assets.template(&req.template).await?;
+        let boot = self.assets.boot_files().await?;
+        let accel = self.accel().await?;
+        let id = sandbox::new_id();
+        let secret = Secret::generate();
+        let run_dir = self.sandboxes_dir().join(&id);
+        let config = VmConfig {
+            id: id.clone(),
+            vcpus,
+            memory_mib,
+            kernel: boot.kernel.vmlinux.clone(),
+            initramfs: boot.initramfs.path.clone(),
+            cmdline: sandbox::cmdline(&id, &secret),
+            root_disk: run_dir.join("root.qcow2"),
+            extra_disks: vec![],
+            run_dir: run_dir.clone(),
+            accel,
+        };
+        let started = Sandbox::boot(self.backend.as_ref(), config, &template, secret, req, self.config.boot_timeout).await;
+        let sandbox = match started {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&run_dir);
+                return Err(e);
+            }
+        };
+        self.sandboxes.write().unwrap().insert(id.clone(), sandbox.clone());
+        self.watch(sandbox.clone());
+        tracing::info!(%id, template = %sandbox.template, "sandbox running");
+        Ok(sandbox)
+    }
+
+    /// Clean up after a VMM that exits by itself (crash, guest power-off, OOM kill).
+    fn watch(self: &Arc<Self>, sandbox: Arc<Sandbox>) {
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let exit = sandbox.vm().wait().await;
+            let Some(node) = node.upgrade() else { return };
+            let removed = node.sandboxes.write().unwrap().remove(&sandbox.id).is_some();
+            if removed {
+                let why = format!("its VM stopped unexpectedly (VMM exit {exit:?})");
+                tracing::warn!(id = %sandbox.id, "{why}");
+                sandbox.cleanup();
+                node.bury(&sandbox.id, why);
+            }
+        });
+    }
+
+    pub fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
+        self.sandboxes.read().unwrap().get(id).cloned().ok_or_else(|| self.not_found(id))
+    }
+
+    pub fn list(&self) -> Vec<SandboxInfo> {
+        let mut v: Vec<SandboxInfo> = self.sandboxes.read().unwrap().values().map(|s| s.info()).collect();
+        v.sort_by(|a, b| a.started_at.cmp(&b.started_at).then(a.sandbox_id.cmp(&b.sandbox_id)));
+        v
+    }
+
+    /// Stop a sandbox's VM and delete everything the node made for it.
+    pub async fn kill(&self, id: &str) -> Result<()> {
+        let sandbox = self.sandboxes.write().unwrap().remove(id).ok_or_else(|| self.not_found(id))?;
+        let result = sandbox.vm().kill().await;
+        sandbox.cleanup();
+        self.bury(id, "killed".into());
+        result.map(drop).map_err(NodeError::from)
+    }
+
+    /// Kill every sandbox (node shutdown).
+    pub async fn shutdown(&self) {
+        let ids: Vec<String> = self.sandboxes.read().unwrap().keys().cloned().collect();
+        for id in ids {
+            let _ = self.kill(&id).await;
+        }
+    }
+}

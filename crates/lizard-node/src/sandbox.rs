@@ -1,0 +1,336 @@
+//! One sandbox: its VM, its root disk and its authenticated agent connection.
+
+use crate::{NodeError, Result};
+use lizard_agent_client::AgentClient;
+use lizard_agent_proto::handshake::Secret;
+use lizard_api::{CreateSandboxRequest, SandboxInfo, SandboxState};
+use lizard_image::TemplateImage;
+use lizard_vmm::{Backend, Vm, VmConfig};
+use std::collections::BTreeMap;
+use std::path::Path;
+use lizard_agent_proto::frame::{Frame, FrameKind};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Kernel arguments common to every guest. `quiet` keeps the serial console (slow under
+/// TCG) nearly silent; `panic=-1` + `reboot=k` + QEMU's `-no-reboot` turn a guest panic
+/// into a VMM exit the node notices; the i8042 flags skip probing a controller microvm
+/// does not have.
+pub(crate) const BASE_CMDLINE: &str =
+    "console=ttyS0 quiet loglevel=3 panic=-1 reboot=k i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd random.trust_cpu=on";
+
+pub(crate) fn cmdline(id: &str, secret: &Secret) -> String {
+    use lizard_agent_proto::cmdline as k;
+    format!("{BASE_CMDLINE} {}={id} {}=/dev/vda {}={}", k::HOSTNAME, k::ROOT, k::SECRET, secret.to_hex())
+}
+
+/// A fresh sandbox id: 20 characters of [a-z0-9], starting with a letter, so that
+/// `{id}-{port}.sandbox.{region}.{domain}` is a valid DNS label.
+pub(crate) fn new_id() -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rngs::OsRng;
+    let mut id = String::with_capacity(20);
+    id.push((b'a' + rng.gen_range(0..26)) as char);
+    for _ in 1..20 {
+        id.push(ALPHABET[rng.gen_range(0..ALPHABET.len())] as char);
+    }
+    id
+}
+
+/// The pid in `dir/vmm.pid` if that process is still the VMM of sandbox `id`.
+pub(crate) fn vmm_pid_of(dir: &Path, id: &str) -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(dir.join("vmm.pid")).ok()?.trim().parse().ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    // Pids are reused: only a process whose arguments name this sandbox is ours.
+    let needle = format!("lizard-{id}");
+    cmdline.split(|b| *b == 0).any(|arg| arg == needle.as_bytes()).then_some(pid)
+}
+
+/// A running sandbox.
+pub struct Sandbox {
+    pub id: String,
+    pub template: String,
+    pub vcpus: u32,
+    pub memory_mib: u32,
+    pub started_at: SystemTime,
+    pub metadata: BTreeMap<String, String>,
+    /// Environment given at create; every exec starts with it.
+    pub env: BTreeMap<String, String>,
+    vm: Box<dyn Vm>,
+    agent: AgentClient,
+}
+
+impl Sandbox {
+    /// Create the root disk, boot the VM and authenticate to its agent within `deadline`.
+    /// On failure the VM is killed; the caller removes the run directory.
+    pub(crate) async fn boot(
+        backend: &dyn Backend,
+        config: VmConfig,
+        template: &TemplateImage,
+        secret: Secret,
+        req: CreateSandboxRequest,
+        deadline: Duration,
+    ) -> Result<Sandbox> {
+        std::fs::create_dir_all(&config.run_dir).map_err(|e| NodeError::io("create sandbox dir", e))?;
+        create_overlay(&template.rootfs, &config.root_disk).await?;
+        let vm = backend.boot(&config).await?;
+        let agent = match connect_agent(vm.as_ref(), &secret, deadline).await {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = vm.kill().await;
+                return Err(e);
+            }
+        };
+        Ok(Sandbox {
+            id: config.id.clone(),
+            template: template.name.clone(),
+            vcpus: config.vcpus,
+            memory_mib: config.memory_mib,
+            started_at: SystemTime::now(),
+            metadata: req.metadata,
+            env: req.env,
+            vm,
+            agent,
+        })
+    }
+
+    pub fn vm(&self) -> &dyn Vm {
+        self.vm.as_ref()
+    }
+
+    pub fn agent(&self) -> &AgentClient {
+        &self.agent
+    }
+
+    pub fn info(&self) -> SandboxInfo {
+        SandboxInfo {
+            sandbox_id: self.id.clone(),
+            template: self.template.clone(),
+            state: SandboxState::Running,
+            vcpus: self.vcpus,
+            memory_mib: self.memory_mib,
+            started_at: humantime::format_rfc3339_millis(self.started_at).to_string(),
+            metadata: self.metadata.clone(),
+        }
+    }
+
+    /// Delete the run directory (disk overlay, sockets, memory file). Call after the VM
+    /// has exited.
+    pub(crate) fn cleanup(&self) {
+        let dir = &self.vm.config().run_dir;
+        if let Err(e) = std::fs::remove_dir_all(dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(id = %self.id, "cannot remove {}: {e}", dir.display());
+            }
+        }
+    }
+
+    /// Turn an agent failure into the node's error, noticing a VM that died meanwhile.
+    pub fn agent_error(&self, e: lizard_agent_client::ClientError) -> NodeError {
+        match e {
+            lizard_agent_client::ClientError::Agent(a) => NodeError::Agent(a),
+            other if !self.vm.is_running() => {
+                NodeError::Dead(self.id.clone(), format!("its VM stopped ({other})"))
+            }
+            other => NodeError::Unavailable(other.to_string()),
+        }
+    }
+}
+
+/// Operations inside the guest, through the agent.
+impl Sandbox {
+    /// The agent's form of an exec request: the sandbox's environment under the
+    /// request's, stdin as a one-chunk stream.
+    fn agent_exec(
+        &self,
+        req: lizard_api::ExecRequest,
+    ) -> Result<(lizard_agent_proto::types::ExecRequest, Option<futures_util::stream::Once<std::future::Ready<bytes::Bytes>>>)> {
+        if req.cmd.is_some() == req.argv.is_some() {
+            return Err(NodeError::InvalidArgument("give exactly one of cmd (a shell string) or argv".into()));
+        }
+        if req.argv.as_ref().is_some_and(|a| a.is_empty()) {
+            return Err(NodeError::InvalidArgument("argv must not be empty".into()));
+        }
+        let mut env = self.env.clone();
+        env.extend(req.env);
+        let stdin = req.stdin.map(|s| futures_util::stream::once(std::future::ready(bytes::Bytes::from(s))));
+        let agent_req = lizard_agent_proto::types::ExecRequest {
+            cmd: req.cmd,
+            argv: req.argv,
+            cwd: req.cwd,
+            env,
+            user: req.user,
+            timeout_ms: req.timeout_ms,
+            stdin: stdin.is_some(),
+        };
+        Ok((agent_req, stdin))
+    }
+
+    async fn start_exec(&self, req: lizard_api::ExecRequest) -> Result<lizard_agent_client::ExecStream> {
+        let (req, stdin) = self.agent_exec(req)?;
+        self.agent.exec(req, stdin).await.map_err(|e| self.agent_error(e))
+    }
+
+    /// Run a command to completion and collect its output (lossy UTF-8).
+    pub async fn exec_collect(&self, req: lizard_api::ExecRequest) -> Result<lizard_api::ProcessResult> {
+        use futures_util::StreamExt;
+        let mut stream = self.start_exec(req).await?;
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        while let Some(event) = stream.next().await {
+            match event {
+                lizard_agent_client::ExecEvent::Stdout(b) => stdout.extend_from_slice(&b),
+                lizard_agent_client::ExecEvent::Stderr(b) => stderr.extend_from_slice(&b),
+            }
+        }
+        let status = stream.wait().await.map_err(|e| self.agent_error(e))?;
+        Ok(lizard_api::ProcessResult {
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            exit_code: status.exit_code,
+            timed_out: status.timed_out,
+        })
+    }
+
+    /// Run a command, discard its output, and return how it ended (with the guest's own
+    /// timing).
+    pub async fn exec_status(&self, req: lizard_api::ExecRequest) -> Result<lizard_api::ExitStatus> {
+        self.start_exec(req).await?.wait().await.map_err(|e| self.agent_error(e))
+    }
+
+    /// Run a command and stream its output as exec frames, ending with `Exit`, or with
+    /// `Error` carrying an [`lizard_api::ApiError`].
+    pub async fn exec_frames(
+        self: &Arc<Self>,
+        req: lizard_api::ExecRequest,
+    ) -> Result<impl futures_util::Stream<Item = std::io::Result<Frame>> + Send + 'static> {
+        use futures_util::StreamExt;
+        let stream = self.start_exec(req).await?;
+        let me = self.clone();
+        Ok(futures_util::stream::unfold(Some(stream), move |state| {
+            let me = me.clone();
+            async move {
+                let mut stream = state?;
+                match stream.next().await {
+                    Some(lizard_agent_client::ExecEvent::Stdout(b)) => Some((Ok(Frame::new(FrameKind::Stdout, b)), Some(stream))),
+                    Some(lizard_agent_client::ExecEvent::Stderr(b)) => Some((Ok(Frame::new(FrameKind::Stderr, b)), Some(stream))),
+                    None => {
+                        let last = match stream.wait().await {
+                            Ok(status) => Frame::json(FrameKind::Exit, &status),
+                            Err(e) => Frame::json(FrameKind::Error, &me.agent_error(e).to_api()),
+                        };
+                        Some((Ok(last), None))
+                    }
+                }
+            }
+        }))
+    }
+
+    /// Stream a file out of the guest: its length (when known) and its bytes.
+    pub async fn read_file(
+        &self,
+        path: &str,
+    ) -> Result<(Option<u64>, futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>)> {
+        use futures_util::StreamExt;
+        let file = self.agent.read_file(path).await.map_err(|e| self.agent_error(e))?;
+        let len = file.content_length();
+        Ok((len, file.map(|r| r.map_err(std::io::Error::other)).boxed()))
+    }
+
+    /// Stream `body` into a file in the guest (parents created, replaced atomically).
+    pub async fn write_file<S>(&self, path: &str, mode: Option<u32>, body: S) -> Result<lizard_api::WriteResult>
+    where
+        S: futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
+    {
+        self.agent.write_file(path, mode, body).await.map_err(|e| self.agent_error(e))
+    }
+
+    pub async fn list_dir(&self, path: &str) -> Result<Vec<lizard_api::FileEntry>> {
+        self.agent.list_dir(path).await.map_err(|e| self.agent_error(e))
+    }
+
+    /// Remove a file or a directory tree.
+    pub async fn remove(&self, path: &str) -> Result<()> {
+        self.agent.remove(path).await.map_err(|e| self.agent_error(e))
+    }
+
+    /// Create a directory and its parents.
+    pub async fn make_dir(&self, path: &str) -> Result<()> {
+        self.agent.make_dir(path).await.map_err(|e| self.agent_error(e))
+    }
+}
+
+/// A qcow2 overlay whose backing file is the template's read-only image: the sandbox
+/// writes only its own blocks, and creating it costs milliseconds.
+async fn create_overlay(backing: &Path, overlay: &Path) -> Result<()> {
+    let out = tokio::process::Command::new("qemu-img")
+        .args(["create", "-q", "-f", "qcow2", "-F", "raw", "-b"])
+        .arg(backing)
+        .arg(overlay)
+        .output()
+        .await
+        .map_err(|e| NodeError::io("run qemu-img (apt-get install qemu-utils)", e))?;
+    if !out.status.success() {
+        return Err(NodeError::Boot(format!("qemu-img create: {}", String::from_utf8_lossy(&out.stderr).trim())));
+    }
+    Ok(())
+}
+
+/// Connect to the agent's socket and run the handshake, retrying until the guest is up.
+async fn connect_agent(vm: &dyn Vm, secret: &Secret, deadline: Duration) -> Result<AgentClient> {
+    let start = Instant::now();
+    let socket = vm.config().agent_socket();
+    let attempt = async {
+        loop {
+            match tokio::net::UnixStream::connect(&socket).await {
+                Ok(stream) => match AgentClient::connect(stream, secret).await {
+                    Ok(client) => return Ok(client),
+                    // The channel closed before the guest answered: it is still
+                    // booting, or the VMM is gone (checked below).
+                    Err(e) => tracing::debug!("agent handshake: {e}"),
+                },
+                Err(e) => tracing::trace!("agent socket: {e}"),
+            }
+            if !vm.is_running() {
+                return Err(boot_error(vm, "the VMM exited during boot"));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::select! {
+        r = attempt => r,
+        exit = vm.wait() => Err(boot_error(vm, &format!("the VMM exited during boot ({exit:?})"))),
+        _ = tokio::time::sleep(deadline.saturating_sub(start.elapsed())) => {
+            Err(boot_error(vm, &format!("the guest agent did not answer within {deadline:?}")))
+        }
+    }
+}
+
+fn boot_error(vm: &dyn Vm, what: &str) -> NodeError {
+    let dir = &vm.config().run_dir;
+    let console = lizard_vmm::tail_of(&vm.config().console_log(), 1500);
+    let stderr = lizard_vmm::tail_of(&dir.join("qemu.stderr"), 500);
+    NodeError::Boot(format!("{what}; console: {} {}", console.trim(), stderr.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_dns_labels_and_distinct() {
+        let a = new_id();
+        assert_eq!(a.len(), 20);
+        assert!(a.chars().next().unwrap().is_ascii_lowercase());
+        assert!(a.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+        assert_ne!(a, new_id());
+    }
+
+    #[test]
+    fn cmdline_carries_identity() {
+        let s = Secret::generate();
+        let c = cmdline("abc", &s);
+        assert!(c.contains("lizard.hostname=abc"));
+        assert!(c.contains(&format!("lizard.secret={}", s.to_hex())));
+    }
+}

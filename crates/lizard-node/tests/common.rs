@@ -1,0 +1,74 @@
+//! Shared by the integration tests: a node with its own data directory over the
+//! suite-wide image cache, and a check that nothing of a sandbox is left behind.
+
+#![allow(dead_code)]
+
+use lizard_node::{Node, NodeConfig};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Images are shared by every test of a run: `LIZARD_TEST_DATA_DIR` (set by
+/// scripts/test.sh), else target/lizard-test-data.
+pub fn image_root() -> PathBuf {
+    std::env::var_os("LIZARD_TEST_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/lizard-test-data"))
+}
+
+pub struct TestNode {
+    pub node: Arc<Node>,
+    pub dir: tempfile::TempDir,
+}
+
+pub async fn node_with(tweak: impl FnOnce(&mut NodeConfig)) -> TestNode {
+    let dir = tempfile::Builder::new().prefix("lizard-test-").tempdir().unwrap();
+    let mut config = NodeConfig::new(dir.path());
+    config.image_root = image_root();
+    tweak(&mut config);
+    let node = Node::start(config).await.unwrap();
+    TestNode { node, dir }
+}
+
+pub async fn node() -> TestNode {
+    node_with(|_| {}).await
+}
+
+impl TestNode {
+    /// Kill everything, then prove nothing is left: no sandbox directory (disks,
+    /// sockets, memory files) and no VMM process that names this node's directory.
+    pub async fn finish(self) {
+        self.node.shutdown().await;
+        assert_no_leftovers(self.dir.path());
+    }
+}
+
+pub fn assert_no_leftovers(data_dir: &Path) {
+    let sandboxes = data_dir.join("sandboxes");
+    let left: Vec<_> = std::fs::read_dir(&sandboxes)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "sandbox directories left behind: {left:?}");
+    assert_eq!(vmm_processes(data_dir), Vec::<i32>::new(), "VMM processes left behind");
+}
+
+/// Pids of live processes whose command line mentions `dir`.
+pub fn vmm_processes(dir: &Path) -> Vec<i32> {
+    let needle = dir.to_string_lossy().into_owned();
+    let mut pids = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let is_zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+            .unwrap_or(true);
+        if cmd.contains("qemu-system") && cmd.contains(&needle) && !is_zombie {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+pub fn sh(cmd: &str) -> lizard_api::ExecRequest {
+    lizard_api::ExecRequest { cmd: Some(cmd.to_string()), ..Default::default() }
+}

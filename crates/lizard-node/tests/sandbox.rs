@@ -1,0 +1,121 @@
+//! A real `base` guest end to end: its own kernel, Node.js, files, background processes.
+
+mod common;
+
+use bytes::Bytes;
+use common::sh;
+use futures_util::StreamExt;
+use lizard_api::{CreateSandboxRequest, ErrorCode};
+use sha2::{Digest, Sha256};
+
+fn base() -> CreateSandboxRequest {
+    CreateSandboxRequest { template: "base".into(), ..Default::default() }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn base_template_boots_a_real_vm_with_files_and_processes() {
+    let t = common::node().await;
+    let sbx = t.node.create(base()).await.unwrap();
+
+    // Its own kernel: not the host's.
+    let host = nix::sys::utsname::uname().unwrap().release().to_string_lossy().into_owned();
+    let r = sbx.exec_collect(sh("uname -r")).await.unwrap();
+    assert_eq!(r.exit_code, 0, "{r:?}");
+    assert!(!r.stdout.trim().is_empty());
+    assert_ne!(r.stdout.trim(), host, "guest runs the host's kernel?");
+
+    let r = sbx.exec_collect(sh("node -e 'console.log(6*7)'")).await.unwrap();
+    assert_eq!((r.exit_code, r.stdout.as_str()), (0, "42\n"), "{r:?}");
+
+    // Text and binary files, parents created.
+    let bin: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    let w = sbx.write_file("/app/deep/data.bin", None, bytes_stream(bin.clone())).await.unwrap();
+    assert_eq!(w.bytes_written, bin.len() as u64);
+    assert_eq!(read_all(&sbx, "/app/deep/data.bin").await, bin);
+    let r = sbx.exec_collect(sh("sha256sum /app/deep/data.bin | cut -d' ' -f1")).await.unwrap();
+    assert_eq!(r.stdout.trim(), hex::encode(Sha256::digest(&bin)));
+
+    // 100 MB in both directions, streamed: generated on the fly, hashed on the fly.
+    const BIG: usize = 100 * 1024 * 1024;
+    let chunk = Bytes::from((0..1024 * 1024).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+    let mut expected = Sha256::new();
+    for _ in 0..BIG / chunk.len() {
+        expected.update(&chunk);
+    }
+    let expected = hex::encode(expected.finalize());
+    let c2 = chunk.clone();
+    let upload = futures_util::stream::iter(0..BIG / chunk.len()).map(move |_| Ok::<_, std::io::Error>(c2.clone()));
+    let w = sbx.write_file("/root/big.bin", None, upload).await.unwrap();
+    assert_eq!(w.bytes_written, BIG as u64);
+    let r = sbx.exec_collect(sh("sha256sum /root/big.bin | cut -d' ' -f1")).await.unwrap();
+    assert_eq!(r.stdout.trim(), expected, "guest sees a different file");
+    let (len, mut stream) = sbx.read_file("/root/big.bin").await.unwrap();
+    assert_eq!(len, Some(BIG as u64));
+    let mut got = Sha256::new();
+    let mut n = 0usize;
+    while let Some(c) = stream.next().await {
+        let c = c.unwrap();
+        n += c.len();
+        got.update(&c);
+    }
+    assert_eq!((n, hex::encode(got.finalize())), (BIG, expected));
+
+    // Listing, mkdir, remove.
+    sbx.make_dir("/app/x/y/z").await.unwrap();
+    let names: Vec<String> = sbx.list_dir("/app").await.unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec!["deep", "x"]);
+    sbx.remove("/app/x").await.unwrap();
+    let names: Vec<String> = sbx.list_dir("/app").await.unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec!["deep"]);
+
+    // `cmd &` returns at once and the background process keeps running.
+    let start = std::time::Instant::now();
+    let r = sbx.exec_collect(sh("sleep 600 >/dev/null 2>&1 & echo $!")).await.unwrap();
+    assert!(start.elapsed() < std::time::Duration::from_secs(5), "exec waited for the background job");
+    let pid = r.stdout.trim().to_string();
+    assert!(pid.parse::<u32>().is_ok(), "{r:?}");
+    let r = sbx.exec_collect(sh(&format!("kill -0 {pid} && echo alive"))).await.unwrap();
+    assert_eq!(r.stdout, "alive\n");
+    // A background server that keeps writing to the inherited pipe must not die.
+    let r = sbx.exec_collect(sh("(while true; do echo tick; sleep 0.2; done) & echo $!")).await.unwrap();
+    let ticker = r.stdout.trim().to_string();
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let r = sbx.exec_collect(sh(&format!("kill -0 {ticker} && echo alive"))).await.unwrap();
+    assert_eq!(r.stdout, "alive\n", "background writer died after exec returned");
+
+    // Many operations at once on one channel.
+    let mut tasks = vec![];
+    for i in 0..10 {
+        let s = sbx.clone();
+        tasks.push(tokio::spawn(async move { s.exec_collect(sh(&format!("echo {i}"))).await.unwrap().stdout }));
+    }
+    for (i, t) in tasks.into_iter().enumerate() {
+        assert_eq!(t.await.unwrap(), format!("{i}\n"));
+    }
+
+    // Killed: everything is gone, and the id says so.
+    let id = sbx.id.clone();
+    let dir = t.dir.path().join("sandboxes").join(&id);
+    assert!(dir.exists());
+    t.node.kill(&id).await.unwrap();
+    assert!(!dir.exists(), "sandbox directory survived kill");
+    let e = t.node.get(&id).err().expect("killed sandbox still found");
+    assert_eq!(e.code(), ErrorCode::NotFound);
+    assert!(e.to_string().contains("killed"), "{e}");
+    assert_eq!(t.node.kill(&id).await.err().unwrap().code(), ErrorCode::NotFound);
+    assert_eq!(t.node.get("nosuchsandbox").err().unwrap().code(), ErrorCode::NotFound);
+    t.finish().await;
+}
+
+fn bytes_stream(data: Vec<u8>) -> impl futures_util::Stream<Item = std::io::Result<Bytes>> + Send + 'static {
+    futures_util::stream::iter(data.chunks(10_000).map(|c| Ok(Bytes::copy_from_slice(c))).collect::<Vec<_>>())
+}
+
+async fn read_all(sbx: &lizard_node::Sandbox, path: &str) -> Vec<u8> {
+    let (_, mut s) = sbx.read_file(path).await.unwrap();
+    let mut v = vec![];
+    while let Some(c) = s.next().await {
+        v.extend_from_slice(&c.unwrap());
+    }
+    v
+}

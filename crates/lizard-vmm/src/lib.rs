@@ -1,0 +1,155 @@
+//! Virtual machine monitors behind Lizard sandboxes.
+//!
+//! A [`Backend`] boots or restores [`Vm`]s from a [`VmConfig`]; a [`Vm`] is one running
+//! VMM process that can be paused, resumed, snapshotted and killed. The node never
+//! touches VMM command lines or control sockets itself, so Firecracker can slot in
+//! beside [`qemu::QemuBackend`] without changes above this crate.
+//!
+//! The host↔guest channel is part of the config: [`Vm::agent_socket`] is a Unix socket
+//! whose other end is the agent's transport (a virtio-serial port under QEMU).
+
+pub mod accel;
+mod qmp;
+pub mod qemu;
+
+use std::path::{Path, PathBuf};
+
+pub use accel::Accel;
+
+/// Everything that shapes one VM. Pure data: runtime state lives in the [`Vm`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VmConfig {
+    /// Sandbox id; names the VMM process.
+    pub id: String,
+    pub vcpus: u32,
+    pub memory_mib: u32,
+    /// Uncompressed ELF kernel (PVH entry).
+    pub kernel: PathBuf,
+    pub initramfs: PathBuf,
+    /// Kernel command line (the node adds the agent's keys).
+    pub cmdline: String,
+    /// The writable root disk (qcow2 over the template image). Attached first: /dev/vda.
+    pub root_disk: PathBuf,
+    /// Further disks in order (/dev/vdb, …), e.g. volumes.
+    #[serde(default)]
+    pub extra_disks: Vec<PathBuf>,
+    /// Directory owned by this VM: control sockets, console log, memory file.
+    pub run_dir: PathBuf,
+    pub accel: Accel,
+}
+
+impl VmConfig {
+    /// File that backs guest memory (shared mapping, so snapshots need not copy it).
+    pub fn memory_file(&self) -> PathBuf {
+        self.run_dir.join("memory")
+    }
+    /// Unix socket connected to the agent's channel.
+    pub fn agent_socket(&self) -> PathBuf {
+        self.run_dir.join("agent.sock")
+    }
+    /// The guest's serial console, for diagnosing boots that fail.
+    pub fn console_log(&self) -> PathBuf {
+        self.run_dir.join("console.log")
+    }
+}
+
+/// How guest memory is mapped when restoring a snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryMapping {
+    /// Private copy-on-write mapping of the snapshot's memory file: many clones share
+    /// its pages and none of them writes to it (template snapshots).
+    CopyOnWrite,
+    /// Shared mapping: the VM keeps writing to the file it was restored from (resume of a
+    /// paused sandbox whose memory file is its own).
+    Shared,
+}
+
+/// A saved VM: device state in `dir/vmstate`, memory in the file given at save time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub vmstate: PathBuf,
+    pub memory: PathBuf,
+}
+
+impl Snapshot {
+    pub fn in_dir(dir: &Path, memory: PathBuf) -> Self {
+        Snapshot { vmstate: dir.join("vmstate"), memory }
+    }
+}
+
+/// How a VMM process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmExit {
+    /// Exit code of the VMM process, if it exited normally.
+    pub code: Option<i32>,
+    /// Signal that killed it, if any.
+    pub signal: Option<i32>,
+}
+
+/// Errors of VMM backends.
+#[derive(Debug, thiserror::Error)]
+pub enum VmmError {
+    /// The VMM binary is missing or could not start.
+    #[error("cannot start {binary}: {source} (install it with `apt-get install qemu-system-x86`)")]
+    Spawn { binary: String, source: std::io::Error },
+    /// Filesystem work around the VM failed.
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+    /// The VMM's control channel failed or answered an error.
+    #[error("VMM control: {0}")]
+    Control(String),
+    /// The VMM process is gone.
+    #[error("the VMM process exited ({0:?})")]
+    Exited(VmExit),
+    /// An operation did not finish in time.
+    #[error("{0} timed out")]
+    Timeout(&'static str),
+}
+
+impl VmmError {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        VmmError::Io { context: context.into(), source }
+    }
+}
+
+pub type Result<T, E = VmmError> = std::result::Result<T, E>;
+
+/// A kind of VMM.
+#[async_trait::async_trait]
+pub trait Backend: Send + Sync {
+    /// Short name for logs, e.g. "qemu".
+    fn name(&self) -> &'static str;
+    /// Cold-boot a VM.
+    async fn boot(&self, config: &VmConfig) -> Result<Box<dyn Vm>>;
+    /// Start a VM from a snapshot; it runs when this returns.
+    async fn restore(&self, config: &VmConfig, snapshot: &Snapshot, memory: MemoryMapping) -> Result<Box<dyn Vm>>;
+}
+
+/// One running VMM process.
+#[async_trait::async_trait]
+pub trait Vm: Send + Sync {
+    fn config(&self) -> &VmConfig;
+    /// Host pid of the VMM process.
+    fn pid(&self) -> u32;
+    /// Stop the vCPUs; memory and devices stay as they are.
+    async fn pause(&self) -> Result<()>;
+    /// Continue after [`Vm::pause`].
+    async fn resume(&self) -> Result<()>;
+    /// Save device state to `snapshot.vmstate` while paused. Memory is not copied: it
+    /// already lives in the VM's memory file, which must be `snapshot.memory`.
+    async fn snapshot(&self, snapshot: &Snapshot) -> Result<()>;
+    /// Stop the VMM process now (SIGKILL) and reap it.
+    async fn kill(&self) -> Result<VmExit>;
+    /// Wait until the VMM process exits by itself.
+    async fn wait(&self) -> VmExit;
+    /// True while the VMM process is alive.
+    fn is_running(&self) -> bool;
+}
+
+/// The last `max` bytes of a text file, lossily decoded; empty when missing.
+pub fn tail_of(path: &Path, max: usize) -> String {
+    match std::fs::read(path) {
+        Ok(b) => String::from_utf8_lossy(&b[b.len().saturating_sub(max)..]).into_owned(),
+        Err(_) => String::new(),
+    }
+}

@@ -1,0 +1,316 @@
+//! The QEMU `microvm` backend, driven through QMP.
+//!
+//! Guest memory is a file (`memory-backend-file`), mapped shared while the VM runs so a
+//! snapshot only has to save device state (QMP `migrate` with `x-ignore-shared`: a few
+//! milliseconds and ~60 KB), and mapped private copy-on-write when many clones restore
+//! from one template snapshot. The agent channel is a virtio-serial port whose host end
+//! is a Unix socket QEMU listens on; virtio-serial is migratable, vhost-user is not.
+
+use crate::qmp::Qmp;
+use crate::{Accel, Backend, MemoryMapping, Result, Snapshot, Vm, VmConfig, VmExit, VmmError};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How long QEMU may take to create its QMP socket.
+const QMP_DEADLINE: Duration = Duration::from_secs(10);
+/// Upper bound for saving or loading device state.
+const MIGRATION_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Boots VMs with `qemu-system-x86_64 -M microvm`.
+#[derive(Debug, Clone)]
+pub struct QemuBackend {
+    binary: PathBuf,
+}
+
+impl Default for QemuBackend {
+    fn default() -> Self {
+        QemuBackend { binary: PathBuf::from("qemu-system-x86_64") }
+    }
+}
+
+impl QemuBackend {
+    pub fn with_binary(binary: impl Into<PathBuf>) -> Self {
+        QemuBackend { binary: binary.into() }
+    }
+
+    async fn spawn(&self, config: &VmConfig, incoming: Option<(&Snapshot, MemoryMapping)>) -> Result<QemuVm> {
+        std::fs::create_dir_all(&config.run_dir)
+            .map_err(|e| VmmError::io(format!("create {}", config.run_dir.display()), e))?;
+        for sock in [config.agent_socket(), qmp_socket(config)] {
+            let _ = std::fs::remove_file(sock);
+        }
+        let args = command_line(config, incoming.map(|(s, m)| (s.memory.as_path(), m)));
+        tracing::debug!(id = %config.id, "qemu {}", args.join(" "));
+        let mut cmd = tokio::process::Command::new(&self.binary);
+        cmd.args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(config.run_dir.join("qemu.stderr"))
+                .map_err(|e| VmmError::io("create qemu.stderr", e))?)
+            // Own process group: a Ctrl-C aimed at the node must not kill VMs mid-write.
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .map_err(|source| VmmError::Spawn { binary: self.binary.display().to_string(), source })?;
+        let pid = child.id().expect("a just-spawned child has a pid");
+        std::fs::write(config.run_dir.join("vmm.pid"), pid.to_string())
+            .map_err(|e| VmmError::io("write vmm.pid", e))?;
+
+        let (tx, rx) = watch::channel(None);
+        let running = Arc::new(AtomicBool::new(true));
+        let r2 = running.clone();
+        tokio::spawn(async move {
+            let exit = match child.wait().await {
+                Ok(st) => {
+                    use std::os::unix::process::ExitStatusExt;
+                    VmExit { code: st.code(), signal: st.signal() }
+                }
+                Err(_) => VmExit { code: None, signal: None },
+            };
+            r2.store(false, Ordering::SeqCst);
+            let _ = tx.send(Some(exit));
+        });
+
+        let mut exited = rx.clone();
+        let qmp_path = qmp_socket(config);
+        let qmp = tokio::select! {
+            q = Qmp::connect(&qmp_path, QMP_DEADLINE) => q?,
+            _ = exited.wait_for(|e| e.is_some()) => {
+                let stderr = crate::tail_of(&config.run_dir.join("qemu.stderr"), 2000);
+                return Err(VmmError::Control(format!("QEMU exited at start: {}", stderr.trim())));
+            }
+        };
+        Ok(QemuVm { config: config.clone(), pid, qmp, exit: rx, running })
+    }
+}
+
+fn qmp_socket(config: &VmConfig) -> PathBuf {
+    config.run_dir.join("qmp.sock")
+}
+
+/// Quote a path for the `/bin/sh` that runs QEMU's `exec:` migration URIs.
+fn shell_quote(p: &Path) -> Result<String> {
+    let s = p.to_str().ok_or_else(|| VmmError::Control(format!("non-UTF-8 path {}", p.display())))?;
+    if s.contains('\'') {
+        return Err(VmmError::Control(format!("path contains a quote: {s}")));
+    }
+    Ok(format!("'{s}'"))
+}
+
+/// The QEMU command line for `config`; `incoming` restores memory from a snapshot.
+pub fn command_line(config: &VmConfig, incoming: Option<(&Path, MemoryMapping)>) -> Vec<String> {
+    let (mem_path, share) = match incoming {
+        None => (config.memory_file(), true),
+        Some((path, MemoryMapping::Shared)) => (path.to_path_buf(), true),
+        Some((path, MemoryMapping::CopyOnWrite)) => (path.to_path_buf(), false),
+    };
+    let accel = match config.accel {
+        Accel::Kvm => "kvm",
+        Accel::Tcg => "tcg",
+    };
+    let cpu = match config.accel {
+        Accel::Kvm => "host",
+        Accel::Tcg => "max",
+    };
+    let mut a: Vec<String> = vec![];
+    let mut push = |xs: &[&str]| a.extend(xs.iter().map(|s| s.to_string()));
+    push(&["-name", &format!("lizard-{}", config.id)]);
+    // Under TCG there is no kvmclock: without a PIT the guest finds no clock to calibrate
+    // its TSC against and hangs at boot. Under KVM, kvmclock makes the legacy PIT/PIC
+    // dead weight.
+    let legacy = match config.accel {
+        Accel::Kvm => "pit=off,pic=off",
+        Accel::Tcg => "pit=on,pic=on",
+    };
+    push(&["-M", &format!("microvm,{legacy},rtc=on,x-option-roms=off,memory-backend=mem")]);
+    push(&["-accel", accel, "-cpu", cpu]);
+    push(&["-smp", &config.vcpus.to_string(), "-m", &format!("{}M", config.memory_mib)]);
+    push(&[
+        "-object",
+        &format!(
+            "memory-backend-file,id=mem,size={}M,mem-path={},share={}",
+            config.memory_mib,
+            mem_path.display(),
+            if share { "on" } else { "off" }
+        ),
+    ]);
+    push(&["-nodefaults", "-no-user-config", "-nographic", "-no-reboot"]);
+    push(&["-kernel", &config.kernel.display().to_string()]);
+    push(&["-initrd", &config.initramfs.display().to_string()]);
+    push(&["-append", &config.cmdline]);
+    push(&["-chardev", &format!("file,id=console,path={}", config.console_log().display())]);
+    push(&["-serial", "chardev:console"]);
+    push(&["-device", "virtio-serial-device,max_ports=2"]);
+    push(&["-chardev", &format!("socket,id=agent,path={},server=on,wait=off", config.agent_socket().display())]);
+    push(&["-device", &format!("virtserialport,chardev=agent,name={}", lizard_agent_proto::SERIAL_PORT_NAME)]);
+    for (i, disk) in std::iter::once(&config.root_disk).chain(&config.extra_disks).enumerate() {
+        let format = if disk.extension().is_some_and(|e| e == "qcow2") { "qcow2" } else { "raw" };
+        push(&[
+            "-drive",
+            &format!("id=disk{i},file={},format={format},if=none,cache=writeback,discard=unmap", disk.display()),
+        ]);
+        push(&["-device", &format!("virtio-blk-device,drive=disk{i}")]);
+    }
+    push(&["-object", "rng-random,id=rng,filename=/dev/urandom", "-device", "virtio-rng-device,rng=rng"]);
+    push(&["-qmp", &format!("unix:{},server=on,wait=off", qmp_socket(config).display())]);
+    if incoming.is_some() {
+        push(&["-incoming", "defer"]);
+    }
+    a
+}
+
+#[async_trait::async_trait]
+impl Backend for QemuBackend {
+    fn name(&self) -> &'static str {
+        "qemu"
+    }
+
+    async fn boot(&self, config: &VmConfig) -> Result<Box<dyn Vm>> {
+        Ok(Box::new(self.spawn(config, None).await?))
+    }
+
+    async fn restore(&self, config: &VmConfig, snapshot: &Snapshot, memory: MemoryMapping) -> Result<Box<dyn Vm>> {
+        let vm = self.spawn(config, Some((snapshot, memory))).await?;
+        let result: Result<()> = async {
+            vm.qmp
+                .execute(
+                    "migrate-set-capabilities",
+                    json!({"capabilities": [{"capability": "x-ignore-shared", "state": true}]}),
+                )
+                .await?;
+            let uri = format!("exec:cat {}", shell_quote(&snapshot.vmstate)?);
+            vm.qmp.execute("migrate-incoming", json!({ "uri": uri })).await?;
+            vm.qmp.wait_migration(MIGRATION_DEADLINE).await?;
+            vm.qmp.execute("cont", json!({})).await?;
+            Ok(())
+        }
+        .await;
+        if let Err(e) = result {
+            let _ = vm.kill().await;
+            return Err(e);
+        }
+        Ok(Box::new(vm))
+    }
+}
+
+/// A running `qemu-system-x86_64` process.
+pub struct QemuVm {
+    config: VmConfig,
+    pid: u32,
+    qmp: Qmp,
+    exit: watch::Receiver<Option<VmExit>>,
+    running: Arc<AtomicBool>,
+}
+
+impl QemuVm {
+    fn exited(&self) -> Option<VmExit> {
+        self.exit.borrow().clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Vm for QemuVm {
+    fn config(&self) -> &VmConfig {
+        &self.config
+    }
+
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    async fn pause(&self) -> Result<()> {
+        self.qmp.execute("stop", json!({})).await.map(drop)
+    }
+
+    async fn resume(&self) -> Result<()> {
+        self.qmp.execute("cont", json!({})).await.map(drop)
+    }
+
+    async fn snapshot(&self, snapshot: &Snapshot) -> Result<()> {
+        if snapshot.memory != self.config.memory_file() {
+            return Err(VmmError::Control("a QEMU snapshot keeps memory in the VM's own memory file".into()));
+        }
+        self.qmp
+            .execute(
+                "migrate-set-capabilities",
+                json!({"capabilities": [{"capability": "x-ignore-shared", "state": true}]}),
+            )
+            .await?;
+        let uri = format!("exec:cat > {}", shell_quote(&snapshot.vmstate)?);
+        self.qmp.execute("migrate", json!({ "uri": uri })).await?;
+        self.qmp.wait_migration(MIGRATION_DEADLINE).await
+    }
+
+    async fn kill(&self) -> Result<VmExit> {
+        if let Some(exit) = self.exited() {
+            return Ok(exit);
+        }
+        // SIGKILL: nothing in the guest needs a clean shutdown (its disks are discarded or
+        // were synced by the agent first), and it cannot be ignored or delayed.
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid as i32), nix::sys::signal::Signal::SIGKILL);
+        match tokio::time::timeout(Duration::from_secs(10), self.wait()).await {
+            Ok(exit) => Ok(exit),
+            Err(_) => Err(VmmError::Timeout("killing the VMM")),
+        }
+    }
+
+    async fn wait(&self) -> VmExit {
+        let mut rx = self.exit.clone();
+        let exit = rx.wait_for(|e| e.is_some()).await.map(|e| e.clone());
+        exit.ok().flatten().unwrap_or(VmExit { code: None, signal: None })
+    }
+
+    fn is_running(&self) -> bool {
+        self.running.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> VmConfig {
+        VmConfig {
+            id: "sbx1".into(),
+            vcpus: 2,
+            memory_mib: 512,
+            kernel: "/k/vmlinux".into(),
+            initramfs: "/k/initrd".into(),
+            cmdline: "console=ttyS0".into(),
+            root_disk: "/r/root.qcow2".into(),
+            extra_disks: vec!["/v/vol.ext4".into()],
+            run_dir: "/run/sbx1".into(),
+            accel: Accel::Tcg,
+        }
+    }
+
+    #[test]
+    fn cold_boot_maps_own_memory_shared() {
+        let a = command_line(&config(), None).join(" ");
+        assert!(a.contains("mem-path=/run/sbx1/memory,share=on"), "{a}");
+        assert!(a.contains("-smp 2 -m 512M"));
+        assert!(a.contains("file=/r/root.qcow2,format=qcow2"));
+        assert!(a.contains("file=/v/vol.ext4,format=raw"));
+        assert!(a.contains("name=lizard.agent"));
+        assert!(!a.contains("-incoming"));
+    }
+
+    #[test]
+    fn clone_maps_snapshot_memory_private() {
+        let a = command_line(&config(), Some((Path::new("/t/memory"), MemoryMapping::CopyOnWrite))).join(" ");
+        assert!(a.contains("mem-path=/t/memory,share=off"), "{a}");
+        assert!(a.ends_with("-incoming defer"));
+    }
+
+    #[test]
+    fn quoting_rejects_quotes() {
+        assert_eq!(shell_quote(Path::new("/a b")).unwrap(), "'/a b'");
+        assert!(shell_quote(Path::new("/a'b")).is_err());
+    }
+}

@@ -1,0 +1,100 @@
+//! A minimal QMP (QEMU Machine Protocol) client: JSON lines over a Unix socket.
+//!
+//! QEMU greets with `{"QMP": …}`; the client must send `qmp_capabilities` before any
+//! command. Each command is answered by one `{"return": …}` or `{"error": …}` line;
+//! asynchronous `{"event": …}` lines may arrive in between and are skipped here (the
+//! callers that care, like migration, poll `query-*` commands instead).
+
+use crate::{Result, VmmError};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::UnixStream;
+use tokio::sync::Mutex;
+
+pub(crate) struct Qmp {
+    inner: Mutex<(BufReader<OwnedReadHalf>, OwnedWriteHalf)>,
+}
+
+impl Qmp {
+    /// Connect to QEMU's QMP socket, retrying while QEMU is still creating it.
+    pub async fn connect(path: &Path, deadline: Duration) -> Result<Qmp> {
+        let start = std::time::Instant::now();
+        let stream = loop {
+            match UnixStream::connect(path).await {
+                Ok(s) => break s,
+                Err(e) if start.elapsed() < deadline => {
+                    tracing::trace!("qmp connect {}: {e}", path.display());
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                Err(e) => return Err(VmmError::io(format!("connect {}", path.display()), e)),
+            }
+        };
+        let (r, w) = stream.into_split();
+        let qmp = Qmp { inner: Mutex::new((BufReader::new(r), w)) };
+        {
+            let mut g = qmp.inner.lock().await;
+            let greeting = read_json(&mut g.0).await?;
+            if greeting.get("QMP").is_none() {
+                return Err(VmmError::Control(format!("unexpected greeting {greeting}")));
+            }
+        }
+        qmp.execute("qmp_capabilities", json!({})).await?;
+        Ok(qmp)
+    }
+
+    /// Run one command and return its `return` value.
+    pub async fn execute(&self, command: &str, arguments: Value) -> Result<Value> {
+        let mut g = self.inner.lock().await;
+        let mut line = serde_json::to_vec(&json!({"execute": command, "arguments": arguments}))
+            .expect("json serializes");
+        line.push(b'\n');
+        g.1.write_all(&line).await.map_err(|e| VmmError::Control(format!("{command}: {e}")))?;
+        loop {
+            let v = read_json(&mut g.0).await?;
+            if let Some(r) = v.get("return") {
+                return Ok(r.clone());
+            }
+            if let Some(e) = v.get("error") {
+                return Err(VmmError::Control(format!("{command}: {}", e["desc"].as_str().unwrap_or("error"))));
+            }
+            // An event: not ours.
+        }
+    }
+
+    /// Poll `query-migrate` until migration (save or load) completes.
+    pub async fn wait_migration(&self, deadline: Duration) -> Result<()> {
+        let start = std::time::Instant::now();
+        let mut pause = Duration::from_micros(200);
+        loop {
+            let v = self.execute("query-migrate", json!({})).await?;
+            match v["status"].as_str().unwrap_or("") {
+                "completed" => return Ok(()),
+                "failed" | "cancelled" => {
+                    return Err(VmmError::Control(format!(
+                        "migration {}: {}",
+                        v["status"],
+                        v["error-desc"].as_str().unwrap_or("no detail")
+                    )))
+                }
+                _ => {}
+            }
+            if start.elapsed() > deadline {
+                return Err(VmmError::Timeout("migration"));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
+    }
+}
+
+async fn read_json(r: &mut BufReader<OwnedReadHalf>) -> Result<Value> {
+    let mut line = String::new();
+    let n = r.read_line(&mut line).await.map_err(|e| VmmError::Control(format!("read: {e}")))?;
+    if n == 0 {
+        return Err(VmmError::Control("QMP socket closed".into()));
+    }
+    serde_json::from_str(&line).map_err(|e| VmmError::Control(format!("bad QMP line {line:?}: {e}")))
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Debian packages Lizard needs on the host: QEMU (the VMM), qemu-img (disk overlays),
+# mmdebstrap + e2fsprogs (template images), apt's download of the guest kernel.
+set -euo pipefail
+need=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs cpio ca-certificates)
+missing=()
+for p in "${need[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# The kernel download needs apt's package lists even when nothing is missing.
+if [ ${#missing[@]} -gt 0 ] || ! apt-cache show linux-image-cloud-amd64 >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+command -v cargo >/dev/null || { echo "cargo (Rust >= 1.85) is required: https://rustup.rs" >&2; exit 1; }
