@@ -143,7 +143,9 @@ impl AgentClient {
             Some(input) => {
                 let frames = futures_util::stream::once(async { start })
                     .chain(input.flat_map(|chunk| futures_util::stream::iter(stdin_frames(chunk))))
-                    .chain(futures_util::stream::once(async { Frame::new(FrameKind::StdinEof, Bytes::new()).to_bytes() }));
+                    .chain(futures_util::stream::once(async {
+                        Frame::new(FrameKind::StdinEof, Bytes::new()).to_bytes()
+                    }));
                 StreamBody::new(frames.map(|b| Ok(hyper::body::Frame::data(b)))).boxed_unsync()
             }
         };
@@ -182,11 +184,8 @@ impl AgentClient {
     /// Stream the file at the absolute `path`.
     pub async fn read_file(&self, path: &str) -> Result<ReadFile, ClientError> {
         let resp = self.call(Method::GET, file_uri(routes::FILES, path), empty()).await?;
-        let content_length = resp
-            .headers()
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
+        let content_length =
+            resp.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
         let conn = self.conn.clone();
         let chunks = resp
             .into_body()
@@ -220,7 +219,12 @@ impl AgentClient {
     }
 
     /// Send one request; a non-success answer becomes [`ClientError::Agent`].
-    async fn call(&self, method: Method, path_and_query: String, body: ReqBody) -> Result<Response<Incoming>, ClientError> {
+    async fn call(
+        &self,
+        method: Method,
+        path_and_query: String,
+        body: ReqBody,
+    ) -> Result<Response<Incoming>, ClientError> {
         let req = Request::builder()
             .method(method)
             .uri(format!("http://lizard-agent{path_and_query}"))

@@ -141,7 +141,8 @@ async fn write_via(tmp: &Path, path: &Path, mode: u32, body: Body) -> Result<u64
     let mut written = 0u64;
     let mut data = body.into_data_stream();
     while let Some(chunk) = data.next().await {
-        let chunk = chunk.map_err(|e| FilesError::Io { path: path.display().to_string(), source: io::Error::other(e) })?;
+        let chunk =
+            chunk.map_err(|e| FilesError::Io { path: path.display().to_string(), source: io::Error::other(e) })?;
         file.write_all(&chunk).await.map_err(FilesError::io(tmp))?;
         written += chunk.len() as u64;
     }

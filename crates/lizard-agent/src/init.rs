@@ -14,9 +14,9 @@
 //! PID 1 must never exit (the kernel would panic, and the host would see a hung VM rather
 //! than an exit): anything fatal is printed to the console and the VM is powered off.
 
+use crate::reaper::{self, ReaperError};
 use crate::server::AppState;
 use crate::transport::{self, TransportError};
-use crate::reaper::{self, ReaperError};
 use lizard_agent_proto::handshake::Secret;
 use lizard_agent_proto::{cmdline, parse_cmdline, PROBE_OK};
 use nix::errno::Errno;
@@ -98,16 +98,21 @@ impl Boot {
         match args.get(cmdline::MODE).map(String::as_str) {
             Some("probe") => return Ok(Boot::Probe),
             None | Some("run") => {}
-            Some(other) => return Err(InitError::BadValue { key: cmdline::MODE, reason: format!("unknown mode {other:?}") }),
+            Some(other) => {
+                return Err(InitError::BadValue { key: cmdline::MODE, reason: format!("unknown mode {other:?}") })
+            }
         }
         let secret = args.get(cmdline::SECRET).ok_or(InitError::Missing(cmdline::SECRET))?;
-        let secret =
-            Secret::from_hex(secret).map_err(|e| InitError::BadValue { key: cmdline::SECRET, reason: e.to_string() })?;
+        let secret = Secret::from_hex(secret)
+            .map_err(|e| InitError::BadValue { key: cmdline::SECRET, reason: e.to_string() })?;
         let transport = match args.get(cmdline::TRANSPORT).map(String::as_str) {
             None | Some("serial") => Transport::Serial,
             Some("vsock") => Transport::Vsock,
             Some(other) => {
-                return Err(InitError::BadValue { key: cmdline::TRANSPORT, reason: format!("unknown transport {other:?}") })
+                return Err(InitError::BadValue {
+                    key: cmdline::TRANSPORT,
+                    reason: format!("unknown transport {other:?}"),
+                })
             }
         };
         Ok(Boot::Run {
@@ -160,10 +165,8 @@ fn boot() -> Result<Infallible, InitError> {
     if let Some(h) = hostname {
         nix::unistd::sethostname(&h).map_err(InitError::io(format!("sethostname {h}")))?;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(InitError::io("start the runtime"))?;
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(InitError::io("start the runtime"))?;
     rt.block_on(async move {
         reaper::start(false)?;
         let state = AppState { secret: Arc::new(RwLock::new(secret)) };
@@ -237,7 +240,8 @@ fn switch_root(dev: &Path) -> Result<(), InitError> {
             .map_err(InitError::mount(format!("move {dir}")))?;
     }
     std::env::set_current_dir(NEW_ROOT).map_err(InitError::io(format!("chdir {NEW_ROOT}")))?;
-    mount(Some("."), "/", None::<&str>, MsFlags::MS_MOVE, None::<&str>).map_err(InitError::mount("move the new root to /"))?;
+    mount(Some("."), "/", None::<&str>, MsFlags::MS_MOVE, None::<&str>)
+        .map_err(InitError::mount("move the new root to /"))?;
     nix::unistd::chroot(".").map_err(InitError::io("chroot"))?;
     std::env::set_current_dir("/").map_err(InitError::io("chdir /"))?;
     Ok(())
@@ -247,7 +251,13 @@ fn switch_root(dev: &Path) -> Result<(), InitError> {
 fn mount_late() {
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     let mounts: [(&str, &str, &str, MsFlags, &str); 5] = [
-        ("devpts", "/dev/pts", "devpts", MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC, "newinstance,ptmxmode=0666,gid=5,mode=620"),
+        (
+            "devpts",
+            "/dev/pts",
+            "devpts",
+            MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+            "newinstance,ptmxmode=0666,gid=5,mode=620",
+        ),
         ("shm", "/dev/shm", "tmpfs", nosuid_nodev, "mode=1777"),
         ("tmpfs", "/tmp", "tmpfs", nosuid_nodev, "mode=1777"),
         ("tmpfs", "/run", "tmpfs", nosuid_nodev, "mode=0755"),
@@ -259,9 +269,12 @@ fn mount_late() {
         }
     }
     // devtmpfs lacks the /proc-backed links (bash's `<(…)` needs /dev/fd).
-    for (link, target) in
-        [("/dev/fd", "/proc/self/fd"), ("/dev/stdin", "/proc/self/fd/0"), ("/dev/stdout", "/proc/self/fd/1"), ("/dev/stderr", "/proc/self/fd/2")]
-    {
+    for (link, target) in [
+        ("/dev/fd", "/proc/self/fd"),
+        ("/dev/stdin", "/proc/self/fd/0"),
+        ("/dev/stdout", "/proc/self/fd/1"),
+        ("/dev/stderr", "/proc/self/fd/2"),
+    ] {
         if std::fs::symlink_metadata(link).is_err() {
             let _ = std::os::unix::fs::symlink(target, link);
         }
@@ -303,10 +316,16 @@ mod tests {
     fn reads_the_command_line() {
         assert_eq!(Boot::from_cmdline(&args("console=ttyS0 lizard.mode=probe")).unwrap(), Boot::Probe);
         let secret = Secret::generate();
-        let boot = Boot::from_cmdline(&args(&format!("lizard.secret={} lizard.hostname=sbx-1", secret.to_hex()))).unwrap();
+        let boot =
+            Boot::from_cmdline(&args(&format!("lizard.secret={} lizard.hostname=sbx-1", secret.to_hex()))).unwrap();
         assert_eq!(
             boot,
-            Boot::Run { secret: secret.clone(), hostname: Some("sbx-1".into()), root: "/dev/vda".into(), transport: Transport::Serial }
+            Boot::Run {
+                secret: secret.clone(),
+                hostname: Some("sbx-1".into()),
+                root: "/dev/vda".into(),
+                transport: Transport::Serial
+            }
         );
         let line = format!("lizard.secret={} lizard.transport=vsock lizard.root=/dev/vdb", secret.to_hex());
         let Boot::Run { root, transport, .. } = Boot::from_cmdline(&args(&line)).unwrap() else { panic!() };

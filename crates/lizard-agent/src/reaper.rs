@@ -139,10 +139,8 @@ mod tests {
             rxs.push((code, rx));
         }
         // A failed exec makes std wait for the child itself; that must not panic.
-        let err = tokio::task::spawn_blocking(|| spawn(&mut Command::new("/nonexistent/prog")))
-            .await
-            .unwrap()
-            .unwrap_err();
+        let err =
+            tokio::task::spawn_blocking(|| spawn(&mut Command::new("/nonexistent/prog"))).await.unwrap().unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
         for (code, rx) in rxs {
             let st = tokio::time::timeout(Duration::from_secs(5), rx).await.unwrap().unwrap();

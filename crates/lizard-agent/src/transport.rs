@@ -14,7 +14,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{self, AddressFamily, Backlog, SockFlag, SockType, VsockAddr};
 use std::convert::Infallible;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -68,12 +68,11 @@ impl AsyncRead for FdStream {
         loop {
             let mut guard = ready!(self.0.poll_read_ready(cx))?;
             let unfilled = buf.initialize_unfilled();
-            match guard.try_io(|fd| nix::unistd::read(fd.as_raw_fd(), unfilled).map_err(io::Error::from)) {
+            match guard.try_io(|fd| read_available(fd.as_raw_fd(), unfilled)) {
                 Ok(Ok(n)) => {
                     buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }
-                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Ok(Err(e)) => return Poll::Ready(Err(e)),
                 Err(_would_block) => continue,
             }
@@ -88,6 +87,11 @@ impl AsyncWrite for FdStream {
             match guard.try_io(|fd| nix::unistd::write(fd.get_ref().as_fd(), buf).map_err(io::Error::from)) {
                 Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Ok(result) => return Poll::Ready(result),
+                // A virtio-serial port whose host went away reports "would block" on write
+                // for good, and no writability event will ever follow: end the stream.
+                Err(_would_block) if hung_up(self.0.get_ref()) => {
+                    return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+                }
                 Err(_would_block) => continue,
             }
         }
@@ -102,10 +106,35 @@ impl AsyncWrite for FdStream {
     }
 }
 
+/// Read as much as is available into `dst`, in several reads if need be: a virtio-serial
+/// port hands out one 4 KiB buffer per `read`, and the per-call overhead above it (tokio,
+/// HTTP/2) is what limits throughput in a slow guest. `Ok(0)` only at end of stream.
+fn read_available(fd: RawFd, dst: &mut [u8]) -> io::Result<usize> {
+    let mut total = 0;
+    while total < dst.len() {
+        match nix::unistd::read(fd, &mut dst[total..]) {
+            Ok(0) => break,
+            Ok(n) => total += n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(nix::errno::Errno::EAGAIN) if total > 0 => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(total)
+}
+
+/// Whether the peer of `fd` is gone (POLLHUP).
+fn hung_up(fd: &OwnedFd) -> bool {
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::empty())];
+    matches!(nix::poll::poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLHUP))
+}
+
 /// Dev mode: serve every connection on a Unix socket at `path`, concurrently.
 pub async fn serve_unix(path: &Path, state: AppState) -> Result<Infallible, TransportError> {
     let _ = std::fs::remove_file(path);
-    let listener = tokio::net::UnixListener::bind(path).map_err(TransportError::io(format!("bind {}", path.display())))?;
+    let listener =
+        tokio::net::UnixListener::bind(path).map_err(TransportError::io(format!("bind {}", path.display())))?;
     loop {
         let (stream, _) = listener.accept().await.map_err(TransportError::io("accept"))?;
         spawn_session(stream, state.clone());
@@ -163,7 +192,7 @@ pub async fn serve_serial(state: AppState) -> Result<Infallible, TransportError>
         .map_err(|e| TransportError::Io { what: format!("open {}", port.display()), source: e.into() })?;
         // SAFETY: open just returned this descriptor; nothing else owns it.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        wait_for_host(&fd).await?;
+        wait_for_host(&fd).await;
         let stream = FdStream::new(fd).map_err(TransportError::io("register serial port"))?;
         if let Err(e) = server::serve_connection(stream, state.clone()).await {
             eprintln!("lizard-agent: session ended: {e}");
@@ -172,19 +201,8 @@ pub async fn serve_serial(state: AppState) -> Result<Infallible, TransportError>
 }
 
 /// Sleep-poll until the host side of the port is connected (POLLHUP clears).
-async fn wait_for_host(fd: &OwnedFd) -> Result<(), TransportError> {
-    loop {
-        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN | PollFlags::POLLOUT)];
-        match nix::poll::poll(&mut fds, PollTimeout::ZERO) {
-            Ok(_) => {
-                let revents = fds[0].revents().unwrap_or(PollFlags::empty());
-                if !revents.intersects(PollFlags::POLLHUP | PollFlags::POLLERR) {
-                    return Ok(());
-                }
-            }
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(TransportError::Io { what: "poll serial port".into(), source: e.into() }),
-        }
+async fn wait_for_host(fd: &OwnedFd) {
+    while hung_up(fd) {
         tokio::time::sleep(HOST_POLL_INTERVAL).await;
     }
 }

@@ -35,13 +35,10 @@ pub fn resolve(spec: &str) -> Result<User, UserError> {
 /// has no entry still resolves (uid = gid, home `/`), as `su`-less tools expect.
 pub fn lookup(spec: &str, passwd: &str, group: &str) -> Result<User, UserError> {
     let by_uid = spec.parse::<u32>().ok();
-    let entry = passwd
-        .lines()
-        .filter_map(parse_passwd_line)
-        .find(|(name, uid, ..)| match by_uid {
-            Some(u) => *uid == u,
-            None => *name == spec,
-        });
+    let entry = passwd.lines().filter_map(parse_passwd_line).find(|(name, uid, ..)| match by_uid {
+        Some(u) => *uid == u,
+        None => *name == spec,
+    });
     let (name, uid, gid, home) = match entry {
         Some((name, uid, gid, home)) => (name.to_string(), uid, gid, PathBuf::from(home)),
         None => match by_uid {

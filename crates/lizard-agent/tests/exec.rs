@@ -41,7 +41,8 @@ async fn stdout_stderr_and_exit_code() {
     let n = 50;
     let t = Instant::now();
     for _ in 0..n {
-        let out = client.exec_collect(ExecRequest { argv: Some(vec!["true".into()]), ..Default::default() }).await.unwrap();
+        let out =
+            client.exec_collect(ExecRequest { argv: Some(vec!["true".into()]), ..Default::default() }).await.unwrap();
         assert_eq!(out.status.exit_code, 0);
     }
     println!("MEASURE exec round trip (argv true): {:.2} ms", t.elapsed().as_secs_f64() * 1000.0 / n as f64);
@@ -73,7 +74,8 @@ async fn argv_cwd_env_and_user() {
     assert_eq!(err.code(), Some(ErrorCode::InvalidArgument), "{err}");
 
     if nix::unistd::Uid::effective().is_root() {
-        let out = client.exec_collect(ExecRequest { user: Some("root".into()), ..sh("id -u; echo $HOME") }).await.unwrap();
+        let out =
+            client.exec_collect(ExecRequest { user: Some("root".into()), ..sh("id -u; echo $HOME") }).await.unwrap();
         assert_eq!(String::from_utf8(out.stdout).unwrap(), "0\n/root\n");
         let out = client.exec_collect(ExecRequest { user: Some("65534".into()), ..sh("id -u; id -g") }).await.unwrap();
         assert_eq!(String::from_utf8(out.stdout).unwrap().lines().next(), Some("65534"));
@@ -225,4 +227,23 @@ async fn a_dead_agent_reads_as_closed() {
     assert!(client.is_closed());
     assert!(matches!(running.wait().await, Err(ClientError::Closed)));
     assert!(matches!(client.health().await, Err(ClientError::Closed)));
+}
+
+#[tokio::test]
+async fn a_dropped_exec_keeps_running_and_never_blocks() {
+    let agent = Agent::start();
+    let client = agent.connect().await;
+    let marker = agent.dir.path().join("marker");
+    // 20 MB of output that nobody reads: the agent must discard it so the command can end.
+    let cmd = format!("head -c 20000000 /dev/zero; touch {}", marker.display());
+    let stream = client.exec(sh(&cmd), None::<NoStdin>).await.unwrap();
+    drop(stream);
+    drop(client);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the abandoned command did not finish");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A new session works as before.
+    assert_eq!(run(&agent.connect().await, "echo new").await.0, "new\n");
 }

@@ -48,13 +48,19 @@ async fn write_read_list_remove_mkdir() {
 
     let entries = client.list_dir(&format!("{d}/sub dir")).await.unwrap();
     let summary: Vec<_> = entries.iter().map(|e| (e.name.as_str(), e.file_type, e.mode)).collect();
-    assert_eq!(summary, [("a.txt", FileType::File, 0o600), ("b.sh", FileType::File, 0o755), ("c", FileType::Dir, 0o755)]);
+    assert_eq!(
+        summary,
+        [("a.txt", FileType::File, 0o600), ("b.sh", FileType::File, 0o755), ("c", FileType::Dir, 0o755)]
+    );
     assert_eq!(entries[0].path, format!("{d}/sub dir/a.txt"));
     assert!(entries[0].mtime_ms > 1_600_000_000_000);
 
     // The command side sees the same files.
     let out = client
-        .exec_collect(lizard_agent_client::ExecRequest { argv: Some(vec![format!("{d}/sub dir/b.sh")]), ..Default::default() })
+        .exec_collect(lizard_agent_client::ExecRequest {
+            argv: Some(vec![format!("{d}/sub dir/b.sh")]),
+            ..Default::default()
+        })
         .await
         .unwrap();
     assert_eq!(out.status.exit_code, 0);

@@ -57,7 +57,11 @@ async fn hundred_megabytes_round_trip() {
     let read_s = t.elapsed().as_secs_f64();
     assert_eq!(n, SIZE);
     assert_eq!(got.finalize(), want);
-    println!("MEASURE 100 MiB write {:.0} MiB/s, read {:.0} MiB/s (unix socket, debug build)", 100.0 / write_s, 100.0 / read_s);
+    println!(
+        "MEASURE 100 MiB write {:.0} MiB/s, read {:.0} MiB/s (unix socket, debug build)",
+        100.0 / write_s,
+        100.0 / read_s
+    );
 
     let grew = peak_rss_of("/proc/self/status").saturating_sub(before);
     assert!(grew < 40 << 20, "the test process grew by {} MiB", grew >> 20);
