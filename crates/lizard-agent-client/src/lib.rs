@@ -52,7 +52,10 @@ pub type NoStdin = futures_util::stream::Empty<Bytes>;
 
 type ReqBody = UnsyncBoxBody<Bytes, std::io::Error>;
 
-/// A connection to one agent. Clone freely; all clones share the connection.
+/// A connection to one agent. Clone freely; all clones share the connection, which closes
+/// once every clone and every response still being read ([`ExecStream`], [`ReadFile`]) is
+/// dropped. A virtio-serial channel has one peer at a time, so drop all of them before
+/// connecting again.
 #[derive(Clone)]
 pub struct AgentClient {
     tx: SendRequest<ReqBody>,
@@ -131,7 +134,8 @@ impl AgentClient {
 
     /// Start a command. Output arrives as [`ExecEvent`]s on the returned stream; its
     /// [`ExecStream::wait`] gives the exit status. With `stdin`, its chunks are fed to the
-    /// command, which sees EOF when the stream ends; without, stdin is /dev/null.
+    /// command, which sees EOF when the stream ends; without (`None::<NoStdin>`), stdin is
+    /// /dev/null. `req.stdin` is set from `stdin`.
     pub async fn exec<S>(&self, mut req: ExecRequest, stdin: Option<S>) -> Result<ExecStream, ClientError>
     where
         S: Stream<Item = Bytes> + Send + 'static,

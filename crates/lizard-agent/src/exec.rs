@@ -385,7 +385,8 @@ impl Running {
             None => Frame::json(FrameKind::Error, &AgentError::new(ErrorCode::Internal, "lost the exit status")),
         };
         out.send(last).await;
-        drop(out);
+        // Background children may hold the pipes for days: keep no more than the pipes.
+        drop((out, obuf, ebuf));
         let discard = |pipe: Option<pipe::Receiver>| async move {
             if let Some(mut p) = pipe {
                 let _ = tokio::io::copy(&mut p, &mut tokio::io::sink()).await;
