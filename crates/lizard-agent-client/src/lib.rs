@@ -101,6 +101,7 @@ impl AgentClient {
         S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
         handshake::host_connect(&mut stream, secret).await?;
+        tracing::debug!("agent handshake done");
         let (tx, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
@@ -109,6 +110,7 @@ impl AgentClient {
             .handshake(TokioIo::new(stream))
             .await
             .map_err(ClientError::Http)?;
+        tracing::debug!("agent http/2 session open");
         let (done_tx, done) = watch::channel(false);
         tokio::spawn(async move {
             let _ = connection.await;

@@ -143,7 +143,7 @@ pub fn command_line(config: &VmConfig, incoming: Option<(&Path, MemoryMapping)>)
     push(&["-nodefaults", "-no-user-config", "-nographic", "-no-reboot"]);
     push(&["-kernel", &config.kernel.display().to_string()]);
     push(&["-initrd", &config.initramfs.display().to_string()]);
-    push(&["-append", &config.cmdline]);
+    push(&["-append", &kernel_cmdline(config)]);
     push(&["-chardev", &format!("file,id=console,path={}", config.console_log().display())]);
     push(&["-serial", "chardev:console"]);
     push(&["-device", "virtio-serial-device,max_ports=2"]);
@@ -163,6 +163,34 @@ pub fn command_line(config: &VmConfig, incoming: Option<(&Path, MemoryMapping)>)
         push(&["-incoming", "defer"]);
     }
     a
+}
+
+/// The guest kernel's command line, plus what the accelerator needs.
+///
+/// Under TCG the guest has no kvmclock and no HPET, so it calibrates its TSC against the
+/// PIT; on a loaded host that calibration fails and the boot can hang for good ("Marking
+/// TSC unstable"). TCG's TSC runs at the host's TSC rate, so the guest is told that rate
+/// instead of measuring it.
+fn kernel_cmdline(config: &VmConfig) -> String {
+    match (config.accel, host_tsc_khz()) {
+        (Accel::Tcg, Some(khz)) => format!("{} tsc_early_khz={khz} tsc=reliable", config.cmdline),
+        _ => config.cmdline.clone(),
+    }
+}
+
+/// The host's TSC frequency in kHz, from /proc/cpuinfo (read once).
+fn host_tsc_khz() -> Option<u64> {
+    static KHZ: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *KHZ.get_or_init(|| {
+        let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+        parse_cpu_mhz(&info)
+    })
+}
+
+fn parse_cpu_mhz(cpuinfo: &str) -> Option<u64> {
+    let line = cpuinfo.lines().find(|l| l.starts_with("cpu MHz"))?;
+    let mhz: f64 = line.split(':').nth(1)?.trim().parse().ok()?;
+    (mhz > 0.0).then(|| (mhz * 1000.0).round() as u64)
 }
 
 #[async_trait::async_trait]
@@ -306,6 +334,15 @@ mod tests {
         let a = command_line(&config(), Some((Path::new("/t/memory"), MemoryMapping::CopyOnWrite))).join(" ");
         assert!(a.contains("mem-path=/t/memory,share=off"), "{a}");
         assert!(a.ends_with("-incoming defer"));
+    }
+
+    #[test]
+    fn tcg_guests_are_told_the_tsc_rate() {
+        assert_eq!(parse_cpu_mhz("processor\t: 0\ncpu MHz\t\t: 2596.128\n"), Some(2_596_128));
+        assert_eq!(parse_cpu_mhz("no such line"), None);
+        let mut c = config();
+        c.accel = Accel::Kvm;
+        assert_eq!(kernel_cmdline(&c), "console=ttyS0");
     }
 
     #[test]
