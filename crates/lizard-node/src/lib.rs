@@ -179,7 +179,12 @@ pub struct Node {
 
 impl Node {
     /// Open the node's data directory, cleaning up anything a previous process left.
-    pub async fn start(config: NodeConfig) -> Result<Arc<Node>> {
+    pub async fn start(mut config: NodeConfig) -> Result<Arc<Node>> {
+        // Disk overlays and VMM arguments name these paths; relative ones would resolve
+        // against the wrong directory.
+        for dir in [&mut config.data_dir, &mut config.image_root] {
+            *dir = std::path::absolute(&*dir).map_err(|e| NodeError::io(format!("resolve {}", dir.display()), e))?;
+        }
         let sandboxes_dir = config.data_dir.join("sandboxes");
         std::fs::create_dir_all(&sandboxes_dir).map_err(|e| NodeError::io(format!("create {}", sandboxes_dir.display()), e))?;
         // Sandbox directories hold VMM control sockets and secrets: owner only.
