@@ -160,6 +160,7 @@ fn main() {
             tracing_subscriber::EnvFilter::try_from_env("LIZARD_LOG").unwrap_or_else(|_| "warn,lizard=info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     let data_dir = cli.data_dir.clone().unwrap_or_else(lizard_node::default_data_dir);

@@ -280,7 +280,15 @@ impl Node {
     }
 
     /// Boot a new sandbox and wait until its agent answers.
+    ///
+    /// The work runs in its own task: a caller that goes away mid-boot (a dropped HTTP
+    /// request) must not leave a VM that nothing tracks.
     pub async fn create(self: &Arc<Self>, req: CreateSandboxRequest) -> Result<Arc<Sandbox>> {
+        let node = self.clone();
+        tokio::spawn(async move { node.create_now(req).await }).await.expect("create task panicked")
+    }
+
+    async fn create_now(self: &Arc<Self>, req: CreateSandboxRequest) -> Result<Arc<Sandbox>> {
         let vcpus = req.vcpus.unwrap_or(self.config.default_vcpus);
         let memory_mib = req.memory_mib.unwrap_or(self.config.default_memory_mib);
         if !(1..=16).contains(&vcpus) {
@@ -347,17 +355,22 @@ impl Node {
         v
     }
 
-    /// Stop a sandbox's VM and delete everything the node made for it.
-    pub async fn kill(&self, id: &str) -> Result<()> {
+    /// Stop a sandbox's VM and delete everything the node made for it (in its own task,
+    /// so a caller that goes away cannot leave it half done).
+    pub async fn kill(self: &Arc<Self>, id: &str) -> Result<()> {
         let sandbox = self.sandboxes.write().unwrap().remove(id).ok_or_else(|| self.not_found(id))?;
-        let result = sandbox.vm().kill().await;
-        sandbox.cleanup();
         self.bury(id, "killed".into());
-        result.map(drop).map_err(NodeError::from)
+        tokio::spawn(async move {
+            let result = sandbox.vm().kill().await;
+            sandbox.cleanup();
+            result.map(drop).map_err(NodeError::from)
+        })
+        .await
+        .expect("kill task panicked")
     }
 
     /// Kill every sandbox (node shutdown).
-    pub async fn shutdown(&self) {
+    pub async fn shutdown(self: &Arc<Self>) {
         let ids: Vec<String> = self.sandboxes.read().unwrap().keys().cloned().collect();
         for id in ids {
             let _ = self.kill(&id).await;

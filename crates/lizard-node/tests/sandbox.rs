@@ -119,3 +119,17 @@ async fn read_all(sbx: &lizard_node::Sandbox, path: &str) -> Vec<u8> {
     }
     v
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_vm_runs_nothing_until_resumed() {
+    let t = common::node().await;
+    let sbx = t.node.create(base()).await.unwrap();
+    sbx.vm().pause().await.unwrap();
+    // The vCPUs are stopped: a command cannot even start.
+    let frozen = tokio::time::timeout(std::time::Duration::from_secs(2), sbx.exec_collect(sh("echo thawed"))).await;
+    assert!(frozen.is_err(), "a paused guest answered: {frozen:?}");
+    sbx.vm().resume().await.unwrap();
+    let r = sbx.exec_collect(sh("echo thawed")).await.unwrap();
+    assert_eq!(r.stdout, "thawed\n");
+    t.finish().await;
+}

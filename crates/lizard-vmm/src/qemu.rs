@@ -80,14 +80,28 @@ impl QemuBackend {
         let mut exited = rx.clone();
         let qmp_path = qmp_socket(config);
         let qmp = tokio::select! {
-            q = Qmp::connect(&qmp_path, QMP_DEADLINE) => q?,
+            q = Qmp::connect(&qmp_path, QMP_DEADLINE) => q,
             _ = exited.wait_for(|e| e.is_some()) => {
                 let stderr = crate::tail_of(&config.run_dir.join("qemu.stderr"), 2000);
-                return Err(VmmError::Control(format!("QEMU exited at start: {}", stderr.trim())));
+                Err(VmmError::Control(format!("QEMU exited at start: {}", stderr.trim())))
+            }
+        };
+        let qmp = match qmp {
+            Ok(q) => q,
+            Err(e) => {
+                // QEMU may still run with a control socket nobody answers: it must not
+                // outlive the error.
+                sigkill(pid);
+                let _ = exited.wait_for(|e| e.is_some()).await;
+                return Err(e);
             }
         };
         Ok(QemuVm { config: config.clone(), pid, qmp, exit: rx, running })
     }
+}
+
+fn sigkill(pid: u32) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
 }
 
 fn qmp_socket(config: &VmConfig) -> PathBuf {
@@ -206,12 +220,7 @@ impl Backend for QemuBackend {
     async fn restore(&self, config: &VmConfig, snapshot: &Snapshot, memory: MemoryMapping) -> Result<Box<dyn Vm>> {
         let vm = self.spawn(config, Some((snapshot, memory))).await?;
         let result: Result<()> = async {
-            vm.qmp
-                .execute(
-                    "migrate-set-capabilities",
-                    json!({"capabilities": [{"capability": "x-ignore-shared", "state": true}]}),
-                )
-                .await?;
+            vm.qmp.ignore_shared_memory().await?;
             let uri = format!("exec:cat {}", shell_quote(&snapshot.vmstate)?);
             vm.qmp.execute("migrate-incoming", json!({ "uri": uri })).await?;
             vm.qmp.wait_migration(MIGRATION_DEADLINE).await?;
@@ -264,12 +273,7 @@ impl Vm for QemuVm {
         if snapshot.memory != self.config.memory_file() {
             return Err(VmmError::Control("a QEMU snapshot keeps memory in the VM's own memory file".into()));
         }
-        self.qmp
-            .execute(
-                "migrate-set-capabilities",
-                json!({"capabilities": [{"capability": "x-ignore-shared", "state": true}]}),
-            )
-            .await?;
+        self.qmp.ignore_shared_memory().await?;
         let uri = format!("exec:cat > {}", shell_quote(&snapshot.vmstate)?);
         self.qmp.execute("migrate", json!({ "uri": uri })).await?;
         self.qmp.wait_migration(MIGRATION_DEADLINE).await
@@ -281,7 +285,7 @@ impl Vm for QemuVm {
         }
         // SIGKILL: nothing in the guest needs a clean shutdown (its disks are discarded or
         // were synced by the agent first), and it cannot be ignored or delayed.
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid as i32), nix::sys::signal::Signal::SIGKILL);
+        sigkill(self.pid);
         match tokio::time::timeout(Duration::from_secs(10), self.wait()).await {
             Ok(exit) => Ok(exit),
             Err(_) => Err(VmmError::Timeout("killing the VMM")),

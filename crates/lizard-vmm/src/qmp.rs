@@ -64,6 +64,13 @@ impl Qmp {
         }
     }
 
+    /// Make migration skip RAM in shared memory backends: guest memory is already in its
+    /// file, so saving and loading a VM moves only device state.
+    pub async fn ignore_shared_memory(&self) -> Result<()> {
+        let caps = json!({"capabilities": [{"capability": "x-ignore-shared", "state": true}]});
+        self.execute("migrate-set-capabilities", caps).await.map(drop)
+    }
+
     /// Poll `query-migrate` until migration (save or load) completes.
     pub async fn wait_migration(&self, deadline: Duration) -> Result<()> {
         let start = std::time::Instant::now();
