@@ -77,10 +77,10 @@ async fn base_template_boots_a_real_vm_with_files_and_processes() {
     let r = sbx.exec_collect(sh(&format!("kill -0 {pid} && echo alive"))).await.unwrap();
     assert_eq!(r.stdout, "alive\n");
     // A background server that keeps writing to the inherited pipe must not die.
-    let r = sbx.exec_collect(sh("(while true; do echo tick; sleep 0.2; done) & echo $!")).await.unwrap();
-    let ticker = r.stdout.trim().to_string();
+    // (Its pid goes to a file: the ticks share stdout with anything echoed here.)
+    sbx.exec_collect(sh("(while true; do echo tick; sleep 0.2; done) & echo $! > /tmp/ticker")).await.unwrap();
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    let r = sbx.exec_collect(sh(&format!("kill -0 {ticker} && echo alive"))).await.unwrap();
+    let r = sbx.exec_collect(sh("kill -0 $(cat /tmp/ticker) && echo alive")).await.unwrap();
     assert_eq!(r.stdout, "alive\n", "background writer died after exec returned");
 
     // Many operations at once on one channel.
