@@ -114,6 +114,11 @@ pub enum ErrorCode {
     BootFailed,
     Unavailable,
     Internal,
+    /// The route is account-wide (billing, account usage, account details) and the key is
+    /// scoped to workspaces or projects: 403.
+    AccountScopeRequired,
+    /// Too many requests; retry later. Reserved: 429.
+    RateLimited,
 }
 
 impl ErrorCode {
@@ -127,6 +132,8 @@ impl ErrorCode {
             ErrorCode::BootFailed => 502,
             ErrorCode::Unavailable => 503,
             ErrorCode::Internal => 500,
+            ErrorCode::AccountScopeRequired => 403,
+            ErrorCode::RateLimited => 429,
         }
     }
 }
@@ -153,6 +160,9 @@ impl std::fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
+
+pub mod tenancy;
+pub use tenancy::*;
 
 #[cfg(test)]
 mod tests {

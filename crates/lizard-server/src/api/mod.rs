@@ -1,0 +1,69 @@
+//! The tenancy routes. Each module maps HTTP onto store calls and scope checks; the types
+//! on the wire are [`lizard_api`]'s, so the CLI and SDKs read what the server writes.
+//!
+//! Every handler is documented with `#[utoipa::path]` and registered through
+//! [`utoipa_axum::routes!`], so a route cannot be served without appearing in
+//! `/openapi.json`.
+
+pub mod account;
+pub mod keys;
+pub mod projects;
+pub mod regions;
+pub mod workspaces;
+
+use crate::state::ServerState;
+use crate::store::{KeyRecord, ProjectRecord, WorkspaceRecord};
+use axum::extract::FromRef;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+/// All tenancy routes, for any router state `S` that can hand out a [`ServerState`] (so
+/// the sandbox routes may keep a state of their own and merge these in).
+pub fn routes<S>() -> OpenApiRouter<S>
+where
+    S: Clone + Send + Sync + 'static,
+    ServerState: FromRef<S>,
+{
+    OpenApiRouter::new()
+        .routes(routes!(workspaces::list, workspaces::create))
+        .routes(routes!(workspaces::find, workspaces::delete))
+        .routes(routes!(projects::list, projects::create))
+        .routes(routes!(projects::get, projects::update, projects::delete))
+        .routes(routes!(keys::list, keys::create))
+        .routes(routes!(keys::delete))
+        .routes(routes!(account::whoami))
+        .routes(routes!(account::account))
+        .routes(routes!(regions::list))
+}
+
+pub(crate) fn workspace_json(w: WorkspaceRecord) -> lizard_api::Workspace {
+    lizard_api::Workspace { id: w.id, name: w.name, slug: w.slug, created_at: crate::ids::rfc3339(w.created_at) }
+}
+
+pub(crate) fn project_json(p: ProjectRecord) -> lizard_api::Project {
+    lizard_api::Project {
+        id: p.id,
+        workspace_id: p.workspace_id,
+        name: p.name,
+        slug: p.slug,
+        created_at: crate::ids::rfc3339(p.created_at),
+    }
+}
+
+pub(crate) fn key_json(k: KeyRecord) -> lizard_api::ApiKey {
+    let (workspaces, projects) = match k.scope {
+        None => (None, None),
+        Some(s) => (Some(s.workspaces.into_iter().collect()), Some(s.projects.into_iter().collect())),
+    };
+    lizard_api::ApiKey {
+        id: k.id,
+        name: k.name,
+        prefix: k.prefix,
+        workspaces,
+        projects,
+        created_at: crate::ids::rfc3339(k.created_at),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,113 @@
+//! `/v1/workspaces`: list, create, find by id/slug/name, delete (empty-only unless
+//! `force`).
+//!
+//! A scoped key sees only the workspaces its scope lists, cannot create one (a new
+//! workspace is outside every existing scope: 403), and may delete one it sees.
+
+use crate::api::workspace_json;
+use crate::auth::{self, Principal};
+use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult};
+use crate::ids;
+use crate::openapi::{Conflict, Forbidden, InvalidArgument, NotFound, Unauthenticated};
+use crate::state::ServerState;
+use crate::store::WorkspaceRecord;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use lizard_api::{CreateWorkspaceRequest, Workspace};
+use serde::Deserialize;
+
+/// The workspaces the key sees, oldest first.
+#[utoipa::path(
+    get,
+    path = "/v1/workspaces",
+    tag = "workspaces",
+    security(("apiKey" = [])),
+    responses((status = 200, description = "Workspaces the key sees", body = Vec<Workspace>), Unauthenticated)
+)]
+pub async fn list(State(state): State<ServerState>, p: Principal) -> ApiResult<Json<Vec<Workspace>>> {
+    let all = state.store.list_workspaces(&p.account_id).await?;
+    Ok(Json(all.into_iter().filter(|w| p.sees_workspace(&w.id)).map(workspace_json).collect()))
+}
+
+/// Create a workspace; its slug is derived from the name. Unscoped keys only.
+#[utoipa::path(
+    post,
+    path = "/v1/workspaces",
+    tag = "workspaces",
+    security(("apiKey" = [])),
+    request_body = CreateWorkspaceRequest,
+    responses(
+        (status = 201, description = "Created", body = Workspace),
+        Unauthenticated, Forbidden, Conflict, InvalidArgument
+    )
+)]
+pub async fn create(
+    State(state): State<ServerState>,
+    p: Principal,
+    ApiJson(req): ApiJson<CreateWorkspaceRequest>,
+) -> ApiResult<(StatusCode, Json<Workspace>)> {
+    auth::require_unscoped(&p, "create workspaces (a new workspace would be outside its scope)")?;
+    let name = ids::check_name(&req.name)?;
+    let w = WorkspaceRecord {
+        id: ids::new_id("ws"),
+        account_id: p.account_id.clone(),
+        slug: ids::slugify(&name)?,
+        name,
+        created_at: ids::now_ms(),
+    };
+    state.store.insert_workspace(&w).await?;
+    Ok((StatusCode::CREATED, Json(workspace_json(w))))
+}
+
+/// Find a workspace the key sees by id, slug or name.
+#[utoipa::path(
+    get,
+    path = "/v1/workspaces/{id}",
+    tag = "workspaces",
+    security(("apiKey" = [])),
+    params(("id" = String, Path, description = "Workspace id, slug or name")),
+    responses((status = 200, description = "The workspace", body = Workspace), Unauthenticated, NotFound, Conflict)
+)]
+pub async fn find(
+    State(state): State<ServerState>,
+    p: Principal,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<Workspace>> {
+    Ok(Json(workspace_json(auth::resolve_workspace(state.store.as_ref(), &p, &id).await?)))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteQuery {
+    #[serde(default)]
+    force: bool,
+}
+
+/// Delete a workspace. Refused (409) while any project, sandbox or volume remains;
+/// `force=true` deletes everything in it, irreversibly, and kills its running sandboxes.
+#[utoipa::path(
+    delete,
+    path = "/v1/workspaces/{id}",
+    tag = "workspaces",
+    security(("apiKey" = [])),
+    params(
+        ("id" = String, Path, description = "Workspace id"),
+        ("force" = Option<bool>, Query, description = "Delete everything inside too (default false)")
+    ),
+    responses((status = 204, description = "Deleted"), Unauthenticated, NotFound, Conflict, InvalidArgument)
+)]
+pub async fn delete(
+    State(state): State<ServerState>,
+    p: Principal,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<DeleteQuery>,
+) -> ApiResult<StatusCode> {
+    let w = auth::workspace_for(state.store.as_ref(), &p, &id).await?;
+    let removed = state.store.delete_workspace(&p.account_id, &w.id, q.force).await?;
+    if !removed.live_sandboxes.is_empty() {
+        state.reaper.reap(removed.live_sandboxes).await;
+    }
+    tracing::info!(workspace = %w.id, force = q.force, key = %p.key_id, "workspace deleted");
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,204 @@
+//! Lizard's control plane, tenancy core: accounts, workspaces, projects, scoped API keys
+//! and the authenticated HTTP API around them.
+//!
+//! ```text
+//!  client ──X-API-Key──▶ router ── Principal extractor (auth) ──▶ handler (api::*)
+//!                                                                   │ scope checks (auth, scope)
+//!                                                                   ▼
+//!                                                     Arc<dyn Store> (store::sqlite)
+//! ```
+//!
+//! Start with [`open`]: it opens `<data_dir>/lizard.db`, applies migrations and, on the
+//! very first start only, creates the owner account and an unscoped key, which
+//! [`Server::initial_key`] hands over once (the caller prints `LIZARD_API_KEY=<key>`;
+//! only its hash is stored, so no later start can show it again).
+//!
+//! **Building on this crate** (sandbox routes, the port proxy, the CLI):
+//! - state: [`ServerState`] (store, config, [`SandboxReaper`] hook), or a state of your own
+//!   with `impl FromRef<YourState> for ServerState`;
+//! - routes: [`api::routes`] gives the documented tenancy routes as a
+//!   [`utoipa_axum::router::OpenApiRouter`]; merge yours (documented with
+//!   `#[utoipa::path]`) into it and pass the result to [`build_router`], which adds
+//!   `/health`, `/openapi.json` and JSON fallbacks;
+//! - authorization: the [`auth::Principal`] extractor, [`auth::require_account_scope`],
+//!   [`auth::resolve_project`] / [`auth::project_for`] for a sandbox's project and
+//!   [`auth::sandbox_for`] for a sandbox;
+//! - the store's sandbox records: [`store::Store::insert_sandbox`] and friends.
+
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod ids;
+pub mod keys;
+pub mod openapi;
+pub mod scope;
+pub mod state;
+pub mod store;
+
+pub use auth::{require_account_scope, Principal};
+pub use config::ServerConfig;
+pub use error::{ApiResult, AppError};
+pub use scope::Scope;
+pub use state::{NoReaper, SandboxReaper, ServerState};
+pub use store::{sqlite::SqliteStore, Store, StoreError};
+
+use axum::extract::FromRef;
+use axum::{Extension, Json, Router};
+use std::sync::Arc;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The store failed to open, migrate or bootstrap.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// Binding or serving failed.
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+}
+
+/// An opened control plane, ready to serve.
+pub struct Server {
+    state: ServerState,
+    initial_key: Option<String>,
+}
+
+/// Open the store in `config.data_dir`, migrate it, and bootstrap the owner account on
+/// first start.
+pub async fn open(config: ServerConfig) -> Result<Server, ServerError> {
+    let store = SqliteStore::open(&config.data_dir).await?;
+    open_with_store(config, Arc::new(store)).await
+}
+
+/// [`open`] on a given store (another backend, or an in-memory one in tests).
+pub async fn open_with_store(config: ServerConfig, store: Arc<dyn Store>) -> Result<Server, ServerError> {
+    let initial_key = bootstrap(store.as_ref(), &config).await?;
+    Ok(Server { state: ServerState::new(store, config), initial_key })
+}
+
+/// Create the owner account and its first, unscoped key if the store has no account.
+/// Returns the key's plaintext when it did.
+async fn bootstrap(store: &dyn Store, config: &ServerConfig) -> Result<Option<String>, StoreError> {
+    let now = ids::now_ms();
+    let account = store::AccountRecord {
+        id: ids::new_id("acc"),
+        email: config.owner_email.clone(),
+        plan: config.owner_plan.clone(),
+        created_at: now,
+    };
+    let new = keys::generate();
+    let key = store::KeyRecord {
+        id: ids::new_id("key"),
+        account_id: account.id.clone(),
+        name: "owner".into(),
+        prefix: new.prefix,
+        hash: new.hash.to_vec(),
+        scope: None,
+        created_at: now,
+        revoked_at: None,
+    };
+    if store.bootstrap(&account, &key).await? {
+        tracing::info!(account = %account.id, key = %key.id, "first start: created the owner account and an unscoped key");
+        Ok(Some(new.plaintext))
+    } else {
+        Ok(None)
+    }
+}
+
+impl Server {
+    pub fn state(&self) -> &ServerState {
+        &self.state
+    }
+
+    /// The owner's unscoped key, on the first start only (then print
+    /// `LIZARD_API_KEY=<key>`); `None` on every later start.
+    pub fn initial_key(&self) -> Option<&str> {
+        self.initial_key.as_deref()
+    }
+
+    /// The tenancy API alone.
+    pub fn router(&self) -> Router {
+        router(self.state.clone())
+    }
+
+    /// Bind `config.listen`.
+    pub async fn bind(&self) -> Result<tokio::net::TcpListener, ServerError> {
+        let addr = self.state.config.listen;
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Io { context: format!("bind {addr}"), source })
+    }
+}
+
+/// Serve `router` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|source| ServerError::Io { context: "serve".into(), source })
+}
+
+/// The tenancy API with `/health` and `/openapi.json`.
+pub fn router(state: ServerState) -> Router {
+    build_router(state, api::routes())
+}
+
+/// The finished router from documented routes: adds `/health`, `/openapi.json` (the
+/// document of everything in `api`), and `{code, message}` answers for unknown routes
+/// and methods.
+pub fn build_router<S>(state: S, api: OpenApiRouter<S>) -> Router
+where
+    S: Clone + Send + Sync + 'static,
+    ServerState: FromRef<S>,
+{
+    let (routes, doc) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(system::health))
+        .routes(routes!(system::openapi_json))
+        .merge(api)
+        .split_for_parts();
+    routes
+        .fallback(error::no_route)
+        .method_not_allowed_fallback(error::no_route)
+        .layer(Extension(Arc::new(doc)))
+        .with_state(state)
+}
+
+/// Build the OpenAPI document of `api` (plus `/health` and `/openapi.json`) without
+/// serving it.
+pub fn openapi_document<S>(api: OpenApiRouter<S>) -> utoipa::openapi::OpenApi
+where
+    S: Clone + Send + Sync + 'static,
+{
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(system::health))
+        .routes(routes!(system::openapi_json))
+        .merge(api)
+        .into_openapi()
+}
+
+/// Unauthenticated routes.
+mod system {
+    use super::*;
+
+    /// Liveness: 200 `ok` while the server runs. No key needed.
+    #[utoipa::path(get, path = "/health", tag = "system", responses((status = 200, description = "Alive", body = String)))]
+    pub async fn health() -> &'static str {
+        "ok"
+    }
+
+    /// This document. No key needed.
+    #[utoipa::path(get, path = "/openapi.json", tag = "system", responses((status = 200, description = "The OpenAPI 3.1 document")))]
+    pub async fn openapi_json(Extension(doc): Extension<Arc<utoipa::openapi::OpenApi>>) -> Json<serde_json::Value> {
+        Json(serde_json::to_value(&*doc).unwrap_or_default())
+    }
+}

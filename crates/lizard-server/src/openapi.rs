@@ -1,0 +1,220 @@
+//! The OpenAPI document, generated from the code: the handlers' `#[utoipa::path]`
+//! attributes (collected by [`utoipa_axum`] as routes are registered) and the schemas
+//! derived on [`lizard_api`]'s types. Served at `GET /openapi.json`.
+//!
+//! The error body `{code, message}` is [`lizard_api::ApiError`], which predates the
+//! `openapi` feature; [`ErrorBody`] describes it under the same name, and a test checks
+//! that the two agree on every error code.
+
+use std::collections::BTreeMap;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
+use utoipa::openapi::{Content, Ref, RefOr, Response, ResponseBuilder};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+/// Name of the security scheme every authenticated route lists.
+pub const SECURITY_SCHEME: &str = "apiKey";
+
+/// Stable error code; the HTTP status is part of the contract (see `ErrorCode::status`).
+#[derive(ToSchema)]
+#[schema(as = ErrorCode)]
+#[allow(dead_code)] // A schema only.
+#[schema(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCodeSchema {
+    InvalidArgument,
+    Unauthenticated,
+    Forbidden,
+    NotFound,
+    Conflict,
+    BootFailed,
+    Unavailable,
+    Internal,
+    AccountScopeRequired,
+    RateLimited,
+}
+
+/// Body of every error response.
+#[derive(ToSchema)]
+#[schema(as = ApiError)]
+#[allow(dead_code)] // A schema only.
+pub struct ErrorBody {
+    code: ErrorCodeSchema,
+    message: String,
+}
+
+fn error_response(description: &str) -> RefOr<Response> {
+    ResponseBuilder::new()
+        .description(description)
+        .content("application/json", Content::new(Some(Ref::from_schema_name("ApiError"))))
+        .build()
+        .into()
+}
+
+macro_rules! error_responses {
+    ($($(#[$doc:meta])* $name:ident => $status:literal, $desc:literal;)*) => {$(
+        $(#[$doc])*
+        pub struct $name;
+        impl utoipa::IntoResponses for $name {
+            fn responses() -> BTreeMap<String, RefOr<Response>> {
+                BTreeMap::from([($status.to_string(), error_response($desc))])
+            }
+        }
+    )*};
+}
+
+error_responses! {
+    /// 401: no key, or not a valid one.
+    Unauthenticated => "401", "UNAUTHENTICATED: missing, unknown or revoked X-API-Key";
+    /// 403 for scope violations.
+    Forbidden => "403", "FORBIDDEN: the key's scope does not allow this";
+    /// 403 on account-wide routes.
+    AccountScopeRequired => "403", "ACCOUNT_SCOPE_REQUIRED: account-wide route; needs an unscoped key";
+    /// 404, also for what lies outside the key's scope.
+    NotFound => "404", "NOT_FOUND: does not exist, or is outside the key's scope";
+    /// 409.
+    Conflict => "409", "CONFLICT: duplicate name, not empty, or ambiguous name";
+    /// 422.
+    InvalidArgument => "422", "INVALID_ARGUMENT: malformed body, unknown field or bad value";
+}
+
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            SECURITY_SCHEME,
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "X-API-Key",
+                "An API key (lz_…). Unscoped keys reach the whole account; scoped keys only their workspaces and projects.",
+            ))),
+        );
+    }
+}
+
+/// The document's frame; paths are added as routes are registered.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Lizard API",
+        description = "Self-hosted microVM sandboxes for AI agents: control plane. JSON is camelCase; every error is `{code, message}`."
+    ),
+    components(schemas(ErrorBody, ErrorCodeSchema)),
+    modifiers(&Security),
+    tags(
+        (name = "workspaces", description = "Isolation units of an account"),
+        (name = "projects", description = "What sandboxes and volumes live in and are billed to"),
+        (name = "api-keys", description = "Scoped and unscoped API keys"),
+        (name = "account", description = "Identity and account"),
+        (name = "regions", description = "Where sandboxes can run"),
+        (name = "system", description = "Health and this document")
+    )
+)]
+pub struct ApiDoc;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lizard_api::ErrorCode;
+
+    /// Every code `lizard_api` has, by an exhaustive match: adding a code there fails
+    /// to compile here until the schema lists it too.
+    fn all_codes() -> Vec<ErrorCode> {
+        use ErrorCode::*;
+        let all = vec![
+            InvalidArgument,
+            Unauthenticated,
+            Forbidden,
+            NotFound,
+            Conflict,
+            BootFailed,
+            Unavailable,
+            Internal,
+            AccountScopeRequired,
+            RateLimited,
+        ];
+        for c in &all {
+            match c {
+                InvalidArgument | Unauthenticated | Forbidden | NotFound | Conflict | BootFailed | Unavailable
+                | Internal | AccountScopeRequired | RateLimited => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn error_schema_matches_api_error_codes() {
+        let schema = serde_json::to_value(<ErrorCodeSchema as utoipa::PartialSchema>::schema()).unwrap();
+        let listed: Vec<String> = serde_json::from_value(schema["enum"].clone()).expect("the schema is a string enum");
+        let actual: Vec<String> =
+            all_codes().into_iter().map(|c| serde_json::to_value(c).unwrap().as_str().unwrap().to_string()).collect();
+        assert_eq!(listed, actual);
+    }
+
+    #[test]
+    fn document_lists_every_route_with_schemas_and_errors() {
+        let doc = crate::openapi_document(crate::api::routes::<crate::ServerState>());
+        let v = serde_json::to_value(&doc).unwrap();
+        let expected: &[(&str, &[&str])] = &[
+            ("/health", &["get"]),
+            ("/openapi.json", &["get"]),
+            ("/v1/workspaces", &["get", "post"]),
+            ("/v1/workspaces/{id}", &["get", "delete"]),
+            ("/v1/projects", &["get", "post"]),
+            ("/v1/projects/{id}", &["get", "patch", "delete"]),
+            ("/v1/api-keys", &["get", "post"]),
+            ("/v1/api-keys/{id}", &["delete"]),
+            ("/v1/whoami", &["get"]),
+            ("/v1/account", &["get"]),
+            ("/v1/regions", &["get"]),
+        ];
+        let paths = v["paths"].as_object().unwrap();
+        let mut listed: Vec<&str> = paths.keys().map(String::as_str).collect();
+        listed.sort();
+        let mut want: Vec<&str> = expected.iter().map(|e| e.0).collect();
+        want.sort();
+        assert_eq!(listed, want);
+        for (path, methods) in expected {
+            for m in *methods {
+                let op = &paths[*path][*m];
+                assert!(op.is_object(), "{m} {path} missing");
+                let responses = op["responses"].as_object().unwrap();
+                assert!(responses.keys().any(|c| c.starts_with('2')), "{m} {path}: no success response");
+                if !path.starts_with("/v1/") {
+                    continue;
+                }
+                assert_eq!(op["security"][0][SECURITY_SCHEME], serde_json::json!([]), "{m} {path}: no security");
+                let unauth = &responses["401"]["content"]["application/json"]["schema"]["$ref"];
+                assert_eq!(unauth, "#/components/schemas/ApiError", "{m} {path}");
+                if ["post", "patch"].contains(m) {
+                    let body = &op["requestBody"]["content"]["application/json"]["schema"]["$ref"];
+                    assert!(
+                        body.as_str().is_some_and(|r| r.starts_with("#/components/schemas/")),
+                        "{m} {path}: {body}"
+                    );
+                    assert!(responses.contains_key("422"), "{m} {path}: no 422");
+                }
+            }
+        }
+        let schemas = v["components"]["schemas"].as_object().unwrap();
+        for s in [
+            "ApiError",
+            "ErrorCode",
+            "Workspace",
+            "CreateWorkspaceRequest",
+            "Project",
+            "CreateProjectRequest",
+            "UpdateProjectRequest",
+            "ApiKey",
+            "CreateApiKeyRequest",
+            "CreatedApiKey",
+            "WhoAmI",
+            "Account",
+            "Region",
+        ] {
+            assert!(schemas.contains_key(s), "schema {s} missing");
+        }
+        assert_eq!(v["components"]["securitySchemes"][SECURITY_SCHEME]["name"], "X-API-Key");
+        // camelCase on the wire, and the schema says so.
+        assert!(schemas["Project"]["properties"]["workspaceId"].is_object());
+    }
+}

@@ -1,0 +1,61 @@
+//! What every handler shares, and the hook through which tenancy deletes reach running
+//! sandboxes.
+//!
+//! [`ServerState`] is cheap to clone (all `Arc`s). Routes added later on top of this crate
+//! (sandboxes, the port proxy) either extend it with fields of their own, or keep their
+//! own state type `S` and implement `axum::extract::FromRef<S> for ServerState`: every
+//! handler and extractor here works for any such `S` (see [`crate::api::routes`]).
+
+use crate::config::ServerConfig;
+use crate::store::{SandboxRecord, Store};
+use async_trait::async_trait;
+use std::sync::Arc;
+
+/// Kills the VMs of sandboxes whose records a tenancy delete removed
+/// (`DELETE /v1/workspaces/{id}?force=true`).
+///
+/// The store deletes the rows first, atomically, and returns the live ones; the reaper is
+/// then told to stop them. Rows first means no new sandbox can be recorded in a deleted
+/// project (its insert fails, and the sandbox routes must kill what they started), so
+/// nothing escapes the sweep. A reaper must not fail the delete: it logs what it could not
+/// kill, the node's own cleanup being the backstop.
+#[async_trait]
+pub trait SandboxReaper: Send + Sync + 'static {
+    async fn reap(&self, sandboxes: Vec<SandboxRecord>);
+}
+
+/// The default until the sandbox routes install theirs: nothing runs, nothing to kill.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoReaper;
+
+#[async_trait]
+impl SandboxReaper for NoReaper {
+    async fn reap(&self, sandboxes: Vec<SandboxRecord>) {
+        if !sandboxes.is_empty() {
+            tracing::warn!(
+                count = sandboxes.len(),
+                "no sandbox reaper installed; live sandboxes removed from the store only"
+            );
+        }
+    }
+}
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub struct ServerState {
+    pub store: Arc<dyn Store>,
+    pub config: Arc<ServerConfig>,
+    pub reaper: Arc<dyn SandboxReaper>,
+}
+
+impl ServerState {
+    pub fn new(store: Arc<dyn Store>, config: ServerConfig) -> Self {
+        ServerState { store, config: Arc::new(config), reaper: Arc::new(NoReaper) }
+    }
+
+    /// Install the hook that kills sandboxes removed by a forced workspace delete.
+    pub fn with_reaper(mut self, reaper: Arc<dyn SandboxReaper>) -> Self {
+        self.reaper = reaper;
+        self
+    }
+}

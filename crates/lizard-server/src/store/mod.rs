@@ -1,0 +1,231 @@
+//! The control plane's state, behind one trait.
+//!
+//! Handlers see only [`Store`] (as `Arc<dyn Store>`), never SQL: SQLite
+//! ([`sqlite::SqliteStore`], the embedded default, one file) is one implementation, and a
+//! PostgreSQL one for several servers can be added beside it without touching a handler.
+//! What an implementation must guarantee is written on each method; the ones that check
+//! and then write (deletes that must find a thing empty, the first-start bootstrap) are
+//! atomic.
+//!
+//! Every lookup that a client can drive takes the caller's `account_id`, so one account's
+//! ids can never reach another's rows, whatever a handler forgets. Scope checks (which of
+//! the account's rows a key reaches) are the handlers' job, through [`crate::auth`].
+//!
+//! Timestamps are milliseconds since the Unix epoch.
+
+pub mod sqlite;
+
+use crate::scope::Scope;
+use async_trait::async_trait;
+use std::collections::BTreeMap;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No such row in this account.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// A uniqueness rule was broken (duplicate name or slug, duplicate id).
+    #[error("{0}")]
+    Conflict(String),
+    /// Something still lives inside what was to be deleted.
+    #[error("{0}")]
+    NotEmpty(String),
+    /// The database holds a schema newer than this build knows: refuse rather than guess.
+    #[error("database schema version {found} is newer than this build's {known}; upgrade lizard")]
+    SchemaTooNew { found: i64, known: i64 },
+    /// The database failed.
+    #[error("database: {0}")]
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// An account: owns workspaces and keys, and is billed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountRecord {
+    pub id: String,
+    pub email: String,
+    pub plan: String,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceRecord {
+    pub id: String,
+    pub account_id: String,
+    pub name: String,
+    pub slug: String,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectRecord {
+    pub id: String,
+    pub workspace_id: String,
+    pub name: String,
+    pub slug: String,
+    pub created_at: i64,
+}
+
+/// An API key as stored: never the plaintext.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub id: String,
+    pub account_id: String,
+    pub name: String,
+    /// Lookup prefix (`lz_` + 8 characters), see [`crate::keys`].
+    pub prefix: String,
+    /// SHA-256 of the key.
+    pub hash: Vec<u8>,
+    /// `None`: unscoped.
+    pub scope: Option<Scope>,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// A sandbox to record (the sandbox routes insert it when they start one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSandbox {
+    pub id: String,
+    pub project_id: String,
+    pub template: String,
+    /// `running`, `paused`, … as the sandbox routes define them.
+    pub state: String,
+    pub created_at: i64,
+    pub timeout_at: Option<i64>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A recorded sandbox, with where it lives (for scope checks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxRecord {
+    pub id: String,
+    pub account_id: String,
+    pub workspace_id: String,
+    pub project_id: String,
+    pub template: String,
+    pub state: String,
+    pub created_at: i64,
+    pub timeout_at: Option<i64>,
+    pub ended_at: Option<i64>,
+    pub end_reason: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl SandboxRecord {
+    pub fn is_live(&self) -> bool {
+        self.ended_at.is_none()
+    }
+}
+
+/// Which sandboxes [`Store::list_sandboxes`] returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxFilter {
+    pub workspace_id: Option<String>,
+    pub project_id: Option<String>,
+    /// Also ended ones (history); default: live only.
+    pub include_ended: bool,
+}
+
+/// What a delete removed that the rest of the system must act on: the live sandboxes
+/// whose rows went with it (their VMs are still running until a [`crate::SandboxReaper`]
+/// kills them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Removed {
+    pub live_sandboxes: Vec<SandboxRecord>,
+}
+
+/// The control plane's persistent state. Object-safe: handlers hold `Arc<dyn Store>`.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    // --- accounts -------------------------------------------------------------------
+
+    /// First start: insert `account` and its first `key` in one transaction, but only if
+    /// the store has no account yet. Returns whether it did. Two servers starting on one
+    /// database at once bootstrap once.
+    async fn bootstrap(&self, account: &AccountRecord, key: &KeyRecord) -> Result<bool>;
+
+    async fn get_account(&self, account_id: &str) -> Result<Option<AccountRecord>>;
+
+    // --- workspaces -----------------------------------------------------------------
+
+    /// Conflict when the account already has a workspace with this name or slug.
+    async fn insert_workspace(&self, workspace: &WorkspaceRecord) -> Result<()>;
+
+    async fn get_workspace(&self, account_id: &str, workspace_id: &str) -> Result<Option<WorkspaceRecord>>;
+
+    /// Oldest first.
+    async fn list_workspaces(&self, account_id: &str) -> Result<Vec<WorkspaceRecord>>;
+
+    /// Delete a workspace. Without `force`, atomically refuse ([`StoreError::NotEmpty`])
+    /// while any project (and so any sandbox or volume) remains. With `force`, delete it
+    /// and everything inside in one transaction, and return the live sandboxes removed.
+    async fn delete_workspace(&self, account_id: &str, workspace_id: &str, force: bool) -> Result<Removed>;
+
+    // --- projects -------------------------------------------------------------------
+
+    /// Conflict when the workspace already has a project with this name or slug;
+    /// NotFound when the workspace is not the account's.
+    async fn insert_project(&self, account_id: &str, project: &ProjectRecord) -> Result<()>;
+
+    async fn get_project(&self, account_id: &str, project_id: &str) -> Result<Option<ProjectRecord>>;
+
+    /// The account's projects (of one workspace when given), oldest first.
+    async fn list_projects(&self, account_id: &str, workspace_id: Option<&str>) -> Result<Vec<ProjectRecord>>;
+
+    /// Rename (the slug stays). Conflict on a duplicate name in the workspace.
+    async fn rename_project(&self, account_id: &str, project_id: &str, name: &str) -> Result<ProjectRecord>;
+
+    /// Delete a project; atomically refuse ([`StoreError::NotEmpty`]) while a live
+    /// sandbox (or, later, a volume) remains. Ended sandboxes' rows go with it.
+    async fn delete_project(&self, account_id: &str, project_id: &str) -> Result<()>;
+
+    // --- api keys -------------------------------------------------------------------
+
+    async fn insert_key(&self, key: &KeyRecord) -> Result<()>;
+
+    /// Keys (revoked ones too) with this lookup prefix, across accounts: authentication
+    /// does not know the account yet.
+    async fn keys_by_prefix(&self, prefix: &str) -> Result<Vec<KeyRecord>>;
+
+    /// A key of the account that is not revoked.
+    async fn get_key(&self, account_id: &str, key_id: &str) -> Result<Option<KeyRecord>>;
+
+    /// The account's keys that are not revoked, oldest first.
+    async fn list_keys(&self, account_id: &str) -> Result<Vec<KeyRecord>>;
+
+    /// Revoke a key now: from the next request on it authenticates nothing. Refuses
+    /// ([`StoreError::Conflict`]) to revoke the account's last unscoped key, which would
+    /// lock the account out for good. NotFound for an unknown or already revoked key.
+    async fn revoke_key(&self, account_id: &str, key_id: &str, at: i64) -> Result<()>;
+
+    // --- sandboxes ------------------------------------------------------------------
+
+    /// Record a sandbox. NotFound when the project does not exist (deleted meanwhile:
+    /// the caller must then kill what it started).
+    async fn insert_sandbox(&self, sandbox: &NewSandbox) -> Result<()>;
+
+    /// Any sandbox by id, with its account: the caller checks the account and scope.
+    async fn get_sandbox(&self, sandbox_id: &str) -> Result<Option<SandboxRecord>>;
+
+    /// The account's sandboxes, filtered; when `scope` is given only those it reaches.
+    /// Oldest first.
+    async fn list_sandboxes(
+        &self,
+        account_id: &str,
+        scope: Option<&Scope>,
+        filter: &SandboxFilter,
+    ) -> Result<Vec<SandboxRecord>>;
+
+    async fn set_sandbox_state(&self, sandbox_id: &str, state: &str) -> Result<()>;
+
+    async fn set_sandbox_timeout(&self, sandbox_id: &str, timeout_at: Option<i64>) -> Result<()>;
+
+    /// Mark a sandbox ended (killed, timed out, lost). Returns false when it had already
+    /// ended (the first reason wins).
+    async fn end_sandbox(&self, sandbox_id: &str, at: i64, reason: &str) -> Result<bool>;
+
+    /// Live sandboxes of every account whose timeout is at or before `now`.
+    async fn sandboxes_due(&self, now: i64) -> Result<Vec<SandboxRecord>>;
+}

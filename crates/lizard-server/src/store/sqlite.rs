@@ -1,0 +1,886 @@
+//! [`Store`] on SQLite: one file, `<data_dir>/lizard.db`, the embedded default.
+//!
+//! **Why sqlx** (and not rusqlite behind `spawn_blocking`): its pool is async, so a
+//! handler awaits a connection instead of parking a blocking thread per query; and the
+//! same crate speaks PostgreSQL with the same query API, so the later `PgStore` is this
+//! file with its SQL dialect adjusted rather than a second database layer. Queries are
+//! plain strings (`sqlx::query`, no compile-time macros), so building needs no database.
+//!
+//! **Settings.** WAL journal (readers never block the writer nor each other), `synchronous
+//! = NORMAL` (durable across process crashes; a power cut may lose the last commits, never
+//! corrupt), foreign keys on, a 5 s busy timeout. The file is created mode 0600: it holds
+//! key hashes and account emails (SQLite gives its `-wal`/`-shm` files the same mode).
+//!
+//! **Transactions.** Operations that check and then write (delete-if-empty, bootstrap,
+//! revoke-unless-last) run in `BEGIN IMMEDIATE` transactions: SQLite then takes the write
+//! lock up front. A deferred transaction that reads first and upgrades later can fail
+//! with `SQLITE_BUSY` at once in WAL mode, without waiting out the busy timeout.
+//!
+//! **Migrations** are the files in `crates/lizard-server/migrations/`, compiled in
+//! (`NNNN_name.sql`), applied in order at [`SqliteStore::open`], each in its own
+//! transaction, and recorded in `lizard_schema`. A database that has a version this build
+//! does not know is refused ([`StoreError::SchemaTooNew`]) instead of being misread.
+
+use super::*;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{Row, Sqlite, Transaction};
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The schema, in order. The version is the file's number.
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "tenancy", include_str!("../../migrations/0001_tenancy.sql"))];
+
+/// The database file's name inside the data directory.
+pub const DB_FILE: &str = "lizard.db";
+
+/// SQLite-backed [`Store`].
+#[derive(Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+fn backend(e: sqlx::Error) -> StoreError {
+    StoreError::Backend(Box::new(e))
+}
+
+/// A unique-constraint violation becomes [`StoreError::Conflict`] with `what`.
+fn conflict_or_backend(e: sqlx::Error, what: impl FnOnce() -> String) -> StoreError {
+    match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(what()),
+        _ => backend(e),
+    }
+}
+
+fn json_err(e: serde_json::Error) -> StoreError {
+    StoreError::Backend(Box::new(e))
+}
+
+impl SqliteStore {
+    /// Open (creating if needed) `<data_dir>/lizard.db` and apply pending migrations.
+    pub async fn open(data_dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(data_dir).map_err(|e| StoreError::Backend(Box::new(e)))?;
+        let path = data_dir.join(DB_FILE);
+        {
+            // Create it owner-only before SQLite does (SQLite would use the umask).
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(&path)
+                .map_err(|e| StoreError::Backend(Box::new(e)))?;
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await.map_err(backend)?;
+        let store = SqliteStore { pool };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// A private in-memory database (tests): one connection that lives as long as the
+    /// store, since the database disappears with its last connection.
+    pub async fn memory() -> Result<Self> {
+        let options = SqliteConnectOptions::from_str("sqlite::memory:").map_err(backend)?.foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(options)
+            .await
+            .map_err(backend)?;
+        let store = SqliteStore { pool };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The schema version now in the database (0: empty).
+    pub async fn schema_version(&self) -> Result<i64> {
+        let v: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM lizard_schema")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(v.unwrap_or(0))
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS lizard_schema (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)",
+        )
+        .execute(&self.pool)
+        .await
+        .map_err(backend)?;
+        let known = MIGRATIONS.last().map(|m| m.0).unwrap_or(0);
+        let found = self.schema_version().await?;
+        if found > known {
+            return Err(StoreError::SchemaTooNew { found, known });
+        }
+        for &(version, name, sql) in MIGRATIONS {
+            let mut tx = self.write().await?;
+            // Re-check inside the write lock: another server may have applied it meanwhile.
+            let done: Option<i64> = sqlx::query_scalar("SELECT version FROM lizard_schema WHERE version = ?")
+                .bind(version)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?;
+            if done.is_some() {
+                continue;
+            }
+            sqlx::raw_sql(sql).execute(&mut *tx).await.map_err(backend)?;
+            sqlx::query("INSERT INTO lizard_schema (version, name, applied_at) VALUES (?, ?, ?)")
+                .bind(version)
+                .bind(name)
+                .bind(crate::ids::now_ms())
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+            tx.commit().await.map_err(backend)?;
+            tracing::info!(version, name, "applied database migration");
+        }
+        Ok(())
+    }
+
+    /// A write transaction holding SQLite's write lock from the start.
+    async fn write(&self) -> Result<Transaction<'static, Sqlite>> {
+        self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(backend)
+    }
+}
+
+// --- row mapping --------------------------------------------------------------------
+
+fn account(r: &SqliteRow) -> Result<AccountRecord> {
+    Ok(AccountRecord {
+        id: r.try_get("id").map_err(backend)?,
+        email: r.try_get("email").map_err(backend)?,
+        plan: r.try_get("plan").map_err(backend)?,
+        created_at: r.try_get("created_at").map_err(backend)?,
+    })
+}
+
+fn workspace(r: &SqliteRow) -> Result<WorkspaceRecord> {
+    Ok(WorkspaceRecord {
+        id: r.try_get("id").map_err(backend)?,
+        account_id: r.try_get("account_id").map_err(backend)?,
+        name: r.try_get("name").map_err(backend)?,
+        slug: r.try_get("slug").map_err(backend)?,
+        created_at: r.try_get("created_at").map_err(backend)?,
+    })
+}
+
+fn project(r: &SqliteRow) -> Result<ProjectRecord> {
+    Ok(ProjectRecord {
+        id: r.try_get("id").map_err(backend)?,
+        workspace_id: r.try_get("workspace_id").map_err(backend)?,
+        name: r.try_get("name").map_err(backend)?,
+        slug: r.try_get("slug").map_err(backend)?,
+        created_at: r.try_get("created_at").map_err(backend)?,
+    })
+}
+
+fn key(r: &SqliteRow) -> Result<KeyRecord> {
+    let workspaces: Option<String> = r.try_get("workspaces").map_err(backend)?;
+    let projects: Option<String> = r.try_get("projects").map_err(backend)?;
+    let scope = match (workspaces, projects) {
+        (None, None) => None,
+        (w, p) => {
+            let parse = |s: Option<String>| -> Result<Vec<String>> {
+                s.map(|s| serde_json::from_str(&s).map_err(json_err)).transpose().map(Option::unwrap_or_default)
+            };
+            Some(Scope::new(parse(w)?, parse(p)?))
+        }
+    };
+    Ok(KeyRecord {
+        id: r.try_get("id").map_err(backend)?,
+        account_id: r.try_get("account_id").map_err(backend)?,
+        name: r.try_get("name").map_err(backend)?,
+        prefix: r.try_get("prefix").map_err(backend)?,
+        hash: r.try_get("hash").map_err(backend)?,
+        scope,
+        created_at: r.try_get("created_at").map_err(backend)?,
+        revoked_at: r.try_get("revoked_at").map_err(backend)?,
+    })
+}
+
+/// Scope columns of a key: both NULL (unscoped) or both JSON arrays.
+fn scope_columns(scope: &Option<Scope>) -> Result<(Option<String>, Option<String>)> {
+    match scope {
+        None => Ok((None, None)),
+        Some(s) => Ok((
+            Some(serde_json::to_string(&s.workspaces).map_err(json_err)?),
+            Some(serde_json::to_string(&s.projects).map_err(json_err)?),
+        )),
+    }
+}
+
+const SANDBOX_COLUMNS: &str = "s.id, w.account_id, p.workspace_id, s.project_id, s.template, s.state, s.created_at, \
+     s.timeout_at, s.ended_at, s.end_reason, s.metadata \
+     FROM sandboxes s JOIN projects p ON p.id = s.project_id JOIN workspaces w ON w.id = p.workspace_id";
+
+fn sandbox(r: &SqliteRow) -> Result<SandboxRecord> {
+    let metadata: String = r.try_get("metadata").map_err(backend)?;
+    Ok(SandboxRecord {
+        id: r.try_get("id").map_err(backend)?,
+        account_id: r.try_get("account_id").map_err(backend)?,
+        workspace_id: r.try_get("workspace_id").map_err(backend)?,
+        project_id: r.try_get("project_id").map_err(backend)?,
+        template: r.try_get("template").map_err(backend)?,
+        state: r.try_get("state").map_err(backend)?,
+        created_at: r.try_get("created_at").map_err(backend)?,
+        timeout_at: r.try_get("timeout_at").map_err(backend)?,
+        ended_at: r.try_get("ended_at").map_err(backend)?,
+        end_reason: r.try_get("end_reason").map_err(backend)?,
+        metadata: serde_json::from_str(&metadata).map_err(json_err)?,
+    })
+}
+
+const KEY_COLUMNS: &str = "id, account_id, name, prefix, hash, workspaces, projects, created_at, revoked_at";
+
+async fn insert_key_tx(tx: &mut Transaction<'static, Sqlite>, k: &KeyRecord) -> Result<()> {
+    let (w, p) = scope_columns(&k.scope)?;
+    sqlx::query(&format!("INSERT INTO api_keys ({KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"))
+        .bind(&k.id)
+        .bind(&k.account_id)
+        .bind(&k.name)
+        .bind(&k.prefix)
+        .bind(&k.hash)
+        .bind(w)
+        .bind(p)
+        .bind(k.created_at)
+        .bind(k.revoked_at)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| conflict_or_backend(e, || format!("key id {} already exists", k.id)))?;
+    Ok(())
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn bootstrap(&self, a: &AccountRecord, k: &KeyRecord) -> Result<bool> {
+        let mut tx = self.write().await?;
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM accounts").fetch_one(&mut *tx).await.map_err(backend)?;
+        if n > 0 {
+            return Ok(false);
+        }
+        sqlx::query("INSERT INTO accounts (id, email, plan, created_at) VALUES (?, ?, ?, ?)")
+            .bind(&a.id)
+            .bind(&a.email)
+            .bind(&a.plan)
+            .bind(a.created_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        insert_key_tx(&mut tx, k).await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(true)
+    }
+
+    async fn get_account(&self, account_id: &str) -> Result<Option<AccountRecord>> {
+        sqlx::query("SELECT id, email, plan, created_at FROM accounts WHERE id = ?")
+            .bind(account_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?
+            .as_ref()
+            .map(account)
+            .transpose()
+    }
+
+    async fn insert_workspace(&self, w: &WorkspaceRecord) -> Result<()> {
+        sqlx::query("INSERT INTO workspaces (id, account_id, name, slug, created_at) VALUES (?, ?, ?, ?, ?)")
+            .bind(&w.id)
+            .bind(&w.account_id)
+            .bind(&w.name)
+            .bind(&w.slug)
+            .bind(w.created_at)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| {
+                conflict_or_backend(e, || format!("a workspace named {:?} (slug {:?}) already exists", w.name, w.slug))
+            })?;
+        Ok(())
+    }
+
+    async fn get_workspace(&self, account_id: &str, workspace_id: &str) -> Result<Option<WorkspaceRecord>> {
+        sqlx::query("SELECT * FROM workspaces WHERE account_id = ? AND id = ?")
+            .bind(account_id)
+            .bind(workspace_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?
+            .as_ref()
+            .map(workspace)
+            .transpose()
+    }
+
+    async fn list_workspaces(&self, account_id: &str) -> Result<Vec<WorkspaceRecord>> {
+        sqlx::query("SELECT * FROM workspaces WHERE account_id = ? ORDER BY created_at, id")
+            .bind(account_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?
+            .iter()
+            .map(workspace)
+            .collect()
+    }
+
+    async fn delete_workspace(&self, account_id: &str, workspace_id: &str, force: bool) -> Result<Removed> {
+        let mut tx = self.write().await?;
+        let exists: Option<String> = sqlx::query_scalar("SELECT id FROM workspaces WHERE account_id = ? AND id = ?")
+            .bind(account_id)
+            .bind(workspace_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if exists.is_none() {
+            return Err(StoreError::NotFound(format!("workspace {workspace_id}")));
+        }
+        let projects: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM projects WHERE workspace_id = ?")
+            .bind(workspace_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if projects > 0 && !force {
+            return Err(StoreError::NotEmpty(format!(
+                "workspace {workspace_id} still has {projects} project(s); delete them first, or delete with force=true to remove everything in it"
+            )));
+        }
+        let live = sqlx::query(&format!(
+            "SELECT {SANDBOX_COLUMNS} WHERE p.workspace_id = ? AND s.ended_at IS NULL ORDER BY s.created_at, s.id"
+        ))
+        .bind(workspace_id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(sandbox)
+        .collect::<Result<Vec<_>>>()?;
+        sqlx::query("DELETE FROM sandboxes WHERE project_id IN (SELECT id FROM projects WHERE workspace_id = ?)")
+            .bind(workspace_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        sqlx::query("DELETE FROM projects WHERE workspace_id = ?")
+            .bind(workspace_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        sqlx::query("DELETE FROM workspaces WHERE id = ?")
+            .bind(workspace_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        Ok(Removed { live_sandboxes: live })
+    }
+
+    async fn insert_project(&self, account_id: &str, p: &ProjectRecord) -> Result<()> {
+        let mut tx = self.write().await?;
+        let ws: Option<String> = sqlx::query_scalar("SELECT id FROM workspaces WHERE account_id = ? AND id = ?")
+            .bind(account_id)
+            .bind(&p.workspace_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if ws.is_none() {
+            return Err(StoreError::NotFound(format!("workspace {}", p.workspace_id)));
+        }
+        sqlx::query("INSERT INTO projects (id, workspace_id, name, slug, created_at) VALUES (?, ?, ?, ?, ?)")
+            .bind(&p.id)
+            .bind(&p.workspace_id)
+            .bind(&p.name)
+            .bind(&p.slug)
+            .bind(p.created_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| {
+                conflict_or_backend(e, || {
+                    format!("a project named {:?} (slug {:?}) already exists in this workspace", p.name, p.slug)
+                })
+            })?;
+        tx.commit().await.map_err(backend)?;
+        Ok(())
+    }
+
+    async fn get_project(&self, account_id: &str, project_id: &str) -> Result<Option<ProjectRecord>> {
+        sqlx::query(
+            "SELECT p.* FROM projects p JOIN workspaces w ON w.id = p.workspace_id WHERE w.account_id = ? AND p.id = ?",
+        )
+        .bind(account_id)
+        .bind(project_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend)?
+        .as_ref()
+        .map(project)
+        .transpose()
+    }
+
+    async fn list_projects(&self, account_id: &str, workspace_id: Option<&str>) -> Result<Vec<ProjectRecord>> {
+        sqlx::query(
+            "SELECT p.* FROM projects p JOIN workspaces w ON w.id = p.workspace_id \
+             WHERE w.account_id = ?1 AND (?2 IS NULL OR p.workspace_id = ?2) ORDER BY p.created_at, p.id",
+        )
+        .bind(account_id)
+        .bind(workspace_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(project)
+        .collect()
+    }
+
+    async fn rename_project(&self, account_id: &str, project_id: &str, name: &str) -> Result<ProjectRecord> {
+        let mut tx = self.write().await?;
+        let row = sqlx::query(
+            "SELECT p.* FROM projects p JOIN workspaces w ON w.id = p.workspace_id WHERE w.account_id = ? AND p.id = ?",
+        )
+        .bind(account_id)
+        .bind(project_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let Some(mut p) = row.as_ref().map(project).transpose()? else {
+            return Err(StoreError::NotFound(format!("project {project_id}")));
+        };
+        sqlx::query("UPDATE projects SET name = ? WHERE id = ?")
+            .bind(name)
+            .bind(project_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| {
+                conflict_or_backend(e, || format!("a project named {name:?} already exists in this workspace"))
+            })?;
+        tx.commit().await.map_err(backend)?;
+        p.name = name.to_string();
+        Ok(p)
+    }
+
+    async fn delete_project(&self, account_id: &str, project_id: &str) -> Result<()> {
+        let mut tx = self.write().await?;
+        let exists: Option<String> = sqlx::query_scalar(
+            "SELECT p.id FROM projects p JOIN workspaces w ON w.id = p.workspace_id WHERE w.account_id = ? AND p.id = ?",
+        )
+        .bind(account_id)
+        .bind(project_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        if exists.is_none() {
+            return Err(StoreError::NotFound(format!("project {project_id}")));
+        }
+        let live: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sandboxes WHERE project_id = ? AND ended_at IS NULL")
+            .bind(project_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if live > 0 {
+            return Err(StoreError::NotEmpty(format!(
+                "project {project_id} still has {live} running sandbox(es); kill them first"
+            )));
+        }
+        sqlx::query("DELETE FROM sandboxes WHERE project_id = ?")
+            .bind(project_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        sqlx::query("DELETE FROM projects WHERE id = ?").bind(project_id).execute(&mut *tx).await.map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        Ok(())
+    }
+
+    async fn insert_key(&self, k: &KeyRecord) -> Result<()> {
+        let mut tx = self.write().await?;
+        insert_key_tx(&mut tx, k).await?;
+        tx.commit().await.map_err(backend)
+    }
+
+    async fn keys_by_prefix(&self, prefix: &str) -> Result<Vec<KeyRecord>> {
+        sqlx::query(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE prefix = ?"))
+            .bind(prefix)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?
+            .iter()
+            .map(key)
+            .collect()
+    }
+
+    async fn get_key(&self, account_id: &str, key_id: &str) -> Result<Option<KeyRecord>> {
+        sqlx::query(&format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys WHERE account_id = ? AND id = ? AND revoked_at IS NULL"
+        ))
+        .bind(account_id)
+        .bind(key_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend)?
+        .as_ref()
+        .map(key)
+        .transpose()
+    }
+
+    async fn list_keys(&self, account_id: &str) -> Result<Vec<KeyRecord>> {
+        sqlx::query(&format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys WHERE account_id = ? AND revoked_at IS NULL ORDER BY created_at, id"
+        ))
+        .bind(account_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(key)
+        .collect()
+    }
+
+    async fn revoke_key(&self, account_id: &str, key_id: &str, at: i64) -> Result<()> {
+        let mut tx = self.write().await?;
+        let row = sqlx::query(&format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys WHERE account_id = ? AND id = ? AND revoked_at IS NULL"
+        ))
+        .bind(account_id)
+        .bind(key_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let Some(k) = row.as_ref().map(key).transpose()? else {
+            return Err(StoreError::NotFound(format!("api key {key_id}")));
+        };
+        if k.scope.is_none() {
+            let others: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM api_keys WHERE account_id = ? AND id != ? AND revoked_at IS NULL \
+                 AND workspaces IS NULL AND projects IS NULL",
+            )
+            .bind(account_id)
+            .bind(key_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend)?;
+            if others == 0 {
+                return Err(StoreError::Conflict(format!(
+                    "api key {key_id} is the account's last unscoped key; create another unscoped key before revoking it"
+                )));
+            }
+        }
+        sqlx::query("UPDATE api_keys SET revoked_at = ? WHERE id = ?")
+            .bind(at)
+            .bind(key_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        tx.commit().await.map_err(backend)
+    }
+
+    async fn insert_sandbox(&self, s: &NewSandbox) -> Result<()> {
+        let metadata = serde_json::to_string(&s.metadata).map_err(json_err)?;
+        sqlx::query(
+            "INSERT INTO sandboxes (id, project_id, template, state, created_at, timeout_at, metadata) \
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&s.id)
+        .bind(&s.project_id)
+        .bind(&s.template)
+        .bind(&s.state)
+        .bind(s.created_at)
+        .bind(s.timeout_at)
+        .bind(metadata)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| match &e {
+            sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
+                StoreError::NotFound(format!("project {}", s.project_id))
+            }
+            _ => conflict_or_backend(e, || format!("sandbox {} already exists", s.id)),
+        })?;
+        Ok(())
+    }
+
+    async fn get_sandbox(&self, sandbox_id: &str) -> Result<Option<SandboxRecord>> {
+        sqlx::query(&format!("SELECT {SANDBOX_COLUMNS} WHERE s.id = ?"))
+            .bind(sandbox_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?
+            .as_ref()
+            .map(sandbox)
+            .transpose()
+    }
+
+    async fn list_sandboxes(
+        &self,
+        account_id: &str,
+        scope: Option<&Scope>,
+        filter: &SandboxFilter,
+    ) -> Result<Vec<SandboxRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SANDBOX_COLUMNS} WHERE w.account_id = ?1 AND (?2 IS NULL OR p.workspace_id = ?2) \
+             AND (?3 IS NULL OR s.project_id = ?3) AND (?4 OR s.ended_at IS NULL) ORDER BY s.created_at, s.id"
+        ))
+        .bind(account_id)
+        .bind(filter.workspace_id.as_deref())
+        .bind(filter.project_id.as_deref())
+        .bind(filter.include_ended)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let s = sandbox(r)?;
+            if crate::scope::sees_project(scope, &s.workspace_id, &s.project_id) {
+                out.push(s);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn set_sandbox_state(&self, sandbox_id: &str, state: &str) -> Result<()> {
+        let r = sqlx::query("UPDATE sandboxes SET state = ? WHERE id = ?")
+            .bind(state)
+            .bind(sandbox_id)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        if r.rows_affected() == 0 {
+            return Err(StoreError::NotFound(format!("sandbox {sandbox_id}")));
+        }
+        Ok(())
+    }
+
+    async fn set_sandbox_timeout(&self, sandbox_id: &str, timeout_at: Option<i64>) -> Result<()> {
+        let r = sqlx::query("UPDATE sandboxes SET timeout_at = ? WHERE id = ?")
+            .bind(timeout_at)
+            .bind(sandbox_id)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        if r.rows_affected() == 0 {
+            return Err(StoreError::NotFound(format!("sandbox {sandbox_id}")));
+        }
+        Ok(())
+    }
+
+    async fn end_sandbox(&self, sandbox_id: &str, at: i64, reason: &str) -> Result<bool> {
+        let mut tx = self.write().await?;
+        let ended: Option<Option<i64>> = sqlx::query_scalar("SELECT ended_at FROM sandboxes WHERE id = ?")
+            .bind(sandbox_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+        match ended {
+            None => Err(StoreError::NotFound(format!("sandbox {sandbox_id}"))),
+            Some(Some(_)) => Ok(false),
+            Some(None) => {
+                sqlx::query("UPDATE sandboxes SET ended_at = ?, end_reason = ? WHERE id = ?")
+                    .bind(at)
+                    .bind(reason)
+                    .bind(sandbox_id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                tx.commit().await.map_err(backend)?;
+                Ok(true)
+            }
+        }
+    }
+
+    async fn sandboxes_due(&self, now: i64) -> Result<Vec<SandboxRecord>> {
+        sqlx::query(&format!(
+            "SELECT {SANDBOX_COLUMNS} WHERE s.ended_at IS NULL AND s.timeout_at IS NOT NULL AND s.timeout_at <= ? \
+             ORDER BY s.timeout_at, s.id"
+        ))
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(sandbox)
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acc() -> AccountRecord {
+        AccountRecord { id: "acc_1".into(), email: "o@x".into(), plan: "free".into(), created_at: 1 }
+    }
+
+    fn k(id: &str, scope: Option<Scope>) -> KeyRecord {
+        KeyRecord {
+            id: id.into(),
+            account_id: "acc_1".into(),
+            name: id.into(),
+            prefix: format!("lz_{id}"),
+            hash: vec![7; 32],
+            scope,
+            created_at: 2,
+            revoked_at: None,
+        }
+    }
+
+    fn ws(id: &str, name: &str) -> WorkspaceRecord {
+        WorkspaceRecord {
+            id: id.into(),
+            account_id: "acc_1".into(),
+            name: name.into(),
+            slug: name.into(),
+            created_at: 3,
+        }
+    }
+
+    fn prj(id: &str, ws: &str, name: &str) -> ProjectRecord {
+        ProjectRecord { id: id.into(), workspace_id: ws.into(), name: name.into(), slug: name.into(), created_at: 4 }
+    }
+
+    fn sbx(id: &str, project: &str) -> NewSandbox {
+        NewSandbox {
+            id: id.into(),
+            project_id: project.into(),
+            template: "base".into(),
+            state: "running".into(),
+            created_at: 5,
+            timeout_at: Some(100),
+            metadata: BTreeMap::from([("a".into(), "b".into())]),
+        }
+    }
+
+    async fn seeded() -> SqliteStore {
+        let s = SqliteStore::memory().await.unwrap();
+        assert!(s.bootstrap(&acc(), &k("key_root", None)).await.unwrap());
+        s
+    }
+
+    #[tokio::test]
+    async fn bootstrap_happens_once() {
+        let s = seeded().await;
+        assert!(!s.bootstrap(&acc(), &k("key_other", None)).await.unwrap());
+        assert_eq!(s.list_keys("acc_1").await.unwrap().len(), 1);
+        assert_eq!(s.schema_version().await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn migrations_are_idempotent_and_refuse_newer_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(dir.path()).await.unwrap();
+        drop(s);
+        let s = SqliteStore::open(dir.path()).await.unwrap();
+        assert_eq!(s.schema_version().await.unwrap(), 1);
+        sqlx::query("INSERT INTO lizard_schema VALUES (999, 'future', 0)").execute(&s.pool).await.unwrap();
+        drop(s);
+        assert!(matches!(SqliteStore::open(dir.path()).await, Err(StoreError::SchemaTooNew { found: 999, .. })));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join(DB_FILE)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[tokio::test]
+    async fn scopes_round_trip() {
+        let s = seeded().await;
+        let scoped = k("key_s", Some(Scope::new(["ws_a"], Vec::<String>::new())));
+        s.insert_key(&scoped).await.unwrap();
+        let got = s.keys_by_prefix("lz_key_s").await.unwrap();
+        assert_eq!(got, vec![scoped]);
+        assert_eq!(s.get_key("acc_1", "key_root").await.unwrap().unwrap().scope, None);
+        assert_eq!(s.get_key("acc_other", "key_root").await.unwrap(), None, "other account");
+    }
+
+    #[tokio::test]
+    async fn duplicates_conflict_per_parent() {
+        let s = seeded().await;
+        s.insert_workspace(&ws("ws_a", "a")).await.unwrap();
+        assert!(matches!(s.insert_workspace(&ws("ws_b", "a")).await, Err(StoreError::Conflict(_))));
+        s.insert_workspace(&ws("ws_b", "b")).await.unwrap();
+        s.insert_project("acc_1", &prj("prj_1", "ws_a", "p")).await.unwrap();
+        assert!(matches!(s.insert_project("acc_1", &prj("prj_2", "ws_a", "p")).await, Err(StoreError::Conflict(_))));
+        s.insert_project("acc_1", &prj("prj_2", "ws_b", "p")).await.unwrap();
+        assert!(matches!(s.insert_project("acc_x", &prj("prj_3", "ws_b", "q")).await, Err(StoreError::NotFound(_))));
+        s.insert_project("acc_1", &prj("prj_3", "ws_b", "q")).await.unwrap();
+        assert!(matches!(s.rename_project("acc_1", "prj_3", "p").await, Err(StoreError::Conflict(_))));
+        let r = s.rename_project("acc_1", "prj_3", "Q2").await.unwrap();
+        assert_eq!((r.name.as_str(), r.slug.as_str()), ("Q2", "q"));
+    }
+
+    #[tokio::test]
+    async fn deletes_refuse_non_empty_and_force_returns_live_sandboxes() {
+        let s = seeded().await;
+        s.insert_workspace(&ws("ws_a", "a")).await.unwrap();
+        s.insert_project("acc_1", &prj("prj_1", "ws_a", "p")).await.unwrap();
+        s.insert_sandbox(&sbx("sb_1", "prj_1")).await.unwrap();
+        s.insert_sandbox(&sbx("sb_2", "prj_1")).await.unwrap();
+        assert!(s.end_sandbox("sb_2", 9, "killed").await.unwrap());
+        assert!(!s.end_sandbox("sb_2", 10, "timeout").await.unwrap(), "first reason wins");
+        assert!(matches!(s.insert_sandbox(&sbx("sb_3", "prj_nope")).await, Err(StoreError::NotFound(_))));
+
+        assert!(matches!(s.delete_project("acc_1", "prj_1").await, Err(StoreError::NotEmpty(_))));
+        assert!(matches!(s.delete_workspace("acc_1", "ws_a", false).await, Err(StoreError::NotEmpty(_))));
+        assert!(matches!(s.delete_workspace("acc_x", "ws_a", true).await, Err(StoreError::NotFound(_))));
+        let removed = s.delete_workspace("acc_1", "ws_a", true).await.unwrap();
+        assert_eq!(removed.live_sandboxes.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["sb_1"]);
+        assert_eq!(s.get_sandbox("sb_1").await.unwrap(), None);
+        assert!(s.list_projects("acc_1", None).await.unwrap().is_empty());
+        assert!(s.list_workspaces("acc_1").await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn project_delete_after_sandboxes_end() {
+        let s = seeded().await;
+        s.insert_workspace(&ws("ws_a", "a")).await.unwrap();
+        s.insert_project("acc_1", &prj("prj_1", "ws_a", "p")).await.unwrap();
+        s.insert_sandbox(&sbx("sb_1", "prj_1")).await.unwrap();
+        s.end_sandbox("sb_1", 9, "killed").await.unwrap();
+        s.delete_project("acc_1", "prj_1").await.unwrap();
+        s.delete_workspace("acc_1", "ws_a", false).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn sandboxes_by_scope_and_due() {
+        let s = seeded().await;
+        s.insert_workspace(&ws("ws_a", "a")).await.unwrap();
+        s.insert_workspace(&ws("ws_b", "b")).await.unwrap();
+        s.insert_project("acc_1", &prj("prj_1", "ws_a", "p")).await.unwrap();
+        s.insert_project("acc_1", &prj("prj_2", "ws_b", "p")).await.unwrap();
+        s.insert_sandbox(&sbx("sb_1", "prj_1")).await.unwrap();
+        s.insert_sandbox(&sbx("sb_2", "prj_2")).await.unwrap();
+        let all = s.list_sandboxes("acc_1", None, &SandboxFilter::default()).await.unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].workspace_id, "ws_a");
+        assert_eq!(all[0].metadata.get("a").map(String::as_str), Some("b"));
+        let scope = Scope::new(Vec::<String>::new(), ["prj_2"]);
+        let seen = s.list_sandboxes("acc_1", Some(&scope), &SandboxFilter::default()).await.unwrap();
+        assert_eq!(seen.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["sb_2"]);
+        let f = SandboxFilter { workspace_id: Some("ws_a".into()), ..Default::default() };
+        assert_eq!(s.list_sandboxes("acc_1", None, &f).await.unwrap().len(), 1);
+        assert!(s.list_sandboxes("acc_other", None, &SandboxFilter::default()).await.unwrap().is_empty());
+
+        s.set_sandbox_timeout("sb_2", Some(1000)).await.unwrap();
+        s.set_sandbox_state("sb_1", "paused").await.unwrap();
+        assert_eq!(s.get_sandbox("sb_1").await.unwrap().unwrap().state, "paused");
+        assert_eq!(s.sandboxes_due(500).await.unwrap().iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["sb_1"]);
+        s.end_sandbox("sb_1", 600, "timeout").await.unwrap();
+        assert!(s.sandboxes_due(500).await.unwrap().is_empty());
+        assert_eq!(s.list_sandboxes("acc_1", None, &SandboxFilter::default()).await.unwrap().len(), 1);
+        let f = SandboxFilter { include_ended: true, ..Default::default() };
+        assert_eq!(s.list_sandboxes("acc_1", None, &f).await.unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn last_unscoped_key_cannot_be_revoked() {
+        let s = seeded().await;
+        assert!(matches!(s.revoke_key("acc_1", "key_root", 5).await, Err(StoreError::Conflict(_))));
+        s.insert_key(&k("key_two", None)).await.unwrap();
+        s.revoke_key("acc_1", "key_root", 5).await.unwrap();
+        assert!(matches!(s.revoke_key("acc_1", "key_root", 6).await, Err(StoreError::NotFound(_))));
+        assert_eq!(s.keys_by_prefix("lz_key_root").await.unwrap()[0].revoked_at, Some(5));
+        assert_eq!(s.get_key("acc_1", "key_root").await.unwrap(), None);
+    }
+}
