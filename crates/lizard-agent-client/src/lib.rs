@@ -8,13 +8,16 @@
 //! [`AgentClient::closed`] resolves.
 //!
 //! Exec output and file contents stream in both directions under HTTP/2 flow control:
-//! neither side holds a whole file or a whole command's output.
+//! neither side holds a whole file or a whole command's output. [`AgentClient::connect_tcp`]
+//! opens a TCP connection to a port inside the guest, carried on the same channel.
 
 mod error;
 mod exec;
+mod tunnel;
 
 pub use error::ClientError;
 pub use exec::{ExecEvent, ExecOutput, ExecStream};
+pub use tunnel::TcpTunnel;
 pub use lizard_agent_proto::handshake::Secret;
 pub use lizard_agent_proto::types::{
     AgentError, ErrorCode, ExecRequest, ExitStatus, FileEntry, FileType, Health, WriteResult,
@@ -53,8 +56,8 @@ pub type NoStdin = futures_util::stream::Empty<Bytes>;
 type ReqBody = UnsyncBoxBody<Bytes, std::io::Error>;
 
 /// A connection to one agent. Clone freely; all clones share the connection, which closes
-/// once every clone and every response still being read ([`ExecStream`], [`ReadFile`]) is
-/// dropped. A virtio-serial channel has one peer at a time, so drop all of them before
+/// once every clone and every response still being read ([`ExecStream`], [`ReadFile`]) or
+/// tunnel still open ([`TcpTunnel`]) is dropped. A virtio-serial channel has one peer at a time, so drop all of them before
 /// connecting again.
 #[derive(Clone)]
 pub struct AgentClient {
@@ -224,6 +227,28 @@ impl AgentClient {
         self.call(Method::POST, file_uri(routes::FILES_MKDIR, path), empty()).await.map(drop)
     }
 
+    /// Open a TCP connection to `port` on the guest's loopback (`127.0.0.1`, or `::1`
+    /// for a service bound only there), tunnelled through the agent. Fails with
+    /// [`ErrorCode::ConnectionRefused`] when nothing listens there, and with
+    /// [`ErrorCode::InvalidArgument`] for port 0. Any number of tunnels may be open at
+    /// once, next to execs and file transfers.
+    pub async fn connect_tcp(&self, port: u16) -> Result<TcpTunnel, ClientError> {
+        let req = Request::builder()
+            .method(Method::CONNECT)
+            .uri(routes::tunnel_authority(port))
+            .body(empty())
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let resp = self.send(req).await?;
+        if resp.status() != StatusCode::OK {
+            // hyper hands over the stream only on exactly 200.
+            return Err(ClientError::Protocol(format!("CONNECT answered {}", resp.status())));
+        }
+        match hyper::upgrade::on(resp).await {
+            Ok(upgraded) => Ok(TcpTunnel::new(upgraded, port)),
+            Err(e) => Err(self.conn.classify(e).await),
+        }
+    }
+
     /// Send one request; a non-success answer becomes [`ClientError::Agent`].
     async fn call(
         &self,
@@ -236,6 +261,11 @@ impl AgentClient {
             .uri(format!("http://lizard-agent{path_and_query}"))
             .body(body)
             .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        self.send(req).await
+    }
+
+    /// Send a built request; a non-success answer becomes [`ClientError::Agent`].
+    async fn send(&self, req: Request<ReqBody>) -> Result<Response<Incoming>, ClientError> {
         let mut tx = self.tx.clone();
         if let Err(e) = tx.ready().await {
             return Err(self.conn.classify(e).await);
@@ -318,6 +348,8 @@ mod tests {
         fn assert_send<T: Send>() {}
         assert_send::<ExecStream>();
         assert_send::<ReadFile>();
+        fn assert_stream<T: AsyncRead + AsyncWrite + Send + Unpin + 'static>() {}
+        assert_stream::<TcpTunnel>();
     }
 
     #[test]

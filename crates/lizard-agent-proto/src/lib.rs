@@ -13,7 +13,8 @@
 //!    concurrent operations over the one stream, with per-stream flow control so that
 //!    100 MB files stream without being buffered whole on either side.
 //! 4. **Operations**: the routes in [`routes`], JSON types in [`types`], and the framed
-//!    exec stream in [`frame`].
+//!    exec stream in [`frame`]; TCP tunnels to ports in the guest are HTTP/2 `CONNECT`
+//!    streams ([`routes`] walks through them).
 //!
 //! After a snapshot restore the host side of the transport is a new connection: the agent
 //! sees the old session end, drops it, and waits for the next handshake. Nothing in the

@@ -9,8 +9,38 @@
 //! | DELETE | [`FILES`]`?path=`   | –                           | – (204), recursive       |
 //! | GET    | [`FILES_LIST`]`?path=` | –                        | `[FileEntry]`            |
 //! | POST   | [`FILES_MKDIR`]`?path=` | –                       | – (204), with parents    |
+//! | CONNECT | authority `127.0.0.1:<port>` | raw TCP bytes, host → guest | raw TCP bytes, guest → host |
 //!
 //! Every failure answers with a 4xx/5xx status and a JSON [`crate::types::AgentError`].
+//!
+//! # TCP tunnels
+//!
+//! The guest has no network device, so ports inside it (a dev server, a WebSocket
+//! endpoint) are reached through the agent. A tunnel is a plain HTTP/2 `CONNECT` stream
+//! (RFC 9113 §8.5), not extended CONNECT and not a request/response body pair: CONNECT
+//! is HTTP/2's own way to turn one stream into a full-duplex byte pipe, hyper supports it
+//! on both ends (`hyper::upgrade::on`), and its END_STREAM flag maps exactly onto a TCP
+//! half-close, which a `POST` whose response could only start after the request ended
+//! could not give.
+//!
+//! 1. The host opens a stream with `:method = CONNECT` and `:authority =
+//!    127.0.0.1:<port>` ([`tunnel_authority`]); no `:scheme`, no `:path`, no body yet.
+//! 2. The agent checks the authority ([`parse_tunnel_authority`]): only the guest's own
+//!    loopback is reachable (host [`TUNNEL_HOST`]), port 1..=65535; anything else is
+//!    400 `INVALID_ARGUMENT`. The tunnel grants nothing a process in the guest could not
+//!    already do, and cannot be pointed anywhere else.
+//! 3. The agent connects to that port in the guest. Nothing listening: 502
+//!    `CONNECTION_REFUSED` with the usual JSON error body, and the stream ends.
+//! 4. Connected: the agent answers `200` with no body. From then on the stream's DATA
+//!    frames carry the connection's bytes, in both directions at once, under HTTP/2 flow
+//!    control (a slow reader on either end stops the writer; nothing piles up).
+//! 5. END_STREAM from one side is a half-close (TCP FIN) in that direction only; the
+//!    other direction keeps flowing until it ends too. The agent sends END_STREAM when
+//!    the guest's socket reads EOF, and shuts the socket's write side when the host's
+//!    END_STREAM arrives. A reset (RST_STREAM) on either side aborts the connection.
+//!
+//! Tunnels are ordinary streams of the one session: any number run at once next to execs
+//! and file transfers, and all of them end with the session.
 
 pub const HEALTH: &str = "/v1/health";
 pub const EXEC: &str = "/v1/exec";
@@ -20,3 +50,54 @@ pub const FILES_MKDIR: &str = "/v1/files/mkdir";
 
 /// Content type of a framed exec stream.
 pub const FRAMES_CONTENT_TYPE: &str = "application/vnd.lizard.frames";
+
+/// The only host a tunnel may name: the guest's own loopback.
+pub const TUNNEL_HOST: &str = "127.0.0.1";
+
+/// The `:authority` of a tunnel to `port` in the guest.
+pub fn tunnel_authority(port: u16) -> String {
+    format!("{TUNNEL_HOST}:{port}")
+}
+
+/// Why a tunnel's authority is unacceptable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TunnelTargetError {
+    /// Only the guest's loopback is reachable through a tunnel.
+    #[error("tunnels reach only {TUNNEL_HOST}:<port> in the guest, not {0:?}")]
+    Host(String),
+    /// The port is missing, not a number, or 0.
+    #[error("tunnel port must be 1..=65535, got {0:?}")]
+    Port(String),
+}
+
+/// The guest port a tunnel's `:authority` names; see [`tunnel_authority`].
+pub fn parse_tunnel_authority(authority: &str) -> Result<u16, TunnelTargetError> {
+    let Some((host, port)) = authority.rsplit_once(':') else {
+        return Err(TunnelTargetError::Port(String::new()));
+    };
+    if host != TUNNEL_HOST {
+        return Err(TunnelTargetError::Host(host.to_string()));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p != 0 && port.bytes().all(|b| b.is_ascii_digit()) => Ok(p),
+        _ => Err(TunnelTargetError::Port(port.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tunnel_authorities_round_trip_and_stay_on_loopback() {
+        assert_eq!(tunnel_authority(3000), "127.0.0.1:3000");
+        assert_eq!(parse_tunnel_authority(&tunnel_authority(3000)), Ok(3000));
+        assert_eq!(parse_tunnel_authority("127.0.0.1:65535"), Ok(65535));
+        for bad in ["127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:", "127.0.0.1:+80", "127.0.0.1"] {
+            assert!(matches!(parse_tunnel_authority(bad), Err(TunnelTargetError::Port(_))), "{bad}");
+        }
+        for bad in ["10.0.0.1:80", "localhost:80", "[::1]:80", "127.0.0.2:80", "user@127.0.0.1:80"] {
+            assert!(matches!(parse_tunnel_authority(bad), Err(TunnelTargetError::Host(_))), "{bad}");
+        }
+    }
+}

@@ -101,6 +101,8 @@ pub enum ErrorCode {
     AlreadyExists,
     PermissionDenied,
     InvalidArgument,
+    /// Nothing accepted a connection to the port a TCP tunnel named.
+    ConnectionRefused,
     Internal,
 }
 
@@ -139,6 +141,8 @@ impl AgentError {
             ErrorCode::IsADirectory | ErrorCode::NotADirectory | ErrorCode::InvalidArgument => 400,
             ErrorCode::AlreadyExists => 409,
             ErrorCode::PermissionDenied => 403,
+            // The agent is a gateway here, and the upstream (the guest's port) failed.
+            ErrorCode::ConnectionRefused => 502,
             ErrorCode::Internal => 500,
         }
     }
@@ -163,5 +167,8 @@ mod tests {
         assert_eq!(AgentError::from_io(&e, "/x").http_status(), 404);
         let s = serde_json::to_string(&AgentError::new(ErrorCode::IsADirectory, "m")).unwrap();
         assert_eq!(s, r#"{"code":"IS_A_DIRECTORY","message":"m"}"#);
+        let e = AgentError::new(ErrorCode::ConnectionRefused, "127.0.0.1:1: refused");
+        assert_eq!(e.http_status(), 502);
+        assert!(serde_json::to_string(&e).unwrap().contains(r#""code":"CONNECTION_REFUSED""#));
     }
 }

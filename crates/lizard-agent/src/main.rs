@@ -7,6 +7,7 @@ mod init;
 mod reaper;
 mod server;
 mod transport;
+mod tunnel;
 mod users;
 
 use clap::{Parser, Subcommand};

@@ -6,7 +6,8 @@
 //! in the hyper connection and is dropped with it, so a host that reconnects (after a
 //! snapshot restore, say) starts from a clean slate.
 
-use crate::{exec, files};
+use crate::{exec, files, tunnel};
+use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -25,6 +26,10 @@ pub const STREAM_WINDOW: u32 = 4 << 20;
 pub const CONNECTION_WINDOW: u32 = 16 << 20;
 /// Largest HTTP/2 frame we accept; fewer, larger frames cost less per byte.
 pub const MAX_FRAME_SIZE: u32 = 1 << 20;
+/// Streams open at once. Tunnels are long-lived streams (a WebSocket stays open for
+/// hours), so the limit is far above hyper's default of 200, which open tunnels could
+/// otherwise exhaust and thereby block every exec behind them.
+pub const MAX_CONCURRENT_STREAMS: u32 = 4096;
 /// A host that connects must finish the handshake within this time.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -65,6 +70,7 @@ where
         .initial_connection_window_size(CONNECTION_WINDOW)
         .max_frame_size(MAX_FRAME_SIZE)
         .max_send_buf_size(MAX_FRAME_SIZE as usize)
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
         .serve_connection(TokioIo::new(io), service)
         .await?;
     Ok(())
@@ -78,8 +84,17 @@ pub fn router(state: AppState) -> Router {
         .route(routes::FILES, put(files::write).get(files::read).delete(files::remove))
         .route(routes::FILES_LIST, get(files::list))
         .route(routes::FILES_MKDIR, post(files::mkdir))
-        .fallback(|| async { AppError(AgentError::new(ErrorCode::NotFound, "no such route")) })
+        .fallback(fallback)
         .with_state(state)
+}
+
+/// Everything no route matched. HTTP/2 `CONNECT` requests (TCP tunnels) land here too:
+/// they carry an authority and no path, so no path route can match them.
+async fn fallback(req: Request) -> Response {
+    if req.method() == http::Method::CONNECT {
+        return tunnel::handle(req).await.into_response();
+    }
+    AppError(AgentError::new(ErrorCode::NotFound, "no such route")).into_response()
 }
 
 async fn health() -> Json<Health> {

@@ -150,6 +150,8 @@ impl NodeError {
                 A::IsADirectory | A::NotADirectory | A::InvalidArgument => ErrorCode::InvalidArgument,
                 A::AlreadyExists => ErrorCode::Conflict,
                 A::PermissionDenied => ErrorCode::Forbidden,
+                // Nothing listens on the guest port a tunnel named.
+                A::ConnectionRefused => ErrorCode::Unavailable,
                 A::Internal => ErrorCode::Internal,
             },
             NodeError::Image(_) | NodeError::Io { .. } => ErrorCode::Internal,
@@ -225,6 +227,15 @@ impl Node {
             let _ = std::fs::remove_dir_all(&dir);
             self.bury(&id, "lost: the node restarted while it ran".into());
         }
+    }
+
+    /// Take a sandbox out of the map, recording why in the same step, so that no lookup
+    /// in between finds neither the sandbox nor the reason it is gone.
+    fn remove(&self, id: &str, why: &str) -> Option<Arc<Sandbox>> {
+        let mut map = self.sandboxes.write().unwrap();
+        let sandbox = map.remove(id)?;
+        self.bury(id, why.to_string());
+        Some(sandbox)
     }
 
     fn bury(&self, id: &str, why: String) {
@@ -335,12 +346,11 @@ impl Node {
         tokio::spawn(async move {
             let exit = sandbox.vm().wait().await;
             let Some(node) = node.upgrade() else { return };
-            let removed = node.sandboxes.write().unwrap().remove(&sandbox.id).is_some();
-            if removed {
-                let why = format!("its VM stopped unexpectedly (VMM exit {exit:?})");
+            let why = format!("its VM stopped unexpectedly (VMM exit {exit:?})");
+            // Killed on purpose, the sandbox is no longer in the map.
+            if node.remove(&sandbox.id, &why).is_some() {
                 tracing::warn!(id = %sandbox.id, "{why}");
                 sandbox.cleanup();
-                node.bury(&sandbox.id, why);
             }
         });
     }
@@ -358,8 +368,7 @@ impl Node {
     /// Stop a sandbox's VM and delete everything the node made for it (in its own task,
     /// so a caller that goes away cannot leave it half done).
     pub async fn kill(self: &Arc<Self>, id: &str) -> Result<()> {
-        let sandbox = self.sandboxes.write().unwrap().remove(id).ok_or_else(|| self.not_found(id))?;
-        self.bury(id, "killed".into());
+        let sandbox = self.remove(id, "killed").ok_or_else(|| self.not_found(id))?;
         tokio::spawn(async move {
             let result = sandbox.vm().kill().await;
             sandbox.cleanup();

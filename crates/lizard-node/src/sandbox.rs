@@ -258,6 +258,16 @@ impl Sandbox {
     pub async fn make_dir(&self, path: &str) -> Result<()> {
         self.agent.make_dir(path).await.map_err(|e| self.agent_error(e))
     }
+
+    /// A TCP connection to `port` on the guest's loopback, carried over the agent channel
+    /// (guests have no network device). This is what a reverse proxy for
+    /// `{id}-{port}.sandbox.…` URLs writes requests into: raw bytes both ways, so HTTP/1.1
+    /// keep-alive, streamed bodies and WebSocket upgrades pass through untouched.
+    /// Nothing listening there is [`lizard_api::ErrorCode::Unavailable`]; port 0 is
+    /// [`lizard_api::ErrorCode::InvalidArgument`].
+    pub async fn connect_port(&self, port: u16) -> Result<lizard_agent_client::TcpTunnel> {
+        self.agent.connect_tcp(port).await.map_err(|e| self.agent_error(e))
+    }
 }
 
 /// A qcow2 overlay whose backing file is the template's read-only image: the sandbox
