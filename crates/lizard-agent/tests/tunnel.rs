@@ -194,10 +194,41 @@ async fn an_abandoned_tunnel_releases_the_guest_socket() {
     }
     drop(t);
     assert_eq!(tokio::time::timeout(LIMIT, eof_rx).await.unwrap().unwrap(), b"x");
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // The client lingers for the guest side's end (5 s), then resets; the agent notices
+    // the reset within a second although this server never writes.
+    let deadline = Instant::now() + Duration::from_secs(15);
     while fd_count(agent.pid()) > baseline {
         assert!(Instant::now() < deadline, "the agent kept the socket of an abandoned tunnel");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_written_just_before_a_drop_arrive() {
+    let agent = Agent::start();
+    let client = agent.connect().await;
+    // Counts what each connection sends until EOF, then closes it.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (count_tx, mut counts) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let count_tx = count_tx.clone();
+            tokio::spawn(async move {
+                let mut all = vec![];
+                let r = conn.read_to_end(&mut all).await;
+                let _ = count_tx.send((all.len(), r.is_ok()));
+            });
+        }
+    });
+    const SIZE: usize = 1 << 20;
+    for _ in 0..5 {
+        let mut t = client.connect_tcp(port).await.unwrap();
+        t.write_all(&vec![7u8; SIZE]).await.unwrap();
+        drop(t); // like closing a socket: what was written still goes out
+        let got = tokio::time::timeout(LIMIT, counts.recv()).await.unwrap().unwrap();
+        assert_eq!(got, (SIZE, true));
     }
 }
 
