@@ -6,7 +6,7 @@
 //! lost, unlike with a socket, whose `close` still delivers them. So a tunnel dropped
 //! before both directions ended closes the way a socket does: its write side is shut
 //! (queued bytes go out, the guest reads EOF) and the stream is held, discarding what
-//! still arrives, until the guest side ends too or [`LINGER`] passes.
+//! still arrives, until the guest side ends too or [`TcpTunnel::LINGER`] passes.
 
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
@@ -16,16 +16,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-/// How long a dropped tunnel waits for the guest side to end before it resets.
-pub const LINGER: Duration = Duration::from_secs(5);
-
 /// A TCP connection to a port on the guest's loopback, from [`crate::AgentClient::connect_tcp`].
 ///
 /// Use it like a `TcpStream`: reads return what the guest's socket sent, and 0 once it
 /// shut down its write side (or closed); writes go to the guest's socket under HTTP/2
 /// flow control. `shutdown` half-closes (the guest reads EOF) and keeps reading
 /// possible. Dropping it closes the connection like closing a socket: what was written
-/// is still delivered (see [`LINGER`]). The tunnel keeps working after the
+/// is still delivered (see [`TcpTunnel::LINGER`]). The tunnel keeps working after the
 /// [`crate::AgentClient`] it came from is dropped, until the channel itself goes away,
 /// when reads and writes fail.
 pub struct TcpTunnel {
@@ -39,6 +36,9 @@ pub struct TcpTunnel {
 }
 
 impl TcpTunnel {
+    /// How long a dropped tunnel waits for the guest side to end before it resets.
+    pub const LINGER: Duration = Duration::from_secs(5);
+
     pub(crate) fn new(upgraded: Upgraded, port: u16) -> TcpTunnel {
         TcpTunnel { io: Some(TokioIo::new(upgraded)), port, read_done: false, write_done: false }
     }
@@ -104,7 +104,7 @@ impl Drop for TcpTunnel {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let (read_done, write_done) = (self.read_done, self.write_done);
         runtime.spawn(async move {
-            let _ = tokio::time::timeout(LINGER, linger(io, read_done, write_done)).await;
+            let _ = tokio::time::timeout(TcpTunnel::LINGER, linger(io, read_done, write_done)).await;
         });
     }
 }
