@@ -27,6 +27,9 @@ pub mod paths {
     pub fn files_mkdir(id: &str) -> String {
         format!("/v1/sandboxes/{id}/files/mkdir")
     }
+    pub fn timeout(id: &str) -> String {
+        format!("/v1/sandboxes/{id}/timeout")
+    }
 }
 
 /// `POST /v1/sandboxes`.
@@ -46,6 +49,7 @@ pub struct CreateSandboxRequest {
 }
 
 /// Lifecycle state of a sandbox.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxState {
@@ -54,6 +58,7 @@ pub enum SandboxState {
 }
 
 /// A sandbox as the API shows it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxInfo {
@@ -66,9 +71,57 @@ pub struct SandboxInfo {
     pub started_at: String,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
+    /// The project it runs in and is billed to (control plane only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// When the sandbox will be killed unless its timeout is changed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<String>,
+    /// Suffix of its public hosts: port P is served at `{sandboxId}-{P}.{domain}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+}
+
+/// `POST /v1/sandboxes` on the control plane.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NewSandboxRequest {
+    pub template: String,
+    /// The project by id, slug or name (one of `project` or `projectId` is required).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// The project's exact id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// Lifetime from now; the sandbox is killed when it passes (default 5 minutes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Environment for every process in the sandbox.
+    #[serde(default, alias = "envs", skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    /// An API key placed in the sandbox as `LIZARD_API_KEY`, for the CLI inside.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lizard_token: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpus: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u32>,
+}
+
+/// `POST /v1/sandboxes/{id}/timeout`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SetTimeoutRequest {
+    /// New lifetime, counted from now.
+    pub timeout_ms: u64,
 }
 
 /// `POST /v1/sandboxes/{id}/exec`. Exactly one of `cmd` (run by `/bin/sh -c`) or `argv`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExecRequest {
@@ -91,6 +144,7 @@ pub struct ExecRequest {
 
 /// Result of a buffered exec (the SDKs' ProcessResult). Output is UTF-8 (lossy); use the
 /// streaming form for exact bytes.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ProcessResult {

@@ -3,7 +3,7 @@
 //! Local mode serves this on a Unix socket readable only by its owner. The control plane
 //! serves the same operations behind authentication.
 
-use crate::{Node, NodeError};
+use crate::{Node, NodeError, Sandbox};
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
@@ -31,7 +31,7 @@ impl IntoResponse for AppError {
     }
 }
 
-type Result<T> = std::result::Result<T, AppError>;
+pub type Result<T, E = AppError> = std::result::Result<T, E>;
 
 pub fn router(node: Arc<Node>) -> Router {
     Router::new()
@@ -46,7 +46,7 @@ pub fn router(node: Arc<Node>) -> Router {
 }
 
 /// Parse a JSON body with our error shape (axum's own rejection is plain text).
-fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     serde_json::from_slice(bytes).map_err(|e| {
         AppError(lizard_api::ApiError::new(lizard_api::ErrorCode::InvalidArgument, format!("invalid request body: {e}")))
     })
@@ -85,8 +85,13 @@ async fn exec(
     body: axum::body::Bytes,
 ) -> Result<Response> {
     let req: ExecRequest = parse_json(&body)?;
-    let sandbox = node.get(&id)?;
-    if q.stream {
+    exec_response(&node.get(&id)?, req, q.stream).await
+}
+
+/// Run `req` and answer with a [`ProcessResult`], or with exec frames as the command
+/// runs when `stream` (shared with the control plane's route).
+pub async fn exec_response(sandbox: &Arc<Sandbox>, req: ExecRequest, stream: bool) -> Result<Response> {
+    if stream {
         let frames = sandbox.exec_frames(req).await?;
         let body = Body::from_stream(frames.map_ok(|f| f.to_bytes()));
         Ok(([(header::CONTENT_TYPE, lizard_agent_proto::routes::FRAMES_CONTENT_TYPE)], body).into_response())
@@ -105,7 +110,12 @@ struct PathQuery {
 
 async fn read_file(State(node): State<Arc<Node>>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> Result<Response> {
     let sandbox = node.get(&id)?;
-    let (len, stream) = sandbox.read_file(&q.path).await?;
+    read_file_response(&sandbox, &q.path).await
+}
+
+/// Stream a file out of the sandbox as the response body, with its length when known.
+pub async fn read_file_response(sandbox: &Sandbox, path: &str) -> Result<Response> {
+    let (len, stream) = sandbox.read_file(path).await?;
     let mut resp = Body::from_stream(stream).into_response();
     if let Some(len) = len {
         resp.headers_mut().insert(header::CONTENT_LENGTH, len.into());

@@ -112,6 +112,9 @@ impl Sandbox {
             memory_mib: self.memory_mib,
             started_at: humantime::format_rfc3339_millis(self.started_at).to_string(),
             metadata: self.metadata.clone(),
+            project_id: None,
+            end_at: None,
+            domain: None,
         }
     }
 

@@ -9,6 +9,7 @@ pub mod account;
 pub mod keys;
 pub mod projects;
 pub mod regions;
+pub mod sandboxes;
 pub mod workspaces;
 
 use crate::state::ServerState;
@@ -34,6 +35,31 @@ where
         .routes(routes!(account::whoami))
         .routes(routes!(account::account))
         .routes(routes!(regions::list))
+}
+
+/// State of the full API: the tenancy core plus the node that runs the sandboxes.
+#[derive(Clone)]
+pub struct AppState {
+    pub server: ServerState,
+    pub node: std::sync::Arc<lizard_node::Node>,
+}
+
+impl FromRef<AppState> for ServerState {
+    fn from_ref(s: &AppState) -> ServerState {
+        s.server.clone()
+    }
+}
+
+/// Every route: tenancy and sandboxes.
+pub fn all_routes() -> OpenApiRouter<AppState> {
+    routes::<AppState>()
+        .routes(routes!(sandboxes::create, sandboxes::list))
+        .routes(routes!(sandboxes::get, sandboxes::kill))
+        .routes(routes!(sandboxes::set_timeout))
+        .routes(routes!(sandboxes::exec))
+        .routes(routes!(sandboxes::read_file, sandboxes::write_file, sandboxes::remove))
+        .routes(routes!(sandboxes::list_dir))
+        .routes(routes!(sandboxes::make_dir))
 }
 
 pub(crate) fn workspace_json(w: WorkspaceRecord) -> lizard_api::Workspace {

@@ -1,0 +1,58 @@
+//! `lizard server`: the control plane and, in the default single-machine mode, the node
+//! in the same process.
+//!
+//! Sandboxes do not outlive the process: on shutdown the node kills them and their
+//! records are ended ("server stopped"); records a crashed process left running are ended
+//! at the next start ("lost: the server restarted") while the node sweeps their VMs.
+
+use crate::api::{self, AppState};
+use crate::{ServerConfig, ServerError};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// What `lizard server` runs.
+pub struct RunOptions {
+    pub server: ServerConfig,
+    pub node: lizard_node::NodeConfig,
+    /// Where the sandbox-URL proxy listens (`None`: no proxy).
+    pub proxy_listen: Option<SocketAddr>,
+}
+
+/// Serve the API until `shutdown` resolves; print `LIZARD_API_KEY=<key>` on stdout on the
+/// very first start.
+pub async fn run(opts: RunOptions, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
+    let server = crate::open(opts.server).await?;
+    if let Some(key) = server.initial_key() {
+        println!("LIZARD_API_KEY={key}");
+    }
+    let node = lizard_node::Node::start(opts.node)
+        .await
+        .map_err(|e| ServerError::Io { context: "start the node".into(), source: std::io::Error::other(e.to_string()) })?;
+    let state = AppState {
+        server: server.state().clone().with_reaper(Arc::new(api::sandboxes::NodeReaper(node.clone()))),
+        node: node.clone(),
+    };
+    end_leftover_records(&state, "lost: the server restarted").await;
+    let listener = server.bind().await?;
+    tracing::info!("API on http://{}", listener.local_addr().map(|a| a.to_string()).unwrap_or_default());
+    let reaper = tokio::spawn(api::sandboxes::reap_expired(state.clone()));
+    let router = crate::build_router(state.clone(), api::all_routes());
+    let result = crate::serve(listener, router, shutdown).await;
+    reaper.abort();
+    node.shutdown().await;
+    end_leftover_records(&state, "server stopped").await;
+    result
+}
+
+/// End the records of sandboxes this process does not run.
+async fn end_leftover_records(state: &AppState, reason: &str) {
+    let store = &state.server.store;
+    match store.sandboxes_due(i64::MAX).await {
+        Ok(live) => {
+            for s in live.into_iter().filter(|s| state.node.get(&s.id).is_err()) {
+                let _ = store.end_sandbox(&s.id, crate::ids::now_ms(), reason).await;
+            }
+        }
+        Err(e) => tracing::warn!("cannot list sandbox records: {e}"),
+    }
+}

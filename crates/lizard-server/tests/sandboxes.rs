@@ -1,0 +1,163 @@
+//! Sandboxes through the control plane, with real microVMs: projects by name, scoped
+//! keys, the token placed in the guest, timeouts, and forced workspace deletes.
+
+use lizard_server::api::{self, AppState};
+use lizard_server::ServerConfig;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn image_root() -> PathBuf {
+    std::env::var_os("LIZARD_TEST_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/lizard-test-data"))
+}
+
+struct Api {
+    base: String,
+    client: reqwest::Client,
+    state: AppState,
+    _dir: tempfile::TempDir,
+}
+
+impl Api {
+    async fn start() -> (Api, String) {
+        let dir = tempfile::Builder::new().prefix("lizard-server-test-").tempdir().unwrap();
+        let mut config = ServerConfig::new(dir.path());
+        config.listen = "127.0.0.1:0".parse().unwrap();
+        let server = lizard_server::open(config).await.unwrap();
+        let key = server.initial_key().unwrap().to_string();
+        let mut node_config = lizard_node::NodeConfig::new(dir.path().join("node"));
+        node_config.image_root = image_root();
+        let node = lizard_node::Node::start(node_config).await.unwrap();
+        let state = AppState {
+            server: server.state().clone().with_reaper(std::sync::Arc::new(api::sandboxes::NodeReaper(node.clone()))),
+            node,
+        };
+        let listener = server.bind().await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(api::sandboxes::reap_expired(state.clone()));
+        let router = lizard_server::build_router(state.clone(), api::all_routes());
+        tokio::spawn(lizard_server::serve(listener, router, std::future::pending()));
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        (Api { base, client, state, _dir: dir }, key)
+    }
+
+    async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self.client.request(method.parse().unwrap(), format!("{}{path}", self.base)).header("x-api-key", key);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.unwrap();
+        let v = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+        if status >= 400 {
+            assert!(v["code"].is_string() && v["message"].is_string(), "{method} {path}: {status} {v}");
+        }
+        (status, v)
+    }
+
+    async fn ok(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> Value {
+        let (status, v) = self.call(method, path, key, body).await;
+        assert!((200..300).contains(&status), "{method} {path}: {status} {v}");
+        v
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sandboxes_behind_scopes_timeouts_and_forced_deletes() {
+    let (api, owner) = Api::start().await;
+    let w1 = api.ok("POST", "/v1/workspaces", &owner, Some(json!({"name": "w1"}))).await;
+    let w2 = api.ok("POST", "/v1/workspaces", &owner, Some(json!({"name": "w2"}))).await;
+    let p1 = api.ok("POST", "/v1/projects", &owner, Some(json!({"workspaceId": w1["id"], "name": "p1"}))).await;
+    let k1 = api.ok("POST", "/v1/api-keys", &owner, Some(json!({"name": "u1", "workspaces": [w1["id"]]}))).await;
+    let k2 = api.ok("POST", "/v1/api-keys", &owner, Some(json!({"name": "u2", "workspaces": [w2["id"]]}))).await;
+    let (k1, k2) = (k1["key"].as_str().unwrap().to_string(), k2["key"].as_str().unwrap().to_string());
+
+    // Bad requests fail before any VM boots.
+    for (body, code) in [
+        (json!({"template": "base"}), "INVALID_ARGUMENT"),
+        (json!({"template": "base", "project": "p1", "bogus": 1}), "INVALID_ARGUMENT"),
+        (json!({"template": "nope", "project": "p1"}), "INVALID_ARGUMENT"),
+        (json!({"template": "base", "project": "p1", "lizardToken": "lz_forged"}), "INVALID_ARGUMENT"),
+        (json!({"template": "base", "project": "p1", "timeoutMs": 0}), "INVALID_ARGUMENT"),
+        (json!({"template": "base", "project": "p1"}), "NOT_FOUND"), // with k2: outside its scope
+    ] {
+        let key = if code == "NOT_FOUND" { &k2 } else { &owner };
+        let (_, v) = api.call("POST", "/v1/sandboxes", key, Some(body.clone())).await;
+        assert_eq!(v["code"], code, "{body}: {v}");
+    }
+    assert!(api.state.node.list().is_empty());
+
+    // Created by project name with a scoped token inside.
+    let s = api
+        .ok(
+            "POST",
+            "/v1/sandboxes",
+            &k1,
+            Some(json!({"template": "base", "project": "p1", "timeoutMs": 120000, "env": {"A": "1"}, "lizardToken": k1})),
+        )
+        .await;
+    let id = s["sandboxId"].as_str().unwrap().to_string();
+    assert_eq!(s["projectId"], p1["id"]);
+    assert_eq!(s["domain"], "sandbox.local.lizard.localhost");
+    let r = api.ok("POST", &format!("/v1/sandboxes/{id}/exec"), &k1, Some(json!({"cmd": "echo $A $LIZARD_API_KEY"}))).await;
+    assert_eq!(r["stdout"], format!("1 {k1}\n"));
+    assert_eq!(r["exitCode"], 0);
+    let put = api
+        .client
+        .put(format!("{}/v1/sandboxes/{id}/files?path=/tmp/x.txt", api.base))
+        .header("x-api-key", &k1)
+        .body("data")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let got = api
+        .client
+        .get(format!("{}/v1/sandboxes/{id}/files?path=/tmp/x.txt", api.base))
+        .header("x-api-key", &owner)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.text().await.unwrap(), "data");
+
+    // Another workspace's key sees and touches nothing of it.
+    assert_eq!(api.call("GET", &format!("/v1/sandboxes/{id}"), &k2, None).await.0, 404);
+    assert_eq!(api.call("POST", &format!("/v1/sandboxes/{id}/exec"), &k2, Some(json!({"cmd": "true"}))).await.0, 404);
+    assert_eq!(api.call("DELETE", &format!("/v1/sandboxes/{id}"), &k2, None).await.0, 404);
+    assert_eq!(api.ok("GET", "/v1/sandboxes", &k2, None).await, json!([]));
+    assert_eq!(api.ok("GET", "/v1/sandboxes", &k1, None).await.as_array().unwrap().len(), 1);
+
+    // A shorter timeout: the reaper kills it, and it answers 404 with the reason.
+    api.ok("POST", &format!("/v1/sandboxes/{id}/timeout"), &k1, Some(json!({"timeoutMs": 1000}))).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, v) = api.call("GET", &format!("/v1/sandboxes/{id}"), &k1, None).await;
+        if status == 404 {
+            assert!(v["message"].as_str().unwrap().contains("timed out"), "{v}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the sandbox outlived its timeout");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(api.state.node.get(&id).is_err());
+
+    // A forced workspace delete kills what runs inside.
+    let s = api.ok("POST", "/v1/sandboxes", &owner, Some(json!({"template": "base", "projectId": p1["id"]}))).await;
+    let id2 = s["sandboxId"].as_str().unwrap().to_string();
+    let (status, v) = api.call("DELETE", &format!("/v1/workspaces/{}", w1["id"].as_str().unwrap()), &owner, None).await;
+    assert_eq!((status, v["code"].as_str()), (409, Some("CONFLICT")));
+    api.ok("DELETE", &format!("/v1/workspaces/{}?force=true", w1["id"].as_str().unwrap()), &owner, None).await;
+    assert!(api.state.node.get(&id2).is_err(), "forced delete left the VM running");
+    assert_eq!(api.call("GET", &format!("/v1/sandboxes/{id2}"), &owner, None).await.0, 404);
+
+    // The document lists the sandbox routes.
+    let doc = api.ok("GET", "/openapi.json", &owner, None).await;
+    for path in ["/v1/sandboxes", "/v1/sandboxes/{id}", "/v1/sandboxes/{id}/exec", "/v1/sandboxes/{id}/files", "/v1/sandboxes/{id}/timeout"] {
+        assert!(doc["paths"][path].is_object(), "{path} missing from /openapi.json");
+    }
+    api.state.node.shutdown().await;
+    assert!(std::fs::read_dir(api._dir.path().join("node/sandboxes")).unwrap().next().is_none(), "sandbox dirs left");
+}
