@@ -166,6 +166,8 @@ pub enum ErrorCode {
     Conflict,
     /// A guest did not become ready in time, or the VMM failed.
     BootFailed,
+    /// Nothing in the sandbox accepts connections on that port: 502.
+    PortClosed,
     Unavailable,
     Internal,
     /// The route is account-wide (billing, account usage, account details) and the key is
@@ -184,6 +186,7 @@ impl ErrorCode {
             ErrorCode::NotFound => 404,
             ErrorCode::Conflict => 409,
             ErrorCode::BootFailed => 502,
+            ErrorCode::PortClosed => 502,
             ErrorCode::Unavailable => 503,
             ErrorCode::Internal => 500,
             ErrorCode::AccountScopeRequired => 403,

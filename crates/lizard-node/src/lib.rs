@@ -151,7 +151,7 @@ impl NodeError {
                 A::AlreadyExists => ErrorCode::Conflict,
                 A::PermissionDenied => ErrorCode::Forbidden,
                 // Nothing listens on the guest port a tunnel named.
-                A::ConnectionRefused => ErrorCode::Unavailable,
+                A::ConnectionRefused => ErrorCode::PortClosed,
                 A::Internal => ErrorCode::Internal,
             },
             NodeError::Image(_) | NodeError::Io { .. } => ErrorCode::Internal,

@@ -20,7 +20,7 @@ async fn connect_when_listening(sbx: &Sandbox, port: u16) -> lizard_agent_client
     loop {
         match sbx.connect_port(port).await {
             Ok(t) => return t,
-            Err(e) if e.code() == ErrorCode::Unavailable && Instant::now() < deadline => {
+            Err(e) if e.code() == ErrorCode::PortClosed && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await
             }
             Err(e) => panic!("port {port} never came up: {e}"),
@@ -48,7 +48,7 @@ async fn guest_ports_are_reachable_through_the_agent() {
 
     // Nothing listens there (yet, or ever): a clear error, not a dead tunnel.
     let e = sbx.connect_port(3999).await.expect_err("a tunnel to a closed port");
-    assert_eq!(e.code(), ErrorCode::Unavailable, "{e}");
+    assert_eq!(e.code(), ErrorCode::PortClosed, "{e}");
     assert!(e.to_string().contains("3999"), "{e}");
     assert_eq!(sbx.connect_port(0).await.unwrap_err().code(), ErrorCode::InvalidArgument);
 

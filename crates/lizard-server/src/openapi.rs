@@ -26,6 +26,7 @@ pub enum ErrorCodeSchema {
     NotFound,
     Conflict,
     BootFailed,
+    PortClosed,
     Unavailable,
     Internal,
     AccountScopeRequired,
@@ -127,6 +128,7 @@ mod tests {
             NotFound,
             Conflict,
             BootFailed,
+            PortClosed,
             Unavailable,
             Internal,
             AccountScopeRequired,
@@ -134,8 +136,8 @@ mod tests {
         ];
         for c in &all {
             match c {
-                InvalidArgument | Unauthenticated | Forbidden | NotFound | Conflict | BootFailed | Unavailable
-                | Internal | AccountScopeRequired | RateLimited => {}
+                InvalidArgument | Unauthenticated | Forbidden | NotFound | Conflict | BootFailed | PortClosed
+                | Unavailable | Internal | AccountScopeRequired | RateLimited => {}
             }
         }
         all

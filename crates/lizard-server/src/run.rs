@@ -36,8 +36,30 @@ pub async fn run(opts: RunOptions, shutdown: impl std::future::Future<Output = (
     let listener = server.bind().await?;
     tracing::info!("API on http://{}", listener.local_addr().map(|a| a.to_string()).unwrap_or_default());
     let reaper = tokio::spawn(api::sandboxes::reap_expired(state.clone()));
+    // One shutdown signal for both listeners.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let proxy = match opts.proxy_listen {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServerError::Io { context: format!("bind the proxy on {addr}"), source })?;
+            tracing::info!("sandbox URLs on http://*.{}:{}", state.server.config.sandbox_domain(&state.server.config.region), addr.port());
+            Some(tokio::spawn(crate::serve(l, crate::proxy::router(state.clone()), stopped(stop_rx.clone()))))
+        }
+        None => None,
+    };
     let router = crate::build_router(state.clone(), api::all_routes());
-    let result = crate::serve(listener, router, shutdown).await;
+    let result = crate::serve(listener, router, stopped(stop_rx)).await;
+    if let Some(p) = proxy {
+        let _ = p.await;
+    }
     reaper.abort();
     node.shutdown().await;
     end_leftover_records(&state, "server stopped").await;

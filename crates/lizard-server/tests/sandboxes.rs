@@ -15,6 +15,7 @@ fn image_root() -> PathBuf {
 
 struct Api {
     base: String,
+    proxy: std::net::SocketAddr,
     client: reqwest::Client,
     state: AppState,
     _dir: tempfile::TempDir,
@@ -39,8 +40,11 @@ impl Api {
         tokio::spawn(api::sandboxes::reap_expired(state.clone()));
         let router = lizard_server::build_router(state.clone(), api::all_routes());
         tokio::spawn(lizard_server::serve(listener, router, std::future::pending()));
+        let proxy_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = proxy_listener.local_addr().unwrap();
+        tokio::spawn(lizard_server::serve(proxy_listener, lizard_server::proxy::router(state.clone()), std::future::pending()));
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
-        (Api { base, client, state, _dir: dir }, key)
+        (Api { base, proxy, client, state, _dir: dir }, key)
     }
 
     async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (u16, Value) {
@@ -160,4 +164,89 @@ async fn sandboxes_behind_scopes_timeouts_and_forced_deletes() {
     }
     api.state.node.shutdown().await;
     assert!(std::fs::read_dir(api._dir.path().join("node/sandboxes")).unwrap().next().is_none(), "sandbox dirs left");
+}
+
+/// The reference's first example, reached through its sandbox URL with a real HTTP
+/// client; an upgraded connection (what a WebSocket is) echoes through the proxy.
+#[tokio::test(flavor = "multi_thread")]
+async fn sandbox_urls_reach_the_right_port_of_the_right_sandbox() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (api, owner) = Api::start().await;
+    let w = api.ok("POST", "/v1/workspaces", &owner, Some(json!({"name": "w"}))).await;
+    api.ok("POST", "/v1/projects", &owner, Some(json!({"workspaceId": w["id"], "name": "my-project"}))).await;
+    let s = api.ok("POST", "/v1/sandboxes", &owner, Some(json!({"template": "base", "project": "my-project"}))).await;
+    let id = s["sandboxId"].as_str().unwrap().to_string();
+    let server_js = r#"
+const http = require('http')
+const s = http.createServer((req, res) => res.end('hello from Lizard ' + req.url))
+s.on('upgrade', (req, sock) => {
+  sock.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n')
+  sock.pipe(sock)
+})
+s.listen(3000)
+"#;
+    let put = api
+        .client
+        .put(format!("{}/v1/sandboxes/{id}/files?path=/app/server.js", api.base))
+        .header("x-api-key", &owner)
+        .body(server_js)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    api.ok("POST", &format!("/v1/sandboxes/{id}/exec"), &owner, Some(json!({"cmd": "node /app/server.js > /dev/null 2>&1 &"}))).await;
+
+    let host = format!("{id}-3000.{}", s["domain"].as_str().unwrap());
+    let client = reqwest::Client::builder().no_proxy().resolve(&host, api.proxy).build().unwrap();
+    let url = format!("http://{host}:{}/hi", api.proxy.port());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let body = loop {
+        let resp = client.get(&url).send().await.unwrap();
+        if resp.status() == 200 {
+            break resp.text().await.unwrap();
+        }
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["code"], "PORT_CLOSED", "{v}");
+        assert!(Instant::now() < deadline, "the guest server never answered");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(body, "hello from Lizard /hi");
+
+    // Upgrade: after 101 the connection is a byte pipe to the guest.
+    let mut tcp = tokio::net::TcpStream::connect(api.proxy).await.unwrap();
+    tcp.write_all(format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        assert_eq!(tcp.read(&mut b).await.unwrap(), 1, "proxy closed during the upgrade");
+        head.push(b[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    for msg in [&b"ping"[..], &b"second message"[..]] {
+        tcp.write_all(msg).await.unwrap();
+        let mut got = vec![0u8; msg.len()];
+        tcp.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, msg);
+    }
+
+    // Never another sandbox: unknown ids, closed ports, other domains.
+    let get = |h: String| {
+        let c = reqwest::Client::builder().no_proxy().resolve(&h, api.proxy).build().unwrap();
+        async move {
+            let r = c.get(format!("http://{h}:{}/", api.proxy.port())).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, v) = get(format!("nosuchsandbox-3000.{}", s["domain"].as_str().unwrap())).await;
+    assert_eq!((status, v["code"].as_str()), (404, Some("NOT_FOUND")));
+    let (status, v) = get(format!("{id}-3999.{}", s["domain"].as_str().unwrap())).await;
+    assert_eq!((status, v["code"].as_str()), (502, Some("PORT_CLOSED")));
+    let (status, _) = get(format!("{id}-3000.sandbox.elsewhere.lizard.localhost")).await;
+    assert_eq!(status, 404);
+    api.ok("DELETE", &format!("/v1/sandboxes/{id}"), &owner, None).await;
+    let (status, _) = get(host.clone()).await;
+    assert_eq!(status, 404, "a killed sandbox's URL still answered");
+    api.state.node.shutdown().await;
 }
