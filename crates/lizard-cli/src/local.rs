@@ -2,8 +2,8 @@
 
 use crate::client::{ApiClient, Endpoint};
 use anyhow::{bail, Context, Result};
-use std::os::unix::process::CommandExt;
 use clap::Args;
+use std::os::unix::process::CommandExt;
 use lizard_node::{Node, NodeConfig};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -13,15 +13,32 @@ pub struct RunArgs {
     /// Unix socket to serve on [default: <data-dir>/node.sock]
     #[arg(long)]
     socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub node: NodeOpts,
+}
+
+/// How a node boots guests (`lizard node run` and `lizard server`).
+#[derive(Args, Debug, Clone)]
+pub struct NodeOpts {
     /// Skip the probe and use this accelerator (kvm or tcg).
     #[arg(long, value_parser = parse_accel, env = "LIZARD_ACCEL")]
-    accel: Option<lizard_node::Accel>,
+    pub accel: Option<lizard_node::Accel>,
     /// The static guest agent [default: lizard-agent next to this binary]
     #[arg(long, env = "LIZARD_AGENT_BIN")]
-    agent: Option<PathBuf>,
+    pub agent: Option<PathBuf>,
     /// Seconds a cold boot may take before it is abandoned.
     #[arg(long, default_value_t = 60)]
-    boot_timeout: u64,
+    pub boot_timeout: u64,
+}
+
+impl NodeOpts {
+    pub fn apply(&self, config: &mut NodeConfig) {
+        config.accel = self.accel;
+        config.boot_timeout = Duration::from_secs(self.boot_timeout);
+        if let Some(a) = &self.agent {
+            config.agent_bin = a.clone();
+        }
+    }
 }
 
 fn parse_accel(s: &str) -> Result<lizard_node::Accel, String> {
@@ -39,11 +56,7 @@ fn socket_path(data_dir: &Path) -> PathBuf {
 /// Serve the node until SIGTERM or SIGINT, then kill its sandboxes.
 pub async fn run_node(data_dir: PathBuf, args: RunArgs) -> Result<()> {
     let mut config = NodeConfig::new(&data_dir);
-    config.accel = args.accel;
-    config.boot_timeout = Duration::from_secs(args.boot_timeout);
-    if let Some(a) = args.agent {
-        config.agent_bin = a;
-    }
+    args.node.apply(&mut config);
     let node = Node::start(config).await?;
     let socket = args.socket.unwrap_or_else(|| socket_path(&data_dir));
     let _ = std::fs::remove_file(&socket);
@@ -53,18 +66,26 @@ pub async fn run_node(data_dir: PathBuf, args: RunArgs) -> Result<()> {
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
     tracing::info!("node serving on {}", socket.display());
     let app = lizard_node::http::router(node.clone());
-    let shutdown = async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal");
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-    };
+    let shutdown = shutdown_signal()?;
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
     tracing::info!("node stopping: killing its sandboxes");
     node.shutdown().await;
     let _ = std::fs::remove_file(&socket);
     Ok(())
+}
+
+/// Resolves at the first SIGTERM or SIGINT (the handlers are installed now, so a signal
+/// that arrives before the future is polled is not lost).
+pub fn shutdown_signal() -> Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("install the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("install the SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }
 
 /// The local node's API, starting the daemon if it is not running.

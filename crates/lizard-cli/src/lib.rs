@@ -1,0 +1,209 @@
+//! `lizard`: the command-line face of Lizard.
+//!
+//! Two modes for `lizard sandbox …`:
+//! - **local** (no `LIZARD_API_URL`): the local node daemon on `<data-dir>/node.sock`,
+//!   started (`lizard node run`) when it is not running, so sandboxes outlive the CLI
+//!   invocation that created them;
+//! - **server** (`LIZARD_API_URL=http://HOST:PORT`): a Lizard server over HTTP/1.1,
+//!   authenticated with `X-API-Key: $LIZARD_API_KEY`.
+//!
+//! The tenancy commands (`whoami`, `workspace`, `project`, `key`, `region`, `volume`)
+//! exist in server mode only. `lizard server` runs the server itself.
+
+pub mod client;
+pub mod local;
+pub mod output;
+pub mod sandbox;
+pub mod server;
+pub mod tenancy;
+
+use anyhow::{anyhow, Result};
+use clap::{Parser, Subcommand};
+use client::{ApiClient, Endpoint};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(name = "lizard", version, about = "Lizard: microVM sandboxes for AI agents")]
+#[command(after_help = "\
+Modes: without LIZARD_API_URL, `lizard sandbox …` drives the local node (started on demand).
+With LIZARD_API_URL=http://HOST:PORT (and LIZARD_API_KEY), every command talks to that Lizard
+server; whoami, workspace, project, key, region and volume need one.")]
+pub struct Cli {
+    /// Where images and sandboxes live [default: /var/lib/lizard as root, else $XDG_DATA_HOME/lizard]
+    #[arg(long, global = true, env = "LIZARD_DATA_DIR", help_heading = "Global options")]
+    pub data_dir: Option<PathBuf>,
+    /// Talk to this Lizard server instead of the local node (http:// only; terminate TLS in front of the server)
+    #[arg(long, global = true, env = "LIZARD_API_URL", value_name = "URL", help_heading = "Global options")]
+    pub api_url: Option<String>,
+    /// API key for the server (sent as X-API-Key)
+    #[arg(long, global = true, env = "LIZARD_API_KEY", hide_env_values = true, value_name = "KEY", help_heading = "Global options")]
+    pub api_key: Option<String>,
+    /// Print machine-readable JSON instead of human-readable text.
+    #[arg(long, global = true, help_heading = "Global options")]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run sandboxes on this machine.
+    #[command(subcommand)]
+    Node(NodeCmd),
+    /// Guest images: kernel, initramfs, template disks.
+    #[command(subcommand)]
+    Images(ImagesCmd),
+    /// Create and drive sandboxes (local node, or the server at LIZARD_API_URL).
+    #[command(subcommand)]
+    Sandbox(sandbox::SandboxCmd),
+    /// Run a Lizard server (control plane + node) until SIGTERM/SIGINT.
+    Server(server::ServerArgs),
+    /// Show who the API key belongs to (a scoped key sees only its identity and scopes).
+    Whoami,
+    /// Workspaces: the unit of isolation between the users of one account.
+    #[command(subcommand)]
+    Workspace(tenancy::WorkspaceCmd),
+    /// Projects: what sandboxes and volumes live in and are billed to.
+    #[command(subcommand)]
+    Project(tenancy::ProjectCmd),
+    /// API keys, optionally scoped to workspaces and projects.
+    #[command(subcommand, visible_alias = "api-key")]
+    Key(tenancy::KeyCmd),
+    /// Regions sandboxes and volumes can be placed in.
+    #[command(subcommand)]
+    Region(tenancy::RegionCmd),
+    /// Volumes: disks that outlive sandboxes.
+    #[command(subcommand)]
+    Volume(tenancy::VolumeCmd),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NodeCmd {
+    /// Serve the node API on <data-dir>/node.sock until SIGTERM/SIGINT (kills its sandboxes on exit).
+    Run(local::RunArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ImagesCmd {
+    /// Build (or verify the cache of) the kernel, initramfs and template images ahead of time.
+    Build {
+        /// Templates to build [default: all]
+        templates: Vec<String>,
+    },
+    /// List the templates this build knows.
+    List,
+}
+
+/// The client for server mode: `None` without an API URL (local mode). An URL without a
+/// key is an error, as is any URL but `http://`.
+pub fn server_client(api_url: Option<&str>, api_key: Option<&str>) -> Result<Option<ApiClient>> {
+    let Some(url) = api_url.map(str::trim).filter(|u| !u.is_empty()) else { return Ok(None) };
+    let endpoint = Endpoint::parse_url(url)?;
+    let key = api_key.map(str::trim).filter(|k| !k.is_empty()).ok_or_else(|| {
+        anyhow!("no API key: server mode (LIZARD_API_URL={url}) needs one; set LIZARD_API_KEY or pass --api-key")
+    })?;
+    Ok(Some(ApiClient { endpoint, api_key: Some(key.to_string()) }))
+}
+
+/// What a command needs to know besides its own arguments.
+pub struct Ctx {
+    pub data_dir: PathBuf,
+    pub api_url: Option<String>,
+    pub api_key: Option<String>,
+    pub json: bool,
+}
+
+impl Ctx {
+    fn server(&self) -> Result<Option<ApiClient>> {
+        server_client(self.api_url.as_deref(), self.api_key.as_deref())
+    }
+
+    /// The server, for commands that exist only in server mode.
+    fn require_server(&self, what: &str) -> Result<ApiClient> {
+        self.server()?.ok_or_else(|| {
+            anyhow!(
+                "`lizard {what}` talks to a Lizard server: set LIZARD_API_URL (e.g. http://127.0.0.1:7171) and \
+                 LIZARD_API_KEY, or pass --api-url and --api-key"
+            )
+        })
+    }
+
+    /// The server in server mode, else the local node (started if need be).
+    async fn sandbox_api(&self, cmd: Option<&sandbox::SandboxCmd>) -> Result<ApiClient> {
+        match self.server()? {
+            Some(api) => Ok(api),
+            None => {
+                if let Some(cmd) = cmd {
+                    sandbox::check_local(cmd)?;
+                }
+                local::connect(&self.data_dir).await
+            }
+        }
+    }
+}
+
+/// The `lizard` binary.
+pub fn main() {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("LIZARD_LOG")
+                .unwrap_or_else(|_| "warn,lizard_cli=info,lizard_server=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    match rt.block_on(run(cli)) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Run one command; `Ok(code)` is the process's exit status.
+pub async fn run(cli: Cli) -> Result<i32> {
+    let ctx = Ctx {
+        data_dir: cli.data_dir.clone().unwrap_or_else(lizard_node::default_data_dir),
+        api_url: cli.api_url,
+        api_key: cli.api_key,
+        json: cli.json,
+    };
+    match cli.command {
+        Command::Node(NodeCmd::Run(args)) => local::run_node(ctx.data_dir, args).await.map(|_| 0),
+        Command::Images(ImagesCmd::List) => {
+            for t in lizard_image::ImageStore::template_names() {
+                println!("{t}");
+            }
+            Ok(0)
+        }
+        Command::Images(ImagesCmd::Build { templates }) => {
+            local::build_images(ctx.data_dir, templates).await.map(|_| 0)
+        }
+        Command::Sandbox(sandbox::SandboxCmd::Exec(args)) => {
+            // `exec` exits with the command's status; Lizard's own failures are 125.
+            let result = async {
+                let api = ctx.sandbox_api(None).await?;
+                sandbox::exec(&api, args).await
+            }
+            .await;
+            Ok(result.unwrap_or_else(|e| {
+                eprintln!("error: {e:#}");
+                125
+            }))
+        }
+        Command::Sandbox(cmd) => {
+            let api = ctx.sandbox_api(Some(&cmd)).await?;
+            sandbox::run(&api, cmd, ctx.json).await.map(|_| 0)
+        }
+        Command::Server(args) => server::run(&ctx.data_dir, args).await.map(|_| 0),
+        Command::Whoami => tenancy::whoami(&ctx.require_server("whoami")?, ctx.json).await.map(|_| 0),
+        Command::Workspace(cmd) => tenancy::workspace(&ctx.require_server("workspace")?, cmd, ctx.json).await.map(|_| 0),
+        Command::Project(cmd) => tenancy::project(&ctx.require_server("project")?, cmd, ctx.json).await.map(|_| 0),
+        Command::Key(cmd) => tenancy::key(&ctx.require_server("key")?, cmd, ctx.json).await.map(|_| 0),
+        Command::Region(cmd) => tenancy::region(&ctx.require_server("region")?, cmd, ctx.json).await.map(|_| 0),
+        Command::Volume(cmd) => tenancy::volume(&ctx.require_server("volume")?, cmd, ctx.json).await.map(|_| 0),
+    }
+}
