@@ -48,6 +48,12 @@ pub mod cmdline {
     pub const TRANSPORT: &str = "lizard.transport";
 }
 
+/// QEMU fw_cfg item that carries the secret (`-fw_cfg name=…,file=…`). It keeps the
+/// secret out of the VMM's command line, which every host user can read in `ps`; the
+/// agent reads it from `/sys/firmware/qemu_fw_cfg/by_name/<name>/raw` and falls back to
+/// [`cmdline::SECRET`].
+pub const FW_CFG_SECRET: &str = "opt/lizard/secret";
+
 /// Line the agent prints to the console in probe mode once it runs.
 pub const PROBE_OK: &str = "LIZARD-PROBE-OK";
 

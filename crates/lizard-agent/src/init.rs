@@ -152,7 +152,12 @@ fn boot() -> Result<Infallible, InitError> {
     mount_fs("sysfs", "/sys", "sysfs", MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC, None)?;
     load_modules(Path::new(MODULES_ORDER));
     let line = std::fs::read_to_string("/proc/cmdline").map_err(InitError::io("read /proc/cmdline"))?;
-    let Boot::Run { secret, hostname, root, transport } = Boot::from_cmdline(&parse_cmdline(&line))? else {
+    let mut args = parse_cmdline(&line);
+    let fw_cfg = format!("/sys/firmware/qemu_fw_cfg/by_name/{}/raw", lizard_agent_proto::FW_CFG_SECRET);
+    if let Ok(secret) = std::fs::read_to_string(&fw_cfg) {
+        args.insert(cmdline::SECRET.to_string(), secret.trim().to_string());
+    }
+    let Boot::Run { secret, hostname, root, transport } = Boot::from_cmdline(&args)? else {
         eprintln!("{PROBE_OK}");
         power_off()
     };

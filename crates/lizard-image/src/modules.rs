@@ -23,6 +23,8 @@ pub const WANTED_MODULES: &[&str] = &[
     "virtio_net",
     "virtio_rng",
     "vmw_vsock_virtio_transport",
+    // The sandbox secret arrives through QEMU's fw_cfg, not the command line.
+    "qemu_fw_cfg",
 ];
 
 /// Normalises a module name the way the kernel compares them (`-` and `_` are equal).

@@ -271,6 +271,7 @@ impl Node {
             cmdline: format!("{} {}=probe", sandbox::BASE_CMDLINE, lizard_agent_proto::cmdline::MODE),
             root_disk: PathBuf::from("/dev/null"),
             extra_disks: vec![],
+            secret_file: None,
             run_dir: probe_dir,
             accel: Accel::Kvm,
         };
@@ -320,9 +321,10 @@ impl Node {
             memory_mib,
             kernel: boot.kernel.vmlinux.clone(),
             initramfs: boot.initramfs.path.clone(),
-            cmdline: sandbox::cmdline(&id, &secret),
+            cmdline: sandbox::cmdline(&id),
             root_disk: run_dir.join("root.qcow2"),
             extra_disks: vec![],
+            secret_file: Some(run_dir.join("secret")),
             run_dir: run_dir.clone(),
             accel,
         };

@@ -19,9 +19,24 @@ use std::time::{Duration, Instant, SystemTime};
 pub(crate) const BASE_CMDLINE: &str =
     "console=ttyS0 quiet loglevel=3 panic=-1 reboot=k i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd random.trust_cpu=on";
 
-pub(crate) fn cmdline(id: &str, secret: &Secret) -> String {
+/// The guest's command line. The secret is not on it: it travels in a file (see
+/// [`write_secret`]), since a VMM's arguments are readable by every host user.
+pub(crate) fn cmdline(id: &str) -> String {
     use lizard_agent_proto::cmdline as k;
-    format!("{BASE_CMDLINE} {}={id} {}=/dev/vda {}={}", k::HOSTNAME, k::ROOT, k::SECRET, secret.to_hex())
+    format!("{BASE_CMDLINE} {}={id} {}=/dev/vda", k::HOSTNAME, k::ROOT)
+}
+
+/// Write the secret for the VMM to hand to the guest: owner-only, in the sandbox dir.
+pub(crate) fn write_secret(path: &Path, secret: &Secret) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| NodeError::io(format!("create {}", path.display()), e))?;
+    f.write_all(secret.to_hex().as_bytes()).map_err(|e| NodeError::io("write the secret", e))
 }
 
 /// A fresh sandbox id: 20 characters of [a-z0-9], starting with a letter, so that
@@ -73,6 +88,9 @@ impl Sandbox {
         deadline: Duration,
     ) -> Result<Sandbox> {
         std::fs::create_dir_all(&config.run_dir).map_err(|e| NodeError::io("create sandbox dir", e))?;
+        if let Some(path) = &config.secret_file {
+            write_secret(path, &secret)?;
+        }
         create_overlay(&template.rootfs, &config.root_disk).await?;
         let vm = backend.boot(&config).await?;
         let agent = match connect_agent(vm.as_ref(), &secret, deadline).await {
@@ -340,10 +358,15 @@ mod tests {
     }
 
     #[test]
-    fn cmdline_carries_identity() {
-        let s = Secret::generate();
-        let c = cmdline("abc", &s);
+    fn cmdline_carries_identity_but_not_the_secret() {
+        let c = cmdline("abc");
         assert!(c.contains("lizard.hostname=abc"));
-        assert!(c.contains(&format!("lizard.secret={}", s.to_hex())));
+        assert!(!c.contains("lizard.secret"));
+        let dir = tempfile::tempdir().unwrap();
+        let s = Secret::generate();
+        write_secret(&dir.path().join("secret"), &s).unwrap();
+        assert_eq!(std::fs::read_to_string(dir.path().join("secret")).unwrap(), s.to_hex());
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(dir.path().join("secret")).unwrap().permissions().mode() & 0o777, 0o600);
     }
 }

@@ -33,6 +33,10 @@ pub struct VmConfig {
     /// Further disks in order (/dev/vdb, …), e.g. volumes.
     #[serde(default)]
     pub extra_disks: Vec<PathBuf>,
+    /// File (mode 0600) holding the agent's secret, handed to the guest out of band so
+    /// that it appears in no process's arguments.
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
     /// Directory owned by this VM: control sockets, console log, memory file.
     pub run_dir: PathBuf,
     pub accel: Accel,

@@ -172,6 +172,9 @@ pub fn command_line(config: &VmConfig, incoming: Option<(&Path, MemoryMapping)>)
         push(&["-device", &format!("virtio-blk-device,drive=disk{i}")]);
     }
     push(&["-object", "rng-random,id=rng,filename=/dev/urandom", "-device", "virtio-rng-device,rng=rng"]);
+    if let Some(secret) = &config.secret_file {
+        push(&["-fw_cfg", &format!("name={},file={}", lizard_agent_proto::FW_CFG_SECRET, secret.display())]);
+    }
     push(&["-qmp", &format!("unix:{},server=on,wait=off", qmp_socket(config).display())]);
     if incoming.is_some() {
         push(&["-incoming", "defer"]);
@@ -317,6 +320,7 @@ mod tests {
             cmdline: "console=ttyS0".into(),
             root_disk: "/r/root.qcow2".into(),
             extra_disks: vec!["/v/vol.ext4".into()],
+            secret_file: Some("/run/sbx1/secret".into()),
             run_dir: "/run/sbx1".into(),
             accel: Accel::Tcg,
         }
@@ -330,6 +334,7 @@ mod tests {
         assert!(a.contains("file=/r/root.qcow2,format=qcow2"));
         assert!(a.contains("file=/v/vol.ext4,format=raw"));
         assert!(a.contains("name=lizard.agent"));
+        assert!(a.contains("-fw_cfg name=opt/lizard/secret,file=/run/sbx1/secret"));
         assert!(!a.contains("-incoming"));
     }
 
