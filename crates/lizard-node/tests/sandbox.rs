@@ -17,6 +17,10 @@ async fn base_template_boots_a_real_vm_with_files_and_processes() {
     let t = common::node().await;
     let sbx = t.node.create(base()).await.unwrap();
 
+    // The agent's secret is in no process's arguments on the host.
+    let args = std::fs::read(format!("/proc/{}/cmdline", sbx.vm().pid())).unwrap();
+    assert!(!String::from_utf8_lossy(&args).contains("lizard.secret"), "secret visible in the VMM's arguments");
+
     // Its own kernel: not the host's.
     let host = nix::sys::utsname::uname().unwrap().release().to_string_lossy().into_owned();
     let r = sbx.exec_collect(sh("uname -r")).await.unwrap();
