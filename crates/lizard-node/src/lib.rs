@@ -69,8 +69,10 @@ pub fn default_agent_bin() -> PathBuf {
     }
     let exe_dir = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf));
     if let Some(dir) = &exe_dir {
+        // A plain `cargo build` also leaves a dynamically linked lizard-agent next to the
+        // CLI, which cannot run as a guest's init: only a static one will do.
         let candidate = dir.join("lizard-agent");
-        if candidate.exists() {
+        if is_static_executable(&candidate) {
             return candidate;
         }
         // target/{debug,release}[/deps] → target/x86_64-unknown-linux-gnu/release/lizard-agent
@@ -82,6 +84,16 @@ pub fn default_agent_bin() -> PathBuf {
         }
     }
     PathBuf::from("/usr/local/bin/lizard-agent")
+}
+
+/// An ELF file without a program interpreter (static or static-pie).
+fn is_static_executable(path: &Path) -> bool {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let Ok(data) = std::fs::read(path) else { return false };
+    let Ok(header) = object::elf::FileHeader64::<object::Endianness>::parse(&*data) else { return false };
+    let Ok(endian) = header.endian() else { return false };
+    let Ok(segments) = header.program_headers(endian, &*data) else { return false };
+    !segments.iter().any(|s| s.p_type(endian) == object::elf::PT_INTERP)
 }
 
 /// The default data directory: /var/lib/lizard as root, else the XDG data home.
@@ -385,6 +397,20 @@ impl Node {
         let ids: Vec<String> = self.sandboxes.read().unwrap().keys().cloned().collect();
         for id in ids {
             let _ = self.kill(&id).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_static_binaries_pass_for_the_agent() {
+        // This test binary is dynamically linked (it has an interpreter); /etc/hostname is no ELF.
+        assert!(!super::is_static_executable(&std::env::current_exe().unwrap()));
+        assert!(!super::is_static_executable(std::path::Path::new("/etc/hostname")));
+        let agent = super::default_agent_bin();
+        if agent.exists() {
+            assert!(super::is_static_executable(&agent), "{} is not static", agent.display());
         }
     }
 }
