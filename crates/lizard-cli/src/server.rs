@@ -19,9 +19,13 @@ pub struct ServerArgs {
     /// Address the API listens on [default: 127.0.0.1:7171]
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
-    /// Address the public sandbox-URL proxy listens on ({id}-{port}.sandbox.{region}.{domain}) [default: no proxy]
-    #[arg(long, value_name = "ADDR")]
-    pub proxy_listen: Option<SocketAddr>,
+    /// Address the public sandbox-URL proxy listens on ({id}-{port}.sandbox.{region}.{domain}).
+    /// `*.localhost` names resolve to loopback, so the default works on a laptop as is.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7172")]
+    pub proxy_listen: SocketAddr,
+    /// Run without the sandbox-URL proxy.
+    #[arg(long)]
+    pub no_proxy: bool,
     /// The region this server places sandboxes in [default: local]
     #[arg(long, value_name = "R")]
     pub region: Option<String>,
@@ -47,7 +51,7 @@ pub fn options(data_dir: &Path, args: &ServerArgs) -> RunOptions {
     let mut node = NodeConfig::new(data_dir.join("server"));
     node.image_root = data_dir.to_path_buf();
     args.node.apply(&mut node);
-    RunOptions { server, node, proxy_listen: args.proxy_listen }
+    RunOptions { server, node, proxy_listen: (!args.no_proxy).then_some(args.proxy_listen) }
 }
 
 pub async fn run(data_dir: &Path, args: ServerArgs) -> Result<()> {

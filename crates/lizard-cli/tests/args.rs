@@ -161,5 +161,8 @@ fn server_flags_map_to_run_options() {
     let Command::Server(args) = parse(&["server"]).command else { panic!() };
     let o = lizard_cli::server::options(Path::new("/d"), &args);
     assert_eq!(o.server.listen.to_string(), "127.0.0.1:7171");
-    assert_eq!((o.proxy_listen, o.server.region.as_str()), (None, "local"));
+    assert_eq!(o.proxy_listen.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:7172"));
+    assert_eq!(o.server.region, "local");
+    let Command::Server(args) = parse(&["server", "--no-proxy"]).command else { panic!() };
+    assert_eq!(lizard_cli::server::options(Path::new("/d"), &args).proxy_listen, None);
 }
