@@ -2,7 +2,7 @@
 # Debian packages Lizard needs on the host: QEMU (the VMM), qemu-img (disk overlays),
 # mmdebstrap + e2fsprogs (template images), apt's download of the guest kernel.
 set -euo pipefail
-need=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs cpio ca-certificates curl)
+need=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs cpio ca-certificates curl python3-venv)
 missing=()
 for p in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,6 +9,8 @@ export LIZARD_TEST_DATA_DIR="${LIZARD_TEST_DATA_DIR:-$PWD/target/lizard-test-dat
 export LIZARD_AGENT_BIN="$PWD/target/x86_64-unknown-linux-gnu/release/lizard-agent"
 cargo build -p lizard-cli
 target/debug/lizard --data-dir "$LIZARD_TEST_DATA_DIR" images build
+# The API against its own OpenAPI document: no input may produce a 5xx.
+./scripts/fuzz-api.sh
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"
 else
