@@ -361,10 +361,11 @@ impl Node {
             let exit = sandbox.vm().wait().await;
             let Some(node) = node.upgrade() else { return };
             let why = format!("its VM stopped unexpectedly (VMM exit {exit:?})");
-            // Killed on purpose, the sandbox is no longer in the map.
+            // Files first: once the sandbox is reported gone, nothing of it is left. (Killed
+            // on purpose, it is no longer in the map and kill() cleans up as well.)
+            sandbox.cleanup();
             if node.remove(&sandbox.id, &why).is_some() {
                 tracing::warn!(id = %sandbox.id, "{why}");
-                sandbox.cleanup();
             }
         });
     }

@@ -176,12 +176,40 @@ async fn sandbox_urls_reach_the_right_port_of_the_right_sandbox() {
     api.ok("POST", "/v1/projects", &owner, Some(json!({"workspaceId": w["id"], "name": "my-project"}))).await;
     let s = api.ok("POST", "/v1/sandboxes", &owner, Some(json!({"template": "base", "project": "my-project"}))).await;
     let id = s["sandboxId"].as_str().unwrap().to_string();
+    // Plain HTTP, a raw upgraded echo, and a minimal RFC 6455 WebSocket echo (the base
+    // template has no npm packages, so the framing is written out here).
     let server_js = r#"
-const http = require('http')
+const http = require('http'), crypto = require('crypto')
 const s = http.createServer((req, res) => res.end('hello from Lizard ' + req.url))
 s.on('upgrade', (req, sock) => {
-  sock.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n')
-  sock.pipe(sock)
+  const key = req.headers['sec-websocket-key']
+  if (!key) {
+    sock.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n')
+    return sock.pipe(sock)
+  }
+  const accept = crypto.createHash('sha1').update(key + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest('base64')
+  sock.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ' + accept + '\r\n\r\n')
+  let buf = Buffer.alloc(0)
+  sock.on('data', d => {
+    buf = Buffer.concat([buf, d])
+    while (buf.length >= 2) {
+      const op = buf[0] & 0x0f
+      let len = buf[1] & 0x7f, off = 2
+      if (len === 126) { if (buf.length < 4) return; len = buf.readUInt16BE(2); off = 4 }
+      const masked = (buf[1] & 0x80) !== 0
+      if (buf.length < off + (masked ? 4 : 0) + len) return
+      const mask = masked ? buf.subarray(off, off + 4) : null
+      if (masked) off += 4
+      const payload = Buffer.from(buf.subarray(off, off + len))
+      if (mask) for (let i = 0; i < len; i++) payload[i] ^= mask[i % 4]
+      buf = buf.subarray(off + len)
+      if (op === 8) return sock.end(Buffer.from([0x88, 0]))
+      let head
+      if (len < 126) head = Buffer.from([0x80 | op, len])
+      else { head = Buffer.alloc(4); head[0] = 0x80 | op; head[1] = 126; head.writeUInt16BE(len, 2) }
+      sock.write(Buffer.concat([head, payload]))
+    }
+  })
 })
 s.listen(3000)
 "#;
@@ -229,6 +257,22 @@ s.listen(3000)
         let mut got = vec![0u8; msg.len()];
         tcp.read_exact(&mut got).await.unwrap();
         assert_eq!(got, msg);
+    }
+
+    // A real WebSocket client: text and binary messages echo through the proxy.
+    {
+        use futures_util::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::Message;
+        let tcp = tokio::net::TcpStream::connect(api.proxy).await.unwrap();
+        let (mut ws, resp) = tokio_tungstenite::client_async(format!("ws://{host}:{}/ws", api.proxy.port()), tcp)
+            .await
+            .expect("WebSocket handshake through the proxy");
+        assert_eq!(resp.status(), 101);
+        for msg in [Message::text("hello over ws"), Message::binary(vec![7u8; 1000])] {
+            ws.send(msg.clone()).await.unwrap();
+            assert_eq!(ws.next().await.unwrap().unwrap(), msg);
+        }
+        ws.close(None).await.unwrap();
     }
 
     // Never another sandbox: unknown ids, closed ports, other domains.
