@@ -132,6 +132,30 @@ impl AgentClient {
         self.conn.closed().await
     }
 
+    /// Drop this handle and wait until the connection has ended, which it does once no
+    /// other clone, response or tunnel still uses it. Use it before connecting again over
+    /// a channel that takes one peer at a time (virtio-serial).
+    pub async fn close(self) {
+        let conn = self.conn.clone();
+        drop(self);
+        conn.closed().await
+    }
+
+    /// Give a guest restored from a snapshot its own identity (new secret, hostname,
+    /// entropy, wall clock); see [`lizard_agent_proto::types::Identity`]. This session
+    /// stays usable; later ones must use the new secret.
+    pub async fn identity(&self, identity: &lizard_agent_proto::types::Identity) -> Result<(), ClientError> {
+        let body = serde_json::to_vec(identity).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let body = Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed_unsync();
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri(format!("http://lizard-agent{}", routes::IDENTITY))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        self.send(req).await.map(drop)
+    }
+
     /// The agent's version, kernel, hostname and uptime.
     pub async fn health(&self) -> Result<Health, ClientError> {
         self.json(self.call(Method::GET, routes::HEALTH.to_string(), empty()).await?).await

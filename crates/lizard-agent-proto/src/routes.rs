@@ -9,6 +9,7 @@
 //! | DELETE | [`FILES`]`?path=`   | –                           | – (204), recursive       |
 //! | GET    | [`FILES_LIST`]`?path=` | –                        | `[FileEntry]`            |
 //! | POST   | [`FILES_MKDIR`]`?path=` | –                       | – (204), with parents    |
+//! | POST   | [`IDENTITY`]        | [`crate::types::Identity`]  | – (204)                  |
 //! | CONNECT | authority `127.0.0.1:<port>` | raw TCP bytes, host → guest | raw TCP bytes, guest → host |
 //!
 //! Every failure answers with a 4xx/5xx status and a JSON [`crate::types::AgentError`].
@@ -47,6 +48,9 @@ pub const EXEC: &str = "/v1/exec";
 pub const FILES: &str = "/v1/files";
 pub const FILES_LIST: &str = "/v1/files/list";
 pub const FILES_MKDIR: &str = "/v1/files/mkdir";
+/// Give a guest restored from a template snapshot its own identity; see
+/// [`crate::types::Identity`].
+pub const IDENTITY: &str = "/v1/identity";
 
 /// Content type of a framed exec stream.
 pub const FRAMES_CONTENT_TYPE: &str = "application/vnd.lizard.frames";

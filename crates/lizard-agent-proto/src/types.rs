@@ -91,6 +91,36 @@ pub struct Health {
     pub uptime_ms: u64,
 }
 
+/// What makes a guest restored from a template snapshot its own machine. Every clone of
+/// a snapshot wakes up with the template's secret, hostname, RNG state and a wall clock
+/// stuck at snapshot time; the host sends this first thing after a restore. Before
+/// answering, the agent
+///
+/// 1. replaces its secret: later sessions must authenticate with `secret` (the session
+///    that sent this request may continue),
+/// 2. sets the hostname,
+/// 3. mixes `entropy` into the kernel's RNG, credits it and forces a reseed, so that
+///    clones stop sharing the template's random stream,
+/// 4. sets the wall clock to `unixTimeMs`.
+///
+/// `/proc/sys/kernel/random/boot_id` is left alone: Linux makes it on first read, which
+/// the agent never does, so each clone gets its own.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Identity {
+    pub sandbox_id: String,
+    pub hostname: String,
+    /// The new handshake secret, hex.
+    pub secret: String,
+    /// Random bytes from the host (hex; [`IDENTITY_ENTROPY_BYTES`] of them).
+    pub entropy: String,
+    /// The host's wall clock, milliseconds since the Unix epoch.
+    pub unix_time_ms: u64,
+}
+
+/// How many random bytes the host sends in [`Identity::entropy`].
+pub const IDENTITY_ENTROPY_BYTES: usize = 64;
+
 /// Stable error codes of the agent; the node maps them onto the public API's codes.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -158,6 +188,20 @@ mod tests {
         assert!(r.is_err());
         let r: ExecRequest = serde_json::from_str(r#"{"cmd":"true","timeoutMs":5}"#).unwrap();
         assert_eq!(r.timeout_ms, Some(5));
+    }
+
+    #[test]
+    fn identity_is_camel_case() {
+        let i = Identity {
+            sandbox_id: "s".into(),
+            hostname: "h".into(),
+            secret: "ab".into(),
+            entropy: "cd".into(),
+            unix_time_ms: 5,
+        };
+        let s = serde_json::to_string(&i).unwrap();
+        assert_eq!(s, r#"{"sandboxId":"s","hostname":"h","secret":"ab","entropy":"cd","unixTimeMs":5}"#);
+        assert_eq!(serde_json::from_str::<Identity>(&s).unwrap(), i);
     }
 
     #[test]

@@ -174,7 +174,7 @@ fn boot() -> Result<Infallible, InitError> {
         tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(InitError::io("start the runtime"))?;
     rt.block_on(async move {
         reaper::start(false)?;
-        let state = AppState { secret: Arc::new(RwLock::new(secret)) };
+        let state = AppState { secret: Arc::new(RwLock::new(secret)), pid1: true };
         Ok(match transport {
             Transport::Serial => transport::serve_serial(state).await?,
             Transport::Vsock => transport::serve_vsock(state).await?,

@@ -3,6 +3,7 @@
 
 mod exec;
 mod files;
+mod identity;
 mod init;
 mod reaper;
 mod server;
@@ -70,7 +71,7 @@ fn serve(socket: PathBuf, secret_file: PathBuf) -> Result<(), DevError> {
     rt.block_on(async {
         // Orphans of our commands come to us, as they would to PID 1.
         reaper::start(true)?;
-        let state = server::AppState { secret: Arc::new(RwLock::new(secret)) };
+        let state = server::AppState { secret: Arc::new(RwLock::new(secret)), pid1: false };
         match transport::serve_unix(&socket, state).await? {}
     })
 }

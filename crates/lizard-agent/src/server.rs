@@ -6,7 +6,7 @@
 //! in the hyper connection and is dropped with it, so a host that reconnects (after a
 //! snapshot restore, say) starts from a clean slate.
 
-use crate::{exec, files, tunnel};
+use crate::{exec, files, identity, tunnel};
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -53,6 +53,10 @@ pub struct AppState {
     /// The secret the handshake checks. Shared and replaceable: after a snapshot restore
     /// each clone will get a fresh identity (and secret) from the host.
     pub secret: Arc<RwLock<Secret>>,
+    /// True when the agent is a guest's PID 1: only then does [`routes::IDENTITY`]
+    /// touch the system (hostname, RNG, clock); in dev mode on a host it swaps the
+    /// secret alone.
+    pub pid1: bool,
 }
 
 /// Run one session over `io` until the host disconnects.
@@ -84,6 +88,7 @@ pub fn router(state: AppState) -> Router {
         .route(routes::FILES, put(files::write).get(files::read).delete(files::remove))
         .route(routes::FILES_LIST, get(files::list))
         .route(routes::FILES_MKDIR, post(files::mkdir))
+        .route(routes::IDENTITY, post(identity::handle))
         .fallback(fallback)
         .with_state(state)
 }
@@ -139,7 +144,7 @@ pub mod tests {
     /// A router for handler tests, as dev mode would build it.
     pub fn test_router() -> Router {
         crate::reaper::start(false).unwrap();
-        router(AppState { secret: Arc::new(RwLock::new(Secret::generate())) })
+        router(AppState { secret: Arc::new(RwLock::new(Secret::generate())), pid1: false })
     }
 
     /// Send one request through the router; returns the status and the whole body.

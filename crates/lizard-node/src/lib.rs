@@ -11,6 +11,7 @@
 pub mod assets;
 pub mod http;
 mod sandbox;
+pub mod snapshot;
 
 use assets::Assets;
 use lizard_agent_proto::handshake::Secret;
@@ -43,6 +44,10 @@ pub struct NodeConfig {
     pub default_memory_mib: u32,
     /// How long a cold-booted guest may take until its agent answers.
     pub boot_timeout: Duration,
+    /// Start sandboxes by restoring a template snapshot (made by cold-booting the
+    /// template once) rather than booting a kernel each time. Templates whose recipe
+    /// says `cold_boot_only` always cold-boot.
+    pub snapshots: bool,
 }
 
 impl NodeConfig {
@@ -57,6 +62,7 @@ impl NodeConfig {
             default_vcpus: 1,
             default_memory_mib: 512,
             boot_timeout: Duration::from_secs(60),
+            snapshots: true,
         }
     }
 }
@@ -189,6 +195,9 @@ pub struct Node {
     sandboxes: RwLock<HashMap<String, Arc<Sandbox>>>,
     /// Ended sandboxes and why, newest last.
     tombstones: Mutex<VecDeque<(String, String)>>,
+    /// One lock per snapshot key: the first create of a template builds its snapshot,
+    /// the ones behind it wait for it.
+    snapshot_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Node {
@@ -210,9 +219,11 @@ impl Node {
             accel: tokio::sync::OnceCell::new(),
             sandboxes: RwLock::new(HashMap::new()),
             tombstones: Mutex::new(VecDeque::new()),
+            snapshot_locks: Mutex::new(HashMap::new()),
             config,
         });
         node.sweep_leftovers();
+        snapshot::sweep(&node.snapshots_dir());
         Ok(node)
     }
 
@@ -222,6 +233,52 @@ impl Node {
 
     fn sandboxes_dir(&self) -> PathBuf {
         self.config.data_dir.join("sandboxes")
+    }
+
+    fn snapshots_dir(&self) -> PathBuf {
+        self.config.data_dir.join("snapshots")
+    }
+
+    /// The snapshot of `template` in this shape, made now (one cold boot) if there is
+    /// none yet. Builders of one key are serialized within the node by a mutex and
+    /// between node processes by a file lock.
+    async fn template_snapshot(
+        &self,
+        template: &lizard_image::TemplateImage,
+        boot: &assets::BootFiles,
+        vcpus: u32,
+        memory_mib: u32,
+        accel: Accel,
+    ) -> Result<snapshot::TemplateSnapshot> {
+        let key = snapshot::key(template, boot, vcpus, memory_mib, accel);
+        let dir = self.snapshots_dir().join(&key);
+        if let Some(s) = snapshot::TemplateSnapshot::load(&dir) {
+            return Ok(s);
+        }
+        let lock = self.snapshot_locks.lock().unwrap().entry(key.clone()).or_default().clone();
+        let _guard = lock.lock().await;
+        if let Some(s) = snapshot::TemplateSnapshot::load(&dir) {
+            return Ok(s);
+        }
+        std::fs::create_dir_all(self.snapshots_dir()).map_err(|e| NodeError::io("create the snapshots dir", e))?;
+        let _file_lock = snapshot::file_lock(self.snapshots_dir().join(format!("{key}.lock"))).await?;
+        if let Some(s) = snapshot::TemplateSnapshot::load(&dir) {
+            return Ok(s);
+        }
+        // Incomplete or of another format: replace it. Running clones keep their open
+        // files.
+        let _ = std::fs::remove_dir_all(&dir);
+        tracing::info!(template = %template.name, %key, "making a template snapshot (one cold boot)");
+        let spec = snapshot::BuildSpec {
+            backend: self.backend.as_ref(),
+            template,
+            boot,
+            vcpus,
+            memory_mib,
+            accel,
+            boot_timeout: self.config.boot_timeout,
+        };
+        snapshot::build(spec, &dir).await
     }
 
     /// Kill VMM processes and delete directories left by an earlier node process.
@@ -340,7 +397,35 @@ impl Node {
             run_dir: run_dir.clone(),
             accel,
         };
-        let started = Sandbox::boot(self.backend.as_ref(), config, &template, secret, req, self.config.boot_timeout).await;
+        let mut restored = None;
+        if self.config.snapshots && !template.cold_boot_only {
+            match self.template_snapshot(&template, &boot, vcpus, memory_mib, accel).await {
+                Ok(snap) => {
+                    let r = Sandbox::restore(
+                        self.backend.as_ref(),
+                        config.clone(),
+                        &template,
+                        &snap,
+                        secret.clone(),
+                        req.clone(),
+                        self.config.boot_timeout,
+                    )
+                    .await;
+                    match r {
+                        Ok(s) => restored = Some(s),
+                        Err(e) => {
+                            tracing::warn!(%id, template = %template.name, "restore from the template snapshot failed, cold-booting: {e}");
+                            let _ = std::fs::remove_dir_all(&run_dir);
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(template = %template.name, "no template snapshot, cold-booting: {e}"),
+            }
+        }
+        let started = match restored {
+            Some(s) => Ok(s),
+            None => Sandbox::boot(self.backend.as_ref(), config, &template, secret, req, self.config.boot_timeout).await,
+        };
         let sandbox = match started {
             Ok(s) => Arc::new(s),
             Err(e) => {

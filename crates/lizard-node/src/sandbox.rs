@@ -5,7 +5,8 @@ use lizard_agent_client::AgentClient;
 use lizard_agent_proto::handshake::Secret;
 use lizard_api::{CreateSandboxRequest, SandboxInfo, SandboxState};
 use lizard_image::TemplateImage;
-use lizard_vmm::{Backend, Vm, VmConfig};
+use crate::snapshot::TemplateSnapshot;
+use lizard_vmm::{Backend, MemoryMapping, Vm, VmConfig};
 use std::collections::BTreeMap;
 use std::path::Path;
 use lizard_agent_proto::frame::{Frame, FrameKind};
@@ -74,6 +75,7 @@ pub struct Sandbox {
     pub env: BTreeMap<String, String>,
     vm: Box<dyn Vm>,
     agent: AgentClient,
+    from_snapshot: bool,
 }
 
 impl Sandbox {
@@ -91,9 +93,9 @@ impl Sandbox {
         if let Some(path) = &config.secret_file {
             write_secret(path, &secret)?;
         }
-        create_overlay(&template.rootfs, &config.root_disk).await?;
+        create_overlay(&template.rootfs, "raw", &config.root_disk).await?;
         let vm = backend.boot(&config).await?;
-        let agent = match connect_agent(vm.as_ref(), &secret, deadline).await {
+        let agent = match connect_agent(vm.as_ref(), &secret, deadline, None).await {
             Ok(a) => a,
             Err(e) => {
                 let _ = vm.kill().await;
@@ -110,7 +112,59 @@ impl Sandbox {
             env: req.env,
             vm,
             agent,
+            from_snapshot: false,
         })
+    }
+
+    /// Start a sandbox by restoring a template snapshot: a new root overlay over the
+    /// snapshot's disk, the snapshot's memory mapped copy-on-write, then a fresh identity
+    /// for the guest (secret, hostname, entropy, clock) and a second connection under the
+    /// new secret, which proves the guest took it. On failure the VM is killed; the
+    /// caller removes the run directory.
+    pub(crate) async fn restore(
+        backend: &dyn Backend,
+        config: VmConfig,
+        template: &TemplateImage,
+        snapshot: &TemplateSnapshot,
+        secret: Secret,
+        req: CreateSandboxRequest,
+        deadline: Duration,
+    ) -> Result<Sandbox> {
+        if (config.vcpus, config.memory_mib) != (snapshot.meta.vcpus, snapshot.meta.memory_mib) {
+            return Err(NodeError::Boot("the snapshot has another shape".into()));
+        }
+        std::fs::create_dir_all(&config.run_dir).map_err(|e| NodeError::io("create sandbox dir", e))?;
+        if let Some(path) = &config.secret_file {
+            // Same devices as the template VM (a fw_cfg item included); the guest does
+            // not read it again, its secret arrives with the identity.
+            write_secret(path, &secret)?;
+        }
+        create_overlay(&snapshot.disk(), "qcow2", &config.root_disk).await?;
+        let vm = backend.restore(&config, &snapshot.vm_snapshot(), MemoryMapping::CopyOnWrite).await?;
+        let agent = match give_identity(vm.as_ref(), &config.id, &snapshot.secret, &secret, deadline).await {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = vm.kill().await;
+                return Err(e);
+            }
+        };
+        Ok(Sandbox {
+            id: config.id.clone(),
+            template: template.name.clone(),
+            vcpus: config.vcpus,
+            memory_mib: config.memory_mib,
+            started_at: SystemTime::now(),
+            metadata: req.metadata,
+            env: req.env,
+            vm,
+            agent,
+            from_snapshot: true,
+        })
+    }
+
+    /// Whether this sandbox was restored from a template snapshot (else cold-booted).
+    pub fn from_snapshot(&self) -> bool {
+        self.from_snapshot
     }
 
     pub fn vm(&self) -> &dyn Vm {
@@ -293,9 +347,9 @@ impl Sandbox {
 
 /// A qcow2 overlay whose backing file is the template's read-only image: the sandbox
 /// writes only its own blocks, and creating it costs milliseconds.
-async fn create_overlay(backing: &Path, overlay: &Path) -> Result<()> {
+pub(crate) async fn create_overlay(backing: &Path, backing_format: &str, overlay: &Path) -> Result<()> {
     let out = tokio::process::Command::new("qemu-img")
-        .args(["create", "-q", "-f", "qcow2", "-F", "raw", "-b"])
+        .args(["create", "-q", "-f", "qcow2", "-F", backing_format, "-b"])
         .arg(backing)
         .arg(overlay)
         .output()
@@ -307,15 +361,63 @@ async fn create_overlay(backing: &Path, overlay: &Path) -> Result<()> {
     Ok(())
 }
 
+/// How long one handshake may take on a guest that is known to be up (restored). A
+/// reconnect can race the guest noticing that the previous host left; a retry resolves
+/// that.
+const RESTORED_HANDSHAKE: Duration = Duration::from_secs(2);
+/// Pause between closing a session and opening the next, so that the guest sees the
+/// first one end.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(10);
+
+/// Authenticate to a just-restored guest with the template's secret, give it its own
+/// identity, then reconnect with the new secret.
+async fn give_identity(
+    vm: &dyn Vm,
+    id: &str,
+    template_secret: &Secret,
+    secret: &Secret,
+    deadline: Duration,
+) -> Result<AgentClient> {
+    use rand::RngCore;
+    let start = Instant::now();
+    let first = connect_agent(vm, template_secret, deadline, Some(RESTORED_HANDSHAKE)).await?;
+    let mut entropy = [0u8; lizard_agent_proto::types::IDENTITY_ENTROPY_BYTES];
+    rand::rngs::OsRng.fill_bytes(&mut entropy);
+    let unix_time_ms = SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+    let identity = lizard_agent_proto::types::Identity {
+        sandbox_id: id.to_string(),
+        hostname: id.to_string(),
+        secret: secret.to_hex(),
+        entropy: hex::encode(entropy),
+        unix_time_ms,
+    };
+    first.identity(&identity).await.map_err(|e| NodeError::Boot(format!("identity: {e}")))?;
+    if tokio::time::timeout(Duration::from_secs(5), first.close()).await.is_err() {
+        return Err(NodeError::Boot("the first agent session did not close".into()));
+    }
+    tokio::time::sleep(RECONNECT_PAUSE).await;
+    connect_agent(vm, secret, deadline.saturating_sub(start.elapsed()), Some(RESTORED_HANDSHAKE)).await
+}
+
 /// Connect to the agent's socket and run the handshake, retrying until the guest is up.
-async fn connect_agent(vm: &dyn Vm, secret: &Secret, deadline: Duration) -> Result<AgentClient> {
+/// `attempt` bounds each handshake (None: a booting guest answers when it is ready).
+/// A wrong secret fails at once.
+pub(crate) async fn connect_agent(
+    vm: &dyn Vm,
+    secret: &Secret,
+    deadline: Duration,
+    attempt: Option<Duration>,
+) -> Result<AgentClient> {
     let start = Instant::now();
     let socket = vm.config().agent_socket();
     let attempt = async {
         loop {
             match tokio::net::UnixStream::connect(&socket).await {
-                Ok(stream) => match AgentClient::connect(stream, secret).await {
+                Ok(stream) => match with_limit(attempt, AgentClient::connect(stream, secret)).await {
                     Ok(client) => return Ok(client),
+                    Err(lizard_agent_client::ClientError::Handshake(
+                        lizard_agent_proto::handshake::HandshakeError::Denied,
+                    )) => return Err(NodeError::Boot("the agent refused the secret".into())),
                     // The channel closed before the guest answered: it is still
                     // booting, or the VMM is gone (checked below).
                     Err(e) => tracing::debug!("agent handshake: {e}"),
@@ -334,6 +436,16 @@ async fn connect_agent(vm: &dyn Vm, secret: &Secret, deadline: Duration) -> Resu
         _ = tokio::time::sleep(deadline.saturating_sub(start.elapsed())) => {
             Err(boot_error(vm, &format!("the guest agent did not answer within {deadline:?}")))
         }
+    }
+}
+
+async fn with_limit<T>(
+    limit: Option<Duration>,
+    f: impl std::future::Future<Output = Result<T, lizard_agent_client::ClientError>>,
+) -> Result<T, lizard_agent_client::ClientError> {
+    match limit {
+        None => f.await,
+        Some(d) => tokio::time::timeout(d, f).await.unwrap_or(Err(lizard_agent_client::ClientError::Closed)),
     }
 }
 

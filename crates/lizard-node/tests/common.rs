@@ -21,6 +21,8 @@ pub struct TestNode {
 }
 
 pub async fn node_with(tweak: impl FnOnce(&mut NodeConfig)) -> TestNode {
+    // RUST_LOG=lizard_node=debug shows what the node does (a fallback to cold boot, say).
+    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
     let dir = tempfile::Builder::new().prefix("lizard-test-").tempdir().unwrap();
     let mut config = NodeConfig::new(dir.path());
     config.image_root = image_root();

@@ -1,0 +1,147 @@
+//! `POST /v1/identity`: turn a guest restored from a template snapshot into a machine of
+//! its own (see [`lizard_agent_proto::types::Identity`]).
+//!
+//! Every clone of one snapshot wakes up with the same kernel RNG state, hostname, agent
+//! secret and a wall clock stopped at snapshot time. The host sends a fresh identity
+//! right after the restore; the agent applies it before answering, so that by the time
+//! the host sees the answer no command could run with the template's state.
+//!
+//! The boot id (`/proc/sys/kernel/random/boot_id`) needs nothing: Linux makes it on first
+//! read, and the agent never reads it, so the template never fixed it.
+
+use crate::server::{AppError, AppState};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use lizard_agent_proto::handshake::Secret;
+use lizard_agent_proto::types::{AgentError, ErrorCode, Identity, IDENTITY_ENTROPY_BYTES};
+use std::io;
+use std::os::fd::AsRawFd;
+
+/// An [`Identity`] checked and decoded.
+#[derive(Debug)]
+pub struct Parsed {
+    pub hostname: String,
+    pub secret: Secret,
+    pub entropy: Vec<u8>,
+    pub unix_time_ms: u64,
+}
+
+/// Validate an identity without touching the system.
+pub fn parse(id: Identity) -> Result<Parsed, AgentError> {
+    let bad = |m: String| AgentError::new(ErrorCode::InvalidArgument, m);
+    if id.hostname.is_empty() || id.hostname.len() > 64 || id.hostname.bytes().any(|b| b == 0 || b == b'/') {
+        return Err(bad(format!("bad hostname {:?}", id.hostname)));
+    }
+    let secret = Secret::from_hex(&id.secret).map_err(|e| bad(format!("secret: {e}")))?;
+    let entropy = hex::decode(&id.entropy).map_err(|e| bad(format!("entropy: {e}")))?;
+    if entropy.len() < 32 || entropy.len() > 4 * IDENTITY_ENTROPY_BYTES {
+        return Err(bad(format!("entropy must be 32..={} bytes, got {}", 4 * IDENTITY_ENTROPY_BYTES, entropy.len())));
+    }
+    if id.unix_time_ms < 1_600_000_000_000 {
+        return Err(bad(format!("implausible unixTimeMs {}", id.unix_time_ms)));
+    }
+    Ok(Parsed { hostname: id.hostname, secret, entropy, unix_time_ms: id.unix_time_ms })
+}
+
+pub async fn handle(State(state): State<AppState>, Json(id): Json<Identity>) -> Result<StatusCode, AppError> {
+    let parsed = parse(id)?;
+    if state.pid1 {
+        let (hostname, entropy, time) = (parsed.hostname.clone(), parsed.entropy.clone(), parsed.unix_time_ms);
+        tokio::task::spawn_blocking(move || apply_to_system(&hostname, &entropy, time))
+            .await
+            .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))?
+            .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))?;
+    }
+    // Last: a failure above leaves the old secret, and the host falls back to a cold boot.
+    *state.secret.write().unwrap_or_else(|e| e.into_inner()) = parsed.secret;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Hostname, RNG and clock: only as PID 1 of a guest, never in dev mode on a host.
+fn apply_to_system(hostname: &str, entropy: &[u8], unix_time_ms: u64) -> io::Result<()> {
+    let ctx = |what: &'static str| move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
+    add_entropy(entropy).map_err(ctx("add entropy"))?;
+    let ts = nix::sys::time::TimeSpec::new((unix_time_ms / 1000) as i64, ((unix_time_ms % 1000) * 1_000_000) as i64);
+    nix::time::clock_settime(nix::time::ClockId::CLOCK_REALTIME, ts).map_err(|e| ctx("clock_settime")(e.into()))?;
+    nix::unistd::sethostname(hostname).map_err(|e| ctx("sethostname")(e.into()))?;
+    Ok(())
+}
+
+/// `RNDADDENTROPY`: `_IOW('R', 0x03, int[2])`.
+const RNDADDENTROPY: libc::c_ulong = 0x4008_5203;
+/// `RNDRESEEDCRNG`: `_IO('R', 0x07)`.
+const RNDRESEEDCRNG: libc::c_ulong = 0x5207;
+
+/// Mix `bytes` into the input pool, credit them as entropy, and reseed the CRNG now: a
+/// credit alone would leave the clones' shared CRNG key in place until the next
+/// scheduled reseed (up to a minute), so their first random bytes would still match.
+fn add_entropy(bytes: &[u8]) -> io::Result<()> {
+    let urandom = std::fs::OpenOptions::new().write(true).open("/dev/urandom")?;
+    // A plain write mixes without crediting; harmless, and it works without the ioctl.
+    io::Write::write_all(&mut &urandom, bytes)?;
+    // struct rand_pool_info { int entropy_count; int buf_size; __u32 buf[]; }, as u32
+    // words so that the buffer is aligned for it.
+    let words = bytes.len().div_ceil(4);
+    let mut info = vec![0u32; 2 + words];
+    info[0] = (bytes.len() * 8) as u32;
+    info[1] = bytes.len() as u32;
+    for (i, chunk) in bytes.chunks(4).enumerate() {
+        let mut w = [0u8; 4];
+        w[..chunk.len()].copy_from_slice(chunk);
+        info[2 + i] = u32::from_ne_bytes(w);
+    }
+    // SAFETY: RNDADDENTROPY reads a rand_pool_info: two ints followed by buf_size bytes.
+    // `info` holds exactly that (buf_size = bytes.len() <= 4 * words), stays alive and
+    // unmoved for the call, and the kernel only reads it.
+    if unsafe { libc::ioctl(urandom.as_raw_fd(), RNDADDENTROPY as _, info.as_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: RNDRESEEDCRNG takes no argument and touches no user memory.
+    if unsafe { libc::ioctl(urandom.as_raw_fd(), RNDRESEEDCRNG as _) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity() -> Identity {
+        Identity {
+            sandbox_id: "sbx".into(),
+            hostname: "sbx".into(),
+            secret: Secret::generate().to_hex(),
+            entropy: hex::encode([7u8; IDENTITY_ENTROPY_BYTES]),
+            unix_time_ms: 1_760_000_000_000,
+        }
+    }
+
+    #[test]
+    fn parses_and_rejects() {
+        let p = parse(identity()).unwrap();
+        assert_eq!(p.entropy.len(), IDENTITY_ENTROPY_BYTES);
+        for bad in [
+            Identity { secret: "zz".into(), ..identity() },
+            Identity { entropy: "00".into(), ..identity() },
+            Identity { hostname: String::new(), ..identity() },
+            Identity { hostname: "a".repeat(65), ..identity() },
+            Identity { unix_time_ms: 5, ..identity() },
+        ] {
+            assert_eq!(parse(bad).unwrap_err().code, ErrorCode::InvalidArgument);
+        }
+    }
+
+    /// Outside PID 1 (dev mode, this test) only the secret changes.
+    #[tokio::test]
+    async fn dev_mode_swaps_only_the_secret() {
+        let state = AppState { secret: std::sync::Arc::new(std::sync::RwLock::new(Secret::generate())), pid1: false };
+        let id = identity();
+        let new = Secret::from_hex(&id.secret).unwrap();
+        let host_before = nix::unistd::gethostname().unwrap();
+        assert_eq!(handle(State(state.clone()), Json(id)).await.unwrap(), StatusCode::NO_CONTENT);
+        assert_eq!(*state.secret.read().unwrap(), new);
+        assert_eq!(nix::unistd::gethostname().unwrap(), host_before);
+    }
+}

@@ -1,0 +1,236 @@
+//! Template snapshots: boot a template once, save it, and start every later sandbox of
+//! that template (and shape) by restoring the saved VM instead of booting a kernel.
+//!
+//! `<data_dir>/snapshots/<key>/` holds
+//!
+//! - `vmstate`: device state (QMP `migrate` with `x-ignore-shared`, ~60 KB),
+//! - `memory`: guest RAM, the template VM's own memory file; clones map it private
+//!   copy-on-write, so they share its pages and never write to it,
+//! - `disk.qcow2`: the template VM's root overlay, frozen; each clone writes a new
+//!   overlay on top of it,
+//! - `snapshot.json`: what it was made from, and the template-time agent secret that a
+//!   clone answers to until the node gives it its own identity.
+//!
+//! The key is a hash over everything that must match for a restore to be valid: template
+//! image, kernel, initramfs (hence the agent), vCPUs, memory, accelerator and
+//! [`FORMAT`]. A directory is built under a temporary name and renamed into place, so a
+//! `snapshot.json` that exists belongs to a complete snapshot.
+
+use crate::assets::BootFiles;
+use crate::sandbox::{self, connect_agent, create_overlay, write_secret};
+use crate::{NodeError, Result};
+use lizard_agent_proto::handshake::Secret;
+use lizard_image::TemplateImage;
+use lizard_vmm::{Accel, Backend, Snapshot, VmConfig};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Bumped whenever what a snapshot directory holds, or how it is made, changes.
+pub const FORMAT: u32 = 1;
+
+/// Prefix of directories being built; anything with it at node start is a leftover.
+pub(crate) const TMP_PREFIX: &str = ".tmp-";
+
+/// How long the agent gets to notice that the host went away and return to waiting for
+/// the next host (it polls every 2 ms) before the VM is frozen.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// `snapshot.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotMeta {
+    pub format: u32,
+    pub template: String,
+    pub template_hash: String,
+    pub kernel_hash: String,
+    pub initramfs_hash: String,
+    pub vcpus: u32,
+    pub memory_mib: u32,
+    pub accel: Accel,
+    /// The agent's secret at snapshot time (hex): what a fresh clone answers to.
+    pub secret: String,
+    /// Wall time of the cold boot + save, for the logs.
+    pub build_ms: u64,
+}
+
+/// A complete template snapshot on disk.
+#[derive(Debug, Clone)]
+pub struct TemplateSnapshot {
+    pub dir: PathBuf,
+    pub meta: SnapshotMeta,
+    pub secret: Secret,
+}
+
+impl TemplateSnapshot {
+    pub fn vm_snapshot(&self) -> Snapshot {
+        Snapshot { vmstate: self.dir.join("vmstate"), memory: self.dir.join("memory") }
+    }
+    pub fn disk(&self) -> PathBuf {
+        self.dir.join("disk.qcow2")
+    }
+
+    /// The snapshot in `dir`, if it is complete and of this format.
+    pub fn load(dir: &Path) -> Option<TemplateSnapshot> {
+        let meta: SnapshotMeta = serde_json::from_slice(&std::fs::read(dir.join("snapshot.json")).ok()?).ok()?;
+        if meta.format != FORMAT {
+            return None;
+        }
+        let secret = Secret::from_hex(&meta.secret).ok()?;
+        let snap = TemplateSnapshot { dir: dir.to_path_buf(), meta, secret };
+        let s = snap.vm_snapshot();
+        [s.vmstate, s.memory, snap.disk()].iter().all(|p| p.is_file()).then_some(snap)
+    }
+}
+
+/// The directory name of the snapshot for this template and shape.
+pub fn key(template: &TemplateImage, boot: &BootFiles, vcpus: u32, memory_mib: u32, accel: Accel) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [
+        format!("format={FORMAT}"),
+        format!("template={}", template.hash),
+        format!("kernel={}", boot.kernel.hash),
+        format!("initramfs={}", boot.initramfs.hash),
+        format!("vcpus={vcpus}"),
+        format!("memory={memory_mib}"),
+        format!("accel={accel:?}"),
+    ] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    hex::encode(h.finalize())
+}
+
+/// What a build needs.
+pub struct BuildSpec<'a> {
+    pub backend: &'a dyn Backend,
+    pub template: &'a TemplateImage,
+    pub boot: &'a BootFiles,
+    pub vcpus: u32,
+    pub memory_mib: u32,
+    pub accel: Accel,
+    pub boot_timeout: Duration,
+}
+
+/// Cold-boot the template, quiesce it and save it into `final_dir` (renamed into place
+/// from a temporary directory next to it). The caller holds the locks.
+pub async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<TemplateSnapshot> {
+    let started = Instant::now();
+    let parent = final_dir.parent().expect("snapshot dirs have a parent");
+    let key = final_dir.file_name().expect("snapshot dirs have a name").to_string_lossy().into_owned();
+    let vm_id = format!("template-{}", &key[..12.min(key.len())]);
+    let tmp = parent.join(format!("{TMP_PREFIX}{vm_id}"));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|e| NodeError::io(format!("create {}", tmp.display()), e))?;
+    let secret = Secret::generate();
+    let config = VmConfig {
+        id: vm_id.clone(),
+        vcpus: spec.vcpus,
+        memory_mib: spec.memory_mib,
+        kernel: spec.boot.kernel.vmlinux.clone(),
+        initramfs: spec.boot.initramfs.path.clone(),
+        cmdline: sandbox::cmdline(&vm_id),
+        root_disk: tmp.join("disk.qcow2"),
+        extra_disks: vec![],
+        secret_file: Some(tmp.join("secret")),
+        run_dir: tmp.clone(),
+        accel: spec.accel,
+    };
+    let result = async {
+        write_secret(config.secret_file.as_ref().unwrap(), &secret)?;
+        create_overlay(&spec.template.rootfs, "raw", &config.root_disk).await?;
+        let vm = spec.backend.boot(&config).await?;
+        let saved = async {
+            let agent = connect_agent(vm.as_ref(), &secret, spec.boot_timeout, None).await?;
+            // Whatever the boot wrote reaches the disk that every clone will build on.
+            let sync = lizard_agent_proto::types::ExecRequest { argv: Some(vec!["sync".into()]), ..Default::default() };
+            let out = agent.exec_collect(sync).await.map_err(|e| NodeError::Boot(format!("sync: {e}")))?;
+            if out.status.exit_code != 0 {
+                return Err(NodeError::Boot(format!("sync exited {}", out.status.exit_code)));
+            }
+            // The agent must be back to waiting for a host when frozen: then the first
+            // connection to a clone is simply its next session.
+            if tokio::time::timeout(Duration::from_secs(5), agent.close()).await.is_err() {
+                return Err(NodeError::Boot("the agent connection did not close".into()));
+            }
+            tokio::time::sleep(SETTLE).await;
+            vm.pause().await?;
+            vm.snapshot(&Snapshot { vmstate: tmp.join("vmstate"), memory: config.memory_file() }).await?;
+            Ok(())
+        }
+        .await;
+        let _ = vm.kill().await;
+        saved
+    }
+    .await;
+    if let Err(e) = result {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    for f in ["secret", "agent.sock", "qmp.sock", "vmm.pid"] {
+        let _ = std::fs::remove_file(tmp.join(f));
+    }
+    let meta = SnapshotMeta {
+        format: FORMAT,
+        template: spec.template.name.clone(),
+        template_hash: spec.template.hash.clone(),
+        kernel_hash: spec.boot.kernel.hash.clone(),
+        initramfs_hash: spec.boot.initramfs.hash.clone(),
+        vcpus: spec.vcpus,
+        memory_mib: spec.memory_mib,
+        accel: spec.accel,
+        secret: secret.to_hex(),
+        build_ms: started.elapsed().as_millis() as u64,
+    };
+    let finish = || -> std::io::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(tmp.join("snapshot.json"))?;
+        std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(&meta).expect("json serializes"))?;
+        f.sync_all()?;
+        // Clones only read these; nothing may change them under a running clone.
+        for f in ["vmstate", "memory", "disk.qcow2"] {
+            let p = tmp.join(f);
+            let mut perm = std::fs::metadata(&p)?.permissions();
+            perm.set_readonly(true);
+            std::fs::set_permissions(&p, perm)?;
+        }
+        std::fs::rename(&tmp, final_dir)
+    };
+    if let Err(e) = finish() {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(NodeError::io(format!("store snapshot {}", final_dir.display()), e));
+    }
+    tracing::info!(template = %meta.template, key = %key, ms = meta.build_ms, "template snapshot ready");
+    Ok(TemplateSnapshot { dir: final_dir.to_path_buf(), secret, meta })
+}
+
+/// Remove half-built snapshots (and their VMMs) left by an earlier node process.
+pub fn sweep(snapshots_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(snapshots_dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(vm_id) = name.strip_prefix(TMP_PREFIX) else { continue };
+        if let Some(pid) = sandbox::vmm_pid_of(&entry.path(), vm_id) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+        let _ = std::fs::remove_dir_all(entry.path());
+    }
+}
+
+/// An exclusive lock on `path` between node processes sharing a data directory, held
+/// while the returned value lives.
+pub async fn file_lock(path: PathBuf) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    tokio::task::spawn_blocking(move || {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| NodeError::io(format!("open {}", path.display()), e))?;
+        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| NodeError::io(format!("lock {}", path.display()), e.into()))
+    })
+    .await
+    .expect("lock task panicked")
+}

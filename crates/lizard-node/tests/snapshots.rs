@@ -1,0 +1,168 @@
+//! Sandboxes restored from a template snapshot: each one its own machine (RNG, boot id,
+//! hostname, clock, disk, secret), and much faster to start than a cold boot.
+
+mod common;
+
+use common::sh;
+use lizard_agent_client::{AgentClient, ClientError};
+use lizard_agent_proto::handshake::{HandshakeError, Secret};
+use lizard_api::CreateSandboxRequest;
+use lizard_node::snapshot::TemplateSnapshot;
+use lizard_node::Sandbox;
+use lizard_vmm::{Backend, MemoryMapping};
+use std::time::{Duration, Instant, SystemTime};
+
+fn base() -> CreateSandboxRequest {
+    CreateSandboxRequest { template: "base".into(), ..Default::default() }
+}
+
+async fn out(sbx: &Sandbox, cmd: &str) -> String {
+    let r = sbx.exec_collect(sh(cmd)).await.unwrap();
+    assert_eq!(r.exit_code, 0, "{cmd}: {r:?}");
+    r.stdout.trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn clones_of_one_snapshot_are_distinct_machines() {
+    let t = common::node().await;
+    t.node.prepare("base").await.unwrap();
+
+    let t0 = Instant::now();
+    let a = t.node.create(base()).await.unwrap();
+    let first = t0.elapsed();
+    let t1 = Instant::now();
+    let b = t.node.create(base()).await.unwrap();
+    let second = t1.elapsed();
+    eprintln!("create: first (cold boot + snapshot + restore) {first:?}, second (restore) {second:?}");
+    assert!(a.from_snapshot() && b.from_snapshot(), "a create fell back to a cold boot");
+
+    // Both answer, each under its own name.
+    assert_eq!(out(&a, "hostname").await, a.id);
+    assert_eq!(out(&b, "hostname").await, b.id);
+
+    // Their kernel RNGs have diverged from the template's and from each other.
+    let rand = "head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'";
+    let (ra, rb) = (out(&a, rand).await, out(&b, rand).await);
+    assert_eq!(ra.len(), 64);
+    assert_ne!(ra, rb, "two clones produced the same random bytes");
+
+    // Each made its own boot id on first read.
+    let boot_id = "cat /proc/sys/kernel/random/boot_id";
+    let (ba, bb) = (out(&a, boot_id).await, out(&b, boot_id).await);
+    assert_eq!(ba.len(), 36);
+    assert_ne!(ba, bb, "two clones share a boot id");
+
+    // Wall clocks are the host's, not the snapshot's.
+    for s in [&a, &b] {
+        let guest: i64 = out(s, "date +%s").await.parse().unwrap();
+        let host = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64;
+        assert!((guest - host).abs() <= 5, "guest clock {guest}, host {host}");
+    }
+
+    // Disks are separate.
+    out(&a, "echo only-in-a > /root/mine && sync").await;
+    let r = b.exec_collect(sh("cat /root/mine")).await.unwrap();
+    assert_ne!(r.exit_code, 0, "b sees a's file: {r:?}");
+    assert_eq!(out(&a, "cat /root/mine").await, "only-in-a");
+
+    // A third create, once more timed: restores must beat a cold boot by far.
+    let t2 = Instant::now();
+    let c = t.node.create(base()).await.unwrap();
+    let r = c.exec_collect(sh("true")).await.unwrap();
+    let third = t2.elapsed();
+    assert_eq!(r.exit_code, 0);
+    eprintln!("create + first exec (restore): {third:?}");
+    assert!(c.from_snapshot());
+    assert!(second < Duration::from_millis(1500), "restore took {second:?}");
+
+    t.finish().await;
+}
+
+/// The template-time secret opens a fresh clone, and no longer once it has been given
+/// its identity; the new secret does.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_template_secret_is_refused_after_identity() {
+    let t = common::node().await;
+    let sbx = t.node.create(base()).await.unwrap();
+    assert!(sbx.from_snapshot());
+    let snaps = t.dir.path().join("snapshots");
+    let dir = std::fs::read_dir(&snaps)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir() && !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .expect("a snapshot directory");
+    let snap = TemplateSnapshot::load(&dir).expect("a complete snapshot");
+
+    // A clone of our own, beside the node's, with the node's VM layout.
+    let run_dir = t.dir.path().join("manual-clone");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let mut config = sbx.vm().config().clone();
+    config.id = "manualclone".into();
+    config.root_disk = run_dir.join("root.qcow2");
+    config.secret_file = Some(run_dir.join("secret"));
+    config.run_dir = run_dir.clone();
+    std::fs::write(run_dir.join("secret"), snap.secret.to_hex()).unwrap();
+    let st = std::process::Command::new("qemu-img")
+        .args(["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b"])
+        .arg(snap.disk())
+        .arg(&config.root_disk)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let backend = lizard_vmm::qemu::QemuBackend::default();
+    let vm = backend.restore(&config, &snap.vm_snapshot(), MemoryMapping::CopyOnWrite).await.unwrap();
+
+    let connect = |secret: Secret| {
+        let sock = config.agent_socket();
+        async move {
+            let stream = tokio::net::UnixStream::connect(&sock).await.unwrap();
+            tokio::time::timeout(Duration::from_secs(10), AgentClient::connect(stream, &secret))
+                .await
+                .expect("handshake timed out")
+        }
+    };
+    let old = connect(snap.secret.clone()).await.expect("the template secret opens a fresh clone");
+    let new = Secret::generate();
+    let identity = lizard_agent_proto::types::Identity {
+        sandbox_id: "manualclone".into(),
+        hostname: "manualclone".into(),
+        secret: new.to_hex(),
+        entropy: hex::encode([9u8; 64]),
+        unix_time_ms: SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis() as u64,
+    };
+    old.identity(&identity).await.unwrap();
+    // The session that sent it goes on.
+    let r = old.exec_collect(lizard_agent_proto::types::ExecRequest { cmd: Some("hostname".into()), ..Default::default() }).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "manualclone");
+    old.close().await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    match connect(snap.secret.clone()).await {
+        Err(ClientError::Handshake(HandshakeError::Denied)) => {}
+        Err(e) => panic!("expected Denied, got {e}"),
+        Ok(_) => panic!("the template secret still opens the clone"),
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let again = connect(new).await.expect("the new secret opens the clone");
+    assert!(again.health().await.is_ok());
+    drop(again);
+
+    vm.kill().await.unwrap();
+    std::fs::remove_dir_all(&run_dir).unwrap();
+    t.finish().await;
+}
+
+/// `snapshots: false` and `cold_boot_only` both cold-boot, and still work.
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshots_can_be_switched_off() {
+    let t = common::node_with(|c| c.snapshots = false).await;
+    let t0 = Instant::now();
+    let s = t.node.create(base()).await.unwrap();
+    let r = s.exec_collect(sh("true")).await.unwrap();
+    eprintln!("create + first exec (cold boot): {:?}", t0.elapsed());
+    assert_eq!(r.exit_code, 0);
+    assert!(!s.from_snapshot());
+    assert!(!t.dir.path().join("snapshots").exists());
+    t.finish().await;
+}
