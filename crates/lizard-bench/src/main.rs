@@ -1,6 +1,7 @@
 //! `lizard-bench`: how long the sandbox core takes on this machine.
 //!
-//! Measures, in one run so the numbers compare: cold create → first exec returns; the
+//! Measures, in one run so the numbers compare: cold create → first exec returns, and
+//! the same for creates restored from a template snapshot (unless `--no-snapshots`); the
 //! round trip of `exec true` (with the guest's own spawn-to-exit time beside it, so
 //! Lizard's overhead is visible apart from the guest's process start); write and read
 //! throughput of a 64 MiB file. Prints a Markdown table of percentiles.
@@ -21,9 +22,15 @@ struct Args {
     image_root: Option<PathBuf>,
     #[arg(long, default_value = "base")]
     template: String,
-    /// Cold creates to time.
+    /// Creates to time, of each kind (cold, and restored from a snapshot).
     #[arg(long, default_value_t = 10)]
     creates: usize,
+    /// Time cold creates only (no template snapshot).
+    #[arg(long)]
+    no_snapshots: bool,
+    /// Also time creates restored from a template snapshot (the default).
+    #[arg(long, conflicts_with = "no_snapshots")]
+    snapshots: bool,
     /// `exec true` round trips to time.
     #[arg(long, default_value_t = 100)]
     execs: usize,
@@ -65,24 +72,53 @@ fn ms(d: Duration) -> f64 {
 async fn main() -> Result<()> {
     tracing_subscriber::fmt().with_env_filter("warn").with_writer(std::io::stderr).init();
     let args = Args::parse();
-    let dir = tempfile::Builder::new().prefix("lizard-bench-").tempdir()?;
-    let mut config = NodeConfig::new(dir.path());
-    config.image_root = args.image_root.unwrap_or_else(lizard_node::default_data_dir);
-    let node = Node::start(config).await?;
+    let image_root = args.image_root.clone().unwrap_or_else(lizard_node::default_data_dir);
+    let start = |snapshots: bool| {
+        let image_root = image_root.clone();
+        async move {
+            let dir = tempfile::Builder::new().prefix("lizard-bench-").tempdir()?;
+            let mut config = NodeConfig::new(dir.path());
+            config.image_root = image_root;
+            config.snapshots = snapshots;
+            anyhow::Ok((Node::start(config).await?, dir))
+        }
+    };
+    let (node, _dir) = start(false).await?;
     eprintln!("preparing images for {} (first run builds them)…", args.template);
     node.prepare(&args.template).await?;
     let create = || CreateSandboxRequest { template: args.template.clone(), ..Default::default() };
     let echo = ExecRequest { cmd: Some("echo hi".into()), ..Default::default() };
 
-    let mut cold = vec![];
-    for i in 0..args.creates {
+    let time_creates = |node: std::sync::Arc<Node>, what: &'static str| {
+        let echo = echo.clone();
+        let creates = args.creates;
+        async move {
+            let mut times = vec![];
+            for i in 0..creates {
+                let t = Instant::now();
+                let sbx = node.create(create()).await?;
+                let r = sbx.exec_collect(echo.clone()).await?;
+                times.push(ms(t.elapsed()));
+                anyhow::ensure!(r.stdout == "hi\n", "unexpected output {r:?}");
+                node.kill(&sbx.id).await?;
+                eprintln!("{what} create {}/{creates}: {:.0} ms", i + 1, times.last().unwrap());
+            }
+            anyhow::Ok(times)
+        }
+    };
+    let cold = time_creates(node.clone(), "cold").await?;
+    let mut restored = None;
+    if !args.no_snapshots {
+        let (snode, _sdir) = start(true).await?;
+        // The first create makes the snapshot (one cold boot); it is reported apart.
         let t = Instant::now();
-        let sbx = node.create(create()).await?;
-        let r = sbx.exec_collect(echo.clone()).await?;
-        cold.push(ms(t.elapsed()));
-        anyhow::ensure!(r.stdout == "hi\n", "unexpected output {r:?}");
-        node.kill(&sbx.id).await?;
-        eprintln!("cold create {}/{}: {:.0} ms", i + 1, args.creates, cold.last().unwrap());
+        let sbx = snode.create(create()).await?;
+        let first = ms(t.elapsed());
+        anyhow::ensure!(sbx.from_snapshot(), "the snapshot could not be made (see the log)");
+        snode.kill(&sbx.id).await?;
+        eprintln!("first create (makes the template snapshot): {first:.0} ms");
+        restored = Some((first, time_creates(snode.clone(), "restored").await?));
+        snode.shutdown().await;
     }
 
     let sbx = node.create(create()).await?;
@@ -120,6 +156,10 @@ async fn main() -> Result<()> {
     println!("| measurement | n | min | p50 | p90 | p99 | max | unit |");
     println!("|---|---|---|---|---|---|---|---|");
     println!("{}", Summary::new(cold).row("cold create → first `echo hi` returns", "ms"));
+    if let Some((first, times)) = restored {
+        println!("{}", Summary::new(vec![first]).row("first create of a template (makes its snapshot)", "ms"));
+        println!("{}", Summary::new(times).row("restored create → first `echo hi` returns", "ms"));
+    }
     println!("{}", Summary::new(round).row("`exec /bin/true` round trip", "ms"));
     println!("{}", Summary::new(guest).row("… of which the guest's spawn-to-exit", "ms"));
     println!("{}", Summary::new(write).row("write 64 MiB file", "MiB/s"));
