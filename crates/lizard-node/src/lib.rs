@@ -208,11 +208,14 @@ impl Node {
         for dir in [&mut config.data_dir, &mut config.image_root] {
             *dir = std::path::absolute(&*dir).map_err(|e| NodeError::io(format!("resolve {}", dir.display()), e))?;
         }
-        let sandboxes_dir = config.data_dir.join("sandboxes");
-        std::fs::create_dir_all(&sandboxes_dir).map_err(|e| NodeError::io(format!("create {}", sandboxes_dir.display()), e))?;
-        // Sandbox directories hold VMM control sockets and secrets: owner only.
+        // Sandbox and snapshot directories hold VMM control sockets, secrets and guest
+        // memory: owner only.
         use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(&sandboxes_dir, std::fs::Permissions::from_mode(0o700));
+        let dirs = [Some("sandboxes"), config.snapshots.then_some("snapshots")];
+        for dir in dirs.into_iter().flatten().map(|d| config.data_dir.join(d)) {
+            std::fs::create_dir_all(&dir).map_err(|e| NodeError::io(format!("create {}", dir.display()), e))?;
+            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        }
         let node = Arc::new(Node {
             assets: Assets::new(ImageStore::new(&config.image_root), config.agent_bin.clone()),
             backend: Arc::new(lizard_vmm::qemu::QemuBackend::with_binary(&config.qemu_binary)),
