@@ -89,31 +89,11 @@ impl Sandbox {
         req: CreateSandboxRequest,
         deadline: Duration,
     ) -> Result<Sandbox> {
-        std::fs::create_dir_all(&config.run_dir).map_err(|e| NodeError::io("create sandbox dir", e))?;
-        if let Some(path) = &config.secret_file {
-            write_secret(path, &secret)?;
-        }
+        prepare_run_dir(&config, &secret)?;
         create_overlay(&template.rootfs, "raw", &config.root_disk).await?;
         let vm = backend.boot(&config).await?;
-        let agent = match connect_agent(vm.as_ref(), &secret, deadline, None).await {
-            Ok(a) => a,
-            Err(e) => {
-                let _ = vm.kill().await;
-                return Err(e);
-            }
-        };
-        Ok(Sandbox {
-            id: config.id.clone(),
-            template: template.name.clone(),
-            vcpus: config.vcpus,
-            memory_mib: config.memory_mib,
-            started_at: SystemTime::now(),
-            metadata: req.metadata,
-            env: req.env,
-            vm,
-            agent,
-            from_snapshot: false,
-        })
+        let agent = connected(vm.as_ref(), connect_agent(vm.as_ref(), &secret, deadline, None)).await?;
+        Ok(Sandbox::running(&config, template, req, vm, agent, false))
     }
 
     /// Start a sandbox by restoring a template snapshot: a new root overlay over the
@@ -133,22 +113,25 @@ impl Sandbox {
         if (config.vcpus, config.memory_mib) != (snapshot.meta.vcpus, snapshot.meta.memory_mib) {
             return Err(NodeError::Boot("the snapshot has another shape".into()));
         }
-        std::fs::create_dir_all(&config.run_dir).map_err(|e| NodeError::io("create sandbox dir", e))?;
-        if let Some(path) = &config.secret_file {
-            // Same devices as the template VM (a fw_cfg item included); the guest does
-            // not read it again, its secret arrives with the identity.
-            write_secret(path, &secret)?;
-        }
+        // Same devices as the template VM, the fw_cfg item included; a restored guest does
+        // not read it again: its secret arrives with the identity.
+        prepare_run_dir(&config, &secret)?;
         create_overlay(&snapshot.disk(), "qcow2", &config.root_disk).await?;
         let vm = backend.restore(&config, &snapshot.vm_snapshot(), MemoryMapping::CopyOnWrite).await?;
-        let agent = match give_identity(vm.as_ref(), &config.id, &snapshot.secret, &secret, deadline).await {
-            Ok(a) => a,
-            Err(e) => {
-                let _ = vm.kill().await;
-                return Err(e);
-            }
-        };
-        Ok(Sandbox {
+        let identity = give_identity(vm.as_ref(), &config.id, &snapshot.secret, &secret, deadline);
+        let agent = connected(vm.as_ref(), identity).await?;
+        Ok(Sandbox::running(&config, template, req, vm, agent, true))
+    }
+
+    fn running(
+        config: &VmConfig,
+        template: &TemplateImage,
+        req: CreateSandboxRequest,
+        vm: Box<dyn Vm>,
+        agent: AgentClient,
+        from_snapshot: bool,
+    ) -> Sandbox {
+        Sandbox {
             id: config.id.clone(),
             template: template.name.clone(),
             vcpus: config.vcpus,
@@ -158,8 +141,8 @@ impl Sandbox {
             env: req.env,
             vm,
             agent,
-            from_snapshot: true,
-        })
+            from_snapshot,
+        }
     }
 
     /// Whether this sandbox was restored from a template snapshot (else cold-booted).
@@ -342,6 +325,26 @@ impl Sandbox {
     /// [`lizard_api::ErrorCode::InvalidArgument`].
     pub async fn connect_port(&self, port: u16) -> Result<lizard_agent_client::TcpTunnel> {
         self.agent.connect_tcp(port).await.map_err(|e| self.agent_error(e))
+    }
+}
+
+/// The sandbox's directory with its secret file in it.
+fn prepare_run_dir(config: &VmConfig, secret: &Secret) -> Result<()> {
+    std::fs::create_dir_all(&config.run_dir).map_err(|e| NodeError::io("create sandbox dir", e))?;
+    match &config.secret_file {
+        Some(path) => write_secret(path, secret),
+        None => Ok(()),
+    }
+}
+
+/// The agent connection `connect` makes, or the VM killed and the error.
+async fn connected(vm: &dyn Vm, connect: impl std::future::Future<Output = Result<AgentClient>>) -> Result<AgentClient> {
+    match connect.await {
+        Ok(a) => Ok(a),
+        Err(e) => {
+            let _ = vm.kill().await;
+            Err(e)
+        }
     }
 }
 
