@@ -156,6 +156,7 @@ pub struct ProcessResult {
 }
 
 /// Stable error codes. The HTTP status is part of the contract too: see [`ErrorCode::status`].
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ErrorCode {
@@ -196,6 +197,7 @@ impl ErrorCode {
 }
 
 /// Body of every error response.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ApiError {
     pub code: ErrorCode,

@@ -2,45 +2,16 @@
 //! attributes (collected by [`utoipa_axum`] as routes are registered) and the schemas
 //! derived on [`lizard_api`]'s types. Served at `GET /openapi.json`.
 //!
-//! The error body `{code, message}` is [`lizard_api::ApiError`], which predates the
-//! `openapi` feature; [`ErrorBody`] describes it under the same name, and a test checks
-//! that the two agree on every error code.
+//! The error body `{code, message}` is [`lizard_api::ApiError`] itself, with its
+//! [`lizard_api::ErrorCode`]: one definition for the wire and the document.
 
 use std::collections::BTreeMap;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
 use utoipa::openapi::{Content, Ref, RefOr, Response, ResponseBuilder};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{Modify, OpenApi};
 
 /// Name of the security scheme every authenticated route lists.
 pub const SECURITY_SCHEME: &str = "apiKey";
-
-/// Stable error code; the HTTP status is part of the contract (see `ErrorCode::status`).
-#[derive(ToSchema)]
-#[schema(as = ErrorCode)]
-#[allow(dead_code)] // A schema only.
-#[schema(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum ErrorCodeSchema {
-    InvalidArgument,
-    Unauthenticated,
-    Forbidden,
-    NotFound,
-    Conflict,
-    BootFailed,
-    PortClosed,
-    Unavailable,
-    Internal,
-    AccountScopeRequired,
-    RateLimited,
-}
-
-/// Body of every error response.
-#[derive(ToSchema)]
-#[schema(as = ApiError)]
-#[allow(dead_code)] // A schema only.
-pub struct ErrorBody {
-    code: ErrorCodeSchema,
-    message: String,
-}
 
 fn error_response(description: &str) -> RefOr<Response> {
     ResponseBuilder::new()
@@ -99,7 +70,7 @@ impl Modify for Security {
         title = "Lizard API",
         description = "Self-hosted microVM sandboxes for AI agents: control plane. JSON is camelCase; every error is `{code, message}`."
     ),
-    components(schemas(ErrorBody, ErrorCodeSchema)),
+    components(schemas(lizard_api::ApiError, lizard_api::ErrorCode)),
     modifiers(&Security),
     tags(
         (name = "workspaces", description = "Isolation units of an account"),
@@ -145,7 +116,7 @@ mod tests {
 
     #[test]
     fn error_schema_matches_api_error_codes() {
-        let schema = serde_json::to_value(<ErrorCodeSchema as utoipa::PartialSchema>::schema()).unwrap();
+        let schema = serde_json::to_value(<ErrorCode as utoipa::PartialSchema>::schema()).unwrap();
         let listed: Vec<String> = serde_json::from_value(schema["enum"].clone()).expect("the schema is a string enum");
         let actual: Vec<String> =
             all_codes().into_iter().map(|c| serde_json::to_value(c).unwrap().as_str().unwrap().to_string()).collect();
