@@ -54,6 +54,23 @@ pub mod cmdline {
 /// [`cmdline::SECRET`].
 pub const FW_CFG_SECRET: &str = "opt/lizard/secret";
 
+/// The guest's network, identical in every sandbox: a template snapshot carries the
+/// configured interface, so every clone must find the same addresses on the host side.
+/// The node gives each sandbox its own network namespace whose TAP device is the gateway;
+/// the namespace translates the guest's address to one unique per sandbox.
+pub mod net {
+    use std::net::Ipv4Addr;
+    /// The guest's interface (the first virtio-net device).
+    pub const GUEST_IF: &str = "eth0";
+    pub const GUEST_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+    /// Gateway and DNS resolver: the TAP device's address in the sandbox's namespace.
+    pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 1);
+    pub const PREFIX_LEN: u8 = 30;
+    /// Locally administered MACs, fixed so that a snapshot's ARP cache stays valid.
+    pub const GUEST_MAC: &str = "02:4c:5a:00:00:02";
+    pub const GATEWAY_MAC: &str = "02:4c:5a:00:00:01";
+}
+
 /// Line the agent prints to the console in probe mode once it runs.
 pub const PROBE_OK: &str = "LIZARD-PROBE-OK";
 

@@ -8,7 +8,7 @@
 //!    the host uses it to find out whether an accelerator works at all.
 //! 4. Wait for the root device, mount it, move /dev, /proc, /sys into it and switch root
 //!    (`mount --move . /` + `chroot`, as pivot_root cannot leave an initramfs).
-//! 5. Mount the rest (/dev/pts, /dev/shm, /tmp, /run, cgroup2), bring up `lo`, set the
+//! 5. Mount the rest (/dev/pts, /dev/shm, /tmp, /run, cgroup2), bring up `lo` (and `eth0`, see `net`), set the
 //!    hostname, start the reaper, and serve the host on the chosen transport.
 //!
 //! PID 1 must never exit (the kernel would panic, and the host would see a hung VM rather
@@ -166,6 +166,9 @@ fn boot() -> Result<Infallible, InitError> {
     mount_late();
     if let Err(e) = loopback_up() {
         eprintln!("lizard-agent: cannot bring up lo: {e}");
+    }
+    if let Err(e) = crate::net::configure() {
+        eprintln!("lizard-agent: cannot configure {}: {e}", lizard_agent_proto::net::GUEST_IF);
     }
     if let Some(h) = hostname {
         nix::unistd::sethostname(&h).map_err(InitError::io(format!("sethostname {h}")))?;

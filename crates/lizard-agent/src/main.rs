@@ -5,6 +5,7 @@ mod exec;
 mod files;
 mod identity;
 mod init;
+mod net;
 mod reaper;
 mod server;
 mod transport;

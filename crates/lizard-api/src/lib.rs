@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+pub mod network;
+
 pub use lizard_agent_proto::types::{ExitStatus, FileEntry, FileType, WriteResult};
 
 /// Sandbox routes, relative to the API root. `{id}` is a sandbox id.
@@ -46,6 +48,27 @@ pub struct CreateSandboxRequest {
     pub env: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
+    /// Whether destinations in neither `allowOut` nor `denyOut` are reachable (default
+    /// true). Private, link-local and loopback ranges, other sandboxes and the host are
+    /// never reachable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_internet_access: Option<bool>,
+    /// CIDRs reachable even without internet access (never any the platform denies).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_out: Vec<String>,
+    /// CIDRs never reachable; wins over `allowOut`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_out: Vec<String>,
+}
+
+impl CreateSandboxRequest {
+    pub fn network_policy(&self) -> network::NetworkPolicy {
+        network::NetworkPolicy {
+            allow_internet_access: self.allow_internet_access,
+            allow_out: self.allow_out.clone(),
+            deny_out: self.deny_out.clone(),
+        }
+    }
 }
 
 /// Lifecycle state of a sandbox.
@@ -109,6 +132,27 @@ pub struct NewSandboxRequest {
     pub vcpus: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mib: Option<u32>,
+    /// Whether destinations in neither `allowOut` nor `denyOut` are reachable (default
+    /// true). Private, link-local and loopback ranges, other sandboxes and the host are
+    /// never reachable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_internet_access: Option<bool>,
+    /// CIDRs reachable even without internet access (never any the platform denies).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_out: Vec<String>,
+    /// CIDRs never reachable; wins over `allowOut`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_out: Vec<String>,
+}
+
+impl NewSandboxRequest {
+    pub fn network_policy(&self) -> network::NetworkPolicy {
+        network::NetworkPolicy {
+            allow_internet_access: self.allow_internet_access,
+            allow_out: self.allow_out.clone(),
+            deny_out: self.deny_out.clone(),
+        }
+    }
 }
 
 /// `POST /v1/sandboxes/{id}/timeout`.
@@ -232,6 +276,11 @@ mod tests {
         assert!(serde_json::from_str::<CreateSandboxRequest>(r#"{"template":"base","x":1}"#).is_err());
         let r: CreateSandboxRequest = serde_json::from_str(r#"{"template":"base","memoryMib":256}"#).unwrap();
         assert_eq!(r.memory_mib, Some(256));
+        let r: CreateSandboxRequest =
+            serde_json::from_str(r#"{"template":"base","allowInternetAccess":false,"allowOut":["203.0.113.0/24"]}"#).unwrap();
+        let p = r.network_policy().parse().unwrap();
+        assert!(!p.allow_internet_access);
+        assert_eq!(p.allow_out[0].to_string(), "203.0.113.0/24");
     }
 
     #[test]

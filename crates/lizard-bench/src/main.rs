@@ -37,6 +37,22 @@ struct Args {
     /// 64 MiB transfers to time in each direction.
     #[arg(long, default_value_t = 3)]
     transfers: usize,
+    /// Also time restored creates on a node without sandbox networking, to show what the
+    /// network (namespace, links, rules, DNS relay) adds to a create. Needs root.
+    #[arg(long)]
+    compare_network: bool,
+}
+
+/// A node of its own in a temporary directory, over the shared image cache.
+async fn start_node(image_root: PathBuf, snapshots: bool, network: bool) -> Result<(std::sync::Arc<Node>, tempfile::TempDir)> {
+    let dir = tempfile::Builder::new().prefix("lizard-bench-").tempdir()?;
+    let mut config = NodeConfig::new(dir.path());
+    config.image_root = image_root;
+    config.snapshots = snapshots;
+    if !network {
+        config.network = None;
+    }
+    Ok((Node::start(config).await?, dir))
 }
 
 /// Percentiles of a sample, nearest-rank.
@@ -73,16 +89,7 @@ async fn main() -> Result<()> {
     tracing_subscriber::fmt().with_env_filter("warn").with_writer(std::io::stderr).init();
     let args = Args::parse();
     let image_root = args.image_root.clone().unwrap_or_else(lizard_node::default_data_dir);
-    let start = |snapshots: bool| {
-        let image_root = image_root.clone();
-        async move {
-            let dir = tempfile::Builder::new().prefix("lizard-bench-").tempdir()?;
-            let mut config = NodeConfig::new(dir.path());
-            config.image_root = image_root;
-            config.snapshots = snapshots;
-            anyhow::Ok((Node::start(config).await?, dir))
-        }
-    };
+    let start = |snapshots: bool| start_node(image_root.clone(), snapshots, true);
     let (node, _dir) = start(false).await?;
     eprintln!("preparing images for {} (first run builds them)…", args.template);
     node.prepare(&args.template).await?;
@@ -119,6 +126,14 @@ async fn main() -> Result<()> {
         eprintln!("first create (makes the template snapshot): {first:.0} ms");
         restored = Some((first, time_creates(snode.clone(), "restored").await?));
         snode.shutdown().await;
+    }
+    let mut without_network = None;
+    if args.compare_network && !args.no_snapshots {
+        let (bare, _bdir) = start_node(image_root.clone(), true, false).await?;
+        let sbx = bare.create(create()).await?;
+        bare.kill(&sbx.id).await?;
+        without_network = Some(time_creates(bare.clone(), "restored, no network").await?);
+        bare.shutdown().await;
     }
 
     let sbx = node.create(create()).await?;
@@ -159,6 +174,9 @@ async fn main() -> Result<()> {
     if let Some((first, times)) = restored {
         println!("{}", Summary::new(vec![first]).row("first create of a template (makes its snapshot)", "ms"));
         println!("{}", Summary::new(times).row("restored create → first `echo hi` returns", "ms"));
+    }
+    if let Some(times) = without_network {
+        println!("{}", Summary::new(times).row("… the same on a node without sandbox networking", "ms"));
     }
     println!("{}", Summary::new(round).row("`exec /bin/true` round trip", "ms"));
     println!("{}", Summary::new(guest).row("… of which the guest's spawn-to-exit", "ms"));

@@ -63,6 +63,15 @@ pub struct CreateArgs {
     /// acts as that key (give it a scoped key: whatever runs in the sandbox can read it)
     #[arg(long, value_name = "KEY")]
     pub lizard_token: Option<String>,
+    /// No outbound internet access: only `--allow-out` destinations are reachable
+    #[arg(long)]
+    pub no_internet: bool,
+    /// CIDR reachable even with --no-internet (repeatable; never private or host ranges)
+    #[arg(long, value_name = "CIDR")]
+    pub allow_out: Vec<String>,
+    /// CIDR never reachable (repeatable; wins over --allow-out)
+    #[arg(long, value_name = "CIDR")]
+    pub deny_out: Vec<String>,
 }
 
 /// The env var `sandbox create` falls back to for `--project`.
@@ -99,6 +108,15 @@ pub fn server_create_body(a: &CreateArgs, env_project: Option<&str>) -> Result<V
     if let Some(t) = &a.lizard_token {
         body["lizardToken"] = t.clone().into();
     }
+    if a.no_internet {
+        body["allowInternetAccess"] = false.into();
+    }
+    if !a.allow_out.is_empty() {
+        body["allowOut"] = json!(a.allow_out);
+    }
+    if !a.deny_out.is_empty() {
+        body["denyOut"] = json!(a.deny_out);
+    }
     Ok(body)
 }
 
@@ -117,6 +135,9 @@ pub fn local_create_request(a: &CreateArgs) -> Result<CreateSandboxRequest> {
         memory_mib: a.memory_mib,
         env: a.env.iter().cloned().collect(),
         metadata: a.metadata.iter().cloned().collect(),
+        allow_internet_access: a.no_internet.then_some(false),
+        allow_out: a.allow_out.clone(),
+        deny_out: a.deny_out.clone(),
     })
 }
 

@@ -10,6 +10,7 @@
 
 pub mod assets;
 pub mod http;
+pub mod network;
 mod sandbox;
 pub mod snapshot;
 
@@ -48,6 +49,9 @@ pub struct NodeConfig {
     /// template once) rather than booting a kernel each time. Templates whose recipe
     /// says `cold_boot_only` always cold-boot.
     pub snapshots: bool,
+    /// Give every sandbox a network (its own namespace, TAP, NAT and firewall). Needs
+    /// root, `ip` and `nft`. Without it sandboxes have no NIC.
+    pub network: Option<network::NetworkConfig>,
 }
 
 impl NodeConfig {
@@ -63,6 +67,8 @@ impl NodeConfig {
             default_memory_mib: 512,
             boot_timeout: Duration::from_secs(60),
             snapshots: true,
+            // Namespaces and firewall rules need root.
+            network: nix::unistd::geteuid().is_root().then(network::NetworkConfig::default),
         }
     }
 }
@@ -147,6 +153,9 @@ pub enum NodeError {
     Unavailable(String),
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },
+    /// The sandbox's network could not be made.
+    #[error("network: {0}")]
+    Network(#[from] network::NetError),
 }
 
 impl NodeError {
@@ -172,7 +181,8 @@ impl NodeError {
                 A::ConnectionRefused => ErrorCode::PortClosed,
                 A::Internal => ErrorCode::Internal,
             },
-            NodeError::Image(_) | NodeError::Io { .. } => ErrorCode::Internal,
+            NodeError::Network(network::NetError::Exhausted) => ErrorCode::Unavailable,
+            NodeError::Image(_) | NodeError::Io { .. } | NodeError::Network(_) => ErrorCode::Internal,
         }
     }
 
@@ -191,6 +201,8 @@ pub struct Node {
     config: NodeConfig,
     assets: Assets,
     backend: Arc<dyn Backend>,
+    /// Sandbox networking, when configured.
+    network: Option<Arc<network::Network>>,
     accel: tokio::sync::OnceCell<Accel>,
     sandboxes: RwLock<HashMap<String, Arc<Sandbox>>>,
     /// Ended sandboxes and why, newest last.
@@ -216,7 +228,12 @@ impl Node {
             std::fs::create_dir_all(&dir).map_err(|e| NodeError::io(format!("create {}", dir.display()), e))?;
             let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
         }
+        let network = match &config.network {
+            Some(c) => Some(network::Network::start(c.clone()).await?),
+            None => None,
+        };
         let node = Arc::new(Node {
+            network,
             assets: Assets::new(ImageStore::new(&config.image_root), config.agent_bin.clone()),
             backend: Arc::new(lizard_vmm::qemu::QemuBackend::with_binary(&config.qemu_binary)),
             accel: tokio::sync::OnceCell::new(),
@@ -253,7 +270,7 @@ impl Node {
         memory_mib: u32,
         accel: Accel,
     ) -> Result<snapshot::TemplateSnapshot> {
-        let key = snapshot::key(template, boot, vcpus, memory_mib, accel);
+        let key = snapshot::key(template, boot, vcpus, memory_mib, accel, self.network.is_some());
         let dir = self.snapshots_dir().join(&key);
         if let Some(s) = snapshot::TemplateSnapshot::load(&dir) {
             return Ok(s);
@@ -272,7 +289,15 @@ impl Node {
         // files.
         let _ = std::fs::remove_dir_all(&dir);
         tracing::info!(template = %template.name, %key, "making a template snapshot (one cold boot)");
+        // The template VM needs the same NIC as its clones; its network is closed to the
+        // outside and goes away with it.
+        let closed = lizard_api::network::ParsedPolicy { allow_internet_access: false, allow_out: vec![], deny_out: vec![] };
+        let net = match &self.network {
+            Some(n) => Some(n.attach(&closed).await?),
+            None => None,
+        };
         let spec = snapshot::BuildSpec {
+            net: net.as_ref().map(|n| n.attachment()),
             backend: self.backend.as_ref(),
             template,
             boot,
@@ -346,6 +371,7 @@ impl Node {
             secret_file: None,
             run_dir: probe_dir,
             accel: Accel::Kvm,
+            net: None,
         };
         let backend = self.backend.clone();
         let cache = self.config.image_root.join("accel.json");
@@ -373,6 +399,7 @@ impl Node {
     }
 
     async fn create_now(self: &Arc<Self>, req: CreateSandboxRequest) -> Result<Arc<Sandbox>> {
+        let policy = req.network_policy().parse().map_err(NodeError::InvalidArgument)?;
         let vcpus = req.vcpus.unwrap_or(self.config.default_vcpus);
         let memory_mib = req.memory_mib.unwrap_or(self.config.default_memory_mib);
         if !(1..=16).contains(&vcpus) {
@@ -387,6 +414,11 @@ impl Node {
         let id = sandbox::new_id();
         let secret = Secret::generate();
         let run_dir = self.sandboxes_dir().join(&id);
+        // Dropped on every error path below, which removes it again.
+        let net = match &self.network {
+            Some(n) => Some(n.attach(&policy).await?),
+            None => None,
+        };
         let config = VmConfig {
             id: id.clone(),
             vcpus,
@@ -399,6 +431,7 @@ impl Node {
             secret_file: Some(run_dir.join("secret")),
             run_dir: run_dir.clone(),
             accel,
+            net: net.as_ref().map(|n| n.attachment()),
         };
         let mut restored = None;
         if self.config.snapshots && !template.cold_boot_only {
@@ -430,7 +463,10 @@ impl Node {
             None => Sandbox::boot(self.backend.as_ref(), config, &template, secret, req, self.config.boot_timeout).await,
         };
         let sandbox = match started {
-            Ok(s) => Arc::new(s),
+            Ok(s) => {
+                s.set_network(net);
+                Arc::new(s)
+            }
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&run_dir);
                 return Err(e);

@@ -76,6 +76,8 @@ pub struct Sandbox {
     vm: Box<dyn Vm>,
     agent: AgentClient,
     from_snapshot: bool,
+    /// Its network namespace and everything in it; released at cleanup.
+    net: std::sync::Mutex<Option<crate::network::SandboxNet>>,
 }
 
 impl Sandbox {
@@ -142,7 +144,17 @@ impl Sandbox {
             vm,
             agent,
             from_snapshot,
+            net: std::sync::Mutex::new(None),
         }
+    }
+
+    pub(crate) fn set_network(&self, net: Option<crate::network::SandboxNet>) {
+        *self.net.lock().unwrap() = net;
+    }
+
+    /// Its network namespace (under /run/netns) and host link, if it has a network.
+    pub fn network(&self) -> Option<(String, String)> {
+        self.net.lock().unwrap().as_ref().map(|n| (n.netns_name(), n.host_link()))
     }
 
     /// Whether this sandbox was restored from a template snapshot (else cold-booted).
@@ -173,9 +185,12 @@ impl Sandbox {
         }
     }
 
-    /// Delete the run directory (disk overlay, sockets, memory file). Call after the VM
-    /// has exited.
+    /// Delete the run directory (disk overlay, sockets, memory file) and the network.
+    /// Call after the VM has exited.
     pub(crate) fn cleanup(&self) {
+        if let Some(net) = self.net.lock().unwrap().take() {
+            net.release();
+        }
         let dir = &self.vm.config().run_dir;
         if let Err(e) = std::fs::remove_dir_all(dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
@@ -318,7 +333,7 @@ impl Sandbox {
     }
 
     /// A TCP connection to `port` on the guest's loopback, carried over the agent channel
-    /// (guests have no network device). This is what a reverse proxy for
+    /// (not the guest network, which is closed to the host). This is what a reverse proxy for
     /// `{id}-{port}.sandbox.…` URLs writes requests into: raw bytes both ways, so HTTP/1.1
     /// keep-alive, streamed bodies and WebSocket upgrades pass through untouched.
     /// Nothing listening there is [`lizard_api::ErrorCode::Unavailable`]; port 0 is

@@ -27,7 +27,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Bumped whenever what a snapshot directory holds, or how it is made, changes.
-pub const FORMAT: u32 = 1;
+pub const FORMAT: u32 = 2;
+
+/// The VM's device set, part of the key: a snapshot restores only into a VM with the same
+/// devices. Bump when devices are added or changed.
+pub const DEVICE_LAYOUT: &str = "serial+blk+rng+fwcfg/net-v1";
 
 /// Prefix of directories being built; anything with it at node start is a leftover.
 pub(crate) const TMP_PREFIX: &str = ".tmp-";
@@ -84,7 +88,7 @@ impl TemplateSnapshot {
 }
 
 /// The directory name of the snapshot for this template and shape.
-pub fn key(template: &TemplateImage, boot: &BootFiles, vcpus: u32, memory_mib: u32, accel: Accel) -> String {
+pub fn key(template: &TemplateImage, boot: &BootFiles, vcpus: u32, memory_mib: u32, accel: Accel, nic: bool) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     for part in [
@@ -95,6 +99,8 @@ pub fn key(template: &TemplateImage, boot: &BootFiles, vcpus: u32, memory_mib: u
         format!("vcpus={vcpus}"),
         format!("memory={memory_mib}"),
         format!("accel={accel:?}"),
+        format!("devices={DEVICE_LAYOUT}"),
+        format!("nic={nic}"),
     ] {
         h.update(part.as_bytes());
         h.update([0]);
@@ -111,6 +117,8 @@ pub struct BuildSpec<'a> {
     pub memory_mib: u32,
     pub accel: Accel,
     pub boot_timeout: Duration,
+    /// The NIC, when sandboxes have one: the template VM must have the same.
+    pub net: Option<lizard_vmm::NetAttachment>,
 }
 
 /// Cold-boot the template, quiesce it and save it into `final_dir` (renamed into place
@@ -136,6 +144,7 @@ pub async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<TemplateSnap
         secret_file: Some(tmp.join("secret")),
         run_dir: tmp.clone(),
         accel: spec.accel,
+        net: spec.net.clone(),
     };
     let result = async {
         write_secret(config.secret_file.as_ref().unwrap(), &secret)?;

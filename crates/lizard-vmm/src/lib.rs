@@ -40,6 +40,22 @@ pub struct VmConfig {
     /// Directory owned by this VM: control sockets, console log, memory file.
     pub run_dir: PathBuf,
     pub accel: Accel,
+    /// The VM's NIC, if it has one. Part of the device set: a snapshot restores only
+    /// into a VM that has the same.
+    #[serde(default)]
+    pub net: Option<NetAttachment>,
+}
+
+/// A virtio-net device backed by a TAP device inside a network namespace; the VMM
+/// process runs in that namespace (its control sockets are paths, so they still work).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NetAttachment {
+    /// The namespace, as a file to `setns(2)` into (e.g. `/run/netns/NAME`).
+    pub netns: PathBuf,
+    /// TAP device name inside the namespace (it must exist).
+    pub tap: String,
+    /// The guest's MAC address.
+    pub mac: String,
 }
 
 impl VmConfig {

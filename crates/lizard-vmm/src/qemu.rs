@@ -55,9 +55,33 @@ impl QemuBackend {
             // Own process group: a Ctrl-C aimed at the node must not kill VMs mid-write.
             .process_group(0)
             .kill_on_drop(true);
+        // Held open until the child has been spawned.
+        let netns = match &config.net {
+            Some(net) => Some(
+                std::fs::File::open(&net.netns)
+                    .map_err(|e| VmmError::io(format!("open network namespace {}", net.netns.display()), e))?,
+            ),
+            None => None,
+        };
+        if let Some(ns) = &netns {
+            use std::os::fd::AsRawFd;
+            let fd = ns.as_raw_fd();
+            // SAFETY: the closure runs in the forked child before exec and only makes the
+            // setns(2) system call, which is async-signal-safe; `fd` stays open in the
+            // parent until spawn returns.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let mut child = cmd
             .spawn()
             .map_err(|source| VmmError::Spawn { binary: self.binary.display().to_string(), source })?;
+        drop(netns);
         let pid = child.id().expect("a just-spawned child has a pid");
         std::fs::write(config.run_dir.join("vmm.pid"), pid.to_string())
             .map_err(|e| VmmError::io("write vmm.pid", e))?;
@@ -172,6 +196,10 @@ pub fn command_line(config: &VmConfig, incoming: Option<(&Path, MemoryMapping)>)
         push(&["-device", &format!("virtio-blk-device,drive=disk{i}")]);
     }
     push(&["-object", "rng-random,id=rng,filename=/dev/urandom", "-device", "virtio-rng-device,rng=rng"]);
+    if let Some(net) = &config.net {
+        push(&["-netdev", &format!("tap,id=net0,ifname={},script=no,downscript=no", net.tap)]);
+        push(&["-device", &format!("virtio-net-device,netdev=net0,mac={}", net.mac)]);
+    }
     if let Some(secret) = &config.secret_file {
         push(&["-fw_cfg", &format!("name={},file={}", lizard_agent_proto::FW_CFG_SECRET, secret.display())]);
     }
@@ -323,7 +351,18 @@ mod tests {
             secret_file: Some("/run/sbx1/secret".into()),
             run_dir: "/run/sbx1".into(),
             accel: Accel::Tcg,
+            net: None,
         }
+    }
+
+    #[test]
+    fn a_nic_is_a_tap_in_the_namespace() {
+        let mut c = config();
+        assert!(!command_line(&c, None).join(" ").contains("-netdev"));
+        c.net = Some(crate::NetAttachment { netns: "/run/netns/x".into(), tap: "tap0".into(), mac: "02:00:00:00:00:02".into() });
+        let a = command_line(&c, None).join(" ");
+        assert!(a.contains("-netdev tap,id=net0,ifname=tap0,script=no,downscript=no"), "{a}");
+        assert!(a.contains("-device virtio-net-device,netdev=net0,mac=02:00:00:00:00:02"), "{a}");
     }
 
     #[test]

@@ -105,6 +105,9 @@ pub async fn create(
             memory_mib: req.memory_mib,
             env,
             metadata: req.metadata.clone(),
+            allow_internet_access: req.allow_internet_access,
+            allow_out: req.allow_out.clone(),
+            deny_out: req.deny_out.clone(),
         })
         .await
         .map_err(node_error)?;

@@ -1,0 +1,424 @@
+//! Sandbox networks, proven with real packets: every rule is tried against hosts this
+//! test creates itself (servers in a network namespace of its own, on the host, in
+//! another sandbox), and the outside world only as a package registry.
+//!
+//! Needs root (namespaces, nftables), like the node's networking itself.
+
+mod common;
+
+use common::sh;
+use lizard_api::CreateSandboxRequest;
+use lizard_node::network::NetworkConfig;
+use lizard_node::Sandbox;
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn base() -> CreateSandboxRequest {
+    CreateSandboxRequest { template: "base".into(), ..Default::default() }
+}
+
+/// Prefixes of this test's own namespaces and links, so that counts are not disturbed by
+/// other nodes on the machine.
+fn own_prefixes(c: &mut NetworkConfig) {
+    let tag: String = (0..3).map(|_| (b'a' + rand::random::<u8>() % 26) as char).collect();
+    c.netns_prefix = format!("lizard-t{tag}-");
+    c.link_prefix = format!("lzt{tag}");
+}
+
+async fn test_node() -> common::TestNode {
+    common::node_with(|c| {
+        own_prefixes(c.network.as_mut().expect("the tests run as root: networking is on"));
+    })
+    .await
+}
+
+fn ip(args: &str) {
+    let out = Command::new("ip").args(args.split_whitespace()).output().unwrap();
+    assert!(out.status.success(), "ip {args}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn ip_out(args: &str) -> String {
+    let out = Command::new("ip").args(args.split_whitespace()).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// An HTTP server answering `token` to every request, on `listener`, until dropped.
+fn serve(listener: std::net::TcpListener, token: String) -> tokio::task::JoinHandle<()> {
+    listener.set_nonblocking(true).unwrap();
+    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { continue };
+            let token = token.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 2048];
+                let _ = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+                let body = format!("HTTP/1.0 200 OK\r\ncontent-length: {}\r\n\r\n{token}", token.len());
+                let _ = s.write_all(body.as_bytes()).await;
+            });
+        }
+    })
+}
+
+/// A "remote" host made by this test: a network namespace reached from the host through a
+/// veth link, holding one public-looking address (TEST-NET-3, routed to it and nowhere
+/// else) and one address in each private range, with an HTTP server on all of them.
+struct FakeHosts {
+    ns: String,
+    link: String,
+    public: Ipv4Addr,
+    private: Vec<Ipv4Addr>,
+    routes: Vec<Ipv4Addr>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+const PORT: u16 = 8080;
+
+impl FakeHosts {
+    fn new(token: &str) -> FakeHosts {
+        let n: u8 = 1 + rand::random::<u8>() % 250;
+        let tag: String = (0..4).map(|_| (b'a' + rand::random::<u8>() % 26) as char).collect();
+        let ns = format!("lizard-testhosts-{tag}");
+        let link = format!("lzth{tag}");
+        let public = Ipv4Addr::new(203, 0, 113, n);
+        let private = vec![
+            Ipv4Addr::new(172, 30, n, 2), // the link's own far end (172.16/12)
+            Ipv4Addr::new(10, 201, n, 1),
+            Ipv4Addr::new(192, 168, 213, n),
+            Ipv4Addr::new(100, 64, 213, n),
+            Ipv4Addr::new(169, 254, 213, n),
+        ];
+        ip(&format!("netns add {ns}"));
+        ip(&format!("link add {link} type veth peer name eth0 netns {ns}"));
+        ip(&format!("addr add 172.30.{n}.1/30 dev {link}"));
+        ip(&format!("link set {link} up"));
+        ip(&format!("-n {ns} link set lo up"));
+        ip(&format!("-n {ns} addr add 172.30.{n}.2/30 dev eth0"));
+        for a in std::iter::once(&public).chain(&private[1..]) {
+            ip(&format!("-n {ns} addr add {a}/32 dev eth0"));
+        }
+        ip(&format!("-n {ns} link set eth0 up"));
+        let mut routes = vec![];
+        for a in std::iter::once(&public).chain(&private[1..]) {
+            ip(&format!("route add {a}/32 via 172.30.{n}.2 dev {link}"));
+            routes.push(*a);
+            // Never anywhere else: the route must lead into our namespace.
+            assert!(ip_out(&format!("route get {a}")).contains(&link), "{a} is not routed to the test namespace");
+        }
+        let listener = in_netns(&ns, || std::net::TcpListener::bind(("0.0.0.0", PORT)).unwrap());
+        FakeHosts { server: serve(listener, token.to_string()), ns, link, public, private, routes }
+    }
+}
+
+impl Drop for FakeHosts {
+    fn drop(&mut self) {
+        self.server.abort();
+        for a in &self.routes {
+            let _ = Command::new("ip").args(["route", "del", &format!("{a}/32")]).status();
+        }
+        let _ = Command::new("ip").args(["link", "del", &self.link]).status();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+    }
+}
+
+/// Run `f` on a thread inside network namespace `ns`.
+fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
+    let file = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: setns(2) with a namespace fd we own; it moves only this thread.
+            assert_eq!(unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
+            f()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+/// From the host: does `addr:port` answer `token`?
+async fn host_reaches(addr: Ipv4Addr, port: u16, token: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let attempt = async {
+        let mut s = tokio::net::TcpStream::connect((addr, port)).await.ok()?;
+        s.write_all(b"GET / HTTP/1.0\r\n\r\n").await.ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.ok()?;
+        Some(out.ends_with(token))
+    };
+    tokio::time::timeout(Duration::from_secs(3), attempt).await.ok().flatten().unwrap_or(false)
+}
+
+/// From inside the sandbox, all at once: which of `targets` (host:port) answer `token`?
+async fn reachable(sbx: &Sandbox, targets: &[String], token: &str) -> BTreeMap<String, bool> {
+    let mut script = String::from(
+        "probe() { r=$(curl -s --connect-timeout 2 -m 4 \"http://$1/\" 2>/dev/null); \
+         if [ \"$r\" = \"$TOKEN\" ]; then echo \"$1 open\"; else echo \"$1 closed\"; fi; }\n",
+    );
+    for t in targets {
+        script += &format!("probe {t} &\n");
+    }
+    script += "wait\n";
+    let mut req = sh(&script);
+    req.env.insert("TOKEN".into(), token.into());
+    let r = sbx.exec_collect(req).await.unwrap();
+    assert_eq!(r.exit_code, 0, "{r:?}");
+    let got: BTreeMap<String, bool> = r
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(t, v)| (t.to_string(), v == "open"))
+        .collect();
+    assert_eq!(got.len(), targets.len(), "{}", r.stdout);
+    got
+}
+
+/// Address of a sandbox's host-side link (in the host's namespace).
+fn link_addr(link: &str) -> Ipv4Addr {
+    let out = ip_out(&format!("-4 -o addr show dev {link}"));
+    out.split_whitespace().skip_while(|w| *w != "inet").nth(1).unwrap().split('/').next().unwrap().parse().unwrap()
+}
+
+/// The host's own global IPv4 addresses (its uplink's), not the test's or sandboxes'.
+fn host_uplink_addrs() -> Vec<Ipv4Addr> {
+    ip_out("-4 -o addr show scope global")
+        .lines()
+        .filter(|l| !l.contains(" lz") && !l.contains("lzt"))
+        .filter_map(|l| l.split_whitespace().skip_while(|w| *w != "inet").nth(1)?.split('/').next()?.parse().ok())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn egress_rules_hold_for_real_packets() {
+    let token = format!("lizard-net-{}", rand::random::<u64>());
+    let hosts = FakeHosts::new(&token);
+    // The host's own services: a server on every host address (the API port stands for
+    // them all), loopback included.
+    let host_listener = std::net::TcpListener::bind(("0.0.0.0", 0)).unwrap();
+    let host_port = host_listener.local_addr().unwrap().port();
+    let _host_server = serve(host_listener, token.clone());
+
+    // Controls: from the host, every one of them answers; a blocked probe is the rules'
+    // doing, not a missing server.
+    for a in std::iter::once(hosts.public).chain(hosts.private.iter().copied()) {
+        assert!(host_reaches(a, PORT, &token).await, "control: {a}:{PORT} does not answer the host");
+    }
+    assert!(host_reaches(Ipv4Addr::LOCALHOST, host_port, &token).await);
+
+    let t = test_node().await;
+    t.node.prepare("base").await.unwrap();
+    let public = format!("{}:{PORT}", hosts.public);
+    let default = t.node.create(base()).await.unwrap();
+    let closed = t
+        .node
+        .create(CreateSandboxRequest {
+            allow_internet_access: Some(false),
+            allow_out: vec![format!("{}/32", hosts.public), format!("{}/32", hosts.private[1]), "169.254.0.0/16".into()],
+            ..base()
+        })
+        .await
+        .unwrap();
+    let denied = t
+        .node
+        .create(CreateSandboxRequest {
+            allow_out: vec![hosts.public.to_string()],
+            deny_out: vec![format!("{}/24", hosts.public)],
+            ..base()
+        })
+        .await
+        .unwrap();
+    let offline = t.node.create(CreateSandboxRequest { allow_internet_access: Some(false), ..base() }).await.unwrap();
+    assert!(default.from_snapshot(), "the sandboxes restore from a snapshot made with the same NIC");
+
+    // A server in the `closed` sandbox, for sandbox ↔ sandbox.
+    let mut srv = sh(&format!(
+        "nohup node -e 'require(\"http\").createServer((q, r) => r.end(process.env.TOKEN)).listen(8000)' >/dev/null 2>&1 &"
+    ));
+    srv.env.insert("TOKEN".into(), token.clone());
+    assert_eq!(closed.exec_collect(srv).await.unwrap().exit_code, 0);
+    let (closed_ns, closed_link) = closed.network().unwrap();
+    // Control: inside its namespace, the host reaches that guest (bounded wait for node).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ok = in_netns(&closed_ns, || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(host_reaches(Ipv4Addr::new(10, 0, 2, 2), 8000, &token))
+        });
+        if ok {
+            break;
+        }
+        assert!(Instant::now() < deadline, "control: the guest's server never answered inside its namespace");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let closed_ns_addr = {
+        let out = in_netns(&closed_ns, || ip_out("-4 -o addr show dev veth0"));
+        out.split_whitespace().skip_while(|w| *w != "inet").nth(1).unwrap().split('/').next().unwrap().to_string()
+    };
+
+    let (_, default_link) = default.network().unwrap();
+    let mut host_targets: Vec<String> = host_uplink_addrs().iter().map(|a| format!("{a}:{host_port}")).collect();
+    host_targets.push(format!("{}:{host_port}", link_addr(&default_link))); // its own host side
+    host_targets.push(format!("{}:{host_port}", link_addr(&closed_link))); // another sandbox's host side
+    host_targets.push(format!("127.0.0.1:{host_port}"));
+    let private: Vec<String> = hosts.private.iter().map(|a| format!("{a}:{PORT}")).collect();
+    let other_sandbox = format!("{closed_ns_addr}:8000");
+
+    // Default: the internet (here: the test's public address) yes; private and
+    // link-local ranges, the host and other sandboxes no.
+    let mut all = vec![public.clone(), other_sandbox.clone()];
+    all.extend(private.iter().cloned());
+    all.extend(host_targets.iter().cloned());
+    let got = reachable(&default, &all, &token).await;
+    eprintln!("default sandbox: {got:?}");
+    assert!(got[&public], "the default sandbox cannot reach a public address: {got:?}");
+    for t in all.iter().filter(|t| **t != public) {
+        assert!(!got[t], "the default sandbox reached {t}: {got:?}");
+    }
+
+    // No internet, but an allow list: only the allowed public address; an allowed
+    // private or link-local range stays closed (the platform's list wins).
+    let got = reachable(&closed, &[public.clone(), private[1].clone(), private[4].clone(), private[0].clone()], &token).await;
+    eprintln!("closed sandbox: {got:?}");
+    assert!(got[&public], "allowOut did not open {public}: {got:?}");
+    assert!(!got[&private[1]] && !got[&private[4]] && !got[&private[0]], "allowOut opened a private range: {got:?}");
+
+    // denyOut wins over allowOut; no internet closes everything.
+    let got = reachable(&denied, std::slice::from_ref(&public), &token).await;
+    assert!(!got[&public], "denyOut did not close {public}");
+    let got = reachable(&offline, std::slice::from_ref(&public), &token).await;
+    assert!(!got[&public], "allowInternetAccess=false still reached {public}");
+
+    // The guest's view: its fixed address, and DNS through the gateway.
+    let r = default.exec_collect(sh("ip -4 -o addr show dev eth0; cat /etc/resolv.conf")).await.unwrap();
+    assert!(r.stdout.contains("10.0.2.2/30") && r.stdout.contains("nameserver 10.0.2.1"), "{r:?}");
+
+    for s in [&default, &closed, &denied, &offline] {
+        t.node.kill(&s.id).await.unwrap();
+    }
+    let left: Vec<_> = std::fs::read_dir("/run/netns").unwrap().flatten().filter(|e| e.file_name() == *closed_ns).collect();
+    assert!(left.is_empty(), "{closed_ns} outlived its sandbox");
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_resolves_names_and_reaches_the_npm_registry() {
+    let t = test_node().await;
+    let sbx = t.node.create(base()).await.unwrap();
+    let r = sbx.exec_collect(sh("getent hosts registry.npmjs.org")).await.unwrap();
+    assert_eq!(r.exit_code, 0, "DNS through the gateway's relay: {r:?}");
+    let mut req = sh("npm view left-pad version");
+    req.timeout_ms = Some(150_000);
+    let r = sbx.exec_collect(req).await.unwrap();
+    assert_eq!(r.exit_code, 0, "npm view: {r:?}");
+    let v = r.stdout.trim();
+    assert!(v.split('.').count() == 3 && v.split('.').all(|p| p.parse::<u32>().is_ok()), "not a version: {v:?}");
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_cidrs_are_refused_before_anything_is_made() {
+    let t = test_node().await;
+    for (allow, deny) in [(vec!["10.0.0.0/33".to_string()], vec![]), (vec![], vec!["not-an-address".to_string()])] {
+        let e = t.node.create(CreateSandboxRequest { allow_out: allow, deny_out: deny, ..base() }).await.err().unwrap();
+        assert_eq!(e.code(), lizard_api::ErrorCode::InvalidArgument, "{e}");
+    }
+    assert!(t.node.list().is_empty());
+    t.finish().await;
+}
+
+/// What a node's networking leaves on the host: its namespaces, its links, addresses on
+/// them, its rules, and this process's open files (the DNS relay's sockets).
+#[derive(Debug, PartialEq, Eq)]
+struct Footprint {
+    namespaces: usize,
+    links: usize,
+    addresses: usize,
+    root_rules: usize,
+    fds: usize,
+}
+
+fn footprint(ns_prefix: &str, link_prefix: &str) -> Footprint {
+    let count_dir = |dir: &str, prefix: &str| {
+        std::fs::read_dir(dir).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(prefix)).count()
+    };
+    let addresses = ip_out("-o addr").lines().filter(|l| l.split_whitespace().nth(1).is_some_and(|d| d.starts_with(link_prefix))).count();
+    let table = format!("lizard_{link_prefix}");
+    let rules = Command::new("nft").args(["list", "table", "ip", &table]).output().unwrap();
+    Footprint {
+        namespaces: count_dir("/run/netns", ns_prefix),
+        links: count_dir("/sys/class/net", link_prefix),
+        addresses,
+        root_rules: String::from_utf8_lossy(&rules.stdout).lines().count(),
+        fds: std::fs::read_dir("/proc/self/fd").unwrap().count(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fifty_sandboxes_leave_no_network_behind() {
+    let mut prefixes = (String::new(), String::new());
+    let t = common::node_with(|c| {
+        let n = c.network.as_mut().unwrap();
+        own_prefixes(n);
+        prefixes = (n.netns_prefix.clone(), n.link_prefix.clone());
+    })
+    .await;
+    let (ns_prefix, link_prefix) = prefixes;
+    // The template snapshot first: its build makes and removes a network of its own.
+    let warm = t.node.create(base()).await.unwrap();
+    t.node.kill(&warm.id).await.unwrap();
+    drop(warm);
+    let before = footprint(&ns_prefix, &link_prefix);
+    assert_eq!((before.namespaces, before.links, before.addresses), (0, 0, 0), "{before:?}");
+    assert!(before.root_rules > 0, "the node's host rules are missing");
+
+    let started = Instant::now();
+    for i in 0..50 {
+        let sbx: Arc<Sandbox> = t.node.create(base()).await.unwrap();
+        let (ns, link) = sbx.network().unwrap();
+        // Not vacuous: while it runs, its namespace, link and address exist.
+        let during = footprint(&ns_prefix, &link_prefix);
+        assert_eq!((during.namespaces, during.links, during.addresses), (1, 1, 1), "sandbox {i}: {during:?}");
+        assert!(std::path::Path::new("/run/netns").join(&ns).exists() && std::path::Path::new("/sys/class/net").join(&link).exists());
+        if i % 10 == 0 {
+            let r = sbx.exec_collect(sh("cat /sys/class/net/eth0/address")).await.unwrap();
+            assert_eq!(r.stdout.trim(), lizard_agent_proto::net::GUEST_MAC);
+        }
+        t.node.kill(&sbx.id).await.unwrap();
+    }
+    eprintln!("50 × (create + kill) with networks: {:?}", started.elapsed());
+    // Aborted relay tasks close their sockets on the runtime's next turn.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut after = footprint(&ns_prefix, &link_prefix);
+    while after != before && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        after = footprint(&ns_prefix, &link_prefix);
+    }
+    assert_eq!(after, before, "something of 50 sandboxes' networks was left behind");
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_node_sweeps_networks_a_dead_one_left() {
+    let mut config = None;
+    let t = common::node_with(|c| {
+        own_prefixes(c.network.as_mut().unwrap());
+        config = Some(c.clone());
+    })
+    .await;
+    let net = config.unwrap().network.unwrap();
+    // Simulate a crash: the namespace and link of a slot nobody holds.
+    let slot = 16000 + rand::random::<u32>() % 380;
+    let ns = format!("{}{slot}", net.netns_prefix);
+    let link = format!("{}{slot}", net.link_prefix);
+    ip(&format!("netns add {ns}"));
+    ip(&format!("link add {link} type veth peer name veth0 netns {ns}"));
+    drop(t.node);
+    let t2 = common::node_with(|c| c.network = Some(net.clone())).await;
+    assert!(!std::path::Path::new("/run/netns").join(&ns).exists(), "{ns} was not swept");
+    assert!(!std::path::Path::new("/sys/class/net").join(&link).exists(), "{link} was not swept");
+    t2.finish().await;
+}
