@@ -321,6 +321,7 @@ impl Network {
             "table inet lizard {{\n{}{}{}\
              \tchain input {{ type filter hook input priority filter; policy drop;\n\
              \t\tiif \"lo\" accept\n\
+             \t\tct state established,related accept\n\
              \t\tiifname \"{TAP_IF}\" ip daddr {GATEWAY} meta l4proto {{ tcp, udp }} th dport 53 accept\n\t}}\n\
              \tchain forward {{ type filter hook forward priority filter; policy drop;\n{forward}\t}}\n\
              \tchain postrouting {{ type nat hook postrouting priority srcnat; policy accept;\n\

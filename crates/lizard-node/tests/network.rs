@@ -29,11 +29,34 @@ fn own_prefixes(c: &mut NetworkConfig) {
     c.link_prefix = format!("lzt{tag}");
 }
 
-async fn test_node() -> common::TestNode {
-    common::node_with(|c| {
-        own_prefixes(c.network.as_mut().expect("the tests run as root: networking is on"));
+/// A node whose networks carry prefixes of their own.
+struct NetNode {
+    t: common::TestNode,
+    link_prefix: String,
+}
+
+async fn test_node() -> NetNode {
+    let mut link_prefix = String::new();
+    let t = common::node_with(|c| {
+        let n = c.network.as_mut().expect("the tests run as root: networking is on");
+        own_prefixes(n);
+        link_prefix = n.link_prefix.clone();
     })
-    .await
+    .await;
+    NetNode { t, link_prefix }
+}
+
+impl NetNode {
+    /// Kill everything, prove nothing is left, and drop the host rules of this node's
+    /// prefix (a node leaves them in place: another node of the same prefix may use them).
+    async fn finish(self) {
+        self.t.finish().await;
+        drop_host_rules(&self.link_prefix);
+    }
+}
+
+fn drop_host_rules(link_prefix: &str) {
+    let _ = Command::new("nft").args(["delete", "table", "ip", &format!("lizard_{link_prefix}")]).status();
 }
 
 fn ip(args: &str) {
@@ -209,7 +232,8 @@ async fn egress_rules_hold_for_real_packets() {
     }
     assert!(host_reaches(Ipv4Addr::LOCALHOST, host_port, &token).await);
 
-    let t = test_node().await;
+    let n = test_node().await;
+    let t = &n.t;
     t.node.prepare("base").await.unwrap();
     let public = format!("{}:{PORT}", hosts.public);
     let default = t.node.create(base()).await.unwrap();
@@ -251,7 +275,14 @@ async fn egress_rules_hold_for_real_packets() {
         if ok {
             break;
         }
-        assert!(Instant::now() < deadline, "control: the guest's server never answered inside its namespace");
+        if Instant::now() > deadline {
+            let guest = closed.exec_collect(sh("ip addr; ip route; ps ax | grep node")).await.unwrap();
+            let rules = Command::new("ip").args(["netns", "exec", &closed_ns, "nft", "list", "ruleset"]).output().unwrap();
+            panic!(
+                "control: the guest's server never answered inside its namespace\n{guest:?}\n{}",
+                String::from_utf8_lossy(&rules.stdout)
+            );
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let closed_ns_addr = {
@@ -299,14 +330,14 @@ async fn egress_rules_hold_for_real_packets() {
     for s in [&default, &closed, &denied, &offline] {
         t.node.kill(&s.id).await.unwrap();
     }
-    let left: Vec<_> = std::fs::read_dir("/run/netns").unwrap().flatten().filter(|e| e.file_name() == *closed_ns).collect();
-    assert!(left.is_empty(), "{closed_ns} outlived its sandbox");
-    t.finish().await;
+    assert!(!std::path::Path::new("/run/netns").join(&closed_ns).exists(), "{closed_ns} outlived its sandbox");
+    n.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sandbox_resolves_names_and_reaches_the_npm_registry() {
-    let t = test_node().await;
+    let n = test_node().await;
+    let t = &n.t;
     let sbx = t.node.create(base()).await.unwrap();
     let r = sbx.exec_collect(sh("getent hosts registry.npmjs.org")).await.unwrap();
     assert_eq!(r.exit_code, 0, "DNS through the gateway's relay: {r:?}");
@@ -316,18 +347,19 @@ async fn a_sandbox_resolves_names_and_reaches_the_npm_registry() {
     assert_eq!(r.exit_code, 0, "npm view: {r:?}");
     let v = r.stdout.trim();
     assert!(v.split('.').count() == 3 && v.split('.').all(|p| p.parse::<u32>().is_ok()), "not a version: {v:?}");
-    t.finish().await;
+    n.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_cidrs_are_refused_before_anything_is_made() {
-    let t = test_node().await;
+    let n = test_node().await;
+    let t = &n.t;
     for (allow, deny) in [(vec!["10.0.0.0/33".to_string()], vec![]), (vec![], vec!["not-an-address".to_string()])] {
         let e = t.node.create(CreateSandboxRequest { allow_out: allow, deny_out: deny, ..base() }).await.err().unwrap();
         assert_eq!(e.code(), lizard_api::ErrorCode::InvalidArgument, "{e}");
     }
     assert!(t.node.list().is_empty());
-    t.finish().await;
+    n.finish().await;
 }
 
 /// What a node's networking leaves on the host: its namespaces, its links, addresses on
@@ -399,6 +431,7 @@ async fn fifty_sandboxes_leave_no_network_behind() {
     }
     assert_eq!(after, before, "something of 50 sandboxes' networks was left behind");
     t.finish().await;
+    drop_host_rules(&link_prefix);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -421,4 +454,5 @@ async fn a_restarted_node_sweeps_networks_a_dead_one_left() {
     assert!(!std::path::Path::new("/run/netns").join(&ns).exists(), "{ns} was not swept");
     assert!(!std::path::Path::new("/sys/class/net").join(&link).exists(), "{link} was not swept");
     t2.finish().await;
+    drop_host_rules(&net.link_prefix);
 }
