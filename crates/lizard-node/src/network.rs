@@ -259,6 +259,11 @@ impl Network {
              link set {host_if} up\n"
         );
         run("ip", &["-batch", "-"], Some(&root), None).await?;
+        // Nothing of a sandbox speaks IPv6, its host link included.
+        let v6 = format!("/proc/sys/net/ipv6/conf/{host_if}/disable_ipv6");
+        if Path::new(&v6).exists() {
+            std::fs::write(&v6, "1").map_err(io_err(format!("write {v6}")))?;
+        }
         let inside = format!(
             "link set lo up\n\
              addr add {ns_addr}/30 dev {NS_IF}\n\
