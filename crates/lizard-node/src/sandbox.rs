@@ -475,9 +475,11 @@ fn virtual_size(image: &Path, format: &str) -> Result<u64> {
     Ok(u64::from_be_bytes(header[24..32].try_into().unwrap()))
 }
 
-/// How long one handshake may take on a guest that is known to be up (restored); a
-/// retry covers a connection that races the guest noticing the template VM's host left.
-const RESTORED_HANDSHAKE: Duration = Duration::from_secs(2);
+/// How long the first handshake may take on a guest that is known to be up (restored);
+/// each retry doubles it. A retry covers a connection that races the guest noticing that
+/// the host it had before the snapshot left (its old session then waits for that host
+/// until this one gives up and reconnects).
+const RESTORED_HANDSHAKE: Duration = Duration::from_millis(250);
 
 /// Authenticate to a just-restored guest with the template's secret and give it its own
 /// identity. The agent answers only once it has switched: from then on only the new
@@ -513,8 +515,8 @@ pub(crate) async fn give_identity(
 }
 
 /// Connect to the agent's socket and run the handshake, retrying until the guest is up.
-/// `attempt` bounds each handshake (None: a booting guest answers when it is ready).
-/// A wrong secret fails at once.
+/// `attempt` bounds the first handshake, each later one twice as long as the one before
+/// (None: a booting guest answers when it is ready). A wrong secret fails at once.
 pub(crate) async fn connect_agent(
     vm: &dyn Vm,
     secret: &Secret,
@@ -523,17 +525,21 @@ pub(crate) async fn connect_agent(
 ) -> Result<AgentClient> {
     let start = Instant::now();
     let socket = vm.config().agent_socket();
+    let mut limit = attempt;
     let attempt = async {
         loop {
             match tokio::net::UnixStream::connect(&socket).await {
-                Ok(stream) => match with_limit(attempt, AgentClient::connect(stream, secret)).await {
+                Ok(stream) => match with_limit(limit, AgentClient::connect(stream, secret)).await {
                     Ok(client) => return Ok(client),
                     Err(lizard_agent_client::ClientError::Handshake(
                         lizard_agent_proto::handshake::HandshakeError::Denied,
                     )) => return Err(NodeError::Boot("the agent refused the secret".into())),
                     // The channel closed before the guest answered: it is still
                     // booting, or the VMM is gone (checked below).
-                    Err(e) => tracing::debug!("agent handshake: {e}"),
+                    Err(e) => {
+                        tracing::debug!("agent handshake: {e}");
+                        limit = limit.map(|l| l * 2);
+                    }
                 },
                 Err(e) => tracing::trace!("agent socket: {e}"),
             }
