@@ -81,6 +81,9 @@ impl Summary {
         self.0[i]
     }
     fn row(&self, name: &str, unit: &str) -> String {
+        if self.0.is_empty() {
+            return format!("| {name} | 0 | – | – | – | – | – | {unit} |");
+        }
         format!(
             "| {name} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {unit} |",
             self.0.len(),

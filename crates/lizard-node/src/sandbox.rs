@@ -171,11 +171,15 @@ impl Sandbox {
         }
         // Same devices as the template VM, the fw_cfg item included; a restored guest does
         // not read it again: its secret arrives with the identity.
+        let t = Instant::now();
         prepare_run_dir(&config, &secret)?;
         create_overlay(&snapshot.disk(), "qcow2", &config.root_disk).await?;
+        let disk = t.elapsed();
         let vm = backend.restore(&config, &snapshot.vm_snapshot(), MemoryMapping::CopyOnWrite).await?;
+        let vmm = t.elapsed();
         let identity = give_identity(vm.as_ref(), &config.id, &snapshot.secret, &secret, deadline);
         let agent = connected(vm.as_ref(), identity).await?;
+        tracing::debug!(id = %config.id, ?disk, ?vmm, total = ?t.elapsed(), "restored");
         Ok(Sandbox::running(&config, template, req, secret, Live { vm, agent }, true))
     }
 
@@ -506,6 +510,7 @@ pub(crate) async fn give_identity(
         entropy: hex::encode(entropy),
         unix_time_ms,
     };
+    tracing::debug!(%id, handshake = ?start.elapsed(), "restored guest answered");
     let left = deadline.saturating_sub(start.elapsed());
     match tokio::time::timeout(left, first.identity(&identity)).await {
         Ok(Ok(_)) => Ok(first),
