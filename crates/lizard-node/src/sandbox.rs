@@ -8,9 +8,9 @@ use lizard_image::TemplateImage;
 use crate::snapshot::TemplateSnapshot;
 use lizard_vmm::{Backend, MemoryMapping, Vm, VmConfig};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use lizard_agent_proto::frame::{Frame, FrameKind};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Kernel arguments common to every guest. `quiet` keeps the serial console (slow under
@@ -63,7 +63,55 @@ pub(crate) fn vmm_pid_of(dir: &Path, id: &str) -> Option<i32> {
     cmdline.split(|b| *b == 0).any(|arg| arg == needle.as_bytes()).then_some(pid)
 }
 
-/// A running sandbox.
+/// The VM of a running sandbox and the authenticated connection to its agent. A pause
+/// ends both; a resume makes new ones.
+pub struct Live {
+    vm: Box<dyn Vm>,
+    agent: AgentClient,
+}
+
+impl Live {
+    pub(crate) fn new(vm: Box<dyn Vm>, agent: AgentClient) -> Live {
+        Live { vm, agent }
+    }
+
+    pub fn vm(&self) -> &dyn Vm {
+        self.vm.as_ref()
+    }
+
+    pub fn agent(&self) -> &AgentClient {
+        &self.agent
+    }
+}
+
+/// What changes over a sandbox's life.
+pub(crate) struct State {
+    /// The VM while running; None while paused.
+    pub live: Option<Arc<Live>>,
+    /// The VM's shape now (a fork gives the sandbox a new root disk overlay).
+    pub config: VmConfig,
+    /// Guest memory is the VM's own file (cold boot, or loaded from a full save), so a
+    /// pause saves only device state; else (a template clone, whose memory is a private
+    /// copy-on-write mapping of the template's) a pause saves all of memory.
+    pub own_memory: bool,
+    /// Frozen disk layers (under `<data>/layers`) that the root disk is backed by.
+    pub layers: Vec<PathBuf>,
+}
+
+/// The facts about a sandbox that never change.
+pub(crate) struct Identity {
+    pub id: String,
+    pub template: String,
+    pub vcpus: u32,
+    pub memory_mib: u32,
+    pub started_at: SystemTime,
+    pub metadata: BTreeMap<String, String>,
+    pub env: BTreeMap<String, String>,
+    pub from_snapshot: bool,
+    pub network_policy: lizard_api::network::NetworkPolicy,
+}
+
+/// A sandbox: running, or paused with its memory and devices saved in its directory.
 pub struct Sandbox {
     pub id: String,
     pub template: String,
@@ -73,11 +121,24 @@ pub struct Sandbox {
     pub metadata: BTreeMap<String, String>,
     /// Environment given at create; every exec starts with it.
     pub env: BTreeMap<String, String>,
-    vm: Box<dyn Vm>,
-    agent: AgentClient,
+    pub(crate) secret: Secret,
+    pub(crate) run_dir: PathBuf,
     from_snapshot: bool,
-    /// Its network namespace and everything in it; released at cleanup.
-    net: std::sync::Mutex<Option<crate::network::SandboxNet>>,
+    pub(crate) state: Mutex<State>,
+    /// Its network namespace and everything in it (while it has a NIC); released at
+    /// cleanup. A paused sandbox keeps it; one taken back after a node restart gets a new
+    /// one at resume.
+    pub(crate) net: Mutex<Option<crate::network::SandboxNet>>,
+    /// The outbound policy it was created with (forks inherit it).
+    pub(crate) network_policy: lizard_api::network::NetworkPolicy,
+    /// Serializes pause, resume, fork and kill of this sandbox.
+    pub(crate) transition: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox").field("id", &self.id).field("template", &self.template).field("paused", &self.is_paused()).finish()
+    }
 }
 
 impl Sandbox {
@@ -95,7 +156,7 @@ impl Sandbox {
         create_overlay(&template.rootfs, "raw", &config.root_disk).await?;
         let vm = backend.boot(&config).await?;
         let agent = connected(vm.as_ref(), connect_agent(vm.as_ref(), &secret, deadline, None)).await?;
-        Ok(Sandbox::running(&config, template, req, vm, agent, false))
+        Ok(Sandbox::running(&config, template, req, secret, Live { vm, agent }, false))
     }
 
     /// Start a sandbox by restoring a template snapshot: a new root overlay over the
@@ -117,22 +178,27 @@ impl Sandbox {
         }
         // Same devices as the template VM, the fw_cfg item included; a restored guest does
         // not read it again: its secret arrives with the identity.
+        let t = Instant::now();
         prepare_run_dir(&config, &secret)?;
         create_overlay(&snapshot.disk(), "qcow2", &config.root_disk).await?;
+        let disk = t.elapsed();
         let vm = backend.restore(&config, &snapshot.vm_snapshot(), MemoryMapping::CopyOnWrite).await?;
+        let vmm = t.elapsed();
         let identity = give_identity(vm.as_ref(), &config.id, &snapshot.secret, &secret, deadline);
         let agent = connected(vm.as_ref(), identity).await?;
-        Ok(Sandbox::running(&config, template, req, vm, agent, true))
+        tracing::debug!(id = %config.id, ?disk, ?vmm, total = ?t.elapsed(), "restored");
+        Ok(Sandbox::running(&config, template, req, secret, Live { vm, agent }, true))
     }
 
     fn running(
         config: &VmConfig,
         template: &TemplateImage,
         req: CreateSandboxRequest,
-        vm: Box<dyn Vm>,
-        agent: AgentClient,
+        secret: Secret,
+        live: Live,
         from_snapshot: bool,
     ) -> Sandbox {
+        let policy = req.network_policy();
         Sandbox {
             id: config.id.clone(),
             template: template.name.clone(),
@@ -141,10 +207,18 @@ impl Sandbox {
             started_at: SystemTime::now(),
             metadata: req.metadata,
             env: req.env,
-            vm,
-            agent,
+            secret,
+            run_dir: config.run_dir.clone(),
             from_snapshot,
-            net: std::sync::Mutex::new(None),
+            net: Mutex::new(None),
+            network_policy: policy,
+            state: Mutex::new(State {
+                live: Some(Arc::new(live)),
+                config: config.clone(),
+                own_memory: !from_snapshot,
+                layers: vec![],
+            }),
+            transition: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -157,24 +231,66 @@ impl Sandbox {
         self.net.lock().unwrap().as_ref().map(|n| (n.netns_name(), n.host_link()))
     }
 
-    /// Whether this sandbox was restored from a template snapshot (else cold-booted).
+    /// A copy of `source` (a fork) running in `live`, whose root disk is backed by the
+    /// source's frozen `layers`.
+    pub(crate) fn forked(source: &Sandbox, config: VmConfig, secret: Secret, live: Live, layers: Vec<PathBuf>) -> Sandbox {
+        Sandbox {
+            id: config.id.clone(),
+            template: source.template.clone(),
+            vcpus: source.vcpus,
+            memory_mib: source.memory_mib,
+            started_at: SystemTime::now(),
+            metadata: source.metadata.clone(),
+            env: source.env.clone(),
+            secret,
+            run_dir: config.run_dir.clone(),
+            from_snapshot: true,
+            net: Mutex::new(None),
+            network_policy: source.network_policy.clone(),
+            state: Mutex::new(State { live: Some(Arc::new(live)), config, own_memory: true, layers }),
+            transition: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// A paused sandbox (taken back from its directory after a node restart).
+    pub(crate) fn paused(who: Identity, secret: Secret, config: VmConfig, own_memory: bool, layers: Vec<PathBuf>) -> Sandbox {
+        Sandbox {
+            id: who.id,
+            template: who.template,
+            vcpus: who.vcpus,
+            memory_mib: who.memory_mib,
+            started_at: who.started_at,
+            metadata: who.metadata,
+            env: who.env,
+            secret,
+            run_dir: config.run_dir.clone(),
+            from_snapshot: who.from_snapshot,
+            net: Mutex::new(None),
+            network_policy: who.network_policy,
+            state: Mutex::new(State { live: None, config, own_memory, layers }),
+            transition: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Whether this sandbox was restored from a snapshot (else cold-booted).
     pub fn from_snapshot(&self) -> bool {
         self.from_snapshot
     }
 
-    pub fn vm(&self) -> &dyn Vm {
-        self.vm.as_ref()
+    /// The running VM and agent, or CONFLICT while paused.
+    pub fn live(&self) -> Result<Arc<Live>> {
+        self.state.lock().unwrap().live.clone().ok_or_else(|| NodeError::Paused(self.id.clone()))
     }
 
-    pub fn agent(&self) -> &AgentClient {
-        &self.agent
+    pub fn is_paused(&self) -> bool {
+        self.state.lock().unwrap().live.is_none()
     }
 
     pub fn info(&self) -> SandboxInfo {
         SandboxInfo {
             sandbox_id: self.id.clone(),
             template: self.template.clone(),
-            state: SandboxState::Running,
+            state: if self.is_paused() { SandboxState::Paused } else { SandboxState::Running },
             vcpus: self.vcpus,
             memory_mib: self.memory_mib,
             started_at: humantime::format_rfc3339_millis(self.started_at).to_string(),
@@ -191,10 +307,9 @@ impl Sandbox {
         if let Some(net) = self.net.lock().unwrap().take() {
             net.release();
         }
-        let dir = &self.vm.config().run_dir;
-        if let Err(e) = std::fs::remove_dir_all(dir) {
+        if let Err(e) = std::fs::remove_dir_all(&self.run_dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(id = %self.id, "cannot remove {}: {e}", dir.display());
+                tracing::warn!(id = %self.id, "cannot remove {}: {e}", self.run_dir.display());
             }
         }
     }
@@ -203,10 +318,11 @@ impl Sandbox {
     pub fn agent_error(&self, e: lizard_agent_client::ClientError) -> NodeError {
         match e {
             lizard_agent_client::ClientError::Agent(a) => NodeError::Agent(a),
-            other if !self.vm.is_running() => {
-                NodeError::Dead(self.id.clone(), format!("its VM stopped ({other})"))
-            }
-            other => NodeError::Unavailable(other.to_string()),
+            other => match self.live() {
+                Ok(live) if live.vm.is_running() => NodeError::Unavailable(other.to_string()),
+                Ok(_) => NodeError::Dead(self.id.clone(), format!("its VM stopped ({other})")),
+                Err(paused) => paused,
+            },
         }
     }
 }
@@ -242,7 +358,7 @@ impl Sandbox {
 
     async fn start_exec(&self, req: lizard_api::ExecRequest) -> Result<lizard_agent_client::ExecStream> {
         let (req, stdin) = self.agent_exec(req)?;
-        self.agent.exec(req, stdin).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent.exec(req, stdin).await.map_err(|e| self.agent_error(e))
     }
 
     /// Run a command to completion and collect its output (lossy UTF-8).
@@ -305,7 +421,7 @@ impl Sandbox {
         path: &str,
     ) -> Result<(Option<u64>, futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>)> {
         use futures_util::StreamExt;
-        let file = self.agent.read_file(path).await.map_err(|e| self.agent_error(e))?;
+        let file = self.live()?.agent.read_file(path).await.map_err(|e| self.agent_error(e))?;
         let len = file.content_length();
         Ok((len, file.map(|r| r.map_err(std::io::Error::other)).boxed()))
     }
@@ -315,21 +431,21 @@ impl Sandbox {
     where
         S: futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
     {
-        self.agent.write_file(path, mode, body).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent.write_file(path, mode, body).await.map_err(|e| self.agent_error(e))
     }
 
     pub async fn list_dir(&self, path: &str) -> Result<Vec<lizard_api::FileEntry>> {
-        self.agent.list_dir(path).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent.list_dir(path).await.map_err(|e| self.agent_error(e))
     }
 
     /// Remove a file or a directory tree.
     pub async fn remove(&self, path: &str) -> Result<()> {
-        self.agent.remove(path).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent.remove(path).await.map_err(|e| self.agent_error(e))
     }
 
     /// Create a directory and its parents.
     pub async fn make_dir(&self, path: &str) -> Result<()> {
-        self.agent.make_dir(path).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent.make_dir(path).await.map_err(|e| self.agent_error(e))
     }
 
     /// A TCP connection to `port` on the guest's loopback, carried over the agent channel
@@ -339,12 +455,12 @@ impl Sandbox {
     /// Nothing listening there is [`lizard_api::ErrorCode::Unavailable`]; port 0 is
     /// [`lizard_api::ErrorCode::InvalidArgument`].
     pub async fn connect_port(&self, port: u16) -> Result<lizard_agent_client::TcpTunnel> {
-        self.agent.connect_tcp(port).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent.connect_tcp(port).await.map_err(|e| self.agent_error(e))
     }
 }
 
 /// The sandbox's directory with its secret file in it.
-fn prepare_run_dir(config: &VmConfig, secret: &Secret) -> Result<()> {
+pub(crate) fn prepare_run_dir(config: &VmConfig, secret: &Secret) -> Result<()> {
     std::fs::create_dir_all(&config.run_dir).map_err(|e| NodeError::io("create sandbox dir", e))?;
     match &config.secret_file {
         Some(path) => write_secret(path, secret),
@@ -353,7 +469,7 @@ fn prepare_run_dir(config: &VmConfig, secret: &Secret) -> Result<()> {
 }
 
 /// The agent connection `connect` makes, or the VM killed and the error.
-async fn connected(vm: &dyn Vm, connect: impl std::future::Future<Output = Result<AgentClient>>) -> Result<AgentClient> {
+pub(crate) async fn connected(vm: &dyn Vm, connect: impl std::future::Future<Output = Result<AgentClient>>) -> Result<AgentClient> {
     match connect.await {
         Ok(a) => Ok(a),
         Err(e) => {
@@ -363,32 +479,44 @@ async fn connected(vm: &dyn Vm, connect: impl std::future::Future<Output = Resul
     }
 }
 
-/// A qcow2 overlay whose backing file is the template's read-only image: the sandbox
-/// writes only its own blocks, and creating it costs milliseconds.
+/// A qcow2 overlay whose backing file is a read-only image: the sandbox writes only its
+/// own blocks, and creating it costs well under a millisecond. The size comes from the
+/// backing file's header, which is readable even while a running VM holds the file (as
+/// when a fork freezes a disk).
 pub(crate) async fn create_overlay(backing: &Path, backing_format: &str, overlay: &Path) -> Result<()> {
-    let out = tokio::process::Command::new("qemu-img")
-        .args(["create", "-q", "-f", "qcow2", "-F", backing_format, "-b"])
-        .arg(backing)
-        .arg(overlay)
-        .output()
-        .await
-        .map_err(|e| NodeError::io("run qemu-img (apt-get install qemu-utils)", e))?;
-    if !out.status.success() {
-        return Err(NodeError::Boot(format!("qemu-img create: {}", String::from_utf8_lossy(&out.stderr).trim())));
-    }
-    Ok(())
+    let size = virtual_size(backing, backing_format)?;
+    crate::qcow2::create_overlay(backing, backing_format, size, overlay)
+        .map_err(|e| NodeError::io(format!("create the disk overlay {}", overlay.display()), e))
 }
 
-/// How long one handshake may take on a guest that is known to be up (restored); a
-/// retry covers a connection that races the guest noticing the template VM's host left.
-const RESTORED_HANDSHAKE: Duration = Duration::from_secs(2);
+/// The guest-visible size of a raw or qcow2 disk image.
+fn virtual_size(image: &Path, format: &str) -> Result<u64> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(image).map_err(|e| NodeError::io(format!("open {}", image.display()), e))?;
+    if format == "raw" {
+        return f.metadata().map(|m| m.len()).map_err(|e| NodeError::io(format!("stat {}", image.display()), e));
+    }
+    // qcow2 header: magic "QFI\xfb", then the size as a big-endian u64 at offset 24.
+    let mut header = [0u8; 32];
+    f.read_exact(&mut header).map_err(|e| NodeError::io(format!("read {}", image.display()), e))?;
+    if &header[..4] != b"QFI\xfb" {
+        return Err(NodeError::Boot(format!("{} is not a qcow2 image", image.display())));
+    }
+    Ok(u64::from_be_bytes(header[24..32].try_into().unwrap()))
+}
+
+/// How long the first handshake may take on a guest that is known to be up (restored);
+/// each retry doubles it. A retry covers a connection that races the guest noticing that
+/// the host it had before the snapshot left (its old session then waits for that host
+/// until this one gives up and reconnects).
+const RESTORED_HANDSHAKE: Duration = Duration::from_millis(250);
 
 /// Authenticate to a just-restored guest with the template's secret and give it its own
 /// identity. The agent answers only once it has switched: from then on only the new
 /// secret opens a session, while this one, already authenticated, carries on (a
 /// reconnect to prove the switch cost ≈100 ms per create under TCG; the snapshot tests
 /// prove it instead).
-async fn give_identity(
+pub(crate) async fn give_identity(
     vm: &dyn Vm,
     id: &str,
     template_secret: &Secret,
@@ -408,6 +536,7 @@ async fn give_identity(
         entropy: hex::encode(entropy),
         unix_time_ms,
     };
+    tracing::debug!(%id, handshake = ?start.elapsed(), "restored guest answered");
     let left = deadline.saturating_sub(start.elapsed());
     match tokio::time::timeout(left, first.identity(&identity)).await {
         Ok(Ok(_)) => Ok(first),
@@ -417,8 +546,8 @@ async fn give_identity(
 }
 
 /// Connect to the agent's socket and run the handshake, retrying until the guest is up.
-/// `attempt` bounds each handshake (None: a booting guest answers when it is ready).
-/// A wrong secret fails at once.
+/// `attempt` bounds the first handshake, each later one twice as long as the one before
+/// (None: a booting guest answers when it is ready). A wrong secret fails at once.
 pub(crate) async fn connect_agent(
     vm: &dyn Vm,
     secret: &Secret,
@@ -427,17 +556,21 @@ pub(crate) async fn connect_agent(
 ) -> Result<AgentClient> {
     let start = Instant::now();
     let socket = vm.config().agent_socket();
+    let mut limit = attempt;
     let attempt = async {
         loop {
             match tokio::net::UnixStream::connect(&socket).await {
-                Ok(stream) => match with_limit(attempt, AgentClient::connect(stream, secret)).await {
+                Ok(stream) => match with_limit(limit, AgentClient::connect(stream, secret)).await {
                     Ok(client) => return Ok(client),
                     Err(lizard_agent_client::ClientError::Handshake(
                         lizard_agent_proto::handshake::HandshakeError::Denied,
                     )) => return Err(NodeError::Boot("the agent refused the secret".into())),
                     // The channel closed before the guest answered: it is still
                     // booting, or the VMM is gone (checked below).
-                    Err(e) => tracing::debug!("agent handshake: {e}"),
+                    Err(e) => {
+                        tracing::debug!("agent handshake: {e}");
+                        limit = limit.map(|l| l * 2);
+                    }
                 },
                 Err(e) => tracing::trace!("agent socket: {e}"),
             }
