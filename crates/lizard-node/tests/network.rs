@@ -323,6 +323,15 @@ async fn egress_rules_hold_for_real_packets() {
     let got = reachable(&offline, std::slice::from_ref(&public), &token).await;
     assert!(!got[&public], "allowInternetAccess=false still reached {public}");
 
+    // A fork has a network of its own, with its source's policy.
+    let copies = t.node.fork(&closed.id, 1).await.unwrap();
+    let (copy_ns, _) = copies[0].network().unwrap();
+    assert_ne!(copy_ns, closed_ns);
+    let got = reachable(&copies[0], &[public.clone(), private[0].clone()], &token).await;
+    assert!(got[&public] && !got[&private[0]], "the fork lost its source's policy: {got:?}");
+    t.node.kill(&copies[0].id).await.unwrap();
+    assert!(!std::path::Path::new("/run/netns").join(&copy_ns).exists(), "{copy_ns} outlived its fork");
+
     // The guest's view: its fixed address, and DNS through the gateway.
     let r = default.exec_collect(sh("ip -4 -o addr show dev eth0; cat /etc/resolv.conf")).await.unwrap();
     assert!(r.stdout.contains("10.0.2.2/30") && r.stdout.contains("nameserver 10.0.2.1"), "{r:?}");

@@ -86,6 +86,10 @@ async fn sandboxes_behind_scopes_timeouts_and_forced_deletes() {
         (json!({"template": "nope", "project": "p1"}), "INVALID_ARGUMENT"),
         (json!({"template": "base", "project": "p1", "lizardToken": "lz_forged"}), "INVALID_ARGUMENT"),
         (json!({"template": "base", "project": "p1", "timeoutMs": 0}), "INVALID_ARGUMENT"),
+        // Network options reach the node, which checks them before making anything.
+        (json!({"template": "base", "project": "p1", "allowOut": ["10.0.0.0/33"]}), "INVALID_ARGUMENT"),
+        (json!({"template": "base", "project": "p1", "denyOut": ["not-a-cidr"]}), "INVALID_ARGUMENT"),
+        (json!({"template": "base", "project": "p1", "allowInternetAccess": "yes"}), "INVALID_ARGUMENT"),
         (json!({"template": "base", "project": "p1"}), "NOT_FOUND"), // with k2: outside its scope
     ] {
         let key = if code == "NOT_FOUND" { &k2 } else { &owner };
