@@ -314,10 +314,7 @@ impl Node {
         let layer = layers.last().expect("a fork has a layer");
         // Each copy has a network of its own, with the source's policy; dropped (removed)
         // if the copy fails.
-        let net = match self.attach_network(&source.network_policy).await {
-            Ok(n) => n,
-            Err(e) => return Err(e),
-        };
+        let net = self.attach_network(&source.network_policy).await?;
         let config = VmConfig { net: net.as_ref().map(|n| n.attachment()), ..config };
         let started: Result<Sandbox> = async {
             sandbox::prepare_run_dir(&config, &secret)?;

@@ -336,14 +336,6 @@ impl Network {
             set("user_allow", &user_allow),
         )
     }
-
-    /// Slots in use on this host (by any node sharing the state directory).
-    pub fn slots_in_use(&self) -> usize {
-        (0..self.slots)
-            .filter(|s| self.lock_path(*s).exists())
-            .filter(|s| self.try_lock(*s).is_none())
-            .count()
-    }
 }
 
 /// One sandbox's network. [`SandboxNet::release`] removes everything of it.
