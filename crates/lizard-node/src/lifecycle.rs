@@ -319,19 +319,19 @@ impl Node {
             Ok(Sandbox::forked(source, config, secret, Live::new(vm, agent), layers.to_vec()))
         }
         .await;
+        self.admit(started, &run_dir)
+    }
+
+    /// Put a just-started sandbox in the map, under watch, with its record written; or,
+    /// when it did not start, remove its directory.
+    pub(crate) fn admit(self: &Arc<Self>, started: Result<Sandbox>, run_dir: &Path) -> Result<Arc<Sandbox>> {
         let sandbox = match started {
             Ok(s) => Arc::new(s),
             Err(e) => {
-                let _ = std::fs::remove_dir_all(&run_dir);
+                let _ = std::fs::remove_dir_all(run_dir);
                 return Err(e);
             }
         };
-        self.admit(sandbox.clone())?;
-        Ok(sandbox)
-    }
-
-    /// Put a just-started sandbox in the map, under watch, with its record written.
-    pub(crate) fn admit(self: &Arc<Self>, sandbox: Arc<Sandbox>) -> Result<()> {
         if let Err(e) = sandbox.write_record() {
             if let Ok(live) = sandbox.live() {
                 let vm = live.clone();
@@ -342,9 +342,9 @@ impl Node {
         }
         self.sandboxes.write().unwrap().insert(sandbox.id.clone(), sandbox.clone());
         if let Ok(live) = sandbox.live() {
-            self.watch(sandbox, live);
+            self.watch(sandbox.clone(), live);
         }
-        Ok(())
+        Ok(sandbox)
     }
 
     /// Clean up after a VMM that exits by itself (crash, guest power-off, OOM kill). A VM
