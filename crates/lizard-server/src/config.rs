@@ -22,6 +22,8 @@ pub struct ServerConfig {
     pub owner_email: String,
     /// The owner account's plan, set on first start.
     pub owner_plan: String,
+    /// Prices, free credits, metering tick and the grace period at zero balance.
+    pub billing: crate::billing::BillingConfig,
 }
 
 /// Default listen address: loopback only, since the API is reachable by key alone.
@@ -39,6 +41,7 @@ impl ServerConfig {
             regions: Vec::new(),
             owner_email: "owner@lizard.localhost".into(),
             owner_plan: "free".into(),
+            billing: crate::billing::BillingConfig::default(),
         }
     }
 

@@ -29,6 +29,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod billing;
 pub mod config;
 pub mod error;
 pub mod ids;
@@ -81,6 +82,10 @@ pub async fn open(config: ServerConfig) -> Result<Server, ServerError> {
 /// [`open`] on a given store (another backend, or an in-memory one in tests).
 pub async fn open_with_store(config: ServerConfig, store: Arc<dyn Store>) -> Result<Server, ServerError> {
     let initial_key = bootstrap(store.as_ref(), &config).await?;
+    let granted = store.grant_signup_credits(config.billing.signup_credit_nanos, ids::now_ms()).await?;
+    if granted > 0 {
+        tracing::info!(accounts = granted, "granted signup credits");
+    }
     Ok(Server { state: ServerState::new(store, config), initial_key })
 }
 
