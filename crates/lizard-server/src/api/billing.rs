@@ -55,7 +55,8 @@ pub struct TransactionsQuery {
     include_usage: bool,
 }
 
-pub(crate) fn transaction_json(e: LedgerEntry) -> Transaction {
+/// A ledger row as the API shows it.
+pub fn transaction_json(e: LedgerEntry) -> Transaction {
     Transaction {
         id: e.id,
         kind: match e.kind {
