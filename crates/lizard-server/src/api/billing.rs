@@ -246,7 +246,8 @@ pub struct NodePauser(pub crate::api::AppState);
 #[async_trait::async_trait]
 impl crate::billing::SandboxPauser for NodePauser {
     async fn pause(&self, sandbox_id: &str) -> Result<(), String> {
-        let _ = &self.0;
-        Err(format!("cannot pause {sandbox_id}: this build has no sandbox pause yet"))
+        let state = &self.0;
+        state.node.pause(sandbox_id).await.map_err(|e| e.to_string())?;
+        state.server.store.set_sandbox_state(sandbox_id, "paused").await.map_err(|e| e.to_string())
     }
 }

@@ -240,8 +240,9 @@ pub trait BillingStore: Send + Sync + 'static {
     /// one transaction. Returns the number of entries written.
     async fn bill_meters(&self, now: i64) -> Result<u64>;
 
-    /// Close every open meter at its watermark without billing further (start-up: the
-    /// sandboxes of a process that died ran unobserved since its last tick).
+    /// Close every running meter at its watermark without billing further (start-up: the
+    /// VMs of a process that died ran unobserved since its last tick, and died with it).
+    /// Paused meters stay open: a paused sandbox is a file that survives a restart.
     async fn close_meters_at_watermark(&self) -> Result<u64>;
 
     /// Meters not ended, of one account or all.

@@ -174,6 +174,17 @@ pub(super) async fn transition_tx(
         .map_err(backend)?;
     let Some(m) = row.as_ref().map(meter).transpose()? else { return Ok(()) };
     if m.state == MeterState::Ended {
+        if state != MeterState::Ended {
+            // A sandbox back in a billable state after its meter closed (it cannot happen
+            // by design; if it does, it is metered again rather than running free).
+            sqlx::query("UPDATE sandbox_meters SET state = ?, billed_until = ?, carry = 0 WHERE sandbox_id = ?")
+                .bind(state.as_str())
+                .bind(at)
+                .bind(sandbox_id)
+                .execute(&mut **tx)
+                .await
+                .map_err(backend)?;
+        }
         return Ok(());
     }
     let until = m.billed_until.map_or(at, |b| at.max(b));
@@ -338,7 +349,7 @@ impl BillingStore for SqliteStore {
     }
 
     async fn close_meters_at_watermark(&self) -> Result<u64> {
-        let r = sqlx::query("UPDATE sandbox_meters SET state = 'ended', billed_until = NULL WHERE state != 'ended'")
+        let r = sqlx::query("UPDATE sandbox_meters SET state = 'ended', billed_until = NULL WHERE state = 'running'")
             .execute(&self.pool)
             .await
             .map_err(backend)?;
@@ -593,8 +604,13 @@ mod tests {
         let s = seeded().await;
         s.grant_signup_credits(1_000_000_000, 0).await.unwrap();
         s.insert_sandbox(&sbx("sbx_1", "prj_a", 1_000, 0)).await.unwrap();
+        s.insert_sandbox(&sbx("sbx_paused", "prj_a", 1_000, 10)).await.unwrap();
+        s.set_sandbox_state("sbx_paused", "paused").await.unwrap();
         s.bill_meters(6_000).await.unwrap();
-        assert_eq!(s.close_meters_at_watermark().await.unwrap(), 1);
+        assert_eq!(s.close_meters_at_watermark().await.unwrap(), 1, "running ones only");
+        let open = s.open_meters(None).await.unwrap();
+        assert_eq!(open.len(), 1, "a paused sandbox survives a restart, and so does its meter");
+        assert_eq!(open[0].state, MeterState::Paused);
         // The records are ended at the restart's time; nothing more is billed.
         s.end_sandbox("sbx_1", 60_000, "lost: the server restarted").await.unwrap();
         s.bill_meters(90_000).await.unwrap();
