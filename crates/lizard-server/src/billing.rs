@@ -203,7 +203,10 @@ mod tests {
         let p = Pricing::default();
         assert_eq!(p.running_rate(1, 512), 2_500);
         assert_eq!(p.running_rate(1, 512) * 3600, 9_000_000, "$0.009 an hour");
-        assert_eq!(p.running_rate(2, 1024), 5_000);
+        // The README's size table.
+        for (v, m, rate) in [(1, 1024, 3_000), (2, 1024, 5_000), (2, 2048, 6_000), (4, 4096, 12_000), (8, 8192, 24_000)] {
+            assert_eq!(p.running_rate(v, m), rate, "{v} vCPU / {m} MiB");
+        }
         assert_eq!(p.running_rate(16, 16384), 48_000);
         assert_eq!(p.running_rate(1, 129), 2_000 + 126, "partial nano-dollars round up");
         assert_eq!(p.paused_rate(512), 0);
