@@ -146,6 +146,13 @@ async fn forks_are_independent_copies_with_their_processes() {
     assert_eq!(run(&copies[1], "cat /root/a.txt").await, "copy1\n");
     run(&src, "echo changed > /root/a.txt").await;
     assert_eq!(run(&copies[0], "cat /root/a.txt").await, "copy0\n");
+    // The source, now on a new overlay over the frozen layer, pauses and resumes.
+    t.node.pause(&src.id).await.unwrap();
+    if let Err(e) = t.node.resume(&src.id).await {
+        let dir = t.dir.path().join("sandboxes").join(&src.id);
+        panic!("{e}: {}", std::fs::read_to_string(dir.join("qemu.stderr")).unwrap_or_default());
+    }
+    assert_eq!(run(&src, "cat /root/a.txt").await, "changed\n");
 
     // The source can go first: the copies' disks do not depend on its directory. A copy
     // pauses and resumes like any sandbox.

@@ -154,6 +154,8 @@ impl Api {
             created_at,
             timeout_at: None,
             metadata: Default::default(),
+            on_timeout: "kill".into(),
+            timeout_ms: None,
             meter: spec,
         };
         self.state.server.store.insert_sandbox(&s).await.unwrap();
@@ -335,11 +337,10 @@ async fn vm_charges_the_seconds_run_and_nothing_while_paused() {
     let t_created = Instant::now();
     let id = created["sandboxId"].as_str().unwrap().to_string();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    // Pause it the way the sandbox routes do: the node saves it, the store records it.
     let t_pause_call = Instant::now();
-    api.state.node.pause(&id).await.unwrap();
-    api.state.server.store.set_sandbox_state(&id, "paused").await.unwrap();
+    let paused = api.ok("POST", &format!("/v1/sandboxes/{id}/pause"), &k1, None).await;
     let t_paused = Instant::now();
+    assert_eq!(paused["state"], "paused");
     let ran = api.usage_of(&id).await;
     let ran_ms: i64 = ran.iter().map(|u| u["quantityMs"].as_i64().unwrap()).sum();
     let charged: i64 = ran.iter().map(|u| -u["amountNanos"].as_i64().unwrap()).sum();
@@ -399,10 +400,29 @@ async fn vm_running_sandboxes_are_paused_after_the_grace_period_at_zero() {
     assert_eq!(info.state, lizard_api::SandboxState::Paused);
     let (status, v) = api.call("POST", "/v1/sandboxes", &k1, Some(json!({"template": "base", "projectId": p1}))).await;
     assert_eq!((status, v["code"].as_str()), (402, Some("PAYMENT_REQUIRED")));
+    let resume = format!("/v1/sandboxes/{id}/resume");
+    let (status, v) = api.call("POST", &resume, &k1, None).await;
+    assert_eq!((status, v["code"].as_str()), (402, Some("PAYMENT_REQUIRED")), "{v}");
+    let (status, v) = api.call("POST", &format!("/v1/sandboxes/{id}/connect"), &k1, None).await;
+    assert_eq!((status, v["code"].as_str()), (402, Some("PAYMENT_REQUIRED")), "{v}");
     // Nothing accrues while paused, so the debt stops growing.
     let before = api.state.server.store.ledger_sum(&api.account).await.unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(api.state.server.store.ledger_sum(&api.account).await.unwrap(), before);
+    // Credits in, and it runs again, metered again.
+    let c = NewCredit {
+        account_id: api.account.clone(),
+        kind: LedgerKind::Credit,
+        amount_nanos: 1_000_000_000,
+        description: "top-up".into(),
+        idempotency_key: "top-up-1".into(),
+        at: now_ms(),
+    };
+    api.state.server.store.add_credit(&c).await.unwrap();
+    let resumed = api.ok("POST", &resume, &k1, None).await;
+    assert_eq!(resumed["state"], "running");
+    let live = api.ok("GET", "/v1/billing/live", &api.owner, None).await;
+    assert_eq!((live["sandboxes"][0]["state"].as_str(), live["burnNanosPerSecond"].as_i64()), (Some("running"), Some(2_500)));
     api.ok("DELETE", &format!("/v1/sandboxes/{id}"), &k1, None).await;
     api.assert_balance_is_ledger_sum().await;
 }

@@ -211,6 +211,8 @@ async fn workspace_delete_is_empty_only_unless_forced() {
                 running_nanos_per_sec: 0,
                 paused_nanos_per_sec: 0,
             },
+            on_timeout: "kill".into(),
+            timeout_ms: None,
         };
         store.insert_sandbox(&sbx).await.unwrap();
     }

@@ -323,7 +323,9 @@ impl Vm for QemuVm {
 
     async fn freeze_disk(&self, new_top: &Path) -> Result<()> {
         let file = new_top.to_str().ok_or_else(|| VmmError::Control(format!("non-UTF-8 path {}", new_top.display())))?;
-        let args = json!({ "device": "disk0", "snapshot-file": file, "format": "qcow2", "mode": "absolute-paths" });
+        // `existing`: the caller made the overlay, naming the backing file it wants in its
+        // header (QEMU would name the path it opened the disk by).
+        let args = json!({ "device": "disk0", "snapshot-file": file, "format": "qcow2", "mode": "existing" });
         self.qmp.execute("blockdev-snapshot-sync", args).await.map(drop)
     }
 

@@ -246,8 +246,6 @@ pub struct NodePauser(pub crate::api::AppState);
 #[async_trait::async_trait]
 impl crate::billing::SandboxPauser for NodePauser {
     async fn pause(&self, sandbox_id: &str) -> Result<(), String> {
-        let state = &self.0;
-        state.node.pause(sandbox_id).await.map_err(|e| e.to_string())?;
-        state.server.store.set_sandbox_state(sandbox_id, "paused").await.map_err(|e| e.to_string())
+        crate::api::lifecycle::pause_sandbox(&self.0, sandbox_id).await.map_err(|e| e.to_string())
     }
 }

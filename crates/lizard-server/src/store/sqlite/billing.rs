@@ -499,6 +499,8 @@ mod tests {
             created_at: at,
             timeout_at: None,
             metadata: Default::default(),
+            on_timeout: "kill".into(),
+            timeout_ms: None,
             meter: MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: RATE, paused_nanos_per_sec: paused_rate },
         }
     }
