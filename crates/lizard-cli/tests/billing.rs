@@ -190,6 +190,16 @@ fn agent_bin() -> PathBuf {
     })
 }
 
+/// Milliseconds since the epoch, on the clock the server meters with.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+fn rfc3339_ms(v: &Value) -> i64 {
+    let t = humantime::parse_rfc3339(v.as_str().unwrap()).unwrap();
+    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
 fn alive(pid: i32) -> bool {
     // A zombie is as good as dead (it no longer runs); QEMU is reaped by whoever adopted it.
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
@@ -217,9 +227,9 @@ fn vm_sigkill_mid_run_loses_at_most_a_tick_and_never_bills_twice() {
         &["project", "create", "--workspace", ws["id"].as_str().unwrap(), "p", "--json"],
     ));
     let prj = prj["id"].as_str().unwrap().to_string();
-    let before = Instant::now();
+    let before = wall_ms();
     let sbx = ok_json(lizard(d, Some(&url), Some(&key), &["sandbox", "create", "base", "--project", &prj, "--json"]));
-    let created = Instant::now();
+    let created = wall_ms();
     let id = sbx["sandboxId"].as_str().unwrap().to_string();
     let pid: i32 = std::fs::read_to_string(d.join("server/sandboxes").join(&id).join("vmm.pid"))
         .expect("the VM's pid file")
@@ -227,26 +237,34 @@ fn vm_sigkill_mid_run_loses_at_most_a_tick_and_never_bills_twice() {
         .parse()
         .unwrap();
     std::thread::sleep(Duration::from_millis(4_500));
-    let killed_from = Instant::now();
+    let killed_from = wall_ms();
     first.signal(nix::sys::signal::Signal::SIGKILL);
-    let killed = Instant::now();
+    let killed = wall_ms();
 
     let (second, again) = ServerProcess::start(d, &flags);
     assert!(again.is_none(), "no new key on a restart");
     let url = second.url.clone();
     let usage: Vec<Value> = transactions(d, &url, &key).into_iter().rev().filter(|t| t["sandboxId"] == id.as_str()).collect();
     let ms: i64 = usage.iter().map(|u| u["quantityMs"].as_i64().unwrap()).sum();
-    // It ran from create's answer (between `before` and `created`) to the kill; the ledger
-    // has it up to the last tick before the kill: at most one tick (1 s) less, plus slack
-    // for a slow machine's tick scheduling, and never more.
-    let ran_max = killed.duration_since(before).as_millis() as i64;
-    let ran_min = killed_from.duration_since(created).as_millis() as i64;
-    eprintln!("ran {ran_min}..{ran_max} ms before SIGKILL; billed {ms} ms in {} entries", usage.len());
-    assert!(ms <= ran_max, "billed {ms} ms, but it ran at most {ran_max} ms");
-    assert!(ms >= ran_min - 2_000, "billed {ms} ms of at least {ran_min} ms: more than a tick lost");
+    // Metering starts when create answers (between `before` and `created`, same clock as
+    // the server's) and covers the time up to the last tick before the kill: at most one
+    // tick (1 s) short of it, plus slack for a loaded machine's tick scheduling, and never
+    // past it. The intervals follow each other with no gap and no overlap.
     for pair in usage.windows(2) {
         assert_eq!(pair[0]["periodEnd"], pair[1]["periodStart"], "intervals follow each other, no overlap");
     }
+    let start = rfc3339_ms(&usage[0]["periodStart"]);
+    let end = rfc3339_ms(&usage[usage.len() - 1]["periodEnd"]);
+    assert_eq!(ms, end - start);
+    eprintln!(
+        "metered from create+{} ms to kill-{} ms: {ms} ms in {} entries",
+        start - before,
+        killed_from - end,
+        usage.len()
+    );
+    assert!((before..=created).contains(&start), "metering starts when create answers");
+    assert!(end <= killed, "nothing billed past the kill");
+    assert!(end >= killed_from - 2_000, "more than a tick lost: billed up to {} ms before the kill", killed_from - end);
     let charged: i64 = usage.iter().map(|u| -u["amountNanos"].as_i64().unwrap()).sum();
     assert_eq!(charged, ms * 2_500 / 1_000);
     // The restart ended it: nothing accrues any more, and its VM is gone.
