@@ -146,7 +146,7 @@ pub trait SandboxPauser: Send + Sync + 'static {
 pub fn due_for_pause<'a>(depleted: &[String], meters: &'a [MeterRecord]) -> Vec<&'a MeterRecord> {
     meters
         .iter()
-        .filter(|m| m.state == MeterState::Running && depleted.iter().any(|a| *a == m.account_id))
+        .filter(|m| m.state == MeterState::Running && depleted.contains(&m.account_id))
         .collect()
 }
 
@@ -240,6 +240,67 @@ mod tests {
         let due: Vec<&str> = due_for_pause(&["acc_a".into()], &meters).iter().map(|m| m.sandbox_id.as_str()).collect();
         assert_eq!(due, ["a1"]);
         assert!(due_for_pause(&[], &meters).is_empty());
+    }
+
+    /// Records what it was asked to pause (the real one saves a VM: see the `vm_` tests).
+    #[derive(Default)]
+    struct Recorder(std::sync::Mutex<Vec<String>>);
+
+    #[async_trait]
+    impl SandboxPauser for Recorder {
+        async fn pause(&self, sandbox_id: &str) -> Result<(), String> {
+            self.0.lock().unwrap().push(sandbox_id.to_string());
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tick_bills_then_pauses_only_after_the_grace_period() {
+        use crate::store::{AccountRecord, BillingStore, KeyRecord, NewSandbox, ProjectRecord, WorkspaceRecord};
+        let store = crate::SqliteStore::memory().await.unwrap();
+        let acc = AccountRecord { id: "acc".into(), email: "e".into(), plan: "p".into(), created_at: 0 };
+        let key = KeyRecord {
+            id: "k".into(),
+            account_id: "acc".into(),
+            name: "k".into(),
+            prefix: "lz_k".into(),
+            hash: vec![0; 32],
+            scope: None,
+            created_at: 0,
+            revoked_at: None,
+        };
+        store.bootstrap(&acc, &key).await.unwrap();
+        let ws = WorkspaceRecord { id: "ws".into(), account_id: "acc".into(), name: "w".into(), slug: "w".into(), created_at: 0 };
+        store.insert_workspace(&ws).await.unwrap();
+        let prj = ProjectRecord { id: "prj".into(), workspace_id: "ws".into(), name: "p".into(), slug: "p".into(), created_at: 0 };
+        store.insert_project("acc", &prj).await.unwrap();
+        // 4 s of credit at 2500 n$/s.
+        store.grant_signup_credits(10_000, 0).await.unwrap();
+        store
+            .insert_sandbox(&NewSandbox {
+                id: "sbx".into(),
+                project_id: "prj".into(),
+                template: "base".into(),
+                state: "running".into(),
+                created_at: 0,
+                timeout_at: None,
+                metadata: Default::default(),
+                on_timeout: "kill".into(),
+                timeout_ms: None,
+                meter: Pricing::default().meter(1, 512),
+            })
+            .await
+            .unwrap();
+        let config = BillingConfig { grace: Duration::from_secs(10), ..BillingConfig::default() };
+        let pauser = Recorder::default();
+        assert!(meter_once(&store, &config, &pauser, 3_000).await.is_empty(), "credit left");
+        assert!(meter_once(&store, &config, &pauser, 4_000).await.is_empty(), "depleted, in grace");
+        assert_eq!(store.balance("acc").await.unwrap().depleted_at, Some(4_000));
+        assert!(meter_once(&store, &config, &pauser, 13_999).await.is_empty(), "still in grace");
+        assert_eq!(meter_once(&store, &config, &pauser, 14_000).await, ["sbx"]);
+        assert_eq!(*pauser.0.lock().unwrap(), ["sbx"]);
+        assert_eq!(store.balance("acc").await.unwrap().balance_nanos, 10_000 - 14 * 2_500, "billed to the tick");
+        assert!(require_funds(&store, "acc").await.is_err_and(|e| e.code() == ErrorCode::PaymentRequired));
     }
 
     #[test]
