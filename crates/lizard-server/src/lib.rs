@@ -23,7 +23,10 @@
 //! - authorization: the [`auth::Principal`] extractor, [`auth::require_account_scope`],
 //!   [`auth::resolve_project`] / [`auth::project_for`] for a sandbox's project and
 //!   [`auth::sandbox_for`] for a sandbox;
-//! - the store's sandbox records: [`store::Store::insert_sandbox`] and friends.
+//! - the store's sandbox records: [`store::Store::insert_sandbox`] and friends;
+//! - billing: [`billing`] (prices, the metering task, the 402 guard [`billing::require_funds`]
+//!   for anything that starts or resumes a sandbox) over the store's ledger and meters
+//!   ([`store::BillingStore`]); every recorded sandbox carries a [`store::MeterSpec`].
 
 #![forbid(unsafe_code)]
 
