@@ -455,17 +455,12 @@ impl Node {
             Some(s) => Ok(s),
             None => Sandbox::boot(self.backend.as_ref(), config, &template, secret, req, self.config.boot_timeout).await,
         };
-        let sandbox = match started {
-            Ok(s) => {
-                s.set_network(net);
-                Arc::new(s)
-            }
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&run_dir);
-                return Err(e);
-            }
-        };
-        self.admit(sandbox.clone())?;
+        // On failure the network is dropped with the closure, which removes it.
+        let started = started.map(|s| {
+            s.set_network(net);
+            s
+        });
+        let sandbox = self.admit(started, &run_dir)?;
         tracing::info!(%id, template = %sandbox.template, "sandbox running");
         Ok(sandbox)
     }
