@@ -456,10 +456,7 @@ impl Node {
             None => Sandbox::boot(self.backend.as_ref(), config, &template, secret, req, self.config.boot_timeout).await,
         };
         // On failure the network is dropped with the closure, which removes it.
-        let started = started.map(|s| {
-            s.set_network(net);
-            s
-        });
+        let started = started.inspect(|s| s.set_network(net));
         let sandbox = self.admit(started, &run_dir)?;
         tracing::info!(%id, template = %sandbox.template, "sandbox running");
         Ok(sandbox)

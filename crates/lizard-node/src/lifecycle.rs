@@ -338,10 +338,7 @@ impl Node {
         }
         .await;
         // On failure the network is dropped with the closure, which removes it.
-        let started = started.map(|s| {
-            s.set_network(net);
-            s
-        });
+        let started = started.inspect(|s| s.set_network(net));
         self.admit(started, &run_dir)
     }
 

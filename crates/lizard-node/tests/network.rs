@@ -259,9 +259,8 @@ async fn egress_rules_hold_for_real_packets() {
     assert!(default.from_snapshot(), "the sandboxes restore from a snapshot made with the same NIC");
 
     // A server in the `closed` sandbox, for sandbox ↔ sandbox.
-    let mut srv = sh(&format!(
-        "nohup node -e 'require(\"http\").createServer((q, r) => r.end(process.env.TOKEN)).listen(8000)' >/dev/null 2>&1 &"
-    ));
+    let mut srv =
+        sh("nohup node -e 'require(\"http\").createServer((q, r) => r.end(process.env.TOKEN)).listen(8000)' >/dev/null 2>&1 &");
     srv.env.insert("TOKEN".into(), token.clone());
     assert_eq!(closed.exec_collect(srv).await.unwrap().exit_code, 0);
     let (closed_ns, closed_link) = closed.network().unwrap();
