@@ -78,6 +78,7 @@ impl Modify for Security {
         (name = "api-keys", description = "Scoped and unscoped API keys"),
         (name = "account", description = "Identity and account"),
         (name = "regions", description = "Where sandboxes can run"),
+        (name = "volumes", description = "Disks that outlive sandboxes, mounted at /workspace"),
         (name = "system", description = "Health and this document")
     )
 )]

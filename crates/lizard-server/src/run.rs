@@ -33,6 +33,11 @@ pub async fn run(opts: RunOptions, shutdown: impl std::future::Future<Output = (
         node: node.clone(),
     };
     end_leftover_records(&state, "lost: the server restarted").await;
+    match state.server.store.release_stale_attachments().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(n, "released volumes held by sandboxes that no longer run"),
+        Err(e) => tracing::warn!("cannot release stale volume attachments: {e}"),
+    }
     let listener = server.bind().await?;
     tracing::info!("API on http://{}", listener.local_addr().map(|a| a.to_string()).unwrap_or_default());
     let reaper = tokio::spawn(api::sandboxes::reap_expired(state.clone()));

@@ -14,10 +14,12 @@
 //! Timestamps are milliseconds since the Unix epoch.
 
 pub mod sqlite;
+pub mod volumes;
 
 use crate::scope::Scope;
 use async_trait::async_trait;
 use std::collections::BTreeMap;
+pub use volumes::{NewVolume, NodeLoad, NodeRecord, VolumeRecord, VolumeStore};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -134,11 +136,14 @@ pub struct SandboxFilter {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Removed {
     pub live_sandboxes: Vec<SandboxRecord>,
+    /// Volumes whose records went with it: their disks are still on their nodes until
+    /// the [`crate::SandboxReaper`] deletes them.
+    pub volumes: Vec<VolumeRecord>,
 }
 
 /// The control plane's persistent state. Object-safe: handlers hold `Arc<dyn Store>`.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: VolumeStore + Send + Sync + 'static {
     // --- accounts -------------------------------------------------------------------
 
     /// First start: insert `account` and its first `key` in one transaction, but only if
@@ -178,7 +183,7 @@ pub trait Store: Send + Sync + 'static {
     async fn rename_project(&self, account_id: &str, project_id: &str, name: &str) -> Result<ProjectRecord>;
 
     /// Delete a project; atomically refuse ([`StoreError::NotEmpty`]) while a live
-    /// sandbox (or, later, a volume) remains. Ended sandboxes' rows go with it.
+    /// sandbox or a volume remains. Ended sandboxes' rows go with it.
     async fn delete_project(&self, account_id: &str, project_id: &str) -> Result<()>;
 
     // --- api keys -------------------------------------------------------------------
@@ -222,8 +227,8 @@ pub trait Store: Send + Sync + 'static {
 
     async fn set_sandbox_timeout(&self, sandbox_id: &str, timeout_at: Option<i64>) -> Result<()>;
 
-    /// Mark a sandbox ended (killed, timed out, lost). Returns false when it had already
-    /// ended (the first reason wins).
+    /// Mark a sandbox ended (killed, timed out, lost), and detach the volume it held.
+    /// Returns false when it had already ended (the first reason wins).
     async fn end_sandbox(&self, sandbox_id: &str, at: i64, reason: &str) -> Result<bool>;
 
     /// Live sandboxes of every account whose timeout is at or before `now`.

@@ -31,7 +31,12 @@ use std::str::FromStr;
 use std::time::Duration;
 
 /// The schema, in order. The version is the file's number.
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "tenancy", include_str!("../../migrations/0001_tenancy.sql"))];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "tenancy", include_str!("../../migrations/0001_tenancy.sql")),
+    (3, "volumes", include_str!("../../migrations/0003_volumes.sql")),
+];
+
+mod volumes;
 
 /// The database file's name inside the data directory.
 pub const DB_FILE: &str = "lizard.db";
@@ -39,7 +44,7 @@ pub const DB_FILE: &str = "lizard.db";
 /// SQLite-backed [`Store`].
 #[derive(Clone)]
 pub struct SqliteStore {
-    pool: SqlitePool,
+    pub(in crate::store) pool: SqlitePool,
 }
 
 fn backend(e: sqlx::Error) -> StoreError {
@@ -363,6 +368,19 @@ impl Store for SqliteStore {
         .iter()
         .map(sandbox)
         .collect::<Result<Vec<_>>>()?;
+        let vols = sqlx::query(&format!("SELECT {} WHERE p.workspace_id = ? ORDER BY v.created_at, v.id", volumes::VOLUME_COLUMNS))
+            .bind(workspace_id)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?
+            .iter()
+            .map(volumes::volume)
+            .collect::<Result<Vec<_>>>()?;
+        sqlx::query("DELETE FROM volumes WHERE project_id IN (SELECT id FROM projects WHERE workspace_id = ?)")
+            .bind(workspace_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
         sqlx::query("DELETE FROM sandboxes WHERE project_id IN (SELECT id FROM projects WHERE workspace_id = ?)")
             .bind(workspace_id)
             .execute(&mut *tx)
@@ -379,7 +397,7 @@ impl Store for SqliteStore {
             .await
             .map_err(backend)?;
         tx.commit().await.map_err(backend)?;
-        Ok(Removed { live_sandboxes: live })
+        Ok(Removed { live_sandboxes: live, volumes: vols })
     }
 
     async fn insert_project(&self, account_id: &str, p: &ProjectRecord) -> Result<()> {
@@ -486,6 +504,16 @@ impl Store for SqliteStore {
         if live > 0 {
             return Err(StoreError::NotEmpty(format!(
                 "project {project_id} still has {live} running sandbox(es); kill them first"
+            )));
+        }
+        let vols: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM volumes WHERE project_id = ?")
+            .bind(project_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if vols > 0 {
+            return Err(StoreError::NotEmpty(format!(
+                "project {project_id} still has {vols} volume(s); delete them first"
             )));
         }
         sqlx::query("DELETE FROM sandboxes WHERE project_id = ?")
@@ -682,6 +710,11 @@ impl Store for SqliteStore {
                 sqlx::query("UPDATE sandboxes SET ended_at = ?, end_reason = ? WHERE id = ?")
                     .bind(at)
                     .bind(reason)
+                    .bind(sandbox_id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                sqlx::query("UPDATE volumes SET attached_to = NULL WHERE attached_to = ?")
                     .bind(sandbox_id)
                     .execute(&mut *tx)
                     .await
