@@ -10,6 +10,7 @@
 
 pub mod assets;
 pub mod http;
+mod lifecycle;
 mod sandbox;
 pub mod snapshot;
 pub mod volumes;
@@ -25,7 +26,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 pub use lizard_vmm::Accel;
-pub use sandbox::Sandbox;
+pub use lifecycle::MAX_FORKS;
+pub use sandbox::{Live, Sandbox};
 
 /// Settings of a node.
 #[derive(Debug, Clone)]
@@ -137,9 +139,6 @@ pub enum NodeError {
     /// The VMM failed.
     #[error("vmm: {0}")]
     Vmm(#[from] lizard_vmm::VmmError),
-    /// The thing is in use (a volume another sandbox holds) or already exists.
-    #[error("{0}")]
-    Conflict(String),
     /// The node has no room for it (disk space for a volume).
     #[error("{0}")]
     InsufficientSpace(String),
@@ -149,6 +148,13 @@ pub enum NodeError {
     /// A request to the agent failed.
     #[error("{0}")]
     Agent(lizard_agent_proto::types::AgentError),
+    /// The sandbox is paused: resume it first.
+    #[error("sandbox {0} is paused: resume it first")]
+    Paused(String),
+    /// The sandbox is running where only a paused one will do, or the other way round; a
+    /// volume another sandbox holds; a volume that already exists.
+    #[error("{0}")]
+    Conflict(String),
     /// The agent channel failed while the VM still runs.
     #[error("agent unavailable: {0}")]
     Unavailable(String),
@@ -170,7 +176,7 @@ impl NodeError {
             NodeError::NotFound(_) | NodeError::Dead(..) => ErrorCode::NotFound,
             NodeError::Boot(_) | NodeError::Vmm(_) => ErrorCode::BootFailed,
             NodeError::Unavailable(_) | NodeError::InsufficientSpace(_) => ErrorCode::Unavailable,
-            NodeError::Conflict(_) => ErrorCode::Conflict,
+            NodeError::Paused(_) | NodeError::Conflict(_) => ErrorCode::Conflict,
             NodeError::Agent(e) => match e.code {
                 A::NotFound => ErrorCode::NotFound,
                 A::IsADirectory | A::NotADirectory | A::InvalidArgument => ErrorCode::InvalidArgument,
@@ -237,7 +243,7 @@ impl Node {
             volume_holders: Mutex::new(HashMap::new()),
             config,
         });
-        node.sweep_leftovers();
+        node.adopt_or_sweep();
         snapshot::sweep(&node.snapshots_dir());
         volumes::sweep(&node.volumes_dir());
         Ok(node)
@@ -247,7 +253,7 @@ impl Node {
         &self.config
     }
 
-    fn sandboxes_dir(&self) -> PathBuf {
+    pub(crate) fn sandboxes_dir(&self) -> PathBuf {
         self.config.data_dir.join("sandboxes")
     }
 
@@ -280,21 +286,21 @@ impl Node {
 
     /// Reserve volume `volume` for sandbox `id`: its image path, or Conflict naming the
     /// holder, or NotFound.
-    fn claim_volume(&self, volume: &str, id: &str) -> Result<PathBuf> {
+    pub(crate) fn claim_volume(&self, volume: &str, id: &str) -> Result<PathBuf> {
         let path = volumes::image_path(&self.volumes_dir(), volume)?;
         let mut holders = self.volume_holders.lock().unwrap();
         if let Some(holder) = holders.get(volume) {
             return Err(NodeError::Conflict(format!("volume {volume} is in use by sandbox {holder}")));
         }
         if !path.is_file() {
-            return Err(NodeError::NotFound(format!("volume {volume}")));
+            return Err(NodeError::InvalidArgument(format!("no volume {volume} on this node")));
         }
         holders.insert(volume.to_string(), id.to_string());
         Ok(path)
     }
 
     /// Give up `volume` if sandbox `id` holds it.
-    fn release_volume(&self, volume: Option<&str>, id: &str) {
+    pub(crate) fn release_volume(&self, volume: Option<&str>, id: &str) {
         let Some(volume) = volume else { return };
         let mut holders = self.volume_holders.lock().unwrap();
         if holders.get(volume).is_some_and(|h| h == id) {
@@ -344,33 +350,16 @@ impl Node {
         snapshot::build(spec, &dir).await
     }
 
-    /// Kill VMM processes and delete directories left by an earlier node process.
-    /// Sandboxes do not outlive their node process in this version; each one found is
-    /// recorded as lost, so a later lookup explains what happened.
-    fn sweep_leftovers(&self) {
-        let Ok(entries) = std::fs::read_dir(self.sandboxes_dir()) else { return };
-        for entry in entries.flatten() {
-            let id = entry.file_name().to_string_lossy().into_owned();
-            let dir = entry.path();
-            if let Some(pid) = sandbox::vmm_pid_of(&dir, &id) {
-                tracing::warn!(%id, pid, "killing VMM left by a previous node process");
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-            }
-            let _ = std::fs::remove_dir_all(&dir);
-            self.bury(&id, "lost: the node restarted while it ran".into());
-        }
-    }
-
     /// Take a sandbox out of the map, recording why in the same step, so that no lookup
     /// in between finds neither the sandbox nor the reason it is gone.
-    fn remove(&self, id: &str, why: &str) -> Option<Arc<Sandbox>> {
+    pub(crate) fn remove(&self, id: &str, why: &str) -> Option<Arc<Sandbox>> {
         let mut map = self.sandboxes.write().unwrap();
         let sandbox = map.remove(id)?;
         self.bury(id, why.to_string());
         Some(sandbox)
     }
 
-    fn bury(&self, id: &str, why: String) {
+    pub(crate) fn bury(&self, id: &str, why: String) {
         let mut t = self.tombstones.lock().unwrap();
         if t.len() >= TOMBSTONES {
             t.pop_front();
@@ -378,7 +367,7 @@ impl Node {
         t.push_back((id.to_string(), why));
     }
 
-    fn not_found(&self, id: &str) -> NodeError {
+    pub(crate) fn not_found(&self, id: &str) -> NodeError {
         let t = self.tombstones.lock().unwrap();
         match t.iter().rev().find(|(i, _)| i == id) {
             Some((_, why)) => NodeError::Dead(id.to_string(), why.clone()),
@@ -522,27 +511,9 @@ impl Node {
                 return Err(e);
             }
         };
-        self.sandboxes.write().unwrap().insert(id.clone(), sandbox.clone());
-        self.watch(sandbox.clone());
+        self.admit(sandbox.clone())?;
         tracing::info!(%id, template = %sandbox.template, "sandbox running");
         Ok(sandbox)
-    }
-
-    /// Clean up after a VMM that exits by itself (crash, guest power-off, OOM kill).
-    fn watch(self: &Arc<Self>, sandbox: Arc<Sandbox>) {
-        let node = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let exit = sandbox.vm().wait().await;
-            let Some(node) = node.upgrade() else { return };
-            let why = format!("its VM stopped unexpectedly (VMM exit {exit:?})");
-            // Files first: once the sandbox is reported gone, nothing of it is left. (Killed
-            // on purpose, it is no longer in the map and kill() cleans up as well.)
-            sandbox.cleanup();
-            node.release_volume(sandbox.volume.as_deref(), &sandbox.id);
-            if node.remove(&sandbox.id, &why).is_some() {
-                tracing::warn!(id = %sandbox.id, "{why}");
-            }
-        });
     }
 
     pub fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
@@ -555,32 +526,6 @@ impl Node {
         v
     }
 
-    /// Stop a sandbox's VM and delete everything the node made for it (in its own task,
-    /// so a caller that goes away cannot leave it half done).
-    pub async fn kill(self: &Arc<Self>, id: &str) -> Result<()> {
-        let sandbox = self.get(id)?;
-        // What the guest wrote to its volume and did not sync yet reaches the disk first
-        // (bounded: a hung guest must not keep its sandbox alive).
-        sandbox.sync_volume().await;
-        let sandbox = self.remove(id, "killed").ok_or_else(|| self.not_found(id))?;
-        let node = self.clone();
-        tokio::spawn(async move {
-            let result = sandbox.vm().kill().await;
-            sandbox.cleanup();
-            node.release_volume(sandbox.volume.as_deref(), &sandbox.id);
-            result.map(drop).map_err(NodeError::from)
-        })
-        .await
-        .expect("kill task panicked")
-    }
-
-    /// Kill every sandbox (node shutdown).
-    pub async fn shutdown(self: &Arc<Self>) {
-        let ids: Vec<String> = self.sandboxes.read().unwrap().keys().cloned().collect();
-        for id in ids {
-            let _ = self.kill(&id).await;
-        }
-    }
 }
 
 #[cfg(test)]
