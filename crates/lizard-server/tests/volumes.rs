@@ -240,7 +240,7 @@ async fn volume_data_outlives_its_sandboxes() {
     // Synced data survives SIGKILL of the VMM (no agent sync on the way out).
     let (code, _, err) = api.sh(&owner, &a, "echo synced-$(hostname) > /workspace/a.txt && sync && touch /root/installed").await;
     assert_eq!(code, 0, "{err}");
-    let pid = api.state.node.get(&a).unwrap().vm().pid();
+    let pid = api.state.node.get(&a).unwrap().live().unwrap().vm().pid();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while api.state.node.get(&a).is_ok() {

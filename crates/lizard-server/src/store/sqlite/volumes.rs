@@ -284,6 +284,8 @@ mod tests {
             created_at: 3,
             timeout_at: None,
             metadata: Default::default(),
+            on_timeout: "kill".into(),
+            timeout_ms: None,
         };
         s.insert_sandbox(&sbx).await.unwrap();
         assert_eq!(s.release_stale_attachments().await.unwrap(), 0);
