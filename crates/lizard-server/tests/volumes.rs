@@ -231,6 +231,12 @@ async fn volume_data_outlives_its_sandboxes() {
     let (code, _, err) = api.sh(&owner, &a, "fallocate -l 1100M /workspace/too-big").await;
     assert_ne!(code, 0);
     assert!(err.contains("No space left on device"), "{err}");
+    // fallocate keeps what it got: the filesystem is now full, and so are writes.
+    let (code, out, _) = api.sh(&owner, &a, "df --output=avail /workspace | tail -1; head -c 1M /dev/zero > /workspace/more").await;
+    assert_ne!(code, 0, "a write to a full volume succeeded");
+    assert_eq!(out.trim(), "0");
+    let (code, _, err) = api.sh(&owner, &a, "rm /workspace/too-big /workspace/more && head -c 1M /dev/zero > /workspace/more").await;
+    assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::metadata(api.image(&vol_id)).unwrap().len(), 1 << 30, "the image changed size");
     let r = api
         .ok("POST", &format!("/v1/sandboxes/{a}/exec"), &owner, Some(json!({"argv": ["touch", "/workspace/by-nobody"], "user": "nobody"})))
