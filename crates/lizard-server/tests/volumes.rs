@@ -90,6 +90,19 @@ impl Api {
     }
 }
 
+/// A file's content as the host sees it in a volume image: the image copied (sparse),
+/// its journal replayed by e2fsck, then read with debugfs.
+fn read_from_image(image: &Path, file: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("copy.img");
+    let st = std::process::Command::new("cp").arg("--sparse=always").arg(image).arg(&copy).status().unwrap();
+    assert!(st.success());
+    let fsck = std::process::Command::new("e2fsck").arg("-fy").arg(&copy).output().unwrap();
+    assert!(fsck.status.code().is_some_and(|c| c <= 1), "e2fsck: {}", String::from_utf8_lossy(&fsck.stdout));
+    let out = std::process::Command::new("debugfs").arg("-R").arg(format!("cat {file}")).arg(&copy).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn s(v: &Value) -> String {
     v.as_str().unwrap_or_else(|| panic!("not a string: {v}")).to_string()
 }
@@ -269,6 +282,22 @@ async fn volume_data_outlives_its_sandboxes() {
     let c = s(&api.ok("POST", "/v1/sandboxes", &owner, Some(create.clone())).await["sandboxId"]);
     let (_, out, _) = api.sh(&owner, &c, "cat /workspace/a.txt /workspace/b.txt").await;
     assert_eq!(out, format!("synced-{a}\nunsynced\n"));
+
+    // Pause: the volume is synced to its disk first (read here from the host) and stays
+    // held; resume: still mounted, same data. Forking a sandbox with a volume is refused.
+    let (code, _, err) = api.sh(&owner, &c, "echo before-pause > /workspace/p.txt").await;
+    assert_eq!(code, 0, "{err}");
+    let m = api.fails("POST", &format!("/v1/sandboxes/{c}/fork"), &owner, Some(json!({"count": 1})), "CONFLICT").await;
+    assert!(m.contains("volume"), "{m}");
+    assert_eq!(api.ok("POST", &format!("/v1/sandboxes/{c}/pause"), &owner, None).await["state"], "paused");
+    assert_eq!(read_from_image(&api.image(&vol_id), "/p.txt"), "before-pause\n");
+    assert_eq!(api.ok("GET", "/v1/volumes/state?project=p", &owner, None).await["attachedTo"], c);
+    let m = api.fails("POST", "/v1/sandboxes", &owner, Some(create.clone()), "CONFLICT").await;
+    assert!(m.contains(&c), "{m}");
+    api.fails("DELETE", "/v1/volumes/state?project=p", &owner, None, "CONFLICT").await;
+    assert_eq!(api.ok("POST", &format!("/v1/sandboxes/{c}/resume"), &owner, None).await["state"], "running");
+    let (_, out, _) = api.sh(&owner, &c, "cat /workspace/p.txt && findmnt -n -o SOURCE /workspace").await;
+    assert_eq!(out, "before-pause\n/dev/vdb\n");
 
     // A sandbox without a volume has no /workspace mount.
     let plain = s(&api.ok("POST", "/v1/sandboxes", &owner, Some(json!({"template": "base", "project": "p"}))).await["sandboxId"]);
