@@ -11,6 +11,7 @@
 pub mod assets;
 pub mod http;
 mod lifecycle;
+mod qcow2;
 mod sandbox;
 pub mod snapshot;
 pub mod volumes;

@@ -154,8 +154,9 @@ pub trait Vm: Send + Sync {
     /// memory is not a file of its own (a copy-on-write clone), and for copies of a VM that
     /// keeps running.
     async fn save_all(&self, state: &Path) -> Result<()>;
-    /// Freeze the root disk as it is now: a new empty overlay `new_top` (qcow2, backed by
-    /// the current one) takes the VM's writes from here on. Call while paused.
+    /// Freeze the root disk as it is now: the empty overlay `new_top`, a qcow2 file the
+    /// caller made over (a link to) the current disk, takes the VM's writes from here on.
+    /// Call while paused.
     async fn freeze_disk(&self, new_top: &Path) -> Result<()>;
     /// Stop the VMM process now (SIGKILL) and reap it.
     async fn kill(&self) -> Result<VmExit>;
