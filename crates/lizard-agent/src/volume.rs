@@ -102,3 +102,29 @@ fn sync_now() -> Result<(), AgentError> {
     let dir = std::fs::File::open(WORKSPACE).map_err(|e| internal(WORKSPACE, e))?;
     nix::unistd::syncfs(dir.as_raw_fd()).map_err(|e| internal("syncfs /workspace", e))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::server::tests::{call, test_router};
+    use axum::body::Body;
+    use axum::http::StatusCode;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    use lizard_agent_proto::routes;
+    use lizard_agent_proto::types::{AgentError, ErrorCode};
+
+    #[tokio::test]
+    async fn only_a_guest_mounts_and_sync_without_a_volume_is_a_no_op() {
+        // Dev mode (not PID 1): the host's own block devices are never touched.
+        let req = http::Request::post(routes::VOLUME_MOUNT)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Body::from(r#"{"sizeBytes":1073741824}"#))
+            .unwrap();
+        let resp = test_router().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+        let e: AgentError = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        let (status, _) = call("POST", routes::VOLUME_SYNC, Body::empty()).await;
+        assert_eq!(status, StatusCode::NO_CONTENT);
+    }
+}

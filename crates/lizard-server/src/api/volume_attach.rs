@@ -38,19 +38,33 @@ pub async fn reserve(state: &AppState, p: &Principal, project: &ProjectRecord, n
     match store.attach_volume(&volume.id, &reservation).await {
         Ok(()) => {}
         Err(StoreError::Conflict(msg)) => {
-            // The holder may be a sandbox whose VM is gone while its record was not yet
-            // ended (a crash noticed only by the node): end it, then try once more.
-            let holder = store.get_volume(&p.account_id, &volume.id).await?.and_then(|v| v.attached_to);
-            match holder {
-                Some(h) if !h.starts_with(RESERVATION_PREFIX) && node.get(&h).is_err() => {
-                    let why = node.get(&h).err().map(|e| e.to_string()).unwrap_or_default();
-                    store.end_sandbox(&h, ids::now_ms(), &why).await.ok();
-                    store.attach_volume(&volume.id, &reservation).await?;
-                }
-                _ => return Err(AppError::conflict(msg)),
+            if !end_dead_holder(state, p, &volume.id, &node).await? {
+                return Err(AppError::conflict(msg));
             }
+            store.attach_volume(&volume.id, &reservation).await?;
         }
         Err(e) => return Err(e.into()),
     }
     Ok(Reserved { volume, reservation, node })
+}
+
+/// The holder of a volume may be a sandbox whose VM is gone while its record was not yet
+/// ended (a crash the node noticed, nobody asked about since): end that record, which
+/// lets the volume go. True when it did.
+pub async fn end_dead_holder(
+    state: &AppState,
+    p: &Principal,
+    volume_id: &str,
+    node: &lizard_node::Node,
+) -> ApiResult<bool> {
+    let store = state.server.store.as_ref();
+    let holder = store.get_volume(&p.account_id, volume_id).await?.and_then(|v| v.attached_to);
+    let Some(h) = holder.filter(|h| !h.starts_with(RESERVATION_PREFIX)) else { return Ok(false) };
+    match node.get(&h) {
+        Ok(_) => Ok(false),
+        Err(gone) => {
+            store.end_sandbox(&h, ids::now_ms(), &gone.to_string()).await?;
+            Ok(true)
+        }
+    }
 }

@@ -229,7 +229,16 @@ pub async fn delete(
     if let Some(holder) = node.volume_holder(&v.id) {
         return Err(AppError::conflict(format!("volume {} is in use by sandbox {holder}", v.name)));
     }
-    let removed = state.server.store.delete_volume(&p.account_id, &v.id).await?;
+    let store = state.server.store.as_ref();
+    let removed = match store.delete_volume(&p.account_id, &v.id).await {
+        Err(StoreError::Conflict(msg)) => {
+            if !crate::api::volume_attach::end_dead_holder(&state, &p, &v.id, &node).await? {
+                return Err(AppError::conflict(msg));
+            }
+            store.delete_volume(&p.account_id, &v.id).await?
+        }
+        other => other?,
+    };
     if let Err(e) = node.delete_volume(&removed.id) {
         tracing::warn!(volume = %removed.id, "volume record deleted but its disk remains: {e}");
     }
