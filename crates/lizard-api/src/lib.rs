@@ -225,6 +225,9 @@ pub enum ErrorCode {
     AccountScopeRequired,
     /// Too many requests; retry later. Reserved: 429.
     RateLimited,
+    /// The account's balance is used up: creating or resuming sandboxes is refused until
+    /// credits are added: 402.
+    PaymentRequired,
 }
 
 impl ErrorCode {
@@ -241,6 +244,7 @@ impl ErrorCode {
             ErrorCode::Internal => 500,
             ErrorCode::AccountScopeRequired => 403,
             ErrorCode::RateLimited => 429,
+            ErrorCode::PaymentRequired => 402,
         }
     }
 }
@@ -269,7 +273,9 @@ impl std::fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
+pub mod billing;
 pub mod tenancy;
+pub use billing::*;
 pub use tenancy::*;
 pub mod volumes;
 pub use volumes::{CreateVolumeRequest, Volume, DEFAULT_VOLUME_SIZE_GB, MAX_VOLUME_SIZE_GB};

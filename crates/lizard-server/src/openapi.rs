@@ -46,6 +46,8 @@ error_responses! {
     Conflict => "409", "CONFLICT: duplicate name, not empty, or ambiguous name";
     /// 422.
     InvalidArgument => "422", "INVALID_ARGUMENT: malformed body, unknown field or bad value";
+    /// 402: no credits left.
+    PaymentRequired => "402", "PAYMENT_REQUIRED: the account's balance is zero or below";
 }
 
 struct Security;
@@ -79,6 +81,8 @@ impl Modify for Security {
         (name = "account", description = "Identity and account"),
         (name = "regions", description = "Where sandboxes can run"),
         (name = "volumes", description = "Disks that outlive sandboxes, mounted at /workspace"),
+        (name = "billing", description = "The account's balance, ledger and spend (unscoped keys only)"),
+        (name = "metrics", description = "Usage per workspace and project, within the key's scope"),
         (name = "system", description = "Health and this document")
     )
 )]
@@ -105,11 +109,12 @@ mod tests {
             Internal,
             AccountScopeRequired,
             RateLimited,
+            PaymentRequired,
         ];
         for c in &all {
             match c {
                 InvalidArgument | Unauthenticated | Forbidden | NotFound | Conflict | BootFailed | PortClosed
-                | Unavailable | Internal | AccountScopeRequired | RateLimited => {}
+                | Unavailable | Internal | AccountScopeRequired | RateLimited | PaymentRequired => {}
             }
         }
         all
@@ -140,6 +145,11 @@ mod tests {
             ("/v1/whoami", &["get"]),
             ("/v1/account", &["get"]),
             ("/v1/regions", &["get"]),
+            ("/v1/billing/balance", &["get"]),
+            ("/v1/billing/transactions", &["get"]),
+            ("/v1/billing/summary", &["get"]),
+            ("/v1/billing/live", &["get"]),
+            ("/v1/metrics", &["get"]),
         ];
         let paths = v["paths"].as_object().unwrap();
         let mut listed: Vec<&str> = paths.keys().map(String::as_str).collect();
@@ -184,6 +194,11 @@ mod tests {
             "WhoAmI",
             "Account",
             "Region",
+            "Balance",
+            "TransactionPage",
+            "BillingSummary",
+            "LiveBilling",
+            "Metrics",
         ] {
             assert!(schemas.contains_key(s), "schema {s} missing");
         }

@@ -10,7 +10,7 @@ use crate::api::AppState;
 use crate::auth::{self, Principal};
 use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError};
 use crate::ids;
-use crate::openapi::{InvalidArgument, NotFound, Unauthenticated};
+use crate::openapi::{InvalidArgument, NotFound, PaymentRequired, Unauthenticated};
 use crate::store::{NewSandbox, SandboxFilter, SandboxRecord, StoreError};
 use axum::body::Body;
 use axum::extract::State;
@@ -72,7 +72,7 @@ pub(crate) async fn running(state: &AppState, p: &Principal, id: &str) -> ApiRes
     tag = "sandboxes",
     security(("apiKey" = [])),
     request_body = NewSandboxRequest,
-    responses((status = 201, description = "The running sandbox", body = SandboxInfo), Unauthenticated, NotFound, InvalidArgument)
+    responses((status = 201, description = "The running sandbox", body = SandboxInfo), Unauthenticated, NotFound, InvalidArgument, PaymentRequired)
 )]
 pub async fn create(
     State(state): State<AppState>,
@@ -98,6 +98,7 @@ pub async fn create(
         }
         env.insert("LIZARD_API_KEY".into(), token.clone());
     }
+    crate::billing::require_funds(store, &p.account_id).await?;
     // A volume is held (reserved in the store) before its sandbox boots, so two creates
     // cannot both get it; the sandbox runs on the volume's node.
     let attachment = match &req.volume_name {
@@ -135,6 +136,7 @@ pub async fn create(
         created_at: ids::now_ms(),
         timeout_at: Some(timeout_at),
         metadata: req.metadata,
+        meter: state.server.config.billing.pricing.meter(sandbox.vcpus, sandbox.memory_mib),
         on_timeout: on_timeout_name(req.on_timeout.unwrap_or_default()).into(),
         timeout_ms: Some(timeout_ms as i64),
     };
@@ -147,6 +149,8 @@ pub async fn create(
         let _ = node.kill(&sandbox.id).await;
         if let Some(a) = &attachment {
             a.release(store).await;
+            // Recorded, then the volume's hand-over failed: the record ends with the VM.
+            let _ = store.end_sandbox(&sandbox.id, ids::now_ms(), "its volume was deleted while it booted").await;
             // A forced workspace delete removed the volume's record meanwhile; its disk
             // was still held then, so it goes now.
             if matches!(store.get_volume(&p.account_id, &a.volume.id).await, Ok(None)) {
