@@ -327,7 +327,8 @@ impl Sandbox {
         if self.volume.is_none() || !live.vm.is_running() {
             return;
         }
-        match tokio::time::timeout(VOLUME_SYNC_LIMIT, live.agent.sync_volume()).await {
+        let agent = live.agent();
+        match tokio::time::timeout(VOLUME_SYNC_LIMIT, agent.sync_volume()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(id = %self.id, "volume sync failed: {e}"),
             Err(_) => tracing::warn!(id = %self.id, "volume sync did not finish within {VOLUME_SYNC_LIMIT:?}"),

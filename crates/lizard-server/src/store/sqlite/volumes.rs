@@ -286,6 +286,7 @@ mod tests {
             metadata: Default::default(),
             on_timeout: "kill".into(),
             timeout_ms: None,
+            meter: crate::store::MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: 0, paused_nanos_per_sec: 0 },
         };
         s.insert_sandbox(&sbx).await.unwrap();
         assert_eq!(s.release_stale_attachments().await.unwrap(), 0);
