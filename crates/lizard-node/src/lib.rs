@@ -140,7 +140,8 @@ pub enum NodeError {
     /// The VMM failed.
     #[error("vmm: {0}")]
     Vmm(#[from] lizard_vmm::VmmError),
-    /// The node has no room for it (disk space for a volume).
+    /// The node has no room for it (disk space for a volume): INVALID_ARGUMENT (422), as
+    /// for a region without nodes; the message says how much would fit.
     #[error("{0}")]
     InsufficientSpace(String),
     /// The guest did not come up.
@@ -176,7 +177,9 @@ impl NodeError {
             }
             NodeError::NotFound(_) | NodeError::Dead(..) => ErrorCode::NotFound,
             NodeError::Boot(_) | NodeError::Vmm(_) => ErrorCode::BootFailed,
-            NodeError::Unavailable(_) | NodeError::InsufficientSpace(_) => ErrorCode::Unavailable,
+            NodeError::Unavailable(_) => ErrorCode::Unavailable,
+            // The request asks for more than the node can hold: a smaller size fits.
+            NodeError::InsufficientSpace(_) => ErrorCode::InvalidArgument,
             NodeError::Paused(_) | NodeError::Conflict(_) => ErrorCode::Conflict,
             NodeError::Agent(e) => match e.code {
                 A::NotFound => ErrorCode::NotFound,

@@ -135,29 +135,28 @@ async fn volume_routes_with_names_ids_scopes_and_deletes() {
     assert_eq!(meta.len(), 1 << 30);
     use std::os::unix::fs::MetadataExt;
     assert!(meta.blocks() * 512 < 64 << 20, "the image is not sparse");
-    // The default size is 10 GiB, and a volume is refused (503, nothing left behind)
+    // The default size is 10 GiB, and a volume is refused (422, nothing left behind)
     // unless the host has room for it to fill up: what happens depends on this host.
     let body = json!({"name": "big-default", "projectId": p1["id"]});
     let free = free_bytes(&api.volumes_dir());
-    let d = if free > 12 << 30 {
+    if free > 12 << 30 {
         let d = api.ok("POST", "/v1/volumes", &owner, Some(body)).await;
         assert_eq!(d["sizeGb"], 10);
-        Some(d)
+        // Gone again at once: while it exists it may grow by 10 GiB, which the host's
+        // space must cover for every later volume of this test.
+        api.ok("DELETE", &format!("/v1/volumes/{}", s(&d["id"])), &owner, None).await;
+        assert!(!api.image(&s(&d["id"])).exists());
     } else if free < 10 << 30 {
-        let m = api.fails("POST", "/v1/volumes", &owner, Some(body), "UNAVAILABLE").await;
+        let m = api.fails("POST", "/v1/volumes", &owner, Some(body), "INVALID_ARGUMENT").await;
         assert!(m.contains("not enough disk"), "{m}");
-        None
-    } else {
-        None // too close to call while other processes write
-    };
+    } // else: too close to call while other processes write
     if free < 1000 << 30 {
         let m = api
-            .fails("POST", "/v1/volumes", &owner, Some(json!({"name": "huge", "project": "p1", "sizeGb": 1024})), "UNAVAILABLE")
+            .fails("POST", "/v1/volumes", &owner, Some(json!({"name": "huge", "project": "p1", "sizeGb": 1024})), "INVALID_ARGUMENT")
             .await;
         assert!(m.contains("not enough disk"), "{m}");
         api.fails("GET", "/v1/volumes/huge?project=p1", &owner, None, "NOT_FOUND").await;
     }
-    let d_id = d.as_ref().map(|d| s(&d["id"]));
 
     // The name is the key inside a project: taken → 409; another project may reuse it.
     let m = api.fails("POST", "/v1/volumes", &k1, Some(json!({"name": "data", "project": "p1"})), "CONFLICT").await;
@@ -180,7 +179,7 @@ async fn volume_routes_with_names_ids_scopes_and_deletes() {
         api.fails("POST", "/v1/volumes", &k1, Some(body.clone()), code).await;
     }
     let files = std::fs::read_dir(api.volumes_dir()).unwrap().count();
-    assert_eq!(files, 2 + d_id.iter().count(), "only the created volumes have disks");
+    assert_eq!(files, 2, "only the created volumes have disks");
 
     // A key that reaches one project may leave the project out.
     let v2 = api.ok("POST", "/v1/volumes", &k2, Some(json!({"name": "scratch", "sizeGb": 1}))).await;
@@ -200,12 +199,10 @@ async fn volume_routes_with_names_ids_scopes_and_deletes() {
 
     // List: per project, or everything the key reaches.
     let names = |l: Value| -> Vec<String> { l.as_array().unwrap().iter().map(|v| s(&v["id"])).collect() };
-    let in_p1: Vec<String> = std::iter::once(id.clone()).chain(d_id.clone()).collect();
-    assert_eq!(names(api.ok("GET", "/v1/volumes?project=p1", &k1, None).await), in_p1);
-    let in_w1: Vec<String> = in_p1.iter().cloned().chain([s(&other["id"])]).collect();
-    assert_eq!(names(api.ok("GET", "/v1/volumes", &k1, None).await), in_w1);
+    assert_eq!(names(api.ok("GET", "/v1/volumes?project=p1", &k1, None).await), [id.clone()]);
+    assert_eq!(names(api.ok("GET", "/v1/volumes", &k1, None).await), [id.clone(), s(&other["id"])]);
     assert_eq!(names(api.ok("GET", "/v1/volumes", &k2, None).await), [s(&v2["id"])]);
-    assert_eq!(api.ok("GET", "/v1/volumes", &owner, None).await.as_array().unwrap().len(), 3 + d_id.iter().count());
+    assert_eq!(api.ok("GET", "/v1/volumes", &owner, None).await.as_array().unwrap().len(), 3);
     api.fails("GET", "/v1/volumes?project=p2", &k1, None, "NOT_FOUND").await;
 
     // A project with volumes cannot be deleted.
@@ -222,7 +219,6 @@ async fn volume_routes_with_names_ids_scopes_and_deletes() {
     assert!(api.image(&id).exists());
     api.ok("DELETE", &format!("/v1/workspaces/{}?force=true", s(&w1["id"])), &owner, None).await;
     assert!(!api.image(&id).exists(), "forced delete left a disk");
-    assert!(d_id.iter().all(|d| !api.image(d).exists()), "forced delete left a disk");
     api.fails("GET", &format!("/v1/volumes/{id}"), &owner, None, "NOT_FOUND").await;
     assert_eq!(names(api.ok("GET", "/v1/volumes", &owner, None).await), [s(&v2["id"])]);
     let left: Vec<_> = std::fs::read_dir(api.volumes_dir()).unwrap().flatten().map(|e| e.file_name()).collect();
