@@ -71,6 +71,9 @@ pub struct CreateSandboxRequest {
     /// CIDRs never reachable; wins over `allowOut`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny_out: Vec<String>,
+    /// Id of a volume on this node to mount at `/workspace` (one sandbox at a time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
 }
 
 impl CreateSandboxRequest {
@@ -159,6 +162,10 @@ pub struct NewSandboxRequest {
     /// CIDRs never reachable; wins over `allowOut`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny_out: Vec<String>,
+    /// A volume of the sandbox's project (by name or id) to mount at `/workspace`. The
+    /// sandbox then runs on the volume's node, in its region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_name: Option<String>,
 }
 
 impl NewSandboxRequest {
@@ -314,6 +321,8 @@ pub mod billing;
 pub mod tenancy;
 pub use billing::*;
 pub use tenancy::*;
+pub mod volumes;
+pub use volumes::{CreateVolumeRequest, Volume, DEFAULT_VOLUME_SIZE_GB, MAX_VOLUME_SIZE_GB};
 
 #[cfg(test)]
 mod tests {

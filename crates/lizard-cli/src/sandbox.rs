@@ -86,6 +86,10 @@ pub struct CreateArgs {
     /// CIDR never reachable (repeatable; wins over --allow-out)
     #[arg(long, value_name = "CIDR")]
     pub deny_out: Vec<String>,
+    /// Server mode: a volume of the project (name or id) to mount at /workspace; the
+    /// sandbox runs where the volume lives
+    #[arg(long, value_name = "NAME")]
+    pub volume: Option<String>,
 }
 
 /// The env var `sandbox create` falls back to for `--project`.
@@ -122,6 +126,9 @@ pub fn server_create_body(a: &CreateArgs, env_project: Option<&str>) -> Result<V
     if let Some(t) = &a.lizard_token {
         body["lizardToken"] = t.clone().into();
     }
+    if let Some(v) = &a.volume {
+        body["volumeName"] = v.clone().into();
+    }
     if let Some(o) = &a.on_timeout {
         body["onTimeout"] = o.clone().into();
     }
@@ -144,6 +151,7 @@ pub fn local_create_request(a: &CreateArgs) -> Result<CreateSandboxRequest> {
             (a.project.is_some(), "--project"),
             (a.timeout_ms.is_some(), "--timeout-ms"),
             (a.lizard_token.is_some(), "--lizard-token"),
+            (a.volume.is_some(), "--volume"),
             (a.on_timeout.is_some(), "--on-timeout"),
         ]
     {
@@ -160,6 +168,7 @@ pub fn local_create_request(a: &CreateArgs) -> Result<CreateSandboxRequest> {
         allow_internet_access: a.no_internet.then_some(false),
         allow_out: a.allow_out.clone(),
         deny_out: a.deny_out.clone(),
+        volume: None,
     })
 }
 
