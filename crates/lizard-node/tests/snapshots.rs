@@ -106,6 +106,15 @@ async fn the_template_secret_is_refused_after_identity() {
     config.extra_disks = vec![run_dir.join("no-volume.img")];
     std::fs::write(&config.extra_disks[0], b"").unwrap();
     std::fs::write(run_dir.join("secret"), snap.secret.to_hex()).unwrap();
+    // The sandbox's TAP is taken by its own VM: the clone gets one in a namespace of its
+    // own (same NIC, so the snapshot still fits).
+    let clone_ns = format!("lizard-manualclone-{}", rand::random::<u32>());
+    if let Some(net) = &mut config.net {
+        let ip = |args: &str| assert!(std::process::Command::new("ip").args(args.split_whitespace()).status().unwrap().success());
+        ip(&format!("netns add {clone_ns}"));
+        ip(&format!("-n {clone_ns} tuntap add dev {} mode tap", net.tap));
+        net.netns = std::path::Path::new("/run/netns").join(&clone_ns);
+    }
     let st = std::process::Command::new("qemu-img")
         .args(["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b"])
         .arg(snap.disk())
@@ -153,6 +162,9 @@ async fn the_template_secret_is_refused_after_identity() {
 
     vm.kill().await.unwrap();
     std::fs::remove_dir_all(&run_dir).unwrap();
+    if config.net.is_some() {
+        let _ = std::process::Command::new("ip").args(["netns", "del", &clone_ns]).status();
+    }
     t.finish().await;
 }
 
