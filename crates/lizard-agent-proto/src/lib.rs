@@ -54,6 +54,11 @@ pub mod cmdline {
 /// [`cmdline::SECRET`].
 pub const FW_CFG_SECRET: &str = "opt/lizard/secret";
 
+/// Where an initramfs carries the static `lizard` CLI (optional), and where the agent
+/// installs it in the guest's root filesystem at boot.
+pub const GUEST_CLI_INITRAMFS_PATH: &str = "/bin/lizard";
+pub const GUEST_CLI_INSTALL_PATH: &str = "/usr/local/bin/lizard";
+
 /// Line the agent prints to the console in probe mode once it runs.
 pub const PROBE_OK: &str = "LIZARD-PROBE-OK";
 

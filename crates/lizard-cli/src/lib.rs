@@ -11,9 +11,11 @@
 //! exist in server mode only. `lizard server` runs the server itself.
 
 pub mod client;
+#[cfg(feature = "node")]
 pub mod local;
 pub mod output;
 pub mod sandbox;
+#[cfg(feature = "node")]
 pub mod server;
 pub mod tenancy;
 
@@ -48,15 +50,18 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run sandboxes on this machine.
+    #[cfg(feature = "node")]
     #[command(subcommand)]
     Node(NodeCmd),
     /// Guest images: kernel, initramfs, template disks.
+    #[cfg(feature = "node")]
     #[command(subcommand)]
     Images(ImagesCmd),
     /// Create and drive sandboxes (local node, or the server at LIZARD_API_URL).
     #[command(subcommand)]
     Sandbox(sandbox::SandboxCmd),
     /// Run a Lizard server (control plane + node) until SIGTERM/SIGINT.
+    #[cfg(feature = "node")]
     Server(server::ServerArgs),
     /// Show who the API key belongs to (a scoped key sees only its identity and scopes).
     Whoami,
@@ -77,12 +82,14 @@ pub enum Command {
     Volume(tenancy::VolumeCmd),
 }
 
+#[cfg(feature = "node")]
 #[derive(Subcommand, Debug)]
 pub enum NodeCmd {
     /// Serve the node API on <data-dir>/node.sock until SIGTERM/SIGINT (kills its sandboxes on exit).
     Run(local::RunArgs),
 }
 
+#[cfg(feature = "node")]
 #[derive(Subcommand, Debug)]
 pub enum ImagesCmd {
     /// Build (or verify the cache of) the kernel, initramfs and template images ahead of time.
@@ -136,10 +143,24 @@ impl Ctx {
                 if let Some(cmd) = cmd {
                     sandbox::check_local(cmd)?;
                 }
-                local::connect(&self.data_dir).await
+                #[cfg(feature = "node")]
+                return local::connect(&self.data_dir).await;
+                #[cfg(not(feature = "node"))]
+                Err(anyhow!("this `lizard` is the API client only: set LIZARD_API_URL and LIZARD_API_KEY"))
             }
         }
     }
+}
+
+#[cfg(feature = "node")]
+fn default_data_dir() -> PathBuf {
+    lizard_node::default_data_dir()
+}
+
+/// The API-client build has no data of its own.
+#[cfg(not(feature = "node"))]
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("/var/lib/lizard")
 }
 
 /// The `lizard` binary.
@@ -166,19 +187,22 @@ pub fn main() {
 /// Run one command; `Ok(code)` is the process's exit status.
 pub async fn run(cli: Cli) -> Result<i32> {
     let ctx = Ctx {
-        data_dir: cli.data_dir.clone().unwrap_or_else(lizard_node::default_data_dir),
+        data_dir: cli.data_dir.clone().unwrap_or_else(default_data_dir),
         api_url: cli.api_url,
         api_key: cli.api_key,
         json: cli.json,
     };
     match cli.command {
+        #[cfg(feature = "node")]
         Command::Node(NodeCmd::Run(args)) => local::run_node(ctx.data_dir, args).await.map(|_| 0),
+        #[cfg(feature = "node")]
         Command::Images(ImagesCmd::List) => {
             for t in lizard_image::ImageStore::template_names() {
                 println!("{t}");
             }
             Ok(0)
         }
+        #[cfg(feature = "node")]
         Command::Images(ImagesCmd::Build { templates }) => {
             local::build_images(ctx.data_dir, templates).await.map(|_| 0)
         }
@@ -198,6 +222,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
             let api = ctx.sandbox_api(Some(&cmd)).await?;
             sandbox::run(&api, cmd, ctx.json).await.map(|_| 0)
         }
+        #[cfg(feature = "node")]
         Command::Server(args) => server::run(&ctx.data_dir, args).await.map(|_| 0),
         Command::Whoami => tenancy::whoami(&ctx.require_server("whoami")?, ctx.json).await.map(|_| 0),
         Command::Workspace(cmd) => tenancy::workspace(&ctx.require_server("workspace")?, cmd, ctx.json).await.map(|_| 0),

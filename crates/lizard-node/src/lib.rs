@@ -9,6 +9,7 @@
 //! The HTTP face of a node is in [`http`]; the control plane embeds a [`Node`] directly.
 
 pub mod assets;
+mod forward;
 pub mod http;
 mod sandbox;
 pub mod snapshot;
@@ -48,6 +49,12 @@ pub struct NodeConfig {
     /// template once) rather than booting a kernel each time. Templates whose recipe
     /// says `cold_boot_only` always cold-boot.
     pub snapshots: bool,
+    /// The static `lizard` CLI put into every guest (at `/usr/local/bin/lizard`); `None`:
+    /// guests get no CLI.
+    pub guest_cli: Option<PathBuf>,
+    /// Where connections to the guest's API address ([`lizard_agent_proto::routes::FORWARD_GUEST_URL`])
+    /// go: the control plane's API. `None`: guests cannot reach any API.
+    pub api_forward: Option<std::net::SocketAddr>,
 }
 
 impl NodeConfig {
@@ -63,6 +70,8 @@ impl NodeConfig {
             default_memory_mib: 512,
             boot_timeout: Duration::from_secs(60),
             snapshots: true,
+            guest_cli: default_guest_cli(),
+            api_forward: None,
         }
     }
 }
@@ -90,6 +99,17 @@ pub fn default_agent_bin() -> PathBuf {
         }
     }
     PathBuf::from("/usr/local/bin/lizard-agent")
+}
+
+/// `LIZARD_GUEST_CLI_BIN`, else a static `lizard` (or `lizard-guest`) next to the agent
+/// (scripts/build-agent.sh builds both), else none.
+pub fn default_guest_cli() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("LIZARD_GUEST_CLI_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let agent = default_agent_bin();
+    let dir = agent.parent()?;
+    ["lizard", "lizard-guest"].into_iter().map(|n| dir.join(n)).find(|p| is_static_executable(p))
 }
 
 /// An ELF file without a program interpreter (static or static-pie).
@@ -217,7 +237,7 @@ impl Node {
             let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
         }
         let node = Arc::new(Node {
-            assets: Assets::new(ImageStore::new(&config.image_root), config.agent_bin.clone()),
+            assets: Assets::new(ImageStore::new(&config.image_root), config.agent_bin.clone(), config.guest_cli.clone()),
             backend: Arc::new(lizard_vmm::qemu::QemuBackend::with_binary(&config.qemu_binary)),
             accel: tokio::sync::OnceCell::new(),
             sandboxes: RwLock::new(HashMap::new()),
@@ -438,8 +458,17 @@ impl Node {
         };
         self.sandboxes.write().unwrap().insert(id.clone(), sandbox.clone());
         self.watch(sandbox.clone());
+        self.forward_api(&sandbox);
         tracing::info!(%id, template = %sandbox.template, "sandbox running");
         Ok(sandbox)
+    }
+
+    /// Carry the guest's connections to its API address to [`NodeConfig::api_forward`]
+    /// until the sandbox's agent channel closes. Call again for a new channel (a resume).
+    pub fn forward_api(&self, sandbox: &Sandbox) {
+        if let Some(target) = self.config.api_forward {
+            forward::spawn(sandbox.id.clone(), sandbox.agent().clone(), target);
+        }
     }
 
     /// Clean up after a VMM that exits by itself (crash, guest power-off, OOM kill).

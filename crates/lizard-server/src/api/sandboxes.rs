@@ -97,6 +97,10 @@ pub async fn create(
         }
         env.insert("LIZARD_API_KEY".into(), token.clone());
     }
+    if state.node.config().api_forward.is_some() {
+        // The guest's own address for this API, forwarded by its agent.
+        env.entry("LIZARD_API_URL".into()).or_insert_with(|| lizard_agent_proto::routes::FORWARD_GUEST_URL.into());
+    }
     let sandbox = state
         .node
         .create(CreateSandboxRequest {
