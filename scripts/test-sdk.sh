@@ -66,7 +66,11 @@ for suite in "${suites[@]}"; do
       (cd sdk/python/tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider -o testpaths=. --rootdir=. .) || status=1
       ;;
     js)
-      (cd sdk/js && node --test --test-concurrency=1 test/) || status=1
+      # One file at a time (Node 18 has no --test-concurrency); zz_contract runs last and
+      # checks what the others sent.
+      for f in sdk/js/test/*.test.js; do
+        (cd sdk/js && node --test "test/$(basename "$f")") || status=1
+      done
       ;;
     *) echo "unknown suite $suite (python|js)" >&2; exit 2 ;;
   esac

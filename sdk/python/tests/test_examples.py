@@ -101,10 +101,20 @@ def test_workspace_per_user_with_scoped_key(server: Server, openapi: dict) -> No
     assert who.exit_code == 0, who
     assert f'"keyId":"{key.id}"' in who.stdout.replace(" ", ""), who.stdout
     assert '"scoped":true' in who.stdout.replace(" ", ""), who.stdout
+    # The guest's API address (forwarded by its agent) needs a key like any client…
+    other = lizard.workspaces.create(name=f"other-{user_id}")
+    probe = sandbox.process.exec_('echo $LIZARD_API_URL; curl -s -o /dev/null -w "%{http_code}" "$LIZARD_API_URL/v1/whoami"')
+    assert probe.stdout == "http://127.0.0.1:49171\n401", probe
+    # …and the sandbox's key reaches nothing outside its workspace.
+    peek = sandbox.process.exec_(
+        f'curl -s -o /dev/null -w "%{{http_code}}" -H "X-API-Key: $LIZARD_API_KEY" "$LIZARD_API_URL/v1/workspaces/{other.id}"'
+    )
+    assert peek.stdout == "404", peek
+    listed = sandbox.process.exec_("lizard workspace list --json")
+    assert listed.exit_code == 0 and other.id not in listed.stdout and ws.id in listed.stdout, listed
     # The key reaches nothing outside ws and cannot mint a broader key.
     scoped = Lizard(api_key=key.key)
     assert [w.id for w in scoped.workspaces.list()] == [ws.id]
-    other = lizard.workspaces.create(name=f"other-{user_id}")
     with pytest.raises(lizard_sdk.NotFoundError):
         scoped.workspaces.find(other.id)
     with pytest.raises(lizard_sdk.PermissionDeniedError) as e:
