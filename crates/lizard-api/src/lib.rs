@@ -30,6 +30,18 @@ pub mod paths {
     pub fn timeout(id: &str) -> String {
         format!("/v1/sandboxes/{id}/timeout")
     }
+    pub fn pause(id: &str) -> String {
+        format!("/v1/sandboxes/{id}/pause")
+    }
+    pub fn resume(id: &str) -> String {
+        format!("/v1/sandboxes/{id}/resume")
+    }
+    pub fn connect(id: &str) -> String {
+        format!("/v1/sandboxes/{id}/connect")
+    }
+    pub fn fork(id: &str) -> String {
+        format!("/v1/sandboxes/{id}/fork")
+    }
 }
 
 /// `POST /v1/sandboxes`.
@@ -94,9 +106,13 @@ pub struct NewSandboxRequest {
     /// The project's exact id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_id: Option<String>,
-    /// Lifetime from now; the sandbox is killed when it passes (default 5 minutes).
+    /// Lifetime from now; the sandbox is killed (or paused, see `onTimeout`) when it
+    /// passes (default 5 minutes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// What happens when the timeout passes: `kill` (default) or `pause`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_timeout: Option<OnTimeout>,
     /// Environment for every process in the sandbox.
     #[serde(default, alias = "envs", skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
@@ -109,6 +125,32 @@ pub struct NewSandboxRequest {
     pub vcpus: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mib: Option<u32>,
+}
+
+/// What a sandbox's timeout does.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum OnTimeout {
+    /// Kill the sandbox: everything in it is gone.
+    #[default]
+    Kill,
+    /// Pause it: processes, memory and files wait on disk for a resume.
+    Pause,
+}
+
+/// `POST /v1/sandboxes/{id}/fork`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForkRequest {
+    /// How many copies (1..=16).
+    #[serde(default = "one")]
+    pub count: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// `POST /v1/sandboxes/{id}/timeout`.

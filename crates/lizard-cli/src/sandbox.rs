@@ -28,6 +28,17 @@ pub enum SandboxCmd {
     Exec(ExecArgs),
     /// Stop a sandbox and delete everything in it.
     Kill { id: String },
+    /// Pause a sandbox: its processes, memory and files wait on disk, its VM uses no CPU or memory.
+    Pause { id: String },
+    /// Resume a paused sandbox where it stopped.
+    Resume { id: String },
+    /// Make COUNT copies of a running sandbox, processes included; prints their ids.
+    Fork {
+        id: String,
+        /// How many copies.
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+    },
     /// Change when the server kills a sandbox: MS milliseconds from now (server mode).
     SetTimeout {
         id: String,
@@ -59,6 +70,9 @@ pub struct CreateArgs {
     /// Server mode: milliseconds until the server kills the sandbox [default: the server's, 5 minutes]
     #[arg(long)]
     pub timeout_ms: Option<u64>,
+    /// Server mode: what the timeout does: kill (default) or pause
+    #[arg(long, value_name = "kill|pause")]
+    pub on_timeout: Option<String>,
     /// Server mode: an API key placed in the sandbox as LIZARD_API_KEY, so the CLI inside
     /// acts as that key (give it a scoped key: whatever runs in the sandbox can read it)
     #[arg(long, value_name = "KEY")]
@@ -99,13 +113,21 @@ pub fn server_create_body(a: &CreateArgs, env_project: Option<&str>) -> Result<V
     if let Some(t) = &a.lizard_token {
         body["lizardToken"] = t.clone().into();
     }
+    if let Some(o) = &a.on_timeout {
+        body["onTimeout"] = o.clone().into();
+    }
     Ok(body)
 }
 
 /// `POST /v1/sandboxes` on the local node, which has no projects, timeouts or tokens.
 pub fn local_create_request(a: &CreateArgs) -> Result<CreateSandboxRequest> {
     for (given, flag) in
-        [(a.project.is_some(), "--project"), (a.timeout_ms.is_some(), "--timeout-ms"), (a.lizard_token.is_some(), "--lizard-token")]
+        [
+            (a.project.is_some(), "--project"),
+            (a.timeout_ms.is_some(), "--timeout-ms"),
+            (a.lizard_token.is_some(), "--lizard-token"),
+            (a.on_timeout.is_some(), "--on-timeout"),
+        ]
     {
         if given {
             bail!("{flag} applies to server mode only (set LIZARD_API_URL); local sandboxes live until killed or until the node stops");
@@ -229,6 +251,18 @@ pub async fn run(api: &ApiClient, cmd: SandboxCmd, json: bool) -> Result<()> {
         SandboxCmd::Kill { id } => {
             api.send(Method::DELETE, &paths::sandbox(&seg(&id)), empty()).await?;
         }
+        SandboxCmd::Pause { id } => transition(api, &id, paths::pause(&seg(&id)), json).await?,
+        SandboxCmd::Resume { id } => transition(api, &id, paths::resume(&seg(&id)), json).await?,
+        SandboxCmd::Fork { id, count } => {
+            let copies: Vec<Value> = api.json(Method::POST, &paths::fork(&seg(&id)), json_body(&json!({ "count": count }))).await?;
+            if json {
+                print_json(&copies)?;
+            } else {
+                for c in &copies {
+                    println!("{}", output::text(c, "sandboxId"));
+                }
+            }
+        }
         SandboxCmd::SetTimeout { id, ms } => {
             if !api.is_server() {
                 check_local(&SandboxCmd::SetTimeout { id, ms })?;
@@ -248,6 +282,17 @@ pub async fn run(api: &ApiClient, cmd: SandboxCmd, json: bool) -> Result<()> {
         }
         SandboxCmd::Exec(_) => unreachable!("exec is run by `exec`"),
         SandboxCmd::Fs(cmd) => fs(api, cmd, json).await?,
+    }
+    Ok(())
+}
+
+/// Pause or resume (`path`) and say the state the sandbox is in now.
+async fn transition(api: &ApiClient, id: &str, path: String, json: bool) -> Result<()> {
+    let s: Value = api.json(Method::POST, &path, json_body(&json!({}))).await?;
+    if json {
+        print_json(&s)?;
+    } else {
+        eprintln!("sandbox {id} {}", output::text(&s, "state"));
     }
     Ok(())
 }

@@ -38,6 +38,10 @@ pub fn router(node: Arc<Node>) -> Router {
         .route(lizard_api::paths::HEALTH, get(|| async { "ok" }))
         .route("/v1/sandboxes", post(create).get(list))
         .route("/v1/sandboxes/{id}", get(get_one).delete(kill))
+        .route("/v1/sandboxes/{id}/pause", post(pause))
+        .route("/v1/sandboxes/{id}/resume", post(resume))
+        .route("/v1/sandboxes/{id}/connect", post(resume))
+        .route("/v1/sandboxes/{id}/fork", post(fork))
         .route("/v1/sandboxes/{id}/exec", post(exec))
         .route("/v1/sandboxes/{id}/files", get(read_file).put(write_file).delete(remove))
         .route("/v1/sandboxes/{id}/files/list", get(list_dir))
@@ -69,6 +73,24 @@ async fn get_one(State(node): State<Arc<Node>>, Path(id): Path<String>) -> Resul
 async fn kill(State(node): State<Arc<Node>>, Path(id): Path<String>) -> Result<StatusCode> {
     node.kill(&id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+async fn pause(State(node): State<Arc<Node>>, Path(id): Path<String>) -> Result<Json<SandboxInfo>> {
+    Ok(Json(node.pause(&id).await?.info()))
+}
+
+async fn resume(State(node): State<Arc<Node>>, Path(id): Path<String>) -> Result<Json<SandboxInfo>> {
+    Ok(Json(node.resume(&id).await?.info()))
+}
+
+async fn fork(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<Vec<SandboxInfo>>)> {
+    let req: lizard_api::ForkRequest = parse_json(&body)?;
+    let copies = node.fork(&id, req.count).await?;
+    Ok((StatusCode::CREATED, Json(copies.iter().map(|s| s.info()).collect())))
 }
 
 #[derive(Deserialize)]

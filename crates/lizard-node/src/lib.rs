@@ -11,6 +11,7 @@
 pub mod assets;
 mod forward;
 pub mod http;
+mod lifecycle;
 mod sandbox;
 pub mod snapshot;
 
@@ -25,7 +26,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 pub use lizard_vmm::Accel;
-pub use sandbox::Sandbox;
+pub use lifecycle::MAX_FORKS;
+pub use sandbox::{Live, Sandbox};
 
 /// Settings of a node.
 #[derive(Debug, Clone)]
@@ -162,6 +164,12 @@ pub enum NodeError {
     /// A request to the agent failed.
     #[error("{0}")]
     Agent(lizard_agent_proto::types::AgentError),
+    /// The sandbox is paused: resume it first.
+    #[error("sandbox {0} is paused: resume it first")]
+    Paused(String),
+    /// The sandbox is running where only a paused one will do, or the other way round.
+    #[error("{0}")]
+    Conflict(String),
     /// The agent channel failed while the VM still runs.
     #[error("agent unavailable: {0}")]
     Unavailable(String),
@@ -183,6 +191,7 @@ impl NodeError {
             NodeError::NotFound(_) | NodeError::Dead(..) => ErrorCode::NotFound,
             NodeError::Boot(_) | NodeError::Vmm(_) => ErrorCode::BootFailed,
             NodeError::Unavailable(_) => ErrorCode::Unavailable,
+            NodeError::Paused(_) | NodeError::Conflict(_) => ErrorCode::Conflict,
             NodeError::Agent(e) => match e.code {
                 A::NotFound => ErrorCode::NotFound,
                 A::IsADirectory | A::NotADirectory | A::InvalidArgument => ErrorCode::InvalidArgument,
@@ -245,7 +254,7 @@ impl Node {
             snapshot_locks: Mutex::new(HashMap::new()),
             config,
         });
-        node.sweep_leftovers();
+        node.adopt_or_sweep();
         snapshot::sweep(&node.snapshots_dir());
         Ok(node)
     }
@@ -254,7 +263,7 @@ impl Node {
         &self.config
     }
 
-    fn sandboxes_dir(&self) -> PathBuf {
+    pub(crate) fn sandboxes_dir(&self) -> PathBuf {
         self.config.data_dir.join("sandboxes")
     }
 
@@ -304,33 +313,16 @@ impl Node {
         snapshot::build(spec, &dir).await
     }
 
-    /// Kill VMM processes and delete directories left by an earlier node process.
-    /// Sandboxes do not outlive their node process in this version; each one found is
-    /// recorded as lost, so a later lookup explains what happened.
-    fn sweep_leftovers(&self) {
-        let Ok(entries) = std::fs::read_dir(self.sandboxes_dir()) else { return };
-        for entry in entries.flatten() {
-            let id = entry.file_name().to_string_lossy().into_owned();
-            let dir = entry.path();
-            if let Some(pid) = sandbox::vmm_pid_of(&dir, &id) {
-                tracing::warn!(%id, pid, "killing VMM left by a previous node process");
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-            }
-            let _ = std::fs::remove_dir_all(&dir);
-            self.bury(&id, "lost: the node restarted while it ran".into());
-        }
-    }
-
     /// Take a sandbox out of the map, recording why in the same step, so that no lookup
     /// in between finds neither the sandbox nor the reason it is gone.
-    fn remove(&self, id: &str, why: &str) -> Option<Arc<Sandbox>> {
+    pub(crate) fn remove(&self, id: &str, why: &str) -> Option<Arc<Sandbox>> {
         let mut map = self.sandboxes.write().unwrap();
         let sandbox = map.remove(id)?;
         self.bury(id, why.to_string());
         Some(sandbox)
     }
 
-    fn bury(&self, id: &str, why: String) {
+    pub(crate) fn bury(&self, id: &str, why: String) {
         let mut t = self.tombstones.lock().unwrap();
         if t.len() >= TOMBSTONES {
             t.pop_front();
@@ -338,7 +330,7 @@ impl Node {
         t.push_back((id.to_string(), why));
     }
 
-    fn not_found(&self, id: &str) -> NodeError {
+    pub(crate) fn not_found(&self, id: &str) -> NodeError {
         let t = self.tombstones.lock().unwrap();
         match t.iter().rev().find(|(i, _)| i == id) {
             Some((_, why)) => NodeError::Dead(id.to_string(), why.clone()),
@@ -456,35 +448,17 @@ impl Node {
                 return Err(e);
             }
         };
-        self.sandboxes.write().unwrap().insert(id.clone(), sandbox.clone());
-        self.watch(sandbox.clone());
-        self.forward_api(&sandbox);
+        self.admit(sandbox.clone())?;
         tracing::info!(%id, template = %sandbox.template, "sandbox running");
         Ok(sandbox)
     }
 
     /// Carry the guest's connections to its API address to [`NodeConfig::api_forward`]
-    /// until the sandbox's agent channel closes. Call again for a new channel (a resume).
-    pub fn forward_api(&self, sandbox: &Sandbox) {
+    /// until this agent channel closes (a pause ends it; a resume opens a new one).
+    pub(crate) fn forward_api(&self, id: &str, agent: &lizard_agent_client::AgentClient) {
         if let Some(target) = self.config.api_forward {
-            forward::spawn(sandbox.id.clone(), sandbox.agent().clone(), target);
+            forward::spawn(id.to_string(), agent.clone(), target);
         }
-    }
-
-    /// Clean up after a VMM that exits by itself (crash, guest power-off, OOM kill).
-    fn watch(self: &Arc<Self>, sandbox: Arc<Sandbox>) {
-        let node = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let exit = sandbox.vm().wait().await;
-            let Some(node) = node.upgrade() else { return };
-            let why = format!("its VM stopped unexpectedly (VMM exit {exit:?})");
-            // Files first: once the sandbox is reported gone, nothing of it is left. (Killed
-            // on purpose, it is no longer in the map and kill() cleans up as well.)
-            sandbox.cleanup();
-            if node.remove(&sandbox.id, &why).is_some() {
-                tracing::warn!(id = %sandbox.id, "{why}");
-            }
-        });
     }
 
     pub fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
@@ -497,26 +471,6 @@ impl Node {
         v
     }
 
-    /// Stop a sandbox's VM and delete everything the node made for it (in its own task,
-    /// so a caller that goes away cannot leave it half done).
-    pub async fn kill(self: &Arc<Self>, id: &str) -> Result<()> {
-        let sandbox = self.remove(id, "killed").ok_or_else(|| self.not_found(id))?;
-        tokio::spawn(async move {
-            let result = sandbox.vm().kill().await;
-            sandbox.cleanup();
-            result.map(drop).map_err(NodeError::from)
-        })
-        .await
-        .expect("kill task panicked")
-    }
-
-    /// Kill every sandbox (node shutdown).
-    pub async fn shutdown(self: &Arc<Self>) {
-        let ids: Vec<String> = self.sandboxes.read().unwrap().keys().cloned().collect();
-        for id in ids {
-            let _ = self.kill(&id).await;
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,9 +8,9 @@ use lizard_image::TemplateImage;
 use crate::snapshot::TemplateSnapshot;
 use lizard_vmm::{Backend, MemoryMapping, Vm, VmConfig};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use lizard_agent_proto::frame::{Frame, FrameKind};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Kernel arguments common to every guest. `quiet` keeps the serial console (slow under
@@ -63,7 +63,54 @@ pub(crate) fn vmm_pid_of(dir: &Path, id: &str) -> Option<i32> {
     cmdline.split(|b| *b == 0).any(|arg| arg == needle.as_bytes()).then_some(pid)
 }
 
-/// A running sandbox.
+/// The VM of a running sandbox and the authenticated connection to its agent. A pause
+/// ends both; a resume makes new ones.
+pub struct Live {
+    vm: Box<dyn Vm>,
+    agent: AgentClient,
+}
+
+impl Live {
+    pub(crate) fn new(vm: Box<dyn Vm>, agent: AgentClient) -> Live {
+        Live { vm, agent }
+    }
+
+    pub fn vm(&self) -> &dyn Vm {
+        self.vm.as_ref()
+    }
+
+    pub fn agent(&self) -> &AgentClient {
+        &self.agent
+    }
+}
+
+/// What changes over a sandbox's life.
+pub(crate) struct State {
+    /// The VM while running; None while paused.
+    pub live: Option<Arc<Live>>,
+    /// The VM's shape now (a fork gives the sandbox a new root disk overlay).
+    pub config: VmConfig,
+    /// Guest memory is the VM's own file (cold boot, or loaded from a full save), so a
+    /// pause saves only device state; else (a template clone, whose memory is a private
+    /// copy-on-write mapping of the template's) a pause saves all of memory.
+    pub own_memory: bool,
+    /// Frozen disk layers (under `<data>/layers`) that the root disk is backed by.
+    pub layers: Vec<PathBuf>,
+}
+
+/// The facts about a sandbox that never change.
+pub(crate) struct Identity {
+    pub id: String,
+    pub template: String,
+    pub vcpus: u32,
+    pub memory_mib: u32,
+    pub started_at: SystemTime,
+    pub metadata: BTreeMap<String, String>,
+    pub env: BTreeMap<String, String>,
+    pub from_snapshot: bool,
+}
+
+/// A sandbox: running, or paused with its memory and devices saved in its directory.
 pub struct Sandbox {
     pub id: String,
     pub template: String,
@@ -73,9 +120,18 @@ pub struct Sandbox {
     pub metadata: BTreeMap<String, String>,
     /// Environment given at create; every exec starts with it.
     pub env: BTreeMap<String, String>,
-    vm: Box<dyn Vm>,
-    agent: AgentClient,
+    pub(crate) secret: Secret,
+    pub(crate) run_dir: PathBuf,
     from_snapshot: bool,
+    pub(crate) state: Mutex<State>,
+    /// Serializes pause, resume, fork and kill of this sandbox.
+    pub(crate) transition: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox").field("id", &self.id).field("template", &self.template).field("paused", &self.is_paused()).finish()
+    }
 }
 
 impl Sandbox {
@@ -93,7 +149,7 @@ impl Sandbox {
         create_overlay(&template.rootfs, "raw", &config.root_disk).await?;
         let vm = backend.boot(&config).await?;
         let agent = connected(vm.as_ref(), connect_agent(vm.as_ref(), &secret, deadline, None)).await?;
-        Ok(Sandbox::running(&config, template, req, vm, agent, false))
+        Ok(Sandbox::running(&config, template, req, secret, Live { vm, agent }, false))
     }
 
     /// Start a sandbox by restoring a template snapshot: a new root overlay over the
@@ -120,15 +176,15 @@ impl Sandbox {
         let vm = backend.restore(&config, &snapshot.vm_snapshot(), MemoryMapping::CopyOnWrite).await?;
         let identity = give_identity(vm.as_ref(), &config.id, &snapshot.secret, &secret, deadline);
         let agent = connected(vm.as_ref(), identity).await?;
-        Ok(Sandbox::running(&config, template, req, vm, agent, true))
+        Ok(Sandbox::running(&config, template, req, secret, Live { vm, agent }, true))
     }
 
     fn running(
         config: &VmConfig,
         template: &TemplateImage,
         req: CreateSandboxRequest,
-        vm: Box<dyn Vm>,
-        agent: AgentClient,
+        secret: Secret,
+        live: Live,
         from_snapshot: bool,
     ) -> Sandbox {
         Sandbox {
@@ -139,30 +195,75 @@ impl Sandbox {
             started_at: SystemTime::now(),
             metadata: req.metadata,
             env: req.env,
-            vm,
-            agent,
+            secret,
+            run_dir: config.run_dir.clone(),
             from_snapshot,
+            state: Mutex::new(State {
+                live: Some(Arc::new(live)),
+                config: config.clone(),
+                own_memory: !from_snapshot,
+                layers: vec![],
+            }),
+            transition: tokio::sync::Mutex::new(()),
         }
     }
 
-    /// Whether this sandbox was restored from a template snapshot (else cold-booted).
+    /// A copy of `source` (a fork) running in `live`, whose root disk is backed by the
+    /// source's frozen `layers`.
+    pub(crate) fn forked(source: &Sandbox, config: VmConfig, secret: Secret, live: Live, layers: Vec<PathBuf>) -> Sandbox {
+        Sandbox {
+            id: config.id.clone(),
+            template: source.template.clone(),
+            vcpus: source.vcpus,
+            memory_mib: source.memory_mib,
+            started_at: SystemTime::now(),
+            metadata: source.metadata.clone(),
+            env: source.env.clone(),
+            secret,
+            run_dir: config.run_dir.clone(),
+            from_snapshot: true,
+            state: Mutex::new(State { live: Some(Arc::new(live)), config, own_memory: true, layers }),
+            transition: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// A paused sandbox (taken back from its directory after a node restart).
+    pub(crate) fn paused(who: Identity, secret: Secret, config: VmConfig, own_memory: bool, layers: Vec<PathBuf>) -> Sandbox {
+        Sandbox {
+            id: who.id,
+            template: who.template,
+            vcpus: who.vcpus,
+            memory_mib: who.memory_mib,
+            started_at: who.started_at,
+            metadata: who.metadata,
+            env: who.env,
+            secret,
+            run_dir: config.run_dir.clone(),
+            from_snapshot: who.from_snapshot,
+            state: Mutex::new(State { live: None, config, own_memory, layers }),
+            transition: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Whether this sandbox was restored from a snapshot (else cold-booted).
     pub fn from_snapshot(&self) -> bool {
         self.from_snapshot
     }
 
-    pub fn vm(&self) -> &dyn Vm {
-        self.vm.as_ref()
+    /// The running VM and agent, or CONFLICT while paused.
+    pub fn live(&self) -> Result<Arc<Live>> {
+        self.state.lock().unwrap().live.clone().ok_or_else(|| NodeError::Paused(self.id.clone()))
     }
 
-    pub fn agent(&self) -> &AgentClient {
-        &self.agent
+    pub fn is_paused(&self) -> bool {
+        self.state.lock().unwrap().live.is_none()
     }
 
     pub fn info(&self) -> SandboxInfo {
         SandboxInfo {
             sandbox_id: self.id.clone(),
             template: self.template.clone(),
-            state: SandboxState::Running,
+            state: if self.is_paused() { SandboxState::Paused } else { SandboxState::Running },
             vcpus: self.vcpus,
             memory_mib: self.memory_mib,
             started_at: humantime::format_rfc3339_millis(self.started_at).to_string(),
@@ -176,10 +277,9 @@ impl Sandbox {
     /// Delete the run directory (disk overlay, sockets, memory file). Call after the VM
     /// has exited.
     pub(crate) fn cleanup(&self) {
-        let dir = &self.vm.config().run_dir;
-        if let Err(e) = std::fs::remove_dir_all(dir) {
+        if let Err(e) = std::fs::remove_dir_all(&self.run_dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(id = %self.id, "cannot remove {}: {e}", dir.display());
+                tracing::warn!(id = %self.id, "cannot remove {}: {e}", self.run_dir.display());
             }
         }
     }
@@ -188,10 +288,11 @@ impl Sandbox {
     pub fn agent_error(&self, e: lizard_agent_client::ClientError) -> NodeError {
         match e {
             lizard_agent_client::ClientError::Agent(a) => NodeError::Agent(a),
-            other if !self.vm.is_running() => {
-                NodeError::Dead(self.id.clone(), format!("its VM stopped ({other})"))
-            }
-            other => NodeError::Unavailable(other.to_string()),
+            other => match self.live() {
+                Ok(live) if live.vm.is_running() => NodeError::Unavailable(other.to_string()),
+                Ok(_) => NodeError::Dead(self.id.clone(), format!("its VM stopped ({other})")),
+                Err(paused) => paused,
+            },
         }
     }
 }
@@ -227,7 +328,7 @@ impl Sandbox {
 
     async fn start_exec(&self, req: lizard_api::ExecRequest) -> Result<lizard_agent_client::ExecStream> {
         let (req, stdin) = self.agent_exec(req)?;
-        self.agent.exec(req, stdin).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent.exec(req, stdin).await.map_err(|e| self.agent_error(e))
     }
 
     /// Run a command to completion and collect its output (lossy UTF-8).
@@ -290,7 +391,7 @@ impl Sandbox {
         path: &str,
     ) -> Result<(Option<u64>, futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>)> {
         use futures_util::StreamExt;
-        let file = self.agent.read_file(path).await.map_err(|e| self.agent_error(e))?;
+        let file = self.live()?.agent.read_file(path).await.map_err(|e| self.agent_error(e))?;
         let len = file.content_length();
         Ok((len, file.map(|r| r.map_err(std::io::Error::other)).boxed()))
     }
@@ -300,21 +401,21 @@ impl Sandbox {
     where
         S: futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
     {
-        self.agent.write_file(path, mode, body).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent.write_file(path, mode, body).await.map_err(|e| self.agent_error(e))
     }
 
     pub async fn list_dir(&self, path: &str) -> Result<Vec<lizard_api::FileEntry>> {
-        self.agent.list_dir(path).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent.list_dir(path).await.map_err(|e| self.agent_error(e))
     }
 
     /// Remove a file or a directory tree.
     pub async fn remove(&self, path: &str) -> Result<()> {
-        self.agent.remove(path).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent.remove(path).await.map_err(|e| self.agent_error(e))
     }
 
     /// Create a directory and its parents.
     pub async fn make_dir(&self, path: &str) -> Result<()> {
-        self.agent.make_dir(path).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent.make_dir(path).await.map_err(|e| self.agent_error(e))
     }
 
     /// A TCP connection to `port` on the guest's loopback, carried over the agent channel
@@ -324,12 +425,12 @@ impl Sandbox {
     /// Nothing listening there is [`lizard_api::ErrorCode::Unavailable`]; port 0 is
     /// [`lizard_api::ErrorCode::InvalidArgument`].
     pub async fn connect_port(&self, port: u16) -> Result<lizard_agent_client::TcpTunnel> {
-        self.agent.connect_tcp(port).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent.connect_tcp(port).await.map_err(|e| self.agent_error(e))
     }
 }
 
 /// The sandbox's directory with its secret file in it.
-fn prepare_run_dir(config: &VmConfig, secret: &Secret) -> Result<()> {
+pub(crate) fn prepare_run_dir(config: &VmConfig, secret: &Secret) -> Result<()> {
     std::fs::create_dir_all(&config.run_dir).map_err(|e| NodeError::io("create sandbox dir", e))?;
     match &config.secret_file {
         Some(path) => write_secret(path, secret),
@@ -338,7 +439,7 @@ fn prepare_run_dir(config: &VmConfig, secret: &Secret) -> Result<()> {
 }
 
 /// The agent connection `connect` makes, or the VM killed and the error.
-async fn connected(vm: &dyn Vm, connect: impl std::future::Future<Output = Result<AgentClient>>) -> Result<AgentClient> {
+pub(crate) async fn connected(vm: &dyn Vm, connect: impl std::future::Future<Output = Result<AgentClient>>) -> Result<AgentClient> {
     match connect.await {
         Ok(a) => Ok(a),
         Err(e) => {
@@ -348,13 +449,17 @@ async fn connected(vm: &dyn Vm, connect: impl std::future::Future<Output = Resul
     }
 }
 
-/// A qcow2 overlay whose backing file is the template's read-only image: the sandbox
-/// writes only its own blocks, and creating it costs milliseconds.
+/// A qcow2 overlay whose backing file is a read-only image: the sandbox writes only its
+/// own blocks, and creating it costs milliseconds. The size comes from the backing file's
+/// header, so qemu-img need not open it (which it could not while a running VM holds it,
+/// as when a fork freezes a disk).
 pub(crate) async fn create_overlay(backing: &Path, backing_format: &str, overlay: &Path) -> Result<()> {
+    let size = virtual_size(backing, backing_format)?;
     let out = tokio::process::Command::new("qemu-img")
-        .args(["create", "-q", "-f", "qcow2", "-F", backing_format, "-b"])
+        .args(["create", "-q", "-f", "qcow2", "-u", "-F", backing_format, "-b"])
         .arg(backing)
         .arg(overlay)
+        .arg(size.to_string())
         .output()
         .await
         .map_err(|e| NodeError::io("run qemu-img (apt-get install qemu-utils)", e))?;
@@ -362,6 +467,22 @@ pub(crate) async fn create_overlay(backing: &Path, backing_format: &str, overlay
         return Err(NodeError::Boot(format!("qemu-img create: {}", String::from_utf8_lossy(&out.stderr).trim())));
     }
     Ok(())
+}
+
+/// The guest-visible size of a raw or qcow2 disk image.
+fn virtual_size(image: &Path, format: &str) -> Result<u64> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(image).map_err(|e| NodeError::io(format!("open {}", image.display()), e))?;
+    if format == "raw" {
+        return f.metadata().map(|m| m.len()).map_err(|e| NodeError::io(format!("stat {}", image.display()), e));
+    }
+    // qcow2 header: magic "QFI\xfb", then the size as a big-endian u64 at offset 24.
+    let mut header = [0u8; 32];
+    f.read_exact(&mut header).map_err(|e| NodeError::io(format!("read {}", image.display()), e))?;
+    if &header[..4] != b"QFI\xfb" {
+        return Err(NodeError::Boot(format!("{} is not a qcow2 image", image.display())));
+    }
+    Ok(u64::from_be_bytes(header[24..32].try_into().unwrap()))
 }
 
 /// How long one handshake may take on a guest that is known to be up (restored); a
@@ -373,7 +494,7 @@ const RESTORED_HANDSHAKE: Duration = Duration::from_secs(2);
 /// secret opens a session, while this one, already authenticated, carries on (a
 /// reconnect to prove the switch cost ≈100 ms per create under TCG; the snapshot tests
 /// prove it instead).
-async fn give_identity(
+pub(crate) async fn give_identity(
     vm: &dyn Vm,
     id: &str,
     template_secret: &Secret,

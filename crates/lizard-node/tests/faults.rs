@@ -105,7 +105,7 @@ async fn a_vmm_that_dies_is_reported_and_cleaned_up() {
     let id = sbx.id.clone();
     let dir = t.dir.path().join("sandboxes").join(&id);
     assert!(dir.join("root.qcow2").exists());
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sbx.vm().pid() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sbx.live().unwrap().vm().pid() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
 
     // An operation in flight or after the crash fails clearly instead of hanging.
     let e = tokio::time::timeout(Duration::from_secs(10), sbx.exec_collect(sh("echo hi")))

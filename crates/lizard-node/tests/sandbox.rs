@@ -18,7 +18,7 @@ async fn base_template_boots_a_real_vm_with_files_and_processes() {
     let sbx = t.node.create(base()).await.unwrap();
 
     // The agent's secret is in no process's arguments on the host.
-    let args = std::fs::read(format!("/proc/{}/cmdline", sbx.vm().pid())).unwrap();
+    let args = std::fs::read(format!("/proc/{}/cmdline", sbx.live().unwrap().vm().pid())).unwrap();
     assert!(!String::from_utf8_lossy(&args).contains("lizard.secret"), "secret visible in the VMM's arguments");
 
     // Its own kernel: not the host's.
@@ -128,11 +128,11 @@ async fn read_all(sbx: &lizard_node::Sandbox, path: &str) -> Vec<u8> {
 async fn a_paused_vm_runs_nothing_until_resumed() {
     let t = common::node().await;
     let sbx = t.node.create(base()).await.unwrap();
-    sbx.vm().pause().await.unwrap();
+    sbx.live().unwrap().vm().pause().await.unwrap();
     // The vCPUs are stopped: a command cannot even start.
     let frozen = tokio::time::timeout(std::time::Duration::from_secs(2), sbx.exec_collect(sh("echo thawed"))).await;
     assert!(frozen.is_err(), "a paused guest answered: {frozen:?}");
-    sbx.vm().resume().await.unwrap();
+    sbx.live().unwrap().vm().resume().await.unwrap();
     let r = sbx.exec_collect(sh("echo thawed")).await.unwrap();
     assert_eq!(r.stdout, "thawed\n");
     t.finish().await;

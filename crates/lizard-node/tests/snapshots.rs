@@ -97,7 +97,7 @@ async fn the_template_secret_is_refused_after_identity() {
     // A clone of our own, beside the node's, with the node's VM layout.
     let run_dir = t.dir.path().join("manual-clone");
     std::fs::create_dir_all(&run_dir).unwrap();
-    let mut config = sbx.vm().config().clone();
+    let mut config = sbx.live().unwrap().vm().config().clone();
     config.id = "manualclone".into();
     config.root_disk = run_dir.join("root.qcow2");
     config.secret_file = Some(run_dir.join("secret"));

@@ -22,7 +22,12 @@ pub struct ServerConfig {
     pub owner_email: String,
     /// The owner account's plan, set on first start.
     pub owner_plan: String,
+    /// How long a paused sandbox is kept before it is killed.
+    pub paused_retention_ms: u64,
 }
+
+/// Default [`ServerConfig::paused_retention_ms`]: 7 days.
+pub const DEFAULT_PAUSED_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
 /// Default listen address: loopback only, since the API is reachable by key alone.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7171";
@@ -39,6 +44,7 @@ impl ServerConfig {
             regions: Vec::new(),
             owner_email: "owner@lizard.localhost".into(),
             owner_plan: "free".into(),
+            paused_retention_ms: DEFAULT_PAUSED_RETENTION_MS,
         }
     }
 

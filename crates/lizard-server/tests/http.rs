@@ -205,6 +205,8 @@ async fn workspace_delete_is_empty_only_unless_forced() {
             created_at: 1,
             timeout_at: None,
             metadata: Default::default(),
+            on_timeout: "kill".into(),
+            timeout_ms: None,
         };
         store.insert_sandbox(&sbx).await.unwrap();
     }

@@ -294,3 +294,128 @@ s.listen(3000)
     assert_eq!(status, 404, "a killed sandbox's URL still answered");
     api.state.node.shutdown().await;
 }
+
+/// A sandbox's counter file: the loop that writes it is a process that must survive a
+/// pause. Exec through the API.
+async fn counter(api: &Api, key: &str, id: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = api.ok("POST", &format!("/v1/sandboxes/{id}/exec"), key, Some(json!({"cmd": "cat /tmp/counter 2>/dev/null || true"}))).await;
+        if let Ok(n) = r["stdout"].as_str().unwrap().trim().parse() {
+            return n;
+        }
+        assert!(Instant::now() < deadline, "the counter never started");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// GET / through the sandbox URL of port 3000, waiting for a server still starting.
+async fn via_url(api: &Api, sandbox: &Value) -> String {
+    let host = format!("{}-3000.{}", sandbox["sandboxId"].as_str().unwrap(), sandbox["domain"].as_str().unwrap());
+    let client = reqwest::Client::builder().no_proxy().resolve(&host, api.proxy).build().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let resp = client.get(format!("http://{host}:{}/", api.proxy.port())).send().await.unwrap();
+        if resp.status() == 200 {
+            return resp.text().await.unwrap();
+        }
+        assert!(Instant::now() < deadline, "the guest server never answered: {}", resp.status());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pause_resume_connect_fork_and_pause_on_timeout() {
+    let (api, owner) = Api::start().await;
+    let w = api.ok("POST", "/v1/workspaces", &owner, Some(json!({"name": "w"}))).await;
+    let other = api.ok("POST", "/v1/workspaces", &owner, Some(json!({"name": "other"}))).await;
+    api.ok("POST", "/v1/projects", &owner, Some(json!({"workspaceId": w["id"], "name": "p"}))).await;
+    let outsider = api.ok("POST", "/v1/api-keys", &owner, Some(json!({"name": "o", "workspaces": [other["id"]]}))).await;
+    let outsider = outsider["key"].as_str().unwrap().to_string();
+
+    // Paused by its timeout rather than killed.
+    let body = json!({"template": "base", "project": "p", "timeoutMs": 20000, "onTimeout": "pause"});
+    let s = api.ok("POST", "/v1/sandboxes", &owner, Some(body)).await;
+    let id = s["sandboxId"].as_str().unwrap().to_string();
+    let exec = |cmd: &str| json!({ "cmd": cmd });
+    // One tick a second: it must not tick during the 8 s the sandbox stays paused.
+    let counter_loop = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c.tmp; mv /tmp/c.tmp /tmp/counter; sleep 1; done' >/dev/null 2>&1 &";
+    api.ok("POST", &format!("/v1/sandboxes/{id}/exec"), &owner, Some(exec(counter_loop))).await;
+    let server = r#"node -e "require('http').createServer((q,r)=>r.end('pid '+process.pid)).listen(3000)" >/dev/null 2>&1 &"#;
+    api.ok("POST", &format!("/v1/sandboxes/{id}/exec"), &owner, Some(exec(server))).await;
+    api.ok("POST", &format!("/v1/sandboxes/{id}/exec"), &owner, Some(exec("echo kept > /root/note.txt"))).await;
+    let page = via_url(&api, &s).await;
+    // Read the counter until the sandbox pauses: the last value read is within a tick of
+    // the pause.
+    let mut before = counter(&api, &owner, &id).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, r) = api.call("POST", &format!("/v1/sandboxes/{id}/exec"), &owner, Some(exec("cat /tmp/counter"))).await;
+        if status == 409 {
+            assert!(r["message"].as_str().unwrap().contains("paused"), "{r}");
+            break;
+        }
+        assert_eq!(status, 200, "{r}");
+        before = r["stdout"].as_str().unwrap().trim().parse().unwrap();
+        assert!(Instant::now() < deadline, "never paused at its timeout");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let paused = api.ok("GET", &format!("/v1/sandboxes/{id}"), &owner, None).await;
+    assert_eq!(paused["state"], "paused");
+    // Kept for the operator's retention (7 days by default), not killed.
+    let end: humantime::Timestamp = paused["endAt"].as_str().unwrap().parse().unwrap();
+    assert!(std::time::SystemTime::from(end) > std::time::SystemTime::now() + Duration::from_secs(6 * 24 * 3600));
+    let list = api.ok("GET", "/v1/sandboxes", &owner, None).await;
+    assert_eq!(list.as_array().unwrap().iter().find(|x| x["sandboxId"] == id.as_str()).unwrap()["state"], "paused");
+    let (status, e) = api.call("POST", &format!("/v1/sandboxes/{id}/exec"), &owner, Some(exec("true"))).await;
+    assert_eq!((status, e["code"].as_str().unwrap()), (409, "CONFLICT"), "{e}");
+
+    // Out of scope: as if it did not exist.
+    for route in ["pause", "resume", "connect"] {
+        let (status, _) = api.call("POST", &format!("/v1/sandboxes/{id}/{route}"), &outsider, Some(json!({}))).await;
+        assert_eq!(status, 404, "{route}");
+    }
+    let (status, _) = api.call("POST", &format!("/v1/sandboxes/{id}/fork"), &outsider, Some(json!({"count": 1}))).await;
+    assert_eq!(status, 404);
+
+    // connect() resumes: the counter goes on, the same server answers, the file is there.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let c = api.ok("POST", &format!("/v1/sandboxes/{id}/connect"), &owner, Some(json!({}))).await;
+    assert_eq!(c["state"], "running");
+    let after = counter(&api, &owner, &id).await;
+    assert!(after >= before && after <= before + 3, "{before} → {after}");
+    assert_eq!(via_url(&api, &s).await, page);
+    let r = api.ok("POST", &format!("/v1/sandboxes/{id}/exec"), &owner, Some(exec("cat /root/note.txt"))).await;
+    assert_eq!(r["stdout"], "kept\n");
+    // Its lifetime starts again on resume: 4 s from now, then paused again.
+    api.ok("POST", &format!("/v1/sandboxes/{id}/timeout"), &owner, Some(json!({"timeoutMs": 600000}))).await;
+
+    // pause / resume routes.
+    let p = api.ok("POST", &format!("/v1/sandboxes/{id}/pause"), &owner, Some(json!({}))).await;
+    assert_eq!(p["state"], "paused");
+    let r = api.ok("POST", &format!("/v1/sandboxes/{id}/resume"), &owner, Some(json!({}))).await;
+    assert_eq!(r["state"], "running");
+
+    // fork: copies in the same project, listed, independent.
+    let (status, e) = api.call("POST", &format!("/v1/sandboxes/{id}/fork"), &owner, Some(json!({"count": 0}))).await;
+    assert_eq!((status, e["code"].as_str().unwrap()), (422, "INVALID_ARGUMENT"));
+    let (status, copies) = api.call("POST", &format!("/v1/sandboxes/{id}/fork"), &owner, Some(json!({"count": 2}))).await;
+    assert_eq!(status, 201, "{copies}");
+    let copies: Vec<String> = copies.as_array().unwrap().iter().map(|c| {
+        assert_eq!(c["projectId"], s["projectId"]);
+        c["sandboxId"].as_str().unwrap().to_string()
+    }).collect();
+    let listed: Vec<String> = api.ok("GET", "/v1/sandboxes", &owner, None).await.as_array().unwrap().iter()
+        .map(|x| x["sandboxId"].as_str().unwrap().to_string()).collect();
+    for c in &copies {
+        assert!(listed.contains(c), "{c} not listed");
+        api.ok("POST", &format!("/v1/sandboxes/{c}/exec"), &owner, Some(exec(&format!("echo {c} > /root/note.txt")))).await;
+    }
+    let r = api.ok("POST", &format!("/v1/sandboxes/{id}/exec"), &owner, Some(exec("cat /root/note.txt"))).await;
+    assert_eq!(r["stdout"], "kept\n");
+    for sid in copies.iter().chain([&id]) {
+        let (status, _) = api.call("DELETE", &format!("/v1/sandboxes/{sid}"), &owner, None).await;
+        assert_eq!(status, 204);
+    }
+    assert!(api.state.node.list().is_empty());
+}

@@ -127,6 +127,10 @@ pub trait Backend: Send + Sync {
     async fn boot(&self, config: &VmConfig) -> Result<Box<dyn Vm>>;
     /// Start a VM from a snapshot; it runs when this returns.
     async fn restore(&self, config: &VmConfig, snapshot: &Snapshot, memory: MemoryMapping) -> Result<Box<dyn Vm>>;
+    /// Start a VM from a full save ([`Vm::save_all`]): guest memory comes out of `state`
+    /// into the VM's own memory file ([`VmConfig::memory_file`], replaced), so that the
+    /// VM can later be snapshotted without copying memory. It runs when this returns.
+    async fn load(&self, config: &VmConfig, state: &Path) -> Result<Box<dyn Vm>>;
 }
 
 /// One running VMM process.
@@ -142,6 +146,14 @@ pub trait Vm: Send + Sync {
     /// Save device state to `snapshot.vmstate` while paused. Memory is not copied: it
     /// already lives in the VM's memory file, which must be `snapshot.memory`.
     async fn snapshot(&self, snapshot: &Snapshot) -> Result<()>;
+    /// Save device state and all of guest memory to `state` while paused: for a VM whose
+    /// memory is not a file of its own (a copy-on-write clone), and for copies of a VM that
+    /// keeps running.
+    async fn save_all(&self, state: &Path) -> Result<()>;
+    /// Freeze the root disk as it is now: the empty overlay `new_top`, a qcow2 file the
+    /// caller made over (a link to) the current disk, takes the VM's writes from here on.
+    /// Call while paused.
+    async fn freeze_disk(&self, new_top: &Path) -> Result<()>;
     /// Stop the VMM process now (SIGKILL) and reap it.
     async fn kill(&self) -> Result<VmExit>;
     /// Wait until the VMM process exits by itself.

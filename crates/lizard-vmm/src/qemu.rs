@@ -38,13 +38,14 @@ impl QemuBackend {
         QemuBackend { binary: binary.into() }
     }
 
-    async fn spawn(&self, config: &VmConfig, incoming: Option<(&Snapshot, MemoryMapping)>) -> Result<QemuVm> {
+    /// Start QEMU; with `incoming` it waits for a migration stream instead of booting.
+    async fn spawn(&self, config: &VmConfig, memory: Memory<'_>, incoming: bool) -> Result<QemuVm> {
         std::fs::create_dir_all(&config.run_dir)
             .map_err(|e| VmmError::io(format!("create {}", config.run_dir.display()), e))?;
         for sock in [config.agent_socket(), qmp_socket(config)] {
             let _ = std::fs::remove_file(sock);
         }
-        let args = command_line(config, incoming.map(|(s, m)| (s.memory.as_path(), m)));
+        let args = command_line(config, memory, incoming);
         tracing::debug!(id = %config.id, "qemu {}", args.join(" "));
         let mut cmd = tokio::process::Command::new(&self.binary);
         cmd.args(&args)
@@ -117,12 +118,21 @@ fn shell_quote(p: &Path) -> Result<String> {
     Ok(format!("'{s}'"))
 }
 
-/// The QEMU command line for `config`; `incoming` restores memory from a snapshot.
-pub fn command_line(config: &VmConfig, incoming: Option<(&Path, MemoryMapping)>) -> Vec<String> {
-    let (mem_path, share) = match incoming {
-        None => (config.memory_file(), true),
-        Some((path, MemoryMapping::Shared)) => (path.to_path_buf(), true),
-        Some((path, MemoryMapping::CopyOnWrite)) => (path.to_path_buf(), false),
+/// Which file backs a VM's guest memory.
+#[derive(Debug, Clone, Copy)]
+pub enum Memory<'a> {
+    /// The VM's own memory file, mapped shared.
+    Own,
+    /// A snapshot's memory file, mapped as given.
+    Snapshot(&'a Path, MemoryMapping),
+}
+
+/// The QEMU command line for `config`; with `incoming`, QEMU waits for a migration stream.
+pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool) -> Vec<String> {
+    let (mem_path, share) = match memory {
+        Memory::Own => (config.memory_file(), true),
+        Memory::Snapshot(path, MemoryMapping::Shared) => (path.to_path_buf(), true),
+        Memory::Snapshot(path, MemoryMapping::CopyOnWrite) => (path.to_path_buf(), false),
     };
     let accel = match config.accel {
         Accel::Kvm => "kvm",
@@ -176,7 +186,7 @@ pub fn command_line(config: &VmConfig, incoming: Option<(&Path, MemoryMapping)>)
         push(&["-fw_cfg", &format!("name={},file={}", lizard_agent_proto::FW_CFG_SECRET, secret.display())]);
     }
     push(&["-qmp", &format!("unix:{},server=on,wait=off", qmp_socket(config).display())]);
-    if incoming.is_some() {
+    if incoming {
         push(&["-incoming", "defer"]);
     }
     a
@@ -217,24 +227,25 @@ impl Backend for QemuBackend {
     }
 
     async fn boot(&self, config: &VmConfig) -> Result<Box<dyn Vm>> {
-        Ok(Box::new(self.spawn(config, None).await?))
+        Ok(Box::new(self.spawn(config, Memory::Own, false).await?))
     }
 
     async fn restore(&self, config: &VmConfig, snapshot: &Snapshot, memory: MemoryMapping) -> Result<Box<dyn Vm>> {
-        let vm = self.spawn(config, Some((snapshot, memory))).await?;
-        let result: Result<()> = async {
-            vm.qmp.ignore_shared_memory().await?;
-            let uri = format!("exec:cat {}", shell_quote(&snapshot.vmstate)?);
-            vm.qmp.execute("migrate-incoming", json!({ "uri": uri })).await?;
-            vm.qmp.wait_migration(MIGRATION_DEADLINE).await?;
-            vm.qmp.execute("cont", json!({})).await?;
-            Ok(())
+        let vm = self.spawn(config, Memory::Snapshot(&snapshot.memory, memory), true).await?;
+        vm.incoming(&snapshot.vmstate, true).await?;
+        Ok(Box::new(vm))
+    }
+
+    async fn load(&self, config: &VmConfig, state: &Path) -> Result<Box<dyn Vm>> {
+        let memory = config.memory_file();
+        match std::fs::remove_file(&memory) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(VmmError::io(format!("remove {}", memory.display()), e))
+            }
+            _ => {}
         }
-        .await;
-        if let Err(e) = result {
-            let _ = vm.kill().await;
-            return Err(e);
-        }
+        let vm = self.spawn(config, Memory::Own, true).await?;
+        vm.incoming(state, false).await?;
         Ok(Box::new(vm))
     }
 }
@@ -251,6 +262,33 @@ pub struct QemuVm {
 impl QemuVm {
     fn exited(&self) -> Option<VmExit> {
         self.exit.borrow().clone()
+    }
+
+    /// Load the saved VM in `state` into this `-incoming defer` process and run it; on
+    /// failure the process is killed. `ignore_shared`: the stream carries no RAM of shared
+    /// memory backends (it is in their files).
+    async fn incoming(&self, state: &Path, ignore_shared: bool) -> Result<()> {
+        let result: Result<()> = async {
+            self.qmp.set_ignore_shared(ignore_shared).await?;
+            let uri = format!("exec:cat {}", shell_quote(state)?);
+            self.qmp.execute("migrate-incoming", json!({ "uri": uri })).await?;
+            self.qmp.wait_migration(MIGRATION_DEADLINE).await?;
+            self.qmp.execute("cont", json!({})).await?;
+            Ok(())
+        }
+        .await;
+        if result.is_err() {
+            let _ = self.kill().await;
+        }
+        result
+    }
+
+    /// Save to `state` by migration; `ignore_shared` as for [`QemuVm::incoming`].
+    async fn save(&self, state: &Path, ignore_shared: bool) -> Result<()> {
+        self.qmp.set_ignore_shared(ignore_shared).await?;
+        let uri = format!("exec:cat > {}", shell_quote(state)?);
+        self.qmp.execute("migrate", json!({ "uri": uri })).await?;
+        self.qmp.wait_migration(MIGRATION_DEADLINE).await
     }
 }
 
@@ -276,10 +314,19 @@ impl Vm for QemuVm {
         if snapshot.memory != self.config.memory_file() {
             return Err(VmmError::Control("a QEMU snapshot keeps memory in the VM's own memory file".into()));
         }
-        self.qmp.ignore_shared_memory().await?;
-        let uri = format!("exec:cat > {}", shell_quote(&snapshot.vmstate)?);
-        self.qmp.execute("migrate", json!({ "uri": uri })).await?;
-        self.qmp.wait_migration(MIGRATION_DEADLINE).await
+        self.save(&snapshot.vmstate, true).await
+    }
+
+    async fn save_all(&self, state: &Path) -> Result<()> {
+        self.save(state, false).await
+    }
+
+    async fn freeze_disk(&self, new_top: &Path) -> Result<()> {
+        let file = new_top.to_str().ok_or_else(|| VmmError::Control(format!("non-UTF-8 path {}", new_top.display())))?;
+        // `existing`: the caller made the overlay, naming the backing file it wants in its
+        // header (QEMU would name the path it opened the disk by).
+        let args = json!({ "device": "disk0", "snapshot-file": file, "format": "qcow2", "mode": "existing" });
+        self.qmp.execute("blockdev-snapshot-sync", args).await.map(drop)
     }
 
     async fn kill(&self) -> Result<VmExit> {
@@ -328,7 +375,7 @@ mod tests {
 
     #[test]
     fn cold_boot_maps_own_memory_shared() {
-        let a = command_line(&config(), None).join(" ");
+        let a = command_line(&config(), Memory::Own, false).join(" ");
         assert!(a.contains("mem-path=/run/sbx1/memory,share=on"), "{a}");
         assert!(a.contains("-smp 2 -m 512M"));
         assert!(a.contains("file=/r/root.qcow2,format=qcow2"));
@@ -340,7 +387,7 @@ mod tests {
 
     #[test]
     fn clone_maps_snapshot_memory_private() {
-        let a = command_line(&config(), Some((Path::new("/t/memory"), MemoryMapping::CopyOnWrite))).join(" ");
+        let a = command_line(&config(), Memory::Snapshot(Path::new("/t/memory"), MemoryMapping::CopyOnWrite), true).join(" ");
         assert!(a.contains("mem-path=/t/memory,share=off"), "{a}");
         assert!(a.ends_with("-incoming defer"));
     }

@@ -64,10 +64,11 @@ impl Qmp {
         }
     }
 
-    /// Make migration skip RAM in shared memory backends: guest memory is already in its
-    /// file, so saving and loading a VM moves only device state.
-    pub async fn ignore_shared_memory(&self) -> Result<()> {
-        let caps = json!({"capabilities": [{"capability": "x-ignore-shared", "state": true}]});
+    /// Set whether migration skips RAM in shared memory backends. On, guest memory is
+    /// already in its file, so saving and loading a VM moves only device state; off, a
+    /// save carries all of guest memory.
+    pub async fn set_ignore_shared(&self, on: bool) -> Result<()> {
+        let caps = json!({"capabilities": [{"capability": "x-ignore-shared", "state": on}]});
         self.execute("migrate-set-capabilities", caps).await.map(drop)
     }
 

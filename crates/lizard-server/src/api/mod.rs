@@ -7,6 +7,7 @@
 
 pub mod account;
 pub mod keys;
+pub mod lifecycle;
 pub mod projects;
 pub mod regions;
 pub mod sandboxes;
@@ -56,6 +57,10 @@ pub fn all_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(sandboxes::create, sandboxes::list))
         .routes(routes!(sandboxes::get, sandboxes::kill))
         .routes(routes!(sandboxes::set_timeout))
+        .routes(routes!(lifecycle::pause))
+        .routes(routes!(lifecycle::resume))
+        .routes(routes!(lifecycle::connect))
+        .routes(routes!(lifecycle::fork))
         .routes(routes!(sandboxes::exec))
         .routes(routes!(sandboxes::read_file, sandboxes::write_file, sandboxes::remove))
         .routes(routes!(sandboxes::list_dir))

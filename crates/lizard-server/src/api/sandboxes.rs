@@ -28,19 +28,19 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 5 * 60 * 1000;
 /// Longest lifetime one call may set.
 pub const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
 
-fn check_timeout(ms: u64) -> ApiResult<i64> {
+pub(crate) fn check_timeout(ms: u64) -> ApiResult<i64> {
     if ms == 0 || ms > MAX_TIMEOUT_MS {
         return Err(AppError::invalid(format!("timeoutMs must be 1..={MAX_TIMEOUT_MS}, got {ms}")));
     }
     Ok(ids::now_ms() + ms as i64)
 }
 
-fn node_error(e: lizard_node::NodeError) -> AppError {
+pub(crate) fn node_error(e: lizard_node::NodeError) -> AppError {
     AppError(e.to_api())
 }
 
 /// The API's view of a sandbox: the node's facts plus the record's.
-fn info(state: &AppState, sandbox: &Sandbox, record: &SandboxRecord) -> SandboxInfo {
+pub(crate) fn info(state: &AppState, sandbox: &Sandbox, record: &SandboxRecord) -> SandboxInfo {
     let mut info = sandbox.info();
     info.project_id = Some(record.project_id.clone());
     info.end_at = record.timeout_at.map(ids::rfc3339);
@@ -48,9 +48,9 @@ fn info(state: &AppState, sandbox: &Sandbox, record: &SandboxRecord) -> SandboxI
     info
 }
 
-/// The running sandbox behind `id`, if the key reaches it. A record whose VM the node no
-/// longer has is ended here, with the node's reason.
-async fn running(state: &AppState, p: &Principal, id: &str) -> ApiResult<(Arc<Sandbox>, SandboxRecord)> {
+/// The sandbox behind `id` (running or paused), if the key reaches it. A record whose VM
+/// the node no longer has is ended here, with the node's reason.
+pub(crate) async fn running(state: &AppState, p: &Principal, id: &str) -> ApiResult<(Arc<Sandbox>, SandboxRecord)> {
     let record = auth::sandbox_for(state.server.store.as_ref(), p, id).await?;
     if let Some(reason) = &record.end_reason {
         return Err(AppError::not_found(format!("sandbox {id} not found: {reason}")));
@@ -85,7 +85,8 @@ pub async fn create(
         (None, Some(key)) => auth::resolve_project(store, &p, key).await?,
         (None, None) => return Err(AppError::invalid("a project is required: pass project (id, slug or name) or projectId")),
     };
-    let timeout_at = check_timeout(req.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS))?;
+    let timeout_ms = req.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
+    let timeout_at = check_timeout(timeout_ms)?;
     let mut env = req.env;
     if let Some(token) = &req.lizard_token {
         // Only a live key of this account: a sandbox must not carry someone else's key.
@@ -120,6 +121,8 @@ pub async fn create(
         created_at: ids::now_ms(),
         timeout_at: Some(timeout_at),
         metadata: req.metadata,
+        on_timeout: on_timeout_name(req.on_timeout.unwrap_or_default()).into(),
+        timeout_ms: Some(timeout_ms as i64),
     };
     if let Err(e) = store.insert_sandbox(&record).await {
         // The project went away while the VM booted: nothing may run unrecorded.
@@ -392,7 +395,16 @@ impl crate::state::SandboxReaper for NodeReaper {
     }
 }
 
-/// Kill sandboxes whose timeout passed, once a second, until the process ends.
+pub(crate) fn on_timeout_name(o: lizard_api::OnTimeout) -> &'static str {
+    match o {
+        lizard_api::OnTimeout::Kill => "kill",
+        lizard_api::OnTimeout::Pause => "pause",
+    }
+}
+
+/// Kill sandboxes whose timeout passed — or pause those created with `onTimeout: pause`
+/// — once a second, until the process ends. A paused sandbox's timeout is the operator's
+/// retention; past it, it is killed.
 pub async fn reap_expired(state: AppState) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     loop {
@@ -405,9 +417,17 @@ pub async fn reap_expired(state: AppState) {
             }
         };
         for s in due {
-            tracing::info!(id = %s.id, "sandbox timed out");
+            if s.on_timeout == "pause" && s.state == "running" {
+                tracing::info!(id = %s.id, "sandbox timed out: pausing it");
+                match crate::api::lifecycle::pause_sandbox(&state, &s.id).await {
+                    Ok(_) => continue,
+                    Err(e) => tracing::warn!(id = %s.id, "pause at timeout failed, killing: {}", e.0.message),
+                }
+            }
+            let why = if s.state == "paused" { "expired while paused" } else { "timed out" };
+            tracing::info!(id = %s.id, "sandbox {why}");
             let _ = state.node.kill(&s.id).await;
-            if let Err(e) = state.server.store.end_sandbox(&s.id, ids::now_ms(), "timed out").await {
+            if let Err(e) = state.server.store.end_sandbox(&s.id, ids::now_ms(), why).await {
                 tracing::warn!(id = %s.id, "timeout reaper: {e}");
             }
         }

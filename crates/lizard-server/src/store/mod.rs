@@ -95,6 +95,10 @@ pub struct NewSandbox {
     pub created_at: i64,
     pub timeout_at: Option<i64>,
     pub metadata: BTreeMap<String, String>,
+    /// `kill` or `pause`: what the timeout does.
+    pub on_timeout: String,
+    /// The lifetime it was given (a resume gives it again).
+    pub timeout_ms: Option<i64>,
 }
 
 /// A recorded sandbox, with where it lives (for scope checks).
@@ -111,6 +115,8 @@ pub struct SandboxRecord {
     pub ended_at: Option<i64>,
     pub end_reason: Option<String>,
     pub metadata: BTreeMap<String, String>,
+    pub on_timeout: String,
+    pub timeout_ms: Option<i64>,
 }
 
 impl SandboxRecord {

@@ -31,7 +31,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 /// The schema, in order. The version is the file's number.
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "tenancy", include_str!("../../migrations/0001_tenancy.sql"))];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "tenancy", include_str!("../../migrations/0001_tenancy.sql")),
+    (4, "lifecycle", include_str!("../../migrations/0004_lifecycle.sql")),
+];
 
 /// The database file's name inside the data directory.
 pub const DB_FILE: &str = "lizard.db";
@@ -222,7 +225,7 @@ fn scope_columns(scope: &Option<Scope>) -> Result<(Option<String>, Option<String
 }
 
 const SANDBOX_COLUMNS: &str = "s.id, w.account_id, p.workspace_id, s.project_id, s.template, s.state, s.created_at, \
-     s.timeout_at, s.ended_at, s.end_reason, s.metadata \
+     s.timeout_at, s.ended_at, s.end_reason, s.metadata, s.on_timeout, s.timeout_ms \
      FROM sandboxes s JOIN projects p ON p.id = s.project_id JOIN workspaces w ON w.id = p.workspace_id";
 
 fn sandbox(r: &SqliteRow) -> Result<SandboxRecord> {
@@ -239,6 +242,8 @@ fn sandbox(r: &SqliteRow) -> Result<SandboxRecord> {
         ended_at: r.try_get("ended_at").map_err(backend)?,
         end_reason: r.try_get("end_reason").map_err(backend)?,
         metadata: serde_json::from_str(&metadata).map_err(json_err)?,
+        on_timeout: r.try_get("on_timeout").map_err(backend)?,
+        timeout_ms: r.try_get("timeout_ms").map_err(backend)?,
     })
 }
 
@@ -583,8 +588,8 @@ impl Store for SqliteStore {
     async fn insert_sandbox(&self, s: &NewSandbox) -> Result<()> {
         let metadata = serde_json::to_string(&s.metadata).map_err(json_err)?;
         sqlx::query(
-            "INSERT INTO sandboxes (id, project_id, template, state, created_at, timeout_at, metadata) \
-             VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO sandboxes (id, project_id, template, state, created_at, timeout_at, metadata, on_timeout, timeout_ms) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&s.id)
         .bind(&s.project_id)
@@ -593,6 +598,8 @@ impl Store for SqliteStore {
         .bind(s.created_at)
         .bind(s.timeout_at)
         .bind(metadata)
+        .bind(&s.on_timeout)
+        .bind(s.timeout_ms)
         .execute(&self.pool)
         .await
         .map_err(|e| match &e {
@@ -751,6 +758,8 @@ mod tests {
             created_at: 5,
             timeout_at: Some(100),
             metadata: BTreeMap::from([("a".into(), "b".into())]),
+            on_timeout: "pause".into(),
+            timeout_ms: Some(95),
         }
     }
 
@@ -864,7 +873,8 @@ mod tests {
 
         s.set_sandbox_timeout("sb_2", Some(1000)).await.unwrap();
         s.set_sandbox_state("sb_1", "paused").await.unwrap();
-        assert_eq!(s.get_sandbox("sb_1").await.unwrap().unwrap().state, "paused");
+        let sb1 = s.get_sandbox("sb_1").await.unwrap().unwrap();
+        assert_eq!((sb1.state.as_str(), sb1.on_timeout.as_str(), sb1.timeout_ms), ("paused", "pause", Some(95)));
         assert_eq!(s.sandboxes_due(500).await.unwrap().iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["sb_1"]);
         s.end_sandbox("sb_1", 600, "timeout").await.unwrap();
         assert!(s.sandboxes_due(500).await.unwrap().is_empty());

@@ -1,0 +1,128 @@
+//! A real `lizard server` process, stopped and started again: a paused sandbox survives
+//! with its processes and files; a running one is recorded as stopped. Driven by the
+//! `lizard sandbox pause|resume|fork` commands.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn image_root() -> PathBuf {
+    std::env::var_os("LIZARD_TEST_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/lizard-test-data"))
+}
+
+/// `lizard server` on a free loopback port, over a data directory that outlives it.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(data: &Path) -> (Server, Option<String>) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lizard"))
+            .arg("--data-dir")
+            .arg(data)
+            .args(["server", "--listen", &format!("127.0.0.1:{port}"), "--no-proxy"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // The first start prints the owner key on its first line; later ones print nothing.
+        let stdout = child.stdout.take().unwrap();
+        let key = std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut line = String::new();
+            std::io::BufReader::new(stdout).read_line(&mut line).ok()?;
+            line.trim().strip_prefix("LIZARD_API_KEY=").map(str::to_string)
+        });
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "lizard server did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let key = if key.is_finished() { key.join().unwrap() } else { None };
+        (Server { child, url }, key)
+    }
+
+    /// SIGTERM and wait: the graceful path a service manager takes.
+    fn stop(mut self) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status:?}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn lizard(url: &str, key: &str, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lizard"));
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("LIZARD_") && k != "LIZARD_AGENT_BIN" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("LIZARD_API_URL", url).env("LIZARD_API_KEY", key).args(args).output().unwrap()
+}
+
+fn ok(url: &str, key: &str, args: &[&str]) -> String {
+    let o = lizard(url, key, args);
+    assert!(o.status.success(), "lizard {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+#[test]
+fn a_paused_sandbox_survives_a_server_restart() {
+    let data = tempfile::Builder::new().prefix("lizard-restart-").tempdir().unwrap();
+    let images = image_root().canonicalize().unwrap();
+    std::os::unix::fs::symlink(images.join("images"), data.path().join("images")).unwrap();
+    // The accelerator probe's verdict too (it costs seconds).
+    let _ = std::fs::copy(images.join("accel.json"), data.path().join("accel.json"));
+    let (server, key) = Server::start(data.path());
+    // The key is printed before the API listens, but read it robustly.
+    let key = key.expect("the first start prints the owner key");
+    let url = server.url.clone();
+    let ws = ok(&url, &key, &["workspace", "create", "w"]).trim().to_string();
+    ok(&url, &key, &["project", "create", "--workspace", &ws, "p"]);
+
+    let paused = ok(&url, &key, &["sandbox", "create", "base", "--project", "p"]).trim().to_string();
+    let running = ok(&url, &key, &["sandbox", "create", "base", "--project", "p"]).trim().to_string();
+    ok(&url, &key, &["sandbox", "exec", &paused, "--shell", "echo kept > /root/note.txt; sleep 1000 >/dev/null 2>&1 &"]);
+    let sleeper = ok(&url, &key, &["sandbox", "exec", &paused, "--", "pgrep", "-x", "sleep"]);
+    let copy = ok(&url, &key, &["sandbox", "fork", &paused, "--count", "1"]).trim().to_string();
+    assert!(copy.len() == 20 && copy != paused, "{copy}");
+    assert_eq!(ok(&url, &key, &["sandbox", "exec", &copy, "--", "cat", "/root/note.txt"]), "kept\n");
+    let o = lizard(&url, &key, &["sandbox", "pause", &paused]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stderr).contains("paused"), "{o:?}");
+    let listed = ok(&url, &key, &["sandbox", "list"]);
+    assert!(listed.lines().any(|l| l.contains(&paused) && l.contains("paused")), "{listed}");
+
+    server.stop();
+    let (server, again) = Server::start(data.path());
+    assert_eq!(again, None, "the owner key is shown once");
+    let url = server.url.clone();
+    let got: serde_json::Value =
+        serde_json::from_str(&ok(&url, &key, &["sandbox", "get", &paused, "--json"])).unwrap();
+    assert_eq!(got["state"], "paused", "{got}");
+    // Running sandboxes do not outlive the server: they are recorded as stopped.
+    for id in [&running, &copy] {
+        let o = lizard(&url, &key, &["sandbox", "get", id]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("NOT_FOUND") && err.contains("server stopped"), "{err}");
+    }
+    let o = lizard(&url, &key, &["sandbox", "resume", &paused]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stderr).contains("running"), "{o:?}");
+    assert_eq!(ok(&url, &key, &["sandbox", "exec", &paused, "--", "cat", "/root/note.txt"]), "kept\n");
+    assert_eq!(ok(&url, &key, &["sandbox", "exec", &paused, "--", "pgrep", "-x", "sleep"]), sleeper, "the same process");
+    ok(&url, &key, &["sandbox", "kill", &paused]);
+    server.stop();
+    let left: Vec<_> = std::fs::read_dir(data.path().join("server/sandboxes")).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "{left:?}");
+}
