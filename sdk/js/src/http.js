@@ -52,7 +52,7 @@ export class HttpClient {
     for (const [k, v] of Object.entries(opts.query ?? {})) {
       if (v !== undefined && v !== null) query[k] = String(v)
     }
-    for (const observe of requestObservers) observe(method, path, query, opts.json)
+    for (const observe of requestObservers) observe(method, path, query, opts.json, this.apiUrl)
     const qs = new URLSearchParams(query).toString()
     const url = `${this.apiUrl}${path}${qs ? `?${qs}` : ''}`
     const headers = { 'User-Agent': 'lizard-sdk-js/0.1.0', ...(opts.headers ?? {}) }

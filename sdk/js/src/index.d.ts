@@ -41,7 +41,7 @@ export class HttpClient {
 
 /** Called with every request any client sends (used by the OpenAPI contract tests). */
 export const requestObservers: Array<
-  (method: string, path: string, query: Record<string, string>, json: unknown) => void
+  (method: string, path: string, query: Record<string, string>, json: unknown, apiUrl: string) => void
 >
 
 export interface Workspace {
@@ -180,6 +180,8 @@ export class Sandbox {
   kill(): Promise<void>
   pause(): Promise<void>
   resume(): Promise<void>
+  /** `count` copies of this running sandbox (processes, memory and files), each with its own id. */
+  fork(count?: number): Promise<Sandbox[]>
   getHost(port: number): string
 }
 

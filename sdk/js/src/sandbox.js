@@ -193,6 +193,14 @@ export class Sandbox {
     })
   }
 
+  /** `count` copies of this running sandbox (processes, memory and files), each with its own id. */
+  async fork(count = 1) {
+    const infos = await this._http.post(sandboxPath(this.sandboxId, '/fork'), { count }, {
+      timeoutMs: Math.max(this._http.timeoutMs, CREATE_TIMEOUT_MS),
+    })
+    return infos.map((info) => new Sandbox(info, this._http))
+  }
+
   /** The public host serving `port` inside the sandbox: `{sandboxId}-{port}.sandbox.{region}.{domain}`. */
   getHost(port) {
     if (!this.info.domain) throw new Error('the server did not say which domain serves this sandbox')

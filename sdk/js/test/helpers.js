@@ -19,7 +19,7 @@ const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../.
 
 /** Every request any SDK client sent in this process (for the OpenAPI contract test). */
 export const SENT = []
-requestObservers.push((method, p, query, json) => SENT.push({ method, path: p, query, json }))
+requestObservers.push((method, p, query, json, apiUrl) => SENT.push({ method, path: p, query, json, apiUrl }))
 
 // Requests of every test file go to LIZARD_SDK_TEST_RECORD_DIR, so the contract test
 // (which runs last) checks them all.

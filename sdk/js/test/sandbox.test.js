@@ -126,6 +126,13 @@ test('pause, and connect resumes', async (t) => {
   await back.pause()
   await back.resume()
   assert.equal(back.state, 'running')
+  // A fork has what the sandbox had; from then on each has its own writes.
+  const [copy] = await back.fork()
+  assert.notEqual(copy.sandboxId, back.sandboxId)
+  assert.equal((await copy.process.exec('cat /tmp/kept')).stdout, 'kept\n')
+  await copy.fs.write('/tmp/kept', 'changed\n')
+  assert.equal(await back.fs.read('/tmp/kept'), 'kept\n')
+  await copy.kill()
   await back.kill()
 })
 

@@ -25,9 +25,9 @@ _RETRY_ANY = {429, 503}
 #: Statuses retried for idempotent methods only.
 _RETRY_IDEMPOTENT = {502, 504}
 
-#: Observers of every request any client sends: ``f(method, path, params, json_body)``.
+#: Observers of every request any client sends: ``f(api_url, method, path, params, json_body)``.
 #: The OpenAPI contract tests use it; it costs nothing when empty.
-request_observers: List[Callable[[str, str, Mapping[str, Any], Any], None]] = []
+request_observers: List[Callable[[str, str, str, Mapping[str, Any], Any], None]] = []
 
 Params = Optional[Mapping[str, Any]]
 
@@ -80,7 +80,7 @@ class HttpClient:
         method = method.upper()
         params = {k: _query_value(v) for k, v in (params or {}).items() if v is not None}
         for observe in request_observers:
-            observe(method, path, params, json)
+            observe(self.api_url, method, path, params, json)
         idempotent = method in _IDEMPOTENT
         attempt = 0
         while True:

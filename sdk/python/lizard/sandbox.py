@@ -251,6 +251,14 @@ class Sandbox:
         data = self._http.post(_sandbox_path(self.sandbox_id, "/resume"), timeout=max(self._http.timeout, CREATE_TIMEOUT_S))
         self.info = SandboxInfo.from_json(data)
 
+    def fork(self, count: int = 1) -> List["Sandbox"]:
+        """``count`` copies of this running sandbox, processes, memory and files included,
+        each with its own id and its own writes from here on."""
+        data = self._http.post(
+            _sandbox_path(self.sandbox_id, "/fork"), json={"count": count}, timeout=max(self._http.timeout, CREATE_TIMEOUT_S)
+        )
+        return [Sandbox(SandboxInfo.from_json(d), self._http) for d in data]
+
     def get_host(self, port: int) -> str:
         """The public host serving ``port`` inside the sandbox:
         ``{sandboxId}-{port}.sandbox.{region}.{domain}``."""

@@ -113,12 +113,13 @@ def my_project(server: Server) -> lizard.Project:
         return client.projects.create(workspace_id=ws.id, name="my-project")
 
 
-#: Every request any SDK client sent during the session (for the OpenAPI contract test).
-SENT: List[Tuple[str, str, dict, Any]] = []
+#: Every request any SDK client sent during the session, by API URL (for the OpenAPI
+#: contract test, which checks those sent to the test server).
+SENT: List[Tuple[str, str, str, dict, Any]] = []
 
 
-def _record(method: str, path: str, params: Any, body: Any) -> None:
-    SENT.append((method, path, dict(params), body))
+def _record(api_url: str, method: str, path: str, params: Any, body: Any) -> None:
+    SENT.append((api_url, method, path, dict(params), body))
 
 
 _http.request_observers.append(_record)

@@ -137,6 +137,13 @@ def test_pause_and_connect_resume(server: Server, openapi: dict) -> None:
     back.pause()
     back.resume()
     assert back.state == "running"
+    # A fork has what the sandbox had; from then on each has its own writes.
+    [copy] = back.fork()
+    assert copy.sandbox_id != back.sandbox_id and copy.state == "running"
+    assert copy.process.exec_("cat /tmp/kept").stdout == "kept\n"
+    copy.fs.write("/tmp/kept", "changed\n")
+    assert back.fs.read("/tmp/kept") == "kept\n"
+    copy.kill()
     back.kill()
 
 
