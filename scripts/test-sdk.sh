@@ -66,6 +66,8 @@ for suite in "${suites[@]}"; do
       (cd sdk/python/tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider -o testpaths=. --rootdir=. .) || status=1
       ;;
     js)
+      # The type declarations against the reference's TypeScript examples.
+      (cd sdk/js && npm install --no-audit --no-fund --silent && npm run --silent typecheck) || status=1
       # One file at a time (Node 18 has no --test-concurrency); zz_contract runs last and
       # checks what the others sent.
       for f in sdk/js/test/*.test.js; do

@@ -119,9 +119,8 @@ export interface ProcessResult {
   timedOut: boolean
 }
 
-export interface SandboxOptions extends ClientOptions {
-  project?: string
-  projectId?: string
+/** Options of `lizard.create` (the client gives the project and the connection). */
+export interface CreateOptions {
   /** Lifetime from now (default 5 minutes). */
   timeoutMs?: number
   envs?: Record<string, string>
@@ -135,9 +134,18 @@ export interface SandboxOptions extends ClientOptions {
   onTimeout?: 'kill' | 'pause'
   /** Bound of the create call itself (ms). */
   requestTimeoutMs?: number
+}
+
+/** Options of `Sandbox.create`: a project (`project`: id, slug or name; or `projectId`),
+ * the sandbox's options, and optionally the connection (`apiKey`, `apiUrl`). */
+export interface SandboxOptions extends CreateOptions {
+  project?: string
+  projectId?: string
+  apiKey?: string
+  apiUrl?: string
+  maxRetries?: number
   http?: HttpClient
 }
-export type CreateOptions = Omit<SandboxOptions, 'project' | 'projectId' | keyof ClientOptions | 'http'>
 
 export interface ExecOptions {
   cwd?: string

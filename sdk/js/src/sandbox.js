@@ -132,7 +132,8 @@ export class Sandbox {
       onTimeout: opts.onTimeout,
     }
     for (const [k, v] of Object.entries(fields)) if (v !== undefined) body[k] = v
-    const info = await http.post('/v1/sandboxes', body, { timeoutMs: Math.max(http.timeoutMs, CREATE_TIMEOUT_MS) })
+    const timeoutMs = opts.requestTimeoutMs ?? Math.max(http.timeoutMs, CREATE_TIMEOUT_MS)
+    const info = await http.post('/v1/sandboxes', body, { timeoutMs })
     return new Sandbox(info, http)
   }
 

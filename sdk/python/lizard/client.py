@@ -229,6 +229,7 @@ class Lizard:
         vcpus: Optional[int] = None,
         memory_mib: Optional[int] = None,
         on_timeout: Optional[str] = None,
+        request_timeout: Optional[float] = None,
     ) -> Sandbox:
         """Boot a sandbox from ``template`` in the client's project."""
         return Sandbox.create(
@@ -242,6 +243,7 @@ class Lizard:
             vcpus=vcpus,
             memory_mib=memory_mib,
             on_timeout=on_timeout,
+            request_timeout=request_timeout,
             http=self.platform,
         )
 

@@ -157,6 +157,7 @@ class Sandbox:
         vcpus: Optional[int] = None,
         memory_mib: Optional[int] = None,
         on_timeout: Optional[str] = None,
+        request_timeout: Optional[float] = None,
         api_key: Optional[str] = None,
         api_url: Optional[str] = None,
         http: Optional[HttpClient] = None,
@@ -164,7 +165,8 @@ class Sandbox:
         """Boot a new microVM from ``template`` in a project (``project``: id, slug or name;
         or ``project_id``: its exact id). ``lizard_token`` is an API key placed inside as
         ``LIZARD_API_KEY`` for the ``lizard`` CLI there; ``volume_name`` mounts that volume
-        at ``/workspace``."""
+        at ``/workspace``. ``request_timeout`` (seconds) bounds the call itself (default 10
+        minutes: a template's first create boots it)."""
         http = http or shared_client(api_key, api_url)
         body: Dict[str, Any] = {"template": template}
         for key, value in (
@@ -181,7 +183,9 @@ class Sandbox:
         ):
             if value is not None:
                 body[key] = value
-        data = http.post("/v1/sandboxes", json=body, timeout=max(http.timeout, CREATE_TIMEOUT_S))
+        if request_timeout is None:
+            request_timeout = max(http.timeout, CREATE_TIMEOUT_S)
+        data = http.post("/v1/sandboxes", json=body, timeout=request_timeout)
         return cls(SandboxInfo.from_json(data), http)
 
     @classmethod
