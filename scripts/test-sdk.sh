@@ -62,6 +62,8 @@ for suite in "${suites[@]}"; do
       venv="$root/target/sdk-venv"
       [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
       "$venv/bin/pip" install -q "./sdk/python[test]" >&2
+      # Type hints throughout: the package passes mypy --strict.
+      (cd sdk/python && "$venv/bin/mypy" --strict --cache-dir "$data/mypy" lizard) || status=1
       # Run from the tests directory against the installed package, as a user would have it.
       (cd sdk/python/tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider -o testpaths=. --rootdir=. .) || status=1
       ;;

@@ -172,7 +172,7 @@ def _error(resp: httpx.Response) -> Exception:
 
 def _backoff(attempt: int) -> float:
     """0.25 s, 0.5 s, 1 s, … (capped at 8 s) with ±25 % jitter."""
-    base = min(0.25 * (2 ** (attempt - 1)), 8.0)
+    base: float = min(0.25 * 2.0 ** (attempt - 1), 8.0)
     return base * random.uniform(0.75, 1.25)
 
 

@@ -135,5 +135,5 @@ class Record(Model):
         raise AttributeError(name)
 
     @classmethod
-    def from_json(cls, data: Any) -> "Record":  # type: ignore[override]
+    def from_json(cls, data: Any) -> "Record":
         return cls(raw=data if isinstance(data, dict) else {"value": data})
