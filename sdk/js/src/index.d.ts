@@ -156,6 +156,10 @@ export interface ExecOptions {
   stdin?: string
   /** Bound of the HTTP call itself (ms). */
   requestTimeoutMs?: number
+  /** Called with stdout text as it arrives (the result still has all of it). */
+  onStdout?: (data: string) => void
+  /** Called with stderr text as it arrives. */
+  onStderr?: (data: string) => void
 }
 
 export class Filesystem {

@@ -2,6 +2,7 @@
 
 import { HttpClient } from './http.js'
 import { NotFoundError } from './errors.js'
+import { readExecFrames } from './frames.js'
 
 /** Creating the first sandbox of a template boots it and saves its snapshot: slow. */
 export const CREATE_TIMEOUT_MS = 600_000
@@ -75,7 +76,8 @@ export class Process {
    * Run `cmd` and wait for it: a string runs under `/bin/sh -c` (so `server &` starts it in
    * the background), an array is the exact argv. Resolves to `{ stdout, stderr, exitCode }`;
    * a non-zero exit code is returned, not thrown. `timeoutMs` kills the command (exit code
-   * 124); `requestTimeoutMs` bounds the HTTP call itself.
+   * 124); `requestTimeoutMs` bounds the HTTP call itself. `onStdout` and `onStderr`
+   * receive the output as it arrives (the result still has all of it).
    */
   async exec(cmd, opts = {}) {
     const body = Array.isArray(cmd) ? { argv: cmd } : { cmd }
@@ -85,7 +87,10 @@ export class Process {
     if (opts.timeoutMs !== undefined) body.timeoutMs = opts.timeoutMs
     if (opts.stdin !== undefined) body.stdin = opts.stdin
     const timeoutMs = opts.requestTimeoutMs ?? (opts.timeoutMs !== undefined ? opts.timeoutMs + 60_000 : EXEC_TIMEOUT_MS)
-    return this.#sandbox._http.post(sandboxPath(this.#sandbox.sandboxId, '/exec'), body, { timeoutMs })
+    const path = sandboxPath(this.#sandbox.sandboxId, '/exec')
+    if (!opts.onStdout && !opts.onStderr) return this.#sandbox._http.post(path, body, { timeoutMs })
+    const resp = await this.#sandbox._http.request('POST', path, { query: { stream: true }, json: body, timeoutMs })
+    return readExecFrames(resp.body, opts.onStdout, opts.onStderr)
   }
 }
 

@@ -50,6 +50,14 @@ test('process.exec returns { stdout, stderr, exitCode }', async () => {
   assert.equal(slow.exitCode, 124)
   assert.equal(slow.timedOut, true)
   assert.equal((await sandbox.process.exec('node -e "console.log(6*7)"')).stdout, '42\n')
+  // Streamed: the callbacks see the output as it comes, the result has all of it.
+  const chunks = []
+  const streamed = await sandbox.process.exec('for i in 1 2 3; do echo $i; sleep 0.3; done; echo e >&2; exit 2', {
+    onStdout: (t) => chunks.push(t),
+    onStderr: (t) => chunks.push(t),
+  })
+  assert.deepEqual([streamed.stdout, streamed.stderr, streamed.exitCode], ['1\n2\n3\n', 'e\n', 2])
+  assert.ok(chunks.length >= 3 && chunks.join('') === '1\n2\n3\ne\n', JSON.stringify(chunks))
 })
 
 test('fs round trip', async () => {

@@ -130,6 +130,7 @@ async function sweep() {
     () => sb.fs.makeDir('/x'),
     () => sb.process.exec('true', { cwd: '/', envs: { A: 'b' }, user: 'root', timeoutMs: 1000, stdin: 'x' }),
     () => sb.process.exec(['true']),
+    () => sb.process.exec('true', { onStdout: console.log }),
     () => lz.workspaces.list(),
     () => lz.workspaces.create({ name: '' }),
     () => lz.workspaces.find('nope'),

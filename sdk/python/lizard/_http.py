@@ -6,10 +6,11 @@ and any method on 429 and 503 (the server refused before doing anything)."""
 from __future__ import annotations
 
 import os
+import contextlib
 import random
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import httpx
 
@@ -114,6 +115,35 @@ class HttpClient:
                 time.sleep(_retry_after(resp) or _backoff(attempt))
                 continue
             raise _error(resp)
+
+    @contextlib.contextmanager
+    def stream(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params = None,
+        json: Any = None,
+        timeout: Optional[float] = None,
+    ) -> Iterator[httpx.Response]:
+        """A request whose response body is read as it arrives (not retried: it is not
+        idempotent where it is used). Raises the typed error on 4xx/5xx."""
+        method = method.upper()
+        params = {k: _query_value(v) for k, v in (params or {}).items() if v is not None}
+        for observe in request_observers:
+            observe(self.api_url, method, path, params, json)
+        try:
+            with self._client.stream(
+                method, path, params=params, json=json, timeout=self.timeout if timeout is None else timeout
+            ) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise _error(resp)
+                yield resp
+        except httpx.TimeoutException as e:
+            raise APITimeoutError(f"{method} {path}: timed out") from e
+        except httpx.TransportError as e:
+            raise APIConnectionError(f"{method} {path}: {e}") from e
 
     def get(self, path: str, *, params: Params = None, timeout: Optional[float] = None) -> Any:
         return _json(self.request("GET", path, params=params, timeout=timeout))

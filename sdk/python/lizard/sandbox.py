@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import builtins
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 from urllib.parse import quote
 
 from ._http import HttpClient, shared_client
 from .errors import NotFoundError
+from ._frames import read_exec_frames
 from .models import FileEntry, ProcessResult, SandboxInfo
 
 #: Creating the first sandbox of a template boots it and saves its snapshot: slow.
@@ -84,11 +85,14 @@ class Process:
         timeout_ms: Optional[int] = None,
         stdin: Optional[str] = None,
         request_timeout: Optional[float] = None,
+        on_stdout: Optional[Callable[[str], None]] = None,
+        on_stderr: Optional[Callable[[str], None]] = None,
     ) -> ProcessResult:
         """Run ``cmd`` and wait for it to finish. A string runs under ``/bin/sh -c`` (so
         ``server &`` starts it in the background); a list is the exact argv. A non-zero exit
         code is returned, not raised. ``timeout_ms`` kills the command (exit code 124);
-        ``request_timeout`` (seconds) bounds the HTTP call itself."""
+        ``request_timeout`` (seconds) bounds the HTTP call itself. ``on_stdout`` and
+        ``on_stderr`` receive the output as it arrives (the result still has all of it)."""
         body: Dict[str, Any] = {"argv": list(cmd)} if isinstance(cmd, builtins.list) else {"cmd": cmd}
         if cwd is not None:
             body["cwd"] = cwd
@@ -102,10 +106,11 @@ class Process:
             body["stdin"] = stdin
         if request_timeout is None:
             request_timeout = timeout_ms / 1000 + 60 if timeout_ms is not None else EXEC_TIMEOUT_S
-        data = self._sandbox._http.post(
-            _sandbox_path(self._sandbox.sandbox_id, "/exec"), json=body, timeout=request_timeout
-        )
-        return ProcessResult.from_json(data)
+        path = _sandbox_path(self._sandbox.sandbox_id, "/exec")
+        if on_stdout is None and on_stderr is None:
+            return ProcessResult.from_json(self._sandbox._http.post(path, json=body, timeout=request_timeout))
+        with self._sandbox._http.stream("POST", path, params={"stream": True}, json=body, timeout=request_timeout) as resp:
+            return read_exec_frames(resp.iter_bytes(), on_stdout, on_stderr)
 
     # The reference names it `exec_` (after the builtin); `exec` works too.
     exec = exec_

@@ -52,6 +52,11 @@ def test_exec_returns_stdout_stderr_and_exit_code(sandbox: Sandbox) -> None:
     assert r.stdout == "fed"
     r = sandbox.process.exec_("sleep 30", timeout_ms=500)
     assert r.exit_code == 124 and r.timed_out
+    # Streamed: the callbacks see the output as it comes, the result has all of it.
+    chunks: list = []
+    r = sandbox.process.exec_("for i in 1 2 3; do echo $i; sleep 0.3; done; echo e >&2; exit 2", on_stdout=chunks.append, on_stderr=chunks.append)
+    assert (r.stdout, r.stderr, r.exit_code) == ("1\n2\n3\n", "e\n", 2)
+    assert len(chunks) >= 3 and "".join(chunks) == "1\n2\n3\ne\n", chunks
     # The guest's own kernel, not the host's.
     assert sandbox.process.exec_("uname -s").stdout == "Linux\n"
 

@@ -124,6 +124,7 @@ def _sweep() -> None:
         lambda: sb.fs.make_dir("/x"),
         lambda: sb.process.exec_("true", cwd="/", envs={"A": "b"}, user="root", timeout_ms=1000, stdin="x"),
         lambda: sb.process.exec_(["true"]),
+        lambda: sb.process.exec_("true", on_stdout=print),
         lambda: lz.workspaces.list(),
         lambda: lz.workspaces.create(name=""),
         lambda: lz.workspaces.find("nope"),
