@@ -69,6 +69,8 @@ pub struct AgentClient {
 #[derive(Clone)]
 struct Conn {
     done: watch::Receiver<bool>,
+    /// Ends the connection task whoever still holds a handle.
+    stop: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl Conn {
@@ -115,11 +117,16 @@ impl AgentClient {
             .map_err(ClientError::Http)?;
         tracing::debug!("agent http/2 session open");
         let (done_tx, done) = watch::channel(false);
+        let stop = std::sync::Arc::new(tokio::sync::Notify::new());
+        let stopped = stop.clone();
         tokio::spawn(async move {
-            let _ = connection.await;
+            tokio::select! {
+                _ = connection => {}
+                _ = stopped.notified() => {}
+            }
             let _ = done_tx.send(true);
         });
-        Ok(AgentClient { tx, conn: Conn { done } })
+        Ok(AgentClient { tx, conn: Conn { done, stop } })
     }
 
     /// Whether the channel to the agent is gone.
@@ -139,6 +146,13 @@ impl AgentClient {
         let conn = self.conn.clone();
         drop(self);
         conn.closed().await
+    }
+
+    /// End the connection now, for every handle, response and tunnel that uses it (the VM
+    /// is about to be paused: the agent must see its host leave while it still runs).
+    pub async fn shutdown(&self) {
+        self.conn.stop.notify_one();
+        self.conn.closed().await
     }
 
     /// Give a guest restored from a snapshot its own identity (new secret, hostname,

@@ -47,10 +47,10 @@ pub fn parse(id: Identity) -> Result<Parsed, AgentError> {
 pub async fn handle(State(state): State<AppState>, Json(id): Json<Identity>) -> Result<StatusCode, AppError> {
     let parsed = parse(id)?;
     if state.pid1 {
-        let (hostname, entropy, time) = (parsed.hostname.clone(), parsed.entropy.clone(), parsed.unix_time_ms);
-        tokio::task::spawn_blocking(move || apply_to_system(&hostname, &entropy, time))
-            .await
-            .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))?
+        // A few non-blocking syscalls: run them here rather than wake a blocking-pool
+        // thread, which a just-restored guest may first have to create (milliseconds
+        // under emulation, on every create).
+        apply_to_system(&parsed.hostname, &parsed.entropy, parsed.unix_time_ms)
             .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))?;
     }
     // Last: a failure above leaves the old secret, and the host falls back to a cold boot.

@@ -1,6 +1,10 @@
 //! `lizard-bench`: how long the sandbox core takes on this machine.
 //!
-//! Measures, in one run so the numbers compare: cold create → first exec returns, and
+//! Through the HTTP API ([`api`]): create → first `echo hi` from a template snapshot
+//! against cold boots, a burst of concurrent creates, pause and resume with 256 MiB of
+//! touched memory, host memory (PSS) per idle sandbox, fork into copies.
+//!
+//! On the node directly: cold create → first exec returns, and
 //! the same for creates restored from a template snapshot (unless `--no-snapshots`); the
 //! round trip of `exec true` (with the guest's own spawn-to-exit time beside it, so
 //! Lizard's overhead is visible apart from the guest's process start); write and read
@@ -14,6 +18,8 @@ use lizard_api::{CreateSandboxRequest, ExecRequest};
 use lizard_node::{Node, NodeConfig};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+mod api;
 
 #[derive(Parser)]
 struct Args {
@@ -37,6 +43,29 @@ struct Args {
     /// 64 MiB transfers to time in each direction.
     #[arg(long, default_value_t = 3)]
     transfers: usize,
+    /// API: creates from the template snapshot, create → first `echo hi` (0: skip the API benchmarks).
+    #[arg(long, default_value_t = 100)]
+    api_creates: usize,
+    /// API: cold-boot creates timed the same way, for the ratio.
+    #[arg(long, default_value_t = 20)]
+    api_cold_creates: usize,
+    /// API: concurrent creates in one burst.
+    #[arg(long, default_value_t = 20)]
+    burst: usize,
+    /// API: pause/resume cycles of one sandbox holding `--pause-mib` MiB.
+    #[arg(long, default_value_t = 10)]
+    pause_cycles: usize,
+    #[arg(long, default_value_t = 256)]
+    pause_mib: u32,
+    /// API: idle sandboxes whose VMM memory (PSS) is measured.
+    #[arg(long, default_value_t = 50)]
+    idle: usize,
+    /// API: copies per fork.
+    #[arg(long, default_value_t = 5)]
+    fork_copies: u32,
+    /// API: forks to time.
+    #[arg(long, default_value_t = 3)]
+    fork_rounds: usize,
 }
 
 /// Percentiles of a sample, nearest-rank.
@@ -52,6 +81,9 @@ impl Summary {
         self.0[i]
     }
     fn row(&self, name: &str, unit: &str) -> String {
+        if self.0.is_empty() {
+            return format!("| {name} | 0 | – | – | – | – | – | {unit} |");
+        }
         format!(
             "| {name} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {unit} |",
             self.0.len(),
@@ -86,6 +118,10 @@ async fn main() -> Result<()> {
     let (node, _dir) = start(false).await?;
     eprintln!("preparing images for {} (first run builds them)…", args.template);
     node.prepare(&args.template).await?;
+    let mut rows = vec![];
+    if args.api_creates > 0 {
+        rows.extend(api_benchmarks(&args, &image_root).await?);
+    }
     let create = || CreateSandboxRequest { template: args.template.clone(), ..Default::default() };
     let echo = ExecRequest { cmd: Some("echo hi".into()), ..Default::default() };
 
@@ -155,14 +191,57 @@ async fn main() -> Result<()> {
 
     println!("| measurement | n | min | p50 | p90 | p99 | max | unit |");
     println!("|---|---|---|---|---|---|---|---|");
-    println!("{}", Summary::new(cold).row("cold create → first `echo hi` returns", "ms"));
+    for r in rows {
+        println!("{r}");
+    }
+    println!("{}", Summary::new(cold).row("node: cold create → first `echo hi` returns", "ms"));
     if let Some((first, times)) = restored {
-        println!("{}", Summary::new(vec![first]).row("first create of a template (makes its snapshot)", "ms"));
-        println!("{}", Summary::new(times).row("restored create → first `echo hi` returns", "ms"));
+        println!("{}", Summary::new(vec![first]).row("node: first create of a template (makes its snapshot)", "ms"));
+        println!("{}", Summary::new(times).row("node: restored create → first `echo hi` returns", "ms"));
     }
     println!("{}", Summary::new(round).row("`exec /bin/true` round trip", "ms"));
     println!("{}", Summary::new(guest).row("… of which the guest's spawn-to-exit", "ms"));
     println!("{}", Summary::new(write).row("write 64 MiB file", "MiB/s"));
     println!("{}", Summary::new(read).row("read 64 MiB file", "MiB/s"));
     Ok(())
+}
+
+/// The HTTP API benchmarks, as table rows.
+async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec<String>> {
+    let t = &args.template;
+    let mut rows = vec![];
+    let cold = api::Bench::start(image_root, false).await?;
+    let cold_times = cold.creates(t, args.api_cold_creates, "API cold create").await?;
+    drop(cold);
+    let warm = api::Bench::start(image_root, true).await?;
+    let first = Instant::now();
+    let id = warm.create(t).await?;
+    let first = ms(first.elapsed());
+    warm.kill(&id).await?;
+    let restored = warm.creates(t, args.api_creates, "API restored create").await?;
+    rows.push(Summary::new(restored).row("API: create (snapshot restore) → first `echo hi` returns", "ms"));
+    rows.push(Summary::new(cold_times).row("API: create (cold boot) → first `echo hi` returns", "ms"));
+    rows.push(Summary::new(vec![first]).row("API: first create of a template (makes its snapshot)", "ms"));
+    if args.burst > 0 {
+        let burst = warm.burst(t, args.burst).await?;
+        rows.push(Summary::new(burst).row(&format!("API: burst of {} concurrent creates, each to its first `echo hi`", args.burst), "ms"));
+    }
+    if args.pause_cycles > 1 {
+        let p = warm.pause_resume(t, args.pause_mib, args.pause_cycles).await?;
+        let mib = args.pause_mib;
+        rows.push(Summary::new(vec![p.first_pause]).row(&format!("API: first pause, {mib} MiB touched (saves all memory)"), "ms"));
+        rows.push(Summary::new(vec![p.first_resume]).row(&format!("API: first resume, {mib} MiB touched (loads it)"), "ms"));
+        rows.push(Summary::new(p.pause).row(&format!("API: pause, {mib} MiB touched"), "ms"));
+        rows.push(Summary::new(p.resume).row(&format!("API: resume, {mib} MiB touched"), "ms"));
+        rows.push(Summary::new(vec![p.state_mib]).row("… a paused sandbox's files on disk", "MiB"));
+    }
+    if args.idle > 0 {
+        let pss = warm.idle_pss(t, args.idle).await?;
+        rows.push(Summary::new(pss).row(&format!("API: VMM memory (PSS) per idle sandbox, {} idle", args.idle), "MiB"));
+    }
+    if args.fork_rounds > 0 {
+        let forks = warm.forks(t, args.fork_copies, args.fork_rounds).await?;
+        rows.push(Summary::new(forks).row(&format!("API: fork a running sandbox into {} copies", args.fork_copies), "ms"));
+    }
+    Ok(rows)
 }

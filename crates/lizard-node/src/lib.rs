@@ -12,6 +12,7 @@ pub mod assets;
 mod forward;
 pub mod http;
 mod lifecycle;
+mod qcow2;
 mod sandbox;
 pub mod snapshot;
 

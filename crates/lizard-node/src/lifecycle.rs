@@ -23,6 +23,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+/// How long the agent gets to notice that its host left (it polls every 2 ms) before
+/// the VM is paused. If it has not by then, the resume's handshake retries cover it.
+const AGENT_SETTLE: Duration = Duration::from_millis(50);
+
 /// Most copies one fork call makes.
 pub const MAX_FORKS: u32 = 16;
 
@@ -130,6 +134,10 @@ impl Node {
                 Some(live) => (live.clone(), st.config.clone(), st.own_memory),
             }
         };
+        // The agent goes back to waiting for a host while the guest still runs, so that
+        // the first connection after the resume is simply its next session.
+        let _ = tokio::time::timeout(Duration::from_secs(2), live.agent().shutdown()).await;
+        tokio::time::sleep(AGENT_SETTLE).await;
         let vm = live.vm();
         vm.pause().await?;
         let saved = if own_memory {

@@ -171,11 +171,15 @@ impl Sandbox {
         }
         // Same devices as the template VM, the fw_cfg item included; a restored guest does
         // not read it again: its secret arrives with the identity.
+        let t = Instant::now();
         prepare_run_dir(&config, &secret)?;
         create_overlay(&snapshot.disk(), "qcow2", &config.root_disk).await?;
+        let disk = t.elapsed();
         let vm = backend.restore(&config, &snapshot.vm_snapshot(), MemoryMapping::CopyOnWrite).await?;
+        let vmm = t.elapsed();
         let identity = give_identity(vm.as_ref(), &config.id, &snapshot.secret, &secret, deadline);
         let agent = connected(vm.as_ref(), identity).await?;
+        tracing::debug!(id = %config.id, ?disk, ?vmm, total = ?t.elapsed(), "restored");
         Ok(Sandbox::running(&config, template, req, secret, Live { vm, agent }, true))
     }
 
@@ -450,23 +454,13 @@ pub(crate) async fn connected(vm: &dyn Vm, connect: impl std::future::Future<Out
 }
 
 /// A qcow2 overlay whose backing file is a read-only image: the sandbox writes only its
-/// own blocks, and creating it costs milliseconds. The size comes from the backing file's
-/// header, so qemu-img need not open it (which it could not while a running VM holds it,
-/// as when a fork freezes a disk).
+/// own blocks, and creating it costs well under a millisecond. The size comes from the
+/// backing file's header, which is readable even while a running VM holds the file (as
+/// when a fork freezes a disk).
 pub(crate) async fn create_overlay(backing: &Path, backing_format: &str, overlay: &Path) -> Result<()> {
     let size = virtual_size(backing, backing_format)?;
-    let out = tokio::process::Command::new("qemu-img")
-        .args(["create", "-q", "-f", "qcow2", "-u", "-F", backing_format, "-b"])
-        .arg(backing)
-        .arg(overlay)
-        .arg(size.to_string())
-        .output()
-        .await
-        .map_err(|e| NodeError::io("run qemu-img (apt-get install qemu-utils)", e))?;
-    if !out.status.success() {
-        return Err(NodeError::Boot(format!("qemu-img create: {}", String::from_utf8_lossy(&out.stderr).trim())));
-    }
-    Ok(())
+    crate::qcow2::create_overlay(backing, backing_format, size, overlay)
+        .map_err(|e| NodeError::io(format!("create the disk overlay {}", overlay.display()), e))
 }
 
 /// The guest-visible size of a raw or qcow2 disk image.
@@ -485,9 +479,11 @@ fn virtual_size(image: &Path, format: &str) -> Result<u64> {
     Ok(u64::from_be_bytes(header[24..32].try_into().unwrap()))
 }
 
-/// How long one handshake may take on a guest that is known to be up (restored); a
-/// retry covers a connection that races the guest noticing the template VM's host left.
-const RESTORED_HANDSHAKE: Duration = Duration::from_secs(2);
+/// How long the first handshake may take on a guest that is known to be up (restored);
+/// each retry doubles it. A retry covers a connection that races the guest noticing that
+/// the host it had before the snapshot left (its old session then waits for that host
+/// until this one gives up and reconnects).
+const RESTORED_HANDSHAKE: Duration = Duration::from_millis(250);
 
 /// Authenticate to a just-restored guest with the template's secret and give it its own
 /// identity. The agent answers only once it has switched: from then on only the new
@@ -514,6 +510,7 @@ pub(crate) async fn give_identity(
         entropy: hex::encode(entropy),
         unix_time_ms,
     };
+    tracing::debug!(%id, handshake = ?start.elapsed(), "restored guest answered");
     let left = deadline.saturating_sub(start.elapsed());
     match tokio::time::timeout(left, first.identity(&identity)).await {
         Ok(Ok(_)) => Ok(first),
@@ -523,8 +520,8 @@ pub(crate) async fn give_identity(
 }
 
 /// Connect to the agent's socket and run the handshake, retrying until the guest is up.
-/// `attempt` bounds each handshake (None: a booting guest answers when it is ready).
-/// A wrong secret fails at once.
+/// `attempt` bounds the first handshake, each later one twice as long as the one before
+/// (None: a booting guest answers when it is ready). A wrong secret fails at once.
 pub(crate) async fn connect_agent(
     vm: &dyn Vm,
     secret: &Secret,
@@ -533,17 +530,21 @@ pub(crate) async fn connect_agent(
 ) -> Result<AgentClient> {
     let start = Instant::now();
     let socket = vm.config().agent_socket();
+    let mut limit = attempt;
     let attempt = async {
         loop {
             match tokio::net::UnixStream::connect(&socket).await {
-                Ok(stream) => match with_limit(attempt, AgentClient::connect(stream, secret)).await {
+                Ok(stream) => match with_limit(limit, AgentClient::connect(stream, secret)).await {
                     Ok(client) => return Ok(client),
                     Err(lizard_agent_client::ClientError::Handshake(
                         lizard_agent_proto::handshake::HandshakeError::Denied,
                     )) => return Err(NodeError::Boot("the agent refused the secret".into())),
                     // The channel closed before the guest answered: it is still
                     // booting, or the VMM is gone (checked below).
-                    Err(e) => tracing::debug!("agent handshake: {e}"),
+                    Err(e) => {
+                        tracing::debug!("agent handshake: {e}");
+                        limit = limit.map(|l| l * 2);
+                    }
                 },
                 Err(e) => tracing::trace!("agent socket: {e}"),
             }

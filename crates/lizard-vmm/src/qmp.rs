@@ -48,12 +48,44 @@ impl Qmp {
     /// Run one command and return its `return` value.
     pub async fn execute(&self, command: &str, arguments: Value) -> Result<Value> {
         let mut g = self.inner.lock().await;
-        let mut line = serde_json::to_vec(&json!({"execute": command, "arguments": arguments}))
-            .expect("json serializes");
-        line.push(b'\n');
+        let line = command_line(command, arguments);
         g.1.write_all(&line).await.map_err(|e| VmmError::Control(format!("{command}: {e}")))?;
+        Self::answer(&mut g.0, command).await
+    }
+
+    /// Hand QEMU an open file under `name` (`getfd`, the descriptor passed with the
+    /// command as SCM_RIGHTS), for a later `fd:NAME` migration: no shell and `cat` to
+    /// spawn per save or restore.
+    pub async fn send_fd(&self, name: &str, fd: std::os::fd::BorrowedFd<'_>) -> Result<()> {
+        use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+        use std::os::fd::AsRawFd;
+        let mut g = self.inner.lock().await;
+        let line = command_line("getfd", json!({ "fdname": name }));
+        let sock: &UnixStream = g.1.as_ref();
+        let fds = [fd.as_raw_fd()];
         loop {
-            let v = read_json(&mut g.0).await?;
+            sock.writable().await.map_err(|e| VmmError::Control(format!("getfd: {e}")))?;
+            let sent = sock.try_io(tokio::io::Interest::WRITABLE, || {
+                let iov = [std::io::IoSlice::new(&line)];
+                sendmsg::<()>(sock.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
+                    .map_err(std::io::Error::from)
+            });
+            match sent {
+                Ok(n) if n == line.len() => break,
+                // A partial send would leave half a command: the line is far below any
+                // socket buffer, so this does not happen; refuse rather than guess.
+                Ok(n) => return Err(VmmError::Control(format!("getfd: sent {n} of {} bytes", line.len()))),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(VmmError::Control(format!("getfd: {e}"))),
+            }
+        }
+        Self::answer(&mut g.0, "getfd").await.map(drop)
+    }
+
+    /// Read lines until the answer to `command` (events in between are skipped).
+    async fn answer(r: &mut BufReader<OwnedReadHalf>, command: &str) -> Result<Value> {
+        loop {
+            let v = read_json(r).await?;
             if let Some(r) = v.get("return") {
                 return Ok(r.clone());
             }
@@ -96,6 +128,12 @@ impl Qmp {
             pause = (pause * 2).min(Duration::from_millis(5));
         }
     }
+}
+
+fn command_line(command: &str, arguments: Value) -> Vec<u8> {
+    let mut line = serde_json::to_vec(&json!({"execute": command, "arguments": arguments})).expect("json serializes");
+    line.push(b'\n');
+    line
 }
 
 async fn read_json(r: &mut BufReader<OwnedReadHalf>) -> Result<Value> {

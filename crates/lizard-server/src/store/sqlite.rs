@@ -774,7 +774,7 @@ mod tests {
         let s = seeded().await;
         assert!(!s.bootstrap(&acc(), &k("key_other", None)).await.unwrap());
         assert_eq!(s.list_keys("acc_1").await.unwrap().len(), 1);
-        assert_eq!(s.schema_version().await.unwrap(), 1);
+        assert_eq!(s.schema_version().await.unwrap(), MIGRATIONS.last().unwrap().0);
     }
 
     #[tokio::test]
@@ -783,7 +783,7 @@ mod tests {
         let s = SqliteStore::open(dir.path()).await.unwrap();
         drop(s);
         let s = SqliteStore::open(dir.path()).await.unwrap();
-        assert_eq!(s.schema_version().await.unwrap(), 1);
+        assert_eq!(s.schema_version().await.unwrap(), MIGRATIONS.last().unwrap().0);
         sqlx::query("INSERT INTO lizard_schema VALUES (999, 'future', 0)").execute(&s.pool).await.unwrap();
         drop(s);
         assert!(matches!(SqliteStore::open(dir.path()).await, Err(StoreError::SchemaTooNew { found: 999, .. })));

@@ -1,0 +1,236 @@
+//! Benchmarks through the control plane's HTTP API, as an SDK sees it: an in-process
+//! `lizard server` (SQLite file, node in-process) on a loopback port, driven by an HTTP
+//! client. Creates from a template snapshot against cold boots, a burst of concurrent
+//! creates, pause and resume of a sandbox holding 256 MiB of touched memory, host
+//! memory per idle sandbox, and forks.
+
+use crate::ms;
+use anyhow::{ensure, Context, Result};
+use lizard_server::api::{self, AppState};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// One server with its own data directory.
+pub struct Bench {
+    base: String,
+    key: String,
+    client: reqwest::Client,
+    state: AppState,
+    dir: tempfile::TempDir,
+}
+
+impl Bench {
+    pub async fn start(image_root: &Path, snapshots: bool) -> Result<Bench> {
+        let dir = tempfile::Builder::new().prefix("lizard-bench-api-").tempdir()?;
+        let mut config = lizard_server::ServerConfig::new(dir.path());
+        config.listen = "127.0.0.1:0".parse()?;
+        let server = lizard_server::open(config).await?;
+        let key = server.initial_key().context("first start prints a key")?.to_string();
+        let mut node_config = lizard_node::NodeConfig::new(dir.path().join("node"));
+        node_config.image_root = image_root.to_path_buf();
+        node_config.snapshots = snapshots;
+        let node = lizard_node::Node::start(node_config).await?;
+        let state = AppState {
+            server: server.state().clone().with_reaper(std::sync::Arc::new(api::sandboxes::NodeReaper(node.clone()))),
+            node,
+        };
+        let listener = server.bind().await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let router = lizard_server::build_router(state.clone(), api::all_routes());
+        tokio::spawn(lizard_server::serve(listener, router, std::future::pending()));
+        let client = reqwest::Client::builder().no_proxy().build()?;
+        let b = Bench { base, key, client, state, dir };
+        let ws = b.call("POST", "/v1/workspaces", Some(json!({"name": "bench"}))).await?;
+        b.call("POST", "/v1/projects", Some(json!({"workspaceId": ws["id"], "name": "bench"}))).await?;
+        Ok(b)
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value> {
+        let mut req = self.client.request(method.parse()?, format!("{}{path}", self.base)).header("x-api-key", &self.key);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await?;
+        let status = resp.status();
+        let bytes = resp.bytes().await?;
+        ensure!(status.is_success(), "{method} {path}: {status} {}", String::from_utf8_lossy(&bytes));
+        Ok(if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes)? })
+    }
+
+    pub async fn create(&self, template: &str) -> Result<String> {
+        let body = json!({"template": template, "project": "bench", "timeoutMs": 3_600_000});
+        let s = self.call("POST", "/v1/sandboxes", Some(body)).await?;
+        Ok(s["sandboxId"].as_str().context("no id")?.to_string())
+    }
+
+    pub async fn exec(&self, id: &str, cmd: &str) -> Result<String> {
+        let r = self.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({ "cmd": cmd }))).await?;
+        ensure!(r["exitCode"] == 0, "{cmd}: {r}");
+        Ok(r["stdout"].as_str().unwrap_or_default().to_string())
+    }
+
+    pub async fn kill(&self, id: &str) -> Result<()> {
+        self.call("DELETE", &format!("/v1/sandboxes/{id}"), None).await.map(drop)
+    }
+
+    async fn post(&self, id: &str, what: &str, body: Value) -> Result<Value> {
+        self.call("POST", &format!("/v1/sandboxes/{id}/{what}"), Some(body)).await
+    }
+
+    /// create → first `echo hi` returns, `n` times (each sandbox killed after).
+    pub async fn creates(&self, template: &str, n: usize, what: &str) -> Result<Vec<f64>> {
+        let mut times = vec![];
+        for i in 0..n {
+            let t = Instant::now();
+            let id = self.create(template).await?;
+            let out = self.exec(&id, "echo hi").await?;
+            times.push(ms(t.elapsed()));
+            ensure!(out == "hi\n", "unexpected output {out:?}");
+            self.kill(&id).await?;
+            if (i + 1) % 10 == 0 || i + 1 == n {
+                eprintln!("{what} {}/{n}: last {:.0} ms", i + 1, times.last().unwrap());
+            }
+        }
+        Ok(times)
+    }
+
+    /// `n` creates at once, each timed from the burst's start to its own first `echo hi`.
+    pub async fn burst(&self, template: &str, n: usize) -> Result<Vec<f64>> {
+        let start = Instant::now();
+        let runs = (0..n).map(|_| async {
+            let id = self.create(template).await?;
+            let out = self.exec(&id, "echo hi").await?;
+            ensure!(out == "hi\n", "unexpected output {out:?}");
+            anyhow::Ok((id, ms(start.elapsed())))
+        });
+        let results = futures_util::future::join_all(runs).await;
+        let mut times = vec![];
+        for r in results {
+            let (id, t) = r?;
+            times.push(t);
+            self.kill(&id).await?;
+        }
+        Ok(times)
+    }
+
+    /// A sandbox with `mib` MiB of non-zero memory held by a running process; then
+    /// `cycles` × (pause, resume), each timed by its HTTP call. The first pause of a template
+    /// clone saves all of memory and is reported apart.
+    pub async fn pause_resume(&self, template: &str, mib: u32, cycles: usize) -> Result<PauseTimes> {
+        let id = self.create(template).await?;
+        let hold = format!(
+            "nohup node -e \"const b=Buffer.alloc({mib}*1048576,0xa5); require('fs').writeFileSync('/tmp/held','ok'); setInterval(()=>b[0]++,1000)\" >/dev/null 2>&1 &"
+        );
+        self.exec(&id, &hold).await?;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self.exec(&id, "cat /tmp/held 2>/dev/null || true").await? != "ok" {
+            ensure!(Instant::now() < deadline, "the memory holder did not start");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let rss = self.exec(&id, "grep VmRSS /proc/$(pgrep -x node)/status").await?;
+        eprintln!("memory holder: {}", rss.trim());
+        let mut out = PauseTimes::default();
+        for i in 0..cycles {
+            let t = Instant::now();
+            self.post(&id, "pause", json!({})).await?;
+            let pause = ms(t.elapsed());
+            let t = Instant::now();
+            self.post(&id, "resume", json!({})).await?;
+            let resume = ms(t.elapsed());
+            // The holder is still there, with its memory.
+            self.exec(&id, "kill -0 $(pgrep -x node)").await?;
+            if i == 0 {
+                out.first_pause = pause;
+                out.first_resume = resume;
+            } else {
+                out.pause.push(pause);
+                out.resume.push(resume);
+            }
+            eprintln!("pause/resume {}/{cycles}: {pause:.0} / {resume:.0} ms", i + 1);
+        }
+        let state = self.sandbox_dir(&id);
+        out.state_mib = dir_mib(&state);
+        self.kill(&id).await?;
+        Ok(out)
+    }
+
+    fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.dir.path().join("node/sandboxes").join(id)
+    }
+
+    /// Proportional set size of each of `n` idle sandboxes' VMM processes (MiB).
+    pub async fn idle_pss(&self, template: &str, n: usize) -> Result<Vec<f64>> {
+        let mut ids = vec![];
+        for i in 0..n {
+            ids.push(self.create(template).await?);
+            if (i + 1) % 10 == 0 {
+                eprintln!("idle sandboxes: {}/{n}", i + 1);
+            }
+        }
+        // Let them settle (the guests' post-restore work ends).
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let mut pss = vec![];
+        for id in &ids {
+            let sandbox = self.state.node.get(id)?;
+            let pid = sandbox.live()?.vm().pid();
+            pss.push(pss_mib(pid)?);
+        }
+        for id in &ids {
+            self.kill(id).await?;
+        }
+        Ok(pss)
+    }
+
+    /// Time of `fork` into `copies` copies of a running sandbox, `rounds` times.
+    pub async fn forks(&self, template: &str, copies: u32, rounds: usize) -> Result<Vec<f64>> {
+        let id = self.create(template).await?;
+        self.exec(&id, "nohup sh -c 'while true; do sleep 1; done' >/dev/null 2>&1 &").await?;
+        let mut times = vec![];
+        for _ in 0..rounds {
+            let t = Instant::now();
+            let made = self.post(&id, "fork", json!({ "count": copies })).await?;
+            times.push(ms(t.elapsed()));
+            let made = made.as_array().context("a list")?;
+            ensure!(made.len() == copies as usize, "{made:?}");
+            for c in made {
+                let c = c["sandboxId"].as_str().context("id")?;
+                ensure!(self.exec(c, "echo hi").await? == "hi\n");
+                self.kill(c).await?;
+            }
+            eprintln!("fork ×{copies}: {:.0} ms", times.last().unwrap());
+        }
+        self.kill(&id).await?;
+        Ok(times)
+    }
+}
+
+#[derive(Default)]
+pub struct PauseTimes {
+    pub first_pause: f64,
+    pub first_resume: f64,
+    pub pause: Vec<f64>,
+    pub resume: Vec<f64>,
+    /// What the paused sandbox's directory held at the end (disk overlay, memory file).
+    pub state_mib: f64,
+}
+
+/// `Pss:` of /proc/PID/smaps_rollup, in MiB.
+fn pss_mib(pid: u32) -> Result<f64> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))?;
+    let kib: f64 = rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no Pss line")?;
+    Ok(kib / 1024.0)
+}
+
+/// Allocated (not apparent) size of the files in a directory, in MiB.
+fn dir_mib(dir: &Path) -> f64 {
+    use std::os::unix::fs::MetadataExt;
+    let blocks: u64 = std::fs::read_dir(dir)
+        .map(|d| d.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.blocks()).sum())
+        .unwrap_or(0);
+    blocks as f64 * 512.0 / 1048576.0
+}
