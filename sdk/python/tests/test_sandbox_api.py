@@ -139,6 +139,9 @@ def test_pause_and_connect_resume(server: Server, openapi: dict) -> None:
     assert back.state == "running"
     assert back.process.exec_("cat /tmp/kept").stdout == "kept\n"
     assert back.process.exec_("pgrep -x sleep").exit_code == 0  # the process survived
+    # The guest still reaches the API through its agent (a new channel after the resume).
+    api = 'curl -s --max-time 20 -o /dev/null -w "%{http_code}" "$LIZARD_API_URL/v1/whoami"'
+    assert back.process.exec_(api).stdout == "401"
     back.pause()
     back.resume()
     assert back.state == "running"
@@ -146,6 +149,7 @@ def test_pause_and_connect_resume(server: Server, openapi: dict) -> None:
     [copy] = back.fork()
     assert copy.sandbox_id != back.sandbox_id and copy.state == "running"
     assert copy.process.exec_("cat /tmp/kept").stdout == "kept\n"
+    assert copy.process.exec_(api).stdout == "401"
     copy.fs.write("/tmp/kept", "changed\n")
     assert back.fs.read("/tmp/kept") == "kept\n"
     copy.kill()
