@@ -218,6 +218,9 @@ pub enum ErrorCode {
     AccountScopeRequired,
     /// Too many requests; retry later. Reserved: 429.
     RateLimited,
+    /// The account's balance is used up: creating or resuming sandboxes is refused until
+    /// credits are added: 402.
+    PaymentRequired,
 }
 
 impl ErrorCode {
@@ -234,6 +237,7 @@ impl ErrorCode {
             ErrorCode::Internal => 500,
             ErrorCode::AccountScopeRequired => 403,
             ErrorCode::RateLimited => 429,
+            ErrorCode::PaymentRequired => 402,
         }
     }
 }
@@ -262,7 +266,9 @@ impl std::fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
+pub mod billing;
 pub mod tenancy;
+pub use billing::*;
 pub use tenancy::*;
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! The tenancy commands (`whoami`, `workspace`, `project`, `key`, `region`, `volume`)
 //! exist in server mode only. `lizard server` runs the server itself.
 
+pub mod billing;
 pub mod client;
 #[cfg(feature = "node")]
 pub mod local;
@@ -29,7 +30,8 @@ use std::path::PathBuf;
 #[command(after_help = "\
 Modes: without LIZARD_API_URL, `lizard sandbox …` drives the local node (started on demand).
 With LIZARD_API_URL=http://HOST:PORT (and LIZARD_API_KEY), every command talks to that Lizard
-server; whoami, workspace, project, key, region and volume need one.")]
+server; whoami, workspace, project, key, region, volume, billing and metrics need one
+(`lizard billing credit` excepted: it opens <data-dir>/lizard.db).")]
 pub struct Cli {
     /// Where images and sandboxes live [default: /var/lib/lizard as root, else $XDG_DATA_HOME/lizard]
     #[arg(long, global = true, env = "LIZARD_DATA_DIR", help_heading = "Global options")]
@@ -80,6 +82,11 @@ pub enum Command {
     /// Volumes: disks that outlive sandboxes.
     #[command(subcommand)]
     Volume(tenancy::VolumeCmd),
+    /// The account's balance, ledger and spend (unscoped keys); operator credits.
+    #[command(subcommand)]
+    Billing(billing::BillingCmd),
+    /// Usage per workspace and project within the key's scope (sandbox-seconds, cost, running).
+    Metrics(billing::MetricsArgs),
 }
 
 #[cfg(feature = "node")]
@@ -230,5 +237,10 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Key(cmd) => tenancy::key(&ctx.require_server("key")?, cmd, ctx.json).await.map(|_| 0),
         Command::Region(cmd) => tenancy::region(&ctx.require_server("region")?, cmd, ctx.json).await.map(|_| 0),
         Command::Volume(cmd) => tenancy::volume(&ctx.require_server("volume")?, cmd, ctx.json).await.map(|_| 0),
+        Command::Billing(cmd @ billing::BillingCmd::Credit { .. }) => {
+            billing::credit(&ctx.data_dir, cmd, ctx.json).await.map(|_| 0)
+        }
+        Command::Billing(cmd) => billing::run(&ctx.require_server("billing")?, cmd, ctx.json).await.map(|_| 0),
+        Command::Metrics(args) => billing::metrics(&ctx.require_server("metrics")?, args, ctx.json).await.map(|_| 0),
     }
 }

@@ -5,7 +5,9 @@ use anyhow::Result;
 use clap::Args;
 use lizard_node::NodeConfig;
 use lizard_server::run::RunOptions;
+use lizard_server::billing::{BillingConfig, Pricing};
 use lizard_server::ServerConfig;
+use std::time::Duration;
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -33,12 +35,67 @@ pub struct ServerArgs {
     #[arg(long, value_name = "D")]
     pub domain: Option<String>,
     #[command(flatten)]
+    pub billing: BillingOpts,
+    #[command(flatten)]
     pub node: NodeOpts,
 }
 
+/// Prices and credits (money in nano-dollars, 10^-9 USD, so per-second rates are exact).
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Billing")]
+pub struct BillingOpts {
+    /// Nano-dollars per vCPU per second while running (2000 = $0.0072/hour).
+    #[arg(long, value_name = "NANOS", default_value_t = 2_000)]
+    pub vcpu_price: i64,
+    /// Nano-dollars per GiB of memory per second while running (1000 = $0.0036/hour).
+    #[arg(long, value_name = "NANOS", default_value_t = 1_000)]
+    pub memory_price: i64,
+    /// Nano-dollars per GiB of memory per second while paused (its saved state).
+    #[arg(long, value_name = "NANOS", default_value_t = 0)]
+    pub paused_memory_price: i64,
+    /// Nano-dollars per GiB of volume per second (volumes are not metered yet: 0 only).
+    #[arg(long, value_name = "NANOS", default_value_t = 0)]
+    pub volume_price: i64,
+    /// Free credits of a new account, in dollars.
+    #[arg(long, value_name = "USD", default_value = "10")]
+    pub signup_credit: String,
+    /// Milliseconds between metering ticks; also the most a crash can leave unbilled per sandbox.
+    #[arg(long, value_name = "MS", default_value_t = 5_000)]
+    pub billing_tick_ms: u64,
+    /// Seconds an account may stay at zero balance before its running sandboxes are paused.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub billing_grace: u64,
+}
+
+impl BillingOpts {
+    pub fn config(&self) -> Result<BillingConfig> {
+        let pricing = Pricing {
+            vcpu_nanos_per_second: self.vcpu_price,
+            gib_nanos_per_second: self.memory_price,
+            paused_gib_nanos_per_second: self.paused_memory_price,
+            volume_gib_nanos_per_second: self.volume_price,
+        };
+        pricing.validate().map_err(anyhow::Error::msg)?;
+        let signup_credit_nanos = lizard_api::parse_usd(&self.signup_credit)?;
+        if signup_credit_nanos < 0 {
+            anyhow::bail!("--signup-credit must not be negative");
+        }
+        if self.billing_tick_ms < 10 {
+            anyhow::bail!("--billing-tick-ms must be at least 10");
+        }
+        Ok(BillingConfig {
+            pricing,
+            signup_credit_nanos,
+            tick: Duration::from_millis(self.billing_tick_ms),
+            grace: Duration::from_secs(self.billing_grace),
+        })
+    }
+}
+
 /// What `lizard server` runs, from its flags and the data directory.
-pub fn options(data_dir: &Path, args: &ServerArgs) -> RunOptions {
+pub fn options(data_dir: &Path, args: &ServerArgs) -> Result<RunOptions> {
     let mut server = ServerConfig::new(data_dir);
+    server.billing = args.billing.config()?;
     if let Some(l) = args.listen {
         server.listen = l;
     }
@@ -51,13 +108,13 @@ pub fn options(data_dir: &Path, args: &ServerArgs) -> RunOptions {
     let mut node = NodeConfig::new(data_dir.join("server"));
     node.image_root = data_dir.to_path_buf();
     args.node.apply(&mut node);
-    RunOptions { server, node, proxy_listen: (!args.no_proxy).then_some(args.proxy_listen) }
+    Ok(RunOptions { server, node, proxy_listen: (!args.no_proxy).then_some(args.proxy_listen) })
 }
 
 pub async fn run(data_dir: &Path, args: ServerArgs) -> Result<()> {
     std::fs::create_dir_all(data_dir)
         .map_err(|e| anyhow::anyhow!("create the data directory {}: {e}", data_dir.display()))?;
-    let opts = options(data_dir, &args);
+    let opts = options(data_dir, &args)?;
     let shutdown = shutdown_signal()?;
     lizard_server::run::run(opts, shutdown).await?;
     Ok(())

@@ -150,7 +150,7 @@ fn server_flags_map_to_run_options() {
         "tcg",
     ]);
     let Command::Server(args) = cli.command else { panic!() };
-    let o = lizard_cli::server::options(Path::new("/d"), &args);
+    let o = lizard_cli::server::options(Path::new("/d"), &args).unwrap();
     assert_eq!(o.server.listen.to_string(), "0.0.0.0:8080");
     assert_eq!(o.proxy_listen.map(|a| a.to_string()).as_deref(), Some("0.0.0.0:8443"));
     assert_eq!((o.server.region.as_str(), o.server.domain.as_str()), ("eu-1", "example.com"));
@@ -159,10 +159,57 @@ fn server_flags_map_to_run_options() {
     assert_eq!(o.node.accel, Some(lizard_node::Accel::Tcg));
 
     let Command::Server(args) = parse(&["server"]).command else { panic!() };
-    let o = lizard_cli::server::options(Path::new("/d"), &args);
+    let o = lizard_cli::server::options(Path::new("/d"), &args).unwrap();
     assert_eq!(o.server.listen.to_string(), "127.0.0.1:7171");
+    assert_eq!(o.server.billing, lizard_server::billing::BillingConfig::default(), "flag defaults are the config's");
     assert_eq!(o.proxy_listen.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:7172"));
     assert_eq!(o.server.region, "local");
     let Command::Server(args) = parse(&["server", "--no-proxy"]).command else { panic!() };
-    assert_eq!(lizard_cli::server::options(Path::new("/d"), &args).proxy_listen, None);
+    assert_eq!(lizard_cli::server::options(Path::new("/d"), &args).unwrap().proxy_listen, None);
+}
+
+#[test]
+fn billing_flags_map_to_the_billing_config() {
+    let Command::Server(args) = parse(&[
+        "server",
+        "--vcpu-price",
+        "3000",
+        "--memory-price",
+        "2048",
+        "--paused-memory-price",
+        "10",
+        "--signup-credit",
+        "0.25",
+        "--billing-tick-ms",
+        "1000",
+        "--billing-grace",
+        "7",
+    ])
+    .command
+    else {
+        panic!()
+    };
+    let b = lizard_cli::server::options(Path::new("/d"), &args).unwrap().server.billing;
+    assert_eq!(b.pricing.running_rate(1, 512), 3000 + 1024);
+    assert_eq!(b.pricing.paused_rate(1024), 10);
+    assert_eq!(b.signup_credit_nanos, 250_000_000);
+    assert_eq!((b.tick.as_millis(), b.grace.as_secs()), (1000, 7));
+    for bad in [&["server", "--vcpu-price=-1"][..], &["server", "--volume-price", "5"], &["server", "--signup-credit", "1e3"]] {
+        let Command::Server(args) = parse(bad).command else { panic!() };
+        assert!(lizard_cli::server::options(Path::new("/d"), &args).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn billing_commands_parse() {
+    use lizard_cli::billing::{metrics_uri, transactions_uri, BillingCmd, MetricsArgs};
+    let c = parse(&["billing", "credit", "--account", "acc_1", "--amount", "25", "--idempotency-key", "k1"]);
+    assert!(matches!(c.command, Command::Billing(BillingCmd::Credit { ref account, .. }) if account == "acc_1"));
+    assert!(matches!(parse(&["billing", "live"]).command, Command::Billing(BillingCmd::Live)));
+    assert_eq!(transactions_uri(10, Some("42"), true), "/v1/billing/transactions?limit=10&cursor=42&includeUsage=true");
+    assert_eq!(transactions_uri(50, None, false), "/v1/billing/transactions?limit=50");
+    let m = MetricsArgs { workspace: Some("ws 1".into()), project: None, from: Some("2026-11-01T00:00:00Z".into()), to: None };
+    assert_eq!(metrics_uri(&m), "/v1/metrics?workspaceId=ws%201&from=2026-11-01T00%3A00%3A00Z");
+    let Command::Metrics(m) = parse(&["metrics", "--project", "prj_1"]).command else { panic!() };
+    assert_eq!(metrics_uri(&m), "/v1/metrics?projectId=prj_1");
 }

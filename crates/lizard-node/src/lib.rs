@@ -442,14 +442,7 @@ impl Node {
             Some(s) => Ok(s),
             None => Sandbox::boot(self.backend.as_ref(), config, &template, secret, req, self.config.boot_timeout).await,
         };
-        let sandbox = match started {
-            Ok(s) => Arc::new(s),
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&run_dir);
-                return Err(e);
-            }
-        };
-        self.admit(sandbox.clone())?;
+        let sandbox = self.admit(started, &run_dir)?;
         tracing::info!(%id, template = %sandbox.template, "sandbox running");
         Ok(sandbox)
     }

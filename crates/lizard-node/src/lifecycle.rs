@@ -20,6 +20,7 @@ use lizard_vmm::{MemoryMapping, Snapshot, VmConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -134,24 +135,38 @@ impl Node {
                 Some(live) => (live.clone(), st.config.clone(), st.own_memory),
             }
         };
+        // New operations are refused from here, as for a paused sandbox.
+        sandbox.pausing.store(true, Ordering::SeqCst);
         // The agent goes back to waiting for a host while the guest still runs, so that
         // the first connection after the resume is simply its next session.
         let _ = tokio::time::timeout(Duration::from_secs(2), live.agent().shutdown()).await;
         tokio::time::sleep(AGENT_SETTLE).await;
         let vm = live.vm();
-        vm.pause().await?;
-        let saved = if own_memory {
-            vm.snapshot(&Snapshot { vmstate: sandbox.run_dir.join(VMSTATE), memory: config.memory_file() }).await
-        } else {
-            vm.save_all(&sandbox.run_dir.join(FULL_STATE)).await
+        let saved = match vm.pause().await {
+            Ok(()) if own_memory => {
+                vm.snapshot(&Snapshot { vmstate: sandbox.run_dir.join(VMSTATE), memory: config.memory_file() }).await
+            }
+            Ok(()) => vm.save_all(&sandbox.run_dir.join(FULL_STATE)).await,
+            Err(e) => Err(e),
         };
         if let Err(e) = saved {
+            // Not paused after all: run on, with a new session.
             let _ = vm.resume().await;
+            let deadline = self.config.boot_timeout;
+            match sandbox::connect_agent(vm, &sandbox.secret, deadline, Some(sandbox::RESTORED_HANDSHAKE)).await {
+                Ok(agent) => {
+                    self.forward_api(&sandbox.id, &agent);
+                    live.set_agent(agent)
+                }
+                Err(e) => tracing::warn!(id = %sandbox.id, "no agent session after a failed pause: {e}"),
+            }
+            sandbox.pausing.store(false, Ordering::SeqCst);
             return Err(e.into());
         }
         // From here the saved VM is the sandbox: the process must not run on. Taking it
         // out of the state first tells its monitor that its exit is no crash.
         sandbox.state.lock().unwrap().live = None;
+        sandbox.pausing.store(false, Ordering::SeqCst);
         let recorded = sandbox.write_record();
         let _ = vm.kill().await;
         recorded?;
@@ -307,19 +322,19 @@ impl Node {
             Ok(Sandbox::forked(source, config, secret, Live::new(vm, agent), layers.to_vec()))
         }
         .await;
+        self.admit(started, &run_dir)
+    }
+
+    /// Put a just-started sandbox in the map, under watch, with its record written; or,
+    /// when it did not start, remove its directory.
+    pub(crate) fn admit(self: &Arc<Self>, started: Result<Sandbox>, run_dir: &Path) -> Result<Arc<Sandbox>> {
         let sandbox = match started {
             Ok(s) => Arc::new(s),
             Err(e) => {
-                let _ = std::fs::remove_dir_all(&run_dir);
+                let _ = std::fs::remove_dir_all(run_dir);
                 return Err(e);
             }
         };
-        self.admit(sandbox.clone())?;
-        Ok(sandbox)
-    }
-
-    /// Put a just-started sandbox in the map, under watch, with its record written.
-    pub(crate) fn admit(self: &Arc<Self>, sandbox: Arc<Sandbox>) -> Result<()> {
         if let Err(e) = sandbox.write_record() {
             if let Ok(live) = sandbox.live() {
                 let vm = live.clone();
@@ -330,16 +345,16 @@ impl Node {
         }
         self.sandboxes.write().unwrap().insert(sandbox.id.clone(), sandbox.clone());
         if let Ok(live) = sandbox.live() {
-            self.watch(sandbox, live);
+            self.watch(sandbox.clone(), live);
         }
-        Ok(())
+        Ok(sandbox)
     }
 
     /// Clean up after a VMM that exits by itself (crash, guest power-off, OOM kill). A VM
     /// that a pause ended is no longer the sandbox's live one, and is left alone.
     pub(crate) fn watch(self: &Arc<Self>, sandbox: Arc<Sandbox>, live: Arc<Live>) {
         // Every live VM (created, resumed, forked) gets its guest's API connections carried.
-        self.forward_api(&sandbox.id, live.agent());
+        self.forward_api(&sandbox.id, &live.agent());
         let node = Arc::downgrade(self);
         tokio::spawn(async move {
             let exit = live.vm().wait().await;

@@ -67,20 +67,26 @@ pub(crate) fn vmm_pid_of(dir: &Path, id: &str) -> Option<i32> {
 /// ends both; a resume makes new ones.
 pub struct Live {
     vm: Box<dyn Vm>,
-    agent: AgentClient,
+    /// Replaced when a pause that ended the session fails and the node reconnects.
+    agent: Mutex<AgentClient>,
 }
 
 impl Live {
     pub(crate) fn new(vm: Box<dyn Vm>, agent: AgentClient) -> Live {
-        Live { vm, agent }
+        Live { vm, agent: Mutex::new(agent) }
     }
 
     pub fn vm(&self) -> &dyn Vm {
         self.vm.as_ref()
     }
 
-    pub fn agent(&self) -> &AgentClient {
-        &self.agent
+    /// The agent connection (a cheap handle on the one session).
+    pub fn agent(&self) -> AgentClient {
+        self.agent.lock().unwrap().clone()
+    }
+
+    pub(crate) fn set_agent(&self, agent: AgentClient) {
+        *self.agent.lock().unwrap() = agent;
     }
 }
 
@@ -126,6 +132,9 @@ pub struct Sandbox {
     pub(crate) state: Mutex<State>,
     /// Serializes pause, resume, fork and kill of this sandbox.
     pub(crate) transition: tokio::sync::Mutex<()>,
+    /// A pause is under way: new operations are refused as if it were paused, and ones
+    /// whose channel the pause closes fail the same way.
+    pub(crate) pausing: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -149,7 +158,7 @@ impl Sandbox {
         create_overlay(&template.rootfs, "raw", &config.root_disk).await?;
         let vm = backend.boot(&config).await?;
         let agent = connected(vm.as_ref(), connect_agent(vm.as_ref(), &secret, deadline, None)).await?;
-        Ok(Sandbox::running(&config, template, req, secret, Live { vm, agent }, false))
+        Ok(Sandbox::running(&config, template, req, secret, Live::new(vm, agent), false))
     }
 
     /// Start a sandbox by restoring a template snapshot: a new root overlay over the
@@ -180,7 +189,7 @@ impl Sandbox {
         let identity = give_identity(vm.as_ref(), &config.id, &snapshot.secret, &secret, deadline);
         let agent = connected(vm.as_ref(), identity).await?;
         tracing::debug!(id = %config.id, ?disk, ?vmm, total = ?t.elapsed(), "restored");
-        Ok(Sandbox::running(&config, template, req, secret, Live { vm, agent }, true))
+        Ok(Sandbox::running(&config, template, req, secret, Live::new(vm, agent), true))
     }
 
     fn running(
@@ -209,6 +218,7 @@ impl Sandbox {
                 layers: vec![],
             }),
             transition: tokio::sync::Mutex::new(()),
+            pausing: Default::default(),
         }
     }
 
@@ -228,6 +238,7 @@ impl Sandbox {
             from_snapshot: true,
             state: Mutex::new(State { live: Some(Arc::new(live)), config, own_memory: true, layers }),
             transition: tokio::sync::Mutex::new(()),
+            pausing: Default::default(),
         }
     }
 
@@ -246,6 +257,7 @@ impl Sandbox {
             from_snapshot: who.from_snapshot,
             state: Mutex::new(State { live: None, config, own_memory, layers }),
             transition: tokio::sync::Mutex::new(()),
+            pausing: Default::default(),
         }
     }
 
@@ -254,8 +266,11 @@ impl Sandbox {
         self.from_snapshot
     }
 
-    /// The running VM and agent, or CONFLICT while paused.
+    /// The running VM and agent, or CONFLICT while paused (or pausing).
     pub fn live(&self) -> Result<Arc<Live>> {
+        if self.pausing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(NodeError::Paused(self.id.clone()));
+        }
         self.state.lock().unwrap().live.clone().ok_or_else(|| NodeError::Paused(self.id.clone()))
     }
 
@@ -267,7 +282,12 @@ impl Sandbox {
         SandboxInfo {
             sandbox_id: self.id.clone(),
             template: self.template.clone(),
-            state: if self.is_paused() { SandboxState::Paused } else { SandboxState::Running },
+            // Pausing counts as paused: operations are already refused.
+            state: if self.is_paused() || self.pausing.load(std::sync::atomic::Ordering::SeqCst) {
+                SandboxState::Paused
+            } else {
+                SandboxState::Running
+            },
             vcpus: self.vcpus,
             memory_mib: self.memory_mib,
             started_at: humantime::format_rfc3339_millis(self.started_at).to_string(),
@@ -332,7 +352,7 @@ impl Sandbox {
 
     async fn start_exec(&self, req: lizard_api::ExecRequest) -> Result<lizard_agent_client::ExecStream> {
         let (req, stdin) = self.agent_exec(req)?;
-        self.live()?.agent.exec(req, stdin).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent().exec(req, stdin).await.map_err(|e| self.agent_error(e))
     }
 
     /// Run a command to completion and collect its output (lossy UTF-8).
@@ -395,7 +415,7 @@ impl Sandbox {
         path: &str,
     ) -> Result<(Option<u64>, futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>)> {
         use futures_util::StreamExt;
-        let file = self.live()?.agent.read_file(path).await.map_err(|e| self.agent_error(e))?;
+        let file = self.live()?.agent().read_file(path).await.map_err(|e| self.agent_error(e))?;
         let len = file.content_length();
         Ok((len, file.map(|r| r.map_err(std::io::Error::other)).boxed()))
     }
@@ -405,21 +425,21 @@ impl Sandbox {
     where
         S: futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
     {
-        self.live()?.agent.write_file(path, mode, body).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent().write_file(path, mode, body).await.map_err(|e| self.agent_error(e))
     }
 
     pub async fn list_dir(&self, path: &str) -> Result<Vec<lizard_api::FileEntry>> {
-        self.live()?.agent.list_dir(path).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent().list_dir(path).await.map_err(|e| self.agent_error(e))
     }
 
     /// Remove a file or a directory tree.
     pub async fn remove(&self, path: &str) -> Result<()> {
-        self.live()?.agent.remove(path).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent().remove(path).await.map_err(|e| self.agent_error(e))
     }
 
     /// Create a directory and its parents.
     pub async fn make_dir(&self, path: &str) -> Result<()> {
-        self.live()?.agent.make_dir(path).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent().make_dir(path).await.map_err(|e| self.agent_error(e))
     }
 
     /// A TCP connection to `port` on the guest's loopback, carried over the agent channel
@@ -429,7 +449,7 @@ impl Sandbox {
     /// Nothing listening there is [`lizard_api::ErrorCode::Unavailable`]; port 0 is
     /// [`lizard_api::ErrorCode::InvalidArgument`].
     pub async fn connect_port(&self, port: u16) -> Result<lizard_agent_client::TcpTunnel> {
-        self.live()?.agent.connect_tcp(port).await.map_err(|e| self.agent_error(e))
+        self.live()?.agent().connect_tcp(port).await.map_err(|e| self.agent_error(e))
     }
 }
 
@@ -483,7 +503,7 @@ fn virtual_size(image: &Path, format: &str) -> Result<u64> {
 /// each retry doubles it. A retry covers a connection that races the guest noticing that
 /// the host it had before the snapshot left (its old session then waits for that host
 /// until this one gives up and reconnects).
-const RESTORED_HANDSHAKE: Duration = Duration::from_millis(250);
+pub(crate) const RESTORED_HANDSHAKE: Duration = Duration::from_secs(2);
 
 /// Authenticate to a just-restored guest with the template's secret and give it its own
 /// identity. The agent answers only once it has switched: from then on only the new

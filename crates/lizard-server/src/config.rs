@@ -22,6 +22,8 @@ pub struct ServerConfig {
     pub owner_email: String,
     /// The owner account's plan, set on first start.
     pub owner_plan: String,
+    /// Prices, free credits, metering tick and the grace period at zero balance.
+    pub billing: crate::billing::BillingConfig,
     /// How long a paused sandbox is kept before it is killed.
     pub paused_retention_ms: u64,
 }
@@ -44,6 +46,7 @@ impl ServerConfig {
             regions: Vec::new(),
             owner_email: "owner@lizard.localhost".into(),
             owner_plan: "free".into(),
+            billing: crate::billing::BillingConfig::default(),
             paused_retention_ms: DEFAULT_PAUSED_RETENTION_MS,
         }
     }

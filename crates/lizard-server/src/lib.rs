@@ -23,12 +23,16 @@
 //! - authorization: the [`auth::Principal`] extractor, [`auth::require_account_scope`],
 //!   [`auth::resolve_project`] / [`auth::project_for`] for a sandbox's project and
 //!   [`auth::sandbox_for`] for a sandbox;
-//! - the store's sandbox records: [`store::Store::insert_sandbox`] and friends.
+//! - the store's sandbox records: [`store::Store::insert_sandbox`] and friends;
+//! - billing: [`billing`] (prices, the metering task, the 402 guard [`billing::require_funds`]
+//!   for anything that starts or resumes a sandbox) over the store's ledger and meters
+//!   ([`store::BillingStore`]); every recorded sandbox carries a [`store::MeterSpec`].
 
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod auth;
+pub mod billing;
 pub mod config;
 pub mod error;
 pub mod ids;
@@ -81,6 +85,10 @@ pub async fn open(config: ServerConfig) -> Result<Server, ServerError> {
 /// [`open`] on a given store (another backend, or an in-memory one in tests).
 pub async fn open_with_store(config: ServerConfig, store: Arc<dyn Store>) -> Result<Server, ServerError> {
     let initial_key = bootstrap(store.as_ref(), &config).await?;
+    let granted = store.grant_signup_credits(config.billing.signup_credit_nanos, ids::now_ms()).await?;
+    if granted > 0 {
+        tracing::info!(accounts = granted, "granted signup credits");
+    }
     Ok(Server { state: ServerState::new(store, config), initial_key })
 }
 

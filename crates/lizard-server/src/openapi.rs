@@ -46,6 +46,8 @@ error_responses! {
     Conflict => "409", "CONFLICT: duplicate name, not empty, or ambiguous name";
     /// 422.
     InvalidArgument => "422", "INVALID_ARGUMENT: malformed body, unknown field or bad value";
+    /// 402: no credits left.
+    PaymentRequired => "402", "PAYMENT_REQUIRED: the account's balance is zero or below";
 }
 
 struct Security;
@@ -78,6 +80,8 @@ impl Modify for Security {
         (name = "api-keys", description = "Scoped and unscoped API keys"),
         (name = "account", description = "Identity and account"),
         (name = "regions", description = "Where sandboxes can run"),
+        (name = "billing", description = "The account's balance, ledger and spend (unscoped keys only)"),
+        (name = "metrics", description = "Usage per workspace and project, within the key's scope"),
         (name = "system", description = "Health and this document")
     )
 )]
@@ -104,11 +108,12 @@ mod tests {
             Internal,
             AccountScopeRequired,
             RateLimited,
+            PaymentRequired,
         ];
         for c in &all {
             match c {
                 InvalidArgument | Unauthenticated | Forbidden | NotFound | Conflict | BootFailed | PortClosed
-                | Unavailable | Internal | AccountScopeRequired | RateLimited => {}
+                | Unavailable | Internal | AccountScopeRequired | RateLimited | PaymentRequired => {}
             }
         }
         all
@@ -139,6 +144,11 @@ mod tests {
             ("/v1/whoami", &["get"]),
             ("/v1/account", &["get"]),
             ("/v1/regions", &["get"]),
+            ("/v1/billing/balance", &["get"]),
+            ("/v1/billing/transactions", &["get"]),
+            ("/v1/billing/summary", &["get"]),
+            ("/v1/billing/live", &["get"]),
+            ("/v1/metrics", &["get"]),
         ];
         let paths = v["paths"].as_object().unwrap();
         let mut listed: Vec<&str> = paths.keys().map(String::as_str).collect();
@@ -183,6 +193,11 @@ mod tests {
             "WhoAmI",
             "Account",
             "Region",
+            "Balance",
+            "TransactionPage",
+            "BillingSummary",
+            "LiveBilling",
+            "Metrics",
         ] {
             assert!(schemas.contains_key(s), "schema {s} missing");
         }

@@ -38,7 +38,19 @@ pub async fn run(opts: RunOptions, shutdown: impl std::future::Future<Output = (
         server: server.state().clone().with_reaper(Arc::new(api::sandboxes::NodeReaper(node.clone()))),
         node: node.clone(),
     };
+    // Sandboxes a dead process left running were billed up to its last metering tick:
+    // close their meters there (never billing its downtime), then end their records.
+    match state.server.store.close_meters_at_watermark().await {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(sandboxes = n, "closed the meters of sandboxes a previous process left running"),
+        Err(e) => tracing::warn!("cannot close leftover meters: {e}"),
+    }
     end_leftover_records(&state, "lost: the server restarted").await;
+    let metering = tokio::spawn(crate::billing::run_metering(
+        state.server.store.clone(),
+        state.server.config.billing.clone(),
+        Arc::new(api::billing::NodePauser(state.clone())),
+    ));
     tracing::info!("API on http://{}", listener.local_addr().map(|a| a.to_string()).unwrap_or_default());
     let reaper = tokio::spawn(api::sandboxes::reap_expired(state.clone()));
     // One shutdown signal for both listeners.
@@ -66,6 +78,7 @@ pub async fn run(opts: RunOptions, shutdown: impl std::future::Future<Output = (
         let _ = p.await;
     }
     reaper.abort();
+    metering.abort();
     node.shutdown().await;
     end_leftover_records(&state, "server stopped").await;
     result

@@ -205,6 +205,12 @@ async fn workspace_delete_is_empty_only_unless_forced() {
             created_at: 1,
             timeout_at: None,
             metadata: Default::default(),
+            meter: lizard_server::store::MeterSpec {
+                vcpus: 1,
+                memory_mib: 512,
+                running_nanos_per_sec: 0,
+                paused_nanos_per_sec: 0,
+            },
             on_timeout: "kill".into(),
             timeout_ms: None,
         };

@@ -228,11 +228,11 @@ export class Volumes {
 export class Billing {
   balance(): Promise<Record<string, any>>
   transactions(opts?: { limit?: number; cursor?: string; includeUsage?: boolean }): Promise<Record<string, any>>
-  summary(): Promise<Record<string, any>>
+  summary(opts?: { granularity?: 'month' | 'day'; periods?: number }): Promise<Record<string, any>>
   live(): Promise<Record<string, any>>
 }
 export class Metrics {
-  get(query?: Record<string, string | number | boolean | undefined>): Promise<Record<string, any>>
+  get(opts?: { workspaceId?: string; projectId?: string; from?: string; to?: string }): Promise<Record<string, any>>
 }
 
 export class Lizard {

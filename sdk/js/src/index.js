@@ -141,8 +141,9 @@ export class Billing {
   transactions({ limit, cursor, includeUsage } = {}) {
     return this.#http.get('/v1/billing/transactions', { query: { limit, cursor, includeUsage } })
   }
-  summary() {
-    return this.#http.get('/v1/billing/summary')
+  /** Credits and usage per UTC period (`granularity`: 'month' | 'day'). */
+  summary({ granularity, periods } = {}) {
+    return this.#http.get('/v1/billing/summary', { query: { granularity, periods } })
   }
   live() {
     return this.#http.get('/v1/billing/live')
@@ -155,9 +156,9 @@ export class Metrics {
   constructor(http) {
     this.#http = http
   }
-  /** GET /v1/metrics; `query` becomes query parameters. */
-  get(query = {}) {
-    return this.#http.get('/v1/metrics', { query })
+  /** Sandbox-seconds, cost and running count per project and workspace the key reaches. */
+  get({ workspaceId, projectId, from, to } = {}) {
+    return this.#http.get('/v1/metrics', { query: { workspaceId, projectId, from, to } })
   }
 }
 

@@ -196,3 +196,19 @@ test('tenancy namespaces', async () => {
   await lz.workspaces.delete(ws.id)
   await assert.rejects(lz.workspaces.find(ws.id), NotFoundError)
 })
+
+test('billing and metrics', async (t) => {
+  if (!hasRoute(doc, '/v1/billing/balance')) {
+    t.skip('this server has no billing yet (issue 7)')
+    return
+  }
+  const lz = new Lizard({ project: 'my-project' })
+  const balance = await lz.billing.balance()
+  assert.equal(typeof balance.balanceNanos, 'number')
+  assert.equal(balance.currency, 'USD')
+  const page = await lz.billing.transactions({ limit: 5, includeUsage: true })
+  assert.ok(page.items.length >= 1 && page.items.length <= 5)
+  assert.equal((await lz.billing.summary({ granularity: 'day', periods: 1 })).granularity, 'day')
+  assert.ok(Array.isArray((await lz.billing.live()).sandboxes))
+  assert.ok(await lz.metrics.get({ projectId: await lz.projectId() }))
+})

@@ -150,9 +150,9 @@ async function sweep() {
     () => lz.volumes.delete('contract-vol'),
     () => lz.billing.balance(),
     () => lz.billing.transactions({ limit: 1, cursor: 'c', includeUsage: true }),
-    () => lz.billing.summary(),
+    () => lz.billing.summary({ granularity: 'day', periods: 2 }),
     () => lz.billing.live(),
-    () => lz.metrics.get(),
+    () => lz.metrics.get({ workspaceId: 'w', projectId: 'p', from: '2026-01-01T00:00:00Z', to: '2026-01-02T00:00:00Z' }),
   ]
   for (const call of calls) {
     try {

@@ -154,8 +154,10 @@ class Billing:
         params = {"limit": limit, "cursor": cursor, "includeUsage": include_usage}
         return Record.from_json(self._http.get("/v1/billing/transactions", params=params))
 
-    def summary(self) -> Record:
-        return Record.from_json(self._http.get("/v1/billing/summary"))
+    def summary(self, *, granularity: Optional[str] = None, periods: Optional[int] = None) -> Record:
+        """Credits and usage per UTC period (``granularity``: ``month`` or ``day``)."""
+        params = {"granularity": granularity, "periods": periods}
+        return Record.from_json(self._http.get("/v1/billing/summary", params=params))
 
     def live(self) -> Record:
         return Record.from_json(self._http.get("/v1/billing/live"))
@@ -167,8 +169,17 @@ class Metrics:
     def __init__(self, http: HttpClient) -> None:
         self._http = http
 
-    def get(self, **params: Any) -> Record:
-        """``GET /v1/metrics``; keyword arguments become query parameters (camelCase)."""
+    def get(
+        self,
+        *,
+        workspace_id: Optional[str] = None,
+        project_id: Optional[str] = None,
+        from_: Optional[str] = None,
+        to: Optional[str] = None,
+    ) -> Record:
+        """Sandbox-seconds, cost and running count per project and workspace the key
+        reaches (``from_``/``to``: RFC 3339)."""
+        params = {"workspaceId": workspace_id, "projectId": project_id, "from": from_, "to": to}
         return Record.from_json(self._http.get("/v1/metrics", params=params))
 
     __call__ = get

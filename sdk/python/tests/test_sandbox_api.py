@@ -184,3 +184,17 @@ def test_tenancy_namespaces(server: Server) -> None:
     lz.workspaces.delete(ws.id)
     with pytest.raises(NotFoundError):
         lz.workspaces.find(ws.id)
+
+
+def test_billing_and_metrics(server: Server, openapi: dict) -> None:
+    if not has_route(openapi, "/v1/billing/balance"):
+        pytest.skip("this server has no billing yet (issue 7)")
+    lz = Lizard(project="my-project")
+    balance = lz.billing.balance()
+    assert isinstance(balance.balance_nanos, int) and balance["currency"] == "USD"
+    page = lz.billing.transactions(limit=5, include_usage=True)
+    assert page["items"] and len(page["items"]) <= 5
+    assert lz.billing.summary(granularity="day", periods=1)["granularity"] == "day"
+    assert "sandboxes" in lz.billing.live().raw
+    metrics = lz.metrics.get(project_id=lz.project_id())
+    assert metrics.raw is not None

@@ -144,9 +144,9 @@ def _sweep() -> None:
         lambda: lz.volumes.delete("contract-vol"),
         lambda: lz.billing.balance(),
         lambda: lz.billing.transactions(limit=1, cursor="c", include_usage=True),
-        lambda: lz.billing.summary(),
+        lambda: lz.billing.summary(granularity="day", periods=2),
         lambda: lz.billing.live(),
-        lambda: lz.metrics.get(),
+        lambda: lz.metrics.get(workspace_id="w", project_id="p", from_="2026-01-01T00:00:00Z", to="2026-01-02T00:00:00Z"),
     ]
     for call in calls:
         try:

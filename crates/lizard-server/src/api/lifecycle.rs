@@ -9,7 +9,7 @@ use crate::api::AppState;
 use crate::auth::Principal;
 use crate::error::{ApiJson, ApiPath, ApiResult, AppError};
 use crate::ids;
-use crate::openapi::{Conflict, InvalidArgument, NotFound, Unauthenticated};
+use crate::openapi::{Conflict, InvalidArgument, NotFound, PaymentRequired, Unauthenticated};
 use crate::store::NewSandbox;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -67,11 +67,12 @@ pub async fn pause(State(state): State<AppState>, p: Principal, ApiPath(id): Api
     tag = "sandboxes",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id")),
-    responses((status = 200, description = "The running sandbox", body = SandboxInfo), Unauthenticated, NotFound)
+    responses((status = 200, description = "The running sandbox", body = SandboxInfo), Unauthenticated, NotFound, PaymentRequired)
 )]
 pub async fn resume(State(state): State<AppState>, p: Principal, ApiPath(id): ApiPath<String>) -> ApiResult<Json<SandboxInfo>> {
     let (sandbox, record) = running(&state, &p, &id).await?;
     if sandbox.is_paused() {
+        crate::billing::require_funds(state.server.store.as_ref(), &record.account_id).await?;
         resume_sandbox(&state, &id, record.timeout_ms).await?;
     }
     current(&state, &p, &id).await
@@ -85,7 +86,7 @@ pub async fn resume(State(state): State<AppState>, p: Principal, ApiPath(id): Ap
     tag = "sandboxes",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id")),
-    responses((status = 200, description = "The running sandbox", body = SandboxInfo), Unauthenticated, NotFound)
+    responses((status = 200, description = "The running sandbox", body = SandboxInfo), Unauthenticated, NotFound, PaymentRequired)
 )]
 pub async fn connect(state: State<AppState>, p: Principal, id: ApiPath<String>) -> ApiResult<Json<SandboxInfo>> {
     resume(state, p, id).await
@@ -102,7 +103,7 @@ pub async fn connect(state: State<AppState>, p: Principal, id: ApiPath<String>) 
     request_body = ForkRequest,
     responses(
         (status = 201, description = "The copies", body = Vec<SandboxInfo>),
-        Unauthenticated, NotFound, Conflict, InvalidArgument
+        Unauthenticated, NotFound, Conflict, InvalidArgument, PaymentRequired
     )
 )]
 pub async fn fork(
@@ -115,6 +116,7 @@ pub async fn fork(
     if !(1..=lizard_node::MAX_FORKS).contains(&req.count) {
         return Err(AppError::invalid(format!("count must be 1..={}, got {}", lizard_node::MAX_FORKS, req.count)));
     }
+    crate::billing::require_funds(state.server.store.as_ref(), &source.account_id).await?;
     let copies = state.node.fork(&id, req.count).await.map_err(node_error)?;
     let store = state.server.store.as_ref();
     let lifetime = source.timeout_ms.unwrap_or(crate::api::sandboxes::DEFAULT_TIMEOUT_MS as i64).max(1) as u64;
@@ -131,6 +133,7 @@ pub async fn fork(
             metadata: source.metadata.clone(),
             on_timeout: source.on_timeout.clone(),
             timeout_ms: source.timeout_ms,
+            meter: state.server.config.billing.pricing.meter(copy.vcpus, copy.memory_mib),
         };
         if let Err(e) = store.insert_sandbox(&record).await {
             // Nothing may run unrecorded: the copies not yet recorded go.

@@ -6,7 +6,9 @@
 //! `/openapi.json`.
 
 pub mod account;
+pub mod billing;
 pub mod keys;
+pub mod metrics;
 pub mod lifecycle;
 pub mod projects;
 pub mod regions;
@@ -36,6 +38,11 @@ where
         .routes(routes!(account::whoami))
         .routes(routes!(account::account))
         .routes(routes!(regions::list))
+        .routes(routes!(billing::balance))
+        .routes(routes!(billing::transactions))
+        .routes(routes!(billing::summary))
+        .routes(routes!(billing::live))
+        .routes(routes!(metrics::metrics))
 }
 
 /// State of the full API: the tenancy core plus the node that runs the sandboxes.

@@ -10,7 +10,7 @@ use crate::api::AppState;
 use crate::auth::{self, Principal};
 use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError};
 use crate::ids;
-use crate::openapi::{InvalidArgument, NotFound, Unauthenticated};
+use crate::openapi::{InvalidArgument, NotFound, PaymentRequired, Unauthenticated};
 use crate::store::{NewSandbox, SandboxFilter, SandboxRecord, StoreError};
 use axum::body::Body;
 use axum::extract::State;
@@ -72,7 +72,7 @@ pub(crate) async fn running(state: &AppState, p: &Principal, id: &str) -> ApiRes
     tag = "sandboxes",
     security(("apiKey" = [])),
     request_body = NewSandboxRequest,
-    responses((status = 201, description = "The running sandbox", body = SandboxInfo), Unauthenticated, NotFound, InvalidArgument)
+    responses((status = 201, description = "The running sandbox", body = SandboxInfo), Unauthenticated, NotFound, InvalidArgument, PaymentRequired)
 )]
 pub async fn create(
     State(state): State<AppState>,
@@ -98,6 +98,7 @@ pub async fn create(
         }
         env.insert("LIZARD_API_KEY".into(), token.clone());
     }
+    crate::billing::require_funds(store, &p.account_id).await?;
     if state.node.config().api_forward.is_some() {
         // The guest's own address for this API, forwarded by its agent.
         env.entry("LIZARD_API_URL".into()).or_insert_with(|| lizard_agent_proto::routes::FORWARD_GUEST_URL.into());
@@ -121,6 +122,7 @@ pub async fn create(
         created_at: ids::now_ms(),
         timeout_at: Some(timeout_at),
         metadata: req.metadata,
+        meter: state.server.config.billing.pricing.meter(sandbox.vcpus, sandbox.memory_mib),
         on_timeout: on_timeout_name(req.on_timeout.unwrap_or_default()).into(),
         timeout_ms: Some(timeout_ms as i64),
     };

@@ -13,7 +13,10 @@
 //!
 //! Timestamps are milliseconds since the Unix epoch.
 
+pub mod billing;
 pub mod sqlite;
+
+pub use billing::{BillingStore, MeterSpec, MeterState};
 
 use crate::scope::Scope;
 use async_trait::async_trait;
@@ -95,6 +98,8 @@ pub struct NewSandbox {
     pub created_at: i64,
     pub timeout_at: Option<i64>,
     pub metadata: BTreeMap<String, String>,
+    /// What it costs; its meter opens at `created_at` in `state`.
+    pub meter: MeterSpec,
     /// `kill` or `pause`: what the timeout does.
     pub on_timeout: String,
     /// The lifetime it was given (a resume gives it again).
@@ -143,8 +148,9 @@ pub struct Removed {
 }
 
 /// The control plane's persistent state. Object-safe: handlers hold `Arc<dyn Store>`.
+/// Billing (the ledger, the meters) is its [`BillingStore`] half.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: BillingStore + Send + Sync + 'static {
     // --- accounts -------------------------------------------------------------------
 
     /// First start: insert `account` and its first `key` in one transaction, but only if
@@ -224,12 +230,14 @@ pub trait Store: Send + Sync + 'static {
         filter: &SandboxFilter,
     ) -> Result<Vec<SandboxRecord>>;
 
+    /// Record a state change (`running`, `paused`). Atomically bills the sandbox's meter up
+    /// to now in the old state and meters the new one from now.
     async fn set_sandbox_state(&self, sandbox_id: &str, state: &str) -> Result<()>;
 
     async fn set_sandbox_timeout(&self, sandbox_id: &str, timeout_at: Option<i64>) -> Result<()>;
 
     /// Mark a sandbox ended (killed, timed out, lost). Returns false when it had already
-    /// ended (the first reason wins).
+    /// ended (the first reason wins). Atomically bills its meter up to `at` and closes it.
     async fn end_sandbox(&self, sandbox_id: &str, at: i64, reason: &str) -> Result<bool>;
 
     /// Live sandboxes of every account whose timeout is at or before `now`.

@@ -33,8 +33,12 @@ use std::time::Duration;
 /// The schema, in order. The version is the file's number.
 pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "tenancy", include_str!("../../migrations/0001_tenancy.sql")),
+    (2, "billing", include_str!("../../migrations/0002_billing.sql")),
     (4, "lifecycle", include_str!("../../migrations/0004_lifecycle.sql")),
 ];
+
+mod billing;
+pub use billing::SIGNUP_CREDIT_KEY;
 
 /// The database file's name inside the data directory.
 pub const DB_FILE: &str = "lizard.db";
@@ -368,6 +372,11 @@ impl Store for SqliteStore {
         .iter()
         .map(sandbox)
         .collect::<Result<Vec<_>>>()?;
+        // The live ones stop now: bill them up to here and close their meters.
+        let now = crate::ids::now_ms();
+        for s in &live {
+            billing::transition_tx(&mut tx, &s.id, MeterState::Ended, now).await?;
+        }
         sqlx::query("DELETE FROM sandboxes WHERE project_id IN (SELECT id FROM projects WHERE workspace_id = ?)")
             .bind(workspace_id)
             .execute(&mut *tx)
@@ -587,6 +596,8 @@ impl Store for SqliteStore {
 
     async fn insert_sandbox(&self, s: &NewSandbox) -> Result<()> {
         let metadata = serde_json::to_string(&s.metadata).map_err(json_err)?;
+        // The record and its meter in one transaction: nothing runs unbilled.
+        let mut tx = self.write().await?;
         sqlx::query(
             "INSERT INTO sandboxes (id, project_id, template, state, created_at, timeout_at, metadata, on_timeout, timeout_ms) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -600,7 +611,7 @@ impl Store for SqliteStore {
         .bind(metadata)
         .bind(&s.on_timeout)
         .bind(s.timeout_ms)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| match &e {
             sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
@@ -608,6 +619,9 @@ impl Store for SqliteStore {
             }
             _ => conflict_or_backend(e, || format!("sandbox {} already exists", s.id)),
         })?;
+        billing::open_meter_tx(&mut tx, &s.id, &s.project_id, &s.meter, billing::meter_state_of(&s.state), s.created_at)
+            .await?;
+        tx.commit().await.map_err(backend)?;
         Ok(())
     }
 
@@ -650,16 +664,19 @@ impl Store for SqliteStore {
     }
 
     async fn set_sandbox_state(&self, sandbox_id: &str, state: &str) -> Result<()> {
+        let mut tx = self.write().await?;
         let r = sqlx::query("UPDATE sandboxes SET state = ? WHERE id = ?")
             .bind(state)
             .bind(sandbox_id)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .map_err(backend)?;
         if r.rows_affected() == 0 {
             return Err(StoreError::NotFound(format!("sandbox {sandbox_id}")));
         }
-        Ok(())
+        // Bill the state that ends, and meter the new one from now.
+        billing::transition_tx(&mut tx, sandbox_id, billing::meter_state_of(state), crate::ids::now_ms()).await?;
+        tx.commit().await.map_err(backend)
     }
 
     async fn set_sandbox_timeout(&self, sandbox_id: &str, timeout_at: Option<i64>) -> Result<()> {
@@ -693,6 +710,7 @@ impl Store for SqliteStore {
                     .execute(&mut *tx)
                     .await
                     .map_err(backend)?;
+                billing::transition_tx(&mut tx, sandbox_id, MeterState::Ended, at).await?;
                 tx.commit().await.map_err(backend)?;
                 Ok(true)
             }
@@ -758,6 +776,7 @@ mod tests {
             created_at: 5,
             timeout_at: Some(100),
             metadata: BTreeMap::from([("a".into(), "b".into())]),
+            meter: MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: 2_500, paused_nanos_per_sec: 0 },
             on_timeout: "pause".into(),
             timeout_ms: Some(95),
         }

@@ -1,0 +1,724 @@
+//! [`BillingStore`] on SQLite, and the meter steps the sandbox writes of
+//! [`super::SqliteStore`] run inside their own transactions.
+//!
+//! The balance is not computed here: the `ledger_balance` trigger (migration 0002) updates
+//! `account_balances` in the very statement that appends a ledger row, and triggers refuse
+//! any UPDATE or DELETE of the ledger.
+
+use super::{backend, SqliteStore};
+use crate::store::billing::*;
+use crate::store::{Result, StoreError};
+use async_trait::async_trait;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row, Sqlite, Transaction};
+
+/// Idempotency key of the free credits every account starts with.
+pub const SIGNUP_CREDIT_KEY: &str = "signup-credit";
+
+const LEDGER_COLUMNS: &str = "seq, id, account_id, kind, amount_nanos, description, workspace_id, project_id, \
+     sandbox_id, usage_kind, period_start, period_end, quantity_ms, nanos_per_second, idempotency_key, created_at";
+
+const METER_COLUMNS: &str = "sandbox_id, account_id, workspace_id, project_id, vcpus, memory_mib, \
+     running_nanos_per_sec, paused_nanos_per_sec, state, billed_until, carry";
+
+fn entry(r: &SqliteRow) -> Result<LedgerEntry> {
+    let kind: String = r.try_get("kind").map_err(backend)?;
+    Ok(LedgerEntry {
+        seq: r.try_get("seq").map_err(backend)?,
+        id: r.try_get("id").map_err(backend)?,
+        account_id: r.try_get("account_id").map_err(backend)?,
+        kind: LedgerKind::parse(&kind).ok_or_else(|| StoreError::Backend(format!("ledger kind {kind:?}").into()))?,
+        amount_nanos: r.try_get("amount_nanos").map_err(backend)?,
+        description: r.try_get("description").map_err(backend)?,
+        workspace_id: r.try_get("workspace_id").map_err(backend)?,
+        project_id: r.try_get("project_id").map_err(backend)?,
+        sandbox_id: r.try_get("sandbox_id").map_err(backend)?,
+        usage_kind: r.try_get("usage_kind").map_err(backend)?,
+        period_start: r.try_get("period_start").map_err(backend)?,
+        period_end: r.try_get("period_end").map_err(backend)?,
+        quantity_ms: r.try_get("quantity_ms").map_err(backend)?,
+        nanos_per_second: r.try_get("nanos_per_second").map_err(backend)?,
+        idempotency_key: r.try_get("idempotency_key").map_err(backend)?,
+        created_at: r.try_get("created_at").map_err(backend)?,
+    })
+}
+
+fn meter(r: &SqliteRow) -> Result<MeterRecord> {
+    let state: String = r.try_get("state").map_err(backend)?;
+    let vcpus: i64 = r.try_get("vcpus").map_err(backend)?;
+    let memory_mib: i64 = r.try_get("memory_mib").map_err(backend)?;
+    Ok(MeterRecord {
+        sandbox_id: r.try_get("sandbox_id").map_err(backend)?,
+        account_id: r.try_get("account_id").map_err(backend)?,
+        workspace_id: r.try_get("workspace_id").map_err(backend)?,
+        project_id: r.try_get("project_id").map_err(backend)?,
+        spec: MeterSpec {
+            vcpus: vcpus as u32,
+            memory_mib: memory_mib as u32,
+            running_nanos_per_sec: r.try_get("running_nanos_per_sec").map_err(backend)?,
+            paused_nanos_per_sec: r.try_get("paused_nanos_per_sec").map_err(backend)?,
+        },
+        state: MeterState::parse(&state).ok_or_else(|| StoreError::Backend(format!("meter state {state:?}").into()))?,
+        billed_until: r.try_get("billed_until").map_err(backend)?,
+        carry: r.try_get("carry").map_err(backend)?,
+    })
+}
+
+/// Open a sandbox's meter, running from `at` (inside `insert_sandbox`'s transaction).
+pub(super) async fn open_meter_tx(
+    tx: &mut Transaction<'static, Sqlite>,
+    sandbox_id: &str,
+    project_id: &str,
+    spec: &MeterSpec,
+    state: MeterState,
+    at: i64,
+) -> Result<()> {
+    let owner: Option<(String, String)> = sqlx::query_as(
+        "SELECT w.account_id, p.workspace_id FROM projects p JOIN workspaces w ON w.id = p.workspace_id WHERE p.id = ?",
+    )
+    .bind(project_id)
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(backend)?;
+    let Some((account_id, workspace_id)) = owner else {
+        return Err(StoreError::NotFound(format!("project {project_id}")));
+    };
+    sqlx::query(&format!(
+        "INSERT INTO sandbox_meters ({METER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)"
+    ))
+    .bind(sandbox_id)
+    .bind(account_id)
+    .bind(workspace_id)
+    .bind(project_id)
+    .bind(spec.vcpus as i64)
+    .bind(spec.memory_mib as i64)
+    .bind(spec.running_nanos_per_sec)
+    .bind(spec.paused_nanos_per_sec)
+    .bind(state.as_str())
+    .bind(at)
+    .execute(&mut **tx)
+    .await
+    .map_err(backend)?;
+    Ok(())
+}
+
+/// Append the usage entry for `[billed_until, until)` of `m` (none when nothing accrued)
+/// and move its watermark to `until`. Returns whether an entry was written.
+async fn bill_tx(tx: &mut Transaction<'static, Sqlite>, m: &MeterRecord, until: i64) -> Result<bool> {
+    let Some(from) = m.billed_until else { return Ok(false) };
+    if until <= from {
+        return Ok(false);
+    }
+    let (amount, carry) = m.charge(until);
+    let ms = until - from;
+    // A paused sandbox at a zero storage price leaves no trace; running time always
+    // does (metrics count sandbox-seconds from the ledger, even when free).
+    let write = m.state == MeterState::Running || amount > 0;
+    if write {
+        let (usage_kind, what) = match m.state {
+            MeterState::Running => ("compute", "compute"),
+            _ => ("paused_storage", "paused storage"),
+        };
+        sqlx::query(
+            "INSERT INTO ledger (id, account_id, kind, amount_nanos, description, workspace_id, project_id, sandbox_id, \
+             usage_kind, period_start, period_end, quantity_ms, nanos_per_second, created_at) \
+             VALUES (?, ?, 'usage', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(crate::ids::new_id("txn"))
+        .bind(&m.account_id)
+        .bind(-amount)
+        .bind(format!(
+            "{what} of {} ({} vCPU, {} MiB), {}.{:03} s",
+            m.sandbox_id,
+            m.spec.vcpus,
+            m.spec.memory_mib,
+            ms / 1000,
+            ms % 1000
+        ))
+        .bind(&m.workspace_id)
+        .bind(&m.project_id)
+        .bind(&m.sandbox_id)
+        .bind(usage_kind)
+        .bind(from)
+        .bind(until)
+        .bind(ms)
+        .bind(m.rate())
+        .bind(until)
+        .execute(&mut **tx)
+        .await
+        .map_err(backend)?;
+    }
+    sqlx::query("UPDATE sandbox_meters SET billed_until = ?, carry = ? WHERE sandbox_id = ?")
+        .bind(until)
+        .bind(carry)
+        .bind(&m.sandbox_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(backend)?;
+    Ok(write)
+}
+
+/// Bill a sandbox's meter up to `at`, then put it in `state` from `at` on (ended: closed
+/// for good). A sandbox without a meter (recorded before billing existed) is left alone;
+/// an ended meter never reopens.
+pub(super) async fn transition_tx(
+    tx: &mut Transaction<'static, Sqlite>,
+    sandbox_id: &str,
+    state: MeterState,
+    at: i64,
+) -> Result<()> {
+    let row = sqlx::query(&format!("SELECT {METER_COLUMNS} FROM sandbox_meters WHERE sandbox_id = ?"))
+        .bind(sandbox_id)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(backend)?;
+    let Some(m) = row.as_ref().map(meter).transpose()? else { return Ok(()) };
+    if m.state == MeterState::Ended {
+        if state != MeterState::Ended {
+            // A sandbox back in a billable state after its meter closed (it cannot happen
+            // by design; if it does, it is metered again rather than running free).
+            sqlx::query("UPDATE sandbox_meters SET state = ?, billed_until = ?, carry = 0 WHERE sandbox_id = ?")
+                .bind(state.as_str())
+                .bind(at)
+                .bind(sandbox_id)
+                .execute(&mut **tx)
+                .await
+                .map_err(backend)?;
+        }
+        return Ok(());
+    }
+    let until = m.billed_until.map_or(at, |b| at.max(b));
+    bill_tx(tx, &m, until).await?;
+    sqlx::query("UPDATE sandbox_meters SET state = ?, billed_until = ? WHERE sandbox_id = ?")
+        .bind(state.as_str())
+        .bind((state != MeterState::Ended).then_some(until))
+        .bind(sandbox_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(backend)?;
+    Ok(())
+}
+
+/// The meter state a sandbox state string maps to (`running`, `paused`; anything else
+/// counts as running, the costlier reading, so nothing runs free by a typo).
+pub(super) fn meter_state_of(sandbox_state: &str) -> MeterState {
+    match sandbox_state {
+        "paused" => MeterState::Paused,
+        _ => MeterState::Running,
+    }
+}
+
+#[async_trait]
+impl BillingStore for SqliteStore {
+    async fn add_credit(&self, c: &NewCredit) -> Result<CreditOutcome> {
+        let mut tx = self.write().await?;
+        let exists: Option<String> = sqlx::query_scalar("SELECT id FROM accounts WHERE id = ?")
+            .bind(&c.account_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if exists.is_none() {
+            return Err(StoreError::NotFound(format!("account {}", c.account_id)));
+        }
+        let before = sqlx::query(&format!("SELECT {LEDGER_COLUMNS} FROM ledger WHERE account_id = ? AND idempotency_key = ?"))
+            .bind(&c.account_id)
+            .bind(&c.idempotency_key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if let Some(e) = before.as_ref().map(entry).transpose()? {
+            if e.amount_nanos != c.amount_nanos || e.kind != c.kind {
+                return Err(StoreError::Conflict(format!(
+                    "idempotency key {:?} was already used for a {} of {} nano-dollars ({}); use a new key for a different credit",
+                    c.idempotency_key,
+                    e.kind.as_str(),
+                    e.amount_nanos,
+                    e.id
+                )));
+            }
+            return Ok(CreditOutcome::AlreadyAdded(e));
+        }
+        let row = sqlx::query(&format!(
+            "INSERT INTO ledger (id, account_id, kind, amount_nanos, description, idempotency_key, created_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING {LEDGER_COLUMNS}"
+        ))
+        .bind(crate::ids::new_id("txn"))
+        .bind(&c.account_id)
+        .bind(c.kind.as_str())
+        .bind(c.amount_nanos)
+        .bind(&c.description)
+        .bind(&c.idempotency_key)
+        .bind(c.at)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let e = entry(&row)?;
+        tx.commit().await.map_err(backend)?;
+        Ok(CreditOutcome::Added(e))
+    }
+
+    async fn grant_signup_credits(&self, amount_nanos: i64, at: i64) -> Result<u64> {
+        let mut tx = self.write().await?;
+        let accounts: Vec<String> = sqlx::query_scalar(
+            "SELECT a.id FROM accounts a WHERE NOT EXISTS \
+             (SELECT 1 FROM ledger l WHERE l.account_id = a.id AND l.idempotency_key = ?) ORDER BY a.id",
+        )
+        .bind(SIGNUP_CREDIT_KEY)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?;
+        for a in &accounts {
+            sqlx::query(
+                "INSERT INTO ledger (id, account_id, kind, amount_nanos, description, idempotency_key, created_at) \
+                 VALUES (?, ?, 'signup_credit', ?, 'free credits for a new account', ?, ?)",
+            )
+            .bind(crate::ids::new_id("txn"))
+            .bind(a)
+            .bind(amount_nanos)
+            .bind(SIGNUP_CREDIT_KEY)
+            .bind(at)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(accounts.len() as u64)
+    }
+
+    async fn balance(&self, account_id: &str) -> Result<BalanceRecord> {
+        let row: Option<(i64, Option<i64>)> =
+            sqlx::query_as("SELECT balance_nanos, depleted_at FROM account_balances WHERE account_id = ?")
+                .bind(account_id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(backend)?;
+        Ok(row.map(|(balance_nanos, depleted_at)| BalanceRecord { balance_nanos, depleted_at }).unwrap_or_default())
+    }
+
+    async fn ledger_sum(&self, account_id: &str) -> Result<i64> {
+        sqlx::query_scalar("SELECT COALESCE(SUM(amount_nanos), 0) FROM ledger WHERE account_id = ?")
+            .bind(account_id)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(backend)
+    }
+
+    async fn ledger_page(
+        &self,
+        account_id: &str,
+        before_seq: Option<i64>,
+        limit: u32,
+        include_usage: bool,
+    ) -> Result<Vec<LedgerEntry>> {
+        sqlx::query(&format!(
+            "SELECT {LEDGER_COLUMNS} FROM ledger WHERE account_id = ?1 AND (?2 IS NULL OR seq < ?2) \
+             AND (?3 OR kind != 'usage') ORDER BY seq DESC LIMIT ?4"
+        ))
+        .bind(account_id)
+        .bind(before_seq)
+        .bind(include_usage)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(entry)
+        .collect()
+    }
+
+    async fn bill_meters(&self, now: i64) -> Result<u64> {
+        let mut tx = self.write().await?;
+        let open = sqlx::query(&format!(
+            "SELECT {METER_COLUMNS} FROM sandbox_meters WHERE state != 'ended' AND billed_until < ? ORDER BY sandbox_id"
+        ))
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(meter)
+        .collect::<Result<Vec<_>>>()?;
+        let mut written = 0;
+        for m in &open {
+            if bill_tx(&mut tx, m, now).await? {
+                written += 1;
+            }
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(written)
+    }
+
+    async fn close_meters_at_watermark(&self) -> Result<u64> {
+        let r = sqlx::query("UPDATE sandbox_meters SET state = 'ended', billed_until = NULL WHERE state = 'running'")
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(r.rows_affected())
+    }
+
+    async fn open_meters(&self, account_id: Option<&str>) -> Result<Vec<MeterRecord>> {
+        sqlx::query(&format!(
+            "SELECT {METER_COLUMNS} FROM sandbox_meters WHERE state != 'ended' AND (?1 IS NULL OR account_id = ?1) \
+             ORDER BY sandbox_id"
+        ))
+        .bind(account_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(meter)
+        .collect()
+    }
+
+    async fn depleted_accounts(&self, depleted_at_or_before: i64) -> Result<Vec<String>> {
+        sqlx::query_scalar(
+            "SELECT account_id FROM account_balances WHERE depleted_at IS NOT NULL AND depleted_at <= ? ORDER BY account_id",
+        )
+        .bind(depleted_at_or_before)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)
+    }
+
+    async fn usage_by_period(&self, account_id: &str, granularity: Granularity, periods: u32) -> Result<Vec<PeriodRow>> {
+        let fmt = match granularity {
+            Granularity::Month => "%Y-%m",
+            Granularity::Day => "%Y-%m-%d",
+        };
+        // Usage counts in the period its interval started in; credits when added.
+        let rows: Vec<(String, Option<String>, Option<String>, i64, i64)> = sqlx::query_as(
+            "WITH e AS (SELECT strftime(?2, COALESCE(period_start, created_at) / 1000, 'unixepoch') AS period, \
+                    kind, usage_kind, workspace_id, project_id, amount_nanos, quantity_ms FROM ledger WHERE account_id = ?1), \
+                  recent AS (SELECT DISTINCT period FROM e ORDER BY period DESC LIMIT ?3) \
+             SELECT period, workspace_id, project_id, SUM(amount_nanos), \
+                    SUM(CASE WHEN usage_kind = 'compute' THEN quantity_ms ELSE 0 END) \
+             FROM e WHERE period IN (SELECT period FROM recent) \
+             GROUP BY period, kind = 'usage', workspace_id, project_id \
+             ORDER BY period DESC, workspace_id, project_id",
+        )
+        .bind(account_id)
+        .bind(fmt)
+        .bind(periods as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        Ok(rows
+            .into_iter()
+            .map(|(period, workspace_id, project_id, amount_nanos, sandbox_ms)| PeriodRow {
+                period,
+                workspace_id,
+                project_id,
+                amount_nanos,
+                sandbox_ms,
+            })
+            .collect())
+    }
+
+    async fn usage_by_project(&self, account_id: &str, from: Option<i64>, to: Option<i64>) -> Result<Vec<ProjectUsage>> {
+        let rows: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(
+            "WITH used AS (SELECT workspace_id, project_id, -SUM(amount_nanos) AS cost, \
+                    SUM(CASE WHEN usage_kind = 'compute' THEN quantity_ms ELSE 0 END) AS ms \
+                  FROM ledger WHERE account_id = ?1 AND kind = 'usage' \
+                  AND (?2 IS NULL OR period_start >= ?2) AND (?3 IS NULL OR period_start < ?3) \
+                  GROUP BY workspace_id, project_id), \
+              live AS (SELECT workspace_id, project_id, COUNT(*) AS running FROM sandbox_meters \
+                  WHERE account_id = ?1 AND state = 'running' GROUP BY workspace_id, project_id), \
+              keys AS (SELECT workspace_id, project_id FROM used UNION SELECT workspace_id, project_id FROM live) \
+             SELECT k.workspace_id, k.project_id, COALESCE(u.cost, 0), COALESCE(u.ms, 0), COALESCE(l.running, 0) \
+             FROM keys k LEFT JOIN used u ON u.workspace_id = k.workspace_id AND u.project_id = k.project_id \
+             LEFT JOIN live l ON l.workspace_id = k.workspace_id AND l.project_id = k.project_id \
+             ORDER BY k.workspace_id, k.project_id",
+        )
+        .bind(account_id)
+        .bind(from)
+        .bind(to)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        Ok(rows
+            .into_iter()
+            .map(|(workspace_id, project_id, cost_nanos, sandbox_ms, running)| ProjectUsage {
+                workspace_id,
+                project_id,
+                cost_nanos,
+                sandbox_ms,
+                running: running as u32,
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scope::Scope;
+    use crate::store::{AccountRecord, KeyRecord, NewSandbox, ProjectRecord, Store, WorkspaceRecord};
+
+    const RATE: i64 = 2_500;
+
+    async fn seeded() -> SqliteStore {
+        let s = SqliteStore::memory().await.unwrap();
+        let acc = AccountRecord { id: "acc_1".into(), email: "o@x".into(), plan: "free".into(), created_at: 1 };
+        let key = KeyRecord {
+            id: "key_1".into(),
+            account_id: "acc_1".into(),
+            name: "owner".into(),
+            prefix: "lz_x".into(),
+            hash: vec![0; 32],
+            scope: None::<Scope>,
+            created_at: 1,
+            revoked_at: None,
+        };
+        s.bootstrap(&acc, &key).await.unwrap();
+        for (w, p) in [("ws_a", "prj_a"), ("ws_b", "prj_b")] {
+            s.insert_workspace(&WorkspaceRecord {
+                id: w.into(),
+                account_id: "acc_1".into(),
+                name: w.into(),
+                slug: w.into(),
+                created_at: 1,
+            })
+            .await
+            .unwrap();
+            s.insert_project(
+                "acc_1",
+                &ProjectRecord { id: p.into(), workspace_id: w.into(), name: p.into(), slug: p.into(), created_at: 1 },
+            )
+            .await
+            .unwrap();
+        }
+        s
+    }
+
+    fn sbx(id: &str, project: &str, at: i64, paused_rate: i64) -> NewSandbox {
+        NewSandbox {
+            id: id.into(),
+            project_id: project.into(),
+            template: "base".into(),
+            state: "running".into(),
+            created_at: at,
+            timeout_at: None,
+            metadata: Default::default(),
+            on_timeout: "kill".into(),
+            timeout_ms: None,
+            meter: MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: RATE, paused_nanos_per_sec: paused_rate },
+        }
+    }
+
+    async fn usage_of(s: &SqliteStore, sandbox: &str) -> Vec<LedgerEntry> {
+        let mut all = s.ledger_page("acc_1", None, 1000, true).await.unwrap();
+        all.retain(|e| e.sandbox_id.as_deref() == Some(sandbox));
+        all.reverse();
+        all
+    }
+
+    async fn assert_balanced(s: &SqliteStore) {
+        assert_eq!(s.balance("acc_1").await.unwrap().balance_nanos, s.ledger_sum("acc_1").await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn ledger_is_append_only() {
+        let s = seeded().await;
+        s.grant_signup_credits(10, 5).await.unwrap();
+        let upd = sqlx::query("UPDATE ledger SET amount_nanos = 1000000").execute(&s.pool).await;
+        assert!(upd.unwrap_err().to_string().contains("append-only"));
+        let del = sqlx::query("DELETE FROM ledger").execute(&s.pool).await;
+        assert!(del.unwrap_err().to_string().contains("append-only"));
+        assert_eq!(s.ledger_sum("acc_1").await.unwrap(), 10);
+    }
+
+    #[tokio::test]
+    async fn signup_credits_once_and_idempotent_credits() {
+        let s = seeded().await;
+        assert_eq!(s.grant_signup_credits(10_000, 5).await.unwrap(), 1);
+        assert_eq!(s.grant_signup_credits(10_000, 6).await.unwrap(), 0, "once per account");
+        let c = NewCredit {
+            account_id: "acc_1".into(),
+            kind: LedgerKind::Credit,
+            amount_nanos: 5_000,
+            description: "top-up".into(),
+            idempotency_key: "k1".into(),
+            at: 7,
+        };
+        let first = s.add_credit(&c).await.unwrap();
+        assert!(matches!(first, CreditOutcome::Added(_)));
+        let again = s.add_credit(&c).await.unwrap();
+        assert_eq!(again, CreditOutcome::AlreadyAdded(first.entry().clone()));
+        let other = NewCredit { amount_nanos: 6_000, ..c.clone() };
+        assert!(matches!(s.add_credit(&other).await, Err(StoreError::Conflict(_))));
+        let nobody = NewCredit { account_id: "acc_x".into(), ..c.clone() };
+        assert!(matches!(s.add_credit(&nobody).await, Err(StoreError::NotFound(_))));
+        assert_eq!(s.balance("acc_1").await.unwrap(), BalanceRecord { balance_nanos: 15_000, depleted_at: None });
+        assert_balanced(&s).await;
+    }
+
+    #[tokio::test]
+    async fn ticks_and_end_bill_each_millisecond_once() {
+        let s = seeded().await;
+        s.grant_signup_credits(1_000_000_000, 0).await.unwrap();
+        s.insert_sandbox(&sbx("sbx_1", "prj_a", 10_000, 0)).await.unwrap();
+        assert_eq!(s.bill_meters(13_000).await.unwrap(), 1);
+        assert_eq!(s.bill_meters(13_000).await.unwrap(), 0, "nothing accrued since");
+        assert_eq!(s.bill_meters(12_000).await.unwrap(), 0, "time going back bills nothing");
+        s.bill_meters(14_500).await.unwrap();
+        assert!(s.end_sandbox("sbx_1", 20_000, "killed").await.unwrap());
+        s.bill_meters(100_000).await.unwrap();
+        assert!(!s.end_sandbox("sbx_1", 30_000, "again").await.unwrap());
+        let u = usage_of(&s, "sbx_1").await;
+        let periods: Vec<(i64, i64)> = u.iter().map(|e| (e.period_start.unwrap(), e.period_end.unwrap())).collect();
+        assert_eq!(periods, [(10_000, 13_000), (13_000, 14_500), (14_500, 20_000)]);
+        let charged: i64 = u.iter().map(|e| -e.amount_nanos).sum();
+        assert_eq!(charged, 10 * RATE, "10 s at 2500 n$/s");
+        assert_eq!(u[0].workspace_id.as_deref(), Some("ws_a"));
+        assert_eq!(u[0].usage_kind.as_deref(), Some("compute"));
+        assert!(s.open_meters(None).await.unwrap().is_empty());
+        assert_balanced(&s).await;
+    }
+
+    #[tokio::test]
+    async fn paused_sandboxes_accrue_only_their_storage_price() {
+        let s = seeded().await;
+        s.grant_signup_credits(1_000_000_000, 0).await.unwrap();
+        let now = crate::ids::now_ms();
+        s.insert_sandbox(&sbx("sbx_free", "prj_a", now - 4_000, 0)).await.unwrap();
+        s.insert_sandbox(&sbx("sbx_store", "prj_a", now - 4_000, 10)).await.unwrap();
+        s.set_sandbox_state("sbx_free", "paused").await.unwrap();
+        s.set_sandbox_state("sbx_store", "paused").await.unwrap();
+        let paused_at = crate::ids::now_ms();
+        s.bill_meters(paused_at + 60_000).await.unwrap();
+        let free = usage_of(&s, "sbx_free").await;
+        assert_eq!(free.len(), 1, "the running interval only: {free:?}");
+        assert!((4_000..4_000 + 2_000).contains(&free[0].quantity_ms.unwrap()));
+        let stored = usage_of(&s, "sbx_store").await;
+        assert_eq!(stored.len(), 2);
+        assert_eq!(stored[1].usage_kind.as_deref(), Some("paused_storage"));
+        // Resume: running is metered again from then on.
+        s.set_sandbox_state("sbx_free", "running").await.unwrap();
+        let resumed = s.open_meters(Some("acc_1")).await.unwrap();
+        let m = resumed.iter().find(|m| m.sandbox_id == "sbx_free").unwrap();
+        assert_eq!(m.state, MeterState::Running);
+        assert!(m.billed_until.unwrap() >= paused_at);
+        assert_balanced(&s).await;
+    }
+
+    #[tokio::test]
+    async fn restart_closes_meters_at_their_watermark() {
+        let s = seeded().await;
+        s.grant_signup_credits(1_000_000_000, 0).await.unwrap();
+        s.insert_sandbox(&sbx("sbx_1", "prj_a", 1_000, 0)).await.unwrap();
+        s.insert_sandbox(&sbx("sbx_paused", "prj_a", 1_000, 10)).await.unwrap();
+        s.set_sandbox_state("sbx_paused", "paused").await.unwrap();
+        s.bill_meters(6_000).await.unwrap();
+        assert_eq!(s.close_meters_at_watermark().await.unwrap(), 1, "running ones only");
+        let open = s.open_meters(None).await.unwrap();
+        assert_eq!(open.len(), 1, "a paused sandbox survives a restart, and so does its meter");
+        assert_eq!(open[0].state, MeterState::Paused);
+        // The records are ended at the restart's time; nothing more is billed.
+        s.end_sandbox("sbx_1", 60_000, "lost: the server restarted").await.unwrap();
+        s.bill_meters(90_000).await.unwrap();
+        let u = usage_of(&s, "sbx_1").await;
+        assert_eq!(u.iter().map(|e| e.quantity_ms.unwrap()).sum::<i64>(), 5_000);
+    }
+
+    #[tokio::test]
+    async fn forced_workspace_delete_bills_up_to_the_delete() {
+        let s = seeded().await;
+        s.grant_signup_credits(1_000_000_000, 0).await.unwrap();
+        let start = crate::ids::now_ms() - 3_000;
+        s.insert_sandbox(&sbx("sbx_1", "prj_a", start, 0)).await.unwrap();
+        s.delete_workspace("acc_1", "ws_a", true).await.unwrap();
+        let u = usage_of(&s, "sbx_1").await;
+        assert_eq!(u.len(), 1);
+        assert!((3_000..5_000).contains(&u[0].quantity_ms.unwrap()));
+        assert!(s.open_meters(None).await.unwrap().is_empty(), "the meter closed with the sandbox row");
+    }
+
+    #[tokio::test]
+    async fn depletion_is_tracked_and_cleared_by_credits() {
+        let s = seeded().await;
+        s.grant_signup_credits(5_000, 0).await.unwrap();
+        s.insert_sandbox(&sbx("sbx_1", "prj_a", 1_000, 0)).await.unwrap();
+        s.bill_meters(2_000).await.unwrap();
+        assert_eq!(s.balance("acc_1").await.unwrap().depleted_at, None);
+        s.bill_meters(3_000).await.unwrap();
+        assert_eq!(s.balance("acc_1").await.unwrap(), BalanceRecord { balance_nanos: 0, depleted_at: Some(3_000) });
+        s.bill_meters(4_000).await.unwrap();
+        assert_eq!(s.balance("acc_1").await.unwrap().depleted_at, Some(3_000), "since the first time");
+        assert_eq!(s.depleted_accounts(2_999).await.unwrap(), Vec::<String>::new());
+        assert_eq!(s.depleted_accounts(3_000).await.unwrap(), ["acc_1"]);
+        let c = NewCredit {
+            account_id: "acc_1".into(),
+            kind: LedgerKind::Credit,
+            amount_nanos: 1_000_000,
+            description: "top-up".into(),
+            idempotency_key: "k".into(),
+            at: 5_000,
+        };
+        s.add_credit(&c).await.unwrap();
+        assert_eq!(s.balance("acc_1").await.unwrap().depleted_at, None);
+        assert!(s.depleted_accounts(i64::MAX).await.unwrap().is_empty());
+        assert_balanced(&s).await;
+    }
+
+    #[tokio::test]
+    async fn pages_return_every_entry_once_newest_first() {
+        let s = seeded().await;
+        s.grant_signup_credits(1, 0).await.unwrap();
+        s.insert_sandbox(&sbx("sbx_1", "prj_a", 0, 0)).await.unwrap();
+        for t in 1..=20 {
+            s.bill_meters(t * 1_000).await.unwrap();
+        }
+        let mut seen = Vec::new();
+        let mut cursor = None;
+        for _ in 0..100 {
+            let page = s.ledger_page("acc_1", cursor, 3, true).await.unwrap();
+            seen.extend(page.iter().map(|e| e.seq));
+            if page.len() < 3 {
+                break;
+            }
+            cursor = page.last().map(|e| e.seq);
+        }
+        assert_eq!(seen.len(), 21);
+        assert!(seen.windows(2).all(|w| w[0] > w[1]), "strictly newest first, no repeats");
+        let credits_only = s.ledger_page("acc_1", None, 100, false).await.unwrap();
+        assert_eq!(credits_only.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn usage_by_project_and_period() {
+        let s = seeded().await;
+        s.grant_signup_credits(1_000_000_000, 0).await.unwrap();
+        s.insert_sandbox(&sbx("sbx_a", "prj_a", 0, 0)).await.unwrap();
+        s.insert_sandbox(&sbx("sbx_b", "prj_b", 0, 0)).await.unwrap();
+        s.bill_meters(2_000).await.unwrap();
+        s.end_sandbox("sbx_b", 4_000, "killed").await.unwrap();
+        let by_project = s.usage_by_project("acc_1", None, None).await.unwrap();
+        assert_eq!(
+            by_project,
+            [
+                ProjectUsage {
+                    workspace_id: "ws_a".into(),
+                    project_id: "prj_a".into(),
+                    cost_nanos: 2 * RATE,
+                    sandbox_ms: 2_000,
+                    running: 1
+                },
+                ProjectUsage {
+                    workspace_id: "ws_b".into(),
+                    project_id: "prj_b".into(),
+                    cost_nanos: 4 * RATE,
+                    sandbox_ms: 4_000,
+                    running: 0
+                },
+            ]
+        );
+        let later = s.usage_by_project("acc_1", Some(2_000), None).await.unwrap();
+        assert_eq!(later.iter().map(|p| p.sandbox_ms).collect::<Vec<_>>(), [0, 2_000]);
+        let rows = s.usage_by_period("acc_1", Granularity::Month, 12).await.unwrap();
+        assert!(rows.iter().all(|r| r.period == "1970-01"));
+        let credits: i64 = rows.iter().filter(|r| r.workspace_id.is_none()).map(|r| r.amount_nanos).sum();
+        assert_eq!(credits, 1_000_000_000);
+        let ws_b: i64 = rows.iter().filter(|r| r.workspace_id.as_deref() == Some("ws_b")).map(|r| r.amount_nanos).sum();
+        assert_eq!(ws_b, -4 * RATE);
+    }
+}
