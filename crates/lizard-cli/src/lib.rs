@@ -237,6 +237,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Key(cmd) => tenancy::key(&ctx.require_server("key")?, cmd, ctx.json).await.map(|_| 0),
         Command::Region(cmd) => tenancy::region(&ctx.require_server("region")?, cmd, ctx.json).await.map(|_| 0),
         Command::Volume(cmd) => tenancy::volume(&ctx.require_server("volume")?, cmd, ctx.json).await.map(|_| 0),
+        #[cfg(feature = "node")]
         Command::Billing(cmd @ billing::BillingCmd::Credit { .. }) => {
             billing::credit(&ctx.data_dir, cmd, ctx.json).await.map(|_| 0)
         }
