@@ -61,6 +61,10 @@ async fn connections_queue_until_picked_up_and_an_abandoned_wait_loses_none() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     abandoned.abort();
     let _ = abandoned.await;
+    // The reset reaches the agent asynchronously; a connection arriving before it does
+    // would go to the abandoned stream (the guest sees it closed). The node abandons waits
+    // only when the whole session ends, when no connection can live on anyway.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     // Three guest connections before any host waits: all three arrive, in order.
     let mut guests = vec![];
     for i in 0..3u8 {
