@@ -170,6 +170,25 @@ impl AgentClient {
         self.send(req).await.map(drop)
     }
 
+    /// Mount the volume disk at `/workspace` once the guest sees it as `size_bytes` long.
+    pub async fn mount_volume(&self, size_bytes: u64) -> Result<(), ClientError> {
+        let body = lizard_agent_proto::types::VolumeMount { size_bytes };
+        let body = serde_json::to_vec(&body).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let body = Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed_unsync();
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri(format!("http://lizard-agent{}", routes::VOLUME_MOUNT))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        self.send(req).await.map(drop)
+    }
+
+    /// Write everything the guest cached for `/workspace` to the volume disk.
+    pub async fn sync_volume(&self) -> Result<(), ClientError> {
+        self.call(Method::POST, routes::VOLUME_SYNC.to_string(), empty()).await.map(drop)
+    }
+
     /// The agent's version, kernel, hostname and uptime.
     pub async fn health(&self) -> Result<Health, ClientError> {
         self.json(self.call(Method::GET, routes::HEALTH.to_string(), empty()).await?).await

@@ -10,6 +10,8 @@
 //! | GET    | [`FILES_LIST`]`?path=` | –                        | `[FileEntry]`            |
 //! | POST   | [`FILES_MKDIR`]`?path=` | –                       | – (204), with parents    |
 //! | POST   | [`IDENTITY`]        | [`crate::types::Identity`]  | – (204)                  |
+//! | POST   | [`VOLUME_MOUNT`]    | [`crate::types::VolumeMount`] | – (204)                |
+//! | POST   | [`VOLUME_SYNC`]     | –                           | – (204)                  |
 //! | CONNECT | authority `127.0.0.1:<port>` | raw TCP bytes, host → guest | raw TCP bytes, guest → host |
 //!
 //! Every failure answers with a 4xx/5xx status and a JSON [`crate::types::AgentError`].
@@ -62,6 +64,17 @@ pub const FILES_MKDIR: &str = "/v1/files/mkdir";
 /// Give a guest restored from a template snapshot its own identity; see
 /// [`crate::types::Identity`].
 pub const IDENTITY: &str = "/v1/identity";
+/// Mount the volume disk ([`VOLUME_DEVICE`]) at [`WORKSPACE`].
+pub const VOLUME_MOUNT: &str = "/v1/volume/mount";
+/// Write everything cached for [`WORKSPACE`] to the volume disk (`syncfs`); answers once
+/// the disk acknowledged the flush. Nothing mounted there: a no-op.
+pub const VOLUME_SYNC: &str = "/v1/volume/sync";
+
+/// The guest's second virtio-blk disk: every VM has it (a placeholder when the sandbox
+/// has no volume), so snapshots and their clones have the same devices.
+pub const VOLUME_DEVICE: &str = "/dev/vdb";
+/// Where a sandbox's volume is mounted in the guest.
+pub const WORKSPACE: &str = "/workspace";
 
 /// Content type of a framed exec stream.
 pub const FRAMES_CONTENT_TYPE: &str = "application/vnd.lizard.frames";

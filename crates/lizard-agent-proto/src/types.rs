@@ -118,6 +118,15 @@ pub struct Identity {
     pub unix_time_ms: u64,
 }
 
+/// Mount the volume disk at [`crate::routes::WORKSPACE`]. A guest restored from a snapshot
+/// learns the disk's real size through a config-change interrupt that may arrive after
+/// the request: the agent waits (bounded) until the kernel reports `sizeBytes`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VolumeMount {
+    pub size_bytes: u64,
+}
+
 /// How many random bytes the host sends in [`Identity::entropy`].
 pub const IDENTITY_ENTROPY_BYTES: usize = 64;
 

@@ -11,6 +11,7 @@ mod server;
 mod transport;
 mod tunnel;
 mod users;
+mod volume;
 
 use clap::{Parser, Subcommand};
 use lizard_agent_proto::handshake::Secret;

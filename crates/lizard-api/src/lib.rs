@@ -58,6 +58,9 @@ pub struct CreateSandboxRequest {
     pub env: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
+    /// Id of a volume on this node to mount at `/workspace` (one sandbox at a time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
 }
 
 /// Lifecycle state of a sandbox.
@@ -125,6 +128,10 @@ pub struct NewSandboxRequest {
     pub vcpus: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mib: Option<u32>,
+    /// A volume of the sandbox's project (by name or id) to mount at `/workspace`. The
+    /// sandbox then runs on the volume's node, in its region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_name: Option<String>,
 }
 
 /// What a sandbox's timeout does.
@@ -270,6 +277,8 @@ pub mod billing;
 pub mod tenancy;
 pub use billing::*;
 pub use tenancy::*;
+pub mod volumes;
+pub use volumes::{CreateVolumeRequest, Volume, DEFAULT_VOLUME_SIZE_GB, MAX_VOLUME_SIZE_GB};
 
 #[cfg(test)]
 mod tests {

@@ -77,6 +77,10 @@ pub struct CreateArgs {
     /// acts as that key (give it a scoped key: whatever runs in the sandbox can read it)
     #[arg(long, value_name = "KEY")]
     pub lizard_token: Option<String>,
+    /// Server mode: a volume of the project (name or id) to mount at /workspace; the
+    /// sandbox runs where the volume lives
+    #[arg(long, value_name = "NAME")]
+    pub volume: Option<String>,
 }
 
 /// The env var `sandbox create` falls back to for `--project`.
@@ -113,6 +117,9 @@ pub fn server_create_body(a: &CreateArgs, env_project: Option<&str>) -> Result<V
     if let Some(t) = &a.lizard_token {
         body["lizardToken"] = t.clone().into();
     }
+    if let Some(v) = &a.volume {
+        body["volumeName"] = v.clone().into();
+    }
     if let Some(o) = &a.on_timeout {
         body["onTimeout"] = o.clone().into();
     }
@@ -126,6 +133,7 @@ pub fn local_create_request(a: &CreateArgs) -> Result<CreateSandboxRequest> {
             (a.project.is_some(), "--project"),
             (a.timeout_ms.is_some(), "--timeout-ms"),
             (a.lizard_token.is_some(), "--lizard-token"),
+            (a.volume.is_some(), "--volume"),
             (a.on_timeout.is_some(), "--on-timeout"),
         ]
     {
@@ -139,6 +147,7 @@ pub fn local_create_request(a: &CreateArgs) -> Result<CreateSandboxRequest> {
         memory_mib: a.memory_mib,
         env: a.env.iter().cloned().collect(),
         metadata: a.metadata.iter().cloned().collect(),
+        volume: None,
     })
 }
 

@@ -10,8 +10,8 @@ use clap::Subcommand;
 use http::Method;
 use lizard_api::tenancy::paths;
 use lizard_api::{
-    ApiError, ApiKey, CreateApiKeyRequest, CreateProjectRequest, CreateWorkspaceRequest, CreatedApiKey, ErrorCode,
-    Project, Region, UpdateProjectRequest, WhoAmI, Workspace,
+    ApiKey, CreateApiKeyRequest, CreateProjectRequest, CreateVolumeRequest, CreateWorkspaceRequest, CreatedApiKey,
+    Project, Region, UpdateProjectRequest, Volume, WhoAmI, Workspace,
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -83,9 +83,49 @@ pub enum RegionCmd {
 
 #[derive(Subcommand, Debug)]
 pub enum VolumeCmd {
-    /// The volumes the key reaches (GET /v1/volumes). A server without volume support
-    /// (404 for the route) has none, so this prints an empty list.
-    List,
+    /// The volumes the key reaches (of one project with --project).
+    List {
+        /// Project id, slug or name [default: $LIZARD_PROJECT, else every project]
+        #[arg(long)]
+        project: Option<String>,
+    },
+    /// Create a volume in a project and print its id.
+    Create {
+        name: String,
+        /// Project id, slug or name [default: $LIZARD_PROJECT]
+        #[arg(long)]
+        project: Option<String>,
+        /// Size in GiB (1..=1024) [default: the server's, 10]
+        #[arg(long)]
+        size_gb: Option<u32>,
+        /// Region to place it in [default: any]
+        #[arg(long)]
+        region: Option<String>,
+    },
+    /// Show a volume by name (in a project) or id.
+    Get {
+        name_or_id: String,
+        /// Project id, slug or name [default: $LIZARD_PROJECT]
+        #[arg(long)]
+        project: Option<String>,
+    },
+    /// Delete a volume and its data. Refused while a sandbox has it mounted.
+    Delete {
+        name_or_id: String,
+        /// Project id, slug or name [default: $LIZARD_PROJECT]
+        #[arg(long)]
+        project: Option<String>,
+    },
+}
+
+/// `--project`, else `$LIZARD_PROJECT`.
+fn volume_project(flag: Option<String>) -> Option<String> {
+    flag.or_else(|| std::env::var(crate::sandbox::PROJECT_ENV).ok()).filter(|p| !p.trim().is_empty())
+}
+
+/// `?project=…` or nothing.
+pub fn project_query(project: Option<&str>) -> String {
+    project.map(|p| format!("?project={}", seg(p))).unwrap_or_default()
 }
 
 /// `POST /v1/api-keys` from `key create`'s flags: no flags, an unscoped key.
@@ -318,27 +358,55 @@ pub async fn region(api: &ApiClient, cmd: RegionCmd, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// `GET /v1/volumes`, or no volumes at all when the server has no such route yet.
-pub async fn volume_list(api: &ApiClient) -> Result<Vec<Value>> {
-    match api.json::<Vec<Value>>(Method::GET, "/v1/volumes", empty()).await {
-        Ok(v) => Ok(v),
-        Err(e) if e.downcast_ref::<ApiError>().is_some_and(|e| e.code == ErrorCode::NotFound) => Ok(Vec::new()),
-        Err(e) => Err(e),
-    }
+fn volume_fields(v: &Volume) -> Vec<(&'static str, String)> {
+    vec![
+        ("id", v.id.clone()),
+        ("name", v.name.clone()),
+        ("project", v.project_id.clone()),
+        ("size_gb", v.size_gb.to_string()),
+        ("region", v.region.clone()),
+        ("attached_to", v.attached_to.clone().unwrap_or_else(|| "-".into())),
+        ("created", v.created_at.clone()),
+    ]
 }
 
 pub async fn volume(api: &ApiClient, cmd: VolumeCmd, json: bool) -> Result<()> {
+    use lizard_api::volumes::paths as vpaths;
     match cmd {
-        VolumeCmd::List => {
-            let list = volume_list(api).await?;
+        VolumeCmd::List { project } => {
+            let uri = format!("{}{}", vpaths::VOLUMES, project_query(volume_project(project).as_deref()));
+            let v: Value = api.json(Method::GET, &uri, empty()).await?;
             if json {
-                return print_json(&list);
+                return print_json(&v);
             }
-            let mut t = Table::new(&["ID", "NAME", "SIZE_GB", "REGION", "PROJECT", "CREATED"]);
-            for v in &list {
-                t.row(["id", "name", "sizeGb", "region", "projectId", "createdAt"].iter().map(|f| text(v, f)).collect());
+            let mut t = Table::new(&["ID", "NAME", "SIZE_GB", "REGION", "PROJECT", "ATTACHED_TO", "CREATED"]);
+            for v in decode::<Vec<Volume>>(&v)? {
+                let attached = v.attached_to.unwrap_or_else(|| "-".into());
+                t.row(vec![v.id, v.name, v.size_gb.to_string(), v.region, v.project_id, attached, v.created_at]);
             }
             t.print();
+        }
+        VolumeCmd::Create { name, project, size_gb, region } => {
+            let project = volume_project(project);
+            let req = CreateVolumeRequest { name, project, project_id: None, size_gb, region };
+            let v: Value = api.json(Method::POST, vpaths::VOLUMES, json_body(&req)).await?;
+            if json {
+                return print_json(&v);
+            }
+            println!("{}", text(&v, "id"));
+        }
+        VolumeCmd::Get { name_or_id, project } => {
+            let uri = format!("{}{}", vpaths::volume(&seg(&name_or_id)), project_query(volume_project(project).as_deref()));
+            let v: Value = api.json(Method::GET, &uri, empty()).await?;
+            if json {
+                return print_json(&v);
+            }
+            print_fields(&volume_fields(&decode(&v)?));
+        }
+        VolumeCmd::Delete { name_or_id, project } => {
+            let uri = format!("{}{}", vpaths::volume(&seg(&name_or_id)), project_query(volume_project(project).as_deref()));
+            api.send(Method::DELETE, &uri, empty()).await?;
+            eprintln!("deleted volume {name_or_id}");
         }
     }
     Ok(())

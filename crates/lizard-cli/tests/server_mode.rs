@@ -28,6 +28,27 @@ fn serve(router: axum::Router, dir: tempfile::TempDir) -> Served {
     Served { url, _rt: rt, _dir: dir }
 }
 
+/// The real control plane with every route (volumes included) over a real node that
+/// boots nothing here; returns it and the owner's unscoped key.
+fn full_server() -> (Served, String) {
+    let dir = tempfile::Builder::new().prefix("lizard-cli-full-").tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let (router, key) = rt.block_on(async {
+        let server = lizard_server::open(lizard_server::ServerConfig::new(dir.path())).await.unwrap();
+        let key = server.initial_key().expect("first start").to_string();
+        let node = lizard_node::Node::start(lizard_node::NodeConfig::new(dir.path().join("node"))).await.unwrap();
+        let state = lizard_server::api::AppState {
+            server: server.state().clone().with_reaper(Arc::new(lizard_server::api::sandboxes::NodeReaper(node.clone()))),
+            node,
+        };
+        (lizard_server::build_router(state, lizard_server::api::all_routes()), key)
+    });
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    rt.spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (Served { url, _rt: rt, _dir: dir }, key)
+}
+
 /// The real control plane; returns it and the owner's unscoped key.
 fn control_plane() -> (Served, String) {
     let dir = tempfile::Builder::new().prefix("lizard-cli-server-").tempdir().unwrap();
@@ -98,6 +119,38 @@ impl As<'_> {
         assert!(err.starts_with(&format!("error: {code}: ")), "lizard {args:?}: expected {code}: {err}");
         err
     }
+}
+
+#[test]
+fn volume_commands_against_the_real_server() {
+    let (server, owner_key) = full_server();
+    let owner = As { url: &server.url, key: &owner_key };
+    let ws = owner.ok(&["workspace", "create", "w"]).trim().to_string();
+    owner.ok(&["project", "create", "--workspace", &ws, "p"]);
+    let volumes_dir = server._dir.path().join("node/volumes");
+
+    let id = owner.ok(&["volume", "create", "data", "--project", "p", "--size-gb", "1"]).trim().to_string();
+    assert!(id.starts_with("vol_"), "{id}");
+    assert_eq!(std::fs::metadata(volumes_dir.join(format!("{id}.img"))).unwrap().len(), 1 << 30);
+    owner.fails(&["volume", "create", "data", "--project", "p"], "CONFLICT");
+    let list = owner.ok(&["volume", "list"]);
+    assert!(list.starts_with("ID") && list.contains(&id) && list.contains("data"), "{list}");
+    assert_eq!(owner.json(&["volume", "list", "--project", "p"])[0]["id"], json!(id));
+    let got = owner.ok(&["volume", "get", "data", "--project", "p"]);
+    assert!(got.contains(&id) && got.contains("size_gb") && got.contains("local"), "{got}");
+    assert_eq!(owner.json(&["volume", "get", &id])["name"], "data");
+    owner.fails(&["volume", "get", "nope", "--project", "p"], "NOT_FOUND");
+    let o = Command::new(env!("CARGO_BIN_EXE_lizard"))
+        .env("LIZARD_API_URL", &server.url)
+        .env("LIZARD_API_KEY", &owner_key)
+        .env("LIZARD_PROJECT", "p")
+        .args(["volume", "delete", "data"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!volumes_dir.join(format!("{id}.img")).exists());
+    assert_eq!(owner.json(&["volume", "list"]), json!([]));
+    owner.fails(&["volume", "delete", &id], "NOT_FOUND");
 }
 
 #[test]
@@ -172,11 +225,6 @@ fn tenancy_against_the_real_server() {
     assert_eq!(narrower["projects"], json!([prj]));
     assert!(narrower["key"].as_str().unwrap().starts_with("lz_"));
     assert!(user.ok(&["region", "list"]).contains("sandbox.local.lizard.localhost"));
-
-    // Volumes are not served yet: an empty list, not an error.
-    let vols = user.ok(&["volume", "list"]);
-    assert_eq!(vols.lines().count(), 1, "header only: {vols}");
-    assert_eq!(user.json(&["volume", "list"]), json!([]));
 
     // Revoked keys stop working at once.
     let narrower_id = narrower["id"].as_str().unwrap();
@@ -261,7 +309,7 @@ async fn stand_in(seen: Arc<Mutex<Vec<Seen>>>, method: Method, uri: Uri, headers
             StatusCode::NO_CONTENT.into_response()
         }
         ("GET", "/v1/volumes") => Json(json!([
-            {"id": "vol_1", "name": "agent-scratch", "sizeGb": 10, "region": "local", "projectId": "prj_1"}
+            {"id": "vol_1", "name": "agent-scratch", "sizeGb": 10, "region": "local", "projectId": "prj_1", "createdAt": "2026-01-01T00:00:00Z"}
         ]))
         .into_response(),
         _ => (StatusCode::NOT_FOUND, Json(json!({"code": "NOT_FOUND", "message": format!("no route for {method} {}", uri.path())})))

@@ -15,6 +15,7 @@ mod lifecycle;
 mod qcow2;
 mod sandbox;
 pub mod snapshot;
+pub mod volumes;
 
 use assets::Assets;
 use lizard_agent_proto::handshake::Secret;
@@ -159,6 +160,10 @@ pub enum NodeError {
     /// The VMM failed.
     #[error("vmm: {0}")]
     Vmm(#[from] lizard_vmm::VmmError),
+    /// The node has no room for it (disk space for a volume): INVALID_ARGUMENT (422), as
+    /// for a region without nodes; the message says how much would fit.
+    #[error("{0}")]
+    InsufficientSpace(String),
     /// The guest did not come up.
     #[error("sandbox did not boot: {0}")]
     Boot(String),
@@ -168,7 +173,8 @@ pub enum NodeError {
     /// The sandbox is paused: resume it first.
     #[error("sandbox {0} is paused: resume it first")]
     Paused(String),
-    /// The sandbox is running where only a paused one will do, or the other way round.
+    /// The sandbox is running where only a paused one will do, or the other way round; a
+    /// volume another sandbox holds; a volume that already exists.
     #[error("{0}")]
     Conflict(String),
     /// The agent channel failed while the VM still runs.
@@ -192,6 +198,8 @@ impl NodeError {
             NodeError::NotFound(_) | NodeError::Dead(..) => ErrorCode::NotFound,
             NodeError::Boot(_) | NodeError::Vmm(_) => ErrorCode::BootFailed,
             NodeError::Unavailable(_) => ErrorCode::Unavailable,
+            // The request asks for more than the node can hold: a smaller size fits.
+            NodeError::InsufficientSpace(_) => ErrorCode::InvalidArgument,
             NodeError::Paused(_) | NodeError::Conflict(_) => ErrorCode::Conflict,
             NodeError::Agent(e) => match e.code {
                 A::NotFound => ErrorCode::NotFound,
@@ -228,6 +236,9 @@ pub struct Node {
     /// One lock per snapshot key: the first create of a template builds its snapshot,
     /// the ones behind it wait for it.
     snapshot_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Volume id → the sandbox that holds it (being created, running or paused): one
+    /// writer per volume.
+    volume_holders: Mutex<HashMap<String, String>>,
 }
 
 impl Node {
@@ -241,7 +252,7 @@ impl Node {
         // Sandbox and snapshot directories hold VMM control sockets, secrets and guest
         // memory: owner only.
         use std::os::unix::fs::PermissionsExt;
-        let dirs = [Some("sandboxes"), config.snapshots.then_some("snapshots")];
+        let dirs = [Some("sandboxes"), config.snapshots.then_some("snapshots"), Some("volumes")];
         for dir in dirs.into_iter().flatten().map(|d| config.data_dir.join(d)) {
             std::fs::create_dir_all(&dir).map_err(|e| NodeError::io(format!("create {}", dir.display()), e))?;
             let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
@@ -253,10 +264,12 @@ impl Node {
             sandboxes: RwLock::new(HashMap::new()),
             tombstones: Mutex::new(VecDeque::new()),
             snapshot_locks: Mutex::new(HashMap::new()),
+            volume_holders: Mutex::new(HashMap::new()),
             config,
         });
         node.adopt_or_sweep();
         snapshot::sweep(&node.snapshots_dir());
+        volumes::sweep(&node.volumes_dir());
         Ok(node)
     }
 
@@ -270,6 +283,53 @@ impl Node {
 
     fn snapshots_dir(&self) -> PathBuf {
         self.config.data_dir.join("snapshots")
+    }
+
+    fn volumes_dir(&self) -> PathBuf {
+        self.config.data_dir.join("volumes")
+    }
+
+    /// Make the disk of a new volume on this node (see [`volumes`]).
+    pub async fn create_volume(&self, id: &str, size_gb: u32) -> Result<()> {
+        volumes::create(&self.volumes_dir(), id, size_gb).await.map(drop)
+    }
+
+    /// Delete a volume's disk. Conflict while a sandbox of this node holds it.
+    pub fn delete_volume(&self, id: &str) -> Result<()> {
+        let holders = self.volume_holders.lock().unwrap();
+        if let Some(holder) = holders.get(id) {
+            return Err(NodeError::Conflict(format!("volume {id} is in use by sandbox {holder}")));
+        }
+        volumes::delete(&self.volumes_dir(), id)
+    }
+
+    /// The sandbox that holds volume `id` on this node, if any.
+    pub fn volume_holder(&self, id: &str) -> Option<String> {
+        self.volume_holders.lock().unwrap().get(id).cloned()
+    }
+
+    /// Reserve volume `volume` for sandbox `id`: its image path, or Conflict naming the
+    /// holder, or NotFound.
+    pub(crate) fn claim_volume(&self, volume: &str, id: &str) -> Result<PathBuf> {
+        let path = volumes::image_path(&self.volumes_dir(), volume)?;
+        let mut holders = self.volume_holders.lock().unwrap();
+        if let Some(holder) = holders.get(volume) {
+            return Err(NodeError::Conflict(format!("volume {volume} is in use by sandbox {holder}")));
+        }
+        if !path.is_file() {
+            return Err(NodeError::InvalidArgument(format!("no volume {volume} on this node")));
+        }
+        holders.insert(volume.to_string(), id.to_string());
+        Ok(path)
+    }
+
+    /// Give up `volume` if sandbox `id` holds it.
+    pub(crate) fn release_volume(&self, volume: Option<&str>, id: &str) {
+        let Some(volume) = volume else { return };
+        let mut holders = self.volume_holders.lock().unwrap();
+        if holders.get(volume).is_some_and(|h| h == id) {
+            holders.remove(volume);
+        }
     }
 
     /// The snapshot of `template` in this shape, made now (one cold boot) if there is
@@ -398,6 +458,30 @@ impl Node {
         let boot = self.assets.boot_files().await?;
         let accel = self.accel().await?;
         let id = sandbox::new_id();
+        let volume = req.volume.clone();
+        let volume_disk = match &volume {
+            Some(v) => Some(self.claim_volume(v, &id)?),
+            None => None,
+        };
+        let result = self.create_with(req, id.clone(), volume_disk, template, boot, accel, vcpus, memory_mib).await;
+        if result.is_err() {
+            self.release_volume(volume.as_deref(), &id);
+        }
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn create_with(
+        self: &Arc<Self>,
+        req: CreateSandboxRequest,
+        id: String,
+        volume_disk: Option<PathBuf>,
+        template: lizard_image::TemplateImage,
+        boot: assets::BootFiles,
+        accel: Accel,
+        vcpus: u32,
+        memory_mib: u32,
+    ) -> Result<Arc<Sandbox>> {
         let secret = Secret::generate();
         let run_dir = self.sandboxes_dir().join(&id);
         let config = VmConfig {
@@ -408,7 +492,9 @@ impl Node {
             initramfs: boot.initramfs.path.clone(),
             cmdline: sandbox::cmdline(&id),
             root_disk: run_dir.join("root.qcow2"),
-            extra_disks: vec![],
+            // Always a second disk, so that every VM (template snapshots included) has
+            // the same devices: the volume, or an empty placeholder.
+            extra_disks: vec![volume_disk.unwrap_or_else(|| run_dir.join(sandbox::PLACEHOLDER_DISK))],
             secret_file: Some(run_dir.join("secret")),
             run_dir: run_dir.clone(),
             accel,

@@ -48,6 +48,9 @@ pub(crate) struct Record {
     own_memory: bool,
     layers: Vec<PathBuf>,
     paused: bool,
+    /// The volume it holds (mounted at /workspace), if any.
+    #[serde(default)]
+    volume: Option<String>,
 }
 
 const RECORD: &str = "sandbox.json";
@@ -74,6 +77,7 @@ impl Sandbox {
                 own_memory: st.own_memory,
                 layers: st.layers.clone(),
                 paused: st.live.is_none(),
+                volume: self.volume.clone(),
             }
         };
         let tmp = self.run_dir.join(format!("{RECORD}.tmp"));
@@ -101,6 +105,7 @@ impl Sandbox {
                 metadata: record.metadata,
                 env: record.env,
                 from_snapshot: record.from_snapshot,
+                volume: record.volume,
             },
             secret,
             record.config,
@@ -135,6 +140,9 @@ impl Node {
                 Some(live) => (live.clone(), st.config.clone(), st.own_memory),
             }
         };
+        // The volume's data reaches its disk before the VM stops: a paused sandbox's
+        // volume must read the same from the host as from the guest.
+        sandbox.sync_volume().await;
         // New operations are refused from here, as for a paused sandbox.
         sandbox.pausing.store(true, Ordering::SeqCst);
         // The agent goes back to waiting for a host while the guest still runs, so that
@@ -235,7 +243,7 @@ impl Node {
         self.get(&source.id)?;
         let live = source.live()?;
         let config = source.state.lock().unwrap().config.clone();
-        if !config.extra_disks.is_empty() {
+        if source.volume.is_some() {
             return Err(NodeError::Conflict(format!(
                 "sandbox {} has a volume, which only one sandbox may use at a time: it cannot be forked",
                 source.id
@@ -308,6 +316,8 @@ impl Node {
             id: id.clone(),
             cmdline: sandbox::cmdline(&id),
             root_disk: run_dir.join("root.qcow2"),
+            // The source has no volume (it could not be forked): a placeholder of its own.
+            extra_disks: vec![run_dir.join(sandbox::PLACEHOLDER_DISK)],
             secret_file: Some(run_dir.join("secret")),
             run_dir: run_dir.clone(),
             ..base.clone()
@@ -367,6 +377,7 @@ impl Node {
             // Files first: once the sandbox is reported gone, nothing of it is left. (Killed
             // on purpose, it is no longer in the map and kill() cleans up as well.)
             sandbox.cleanup();
+            node.release_volume(sandbox.volume.as_deref(), &sandbox.id);
             if node.remove(&sandbox.id, &why).is_some() {
                 node.release_layers(&sandbox);
                 tracing::warn!(id = %sandbox.id, "{why}");
@@ -377,6 +388,9 @@ impl Node {
     /// Stop a sandbox's VM (if it runs) and delete everything the node made for it (in
     /// its own task, so a caller that goes away cannot leave it half done).
     pub async fn kill(self: &Arc<Self>, id: &str) -> Result<()> {
+        // What the guest wrote to its volume and did not sync yet reaches the disk first
+        // (bounded: a hung guest must not keep its sandbox alive).
+        self.get(id)?.sync_volume().await;
         let sandbox = self.remove(id, "killed").ok_or_else(|| self.not_found(id))?;
         let node = self.clone();
         tokio::spawn(async move {
@@ -388,6 +402,7 @@ impl Node {
             };
             sandbox.cleanup();
             node.release_layers(&sandbox);
+            node.release_volume(sandbox.volume.as_deref(), &sandbox.id);
             result
         })
         .await
@@ -424,6 +439,9 @@ impl Node {
                     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
                 } else if let Some(sandbox) = Sandbox::adopt(&dir) {
                     tracing::info!(%id, "paused sandbox taken back");
+                    if let Some(volume) = &sandbox.volume {
+                        self.volume_holders.lock().unwrap().insert(volume.clone(), id.clone());
+                    }
                     self.sandboxes.write().unwrap().insert(id, Arc::new(sandbox));
                     continue;
                 }

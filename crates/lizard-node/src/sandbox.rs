@@ -40,6 +40,14 @@ pub(crate) fn write_secret(path: &Path, secret: &Secret) -> Result<()> {
     f.write_all(secret.to_hex().as_bytes()).map_err(|e| NodeError::io("write the secret", e))
 }
 
+/// File name, in a VM's run directory, of the empty disk that stands in for a volume.
+pub(crate) const PLACEHOLDER_DISK: &str = "no-volume.img";
+
+/// How long the agent gets to sync a volume before a kill or pause goes ahead anyway.
+const VOLUME_SYNC_LIMIT: Duration = Duration::from_secs(10);
+/// How long a mount may take (a restored guest first waits for the resize notice).
+const VOLUME_MOUNT_LIMIT: Duration = Duration::from_secs(20);
+
 /// A fresh sandbox id: 20 characters of [a-z0-9], starting with a letter, so that
 /// `{id}-{port}.sandbox.{region}.{domain}` is a valid DNS label.
 pub(crate) fn new_id() -> String {
@@ -114,6 +122,7 @@ pub(crate) struct Identity {
     pub metadata: BTreeMap<String, String>,
     pub env: BTreeMap<String, String>,
     pub from_snapshot: bool,
+    pub volume: Option<String>,
 }
 
 /// A sandbox: running, or paused with its memory and devices saved in its directory.
@@ -126,6 +135,8 @@ pub struct Sandbox {
     pub metadata: BTreeMap<String, String>,
     /// Environment given at create; every exec starts with it.
     pub env: BTreeMap<String, String>,
+    /// The volume mounted at /workspace, if any (its id).
+    pub volume: Option<String>,
     pub(crate) secret: Secret,
     pub(crate) run_dir: PathBuf,
     from_snapshot: bool,
@@ -158,6 +169,9 @@ impl Sandbox {
         create_overlay(&template.rootfs, "raw", &config.root_disk).await?;
         let vm = backend.boot(&config).await?;
         let agent = connected(vm.as_ref(), connect_agent(vm.as_ref(), &secret, deadline, None)).await?;
+        if req.volume.is_some() {
+            connected(vm.as_ref(), mount_volume(vm.as_ref(), &agent, false)).await?;
+        }
         Ok(Sandbox::running(&config, template, req, secret, Live::new(vm, agent), false))
     }
 
@@ -188,6 +202,9 @@ impl Sandbox {
         let vmm = t.elapsed();
         let identity = give_identity(vm.as_ref(), &config.id, &snapshot.secret, &secret, deadline);
         let agent = connected(vm.as_ref(), identity).await?;
+        if req.volume.is_some() {
+            connected(vm.as_ref(), mount_volume(vm.as_ref(), &agent, true)).await?;
+        }
         tracing::debug!(id = %config.id, ?disk, ?vmm, total = ?t.elapsed(), "restored");
         Ok(Sandbox::running(&config, template, req, secret, Live::new(vm, agent), true))
     }
@@ -208,6 +225,7 @@ impl Sandbox {
             started_at: SystemTime::now(),
             metadata: req.metadata,
             env: req.env,
+            volume: req.volume,
             secret,
             run_dir: config.run_dir.clone(),
             from_snapshot,
@@ -233,6 +251,8 @@ impl Sandbox {
             started_at: SystemTime::now(),
             metadata: source.metadata.clone(),
             env: source.env.clone(),
+            // Sandboxes with a volume cannot be forked.
+            volume: None,
             secret,
             run_dir: config.run_dir.clone(),
             from_snapshot: true,
@@ -252,6 +272,7 @@ impl Sandbox {
             started_at: who.started_at,
             metadata: who.metadata,
             env: who.env,
+            volume: who.volume,
             secret,
             run_dir: config.run_dir.clone(),
             from_snapshot: who.from_snapshot,
@@ -295,6 +316,22 @@ impl Sandbox {
             project_id: None,
             end_at: None,
             domain: None,
+        }
+    }
+
+    /// Have the guest write what it cached for its volume to the disk, within a bound;
+    /// a failure is logged, not returned (a guest that cannot sync cannot be helped by
+    /// waiting). No volume: nothing to do.
+    pub async fn sync_volume(&self) {
+        let Some(live) = self.state.lock().unwrap().live.clone() else { return };
+        if self.volume.is_none() || !live.vm.is_running() {
+            return;
+        }
+        let agent = live.agent();
+        match tokio::time::timeout(VOLUME_SYNC_LIMIT, agent.sync_volume()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(id = %self.id, "volume sync failed: {e}"),
+            Err(_) => tracing::warn!(id = %self.id, "volume sync did not finish within {VOLUME_SYNC_LIMIT:?}"),
         }
     }
 
@@ -453,9 +490,29 @@ impl Sandbox {
     }
 }
 
-/// The sandbox's directory with its secret file in it.
+/// Mount the volume (`/dev/vdb`) at /workspace. A restored guest is first told the
+/// disk's real size (it still has the template's placeholder size in mind).
+async fn mount_volume(vm: &dyn Vm, agent: &AgentClient, restored: bool) -> Result<AgentClient> {
+    let size = if restored {
+        vm.refresh_disk_size(0).await?
+    } else {
+        let disk = vm.config().extra_disks.first().ok_or_else(|| NodeError::Boot("no volume disk".into()))?;
+        std::fs::metadata(disk).map_err(|e| NodeError::io(format!("stat {}", disk.display()), e))?.len()
+    };
+    match tokio::time::timeout(VOLUME_MOUNT_LIMIT, agent.mount_volume(size)).await {
+        Ok(Ok(())) => Ok(agent.clone()),
+        Ok(Err(e)) => Err(NodeError::Boot(format!("mount the volume: {e}"))),
+        Err(_) => Err(NodeError::Boot(format!("the volume was not mounted within {VOLUME_MOUNT_LIMIT:?}"))),
+    }
+}
+
+/// The sandbox's directory with its secret file in it, and the empty placeholder disk
+/// when the VM has no volume.
 pub(crate) fn prepare_run_dir(config: &VmConfig, secret: &Secret) -> Result<()> {
     std::fs::create_dir_all(&config.run_dir).map_err(|e| NodeError::io("create sandbox dir", e))?;
+    for disk in config.extra_disks.iter().filter(|d| d.starts_with(&config.run_dir)) {
+        std::fs::File::create(disk).map_err(|e| NodeError::io(format!("create {}", disk.display()), e))?;
+    }
     match &config.secret_file {
         Some(path) => write_secret(path, secret),
         None => Ok(()),

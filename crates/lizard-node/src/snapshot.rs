@@ -17,7 +17,7 @@
 //! `snapshot.json` that exists belongs to a complete snapshot.
 
 use crate::assets::BootFiles;
-use crate::sandbox::{self, connect_agent, create_overlay, write_secret};
+use crate::sandbox::{self, connect_agent, create_overlay};
 use crate::{NodeError, Result};
 use lizard_agent_proto::handshake::Secret;
 use lizard_image::TemplateImage;
@@ -26,8 +26,10 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Bumped whenever what a snapshot directory holds, or how it is made, changes.
-pub const FORMAT: u32 = 1;
+/// Bumped whenever what a snapshot directory holds, or how it is made, changes — and
+/// whenever the VM's device set changes, since a snapshot restores only into a VM with
+/// the same devices. 2: a second virtio-blk disk (volume or placeholder).
+pub const FORMAT: u32 = 2;
 
 /// Prefix of directories being built; anything with it at node start is a leftover.
 pub(crate) const TMP_PREFIX: &str = ".tmp-";
@@ -132,13 +134,14 @@ pub async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<TemplateSnap
         initramfs: spec.boot.initramfs.path.clone(),
         cmdline: sandbox::cmdline(&vm_id),
         root_disk: tmp.join("disk.qcow2"),
-        extra_disks: vec![],
+        // The clones' volume slot; see `Node::create_now`.
+        extra_disks: vec![tmp.join(sandbox::PLACEHOLDER_DISK)],
         secret_file: Some(tmp.join("secret")),
         run_dir: tmp.clone(),
         accel: spec.accel,
     };
     let result = async {
-        write_secret(config.secret_file.as_ref().unwrap(), &secret)?;
+        sandbox::prepare_run_dir(&config, &secret)?;
         create_overlay(&spec.template.rootfs, "raw", &config.root_disk).await?;
         let vm = spec.backend.boot(&config).await?;
         let saved = async {
@@ -168,7 +171,7 @@ pub async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<TemplateSnap
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
-    for f in ["secret", "agent.sock", "qmp.sock", "vmm.pid"] {
+    for f in ["secret", "agent.sock", "qmp.sock", "vmm.pid", sandbox::PLACEHOLDER_DISK] {
         let _ = std::fs::remove_file(tmp.join(f));
     }
     let meta = SnapshotMeta {

@@ -102,6 +102,9 @@ async fn the_template_secret_is_refused_after_identity() {
     config.root_disk = run_dir.join("root.qcow2");
     config.secret_file = Some(run_dir.join("secret"));
     config.run_dir = run_dir.clone();
+    // An empty volume slot of its own: the node's sandbox holds (and QEMU locks) its own.
+    config.extra_disks = vec![run_dir.join("no-volume.img")];
+    std::fs::write(&config.extra_disks[0], b"").unwrap();
     std::fs::write(run_dir.join("secret"), snap.secret.to_hex()).unwrap();
     let st = std::process::Command::new("qemu-img")
         .args(["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b"])

@@ -38,6 +38,7 @@ pub mod error;
 pub mod ids;
 pub mod keys;
 pub mod openapi;
+pub mod placement;
 pub mod proxy;
 pub mod run;
 pub mod scope;

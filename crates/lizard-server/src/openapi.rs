@@ -80,6 +80,7 @@ impl Modify for Security {
         (name = "api-keys", description = "Scoped and unscoped API keys"),
         (name = "account", description = "Identity and account"),
         (name = "regions", description = "Where sandboxes can run"),
+        (name = "volumes", description = "Disks that outlive sandboxes, mounted at /workspace"),
         (name = "billing", description = "The account's balance, ledger and spend (unscoped keys only)"),
         (name = "metrics", description = "Usage per workspace and project, within the key's scope"),
         (name = "system", description = "Health and this document")

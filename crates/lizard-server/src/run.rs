@@ -46,6 +46,11 @@ pub async fn run(opts: RunOptions, shutdown: impl std::future::Future<Output = (
         Err(e) => tracing::warn!("cannot close leftover meters: {e}"),
     }
     end_leftover_records(&state, "lost: the server restarted").await;
+    match state.server.store.release_stale_attachments().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(n, "released volumes held by sandboxes that no longer run"),
+        Err(e) => tracing::warn!("cannot release stale volume attachments: {e}"),
+    }
     let metering = tokio::spawn(crate::billing::run_metering(
         state.server.store.clone(),
         state.server.config.billing.clone(),

@@ -7,7 +7,7 @@
 //! handler and extractor here works for any such `S` (see [`crate::api::routes`]).
 
 use crate::config::ServerConfig;
-use crate::store::{SandboxRecord, Store};
+use crate::store::{SandboxRecord, Store, VolumeRecord};
 use async_trait::async_trait;
 use std::sync::Arc;
 
@@ -22,6 +22,14 @@ use std::sync::Arc;
 #[async_trait]
 pub trait SandboxReaper: Send + Sync + 'static {
     async fn reap(&self, sandboxes: Vec<SandboxRecord>);
+
+    /// Delete the disks of volumes whose records the delete removed (called after
+    /// [`SandboxReaper::reap`], so their sandboxes are gone).
+    async fn remove_volumes(&self, volumes: Vec<VolumeRecord>) {
+        if !volumes.is_empty() {
+            tracing::warn!(count = volumes.len(), "no sandbox reaper installed; volume disks left on their nodes");
+        }
+    }
 }
 
 /// The default until the sandbox routes install theirs: nothing runs, nothing to kill.

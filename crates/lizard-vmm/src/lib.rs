@@ -146,6 +146,10 @@ pub trait Vm: Send + Sync {
     /// Save device state to `snapshot.vmstate` while paused. Memory is not copied: it
     /// already lives in the VM's memory file, which must be `snapshot.memory`.
     async fn snapshot(&self, snapshot: &Snapshot) -> Result<()>;
+    /// Tell the guest to re-read the size of extra disk `index` (0: /dev/vdb) from its
+    /// backing file: a VM restored from a snapshot keeps the size its guest saw at
+    /// snapshot time until the device signals a change.
+    async fn refresh_disk_size(&self, index: usize) -> Result<u64>;
     /// Save device state and all of guest memory to `state` while paused: for a VM whose
     /// memory is not a file of its own (a copy-on-write clone), and for copies of a VM that
     /// keeps running.

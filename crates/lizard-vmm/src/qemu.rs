@@ -332,6 +332,20 @@ impl Vm for QemuVm {
         self.qmp.execute("blockdev-snapshot-sync", args).await.map(drop)
     }
 
+    async fn refresh_disk_size(&self, index: usize) -> Result<u64> {
+        let disk = self
+            .config
+            .extra_disks
+            .get(index)
+            .ok_or_else(|| VmmError::Control(format!("the VM has no extra disk {index}")))?;
+        let size = std::fs::metadata(disk).map_err(|e| VmmError::io(format!("stat {}", disk.display()), e))?.len();
+        // Resizing to the file's own size changes nothing on the host; QEMU's resize
+        // callback still raises virtio-blk's config-change interrupt, and the guest
+        // re-reads the capacity.
+        self.qmp.execute("block_resize", json!({ "device": format!("disk{}", index + 1), "size": size })).await?;
+        Ok(size)
+    }
+
     async fn kill(&self) -> Result<VmExit> {
         if let Some(exit) = self.exited() {
             return Ok(exit);

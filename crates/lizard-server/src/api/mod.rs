@@ -13,6 +13,8 @@ pub mod lifecycle;
 pub mod projects;
 pub mod regions;
 pub mod sandboxes;
+pub mod volume_attach;
+pub mod volumes;
 pub mod workspaces;
 
 use crate::state::ServerState;
@@ -72,6 +74,8 @@ pub fn all_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(sandboxes::read_file, sandboxes::write_file, sandboxes::remove))
         .routes(routes!(sandboxes::list_dir))
         .routes(routes!(sandboxes::make_dir))
+        .routes(routes!(volumes::create, volumes::list))
+        .routes(routes!(volumes::get, volumes::delete))
 }
 
 pub(crate) fn workspace_json(w: WorkspaceRecord) -> lizard_api::Workspace {

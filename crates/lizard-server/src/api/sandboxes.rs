@@ -103,17 +103,35 @@ pub async fn create(
         // The guest's own address for this API, forwarded by its agent.
         env.entry("LIZARD_API_URL".into()).or_insert_with(|| lizard_agent_proto::routes::FORWARD_GUEST_URL.into());
     }
-    let sandbox = state
-        .node
+    // A volume is held (reserved in the store) before its sandbox boots, so two creates
+    // cannot both get it; the sandbox runs on the volume's node.
+    let attachment = match &req.volume_name {
+        Some(name) => Some(crate::api::volume_attach::reserve(&state, &p, &project, name).await?),
+        None => None,
+    };
+    let node = match &attachment {
+        Some(a) => a.node.clone(),
+        None => state.node.clone(),
+    };
+    let created = node
         .create(CreateSandboxRequest {
             template: req.template.clone(),
             vcpus: req.vcpus,
             memory_mib: req.memory_mib,
             env,
             metadata: req.metadata.clone(),
+            volume: attachment.as_ref().map(|a| a.volume.id.clone()),
         })
-        .await
-        .map_err(node_error)?;
+        .await;
+    let sandbox = match created {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(a) = &attachment {
+                a.release(store).await;
+            }
+            return Err(node_error(e));
+        }
+    };
     let record = NewSandbox {
         id: sandbox.id.clone(),
         project_id: project.id.clone(),
@@ -126,9 +144,23 @@ pub async fn create(
         on_timeout: on_timeout_name(req.on_timeout.unwrap_or_default()).into(),
         timeout_ms: Some(timeout_ms as i64),
     };
-    if let Err(e) = store.insert_sandbox(&record).await {
+    let mut recorded = store.insert_sandbox(&record).await;
+    if let (Ok(()), Some(a)) = (&recorded, &attachment) {
+        recorded = store.reassign_volume(&a.volume.id, &a.reservation, &sandbox.id).await;
+    }
+    if let Err(e) = recorded {
         // The project went away while the VM booted: nothing may run unrecorded.
-        let _ = state.node.kill(&sandbox.id).await;
+        let _ = node.kill(&sandbox.id).await;
+        if let Some(a) = &attachment {
+            a.release(store).await;
+            // Recorded, then the volume's hand-over failed: the record ends with the VM.
+            let _ = store.end_sandbox(&sandbox.id, ids::now_ms(), "its volume was deleted while it booted").await;
+            // A forced workspace delete removed the volume's record meanwhile; its disk
+            // was still held then, so it goes now.
+            if matches!(store.get_volume(&p.account_id, &a.volume.id).await, Ok(None)) {
+                let _ = node.delete_volume(&a.volume.id);
+            }
+        }
         return Err(match e {
             StoreError::NotFound(_) => AppError::not_found(format!("project {} not found", project.id)),
             other => other.into(),
@@ -392,6 +424,18 @@ impl crate::state::SandboxReaper for NodeReaper {
         for s in sandboxes {
             if let Err(e) = self.0.kill(&s.id).await {
                 tracing::debug!(id = %s.id, "reap: {e}");
+            }
+        }
+    }
+
+    async fn remove_volumes(&self, volumes: Vec<crate::store::VolumeRecord>) {
+        for v in volumes {
+            if v.node_id != crate::placement::LOCAL_NODE_ID {
+                tracing::warn!(volume = %v.id, node = %v.node_id, "volume disk on another node left in place");
+                continue;
+            }
+            if let Err(e) = self.0.delete_volume(&v.id) {
+                tracing::warn!(volume = %v.id, "cannot delete the disk of a removed volume: {e}");
             }
         }
     }

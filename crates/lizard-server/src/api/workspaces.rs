@@ -108,6 +108,9 @@ pub async fn delete(
     if !removed.live_sandboxes.is_empty() {
         state.reaper.reap(removed.live_sandboxes).await;
     }
+    if !removed.volumes.is_empty() {
+        state.reaper.remove_volumes(removed.volumes).await;
+    }
     tracing::info!(workspace = %w.id, force = q.force, key = %p.key_id, "workspace deleted");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -15,12 +15,14 @@
 
 pub mod billing;
 pub mod sqlite;
+pub mod volumes;
 
 pub use billing::{BillingStore, MeterSpec, MeterState};
 
 use crate::scope::Scope;
 use async_trait::async_trait;
 use std::collections::BTreeMap;
+pub use volumes::{NewVolume, NodeLoad, NodeRecord, VolumeRecord, VolumeStore};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -145,12 +147,15 @@ pub struct SandboxFilter {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Removed {
     pub live_sandboxes: Vec<SandboxRecord>,
+    /// Volumes whose records went with it: their disks are still on their nodes until
+    /// the [`crate::SandboxReaper`] deletes them.
+    pub volumes: Vec<VolumeRecord>,
 }
 
 /// The control plane's persistent state. Object-safe: handlers hold `Arc<dyn Store>`.
 /// Billing (the ledger, the meters) is its [`BillingStore`] half.
 #[async_trait]
-pub trait Store: BillingStore + Send + Sync + 'static {
+pub trait Store: VolumeStore + BillingStore + Send + Sync + 'static {
     // --- accounts -------------------------------------------------------------------
 
     /// First start: insert `account` and its first `key` in one transaction, but only if
@@ -190,7 +195,7 @@ pub trait Store: BillingStore + Send + Sync + 'static {
     async fn rename_project(&self, account_id: &str, project_id: &str, name: &str) -> Result<ProjectRecord>;
 
     /// Delete a project; atomically refuse ([`StoreError::NotEmpty`]) while a live
-    /// sandbox (or, later, a volume) remains. Ended sandboxes' rows go with it.
+    /// sandbox or a volume remains. Ended sandboxes' rows go with it.
     async fn delete_project(&self, account_id: &str, project_id: &str) -> Result<()>;
 
     // --- api keys -------------------------------------------------------------------
@@ -236,8 +241,9 @@ pub trait Store: BillingStore + Send + Sync + 'static {
 
     async fn set_sandbox_timeout(&self, sandbox_id: &str, timeout_at: Option<i64>) -> Result<()>;
 
-    /// Mark a sandbox ended (killed, timed out, lost). Returns false when it had already
-    /// ended (the first reason wins). Atomically bills its meter up to `at` and closes it.
+    /// Mark a sandbox ended (killed, timed out, lost), and detach the volume it held.
+    /// Returns false when it had already ended (the first reason wins). Atomically bills
+    /// its meter up to `at` and closes it.
     async fn end_sandbox(&self, sandbox_id: &str, at: i64, reason: &str) -> Result<bool>;
 
     /// Live sandboxes of every account whose timeout is at or before `now`.

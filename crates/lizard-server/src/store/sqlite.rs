@@ -34,10 +34,12 @@ use std::time::Duration;
 pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "tenancy", include_str!("../../migrations/0001_tenancy.sql")),
     (2, "billing", include_str!("../../migrations/0002_billing.sql")),
+    (3, "volumes", include_str!("../../migrations/0003_volumes.sql")),
     (4, "lifecycle", include_str!("../../migrations/0004_lifecycle.sql")),
 ];
 
 mod billing;
+mod volumes;
 pub use billing::SIGNUP_CREDIT_KEY;
 
 /// The database file's name inside the data directory.
@@ -46,7 +48,7 @@ pub const DB_FILE: &str = "lizard.db";
 /// SQLite-backed [`Store`].
 #[derive(Clone)]
 pub struct SqliteStore {
-    pool: SqlitePool,
+    pub(in crate::store) pool: SqlitePool,
 }
 
 fn backend(e: sqlx::Error) -> StoreError {
@@ -372,6 +374,19 @@ impl Store for SqliteStore {
         .iter()
         .map(sandbox)
         .collect::<Result<Vec<_>>>()?;
+        let vols = sqlx::query(&format!("SELECT {} WHERE p.workspace_id = ? ORDER BY v.created_at, v.id", volumes::VOLUME_COLUMNS))
+            .bind(workspace_id)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?
+            .iter()
+            .map(volumes::volume)
+            .collect::<Result<Vec<_>>>()?;
+        sqlx::query("DELETE FROM volumes WHERE project_id IN (SELECT id FROM projects WHERE workspace_id = ?)")
+            .bind(workspace_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
         // The live ones stop now: bill them up to here and close their meters.
         let now = crate::ids::now_ms();
         for s in &live {
@@ -393,7 +408,7 @@ impl Store for SqliteStore {
             .await
             .map_err(backend)?;
         tx.commit().await.map_err(backend)?;
-        Ok(Removed { live_sandboxes: live })
+        Ok(Removed { live_sandboxes: live, volumes: vols })
     }
 
     async fn insert_project(&self, account_id: &str, p: &ProjectRecord) -> Result<()> {
@@ -500,6 +515,16 @@ impl Store for SqliteStore {
         if live > 0 {
             return Err(StoreError::NotEmpty(format!(
                 "project {project_id} still has {live} running sandbox(es); kill them first"
+            )));
+        }
+        let vols: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM volumes WHERE project_id = ?")
+            .bind(project_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if vols > 0 {
+            return Err(StoreError::NotEmpty(format!(
+                "project {project_id} still has {vols} volume(s); delete them first"
             )));
         }
         sqlx::query("DELETE FROM sandboxes WHERE project_id = ?")
@@ -706,6 +731,11 @@ impl Store for SqliteStore {
                 sqlx::query("UPDATE sandboxes SET ended_at = ?, end_reason = ? WHERE id = ?")
                     .bind(at)
                     .bind(reason)
+                    .bind(sandbox_id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                sqlx::query("UPDATE volumes SET attached_to = NULL WHERE attached_to = ?")
                     .bind(sandbox_id)
                     .execute(&mut *tx)
                     .await

@@ -1,0 +1,311 @@
+//! [`VolumeStore`] on SQLite.
+
+use super::{backend, conflict_or_backend, SqliteStore};
+use crate::store::volumes::*;
+use crate::store::{Result, Scope, StoreError};
+use async_trait::async_trait;
+use sqlx::sqlite::SqliteRow;
+use sqlx::Row;
+
+pub(super) const VOLUME_COLUMNS: &str = "v.id, w.account_id, p.workspace_id, v.project_id, v.name, v.size_gb, \
+     v.node_id, v.region, v.created_at, v.attached_to \
+     FROM volumes v JOIN projects p ON p.id = v.project_id JOIN workspaces w ON w.id = p.workspace_id";
+
+pub(super) fn volume(r: &SqliteRow) -> Result<VolumeRecord> {
+    let size: i64 = r.try_get("size_gb").map_err(backend)?;
+    Ok(VolumeRecord {
+        id: r.try_get("id").map_err(backend)?,
+        account_id: r.try_get("account_id").map_err(backend)?,
+        workspace_id: r.try_get("workspace_id").map_err(backend)?,
+        project_id: r.try_get("project_id").map_err(backend)?,
+        name: r.try_get("name").map_err(backend)?,
+        size_gb: u32::try_from(size).map_err(|e| StoreError::Backend(Box::new(e)))?,
+        node_id: r.try_get("node_id").map_err(backend)?,
+        region: r.try_get("region").map_err(backend)?,
+        created_at: r.try_get("created_at").map_err(backend)?,
+        attached_to: r.try_get("attached_to").map_err(backend)?,
+    })
+}
+
+/// "in use by sandbox X" or "in use by a sandbox being created".
+pub(super) fn in_use(volume: &str, holder: &str) -> StoreError {
+    match holder.strip_prefix(RESERVATION_PREFIX) {
+        Some(_) => StoreError::Conflict(format!("volume {volume} is in use by a sandbox being created")),
+        None => StoreError::Conflict(format!("volume {volume} is in use by sandbox {holder}")),
+    }
+}
+
+#[async_trait]
+impl VolumeStore for SqliteStore {
+    async fn upsert_node(&self, n: &NodeRecord) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO nodes (id, region, created_at) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET region = excluded.region",
+        )
+        .bind(&n.id)
+        .bind(&n.region)
+        .bind(n.created_at)
+        .execute(&self.pool)
+        .await
+        .map_err(backend)?;
+        Ok(())
+    }
+
+    async fn node_loads(&self) -> Result<Vec<NodeLoad>> {
+        let rows = sqlx::query(
+            "SELECT n.id, n.region, n.created_at, (SELECT COUNT(*) FROM volumes v WHERE v.node_id = n.id) AS volumes \
+             FROM nodes n ORDER BY n.created_at, n.id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        rows.iter()
+            .map(|r| {
+                let volumes: i64 = r.try_get("volumes").map_err(backend)?;
+                Ok(NodeLoad {
+                    node: NodeRecord {
+                        id: r.try_get("id").map_err(backend)?,
+                        region: r.try_get("region").map_err(backend)?,
+                        created_at: r.try_get("created_at").map_err(backend)?,
+                    },
+                    volumes: volumes.max(0) as u64,
+                })
+            })
+            .collect()
+    }
+
+    async fn insert_volume(&self, v: &NewVolume) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO volumes (id, project_id, name, size_gb, node_id, region, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&v.id)
+        .bind(&v.project_id)
+        .bind(&v.name)
+        .bind(v.size_gb as i64)
+        .bind(&v.node_id)
+        .bind(&v.region)
+        .bind(v.created_at)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| match &e {
+            sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
+                StoreError::NotFound(format!("project {} or node {}", v.project_id, v.node_id))
+            }
+            _ => conflict_or_backend(e, || format!("a volume named {:?} already exists in this project", v.name)),
+        })?;
+        Ok(())
+    }
+
+    async fn get_volume(&self, account_id: &str, volume_id: &str) -> Result<Option<VolumeRecord>> {
+        sqlx::query(&format!("SELECT {VOLUME_COLUMNS} WHERE w.account_id = ? AND v.id = ?"))
+            .bind(account_id)
+            .bind(volume_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?
+            .as_ref()
+            .map(volume)
+            .transpose()
+    }
+
+    async fn find_volume(&self, account_id: &str, project_id: &str, name: &str) -> Result<Option<VolumeRecord>> {
+        sqlx::query(&format!("SELECT {VOLUME_COLUMNS} WHERE w.account_id = ? AND v.project_id = ? AND v.name = ?"))
+            .bind(account_id)
+            .bind(project_id)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?
+            .as_ref()
+            .map(volume)
+            .transpose()
+    }
+
+    async fn list_volumes(
+        &self,
+        account_id: &str,
+        scope: Option<&Scope>,
+        project_id: Option<&str>,
+    ) -> Result<Vec<VolumeRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {VOLUME_COLUMNS} WHERE w.account_id = ?1 AND (?2 IS NULL OR v.project_id = ?2) \
+             ORDER BY v.created_at, v.id"
+        ))
+        .bind(account_id)
+        .bind(project_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let v = volume(r)?;
+            if crate::scope::sees_project(scope, &v.workspace_id, &v.project_id) {
+                out.push(v);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn delete_volume(&self, account_id: &str, volume_id: &str) -> Result<VolumeRecord> {
+        let mut tx = self.write().await?;
+        let row = sqlx::query(&format!("SELECT {VOLUME_COLUMNS} WHERE w.account_id = ? AND v.id = ?"))
+            .bind(account_id)
+            .bind(volume_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+        let Some(v) = row.as_ref().map(volume).transpose()? else {
+            return Err(StoreError::NotFound(format!("volume {volume_id}")));
+        };
+        if let Some(holder) = &v.attached_to {
+            return Err(in_use(&v.name, holder));
+        }
+        sqlx::query("DELETE FROM volumes WHERE id = ?").bind(volume_id).execute(&mut *tx).await.map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        Ok(v)
+    }
+
+    async fn attach_volume(&self, volume_id: &str, holder: &str) -> Result<()> {
+        let mut tx = self.write().await?;
+        let row: Option<(String, Option<String>)> =
+            sqlx::query_as("SELECT name, attached_to FROM volumes WHERE id = ?")
+                .bind(volume_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?;
+        match row {
+            None => Err(StoreError::NotFound(format!("volume {volume_id}"))),
+            Some((name, Some(h))) => Err(in_use(&name, &h)),
+            Some((_, None)) => {
+                sqlx::query("UPDATE volumes SET attached_to = ? WHERE id = ?")
+                    .bind(holder)
+                    .bind(volume_id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                tx.commit().await.map_err(backend)
+            }
+        }
+    }
+
+    async fn reassign_volume(&self, volume_id: &str, from: &str, to: &str) -> Result<()> {
+        let r = sqlx::query("UPDATE volumes SET attached_to = ? WHERE id = ? AND attached_to = ?")
+            .bind(to)
+            .bind(volume_id)
+            .bind(from)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        if r.rows_affected() == 0 {
+            return Err(StoreError::NotFound(format!("volume {volume_id} held by {from}")));
+        }
+        Ok(())
+    }
+
+    async fn release_volume(&self, volume_id: &str, holder: &str) -> Result<()> {
+        sqlx::query("UPDATE volumes SET attached_to = NULL WHERE id = ? AND attached_to = ?")
+            .bind(volume_id)
+            .bind(holder)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(())
+    }
+
+    async fn release_stale_attachments(&self) -> Result<u64> {
+        let r = sqlx::query(
+            "UPDATE volumes SET attached_to = NULL WHERE attached_to IS NOT NULL AND NOT EXISTS \
+             (SELECT 1 FROM sandboxes s WHERE s.id = volumes.attached_to AND s.ended_at IS NULL)",
+        )
+        .execute(&self.pool)
+        .await
+        .map_err(backend)?;
+        Ok(r.rows_affected())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{AccountRecord, NewSandbox, ProjectRecord, Store, WorkspaceRecord};
+
+    async fn seeded() -> SqliteStore {
+        let s = SqliteStore::memory().await.unwrap();
+        let a = AccountRecord { id: "acc_1".into(), email: "o@x".into(), plan: "free".into(), created_at: 1 };
+        let k = crate::store::KeyRecord {
+            id: "key_1".into(),
+            account_id: "acc_1".into(),
+            name: "k".into(),
+            prefix: "lz_aaaaaaaa".into(),
+            hash: vec![0; 32],
+            scope: None,
+            created_at: 1,
+            revoked_at: None,
+        };
+        s.bootstrap(&a, &k).await.unwrap();
+        let w = WorkspaceRecord { id: "ws_a".into(), account_id: "acc_1".into(), name: "a".into(), slug: "a".into(), created_at: 1 };
+        s.insert_workspace(&w).await.unwrap();
+        let p = ProjectRecord { id: "prj_a".into(), workspace_id: "ws_a".into(), name: "a".into(), slug: "a".into(), created_at: 1 };
+        s.insert_project("acc_1", &p).await.unwrap();
+        s.upsert_node(&NodeRecord { id: "node_1".into(), region: "local".into(), created_at: 1 }).await.unwrap();
+        s
+    }
+
+    fn vol(id: &str, name: &str) -> NewVolume {
+        NewVolume {
+            id: id.into(),
+            project_id: "prj_a".into(),
+            name: name.into(),
+            size_gb: 1,
+            node_id: "node_1".into(),
+            region: "local".into(),
+            created_at: 2,
+        }
+    }
+
+    #[tokio::test]
+    async fn one_holder_at_a_time_until_the_sandbox_ends() {
+        let s = seeded().await;
+        s.insert_volume(&vol("vol_1", "data")).await.unwrap();
+        assert!(matches!(s.insert_volume(&vol("vol_2", "data")).await, Err(StoreError::Conflict(_))));
+        s.attach_volume("vol_1", "creating:x").await.unwrap();
+        let e = s.attach_volume("vol_1", "creating:y").await.unwrap_err();
+        assert!(e.to_string().contains("being created"), "{e}");
+        s.reassign_volume("vol_1", "creating:x", "sbx_1").await.unwrap();
+        let e = s.attach_volume("vol_1", "creating:y").await.unwrap_err();
+        assert!(e.to_string().contains("sbx_1"), "{e}");
+        let e = s.delete_volume("acc_1", "vol_1").await.unwrap_err();
+        assert!(matches!(&e, StoreError::Conflict(m) if m.contains("sbx_1")), "{e}");
+        assert!(matches!(s.delete_project("acc_1", "prj_a").await, Err(StoreError::NotEmpty(_))));
+        let sbx = NewSandbox {
+            id: "sbx_1".into(),
+            project_id: "prj_a".into(),
+            template: "base".into(),
+            state: "running".into(),
+            created_at: 3,
+            timeout_at: None,
+            metadata: Default::default(),
+            on_timeout: "kill".into(),
+            timeout_ms: None,
+            meter: crate::store::MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: 0, paused_nanos_per_sec: 0 },
+        };
+        s.insert_sandbox(&sbx).await.unwrap();
+        assert_eq!(s.release_stale_attachments().await.unwrap(), 0);
+        assert!(s.end_sandbox("sbx_1", 4, "killed").await.unwrap());
+        assert_eq!(s.get_volume("acc_1", "vol_1").await.unwrap().unwrap().attached_to, None);
+        s.attach_volume("vol_1", "creating:z").await.unwrap();
+        assert_eq!(s.release_stale_attachments().await.unwrap(), 1);
+        assert_eq!(s.delete_volume("acc_1", "vol_1").await.unwrap().name, "data");
+        assert!(s.get_volume("acc_1", "vol_1").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn forced_workspace_delete_returns_its_volumes() {
+        let s = seeded().await;
+        s.insert_volume(&vol("vol_1", "data")).await.unwrap();
+        assert!(matches!(s.delete_workspace("acc_1", "ws_a", false).await, Err(StoreError::NotEmpty(_))));
+        let removed = s.delete_workspace("acc_1", "ws_a", true).await.unwrap();
+        assert_eq!(removed.volumes.iter().map(|v| v.id.as_str()).collect::<Vec<_>>(), ["vol_1"]);
+        assert!(s.list_volumes("acc_1", None, None).await.unwrap().is_empty());
+        assert_eq!(s.node_loads().await.unwrap()[0].volumes, 0);
+    }
+}
