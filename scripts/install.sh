@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 cargo build --release -p lizard-cli
 install -m 0755 target/release/lizard /usr/local/bin/lizard
 install -m 0755 target/x86_64-unknown-linux-gnu/release/lizard-agent /usr/local/bin/lizard-agent
+# The static API-client `lizard` every guest gets (found next to the agent).
+install -m 0755 target/x86_64-unknown-linux-gnu/release/lizard /usr/local/bin/lizard-guest
 lizard images build
 
 data=/var/lib/lizard

@@ -16,3 +16,5 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --no-fail-fast "$@"
 fi
+# The Python and TypeScript SDKs (every example of the reference) against a real server.
+./scripts/test-sdk.sh

@@ -306,6 +306,26 @@ impl AgentClient {
         }
     }
 
+    /// Wait for the next connection a guest process makes to the agent's forward
+    /// listener ([`routes::FORWARD_GUEST_ADDR`]) and return it as a byte stream. Pending
+    /// calls queue on the agent; dropping one gives up its place without losing a
+    /// connection.
+    pub async fn accept_forward(&self) -> Result<TcpTunnel, ClientError> {
+        let req = Request::builder()
+            .method(Method::CONNECT)
+            .uri(routes::FORWARD_AUTHORITY)
+            .body(empty())
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let resp = self.send(req).await?;
+        if resp.status() != StatusCode::OK {
+            return Err(ClientError::Protocol(format!("CONNECT answered {}", resp.status())));
+        }
+        match hyper::upgrade::on(resp).await {
+            Ok(upgraded) => Ok(TcpTunnel::new(upgraded, 0)),
+            Err(e) => Err(self.conn.classify(e).await),
+        }
+    }
+
     /// Send one request; a non-success answer becomes [`ClientError::Agent`].
     async fn call(
         &self,

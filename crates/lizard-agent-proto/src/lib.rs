@@ -71,6 +71,11 @@ pub mod net {
     pub const GATEWAY_MAC: &str = "02:4c:5a:00:00:01";
 }
 
+/// Where an initramfs carries the static `lizard` CLI (optional), and where the agent
+/// installs it in the guest's root filesystem at boot.
+pub const GUEST_CLI_INITRAMFS_PATH: &str = "/bin/lizard";
+pub const GUEST_CLI_INSTALL_PATH: &str = "/usr/local/bin/lizard";
+
 /// Line the agent prints to the console in probe mode once it runs.
 pub const PROBE_OK: &str = "LIZARD-PROBE-OK";
 

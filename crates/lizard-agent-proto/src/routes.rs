@@ -44,6 +44,17 @@
 //!
 //! Tunnels are ordinary streams of the one session: any number run at once next to execs
 //! and file transfers, and all of them end with the session.
+//!
+//! # Forwarded connections (guest → host)
+//!
+//! The guest has no route to the host, yet code in a sandbox may use the Lizard API (the
+//! `lizard` CLI with the key given as `lizardToken`). The agent listens on
+//! [`FORWARD_GUEST_ADDR`] in the guest; the host keeps a few `CONNECT` streams with the
+//! authority [`FORWARD_AUTHORITY`] open on the agent. Each such request waits until a guest
+//! process connects to the listener; the agent then answers `200` and the stream carries
+//! that connection, exactly like a tunnel (half-closes, resets). The host connects the
+//! other end to the one target it was configured with (the API server); the guest cannot
+//! name any other destination.
 
 pub const HEALTH: &str = "/v1/health";
 pub const EXEC: &str = "/v1/exec";
@@ -75,6 +86,16 @@ pub const TUNNEL_HOST: &str = "127.0.0.1";
 pub fn tunnel_authority(port: u16) -> String {
     format!("{TUNNEL_HOST}:{port}")
 }
+
+/// The `:authority` of a `CONNECT` that waits for the next guest connection to
+/// [`FORWARD_GUEST_ADDR`] (see "Forwarded connections").
+pub const FORWARD_AUTHORITY: &str = "lizard-forward:1";
+
+/// Where processes in the guest connect to reach the host's Lizard API.
+pub const FORWARD_GUEST_ADDR: &str = "127.0.0.1:49171";
+
+/// `LIZARD_API_URL` as a guest process should use it.
+pub const FORWARD_GUEST_URL: &str = "http://127.0.0.1:49171";
 
 /// Why a tunnel's authority is unacceptable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -177,6 +177,10 @@ fn boot() -> Result<Infallible, InitError> {
         tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(InitError::io("start the runtime"))?;
     rt.block_on(async move {
         reaper::start(false)?;
+        // Bound before any guest process runs, so nothing else can take the port.
+        if let Err(e) = crate::forward::start(lizard_agent_proto::routes::FORWARD_GUEST_ADDR) {
+            eprintln!("lizard-agent: {e}");
+        }
         let state = AppState { secret: Arc::new(RwLock::new(secret)), pid1: true };
         Ok(match transport {
             Transport::Serial => transport::serve_serial(state).await?,
@@ -241,6 +245,7 @@ fn switch_root(dev: &Path) -> Result<(), InitError> {
     std::fs::create_dir_all(NEW_ROOT).map_err(InitError::io(format!("mkdir {NEW_ROOT}")))?;
     mount(Some(dev), NEW_ROOT, Some("ext4"), MsFlags::empty(), None::<&str>)
         .map_err(InitError::mount(format!("{} on {NEW_ROOT}", dev.display())))?;
+    install_cli(Path::new(NEW_ROOT));
     for dir in ["/dev", "/proc", "/sys"] {
         let target = format!("{NEW_ROOT}{dir}");
         std::fs::create_dir_all(&target).map_err(InitError::io(format!("mkdir {target}")))?;
@@ -253,6 +258,33 @@ fn switch_root(dev: &Path) -> Result<(), InitError> {
     nix::unistd::chroot(".").map_err(InitError::io("chroot"))?;
     std::env::set_current_dir("/").map_err(InitError::io("chdir /"))?;
     Ok(())
+}
+
+/// Copy the `lizard` CLI the initramfs carries (if any) into the root filesystem, so code
+/// in the sandbox can use the API with the key it was given. Skipped when the root already
+/// has the same file (a template's second boot); failures are logged, not fatal.
+fn install_cli(new_root: &Path) {
+    use lizard_agent_proto::{GUEST_CLI_INITRAMFS_PATH, GUEST_CLI_INSTALL_PATH};
+    use std::os::unix::fs::PermissionsExt;
+    let src = Path::new(GUEST_CLI_INITRAMFS_PATH);
+    let Ok(meta) = std::fs::metadata(src) else { return };
+    let dst = new_root.join(GUEST_CLI_INSTALL_PATH.trim_start_matches('/'));
+    if std::fs::metadata(&dst).is_ok_and(|d| d.len() == meta.len())
+        && std::fs::read(&dst).ok() == std::fs::read(src).ok()
+    {
+        return;
+    }
+    let tmp = dst.with_extension("lizard-tmp");
+    let result = (|| {
+        std::fs::create_dir_all(dst.parent().unwrap_or(new_root))?;
+        std::fs::copy(src, &tmp)?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::rename(&tmp, &dst)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        eprintln!("lizard-agent: install {GUEST_CLI_INSTALL_PATH}: {e}");
+    }
 }
 
 /// Mounts and links that a normal userland expects; each is logged, none is fatal.

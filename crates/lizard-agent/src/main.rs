@@ -3,6 +3,7 @@
 
 mod exec;
 mod files;
+mod forward;
 mod identity;
 mod init;
 mod net;
@@ -35,6 +36,10 @@ enum Command {
         /// File holding the session secret in hex.
         #[arg(long)]
         secret_file: PathBuf,
+        /// Accept forwarded connections (guest → host) on this address, as a guest's agent
+        /// does on 127.0.0.1:49171.
+        #[arg(long, value_name = "ADDR")]
+        forward_listen: Option<String>,
     },
 }
 
@@ -51,20 +56,22 @@ enum DevError {
     Reaper(#[from] reaper::ReaperError),
     #[error(transparent)]
     Transport(#[from] transport::TransportError),
+    #[error(transparent)]
+    Forward(#[from] forward::ForwardError),
 }
 
 fn main() {
     if nix::unistd::getpid().as_raw() == 1 {
         init::run();
     }
-    let Command::Serve { unix, secret_file } = Cli::parse().command;
-    if let Err(e) = serve(unix, secret_file) {
+    let Command::Serve { unix, secret_file, forward_listen } = Cli::parse().command;
+    if let Err(e) = serve(unix, secret_file, forward_listen) {
         eprintln!("lizard-agent: {e}");
         std::process::exit(1);
     }
 }
 
-fn serve(socket: PathBuf, secret_file: PathBuf) -> Result<(), DevError> {
+fn serve(socket: PathBuf, secret_file: PathBuf, forward_listen: Option<String>) -> Result<(), DevError> {
     let secret = std::fs::read_to_string(&secret_file)
         .map_err(|e| e.to_string())
         .and_then(|s| Secret::from_hex(&s).map_err(|e| e.to_string()))
@@ -73,6 +80,9 @@ fn serve(socket: PathBuf, secret_file: PathBuf) -> Result<(), DevError> {
     rt.block_on(async {
         // Orphans of our commands come to us, as they would to PID 1.
         reaper::start(true)?;
+        if let Some(addr) = &forward_listen {
+            forward::start(addr)?;
+        }
         let state = server::AppState { secret: Arc::new(RwLock::new(secret)), pid1: false };
         match transport::serve_unix(&socket, state).await? {}
     })

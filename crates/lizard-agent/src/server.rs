@@ -6,7 +6,7 @@
 //! in the hyper connection and is dropped with it, so a host that reconnects (after a
 //! snapshot restore, say) starts from a clean slate.
 
-use crate::{exec, files, identity, tunnel, volume};
+use crate::{exec, files, forward, identity, tunnel, volume};
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -95,10 +95,14 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Everything no route matched. HTTP/2 `CONNECT` requests (TCP tunnels) land here too:
-/// they carry an authority and no path, so no path route can match them.
+/// Everything no route matched. HTTP/2 `CONNECT` requests (TCP tunnels, forwarded
+/// connections) land here too: they carry an authority and no path, so no path route can
+/// match them.
 async fn fallback(req: Request) -> Response {
     if req.method() == http::Method::CONNECT {
+        if req.uri().authority().map(|a| a.as_str()) == Some(routes::FORWARD_AUTHORITY) {
+            return forward::handle(req).await.into_response();
+        }
         return tunnel::handle(req).await.into_response();
     }
     AppError(AgentError::new(ErrorCode::NotFound, "no such route")).into_response()

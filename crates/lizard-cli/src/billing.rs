@@ -11,11 +11,16 @@ use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use http::Method;
 use lizard_api::billing::paths;
-use lizard_api::{format_usd, parse_usd, Balance, BillingSummary, LiveBilling, Metrics, TransactionPage};
+#[cfg(feature = "node")]
+use lizard_api::parse_usd;
+use lizard_api::{format_usd, Balance, BillingSummary, LiveBilling, Metrics, TransactionPage};
+#[cfg(feature = "node")]
 use lizard_server::store::billing::{CreditOutcome, LedgerKind, NewCredit};
+#[cfg(feature = "node")]
 use lizard_server::store::BillingStore;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+#[cfg(feature = "node")]
 use std::path::Path;
 
 #[derive(Subcommand, Debug)]
@@ -183,6 +188,7 @@ pub async fn run(api: &ApiClient, cmd: BillingCmd, json: bool) -> Result<()> {
 }
 
 /// `lizard billing credit`: append a credit to the ledger in `<data_dir>/lizard.db`.
+#[cfg(feature = "node")]
 pub async fn credit(data_dir: &Path, cmd: BillingCmd, json: bool) -> Result<()> {
     let BillingCmd::Credit { account, amount, idempotency_key, description } = cmd else {
         bail!("not a credit command");

@@ -12,9 +12,11 @@
 
 pub mod billing;
 pub mod client;
+#[cfg(feature = "node")]
 pub mod local;
 pub mod output;
 pub mod sandbox;
+#[cfg(feature = "node")]
 pub mod server;
 pub mod tenancy;
 
@@ -50,15 +52,18 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run sandboxes on this machine.
+    #[cfg(feature = "node")]
     #[command(subcommand)]
     Node(NodeCmd),
     /// Guest images: kernel, initramfs, template disks.
+    #[cfg(feature = "node")]
     #[command(subcommand)]
     Images(ImagesCmd),
     /// Create and drive sandboxes (local node, or the server at LIZARD_API_URL).
     #[command(subcommand)]
     Sandbox(sandbox::SandboxCmd),
     /// Run a Lizard server (control plane + node) until SIGTERM/SIGINT.
+    #[cfg(feature = "node")]
     Server(server::ServerArgs),
     /// Show who the API key belongs to (a scoped key sees only its identity and scopes).
     Whoami,
@@ -84,12 +89,14 @@ pub enum Command {
     Metrics(billing::MetricsArgs),
 }
 
+#[cfg(feature = "node")]
 #[derive(Subcommand, Debug)]
 pub enum NodeCmd {
     /// Serve the node API on <data-dir>/node.sock until SIGTERM/SIGINT (kills its sandboxes on exit).
     Run(local::RunArgs),
 }
 
+#[cfg(feature = "node")]
 #[derive(Subcommand, Debug)]
 pub enum ImagesCmd {
     /// Build (or verify the cache of) the kernel, initramfs and template images ahead of time.
@@ -143,10 +150,24 @@ impl Ctx {
                 if let Some(cmd) = cmd {
                     sandbox::check_local(cmd)?;
                 }
-                local::connect(&self.data_dir).await
+                #[cfg(feature = "node")]
+                return local::connect(&self.data_dir).await;
+                #[cfg(not(feature = "node"))]
+                Err(anyhow!("this `lizard` is the API client only: set LIZARD_API_URL and LIZARD_API_KEY"))
             }
         }
     }
+}
+
+#[cfg(feature = "node")]
+fn default_data_dir() -> PathBuf {
+    lizard_node::default_data_dir()
+}
+
+/// The API-client build has no data of its own.
+#[cfg(not(feature = "node"))]
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("/var/lib/lizard")
 }
 
 /// The `lizard` binary.
@@ -173,19 +194,22 @@ pub fn main() {
 /// Run one command; `Ok(code)` is the process's exit status.
 pub async fn run(cli: Cli) -> Result<i32> {
     let ctx = Ctx {
-        data_dir: cli.data_dir.clone().unwrap_or_else(lizard_node::default_data_dir),
+        data_dir: cli.data_dir.clone().unwrap_or_else(default_data_dir),
         api_url: cli.api_url,
         api_key: cli.api_key,
         json: cli.json,
     };
     match cli.command {
+        #[cfg(feature = "node")]
         Command::Node(NodeCmd::Run(args)) => local::run_node(ctx.data_dir, args).await.map(|_| 0),
+        #[cfg(feature = "node")]
         Command::Images(ImagesCmd::List) => {
             for t in lizard_image::ImageStore::template_names() {
                 println!("{t}");
             }
             Ok(0)
         }
+        #[cfg(feature = "node")]
         Command::Images(ImagesCmd::Build { templates }) => {
             local::build_images(ctx.data_dir, templates).await.map(|_| 0)
         }
@@ -205,6 +229,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
             let api = ctx.sandbox_api(Some(&cmd)).await?;
             sandbox::run(&api, cmd, ctx.json).await.map(|_| 0)
         }
+        #[cfg(feature = "node")]
         Command::Server(args) => server::run(&ctx.data_dir, args).await.map(|_| 0),
         Command::Whoami => tenancy::whoami(&ctx.require_server("whoami")?, ctx.json).await.map(|_| 0),
         Command::Workspace(cmd) => tenancy::workspace(&ctx.require_server("workspace")?, cmd, ctx.json).await.map(|_| 0),
@@ -212,6 +237,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Key(cmd) => tenancy::key(&ctx.require_server("key")?, cmd, ctx.json).await.map(|_| 0),
         Command::Region(cmd) => tenancy::region(&ctx.require_server("region")?, cmd, ctx.json).await.map(|_| 0),
         Command::Volume(cmd) => tenancy::volume(&ctx.require_server("volume")?, cmd, ctx.json).await.map(|_| 0),
+        #[cfg(feature = "node")]
         Command::Billing(cmd @ billing::BillingCmd::Credit { .. }) => {
             billing::credit(&ctx.data_dir, cmd, ctx.json).await.map(|_| 0)
         }

@@ -39,7 +39,23 @@ pub struct Initramfs {
 impl ImageStore {
     /// newc cpio initramfs: `/init` = the agent binary (0755), the modules, and a load-order file.
     pub fn initramfs(&self, kernel: &Kernel, agent_bin: &Path) -> Result<Initramfs, ImageError> {
+        self.initramfs_with_cli(kernel, agent_bin, None)
+    }
+
+    /// [`Self::initramfs`], plus the static `lizard` CLI at
+    /// [`lizard_agent_proto::GUEST_CLI_INITRAMFS_PATH`] when `cli_bin` is given (the agent
+    /// installs it in the guest's root filesystem at boot).
+    pub fn initramfs_with_cli(
+        &self,
+        kernel: &Kernel,
+        agent_bin: &Path,
+        cli_bin: Option<&Path>,
+    ) -> Result<Initramfs, ImageError> {
         let agent = fs::read(agent_bin).map_err(ImageError::io("read agent binary", agent_bin))?;
+        let cli = match cli_bin {
+            Some(p) => Some(fs::read(p).map_err(ImageError::io("read the guest CLI binary", p))?),
+            None => None,
+        };
         let mut hasher = Hasher::default();
         hasher
             .part(INITRAMFS_FORMAT.to_le_bytes())
@@ -47,6 +63,10 @@ impl ImageStore {
             .part(&agent);
         for module in &kernel.modules {
             hasher.part(&module.name);
+        }
+        // Absent: the same hash as before the CLI existed, so those caches stay valid.
+        if let Some(cli) = &cli {
+            hasher.part(b"guest-cli").part(cli);
         }
         let hash = hasher.hex();
 
@@ -67,7 +87,7 @@ impl ImageStore {
             .suffix(".cpio")
             .tempfile_in(&dir)
             .map_err(ImageError::io("create temporary file in", &dir))?;
-        write_archive(tmp.as_file(), kernel, &agent)
+        write_archive(tmp.as_file(), kernel, &agent, cli.as_deref())
             .map_err(ImageError::io("write", tmp.path()))?;
         tmp.as_file()
             .sync_all()
@@ -84,7 +104,7 @@ impl ImageStore {
 }
 
 /// Writes the archive described in the module docs.
-fn write_archive(file: &File, kernel: &Kernel, agent: &[u8]) -> std::io::Result<()> {
+fn write_archive(file: &File, kernel: &Kernel, agent: &[u8], cli: Option<&[u8]>) -> std::io::Result<()> {
     let mut cpio = CpioWriter::new(BufWriter::new(file));
     for dir in [
         "dev",
@@ -102,6 +122,10 @@ fn write_archive(file: &File, kernel: &Kernel, agent: &[u8]) -> std::io::Result<
     // The kernel opens /dev/console for init's stdio before init can mount devtmpfs.
     cpio.char_device("dev/console", 0o600, 5, 1)?;
     cpio.file("init", 0o755, agent)?;
+    if let Some(cli) = cli {
+        cpio.dir("bin", 0o755)?;
+        cpio.file(lizard_agent_proto::GUEST_CLI_INITRAMFS_PATH.trim_start_matches('/'), 0o755, cli)?;
+    }
     let mut order = String::new();
     for module in &kernel.modules {
         let target = format!("{MODULES_DIR}/{}.ko", module.name);
@@ -137,6 +161,29 @@ mod tests {
             package: "linux-image-6.1.0-1-cloud-amd64".into(),
             modules,
         }
+    }
+
+    #[test]
+    fn carries_the_guest_cli_when_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(dir.path().join("data"));
+        let kernel = fake_kernel(dir.path(), "k1");
+        let agent = dir.path().join("agent");
+        fs::write(&agent, b"\x7fELF agent").unwrap();
+        let cli = dir.path().join("lizard");
+        fs::write(&cli, b"\x7fELF cli").unwrap();
+        let without = store.initramfs(&kernel, &agent).unwrap();
+        // No CLI: the same archive (and hash) as before the CLI existed.
+        assert_eq!(store.initramfs_with_cli(&kernel, &agent, None).unwrap(), without);
+        let with = store.initramfs_with_cli(&kernel, &agent, Some(&cli)).unwrap();
+        assert_ne!(with.hash, without.hash);
+        let entries = read_newc(&fs::read(&with.path).unwrap()).unwrap();
+        let e = entries.iter().find(|e| e.path == "bin/lizard").expect("bin/lizard");
+        assert_eq!((e.mode, e.data.as_slice()), (0o100_755, &b"\x7fELF cli"[..]));
+        assert!(read_newc(&fs::read(&without.path).unwrap()).unwrap().iter().all(|e| e.path != "bin/lizard"));
+        // Another CLI build: another archive.
+        fs::write(&cli, b"\x7fELF cli v2").unwrap();
+        assert_ne!(store.initramfs_with_cli(&kernel, &agent, Some(&cli)).unwrap().hash, with.hash);
     }
 
     #[test]

@@ -21,17 +21,26 @@ pub struct BootFiles {
 pub struct Assets {
     images: Arc<ImageStore>,
     agent_bin: PathBuf,
+    /// The static `lizard` CLI for guests, carried in the initramfs.
+    guest_cli: Option<PathBuf>,
     boot: Mutex<Option<(AgentStamp, BootFiles)>>,
     templates: Mutex<HashMap<String, TemplateImage>>,
 }
 
-/// Identifies one build of the agent binary cheaply (no hashing on the hot path).
+/// Identifies one build of the agent binary (and of the guest CLI) cheaply (no hashing on
+/// the hot path).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct AgentStamp(u64, std::time::SystemTime);
+struct AgentStamp(u64, std::time::SystemTime, Option<(u64, std::time::SystemTime)>);
 
 impl Assets {
-    pub fn new(images: ImageStore, agent_bin: PathBuf) -> Self {
-        Assets { images: Arc::new(images), agent_bin, boot: Mutex::new(None), templates: Mutex::new(HashMap::new()) }
+    pub fn new(images: ImageStore, agent_bin: PathBuf, guest_cli: Option<PathBuf>) -> Self {
+        Assets {
+            images: Arc::new(images),
+            agent_bin,
+            guest_cli,
+            boot: Mutex::new(None),
+            templates: Mutex::new(HashMap::new()),
+        }
     }
 
     fn stamp(&self) -> Result<AgentStamp, ImageError> {
@@ -40,7 +49,18 @@ impl Assets {
             path: self.agent_bin.clone(),
             source,
         })?;
-        Ok(AgentStamp(m.len(), m.modified().unwrap_or(std::time::UNIX_EPOCH)))
+        let cli = match &self.guest_cli {
+            Some(p) => {
+                let c = std::fs::metadata(p).map_err(|source| ImageError::Io {
+                    action: "read the guest CLI (build it with scripts/build-agent.sh)",
+                    path: p.clone(),
+                    source,
+                })?;
+                Some((c.len(), c.modified().unwrap_or(std::time::UNIX_EPOCH)))
+            }
+            None => None,
+        };
+        Ok(AgentStamp(m.len(), m.modified().unwrap_or(std::time::UNIX_EPOCH), cli))
     }
 
     /// Kernel and initramfs, rebuilt when the agent binary changes.
@@ -54,9 +74,10 @@ impl Assets {
         }
         let images = self.images.clone();
         let agent = self.agent_bin.clone();
+        let cli = self.guest_cli.clone();
         let files = tokio::task::spawn_blocking(move || -> Result<BootFiles, ImageError> {
             let kernel = images.kernel()?;
-            let initramfs = images.initramfs(&kernel, &agent)?;
+            let initramfs = images.initramfs_with_cli(&kernel, &agent, cli.as_deref())?;
             Ok(BootFiles { kernel, initramfs })
         })
         .await

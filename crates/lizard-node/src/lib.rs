@@ -9,6 +9,7 @@
 //! The HTTP face of a node is in [`http`]; the control plane embeds a [`Node`] directly.
 
 pub mod assets;
+mod forward;
 pub mod http;
 mod lifecycle;
 pub mod network;
@@ -56,6 +57,12 @@ pub struct NodeConfig {
     /// Give every sandbox a network (its own namespace, TAP, NAT and firewall). Needs
     /// root, `ip` and `nft`. Without it sandboxes have no NIC.
     pub network: Option<network::NetworkConfig>,
+    /// The static `lizard` CLI put into every guest (at `/usr/local/bin/lizard`); `None`:
+    /// guests get no CLI.
+    pub guest_cli: Option<PathBuf>,
+    /// Where connections to the guest's API address ([`lizard_agent_proto::routes::FORWARD_GUEST_URL`])
+    /// go: the control plane's API. `None`: guests cannot reach any API.
+    pub api_forward: Option<std::net::SocketAddr>,
 }
 
 impl NodeConfig {
@@ -73,6 +80,8 @@ impl NodeConfig {
             snapshots: true,
             // Namespaces and firewall rules need root.
             network: nix::unistd::geteuid().is_root().then(network::NetworkConfig::default),
+            guest_cli: default_guest_cli(),
+            api_forward: None,
         }
     }
 }
@@ -100,6 +109,17 @@ pub fn default_agent_bin() -> PathBuf {
         }
     }
     PathBuf::from("/usr/local/bin/lizard-agent")
+}
+
+/// `LIZARD_GUEST_CLI_BIN`, else a static `lizard` (or `lizard-guest`) next to the agent
+/// (scripts/build-agent.sh builds both), else none.
+pub fn default_guest_cli() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("LIZARD_GUEST_CLI_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let agent = default_agent_bin();
+    let dir = agent.parent()?;
+    ["lizard", "lizard-guest"].into_iter().map(|n| dir.join(n)).find(|p| is_static_executable(p))
 }
 
 /// An ELF file without a program interpreter (static or static-pie).
@@ -255,7 +275,7 @@ impl Node {
         };
         let node = Arc::new(Node {
             network,
-            assets: Assets::new(ImageStore::new(&config.image_root), config.agent_bin.clone()),
+            assets: Assets::new(ImageStore::new(&config.image_root), config.agent_bin.clone(), config.guest_cli.clone()),
             backend: Arc::new(lizard_vmm::qemu::QemuBackend::with_binary(&config.qemu_binary)),
             accel: tokio::sync::OnceCell::new(),
             sandboxes: RwLock::new(HashMap::new()),
@@ -556,6 +576,14 @@ impl Node {
         Ok(Some(n.attach(&policy).await?))
     }
 
+    /// Carry the guest's connections to its API address to [`NodeConfig::api_forward`]
+    /// until this agent channel closes (a pause ends it; a resume opens a new one).
+    pub(crate) fn forward_api(&self, id: &str, agent: &lizard_agent_client::AgentClient) {
+        if let Some(target) = self.config.api_forward {
+            forward::spawn(id.to_string(), agent.clone(), target);
+        }
+    }
+
     pub fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
         self.sandboxes.read().unwrap().get(id).cloned().ok_or_else(|| self.not_found(id))
     }
@@ -565,7 +593,6 @@ impl Node {
         v.sort_by(|a, b| a.started_at.cmp(&b.started_at).then(a.sandbox_id.cmp(&b.sandbox_id)));
         v
     }
-
 }
 
 #[cfg(test)]

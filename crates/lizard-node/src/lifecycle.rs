@@ -166,7 +166,10 @@ impl Node {
             let _ = vm.resume().await;
             let deadline = self.config.boot_timeout;
             match sandbox::connect_agent(vm, &sandbox.secret, deadline, Some(sandbox::RESTORED_HANDSHAKE)).await {
-                Ok(agent) => live.set_agent(agent),
+                Ok(agent) => {
+                    self.forward_api(&sandbox.id, &agent);
+                    live.set_agent(agent)
+                }
                 Err(e) => tracing::warn!(id = %sandbox.id, "no agent session after a failed pause: {e}"),
             }
             sandbox.pausing.store(false, Ordering::SeqCst);
@@ -380,6 +383,8 @@ impl Node {
     /// Clean up after a VMM that exits by itself (crash, guest power-off, OOM kill). A VM
     /// that a pause ended is no longer the sandbox's live one, and is left alone.
     pub(crate) fn watch(self: &Arc<Self>, sandbox: Arc<Sandbox>, live: Arc<Live>) {
+        // Every live VM (created, resumed, forked) gets its guest's API connections carried.
+        self.forward_api(&sandbox.id, &live.agent());
         let node = Arc::downgrade(self);
         tokio::spawn(async move {
             let exit = live.vm().wait().await;

@@ -25,7 +25,13 @@ pub async fn run(opts: RunOptions, shutdown: impl std::future::Future<Output = (
     if let Some(key) = server.initial_key() {
         println!("LIZARD_API_KEY={key}");
     }
-    let node = lizard_node::Node::start(opts.node)
+    let listener = server.bind().await?;
+    let mut node_config = opts.node;
+    // Guests reach this API through their agent (they have no route to the host).
+    if let Ok(addr) = listener.local_addr() {
+        node_config.api_forward = Some(forward_target(addr));
+    }
+    let node = lizard_node::Node::start(node_config)
         .await
         .map_err(|e| ServerError::Io { context: "start the node".into(), source: std::io::Error::other(e.to_string()) })?;
     let state = AppState {
@@ -50,7 +56,6 @@ pub async fn run(opts: RunOptions, shutdown: impl std::future::Future<Output = (
         state.server.config.billing.clone(),
         Arc::new(api::billing::NodePauser(state.clone())),
     ));
-    let listener = server.bind().await?;
     tracing::info!("API on http://{}", listener.local_addr().map(|a| a.to_string()).unwrap_or_default());
     let reaper = tokio::spawn(api::sandboxes::reap_expired(state.clone()));
     // One shutdown signal for both listeners.
@@ -82,6 +87,16 @@ pub async fn run(opts: RunOptions, shutdown: impl std::future::Future<Output = (
     node.shutdown().await;
     end_leftover_records(&state, "server stopped").await;
     result
+}
+
+/// The address the node connects guests' API connections to: the listen address, with an
+/// unspecified IP (0.0.0.0, ::) replaced by loopback.
+fn forward_target(listen: SocketAddr) -> SocketAddr {
+    match listen.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, listen.port())),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, listen.port())),
+        _ => listen,
+    }
 }
 
 /// End the records of sandboxes this process does not run.

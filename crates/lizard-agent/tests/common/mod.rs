@@ -18,6 +18,11 @@ pub struct Agent {
 
 impl Agent {
     pub fn start() -> Agent {
+        Agent::start_with(&[])
+    }
+
+    /// Start with extra `serve` arguments (e.g. `--forward-listen ADDR`).
+    pub fn start_with(extra: &[&str]) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let secret = Secret::generate();
         let secret_file = dir.path().join("secret");
@@ -29,6 +34,7 @@ impl Agent {
             .arg(&socket)
             .arg("--secret-file")
             .arg(&secret_file)
+            .args(extra)
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);

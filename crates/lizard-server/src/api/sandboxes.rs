@@ -99,6 +99,10 @@ pub async fn create(
         env.insert("LIZARD_API_KEY".into(), token.clone());
     }
     crate::billing::require_funds(store, &p.account_id).await?;
+    if state.node.config().api_forward.is_some() {
+        // The guest's own address for this API, forwarded by its agent.
+        env.entry("LIZARD_API_URL".into()).or_insert_with(|| lizard_agent_proto::routes::FORWARD_GUEST_URL.into());
+    }
     // A volume is held (reserved in the store) before its sandbox boots, so two creates
     // cannot both get it; the sandbox runs on the volume's node.
     let attachment = match &req.volume_name {

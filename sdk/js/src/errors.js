@@ -1,0 +1,56 @@
+// Typed errors. Every error the server answers has a stable `code` (NOT_FOUND,
+// ACCOUNT_SCOPE_REQUIRED, …) and an HTTP status; the class follows the status, and `code`
+// keeps the server's exact word so callers can branch on it.
+
+export class LizardError extends Error {
+  constructor(message, options) {
+    super(message, options)
+    this.name = new.target.name
+  }
+}
+
+/** The server could not be reached (after the retries an idempotent call gets). */
+export class APIConnectionError extends LizardError {}
+/** The call took longer than its timeout. */
+export class APITimeoutError extends APIConnectionError {}
+
+/** The server answered with an error: `status` (HTTP), `code` and `message`. */
+export class APIError extends LizardError {
+  constructor(status, code, message) {
+    super(`${code}: ${message}`)
+    this.status = status
+    this.code = code
+    this.serverMessage = message
+  }
+}
+
+export class InvalidArgumentError extends APIError {}
+export class AuthenticationError extends APIError {}
+export class PermissionDeniedError extends APIError {}
+export class PaymentRequiredError extends APIError {}
+export class NotFoundError extends APIError {}
+export class ConflictError extends APIError {}
+export class RateLimitError extends APIError {}
+export class InternalServerError extends APIError {}
+export class NotImplementedByServerError extends APIError {}
+export class BadGatewayError extends APIError {}
+export class UnavailableError extends APIError {}
+
+const BY_STATUS = {
+  401: AuthenticationError,
+  402: PaymentRequiredError,
+  403: PermissionDeniedError,
+  404: NotFoundError,
+  409: ConflictError,
+  429: RateLimitError,
+  500: InternalServerError,
+  501: NotImplementedByServerError,
+  502: BadGatewayError,
+  503: UnavailableError,
+}
+
+/** The typed error for an error response. */
+export function errorFor(status, code, message) {
+  const Cls = BY_STATUS[status] ?? (status >= 400 && status < 500 ? InvalidArgumentError : APIError)
+  return new Cls(status, code ?? `HTTP_${status}`, message)
+}

@@ -1,0 +1,130 @@
+// The HTTP client under every call: Node's built-in fetch (undici keeps connections alive
+// and reuses them), a timeout on every request, and retries with exponential backoff where a
+// retry cannot do anything twice: idempotent methods on network failures and 502/503/504,
+// and any method on 429 and 503 (the server refused before doing anything).
+
+import { errorFor, APIConnectionError, APITimeoutError } from './errors.js'
+
+export const DEFAULT_API_URL = 'http://127.0.0.1:7171'
+export const DEFAULT_TIMEOUT_MS = 60_000
+export const DEFAULT_MAX_RETRIES = 3
+
+const IDEMPOTENT = new Set(['GET', 'HEAD', 'PUT', 'DELETE', 'OPTIONS'])
+const RETRY_ANY = new Set([429, 503])
+const RETRY_IDEMPOTENT = new Set([502, 504])
+
+/** Observers of every request any client sends; the OpenAPI contract tests use them. */
+export const requestObservers = []
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+function backoffMs(attempt) {
+  const base = Math.min(250 * 2 ** (attempt - 1), 8000)
+  return base * (0.75 + Math.random() * 0.5)
+}
+
+function retryAfterMs(resp) {
+  const v = resp.headers.get('retry-after')
+  const s = v ? Number(v) : NaN
+  return Number.isFinite(s) ? Math.min(s, 30) * 1000 : undefined
+}
+
+function env(name) {
+  return typeof process !== 'undefined' ? process.env[name] : undefined
+}
+
+/**
+ * The raw HTTP client (`lizard.platform`): JSON in, JSON out, typed errors.
+ * `apiKey` defaults to LIZARD_API_KEY, `apiUrl` to LIZARD_API_URL (then http://127.0.0.1:7171).
+ */
+export class HttpClient {
+  constructor(opts = {}) {
+    this.apiKey = opts.apiKey ?? env('LIZARD_API_KEY')
+    this.apiUrl = (opts.apiUrl ?? env('LIZARD_API_URL') ?? DEFAULT_API_URL).replace(/\/+$/, '')
+    this.timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS
+    this.maxRetries = opts.maxRetries ?? DEFAULT_MAX_RETRIES
+  }
+
+  /** Send one request (retried where safe); throws the typed error on 4xx/5xx. */
+  async request(method, path, opts = {}) {
+    method = method.toUpperCase()
+    const query = {}
+    for (const [k, v] of Object.entries(opts.query ?? {})) {
+      if (v !== undefined && v !== null) query[k] = String(v)
+    }
+    for (const observe of requestObservers) observe(method, path, query, opts.json, this.apiUrl)
+    const qs = new URLSearchParams(query).toString()
+    const url = `${this.apiUrl}${path}${qs ? `?${qs}` : ''}`
+    const headers = { 'User-Agent': 'lizard-sdk-js/0.1.0', ...(opts.headers ?? {}) }
+    if (this.apiKey) headers['X-API-Key'] = this.apiKey
+    let body = opts.body
+    if (opts.json !== undefined) {
+      headers['Content-Type'] = 'application/json'
+      body = JSON.stringify(opts.json)
+    }
+    const timeoutMs = opts.timeoutMs ?? this.timeoutMs
+    const idempotent = IDEMPOTENT.has(method)
+    for (let attempt = 0; ; attempt++) {
+      const canRetry = attempt < this.maxRetries
+      let resp
+      try {
+        resp = await fetch(url, { method, headers, body, signal: AbortSignal.timeout(timeoutMs) })
+      } catch (e) {
+        if (idempotent && canRetry) {
+          await sleep(backoffMs(attempt + 1))
+          continue
+        }
+        if (e?.name === 'TimeoutError' || e?.name === 'AbortError') {
+          throw new APITimeoutError(`${method} ${path}: timed out after ${timeoutMs} ms`, { cause: e })
+        }
+        throw new APIConnectionError(`${method} ${path}: ${e?.cause?.message ?? e?.message ?? e}`, { cause: e })
+      }
+      if (resp.status < 400) return resp
+      const retryable = RETRY_ANY.has(resp.status) || (idempotent && RETRY_IDEMPOTENT.has(resp.status))
+      if (retryable && canRetry) {
+        await resp.body?.cancel()
+        await sleep(retryAfterMs(resp) ?? backoffMs(attempt + 1))
+        continue
+      }
+      throw await errorFromResponse(resp)
+    }
+  }
+
+  async #json(method, path, opts) {
+    const resp = await this.request(method, path, opts)
+    const text = await resp.text()
+    return resp.status === 204 || text === '' ? undefined : JSON.parse(text)
+  }
+
+  get(path, opts = {}) {
+    return this.#json('GET', path, opts)
+  }
+  post(path, json, opts = {}) {
+    return this.#json('POST', path, { ...opts, json })
+  }
+  put(path, json, opts = {}) {
+    return this.#json('PUT', path, { ...opts, json })
+  }
+  patch(path, json, opts = {}) {
+    return this.#json('PATCH', path, { ...opts, json })
+  }
+  delete(path, opts = {}) {
+    return this.#json('DELETE', path, opts)
+  }
+}
+
+async function errorFromResponse(resp) {
+  const text = await resp.text().catch(() => '')
+  let code
+  let message = text || resp.statusText
+  try {
+    const body = JSON.parse(text)
+    if (body && typeof body === 'object') {
+      code = body.code
+      message = body.message ?? message
+    }
+  } catch {
+    // not JSON: keep the text
+  }
+  return errorFor(resp.status, code, message)
+}

@@ -1,0 +1,276 @@
+// Type declarations of @lizard-build/sdk.
+
+export interface ClientOptions {
+  /** API key; defaults to the LIZARD_API_KEY environment variable. */
+  apiKey?: string
+  /** API root; defaults to LIZARD_API_URL, then http://127.0.0.1:7171. */
+  apiUrl?: string
+  /** Bound of each HTTP call in ms (default 60 000; create and exec allow longer). */
+  timeoutMs?: number
+  /** Retries of idempotent calls and of 429/503 answers (default 3). */
+  maxRetries?: number
+}
+
+export interface LizardOptions extends ClientOptions {
+  /** The project sandboxes and volumes go in: its id, slug or name. */
+  project?: string
+}
+
+export interface RequestOptions {
+  query?: Record<string, string | number | boolean | undefined | null>
+  json?: unknown
+  body?: BodyInit
+  headers?: Record<string, string>
+  timeoutMs?: number
+}
+
+/** The raw HTTP client (`lizard.platform`), for endpoints not wrapped yet. */
+export class HttpClient {
+  constructor(opts?: ClientOptions)
+  readonly apiKey: string | undefined
+  readonly apiUrl: string
+  timeoutMs: number
+  maxRetries: number
+  request(method: string, path: string, opts?: RequestOptions): Promise<Response>
+  get<T = any>(path: string, opts?: RequestOptions): Promise<T>
+  post<T = any>(path: string, json?: unknown, opts?: RequestOptions): Promise<T>
+  put<T = any>(path: string, json?: unknown, opts?: RequestOptions): Promise<T>
+  patch<T = any>(path: string, json?: unknown, opts?: RequestOptions): Promise<T>
+  delete<T = any>(path: string, opts?: RequestOptions): Promise<T>
+}
+
+/** Called with every request any client sends (used by the OpenAPI contract tests). */
+export const requestObservers: Array<
+  (method: string, path: string, query: Record<string, string>, json: unknown, apiUrl: string) => void
+>
+
+export interface Workspace {
+  id: string
+  name: string
+  slug: string
+  createdAt: string
+}
+export interface Project {
+  id: string
+  workspaceId: string
+  name: string
+  slug: string
+  createdAt: string
+}
+export interface ApiKey {
+  id: string
+  name: string
+  prefix: string
+  workspaces: string[] | null
+  projects: string[] | null
+  createdAt: string
+}
+export interface CreatedApiKey extends ApiKey {
+  /** The secret, returned exactly once. */
+  key: string
+}
+export interface WhoAmI {
+  accountId: string
+  keyId: string
+  keyName: string
+  scoped: boolean
+  email?: string
+  plan?: string
+  workspaces?: string[]
+  projects?: string[]
+}
+export interface Region {
+  id: string
+  name: string
+  sandboxDomain: string
+}
+export interface Volume {
+  id: string
+  name: string
+  projectId: string
+  sizeGb?: number
+  region?: string
+  createdAt?: string
+  [field: string]: unknown
+}
+export interface SandboxInfo {
+  sandboxId: string
+  template: string
+  state: 'running' | 'paused'
+  vcpus: number
+  memoryMib: number
+  startedAt: string
+  metadata?: Record<string, string>
+  projectId?: string
+  endAt?: string
+  domain?: string
+}
+export interface FileEntry {
+  name: string
+  path: string
+  type: 'file' | 'dir' | 'symlink' | 'other'
+  size: number
+  mode: number
+}
+export interface ProcessResult {
+  stdout: string
+  stderr: string
+  exitCode: number
+  timedOut: boolean
+}
+
+/** Options of `lizard.create` (the client gives the project and the connection). */
+export interface CreateOptions {
+  /** Lifetime from now (default 5 minutes). */
+  timeoutMs?: number
+  envs?: Record<string, string>
+  metadata?: Record<string, string>
+  /** An API key placed in the sandbox as LIZARD_API_KEY, for the `lizard` CLI inside. */
+  lizardToken?: string
+  /** A volume of the project, mounted at /workspace. */
+  volumeName?: string
+  vcpus?: number
+  memoryMib?: number
+  onTimeout?: 'kill' | 'pause'
+  /** Bound of the create call itself (ms). */
+  requestTimeoutMs?: number
+}
+
+/** Options of `Sandbox.create`: a project (`project`: id, slug or name; or `projectId`),
+ * the sandbox's options, and optionally the connection (`apiKey`, `apiUrl`). */
+export interface SandboxOptions extends CreateOptions {
+  project?: string
+  projectId?: string
+  apiKey?: string
+  apiUrl?: string
+  maxRetries?: number
+  http?: HttpClient
+}
+
+export interface ExecOptions {
+  cwd?: string
+  envs?: Record<string, string>
+  user?: string
+  /** Kill the command after this long (exit code 124). */
+  timeoutMs?: number
+  stdin?: string
+  /** Bound of the HTTP call itself (ms). */
+  requestTimeoutMs?: number
+  /** Called with stdout text as it arrives (the result still has all of it). */
+  onStdout?: (data: string) => void
+  /** Called with stderr text as it arrives. */
+  onStderr?: (data: string) => void
+}
+
+export class Filesystem {
+  write(path: string, data: string | Uint8Array, opts?: { mode?: number }): Promise<void>
+  read(path: string): Promise<string>
+  readBytes(path: string): Promise<Uint8Array>
+  list(path: string): Promise<FileEntry[]>
+  remove(path: string): Promise<void>
+  makeDir(path: string): Promise<void>
+}
+
+export class Process {
+  exec(cmd: string | string[], opts?: ExecOptions): Promise<ProcessResult>
+}
+
+export class Sandbox {
+  info: SandboxInfo
+  readonly sandboxId: string
+  readonly id: string
+  readonly template: string
+  readonly state: 'running' | 'paused'
+  readonly fs: Filesystem
+  readonly process: Process
+  static create(template?: string, opts?: SandboxOptions): Promise<Sandbox>
+  static connect(sandboxId: string, opts?: ClientOptions & { http?: HttpClient }): Promise<Sandbox>
+  static list(opts?: ClientOptions & { projectId?: string; workspaceId?: string; http?: HttpClient }): Promise<SandboxInfo[]>
+  getInfo(): Promise<SandboxInfo>
+  isRunning(): Promise<boolean>
+  setTimeout(timeoutMs: number): Promise<void>
+  kill(): Promise<void>
+  pause(): Promise<void>
+  resume(): Promise<void>
+  /** `count` copies of this running sandbox (processes, memory and files), each with its own id. */
+  fork(count?: number): Promise<Sandbox[]>
+  getHost(port: number): string
+}
+
+export class Workspaces {
+  list(): Promise<Workspace[]>
+  create(opts: { name: string }): Promise<Workspace>
+  find(nameOrSlugOrId: string): Promise<Workspace>
+  delete(id: string, opts?: { force?: boolean }): Promise<void>
+}
+export class Projects {
+  list(opts?: { workspaceId?: string }): Promise<Project[]>
+  get(id: string): Promise<Project>
+  create(opts: { workspaceId: string; name: string }): Promise<Project>
+  update(id: string, opts: { name: string }): Promise<Project>
+  delete(id: string): Promise<void>
+}
+export class ApiKeys {
+  list(): Promise<ApiKey[]>
+  create(opts: { name: string; workspaces?: string[]; projects?: string[] }): Promise<CreatedApiKey>
+  delete(id: string): Promise<void>
+}
+export class Regions {
+  list(): Promise<Region[]>
+}
+export class Volumes {
+  getOrCreate(name: string, opts?: { sizeGb?: number; region?: string }): Promise<Volume>
+  create(name: string, opts?: { sizeGb?: number; region?: string }): Promise<Volume>
+  get(nameOrId: string): Promise<Volume>
+  list(): Promise<Volume[]>
+  delete(nameOrId: string): Promise<void>
+}
+export class Billing {
+  balance(): Promise<Record<string, any>>
+  transactions(opts?: { limit?: number; cursor?: string; includeUsage?: boolean }): Promise<Record<string, any>>
+  summary(opts?: { granularity?: 'month' | 'day'; periods?: number }): Promise<Record<string, any>>
+  live(): Promise<Record<string, any>>
+}
+export class Metrics {
+  get(opts?: { workspaceId?: string; projectId?: string; from?: string; to?: string }): Promise<Record<string, any>>
+}
+
+export class Lizard {
+  constructor(opts?: LizardOptions)
+  readonly project: string | undefined
+  readonly platform: HttpClient
+  readonly workspaces: Workspaces
+  readonly projects: Projects
+  readonly apiKeys: ApiKeys
+  readonly regions: Regions
+  readonly volumes: Volumes
+  readonly billing: Billing
+  readonly metrics: Metrics
+  projectId(): Promise<string>
+  create(template?: string, opts?: CreateOptions): Promise<Sandbox>
+  connect(sandboxId: string): Promise<Sandbox>
+  list(): Promise<SandboxInfo[]>
+  whoami(): Promise<WhoAmI>
+}
+
+export class LizardError extends Error {}
+export class APIConnectionError extends LizardError {}
+export class APITimeoutError extends APIConnectionError {}
+export class APIError extends LizardError {
+  readonly status: number
+  /** The server's stable code, e.g. NOT_FOUND or ACCOUNT_SCOPE_REQUIRED. */
+  readonly code: string
+  readonly serverMessage: string
+}
+export class InvalidArgumentError extends APIError {}
+export class AuthenticationError extends APIError {}
+export class PermissionDeniedError extends APIError {}
+export class PaymentRequiredError extends APIError {}
+export class NotFoundError extends APIError {}
+export class ConflictError extends APIError {}
+export class RateLimitError extends APIError {}
+export class InternalServerError extends APIError {}
+export class NotImplementedByServerError extends APIError {}
+export class BadGatewayError extends APIError {}
+export class UnavailableError extends APIError {}
+export function errorFor(status: number, code: string | undefined, message: string): APIError

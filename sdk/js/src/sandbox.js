@@ -1,0 +1,215 @@
+// A sandbox: one microVM, its files (`sandbox.fs`) and processes (`sandbox.process`).
+
+import { HttpClient } from './http.js'
+import { NotFoundError } from './errors.js'
+import { readExecFrames } from './frames.js'
+
+/** Creating the first sandbox of a template boots it and saves its snapshot: slow. */
+export const CREATE_TIMEOUT_MS = 600_000
+/** A command without `timeoutMs` may run this long before the call gives up. */
+export const EXEC_TIMEOUT_MS = 3_600_000
+
+const sandboxPath = (id, rest = '') => `/v1/sandboxes/${encodeURIComponent(id)}${rest}`
+
+/** A 404 because the server has no such route (older server), not no such sandbox. */
+const noRoute = (e) => e instanceof NotFoundError && String(e.serverMessage).startsWith('no route for')
+
+function clientFor(opts) {
+  return opts.http ?? new HttpClient({ apiKey: opts.apiKey, apiUrl: opts.apiUrl, timeoutMs: opts.requestTimeoutMs })
+}
+
+/** `sandbox.fs`: read and write files inside the microVM. */
+export class Filesystem {
+  #sandbox
+  constructor(sandbox) {
+    this.#sandbox = sandbox
+  }
+
+  /** Write a file (string or bytes); parents are created, the file replaced atomically. */
+  async write(path, data, opts = {}) {
+    const body = typeof data === 'string' ? new TextEncoder().encode(data) : data
+    const query = { path }
+    if (opts.mode !== undefined) query.mode = opts.mode.toString(8)
+    const resp = await this.#sandbox._http.request('PUT', sandboxPath(this.#sandbox.sandboxId, '/files'), {
+      query,
+      body,
+      headers: { 'Content-Type': 'application/octet-stream' },
+    })
+    await resp.body?.cancel()
+  }
+
+  /** A file's content as text (UTF-8). */
+  async read(path) {
+    return new TextDecoder().decode(await this.readBytes(path))
+  }
+
+  /** A file's exact bytes. */
+  async readBytes(path) {
+    const resp = await this.#sandbox._http.request('GET', sandboxPath(this.#sandbox.sandboxId, '/files'), { query: { path } })
+    return new Uint8Array(await resp.arrayBuffer())
+  }
+
+  /** A directory's entries ({ name, path, type, size, mode }), sorted by name. */
+  list(path) {
+    return this.#sandbox._http.get(sandboxPath(this.#sandbox.sandboxId, '/files/list'), { query: { path } })
+  }
+
+  /** Delete a file, or a directory with everything in it. */
+  async remove(path) {
+    await this.#sandbox._http.delete(sandboxPath(this.#sandbox.sandboxId, '/files'), { query: { path } })
+  }
+
+  /** Create a directory and its parents. */
+  async makeDir(path) {
+    await this.#sandbox._http.post(sandboxPath(this.#sandbox.sandboxId, '/files/mkdir'), undefined, { query: { path } })
+  }
+}
+
+/** `sandbox.process`: run commands inside the microVM. */
+export class Process {
+  #sandbox
+  constructor(sandbox) {
+    this.#sandbox = sandbox
+  }
+
+  /**
+   * Run `cmd` and wait for it: a string runs under `/bin/sh -c` (so `server &` starts it in
+   * the background), an array is the exact argv. Resolves to `{ stdout, stderr, exitCode }`;
+   * a non-zero exit code is returned, not thrown. `timeoutMs` kills the command (exit code
+   * 124); `requestTimeoutMs` bounds the HTTP call itself. `onStdout` and `onStderr`
+   * receive the output as it arrives (the result still has all of it).
+   */
+  async exec(cmd, opts = {}) {
+    const body = Array.isArray(cmd) ? { argv: cmd } : { cmd }
+    if (opts.cwd !== undefined) body.cwd = opts.cwd
+    if (opts.envs && Object.keys(opts.envs).length) body.env = opts.envs
+    if (opts.user !== undefined) body.user = opts.user
+    if (opts.timeoutMs !== undefined) body.timeoutMs = opts.timeoutMs
+    if (opts.stdin !== undefined) body.stdin = opts.stdin
+    const timeoutMs = opts.requestTimeoutMs ?? (opts.timeoutMs !== undefined ? opts.timeoutMs + 60_000 : EXEC_TIMEOUT_MS)
+    const path = sandboxPath(this.#sandbox.sandboxId, '/exec')
+    if (!opts.onStdout && !opts.onStderr) return this.#sandbox._http.post(path, body, { timeoutMs })
+    const resp = await this.#sandbox._http.request('POST', path, { query: { stream: true }, json: body, timeoutMs })
+    return readExecFrames(resp.body, opts.onStdout, opts.onStderr)
+  }
+}
+
+/** A running (or paused) sandbox. Make one with `Sandbox.create`, `lizard.create` or `Sandbox.connect`. */
+export class Sandbox {
+  constructor(info, http) {
+    this.info = info
+    this._http = http
+    this.fs = new Filesystem(this)
+    this.process = new Process(this)
+  }
+
+  get sandboxId() {
+    return this.info.sandboxId
+  }
+  get id() {
+    return this.info.sandboxId
+  }
+  get template() {
+    return this.info.template
+  }
+  get state() {
+    return this.info.state
+  }
+
+  /**
+   * Boot a new microVM from `template` in a project: `project` (id, slug or name) or
+   * `projectId` (exact id). `lizardToken` is an API key placed inside as LIZARD_API_KEY for
+   * the `lizard` CLI there; `volumeName` mounts that volume at /workspace.
+   */
+  static async create(template = 'base', opts = {}) {
+    const http = clientFor(opts)
+    const body = { template }
+    const fields = {
+      project: opts.project,
+      projectId: opts.projectId,
+      timeoutMs: opts.timeoutMs,
+      env: opts.envs && Object.keys(opts.envs).length ? opts.envs : undefined,
+      metadata: opts.metadata && Object.keys(opts.metadata).length ? opts.metadata : undefined,
+      lizardToken: opts.lizardToken,
+      volumeName: opts.volumeName,
+      vcpus: opts.vcpus,
+      memoryMib: opts.memoryMib,
+      onTimeout: opts.onTimeout,
+    }
+    for (const [k, v] of Object.entries(fields)) if (v !== undefined) body[k] = v
+    const timeoutMs = opts.requestTimeoutMs ?? Math.max(http.timeoutMs, CREATE_TIMEOUT_MS)
+    const info = await http.post('/v1/sandboxes', body, { timeoutMs })
+    return new Sandbox(info, http)
+  }
+
+  /** An existing sandbox by id, resumed if paused. Throws NotFoundError once killed or expired. */
+  static async connect(sandboxId, opts = {}) {
+    const http = clientFor(opts)
+    let info
+    try {
+      info = await http.post(sandboxPath(sandboxId, '/connect'), undefined, { timeoutMs: Math.max(http.timeoutMs, CREATE_TIMEOUT_MS) })
+    } catch (e) {
+      if (!noRoute(e)) throw e
+      info = await http.get(sandboxPath(sandboxId))
+    }
+    return new Sandbox(info, http)
+  }
+
+  /** The running sandboxes the key reaches (optionally of one project or workspace). */
+  static list(opts = {}) {
+    return clientFor(opts).get('/v1/sandboxes', { query: { projectId: opts.projectId, workspaceId: opts.workspaceId } })
+  }
+
+  /** The sandbox's current state (throws NotFoundError once it is gone). */
+  async getInfo() {
+    this.info = await this._http.get(sandboxPath(this.sandboxId))
+    return this.info
+  }
+
+  async isRunning() {
+    try {
+      return (await this.getInfo()).state === 'running'
+    } catch (e) {
+      if (e instanceof NotFoundError) return false
+      throw e
+    }
+  }
+
+  /** Kill the sandbox `timeoutMs` from now (extends or shortens its lifetime). */
+  async setTimeout(timeoutMs) {
+    this.info = await this._http.post(sandboxPath(this.sandboxId, '/timeout'), { timeoutMs })
+  }
+
+  /** Stop the microVM and delete everything in it. */
+  async kill() {
+    await this._http.delete(sandboxPath(this.sandboxId))
+  }
+
+  /** Freeze the sandbox: memory and processes are saved and the VM stops. */
+  async pause() {
+    this.info = await this._http.post(sandboxPath(this.sandboxId, '/pause'), undefined, {
+      timeoutMs: Math.max(this._http.timeoutMs, CREATE_TIMEOUT_MS),
+    })
+  }
+
+  /** Start a paused sandbox again where it stopped. */
+  async resume() {
+    this.info = await this._http.post(sandboxPath(this.sandboxId, '/resume'), undefined, {
+      timeoutMs: Math.max(this._http.timeoutMs, CREATE_TIMEOUT_MS),
+    })
+  }
+
+  /** `count` copies of this running sandbox (processes, memory and files), each with its own id. */
+  async fork(count = 1) {
+    const infos = await this._http.post(sandboxPath(this.sandboxId, '/fork'), { count }, {
+      timeoutMs: Math.max(this._http.timeoutMs, CREATE_TIMEOUT_MS),
+    })
+    return infos.map((info) => new Sandbox(info, this._http))
+  }
+
+  /** The public host serving `port` inside the sandbox: `{sandboxId}-{port}.sandbox.{region}.{domain}`. */
+  getHost(port) {
+    if (!this.info.domain) throw new Error('the server did not say which domain serves this sandbox')
+    return `${this.sandboxId}-${port}.${this.info.domain}`
+  }
+}

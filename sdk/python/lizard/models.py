@@ -1,0 +1,139 @@
+"""What the API returns, as typed objects with snake_case attributes. Each keeps the
+server's JSON in ``raw``, so fields added by a newer server are never lost."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Type, TypeVar
+
+T = TypeVar("T", bound="Model")
+
+
+def snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+@dataclass
+class Model:
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls: Type[T], data: Dict[str, Any]) -> T:
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {snake(k): v for k, v in data.items() if snake(k) in names and snake(k) != "raw"}
+        return cls(raw=data, **values)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.raw[key]
+
+
+@dataclass
+class Workspace(Model):
+    id: str = ""
+    name: str = ""
+    slug: str = ""
+    created_at: str = ""
+
+
+@dataclass
+class Project(Model):
+    id: str = ""
+    workspace_id: str = ""
+    name: str = ""
+    slug: str = ""
+    created_at: str = ""
+
+
+@dataclass
+class ApiKey(Model):
+    """An API key as listed; ``key`` (the secret) is set only on the answer to ``create``."""
+
+    id: str = ""
+    name: str = ""
+    prefix: str = ""
+    workspaces: Optional[List[str]] = None
+    projects: Optional[List[str]] = None
+    created_at: str = ""
+    key: Optional[str] = None
+
+
+@dataclass
+class WhoAmI(Model):
+    account_id: str = ""
+    key_id: str = ""
+    key_name: str = ""
+    scoped: bool = False
+    email: Optional[str] = None
+    plan: Optional[str] = None
+    workspaces: Optional[List[str]] = None
+    projects: Optional[List[str]] = None
+
+
+@dataclass
+class Region(Model):
+    id: str = ""
+    name: str = ""
+    sandbox_domain: str = ""
+
+
+@dataclass
+class Volume(Model):
+    id: str = ""
+    name: str = ""
+    project_id: str = ""
+    size_gb: Optional[int] = None
+    region: Optional[str] = None
+    created_at: Optional[str] = None
+
+
+@dataclass
+class SandboxInfo(Model):
+    sandbox_id: str = ""
+    template: str = ""
+    state: str = ""
+    vcpus: int = 0
+    memory_mib: int = 0
+    started_at: str = ""
+    metadata: Dict[str, str] = field(default_factory=dict)
+    project_id: Optional[str] = None
+    end_at: Optional[str] = None
+    domain: Optional[str] = None
+
+
+@dataclass
+class FileEntry(Model):
+    name: str = ""
+    path: str = ""
+    type: str = ""
+    size: int = 0
+    mode: int = 0
+
+
+@dataclass
+class ProcessResult(Model):
+    """How a command ended: its whole stdout and stderr (UTF-8) and exit code (124 when its
+    timeout killed it)."""
+
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int = 0
+    timed_out: bool = False
+
+
+@dataclass
+class Record(Model):
+    """A JSON object the SDK has no dedicated type for (billing, metrics): read it through
+    ``raw`` or item access (``r["balance"]``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raw = self.__dict__.get("raw", {})
+        for k, v in raw.items():
+            if snake(k) == name:
+                return v
+        raise AttributeError(name)
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Record":
+        return cls(raw=data if isinstance(data, dict) else {"value": data})

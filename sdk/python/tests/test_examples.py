@@ -1,0 +1,137 @@
+"""Every Python example of the SDK reference, as written, against a real server.
+
+Lines of the reference are kept verbatim; checks are inserted between them. Where the
+reference names a template that does not exist yet (``codex``: the coding-agent templates
+come later) the example runs on ``base`` — that is the only change."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+import lizard as lizard_sdk
+from conftest import Server, has_route, wait_for_http
+
+TEMPLATE_NOT_YET = "base"  # stands in for "codex"
+
+
+def test_quickstart_python_http_server(server: Server, my_project: lizard_sdk.Project) -> None:
+    # --- reference: Python quickstart -------------------------------------------------
+    from lizard import Lizard
+    # A client is pinned to one project — sandboxes are billed per project, so a
+    # project is required (its ID, slug, or name). api_key defaults to LIZARD_API_KEY.
+    lizard = Lizard(project="my-project")
+    # Boot a Python microVM from the 'code-interpreter-v1' template
+    sandbox = lizard.create("code-interpreter-v1")
+    # Write a script into the microVM filesystem
+    sandbox.fs.write("/app/main.py", """
+import http.server, socketserver
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"hello from Lizard")
+with socketserver.TCPServer(("", 3000), Handler) as httpd:
+    httpd.serve_forever()
+""")
+    # Execute a process inside the microVM
+    sandbox.process.exec_("python /app/main.py &")
+    print(f"Live at https://{sandbox.get_host(3000)}")
+    # --- checks: a real HTTP request through the sandbox URL -----------------------------
+    assert sandbox.info.project_id == my_project.id
+    host = sandbox.get_host(3000)
+    assert host == f"{sandbox.sandbox_id}-3000.sandbox.local.lizard.localhost"
+    r = wait_for_http(server.proxy, host, b"hello from Lizard")
+    assert r.content == b"hello from Lizard"
+    sandbox_id = sandbox.sandbox_id
+    # --- reference ---------------------------------------------------------------------
+    sandbox.kill()
+    # --- checks: gone for good -----------------------------------------------------------
+    with pytest.raises(lizard_sdk.NotFoundError) as e:
+        lizard_sdk.Sandbox.connect(sandbox_id)
+    assert e.value.code == "NOT_FOUND" and e.value.status == 404
+    assert all(s.sandbox_id != sandbox_id for s in lizard.list())
+
+
+def test_volume_survives_the_first_sandbox(server: Server, openapi: dict, my_project: lizard_sdk.Project) -> None:
+    if not has_route(openapi, "/v1/volumes", "post"):
+        pytest.skip("this server has no /v1/volumes yet (volumes land with issue 5)")
+    from lizard import Lizard
+    lizard = Lizard(project="my-project")
+    # A volume left by an earlier run would make the check below vacuous.
+    try:
+        lizard.volumes.delete("agent-scratch")
+    except lizard_sdk.NotFoundError:
+        pass
+    # --- reference: volumes (template "codex" → "base") ----------------------------------
+    vol = lizard.volumes.get_or_create("agent-scratch", size_gb=10)
+    first = lizard.create(TEMPLATE_NOT_YET, volume_name="agent-scratch")
+    first.process.exec_('echo "notes" > /workspace/notes.txt')
+    first.kill() # sandbox gone, /workspace survives
+    second = lizard.create(TEMPLATE_NOT_YET, volume_name="agent-scratch")
+    print(second.fs.read("/workspace/notes.txt")) # "notes"
+    # --- checks ----------------------------------------------------------------------------
+    assert vol.name == "agent-scratch" and vol.project_id == my_project.id
+    assert second.fs.read("/workspace/notes.txt") == "notes\n"
+    assert lizard.volumes.get_or_create("agent-scratch").id == vol.id
+    with pytest.raises(lizard_sdk.ConflictError) as e:
+        lizard.volumes.create("agent-scratch")
+    assert e.value.code == "CONFLICT"
+    assert [v.name for v in lizard.volumes.list()].count("agent-scratch") == 1
+    second.kill()
+    lizard.volumes.delete("agent-scratch")
+    with pytest.raises(lizard_sdk.NotFoundError):
+        lizard.volumes.get("agent-scratch")
+
+
+def test_workspace_per_user_with_scoped_key(server: Server, openapi: dict) -> None:
+    from lizard import Lizard, Sandbox
+    lizard = Lizard()
+    user_id = uuid.uuid4().hex[:8]
+    # --- reference: a workspace and a scoped key per user (template "codex" → "base") ----
+    ws = lizard.workspaces.create(name=f"user-{user_id}")
+    prj = lizard.projects.create(workspace_id=ws.id, name="default")
+    key = lizard.api_keys.create(name=f"user-{user_id}", workspaces=[ws.id])
+    sandbox = Sandbox.create(TEMPLATE_NOT_YET, project_id=prj.id, lizard_token=key.key)
+    result = sandbox.process.exec_("lizard volume list")
+    # --- checks: the CLI in the sandbox ran as that user ----------------------------------
+    assert result.exit_code == 0, result
+    who = sandbox.process.exec_("lizard whoami --json")
+    assert who.exit_code == 0, who
+    assert f'"keyId":"{key.id}"' in who.stdout.replace(" ", ""), who.stdout
+    assert '"scoped":true' in who.stdout.replace(" ", ""), who.stdout
+    # The guest's API address (forwarded by its agent) needs a key like any client…
+    other = lizard.workspaces.create(name=f"other-{user_id}")
+    probe = sandbox.process.exec_('echo $LIZARD_API_URL; curl -s -o /dev/null -w "%{http_code}" "$LIZARD_API_URL/v1/whoami"')
+    assert probe.stdout == "http://127.0.0.1:49171\n401", probe
+    # …and the sandbox's key reaches nothing outside its workspace.
+    peek = sandbox.process.exec_(
+        f'curl -s -o /dev/null -w "%{{http_code}}" -H "X-API-Key: $LIZARD_API_KEY" "$LIZARD_API_URL/v1/workspaces/{other.id}"'
+    )
+    assert peek.stdout == "404", peek
+    listed = sandbox.process.exec_("lizard workspace list --json")
+    assert listed.exit_code == 0 and other.id not in listed.stdout and ws.id in listed.stdout, listed
+    # The key reaches nothing outside ws and cannot mint a broader key.
+    scoped = Lizard(api_key=key.key)
+    assert [w.id for w in scoped.workspaces.list()] == [ws.id]
+    with pytest.raises(lizard_sdk.NotFoundError):
+        scoped.workspaces.find(other.id)
+    with pytest.raises(lizard_sdk.PermissionDeniedError) as e:
+        scoped.api_keys.create(name="wider")
+    assert e.value.code == "FORBIDDEN" and e.value.status == 403
+    # Account-wide routes are refused with ACCOUNT_SCOPE_REQUIRED; whoami shows no email.
+    me = scoped.whoami()
+    assert me.scoped and me.email is None and me.workspaces == [ws.id]
+    with pytest.raises(lizard_sdk.PermissionDeniedError) as e:
+        scoped.platform.get("/v1/account")
+    assert e.value.code == "ACCOUNT_SCOPE_REQUIRED"
+    if has_route(openapi, "/v1/billing/balance"):
+        with pytest.raises(lizard_sdk.PermissionDeniedError) as e:
+            scoped.billing.balance()
+        assert e.value.code == "ACCOUNT_SCOPE_REQUIRED"
+    sandbox.kill()
+    lizard.workspaces.delete(other.id)
+    lizard.workspaces.delete(ws.id, force=True)
+    with pytest.raises(lizard_sdk.NotFoundError):
+        lizard.workspaces.find(ws.id)

@@ -1,0 +1,41 @@
+"""The streamed-exec frame decoder, fed byte by byte (no server)."""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterator, List
+
+import pytest
+
+from lizard import APIConnectionError, NotFoundError
+from lizard._frames import read_exec_frames
+
+
+def frame(kind: int, payload: bytes) -> bytes:
+    return struct.pack(">BI", kind, len(payload)) + payload
+
+
+def byte_by_byte(*frames: bytes) -> Iterator[bytes]:
+    for f in frames:
+        for b in f:
+            yield bytes([b])
+
+
+def test_frames_split_anywhere_and_utf8_split_across_frames() -> None:
+    e = "é".encode()
+    seen: List[str] = []
+    r = read_exec_frames(
+        byte_by_byte(frame(4, b"a"), frame(4, e[:1]), frame(5, b"warn"), frame(4, e[1:]), frame(6, b'{"exitCode":3,"timedOut":false}')),
+        seen.append,
+        None,
+    )
+    assert (r.stdout, r.stderr, r.exit_code, r.timed_out) == ("a\u00e9", "warn", 3, False)
+    assert "".join(seen) == "a\u00e9"
+
+
+def test_error_frame_is_typed_and_a_cut_stream_is_a_connection_error() -> None:
+    with pytest.raises(NotFoundError) as e:
+        read_exec_frames(byte_by_byte(frame(7, b'{"code":"NOT_FOUND","message":"no /x"}')), None, None)
+    assert e.value.code == "NOT_FOUND"
+    with pytest.raises(APIConnectionError):
+        read_exec_frames(byte_by_byte(frame(4, b"partial")), None, None)
