@@ -25,7 +25,7 @@ use crate::util::{self, BuildLock, Hasher, Step};
 use crate::{ImageError, ImageStore};
 
 /// Bumped whenever the build steps change in a way that changes the image.
-const TEMPLATE_FORMAT: u32 = 1;
+const TEMPLATE_FORMAT: u32 = 2;
 
 /// The Debian release every template is built from.
 pub const SUITE: &str = "bookworm";
@@ -406,6 +406,15 @@ fn customize(root: &Path, ca_bundle: Option<&[u8]>) -> Result<(), ImageError> {
         write("etc/npmrc", b"cafile=/etc/ssl/certs/ca-certificates.crt\n")?;
     }
 
+    // A sandbox is a disposable machine: `pip install` goes into its system Python, as in
+    // a container image (Debian's PEP 668 marker would refuse it).
+    for lib in fs::read_dir(root.join("usr/lib")).into_iter().flatten().flatten() {
+        let marker = lib.path().join("EXTERNALLY-MANAGED");
+        if lib.file_name().to_string_lossy().starts_with("python3") && marker.exists() {
+            fs::remove_file(&marker).map_err(ImageError::io("remove", &marker))?;
+        }
+    }
+
     // The equivalent of `apt-get clean` plus dropping the package lists.
     for dir in ["var/lib/apt/lists", "var/cache/apt/archives"] {
         let dir = root.join(dir);
@@ -639,7 +648,11 @@ mod tests {
         let host =
             format!("{stock}-----BEGIN CERTIFICATE-----\nPROXY\n-----END CERTIFICATE-----\n");
 
+        fs::create_dir_all(root.join("usr/lib/python3.11")).unwrap();
+        fs::write(root.join("usr/lib/python3.11/EXTERNALLY-MANAGED"), "[externally-managed]\n").unwrap();
+
         customize(root, Some(host.as_bytes())).unwrap();
+        assert!(!root.join("usr/lib/python3.11/EXTERNALLY-MANAGED").exists(), "pip installs are allowed");
         assert_eq!(fs::read(root.join("etc/machine-id")).unwrap(), b"");
         assert_eq!(
             fs::read_to_string(root.join("etc/hostname")).unwrap(),
