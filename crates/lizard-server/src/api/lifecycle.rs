@@ -31,9 +31,16 @@ pub async fn resume_sandbox(state: &AppState, id: &str, timeout_ms: Option<i64>)
     state.node.resume(id).await.map_err(node_error)?;
     let store = &state.server.store;
     store.set_sandbox_state(id, "running").await?;
-    let lifetime = timeout_ms.unwrap_or(crate::api::sandboxes::DEFAULT_TIMEOUT_MS as i64).max(1) as u64;
-    store.set_sandbox_timeout(id, Some(check_timeout(lifetime.min(crate::api::sandboxes::MAX_TIMEOUT_MS))?)).await?;
+    store.set_sandbox_timeout(id, Some(lifetime_end(timeout_ms)?)).await?;
     Ok(())
+}
+
+/// When a sandbox given the lifetime `timeout_ms` at create ends, counted from now (a
+/// resume or a fork starts it again).
+fn lifetime_end(timeout_ms: Option<i64>) -> ApiResult<i64> {
+    use crate::api::sandboxes::{DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
+    let lifetime = timeout_ms.map_or(DEFAULT_TIMEOUT_MS, |ms| ms.max(1) as u64);
+    check_timeout(lifetime.min(MAX_TIMEOUT_MS))
 }
 
 /// The sandbox as the API shows it now.
@@ -119,8 +126,7 @@ pub async fn fork(
     crate::billing::require_funds(state.server.store.as_ref(), &source.account_id).await?;
     let copies = state.node.fork(&id, req.count).await.map_err(node_error)?;
     let store = state.server.store.as_ref();
-    let lifetime = source.timeout_ms.unwrap_or(crate::api::sandboxes::DEFAULT_TIMEOUT_MS as i64).max(1) as u64;
-    let timeout_at = check_timeout(lifetime.min(crate::api::sandboxes::MAX_TIMEOUT_MS))?;
+    let timeout_at = lifetime_end(source.timeout_ms)?;
     let mut out = Vec::with_capacity(copies.len());
     for (i, copy) in copies.iter().enumerate() {
         let record = NewSandbox {
