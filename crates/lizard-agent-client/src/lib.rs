@@ -17,11 +17,11 @@ mod tunnel;
 
 pub use error::ClientError;
 pub use exec::{ExecEvent, ExecOutput, ExecStream};
-pub use tunnel::TcpTunnel;
 pub use lizard_agent_proto::handshake::Secret;
 pub use lizard_agent_proto::types::{
     AgentError, ErrorCode, ExecRequest, ExitStatus, FileEntry, FileType, Health, WriteResult,
 };
+pub use tunnel::TcpTunnel;
 
 use bytes::Bytes;
 use futures_util::stream::BoxStream;

@@ -55,9 +55,7 @@ impl Secret {
     /// Parse the hex form written by [`Secret::to_hex`].
     pub fn from_hex(s: &str) -> Result<Self, HandshakeError> {
         let v = hex::decode(s.trim()).map_err(|_| HandshakeError::Protocol("secret is not hex".into()))?;
-        let b: [u8; 32] = v
-            .try_into()
-            .map_err(|_| HandshakeError::Protocol("secret must be 32 bytes".into()))?;
+        let b: [u8; 32] = v.try_into().map_err(|_| HandshakeError::Protocol("secret must be 32 bytes".into()))?;
         Ok(Secret(b))
     }
     /// Hex form, for the kernel command line and files.
@@ -116,9 +114,7 @@ pub async fn agent_accept<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<(), HandshakeError> {
     let mut challenge = [0u8; 32];
     rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut challenge);
-    stream
-        .write_all(format!("{CHALLENGE}{}\n", hex::encode(challenge)).as_bytes())
-        .await?;
+    stream.write_all(format!("{CHALLENGE}{}\n", hex::encode(challenge)).as_bytes()).await?;
     stream.flush().await?;
     let line = read_expected(stream, &[AUTH]).await?;
     let answer = hex::decode(&line[AUTH.len()..]).unwrap_or_default();
@@ -139,8 +135,8 @@ pub async fn host_connect<S: AsyncRead + AsyncWrite + Unpin>(
     secret: &Secret,
 ) -> Result<(), HandshakeError> {
     let line = read_expected(stream, &[CHALLENGE]).await?;
-    let challenge = hex::decode(&line[CHALLENGE.len()..])
-        .map_err(|_| HandshakeError::Protocol("challenge is not hex".into()))?;
+    let challenge =
+        hex::decode(&line[CHALLENGE.len()..]).map_err(|_| HandshakeError::Protocol("challenge is not hex".into()))?;
     let answer = hex::encode(secret.answer(&challenge).finalize().into_bytes());
     stream.write_all(format!("{AUTH}{answer}\n").as_bytes()).await?;
     stream.flush().await?;

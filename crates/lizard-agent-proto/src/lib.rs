@@ -81,11 +81,7 @@ pub const PROBE_OK: &str = "LIZARD-PROBE-OK";
 
 /// Parse `key=value` pairs out of a kernel command line.
 pub fn parse_cmdline(cmdline: &str) -> std::collections::HashMap<String, String> {
-    cmdline
-        .split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    cmdline.split_whitespace().filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 #[cfg(test)]

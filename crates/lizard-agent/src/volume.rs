@@ -36,7 +36,9 @@ pub async fn mount(State(state): State<AppState>, Json(req): Json<VolumeMount>) 
 
 pub async fn sync(State(state): State<AppState>) -> Result<StatusCode, AppError> {
     if state.pid1 {
-        tokio::task::spawn_blocking(sync_now).await.map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))??;
+        tokio::task::spawn_blocking(sync_now)
+            .await
+            .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))??;
     }
     Ok(StatusCode::NO_CONTENT)
 }
@@ -48,10 +50,8 @@ fn internal(what: &str, e: impl std::fmt::Display) -> AgentError {
 /// The size of `/dev/vdb` as the kernel sees it now, in bytes.
 fn device_size() -> std::io::Result<u64> {
     let name = VOLUME_DEVICE.trim_start_matches("/dev/");
-    let sectors: u64 = std::fs::read_to_string(format!("/sys/block/{name}/size"))?
-        .trim()
-        .parse()
-        .map_err(std::io::Error::other)?;
+    let sectors: u64 =
+        std::fs::read_to_string(format!("/sys/block/{name}/size"))?.trim().parse().map_err(std::io::Error::other)?;
     Ok(sectors * 512)
 }
 
@@ -109,9 +109,9 @@ mod tests {
     use axum::body::Body;
     use axum::http::StatusCode;
     use http_body_util::BodyExt;
-    use tower::ServiceExt;
     use lizard_agent_proto::routes;
     use lizard_agent_proto::types::{AgentError, ErrorCode};
+    use tower::ServiceExt;
 
     #[tokio::test]
     async fn only_a_guest_mounts_and_sync_without_a_volume_is_a_no_op() {

@@ -119,7 +119,10 @@ async fn ten_megabytes_both_ways_through_one_tunnel() {
     assert_eq!(n, SIZE);
     assert_eq!(got.finalize(), want);
     let secs = start.elapsed().as_secs_f64();
-    println!("MEASURE 10 MiB each way through one tunnel: {:.0} MiB/s per direction (dev mode, unix socket)", 10.0 / secs);
+    println!(
+        "MEASURE 10 MiB each way through one tunnel: {:.0} MiB/s per direction (dev mode, unix socket)",
+        10.0 / secs
+    );
 }
 
 #[tokio::test]

@@ -62,7 +62,8 @@ pub fn parse_usd(s: &str) -> Result<i64, AmountError> {
     if frac.len() > 9 {
         return Err(AmountError::TooPrecise(s.to_string()));
     }
-    let whole: i64 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| AmountError::TooLarge(s.to_string()))? };
+    let whole: i64 =
+        if whole.is_empty() { 0 } else { whole.parse().map_err(|_| AmountError::TooLarge(s.to_string()))? };
     let frac: i64 = if frac.is_empty() { 0 } else { format!("{frac:0<9}").parse().map_err(|_| err())? };
     let nanos = whole
         .checked_mul(NANOS_PER_USD)

@@ -334,7 +334,8 @@ mod tests {
         let r: CreateSandboxRequest = serde_json::from_str(r#"{"template":"base","memoryMib":256}"#).unwrap();
         assert_eq!(r.memory_mib, Some(256));
         let r: CreateSandboxRequest =
-            serde_json::from_str(r#"{"template":"base","allowInternetAccess":false,"allowOut":["203.0.113.0/24"]}"#).unwrap();
+            serde_json::from_str(r#"{"template":"base","allowInternetAccess":false,"allowOut":["203.0.113.0/24"]}"#)
+                .unwrap();
         let p = r.network_policy().parse().unwrap();
         assert!(!p.allow_internet_access);
         assert_eq!(p.allow_out[0].to_string(), "203.0.113.0/24");

@@ -57,7 +57,9 @@ impl std::str::FromStr for Cidr {
         };
         let addr = match addr {
             IpAddr::V4(a) => IpAddr::V4((u32::from(a) & u32::MAX.checked_shl(32 - prefix as u32).unwrap_or(0)).into()),
-            IpAddr::V6(a) => IpAddr::V6((u128::from(a) & u128::MAX.checked_shl(128 - prefix as u32).unwrap_or(0)).into()),
+            IpAddr::V6(a) => {
+                IpAddr::V6((u128::from(a) & u128::MAX.checked_shl(128 - prefix as u32).unwrap_or(0)).into())
+            }
         };
         Ok(Cidr { addr, prefix })
     }

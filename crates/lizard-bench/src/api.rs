@@ -47,7 +47,8 @@ impl Bench {
     }
 
     async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value> {
-        let mut req = self.client.request(method.parse()?, format!("{}{path}", self.base)).header("x-api-key", &self.key);
+        let mut req =
+            self.client.request(method.parse()?, format!("{}{path}", self.base)).header("x-api-key", &self.key);
         if let Some(b) = body {
             req = req.json(&b);
         }

@@ -73,7 +73,11 @@ struct Args {
 }
 
 /// A node of its own in a temporary directory, over the shared image cache.
-async fn start_node(image_root: PathBuf, snapshots: bool, network: bool) -> Result<(std::sync::Arc<Node>, tempfile::TempDir)> {
+async fn start_node(
+    image_root: PathBuf,
+    snapshots: bool,
+    network: bool,
+) -> Result<(std::sync::Arc<Node>, tempfile::TempDir)> {
     let dir = tempfile::Builder::new().prefix("lizard-bench-").tempdir()?;
     let mut config = NodeConfig::new(dir.path());
     config.image_root = image_root;
@@ -242,13 +246,21 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
     rows.push(Summary::new(vec![first]).row("API: first create of a template (makes its snapshot)", "ms"));
     if args.burst > 0 {
         let burst = warm.burst(t, args.burst).await?;
-        rows.push(Summary::new(burst).row(&format!("API: burst of {} concurrent creates, each to its first `echo hi`", args.burst), "ms"));
+        rows.push(
+            Summary::new(burst)
+                .row(&format!("API: burst of {} concurrent creates, each to its first `echo hi`", args.burst), "ms"),
+        );
     }
     if args.pause_cycles > 1 {
         let p = warm.pause_resume(t, args.pause_mib, args.pause_cycles).await?;
         let mib = args.pause_mib;
-        rows.push(Summary::new(vec![p.first_pause]).row(&format!("API: first pause, {mib} MiB touched (saves all memory)"), "ms"));
-        rows.push(Summary::new(vec![p.first_resume]).row(&format!("API: first resume, {mib} MiB touched (loads it)"), "ms"));
+        rows.push(
+            Summary::new(vec![p.first_pause])
+                .row(&format!("API: first pause, {mib} MiB touched (saves all memory)"), "ms"),
+        );
+        rows.push(
+            Summary::new(vec![p.first_resume]).row(&format!("API: first resume, {mib} MiB touched (loads it)"), "ms"),
+        );
         rows.push(Summary::new(p.pause).row(&format!("API: pause, {mib} MiB touched"), "ms"));
         rows.push(Summary::new(p.resume).row(&format!("API: resume, {mib} MiB touched"), "ms"));
         rows.push(Summary::new(vec![p.state_mib]).row("… a paused sandbox's files on disk", "MiB"));
@@ -259,7 +271,9 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
     }
     if args.fork_rounds > 0 {
         let forks = warm.forks(t, args.fork_copies, args.fork_rounds).await?;
-        rows.push(Summary::new(forks).row(&format!("API: fork a running sandbox into {} copies", args.fork_copies), "ms"));
+        rows.push(
+            Summary::new(forks).row(&format!("API: fork a running sandbox into {} copies", args.fork_copies), "ms"),
+        );
     }
     Ok(rows)
 }

@@ -225,10 +225,9 @@ pub async fn credit(data_dir: &Path, cmd: BillingCmd, json: bool) -> Result<()> 
     }
     match outcome {
         CreditOutcome::Added(_) => eprintln!("added {} USD to {} ({})", format_usd(e.amount_nanos), e.account_id, e.id),
-        CreditOutcome::AlreadyAdded(_) => eprintln!(
-            "idempotency key already used for this credit ({}): nothing added",
-            e.id
-        ),
+        CreditOutcome::AlreadyAdded(_) => {
+            eprintln!("idempotency key already used for this credit ({}): nothing added", e.id)
+        }
     }
     println!("balance: {} USD", format_usd(balance.balance_nanos));
     Ok(())

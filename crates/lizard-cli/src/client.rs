@@ -47,11 +47,12 @@ impl Endpoint {
                  http:// listener, e.g. http://127.0.0.1:7171"
             ),
             Some(other) => bail!("LIZARD_API_URL {url:?}: unsupported scheme {other:?}; expected http://HOST:PORT"),
-            None => bail!("LIZARD_API_URL {url:?} has no scheme; expected http://HOST:PORT, e.g. http://127.0.0.1:7171"),
+            None => {
+                bail!("LIZARD_API_URL {url:?} has no scheme; expected http://HOST:PORT, e.g. http://127.0.0.1:7171")
+            }
         }
-        let authority = uri
-            .authority()
-            .ok_or_else(|| anyhow!("LIZARD_API_URL {url:?} has no host; expected http://HOST:PORT"))?;
+        let authority =
+            uri.authority().ok_or_else(|| anyhow!("LIZARD_API_URL {url:?} has no host; expected http://HOST:PORT"))?;
         if authority.as_str().contains('@') {
             bail!("LIZARD_API_URL {url:?}: credentials in the URL are not supported; use LIZARD_API_KEY");
         }

@@ -40,7 +40,14 @@ pub struct Cli {
     #[arg(long, global = true, env = "LIZARD_API_URL", value_name = "URL", help_heading = "Global options")]
     pub api_url: Option<String>,
     /// API key for the server (sent as X-API-Key)
-    #[arg(long, global = true, env = "LIZARD_API_KEY", hide_env_values = true, value_name = "KEY", help_heading = "Global options")]
+    #[arg(
+        long,
+        global = true,
+        env = "LIZARD_API_KEY",
+        hide_env_values = true,
+        value_name = "KEY",
+        help_heading = "Global options"
+    )]
     pub api_key: Option<String>,
     /// Print machine-readable JSON instead of human-readable text.
     #[arg(long, global = true, help_heading = "Global options")]
@@ -232,7 +239,9 @@ pub async fn run(cli: Cli) -> Result<i32> {
         #[cfg(feature = "node")]
         Command::Server(args) => server::run(&ctx.data_dir, args).await.map(|_| 0),
         Command::Whoami => tenancy::whoami(&ctx.require_server("whoami")?, ctx.json).await.map(|_| 0),
-        Command::Workspace(cmd) => tenancy::workspace(&ctx.require_server("workspace")?, cmd, ctx.json).await.map(|_| 0),
+        Command::Workspace(cmd) => {
+            tenancy::workspace(&ctx.require_server("workspace")?, cmd, ctx.json).await.map(|_| 0)
+        }
         Command::Project(cmd) => tenancy::project(&ctx.require_server("project")?, cmd, ctx.json).await.map(|_| 0),
         Command::Key(cmd) => tenancy::key(&ctx.require_server("key")?, cmd, ctx.json).await.map(|_| 0),
         Command::Region(cmd) => tenancy::region(&ctx.require_server("region")?, cmd, ctx.json).await.map(|_| 0),

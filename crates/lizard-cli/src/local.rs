@@ -3,8 +3,8 @@
 use crate::client::{ApiClient, Endpoint};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use std::os::unix::process::CommandExt;
 use lizard_node::{Node, NodeConfig};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -92,8 +92,14 @@ mod tests {
         t.row(vec!["ws_1".into(), "a".into()]);
         t.row(vec!["ws_12345".into(), "b c".into()]);
         assert_eq!(t.render(), "ID        NAME\nws_1      a\nws_12345  b c\n");
-        assert_eq!(render_fields(&[("id", "x".into()), ("email", "".into()), ("plan", "free".into())]), "id    x\nplan  free\n");
+        assert_eq!(
+            render_fields(&[("id", "x".into()), ("email", "".into()), ("plan", "free".into())]),
+            "id    x\nplan  free\n"
+        );
         let v = serde_json::json!({"s": "x", "n": 3, "z": null});
-        assert_eq!((text(&v, "s"), text(&v, "n"), text(&v, "z"), text(&v, "q")), ("x".into(), "3".into(), "".into(), "".into()));
+        assert_eq!(
+            (text(&v, "s"), text(&v, "n"), text(&v, "z"), text(&v, "q")),
+            ("x".into(), "3".into(), "".into(), "".into())
+        );
     }
 }

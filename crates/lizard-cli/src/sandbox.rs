@@ -98,15 +98,9 @@ pub const PROJECT_ENV: &str = "LIZARD_PROJECT";
 /// `POST /v1/sandboxes` on a Lizard server: `{template, project, timeoutMs, env,
 /// metadata, …}`. `env_project` is `$LIZARD_PROJECT`; `--project` wins over it.
 pub fn server_create_body(a: &CreateArgs, env_project: Option<&str>) -> Result<Value> {
-    let project = a
-        .project
-        .as_deref()
-        .or(env_project)
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .ok_or_else(|| {
-            anyhow!("a project is required in server mode: pass --project <idOrSlugOrName> or set {PROJECT_ENV}")
-        })?;
+    let project = a.project.as_deref().or(env_project).map(str::trim).filter(|p| !p.is_empty()).ok_or_else(|| {
+        anyhow!("a project is required in server mode: pass --project <idOrSlugOrName> or set {PROJECT_ENV}")
+    })?;
     let mut body = json!({ "template": a.template, "project": project });
     if let Some(t) = a.timeout_ms {
         body["timeoutMs"] = t.into();
@@ -146,15 +140,13 @@ pub fn server_create_body(a: &CreateArgs, env_project: Option<&str>) -> Result<V
 
 /// `POST /v1/sandboxes` on the local node, which has no projects, timeouts or tokens.
 pub fn local_create_request(a: &CreateArgs) -> Result<CreateSandboxRequest> {
-    for (given, flag) in
-        [
-            (a.project.is_some(), "--project"),
-            (a.timeout_ms.is_some(), "--timeout-ms"),
-            (a.lizard_token.is_some(), "--lizard-token"),
-            (a.volume.is_some(), "--volume"),
-            (a.on_timeout.is_some(), "--on-timeout"),
-        ]
-    {
+    for (given, flag) in [
+        (a.project.is_some(), "--project"),
+        (a.timeout_ms.is_some(), "--timeout-ms"),
+        (a.lizard_token.is_some(), "--lizard-token"),
+        (a.volume.is_some(), "--volume"),
+        (a.on_timeout.is_some(), "--on-timeout"),
+    ] {
         if given {
             bail!("{flag} applies to server mode only (set LIZARD_API_URL); local sandboxes live until killed or until the node stops");
         }
@@ -284,7 +276,8 @@ pub async fn run(api: &ApiClient, cmd: SandboxCmd, json: bool) -> Result<()> {
         SandboxCmd::Pause { id } => transition(api, &id, paths::pause(&seg(&id)), json).await?,
         SandboxCmd::Resume { id } => transition(api, &id, paths::resume(&seg(&id)), json).await?,
         SandboxCmd::Fork { id, count } => {
-            let copies: Vec<Value> = api.json(Method::POST, &paths::fork(&seg(&id)), json_body(&json!({ "count": count }))).await?;
+            let copies: Vec<Value> =
+                api.json(Method::POST, &paths::fork(&seg(&id)), json_body(&json!({ "count": count }))).await?;
             if json {
                 print_json(&copies)?;
             } else {
@@ -482,7 +475,8 @@ async fn fs(api: &ApiClient, cmd: FsCmd, json: bool) -> Result<()> {
             api.send(Method::DELETE, &format!("{}?{}", paths::files(&seg(&id)), path_query(&path)), empty()).await?;
         }
         FsCmd::Mkdir { id, path } => {
-            api.send(Method::POST, &format!("{}?{}", paths::files_mkdir(&seg(&id)), path_query(&path)), empty()).await?;
+            api.send(Method::POST, &format!("{}?{}", paths::files_mkdir(&seg(&id)), path_query(&path)), empty())
+                .await?;
         }
     }
     Ok(())

@@ -4,12 +4,12 @@ use crate::local::{shutdown_signal, NodeOpts};
 use anyhow::Result;
 use clap::Args;
 use lizard_node::NodeConfig;
-use lizard_server::run::RunOptions;
 use lizard_server::billing::{BillingConfig, Pricing};
+use lizard_server::run::RunOptions;
 use lizard_server::ServerConfig;
-use std::time::Duration;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::Duration;
 
 #[derive(Args, Debug, Clone)]
 #[command(after_help = "\

@@ -396,7 +396,8 @@ pub async fn volume(api: &ApiClient, cmd: VolumeCmd, json: bool) -> Result<()> {
             println!("{}", text(&v, "id"));
         }
         VolumeCmd::Get { name_or_id, project } => {
-            let uri = format!("{}{}", vpaths::volume(&seg(&name_or_id)), project_query(volume_project(project).as_deref()));
+            let uri =
+                format!("{}{}", vpaths::volume(&seg(&name_or_id)), project_query(volume_project(project).as_deref()));
             let v: Value = api.json(Method::GET, &uri, empty()).await?;
             if json {
                 return print_json(&v);
@@ -404,7 +405,8 @@ pub async fn volume(api: &ApiClient, cmd: VolumeCmd, json: bool) -> Result<()> {
             print_fields(&volume_fields(&decode(&v)?));
         }
         VolumeCmd::Delete { name_or_id, project } => {
-            let uri = format!("{}{}", vpaths::volume(&seg(&name_or_id)), project_query(volume_project(project).as_deref()));
+            let uri =
+                format!("{}{}", vpaths::volume(&seg(&name_or_id)), project_query(volume_project(project).as_deref()));
             api.send(Method::DELETE, &uri, empty()).await?;
             eprintln!("deleted volume {name_or_id}");
         }

@@ -90,7 +90,11 @@ fn mode_selection() {
     assert_eq!(c.api_key.as_deref(), Some("lz_k"));
     assert_eq!(
         c.endpoint,
-        Endpoint::Tcp { authority: "127.0.0.1:7171".into(), base_path: "".into(), url: "http://127.0.0.1:7171/".into() }
+        Endpoint::Tcp {
+            authority: "127.0.0.1:7171".into(),
+            base_path: "".into(),
+            url: "http://127.0.0.1:7171/".into()
+        }
     );
 }
 
@@ -117,7 +121,10 @@ fn tenancy_requests() {
     let scoped = key_create_request("u", &["ws_1".into(), "ws_2".into()], &[]);
     assert_eq!(serde_json::to_value(&scoped).unwrap(), json!({"name": "u", "workspaces": ["ws_1", "ws_2"]}));
     let both = key_create_request("u", &["ws_1".into()], &["prj_1".into()]);
-    assert_eq!(serde_json::to_value(&both).unwrap(), json!({"name": "u", "workspaces": ["ws_1"], "projects": ["prj_1"]}));
+    assert_eq!(
+        serde_json::to_value(&both).unwrap(),
+        json!({"name": "u", "workspaces": ["ws_1"], "projects": ["prj_1"]})
+    );
     assert_eq!(project_list_uri(None), "/v1/projects");
     assert_eq!(project_list_uri(Some("ws 1&x")), "/v1/projects?workspaceId=ws%201%26x");
     assert_eq!(workspace_delete_uri("ws_1", false), "/v1/workspaces/ws_1");
@@ -194,7 +201,9 @@ fn billing_flags_map_to_the_billing_config() {
     assert_eq!(b.pricing.paused_rate(1024), 10);
     assert_eq!(b.signup_credit_nanos, 250_000_000);
     assert_eq!((b.tick.as_millis(), b.grace.as_secs()), (1000, 7));
-    for bad in [&["server", "--vcpu-price=-1"][..], &["server", "--volume-price", "5"], &["server", "--signup-credit", "1e3"]] {
+    for bad in
+        [&["server", "--vcpu-price=-1"][..], &["server", "--volume-price", "5"], &["server", "--signup-credit", "1e3"]]
+    {
         let Command::Server(args) = parse(bad).command else { panic!() };
         assert!(lizard_cli::server::options(Path::new("/d"), &args).is_err(), "{bad:?}");
     }
@@ -208,7 +217,12 @@ fn billing_commands_parse() {
     assert!(matches!(parse(&["billing", "live"]).command, Command::Billing(BillingCmd::Live)));
     assert_eq!(transactions_uri(10, Some("42"), true), "/v1/billing/transactions?limit=10&cursor=42&includeUsage=true");
     assert_eq!(transactions_uri(50, None, false), "/v1/billing/transactions?limit=50");
-    let m = MetricsArgs { workspace: Some("ws 1".into()), project: None, from: Some("2026-11-01T00:00:00Z".into()), to: None };
+    let m = MetricsArgs {
+        workspace: Some("ws 1".into()),
+        project: None,
+        from: Some("2026-11-01T00:00:00Z".into()),
+        to: None,
+    };
     assert_eq!(metrics_uri(&m), "/v1/metrics?workspaceId=ws%201&from=2026-11-01T00%3A00%3A00Z");
     let Command::Metrics(m) = parse(&["metrics", "--project", "prj_1"]).command else { panic!() };
     assert_eq!(metrics_uri(&m), "/v1/metrics?projectId=prj_1");

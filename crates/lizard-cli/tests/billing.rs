@@ -107,7 +107,12 @@ impl Drop for ServerProcess {
 
 /// Every ledger entry, through `lizard billing transactions --all`.
 fn transactions(dir: &Path, url: &str, key: &str) -> Vec<Value> {
-    let v = ok_json(lizard(dir, Some(url), Some(key), &["billing", "transactions", "--all", "--include-usage", "--limit", "7", "--json"]));
+    let v = ok_json(lizard(
+        dir,
+        Some(url),
+        Some(key),
+        &["billing", "transactions", "--all", "--include-usage", "--limit", "7", "--json"],
+    ));
     v["items"].as_array().unwrap().clone()
 }
 
@@ -126,7 +131,8 @@ fn operator_credits_are_idempotent_and_scoped_keys_are_kept_out() {
     let d = dir.path();
     let (server, key) = ServerProcess::start(d, &[]);
     let (url, key) = (server.url.clone(), key.unwrap());
-    let account = ok_json(lizard(d, Some(&url), Some(&key), &["whoami", "--json"]))["accountId"].as_str().unwrap().to_string();
+    let account =
+        ok_json(lizard(d, Some(&url), Some(&key), &["whoami", "--json"]))["accountId"].as_str().unwrap().to_string();
     assert_eq!(balance(d, &url, &key), 10_000_000_000);
 
     let credit = |amount: &str, idem: &str| {
@@ -148,11 +154,21 @@ fn operator_credits_are_idempotent_and_scoped_keys_are_kept_out() {
         let o = credit(amount, idem);
         assert_eq!(o.status.code(), Some(1), "{amount} {idem:?}: {}", stderr(&o));
     }
-    let nobody = lizard(d, None, None, &["billing", "credit", "--account", "acc_nobody", "--amount", "1", "--idempotency-key", "x"]);
+    let nobody = lizard(
+        d,
+        None,
+        None,
+        &["billing", "credit", "--account", "acc_nobody", "--amount", "1", "--idempotency-key", "x"],
+    );
     assert_eq!(nobody.status.code(), Some(1));
     assert!(stderr(&nobody).contains("not found"), "{}", stderr(&nobody));
     let elsewhere = tempfile::tempdir().unwrap();
-    let missing = lizard(elsewhere.path(), None, None, &["billing", "credit", "--account", &account, "--amount", "1", "--idempotency-key", "x"]);
+    let missing = lizard(
+        elsewhere.path(),
+        None,
+        None,
+        &["billing", "credit", "--account", &account, "--amount", "1", "--idempotency-key", "x"],
+    );
     assert!(stderr(&missing).contains("no Lizard database"), "{}", stderr(&missing));
     assert!(!elsewhere.path().join("lizard.db").exists(), "no database is created by a typo");
     assert_eq!(balance(d, &url, &key), 12_500_000_000);
@@ -164,7 +180,9 @@ fn operator_credits_are_idempotent_and_scoped_keys_are_kept_out() {
     let ws = ws["id"].as_str().unwrap().to_string();
     let scoped = ok_json(lizard(d, Some(&url), Some(&key), &["key", "create", "u1", "--workspace", &ws, "--json"]));
     let scoped = scoped["key"].as_str().unwrap().to_string();
-    for cmd in [&["billing", "balance"][..], &["billing", "transactions"], &["billing", "summary"], &["billing", "live"]] {
+    for cmd in
+        [&["billing", "balance"][..], &["billing", "transactions"], &["billing", "summary"], &["billing", "live"]]
+    {
         let o = lizard(d, Some(&url), Some(&scoped), cmd);
         assert_eq!(o.status.code(), Some(1), "{cmd:?}");
         assert!(stderr(&o).contains("ACCOUNT_SCOPE_REQUIRED"), "{cmd:?}: {}", stderr(&o));
@@ -244,7 +262,8 @@ fn vm_sigkill_mid_run_loses_at_most_a_tick_and_never_bills_twice() {
     let (second, again) = ServerProcess::start(d, &flags);
     assert!(again.is_none(), "no new key on a restart");
     let url = second.url.clone();
-    let usage: Vec<Value> = transactions(d, &url, &key).into_iter().rev().filter(|t| t["sandboxId"] == id.as_str()).collect();
+    let usage: Vec<Value> =
+        transactions(d, &url, &key).into_iter().rev().filter(|t| t["sandboxId"] == id.as_str()).collect();
     let ms: i64 = usage.iter().map(|u| u["quantityMs"].as_i64().unwrap()).sum();
     // Metering starts when create answers (between `before` and `created`, same clock as
     // the server's) and covers the time up to the last tick before the kill: at most one

@@ -20,7 +20,8 @@ impl Cli {
     fn new() -> Cli {
         let data = tempfile::Builder::new().prefix("lizard-cli-test-").tempdir().unwrap();
         // Share the suite's image cache instead of building images again.
-        std::os::unix::fs::symlink(image_root().canonicalize().unwrap().join("images"), data.path().join("images")).unwrap();
+        std::os::unix::fs::symlink(image_root().canonicalize().unwrap().join("images"), data.path().join("images"))
+            .unwrap();
         Cli { data }
     }
 

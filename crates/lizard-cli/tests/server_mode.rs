@@ -38,7 +38,10 @@ fn full_server() -> (Served, String) {
         let key = server.initial_key().expect("first start").to_string();
         let node = lizard_node::Node::start(lizard_node::NodeConfig::new(dir.path().join("node"))).await.unwrap();
         let state = lizard_server::api::AppState {
-            server: server.state().clone().with_reaper(Arc::new(lizard_server::api::sandboxes::NodeReaper(node.clone()))),
+            server: server
+                .state()
+                .clone()
+                .with_reaper(Arc::new(lizard_server::api::sandboxes::NodeReaper(node.clone()))),
             node,
         };
         (lizard_server::build_router(state, lizard_server::api::all_routes()), key)
@@ -72,8 +75,7 @@ fn lizard(url: &str, key: Option<&str>, args: &[&str], stdin: Option<&[u8]>) -> 
     if let Some(k) = key {
         cmd.env("LIZARD_API_KEY", k);
     }
-    let mut child =
-        cmd.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = cmd.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut input = child.stdin.take().unwrap();
     if let Some(b) = stdin {
         input.write_all(b).unwrap();
@@ -169,7 +171,10 @@ fn tenancy_against_the_real_server() {
     assert!(ws.starts_with("ws_"), "{ws}");
     let other = owner.ok(&["workspace", "create", "other"]).trim().to_string();
     let list = owner.ok(&["workspace", "list"]);
-    assert!(list.starts_with("ID") && list.contains(&ws) && list.contains("user-42") && list.contains(&other), "{list}");
+    assert!(
+        list.starts_with("ID") && list.contains(&ws) && list.contains("user-42") && list.contains(&other),
+        "{list}"
+    );
     assert_eq!(owner.json(&["workspace", "list"]).as_array().unwrap().len(), 2);
     for k in [ws.as_str(), "user-42", "User 42"] {
         let found = owner.ok(&["workspace", "find", k]);
@@ -282,7 +287,10 @@ async fn stand_in(seen: Arc<Mutex<Vec<Seen>>>, method: Method, uri: Uri, headers
     let key = headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(String::from);
     seen.lock().unwrap().push(Seen { method: method.clone(), uri: uri.to_string(), key: key.clone(), body });
     if key.as_deref() != Some("lz_test") {
-        return (StatusCode::UNAUTHORIZED, Json(json!({"code": "UNAUTHENTICATED", "message": "invalid or revoked API key"})))
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"code": "UNAUTHENTICATED", "message": "invalid or revoked API key"})),
+        )
             .into_response();
     }
     match (method.as_str(), uri.path()) {
@@ -321,7 +329,8 @@ async fn stand_in(seen: Arc<Mutex<Vec<Seen>>>, method: Method, uri: Uri, headers
 fn sandbox_commands_send_the_node_routes_to_the_server() {
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let s = seen.clone();
-    let router = axum::Router::new().fallback(move |m: Method, u: Uri, h: HeaderMap, b: Bytes| stand_in(s.clone(), m, u, h, b));
+    let router =
+        axum::Router::new().fallback(move |m: Method, u: Uri, h: HeaderMap, b: Bytes| stand_in(s.clone(), m, u, h, b));
     let server = serve(router, tempfile::tempdir().unwrap());
     let last = || seen.lock().unwrap().last().cloned().unwrap();
     let cli = As { url: &server.url, key: "lz_test" };
@@ -350,7 +359,10 @@ fn sandbox_commands_send_the_node_routes_to_the_server() {
 
     // list / get: human tables show the project and the end; --json is the server's answer.
     let list = cli.ok(&["sandbox", "list"]);
-    assert!(list.contains("PROJECT") && list.contains("ENDS") && list.contains("sbx_1") && list.contains("prj_1"), "{list}");
+    assert!(
+        list.contains("PROJECT") && list.contains("ENDS") && list.contains("sbx_1") && list.contains("prj_1"),
+        "{list}"
+    );
     assert_eq!(cli.json(&["sandbox", "list"]), json!([sandbox_json("2026-01-01T00:05:00Z")]));
     let got = cli.ok(&["sandbox", "get", "sbx_1"]);
     assert!(got.contains("prj_1") && got.contains("owner=me") && got.contains("2026-01-01T00:05:00Z"), "{got}");
@@ -386,7 +398,10 @@ fn sandbox_commands_send_the_node_routes_to_the_server() {
     assert!(cli.ok(&["sandbox", "fs", "ls", "sbx_1", "/app"]).contains("a.txt"));
     assert_eq!(last().uri, "/v1/sandboxes/sbx_1/files/list?path=%2Fapp");
     cli.ok(&["sandbox", "fs", "mkdir", "sbx_1", "/app/d"]);
-    assert_eq!((last().method.as_str(), last().uri.as_str()), ("POST", "/v1/sandboxes/sbx_1/files/mkdir?path=%2Fapp%2Fd"));
+    assert_eq!(
+        (last().method.as_str(), last().uri.as_str()),
+        ("POST", "/v1/sandboxes/sbx_1/files/mkdir?path=%2Fapp%2Fd")
+    );
     cli.ok(&["sandbox", "fs", "rm", "sbx_1", "/app/d"]);
     assert_eq!((last().method.as_str(), last().uri.as_str()), ("DELETE", "/v1/sandboxes/sbx_1/files?path=%2Fapp%2Fd"));
 
@@ -462,10 +477,14 @@ fn lizard_server_runs_until_sigterm() {
             std::thread::sleep(std::time::Duration::from_millis(100));
         };
         assert_eq!(me["keyName"], "owner");
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+            .unwrap();
         assert!(child.wait().unwrap().success(), "exit status after SIGTERM");
         let rest: Vec<String> = lines.map_while(|l| l.ok()).collect();
-        assert!(rest.iter().all(|l| !l.contains("LIZARD_API_KEY")), "the key is shown on the first start only: {rest:?}");
+        assert!(
+            rest.iter().all(|l| !l.contains("LIZARD_API_KEY")),
+            "the key is shown on the first start only: {rest:?}"
+        );
     }
     assert!(dir.path().join("lizard.db").exists());
 }

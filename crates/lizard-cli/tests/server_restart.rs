@@ -49,7 +49,8 @@ impl Server {
 
     /// SIGTERM and wait: the graceful path a service manager takes.
     fn stop(mut self) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+            .unwrap();
         let status = self.child.wait().unwrap();
         assert!(status.success(), "{status:?}");
     }
@@ -94,7 +95,11 @@ fn a_paused_sandbox_survives_a_server_restart() {
 
     let paused = ok(&url, &key, &["sandbox", "create", "base", "--project", "p"]).trim().to_string();
     let running = ok(&url, &key, &["sandbox", "create", "base", "--project", "p"]).trim().to_string();
-    ok(&url, &key, &["sandbox", "exec", &paused, "--shell", "echo kept > /root/note.txt; sleep 1000 >/dev/null 2>&1 &"]);
+    ok(
+        &url,
+        &key,
+        &["sandbox", "exec", &paused, "--shell", "echo kept > /root/note.txt; sleep 1000 >/dev/null 2>&1 &"],
+    );
     let sleeper = ok(&url, &key, &["sandbox", "exec", &paused, "--", "pgrep", "-x", "sleep"]);
     let copy = ok(&url, &key, &["sandbox", "fork", &paused, "--count", "1"]).trim().to_string();
     assert!(copy.len() == 20 && copy != paused, "{copy}");
@@ -108,8 +113,7 @@ fn a_paused_sandbox_survives_a_server_restart() {
     let (server, again) = Server::start(data.path());
     assert_eq!(again, None, "the owner key is shown once");
     let url = server.url.clone();
-    let got: serde_json::Value =
-        serde_json::from_str(&ok(&url, &key, &["sandbox", "get", &paused, "--json"])).unwrap();
+    let got: serde_json::Value = serde_json::from_str(&ok(&url, &key, &["sandbox", "get", &paused, "--json"])).unwrap();
     assert_eq!(got["state"], "paused", "{got}");
     // Running sandboxes do not outlive the server: they are recorded as stopped.
     for id in [&running, &copy] {
@@ -120,9 +124,14 @@ fn a_paused_sandbox_survives_a_server_restart() {
     let o = lizard(&url, &key, &["sandbox", "resume", &paused]);
     assert!(o.status.success() && String::from_utf8_lossy(&o.stderr).contains("running"), "{o:?}");
     assert_eq!(ok(&url, &key, &["sandbox", "exec", &paused, "--", "cat", "/root/note.txt"]), "kept\n");
-    assert_eq!(ok(&url, &key, &["sandbox", "exec", &paused, "--", "pgrep", "-x", "sleep"]), sleeper, "the same process");
+    assert_eq!(
+        ok(&url, &key, &["sandbox", "exec", &paused, "--", "pgrep", "-x", "sleep"]),
+        sleeper,
+        "the same process"
+    );
     ok(&url, &key, &["sandbox", "kill", &paused]);
     server.stop();
-    let left: Vec<_> = std::fs::read_dir(data.path().join("server/sandboxes")).unwrap().flatten().map(|e| e.path()).collect();
+    let left: Vec<_> =
+        std::fs::read_dir(data.path().join("server/sandboxes")).unwrap().flatten().map(|e| e.path()).collect();
     assert!(left.is_empty(), "{left:?}");
 }

@@ -10,9 +10,7 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     let mut args = std::env::args_os().skip(1);
@@ -22,12 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let store = lizard_image::ImageStore::new(PathBuf::from(data));
     let kernel = store.kernel()?;
-    println!(
-        "kernel     {} ({}) {}",
-        kernel.version,
-        kernel.package_version,
-        kernel.vmlinux.display()
-    );
+    println!("kernel     {} ({}) {}", kernel.version, kernel.package_version, kernel.vmlinux.display());
     let initramfs = store.initramfs(&kernel, &PathBuf::from(agent))?;
     println!("initramfs  {}", initramfs.path.display());
     for name in args {

@@ -57,26 +57,17 @@ pub fn parse_header(image: &[u8]) -> Result<BzImageLayout, ImageError> {
         )));
     }
     let setup_sects = image[0x1f1];
-    let protected_mode_start =
-        (usize::from(if setup_sects == 0 { 4 } else { setup_sects }) + 1) * 512;
+    let protected_mode_start = (usize::from(if setup_sects == 0 { 4 } else { setup_sects }) + 1) * 512;
     let payload_offset = read_u32(image, 0x248) as usize;
     let payload_len = read_u32(image, 0x24c) as usize;
     let payload_start = protected_mode_start + payload_offset;
-    if payload_start
-        .checked_add(payload_len)
-        .is_none_or(|end| end > image.len())
-    {
+    if payload_start.checked_add(payload_len).is_none_or(|end| end > image.len()) {
         return Err(err(format!(
             "payload {payload_start:#x}+{payload_len:#x} lies outside the {}-byte file",
             image.len()
         )));
     }
-    Ok(BzImageLayout {
-        setup_sects,
-        protected_mode_start,
-        payload_start,
-        payload_len,
-    })
+    Ok(BzImageLayout { setup_sects, protected_mode_start, payload_start, payload_len })
 }
 
 /// Extracts the uncompressed ELF `vmlinux` from a bzImage.
@@ -93,9 +84,7 @@ pub fn extract_vmlinux(image: &[u8]) -> Result<Vec<u8>, ImageError> {
         }
     };
     if !vmlinux.starts_with(ELF_MAGIC) {
-        return Err(ImageError::BzImage(
-            "decompressed payload is not an ELF file".into(),
-        ));
+        return Err(ImageError::BzImage("decompressed payload is not an ELF file".into()));
     }
     Ok(vmlinux)
 }
@@ -118,9 +107,7 @@ fn compression_name(payload: &[u8]) -> &'static str {
 /// past the end of the input) ends the stream; a repeated magic starts a concatenated frame.
 pub fn decode_lz4_legacy(input: &[u8]) -> Result<Vec<u8>, ImageError> {
     if input.len() < 4 || read_u32(input, 0) != LZ4_LEGACY_MAGIC {
-        return Err(ImageError::Lz4(
-            "missing legacy frame magic 0x184C2102".into(),
-        ));
+        return Err(ImageError::Lz4("missing legacy frame magic 0x184C2102".into()));
     }
     let mut out = Vec::new();
     let mut pos = 4;
@@ -131,10 +118,7 @@ pub fn decode_lz4_legacy(input: &[u8]) -> Result<Vec<u8>, ImageError> {
             continue;
         }
         let data_start = pos + 4;
-        if block_len == 0
-            || block_len > LZ4_LEGACY_BLOCK_BOUND
-            || block_len > input.len() - data_start
-        {
+        if block_len == 0 || block_len > LZ4_LEGACY_BLOCK_BOUND || block_len > input.len() - data_start {
             break;
         }
         let block = &input[data_start..data_start + block_len];
@@ -205,10 +189,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_magic_and_corrupt_blocks() {
-        assert!(matches!(
-            decode_lz4_legacy(b"\x04\x22\x4d\x18rest"),
-            Err(ImageError::Lz4(_))
-        ));
+        assert!(matches!(decode_lz4_legacy(b"\x04\x22\x4d\x18rest"), Err(ImageError::Lz4(_))));
         let mut framed = legacy_frame(&sample(10_000), LZ4_LEGACY_BLOCK_MAX);
         // Claim the block is longer than the data that follows: the stream ends before it.
         framed[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
@@ -217,10 +198,7 @@ mod tests {
         let mut framed = LZ4_LEGACY_MAGIC.to_le_bytes().to_vec();
         framed.extend_from_slice(&3u32.to_le_bytes());
         framed.extend_from_slice(&[0x0f, 0x01, 0x00]);
-        assert!(matches!(
-            decode_lz4_legacy(&framed),
-            Err(ImageError::Lz4(_))
-        ));
+        assert!(matches!(decode_lz4_legacy(&framed), Err(ImageError::Lz4(_))));
     }
 
     /// Builds a minimal synthetic bzImage around `payload`.

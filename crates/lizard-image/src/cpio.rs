@@ -32,78 +32,30 @@ struct Header {
 
 impl<W: Write> CpioWriter<W> {
     pub fn new(out: W) -> Self {
-        CpioWriter {
-            out,
-            written: 0,
-            next_ino: 1,
-        }
+        CpioWriter { out, written: 0, next_ino: 1 }
     }
 
     /// Adds a directory; `path` is relative to the archive root (no leading `/`).
     pub fn dir(&mut self, path: &str, perm: u32) -> io::Result<()> {
-        self.entry(
-            path,
-            Header {
-                mode: S_IFDIR | perm,
-                nlink: 2,
-                size: 0,
-                rdev_major: 0,
-                rdev_minor: 0,
-            },
-            &[],
-        )
+        self.entry(path, Header { mode: S_IFDIR | perm, nlink: 2, size: 0, rdev_major: 0, rdev_minor: 0 }, &[])
     }
 
     /// Adds a regular file.
     pub fn file(&mut self, path: &str, perm: u32, data: &[u8]) -> io::Result<()> {
-        let size = u32::try_from(data.len()).map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{path}: larger than 4 GiB"),
-            )
-        })?;
-        self.entry(
-            path,
-            Header {
-                mode: S_IFREG | perm,
-                nlink: 1,
-                size,
-                rdev_major: 0,
-                rdev_minor: 0,
-            },
-            data,
-        )
+        let size = u32::try_from(data.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{path}: larger than 4 GiB")))?;
+        self.entry(path, Header { mode: S_IFREG | perm, nlink: 1, size, rdev_major: 0, rdev_minor: 0 }, data)
     }
 
     /// Adds a character device node.
     pub fn char_device(&mut self, path: &str, perm: u32, major: u32, minor: u32) -> io::Result<()> {
-        self.entry(
-            path,
-            Header {
-                mode: S_IFCHR | perm,
-                nlink: 1,
-                size: 0,
-                rdev_major: major,
-                rdev_minor: minor,
-            },
-            &[],
-        )
+        self.entry(path, Header { mode: S_IFCHR | perm, nlink: 1, size: 0, rdev_major: major, rdev_minor: minor }, &[])
     }
 
     /// Writes the trailer and returns the underlying writer.
     pub fn finish(mut self) -> io::Result<W> {
         self.next_ino = 0;
-        self.entry(
-            TRAILER,
-            Header {
-                mode: 0,
-                nlink: 1,
-                size: 0,
-                rdev_major: 0,
-                rdev_minor: 0,
-            },
-            &[],
-        )?;
+        self.entry(TRAILER, Header { mode: 0, nlink: 1, size: 0, rdev_major: 0, rdev_minor: 0 }, &[])?;
         self.out.flush()?;
         Ok(self.out)
     }
@@ -111,10 +63,7 @@ impl<W: Write> CpioWriter<W> {
     fn entry(&mut self, path: &str, h: Header, data: &[u8]) -> io::Result<()> {
         let path = path.trim_start_matches('/');
         if path.is_empty() || path.contains('\0') {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("bad cpio path {path:?}"),
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad cpio path {path:?}")));
         }
         let ino = self.next_ino;
         self.next_ino += 1;
@@ -177,35 +126,22 @@ pub fn read_newc(mut bytes: &[u8]) -> io::Result<Vec<CpioEntry>> {
             return Err(bad("missing newc header"));
         }
         let field = |i: usize| -> io::Result<u32> {
-            let s = std::str::from_utf8(&bytes[6 + i * 8..14 + i * 8])
-                .map_err(|_| bad("non-ASCII header"))?;
+            let s = std::str::from_utf8(&bytes[6 + i * 8..14 + i * 8]).map_err(|_| bad("non-ASCII header"))?;
             u32::from_str_radix(s, 16).map_err(|_| bad("non-hex header field"))
         };
-        let (mode, size, rmaj, rmin, namesize) = (
-            field(1)?,
-            field(6)? as usize,
-            field(9)?,
-            field(10)?,
-            field(11)? as usize,
-        );
+        let (mode, size, rmaj, rmin, namesize) =
+            (field(1)?, field(6)? as usize, field(9)?, field(10)?, field(11)? as usize);
         let name_end = 110 + namesize;
         let data_start = align(name_end);
         let data_end = data_start + size;
         if namesize == 0 || bytes.len() < data_end {
             return Err(bad("truncated entry"));
         }
-        let path = std::str::from_utf8(&bytes[110..name_end - 1])
-            .map_err(|_| bad("non-UTF-8 name"))?
-            .to_owned();
+        let path = std::str::from_utf8(&bytes[110..name_end - 1]).map_err(|_| bad("non-UTF-8 name"))?.to_owned();
         if path == TRAILER {
             return Ok(entries);
         }
-        entries.push(CpioEntry {
-            path,
-            mode,
-            rdev: (rmaj, rmin),
-            data: bytes[data_start..data_end].to_vec(),
-        });
+        entries.push(CpioEntry { path, mode, rdev: (rmaj, rmin), data: bytes[data_start..data_end].to_vec() });
         bytes = &bytes[align(data_end).min(bytes.len())..];
     }
 }
@@ -232,17 +168,7 @@ mod tests {
         assert_eq!(bytes.len() % 4, 0);
         let entries = read_newc(&bytes).unwrap();
         let paths: Vec<_> = entries.iter().map(|e| e.path.as_str()).collect();
-        assert_eq!(
-            paths,
-            [
-                "dev",
-                "dev/console",
-                "init",
-                "etc",
-                "etc/empty",
-                "etc/odd-length-name.txt"
-            ]
-        );
+        assert_eq!(paths, ["dev", "dev/console", "init", "etc", "etc/empty", "etc/odd-length-name.txt"]);
         assert_eq!(entries[0].mode, 0o040_755);
         assert_eq!((entries[1].mode, entries[1].rdev), (0o020_600, (5, 1)));
         assert_eq!(entries[2].mode, 0o100_755);
@@ -260,43 +186,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let archive = dir.path().join("a.cpio");
         std::fs::write(&archive, sample_archive()).unwrap();
-        let out = match Command::new("cpio")
-            .arg("-itv")
-            .arg("-F")
-            .arg(&archive)
-            .output()
-        {
+        let out = match Command::new("cpio").arg("-itv").arg("-F").arg(&archive).output() {
             Ok(out) => out,
             Err(_) => {
                 eprintln!("cpio not installed; skipping the cross-check");
                 return;
             }
         };
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let listing = String::from_utf8(out.stdout).unwrap();
-        let names: Vec<_> = listing
-            .lines()
-            .map(|l| l.rsplit(' ').next().unwrap())
-            .collect();
-        assert_eq!(
-            names,
-            [
-                "dev",
-                "dev/console",
-                "init",
-                "etc",
-                "etc/empty",
-                "etc/odd-length-name.txt"
-            ]
-        );
-        assert!(
-            listing.lines().nth(2).unwrap().starts_with("-rwxr-xr-x"),
-            "{listing}"
-        );
+        let names: Vec<_> = listing.lines().map(|l| l.rsplit(' ').next().unwrap()).collect();
+        assert_eq!(names, ["dev", "dev/console", "init", "etc", "etc/empty", "etc/odd-length-name.txt"]);
+        assert!(listing.lines().nth(2).unwrap().starts_with("-rwxr-xr-x"), "{listing}");
 
         // Extract the regular files (no device nodes) and compare contents.
         let dest = dir.path().join("x");
@@ -309,13 +210,7 @@ mod tests {
             .status()
             .unwrap();
         assert!(status.success());
-        assert_eq!(
-            std::fs::read(dest.join("init")).unwrap(),
-            b"#!/bin/sh\necho hi\n"
-        );
-        assert_eq!(
-            std::fs::read(dest.join("etc/odd-length-name.txt")).unwrap(),
-            b"abcde"
-        );
+        assert_eq!(std::fs::read(dest.join("init")).unwrap(), b"#!/bin/sh\necho hi\n");
+        assert_eq!(std::fs::read(dest.join("etc/odd-length-name.txt")).unwrap(), b"abcde");
     }
 }

@@ -63,15 +63,8 @@ pub enum ImageError {
 
 impl ImageError {
     /// Wraps an [`io::Error`] with what we were doing and where.
-    pub(crate) fn io(
-        action: &'static str,
-        path: impl Into<PathBuf>,
-    ) -> impl FnOnce(io::Error) -> Self {
+    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Self {
         let path = path.into();
-        move |source| ImageError::Io {
-            action,
-            path,
-            source,
-        }
+        move |source| ImageError::Io { action, path, source }
     }
 }

@@ -57,10 +57,7 @@ impl ImageStore {
             None => None,
         };
         let mut hasher = Hasher::default();
-        hasher
-            .part(INITRAMFS_FORMAT.to_le_bytes())
-            .part(&kernel.hash)
-            .part(&agent);
+        hasher.part(INITRAMFS_FORMAT.to_le_bytes()).part(&kernel.hash).part(&agent);
         for module in &kernel.modules {
             hasher.part(&module.name);
         }
@@ -87,11 +84,8 @@ impl ImageStore {
             .suffix(".cpio")
             .tempfile_in(&dir)
             .map_err(ImageError::io("create temporary file in", &dir))?;
-        write_archive(tmp.as_file(), kernel, &agent, cli.as_deref())
-            .map_err(ImageError::io("write", tmp.path()))?;
-        tmp.as_file()
-            .sync_all()
-            .map_err(ImageError::io("sync", tmp.path()))?;
+        write_archive(tmp.as_file(), kernel, &agent, cli.as_deref()).map_err(ImageError::io("write", tmp.path()))?;
+        tmp.as_file().sync_all().map_err(ImageError::io("sync", tmp.path()))?;
         tmp.persist(&path).map_err(|e| ImageError::Io {
             action: "rename into place",
             path: path.clone(),
@@ -106,17 +100,7 @@ impl ImageStore {
 /// Writes the archive described in the module docs.
 fn write_archive(file: &File, kernel: &Kernel, agent: &[u8], cli: Option<&[u8]>) -> std::io::Result<()> {
     let mut cpio = CpioWriter::new(BufWriter::new(file));
-    for dir in [
-        "dev",
-        "proc",
-        "sys",
-        "newroot",
-        "tmp",
-        "etc",
-        "etc/lizard",
-        "lib",
-        "lib/modules",
-    ] {
+    for dir in ["dev", "proc", "sys", "newroot", "tmp", "etc", "etc/lizard", "lib", "lib/modules"] {
         cpio.dir(dir, if dir == "tmp" { 0o1777 } else { 0o755 })?;
     }
     // The kernel opens /dev/console for init's stdio before init can mount devtmpfs.
@@ -148,10 +132,7 @@ mod tests {
         for name in ["virtio_ring", "virtio", "virtio_mmio"] {
             let path = dir.join(format!("{name}.ko"));
             fs::write(&path, format!("module {name}")).unwrap();
-            modules.push(KernelModule {
-                name: name.into(),
-                path,
-            });
+            modules.push(KernelModule { name: name.into(), path });
         }
         Kernel {
             vmlinux: dir.join("vmlinux"),
@@ -195,18 +176,9 @@ mod tests {
         fs::write(&agent, b"\x7fELF agent").unwrap();
 
         let a = store.initramfs(&kernel, &agent).unwrap();
-        assert_eq!(
-            a.path,
-            dir.path()
-                .join(format!("data/images/initramfs/{}.cpio", a.hash))
-        );
+        assert_eq!(a.path, dir.path().join(format!("data/images/initramfs/{}.cpio", a.hash)));
         let entries = read_newc(&fs::read(&a.path).unwrap()).unwrap();
-        let get = |p: &str| {
-            entries
-                .iter()
-                .find(|e| e.path == p)
-                .unwrap_or_else(|| panic!("{p} missing"))
-        };
+        let get = |p: &str| entries.iter().find(|e| e.path == p).unwrap_or_else(|| panic!("{p} missing"));
         assert_eq!(get("init").mode, 0o100_755);
         assert_eq!(get("init").data, b"\x7fELF agent");
         assert_eq!(get("lib/modules/virtio.ko").data, b"module virtio");
@@ -223,20 +195,13 @@ mod tests {
         fs::write(&agent, b"\x7fELF agent v2").unwrap();
         let b = store.initramfs(&kernel, &agent).unwrap();
         assert_ne!(a.hash, b.hash);
-        let c = store
-            .initramfs(&fake_kernel(dir.path(), "k2"), &agent)
-            .unwrap();
+        let c = store.initramfs(&fake_kernel(dir.path(), "k2"), &agent).unwrap();
         assert_ne!(b.hash, c.hash);
         // No temporary files are left behind.
         let names: Vec<_> = fs::read_dir(dir.path().join("data/images/initramfs"))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
-        assert!(
-            names
-                .iter()
-                .all(|n| n.ends_with(".cpio") && !n.starts_with('.')),
-            "{names:?}"
-        );
+        assert!(names.iter().all(|n| n.ends_with(".cpio") && !n.starts_with('.')), "{names:?}");
     }
 }

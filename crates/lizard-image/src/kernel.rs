@@ -149,10 +149,7 @@ fn resolve_with_apt() -> Result<KernelPackage, ImageError> {
     }
     tracing::info!("apt does not know {KERNEL_METAPACKAGE}; running apt-get update");
     let step = Step::start("apt-get update");
-    util::run(
-        apt_command("apt-get").arg("update"),
-        "(apt is part of Debian; is this a Debian host?)",
-    )?;
+    util::run(apt_command("apt-get").arg("update"), "(apt is part of Debian; is this a Debian host?)")?;
     step.finish();
     query_apt()?.ok_or_else(|| {
         ImageError::Apt(format!(
@@ -166,14 +163,12 @@ fn resolve_with_apt() -> Result<KernelPackage, ImageError> {
 fn query_apt() -> Result<Option<KernelPackage>, ImageError> {
     const APT_HINT: &str = "(apt is part of Debian; is this a Debian host?)";
     // One call gives the candidate's Depends, which Debian pins with `(= version)`.
-    let show = match util::run(
-        apt_command("apt-cache").args(["show", "--no-all-versions", KERNEL_METAPACKAGE]),
-        APT_HINT,
-    ) {
-        Ok(out) => String::from_utf8_lossy(&out.stdout).into_owned(),
-        Err(ImageError::Command { .. }) => return Ok(None),
-        Err(e) => return Err(e),
-    };
+    let show =
+        match util::run(apt_command("apt-cache").args(["show", "--no-all-versions", KERNEL_METAPACKAGE]), APT_HINT) {
+            Ok(out) => String::from_utf8_lossy(&out.stdout).into_owned(),
+            Err(ImageError::Command { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
     let Some((name, pinned)) = parse_depends(&show) else {
         return Ok(None);
     };
@@ -193,8 +188,7 @@ fn query_apt() -> Result<Option<KernelPackage>, ImageError> {
 
 fn apt_command(program: &str) -> Command {
     let mut cmd = Command::new(program);
-    cmd.env("LC_ALL", "C")
-        .env("DEBIAN_FRONTEND", "noninteractive");
+    cmd.env("LC_ALL", "C").env("DEBIAN_FRONTEND", "noninteractive");
     cmd
 }
 
@@ -220,10 +214,7 @@ fn parse_depends(show: &str) -> Option<(String, Option<String>)> {
 
 /// `Candidate: <version>` from `apt-cache policy` output.
 fn parse_candidate(policy: &str) -> Option<String> {
-    let candidate = policy
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Candidate:"))?
-        .trim();
+    let candidate = policy.lines().find_map(|l| l.trim().strip_prefix("Candidate:"))?.trim();
     (candidate != "(none)" && !candidate.is_empty()).then(|| candidate.to_owned())
 }
 
@@ -243,10 +234,7 @@ fn load_cached(dir: &Path) -> Option<Kernel> {
     let modules: Vec<_> = meta
         .modules
         .iter()
-        .map(|name| KernelModule {
-            name: name.clone(),
-            path: dir.join("modules").join(format!("{name}.ko")),
-        })
+        .map(|name| KernelModule { name: name.clone(), path: dir.join("modules").join(format!("{name}.ko")) })
         .collect();
     if !vmlinux.is_file() || !modules.iter().all(|m| m.path.is_file()) {
         tracing::warn!(dir = %dir.display(), "cached kernel is missing files; rebuilding");
@@ -269,9 +257,7 @@ fn newest_cached(kernels: &Path) -> Option<Kernel> {
         .flatten()
         .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
         .filter_map(|e| {
-            let built = fs::metadata(e.path().join("kernel.json"))
-                .and_then(|m| m.modified())
-                .ok()?;
+            let built = fs::metadata(e.path().join("kernel.json")).and_then(|m| m.modified()).ok()?;
             Some((built, load_cached(&e.path())?))
         })
         .max_by_key(|(built, _): &(SystemTime, Kernel)| *built)
@@ -303,29 +289,17 @@ fn build(package: &KernelPackage, kernels: &Path, dest: &Path) -> Result<(), Ima
         .flatten()
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "deb"))
-        .ok_or_else(|| {
-            ImageError::Apt(format!(
-                "apt-get download left no .deb for {}",
-                package.name
-            ))
-        })?;
+        .ok_or_else(|| ImageError::Apt(format!("apt-get download left no .deb for {}", package.name)))?;
 
     let step = Step::start(format!("unpacking {}", package.name));
-    util::run(
-        Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&extracted),
-        "apt-get install dpkg",
-    )?;
+    util::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&extracted), "apt-get install dpkg")?;
     let (version, vmlinuz) = find_vmlinuz(&extracted.join("boot"))?;
     let bzimage = fs::read(&vmlinuz).map_err(ImageError::io("read", &vmlinuz))?;
     let vmlinux = bzimage::extract_vmlinux(&bzimage)?;
     step.finish();
 
     let mut hasher = Hasher::default();
-    hasher
-        .part(KERNEL_FORMAT.to_le_bytes())
-        .part(&package.name)
-        .part(&package.version)
-        .part(&vmlinux);
+    hasher.part(KERNEL_FORMAT.to_le_bytes()).part(&package.name).part(&package.version).part(&vmlinux);
     util::write_synced(&out.join("vmlinux"), &vmlinux)?;
 
     let tree = ModuleTree::scan(&extracted.join("lib/modules").join(&version))?;
@@ -362,9 +336,7 @@ fn find_vmlinuz(boot: &Path) -> Result<(String, PathBuf), ImageError> {
         .collect::<Vec<_>>();
     match found.len() {
         1 => Ok(found.pop().expect("one element")),
-        n => Err(ImageError::BzImage(format!(
-            "expected one vmlinuz-* in the package's /boot, found {n}"
-        ))),
+        n => Err(ImageError::BzImage(format!("expected one vmlinuz-* in the package's /boot, found {n}"))),
     }
 }
 
@@ -376,18 +348,9 @@ mod tests {
     fn parses_pinned_depends() {
         let show = "Package: linux-image-cloud-amd64\nVersion: 6.1.192-3\n\
                     Depends: linux-image-6.1.0-57-cloud-amd64 (= 6.1.192-3)\nDescription: x\n";
-        assert_eq!(
-            parse_depends(show),
-            Some((
-                "linux-image-6.1.0-57-cloud-amd64".into(),
-                Some("6.1.192-3".into())
-            ))
-        );
+        assert_eq!(parse_depends(show), Some(("linux-image-6.1.0-57-cloud-amd64".into(), Some("6.1.192-3".into()))));
         let show = "Depends: foo (>= 1), linux-image-6.1.0-9-cloud-amd64\n";
-        assert_eq!(
-            parse_depends(show),
-            Some(("linux-image-6.1.0-9-cloud-amd64".into(), None))
-        );
+        assert_eq!(parse_depends(show), Some(("linux-image-6.1.0-9-cloud-amd64".into(), None)));
         assert_eq!(parse_depends("Package: x\n"), None);
     }
 
@@ -419,16 +382,9 @@ mod tests {
         fake_cached(kernels, "6.1.1-1", true);
         std::thread::sleep(std::time::Duration::from_millis(20));
         fake_cached(kernels, "6.1.2-1", false);
-        assert_eq!(
-            load_cached(&kernels.join("6.1.2-1")),
-            None,
-            "a missing module makes it incomplete"
-        );
+        assert_eq!(load_cached(&kernels.join("6.1.2-1")), None, "a missing module makes it incomplete");
         let k = load_cached(&kernels.join("6.1.1-1")).unwrap();
-        assert_eq!(
-            k.modules[0].path,
-            kernels.join("6.1.1-1/modules/virtio_ring.ko")
-        );
+        assert_eq!(k.modules[0].path, kernels.join("6.1.1-1/modules/virtio_ring.ko"));
         assert_eq!(newest_cached(kernels).unwrap().package_version, "6.1.1-1");
         fake_cached(kernels, "6.1.2-1", true);
         assert_eq!(newest_cached(kernels).unwrap().package_version, "6.1.2-1");
@@ -436,12 +392,10 @@ mod tests {
 
     #[test]
     fn parses_policy_candidate() {
-        let policy = "linux-image-6.1.0-57-cloud-amd64:\n  Installed: (none)\n  Candidate: 6.1.192-3\n  Version table:\n";
+        let policy =
+            "linux-image-6.1.0-57-cloud-amd64:\n  Installed: (none)\n  Candidate: 6.1.192-3\n  Version table:\n";
         assert_eq!(parse_candidate(policy).as_deref(), Some("6.1.192-3"));
-        assert_eq!(
-            parse_candidate("x:\n  Installed: (none)\n  Candidate: (none)\n"),
-            None
-        );
+        assert_eq!(parse_candidate("x:\n  Installed: (none)\n  Candidate: (none)\n"), None);
         assert_eq!(dir_name("1:2.3-4"), "1_2.3-4");
     }
 }

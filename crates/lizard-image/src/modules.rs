@@ -43,14 +43,9 @@ pub struct ModInfo {
 
 /// Parses the `.modinfo` section of a module's ELF bytes.
 pub fn parse_modinfo(elf: &[u8]) -> Result<ModInfo, ImageError> {
-    let file = object::File::parse(elf)
-        .map_err(|e| ImageError::Module(format!("not an ELF object: {e}")))?;
-    let section = file
-        .section_by_name(".modinfo")
-        .ok_or_else(|| ImageError::Module("no .modinfo section".into()))?;
-    let data = section
-        .data()
-        .map_err(|e| ImageError::Module(format!("unreadable .modinfo: {e}")))?;
+    let file = object::File::parse(elf).map_err(|e| ImageError::Module(format!("not an ELF object: {e}")))?;
+    let section = file.section_by_name(".modinfo").ok_or_else(|| ImageError::Module("no .modinfo section".into()))?;
+    let data = section.data().map_err(|e| ImageError::Module(format!("unreadable .modinfo: {e}")))?;
     Ok(parse_modinfo_strings(data))
 }
 
@@ -64,11 +59,7 @@ pub fn parse_modinfo_strings(data: &[u8]) -> ModInfo {
         if let Some(name) = entry.strip_prefix("name=") {
             info.name = Some(normalize(name));
         } else if let Some(deps) = entry.strip_prefix("depends=") {
-            info.depends = deps
-                .split(',')
-                .filter(|d| !d.trim().is_empty())
-                .map(normalize)
-                .collect();
+            info.depends = deps.split(',').filter(|d| !d.trim().is_empty()).map(normalize).collect();
         }
     }
     info
@@ -101,10 +92,7 @@ where
         match marks.get(name) {
             Some(Mark::Done) => return Ok(()),
             Some(Mark::Visiting) => {
-                return Err(ImageError::Module(format!(
-                    "dependency cycle: {} -> {name}",
-                    path.join(" -> ")
-                )))
+                return Err(ImageError::Module(format!("dependency cycle: {} -> {name}", path.join(" -> "))))
             }
             None => {}
         }
@@ -128,13 +116,7 @@ where
     let mut marks = HashMap::new();
     let mut order = Vec::new();
     for name in wanted {
-        visit(
-            &normalize(name),
-            &mut deps_of,
-            &mut marks,
-            &mut order,
-            &mut Vec::new(),
-        )?;
+        visit(&normalize(name), &mut deps_of, &mut marks, &mut order, &mut Vec::new())?;
     }
     Ok(order)
 }
@@ -159,22 +141,15 @@ impl ModuleTree {
                 let kind = entry.file_type().map_err(ImageError::io("stat", &path))?;
                 if kind.is_dir() {
                     stack.push(path);
-                } else if let Some(stem) = path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(module_stem)
-                {
+                } else if let Some(stem) = path.file_name().and_then(|n| n.to_str()).and_then(module_stem) {
                     files.insert(normalize(stem), path);
                 }
             }
         }
         let builtin = match fs::read_to_string(root.join("modules.builtin")) {
-            Ok(text) => text
-                .lines()
-                .filter_map(|l| l.rsplit('/').next())
-                .filter_map(module_stem)
-                .map(normalize)
-                .collect(),
+            Ok(text) => {
+                text.lines().filter_map(|l| l.rsplit('/').next()).filter_map(module_stem).map(normalize).collect()
+            }
             Err(_) => BTreeSet::new(),
         };
         Ok(ModuleTree { files, builtin })
@@ -189,19 +164,13 @@ impl ModuleTree {
                     tracing::debug!(module = name, "built into the kernel; nothing to load");
                     return Ok(None);
                 }
-                return Err(ImageError::Module(format!(
-                    "{name}: neither a module file nor built in"
-                )));
+                return Err(ImageError::Module(format!("{name}: neither a module file nor built in")));
             };
             if path.extension().is_some_and(|e| e != "ko") {
-                return Err(ImageError::Module(format!(
-                    "{}: compressed modules are not supported",
-                    path.display()
-                )));
+                return Err(ImageError::Module(format!("{}: compressed modules are not supported", path.display())));
             }
             let bytes = fs::read(path).map_err(ImageError::io("read", path))?;
-            let info = parse_modinfo(&bytes)
-                .map_err(|e| ImageError::Module(format!("{}: {e}", path.display())))?;
+            let info = parse_modinfo(&bytes).map_err(|e| ImageError::Module(format!("{}: {e}", path.display())))?;
             Ok(Some(info.depends))
         })?;
         Ok(order
@@ -216,9 +185,7 @@ impl ModuleTree {
 
 /// `foo.ko` / `foo.ko.xz` / `foo.ko.zst` → `foo`.
 fn module_stem(file_name: &str) -> Option<&str> {
-    [".ko", ".ko.xz", ".ko.zst", ".ko.gz"]
-        .iter()
-        .find_map(|ext| file_name.strip_suffix(ext))
+    [".ko", ".ko.xz", ".ko.zst", ".ko.gz"].iter().find_map(|ext| file_name.strip_suffix(ext))
 }
 
 #[cfg(test)]
@@ -246,45 +213,23 @@ mod tests {
             ("failover", &[]),
             ("vsock", &[]),
             ("vmw_vsock_virtio_transport_common", &["vsock"]),
-            (
-                "vmw_vsock_virtio_transport",
-                &[
-                    "virtio",
-                    "vmw_vsock_virtio_transport_common",
-                    "virtio_ring",
-                    "vsock",
-                ],
-            ),
+            ("vmw_vsock_virtio_transport", &["virtio", "vmw_vsock_virtio_transport_common", "virtio_ring", "vsock"]),
         ];
-        g.iter()
-            .map(|(k, v)| (*k, v.iter().map(|s| s.to_string()).collect()))
-            .collect()
+        g.iter().map(|(k, v)| (*k, v.iter().map(|s| s.to_string()).collect())).collect()
     }
 
     #[test]
     fn orders_dependencies_first() {
         let g = graph();
-        let order = load_order(
-            &[
-                "virtio_mmio",
-                "virtio-blk",
-                "virtio_net",
-                "vmw_vsock_virtio_transport",
-                "ext4",
-            ],
-            |n| {
+        let order =
+            load_order(&["virtio_mmio", "virtio-blk", "virtio_net", "vmw_vsock_virtio_transport", "ext4"], |n| {
                 Ok(if n == "ext4" {
                     None
                 } else {
-                    Some(
-                        g.get(n)
-                            .cloned()
-                            .ok_or_else(|| ImageError::Module(n.into()))?,
-                    )
+                    Some(g.get(n).cloned().ok_or_else(|| ImageError::Module(n.into()))?)
                 })
-            },
-        )
-        .unwrap();
+            })
+            .unwrap();
         assert_eq!(
             order,
             [
@@ -310,13 +255,9 @@ mod tests {
 
     #[test]
     fn reports_cycles_and_missing_modules() {
-        let e = load_order(&["a"], |n| {
-            Ok(Some(vec![if n == "a" { "b" } else { "a" }.to_string()]))
-        })
-        .unwrap_err();
+        let e = load_order(&["a"], |n| Ok(Some(vec![if n == "a" { "b" } else { "a" }.to_string()]))).unwrap_err();
         assert!(e.to_string().contains("cycle"), "{e}");
-        let e =
-            load_order(&["a"], |n| Err(ImageError::Module(format!("{n} missing")))).unwrap_err();
+        let e = load_order(&["a"], |n| Err(ImageError::Module(format!("{n} missing")))).unwrap_err();
         assert!(e.to_string().contains("a missing"));
     }
 

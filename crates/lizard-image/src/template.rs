@@ -54,10 +54,7 @@ const MMDEBSTRAP_OPTIONS: &[&str] = &[
 /// The recipes compiled into the binary, by name.
 const RECIPES: &[(&str, &str)] = &[
     ("base", include_str!("../../../templates/base.toml")),
-    (
-        "code-interpreter-v1",
-        include_str!("../../../templates/code-interpreter-v1.toml"),
-    ),
+    ("code-interpreter-v1", include_str!("../../../templates/code-interpreter-v1.toml")),
 ];
 
 /// Default size of a template's file system, in GiB.
@@ -123,10 +120,7 @@ struct TemplateMeta {
 
 /// The recipe text compiled in for `name`.
 fn embedded(name: &str) -> Option<&'static str> {
-    RECIPES
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, text)| *text)
+    RECIPES.iter().find(|(n, _)| *n == name).map(|(_, text)| *text)
 }
 
 /// Resolves `name` and its `extends` chain using `source` to look recipes up.
@@ -175,26 +169,17 @@ pub fn resolve_recipe_with<'a>(
         description: own.description.clone(),
         lineage: chain.iter().rev().map(|r| r.name.clone()).collect(),
         packages,
-        disk_gb: chain
-            .iter()
-            .find_map(|r| r.disk_gb)
-            .unwrap_or(DEFAULT_DISK_GB),
+        disk_gb: chain.iter().find_map(|r| r.disk_gb).unwrap_or(DEFAULT_DISK_GB),
         cold_boot_only: chain.iter().find_map(|r| r.cold_boot_only).unwrap_or(false),
     })
 }
 
 /// Parses and validates one recipe file.
 fn parse_recipe(file_name: &str, text: &str) -> Result<Recipe, ImageError> {
-    let bad = |reason: String| ImageError::Recipe {
-        name: file_name.into(),
-        reason,
-    };
+    let bad = |reason: String| ImageError::Recipe { name: file_name.into(), reason };
     let recipe: Recipe = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
     if recipe.name != file_name {
-        return Err(bad(format!(
-            "`name = {:?}` does not match the file name",
-            recipe.name
-        )));
+        return Err(bad(format!("`name = {:?}` does not match the file name", recipe.name)));
     }
     if let Some(p) = recipe.packages.iter().find(|p| !is_package_name(p)) {
         return Err(bad(format!("{p:?} is not a Debian package name")));
@@ -210,18 +195,14 @@ fn parse_recipe(file_name: &str, text: &str) -> Result<Recipe, ImageError> {
 fn is_package_name(name: &str) -> bool {
     name.len() >= 2
         && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c))
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c))
 }
 
 /// The cache key of a template.
 fn template_hash(recipe: &ResolvedRecipe, ca_bundle: Option<&[u8]>) -> String {
     let recipe_toml = toml::to_string(recipe).expect("a resolved recipe serialises");
     let mut h = Hasher::default();
-    h.part(TEMPLATE_FORMAT.to_le_bytes())
-        .part(SUITE)
-        .part(recipe_toml);
+    h.part(TEMPLATE_FORMAT.to_le_bytes()).part(SUITE).part(recipe_toml);
     for option in MMDEBSTRAP_OPTIONS {
         h.part(option);
     }
@@ -269,12 +250,7 @@ impl ImageStore {
         let tmp = util::temp_dir_in(&parent)?;
         let out = tmp.path().join("out");
         fs::create_dir(&out).map_err(ImageError::io("create directory", &out))?;
-        build_rootfs(
-            &recipe,
-            ca_bundle.as_deref(),
-            tmp.path(),
-            &out.join("rootfs.ext4"),
-        )?;
+        build_rootfs(&recipe, ca_bundle.as_deref(), tmp.path(), &out.join("rootfs.ext4"))?;
         let meta = TemplateMeta {
             format: TEMPLATE_FORMAT,
             hash: hash.clone(),
@@ -318,17 +294,11 @@ fn build_rootfs(
     image: &Path,
 ) -> Result<(), ImageError> {
     if !nix::unistd::geteuid().is_root() {
-        return Err(ImageError::NeedsRoot(format!(
-            "building template {:?} (mmdebstrap --mode=root)",
-            recipe.name
-        )));
+        return Err(ImageError::NeedsRoot(format!("building template {:?} (mmdebstrap --mode=root)", recipe.name)));
     }
     let root = work.join("root");
-    let step = Step::start(format!(
-        "mmdebstrap {SUITE} for template {} ({} packages)",
-        recipe.name,
-        recipe.packages.len()
-    ));
+    let step =
+        Step::start(format!("mmdebstrap {SUITE} for template {} ({} packages)", recipe.name, recipe.packages.len()));
     let mut cmd = Command::new("mmdebstrap");
     cmd.args(MMDEBSTRAP_OPTIONS)
         .arg(format!("--include={}", recipe.packages.join(",")))
@@ -342,10 +312,7 @@ fn build_rootfs(
     customize(&root, ca_bundle)?;
     step.finish();
 
-    let step = Step::start(format!(
-        "mkfs.ext4 for template {} ({} GiB)",
-        recipe.name, recipe.disk_gb
-    ));
+    let step = Step::start(format!("mkfs.ext4 for template {} ({} GiB)", recipe.name, recipe.disk_gb));
     let mut cmd = Command::new("mkfs.ext4");
     cmd.args(["-q", "-F", "-L", "lizard-root", "-d"])
         .arg(&root)
@@ -392,14 +359,8 @@ fn customize(root: &Path, ca_bundle: Option<&[u8]>) -> Result<(), ImageError> {
         let stock = fs::read(root.join(GUEST_CA_BUNDLE)).unwrap_or_default();
         let stock: BTreeSet<String> = pem_certificates(&String::from_utf8_lossy(&stock)).collect();
         let bundle_text = String::from_utf8_lossy(bundle);
-        for (i, cert) in pem_certificates(&bundle_text)
-            .filter(|c| !stock.contains(c))
-            .enumerate()
-        {
-            write(
-                &format!("usr/local/share/ca-certificates/lizard-host-{i:03}.crt"),
-                cert.as_bytes(),
-            )?;
+        for (i, cert) in pem_certificates(&bundle_text).filter(|c| !stock.contains(c)).enumerate() {
+            write(&format!("usr/local/share/ca-certificates/lizard-host-{i:03}.crt"), cert.as_bytes())?;
         }
         write(GUEST_CA_BUNDLE, bundle)?;
         // npm ships its own CA list; point it at the system bundle.
@@ -431,10 +392,7 @@ fn customize(root: &Path, ca_bundle: Option<&[u8]>) -> Result<(), ImageError> {
             }
         }
     }
-    for bin in [
-        "var/cache/apt/pkgcache.bin",
-        "var/cache/apt/srcpkgcache.bin",
-    ] {
+    for bin in ["var/cache/apt/pkgcache.bin", "var/cache/apt/srcpkgcache.bin"] {
         let _ = fs::remove_file(root.join(bin));
     }
     Ok(())
@@ -446,11 +404,7 @@ fn pem_certificates(text: &str) -> impl Iterator<Item = String> + '_ {
     const END: &str = "-----END CERTIFICATE-----";
     text.split(BEGIN).skip(1).filter_map(|rest| {
         let body = &rest[..rest.find(END)?];
-        let lines: Vec<&str> = body
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect();
+        let lines: Vec<&str> = body.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
         Some(format!("{BEGIN}\n{}\n{END}\n", lines.join("\n")))
     })
 }
@@ -461,39 +415,19 @@ mod tests {
 
     #[test]
     fn embedded_recipes_resolve() {
-        assert_eq!(
-            ImageStore::template_names(),
-            ["base", "code-interpreter-v1"]
-        );
+        assert_eq!(ImageStore::template_names(), ["base", "code-interpreter-v1"]);
         let base = ImageStore::recipe("base").unwrap();
         assert_eq!(base.lineage, ["base"]);
         assert_eq!(base.disk_gb, 4);
         assert!(!base.cold_boot_only);
-        for p in [
-            "nodejs",
-            "npm",
-            "bash",
-            "coreutils",
-            "curl",
-            "git",
-            "procps",
-            "ca-certificates",
-            "iproute2",
-        ] {
+        for p in ["nodejs", "npm", "bash", "coreutils", "curl", "git", "procps", "ca-certificates", "iproute2"] {
             assert!(base.packages.iter().any(|x| x == p), "base lacks {p}");
         }
         let ci = ImageStore::recipe("code-interpreter-v1").unwrap();
         assert_eq!(ci.lineage, ["base", "code-interpreter-v1"]);
-        assert_eq!(
-            ci.packages[..base.packages.len()],
-            base.packages[..],
-            "parent packages come first"
-        );
+        assert_eq!(ci.packages[..base.packages.len()], base.packages[..], "parent packages come first");
         for p in ["python3", "python3-pip", "python3-venv"] {
-            assert!(
-                ci.packages.iter().any(|x| x == p),
-                "code-interpreter-v1 lacks {p}"
-            );
+            assert!(ci.packages.iter().any(|x| x == p), "code-interpreter-v1 lacks {p}");
         }
         assert_eq!(ci.disk_gb, base.disk_gb, "disk_gb is inherited");
     }
@@ -504,10 +438,7 @@ mod tests {
         assert!(matches!(&e, ImageError::UnknownTemplate(n) if n == "nope"));
         assert!(e.to_string().contains("base"), "{e}");
         let store = ImageStore::new("/nonexistent");
-        assert!(matches!(
-            store.template("nope"),
-            Err(ImageError::UnknownTemplate(_))
-        ));
+        assert!(matches!(store.template("nope"), Err(ImageError::UnknownTemplate(_))));
     }
 
     fn source<'a>(files: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<&'a str> {
@@ -540,80 +471,33 @@ mod tests {
                 ],
                 "cycle",
             ),
-            (
-                &[("a", "name = \"a\"\ndescription = \"\"\nextends = \"zz\"\n")],
-                "unknown template \"zz\"",
-            ),
+            (&[("a", "name = \"a\"\ndescription = \"\"\nextends = \"zz\"\n")], "unknown template \"zz\""),
             (&[("a", "name = \"x\"\ndescription = \"\"\n")], "file name"),
-            (
-                &[(
-                    "a",
-                    "name = \"a\"\ndescription = \"\"\npackages = [\"curl,git\"]\n",
-                )],
-                "package name",
-            ),
-            (
-                &[("a", "name = \"a\"\ndescription = \"\"\ndisk_gb = 0\n")],
-                "disk_gb",
-            ),
-            (
-                &[("a", "name = \"a\"\ndescription = \"\"\ncolour = \"red\"\n")],
-                "unknown field",
-            ),
+            (&[("a", "name = \"a\"\ndescription = \"\"\npackages = [\"curl,git\"]\n")], "package name"),
+            (&[("a", "name = \"a\"\ndescription = \"\"\ndisk_gb = 0\n")], "disk_gb"),
+            (&[("a", "name = \"a\"\ndescription = \"\"\ncolour = \"red\"\n")], "unknown field"),
         ];
         for (files, expected) in cases {
-            let e = resolve_recipe_with("a", source(files))
-                .unwrap_err()
-                .to_string();
+            let e = resolve_recipe_with("a", source(files)).unwrap_err().to_string();
             assert!(e.contains(expected), "expected {expected:?} in {e:?}");
         }
     }
 
     #[test]
     fn hash_follows_recipe_and_ca_bundle() {
-        let files = [(
-            "a",
-            "name = \"a\"\ndescription = \"A\"\npackages = [\"curl\"]\n",
-        )];
-        let changed = [(
-            "a",
-            "name = \"a\"\ndescription = \"A\"\npackages = [\"curl\", \"git\"]\n",
-        )];
-        let bigger = [(
-            "a",
-            "name = \"a\"\ndescription = \"A\"\npackages = [\"curl\"]\ndisk_gb = 5\n",
-        )];
+        let files = [("a", "name = \"a\"\ndescription = \"A\"\npackages = [\"curl\"]\n")];
+        let changed = [("a", "name = \"a\"\ndescription = \"A\"\npackages = [\"curl\", \"git\"]\n")];
+        let bigger = [("a", "name = \"a\"\ndescription = \"A\"\npackages = [\"curl\"]\ndisk_gb = 5\n")];
         let a = resolve_recipe_with("a", source(&files)).unwrap();
         let h = template_hash(&a, Some(b"bundle"));
-        assert_eq!(
-            h,
-            template_hash(
-                &resolve_recipe_with("a", source(&files)).unwrap(),
-                Some(b"bundle")
-            )
-        );
-        assert_ne!(
-            h,
-            template_hash(
-                &resolve_recipe_with("a", source(&changed)).unwrap(),
-                Some(b"bundle")
-            )
-        );
-        assert_ne!(
-            h,
-            template_hash(
-                &resolve_recipe_with("a", source(&bigger)).unwrap(),
-                Some(b"bundle")
-            )
-        );
+        assert_eq!(h, template_hash(&resolve_recipe_with("a", source(&files)).unwrap(), Some(b"bundle")));
+        assert_ne!(h, template_hash(&resolve_recipe_with("a", source(&changed)).unwrap(), Some(b"bundle")));
+        assert_ne!(h, template_hash(&resolve_recipe_with("a", source(&bigger)).unwrap(), Some(b"bundle")));
         assert_ne!(h, template_hash(&a, Some(b"other bundle")));
         assert_ne!(h, template_hash(&a, None));
         // A parent's change reaches its children.
         let child = |parent: &'static str| {
-            let files = [
-                ("p", parent),
-                ("c", "name = \"c\"\ndescription = \"\"\nextends = \"p\"\n"),
-            ];
+            let files = [("p", parent), ("c", "name = \"c\"\ndescription = \"\"\nextends = \"p\"\n")];
             template_hash(&resolve_recipe_with("c", source(&files)).unwrap(), None)
         };
         assert_ne!(
@@ -624,15 +508,11 @@ mod tests {
 
     #[test]
     fn pem_blocks_are_split_and_normalised() {
-        let bundle =
-            "# comment\n-----BEGIN CERTIFICATE-----\r\nAAAA\r\nBBBB\r\n-----END CERTIFICATE-----\n\
+        let bundle = "# comment\n-----BEGIN CERTIFICATE-----\r\nAAAA\r\nBBBB\r\n-----END CERTIFICATE-----\n\
                       -----BEGIN CERTIFICATE-----\nCCCC\n-----END CERTIFICATE-----\n";
         let certs: Vec<_> = pem_certificates(bundle).collect();
         assert_eq!(certs.len(), 2);
-        assert_eq!(
-            certs[0],
-            "-----BEGIN CERTIFICATE-----\nAAAA\nBBBB\n-----END CERTIFICATE-----\n"
-        );
+        assert_eq!(certs[0], "-----BEGIN CERTIFICATE-----\nAAAA\nBBBB\n-----END CERTIFICATE-----\n");
     }
 
     #[test]
@@ -645,8 +525,7 @@ mod tests {
         fs::write(root.join("etc/machine-id"), "0123456789abcdef\n").unwrap();
         fs::create_dir_all(root.join("var/lib/apt/lists/partial")).unwrap();
         fs::write(root.join("var/lib/apt/lists/deb.debian.org_InRelease"), "x").unwrap();
-        let host =
-            format!("{stock}-----BEGIN CERTIFICATE-----\nPROXY\n-----END CERTIFICATE-----\n");
+        let host = format!("{stock}-----BEGIN CERTIFICATE-----\nPROXY\n-----END CERTIFICATE-----\n");
 
         fs::create_dir_all(root.join("usr/lib/python3.11")).unwrap();
         fs::write(root.join("usr/lib/python3.11/EXTERNALLY-MANAGED"), "[externally-managed]\n").unwrap();
@@ -654,25 +533,13 @@ mod tests {
         customize(root, Some(host.as_bytes())).unwrap();
         assert!(!root.join("usr/lib/python3.11/EXTERNALLY-MANAGED").exists(), "pip installs are allowed");
         assert_eq!(fs::read(root.join("etc/machine-id")).unwrap(), b"");
-        assert_eq!(
-            fs::read_to_string(root.join("etc/hostname")).unwrap(),
-            "lizard\n"
-        );
-        assert!(fs::read_to_string(root.join("etc/hosts"))
-            .unwrap()
-            .starts_with("127.0.0.1\tlocalhost\n"));
-        assert_eq!(
-            fs::read_to_string(root.join(GUEST_CA_BUNDLE)).unwrap(),
-            host
-        );
-        let extra: Vec<_> = fs::read_dir(root.join("usr/local/share/ca-certificates"))
-            .unwrap()
-            .collect();
+        assert_eq!(fs::read_to_string(root.join("etc/hostname")).unwrap(), "lizard\n");
+        assert!(fs::read_to_string(root.join("etc/hosts")).unwrap().starts_with("127.0.0.1\tlocalhost\n"));
+        assert_eq!(fs::read_to_string(root.join(GUEST_CA_BUNDLE)).unwrap(), host);
+        let extra: Vec<_> = fs::read_dir(root.join("usr/local/share/ca-certificates")).unwrap().collect();
         assert_eq!(extra.len(), 1, "only the certificate Debian lacks is added");
-        let lists: Vec<_> = fs::read_dir(root.join("var/lib/apt/lists"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        let lists: Vec<_> =
+            fs::read_dir(root.join("var/lib/apt/lists")).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(lists, ["partial"]);
     }
 }

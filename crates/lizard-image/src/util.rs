@@ -25,39 +25,20 @@ pub(crate) fn run(cmd: &mut Command, install: &str) -> Result<Output, ImageError
     tracing::debug!(command = %line, "running");
     let output = cmd.output().map_err(|e| {
         if e.kind() == io::ErrorKind::NotFound {
-            ImageError::ToolMissing {
-                tool: cmd.get_program().to_string_lossy().into_owned(),
-                install: install.into(),
-            }
+            ImageError::ToolMissing { tool: cmd.get_program().to_string_lossy().into_owned(), install: install.into() }
         } else {
-            ImageError::Command {
-                command: line.clone(),
-                status: "could not start".into(),
-                output: e.to_string(),
-            }
+            ImageError::Command { command: line.clone(), status: "could not start".into(), output: e.to_string() }
         }
     })?;
     if !output.status.success() {
-        let text = if output.stderr.iter().any(|b| !b.is_ascii_whitespace()) {
-            &output.stderr
-        } else {
-            &output.stdout
-        };
-        return Err(ImageError::Command {
-            command: line,
-            status: output.status.to_string(),
-            output: tail(text),
-        });
+        let text = if output.stderr.iter().any(|b| !b.is_ascii_whitespace()) { &output.stderr } else { &output.stdout };
+        return Err(ImageError::Command { command: line, status: output.status.to_string(), output: tail(text) });
     }
     Ok(output)
 }
 
 fn command_line(cmd: &Command) -> String {
-    std::iter::once(cmd.get_program())
-        .chain(cmd.get_args())
-        .map(|a| a.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(" ")
+    std::iter::once(cmd.get_program()).chain(cmd.get_args()).map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
 }
 
 /// The last [`OUTPUT_TAIL`] bytes of a tool's output, trimmed to whole lines.
@@ -88,16 +69,10 @@ impl Step {
         let name = name.into();
         tracing::info!(step = %name, "started");
         let bar = ProgressBar::new_spinner();
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} {msg} ({elapsed})").expect("valid template"),
-        );
+        bar.set_style(ProgressStyle::with_template("{spinner} {msg} ({elapsed})").expect("valid template"));
         bar.set_message(name.clone());
         bar.enable_steady_tick(Duration::from_millis(120));
-        Step {
-            bar,
-            name,
-            started: Instant::now(),
-        }
+        Step { bar, name, started: Instant::now() }
     }
 
     pub(crate) fn finish(self) {
@@ -122,11 +97,7 @@ impl BuildLock {
             .write(true)
             .open(&path)
             .map_err(ImageError::io("open lock file", &path))?;
-        let lock_err = |errno: Errno| ImageError::Io {
-            action: "lock",
-            path: path.clone(),
-            source: errno.into(),
-        };
+        let lock_err = |errno: Errno| ImageError::Io { action: "lock", path: path.clone(), source: errno.into() };
         let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => lock,
             Err((file, Errno::EWOULDBLOCK)) => {
@@ -148,11 +119,7 @@ pub(crate) fn remove_stale_temps(dir: &Path) {
         if entry.file_name().to_string_lossy().starts_with(".tmp-") {
             let path = entry.path();
             tracing::debug!(path = %path.display(), "removing a leftover of an interrupted build");
-            let _ = if path.is_dir() {
-                fs::remove_dir_all(&path)
-            } else {
-                fs::remove_file(&path)
-            };
+            let _ = if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
         }
     }
 }
@@ -175,9 +142,7 @@ pub(crate) fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), ImageError> 
 
 /// Flushes a file (or a directory's entries) that something else wrote to disk.
 pub(crate) fn sync_path(path: &Path) -> Result<(), ImageError> {
-    File::open(path)
-        .and_then(|f| f.sync_all())
-        .map_err(ImageError::io("sync", path))
+    File::open(path).and_then(|f| f.sync_all()).map_err(ImageError::io("sync", path))
 }
 
 /// Atomically moves a fully written and synced `staged` file or directory to `dest`.
@@ -210,10 +175,8 @@ pub(crate) fn read_meta<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T
 
 /// Serialises metadata as pretty JSON and writes it synced.
 pub(crate) fn write_meta<T: serde::Serialize>(path: &Path, meta: &T) -> Result<(), ImageError> {
-    let mut json = serde_json::to_vec_pretty(meta).map_err(|e| ImageError::Metadata {
-        path: path.to_owned(),
-        reason: e.to_string(),
-    })?;
+    let mut json = serde_json::to_vec_pretty(meta)
+        .map_err(|e| ImageError::Metadata { path: path.to_owned(), reason: e.to_string() })?;
     json.push(b'\n');
     write_synced(path, &json)
 }
@@ -257,11 +220,7 @@ mod tests {
 
     #[test]
     fn missing_tool_names_the_install_command() {
-        let e = run(
-            &mut Command::new("lizard-no-such-tool"),
-            "apt-get install lizard",
-        )
-        .unwrap_err();
+        let e = run(&mut Command::new("lizard-no-such-tool"), "apt-get install lizard").unwrap_err();
         assert!(e.to_string().contains("apt-get install lizard"), "{e}");
     }
 
@@ -275,13 +234,9 @@ mod tests {
             let _l = BuildLock::acquire(&path, "test").unwrap();
             tx.send(()).unwrap();
         });
-        assert!(
-            rx.recv_timeout(Duration::from_millis(200)).is_err(),
-            "second lock must wait"
-        );
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "second lock must wait");
         drop(held);
-        rx.recv_timeout(Duration::from_secs(5))
-            .expect("second lock acquired after release");
+        rx.recv_timeout(Duration::from_secs(5)).expect("second lock acquired after release");
         waiter.join().unwrap();
     }
 }

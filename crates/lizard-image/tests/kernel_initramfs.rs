@@ -23,18 +23,8 @@ fn builds_kernel_and_initramfs_then_hits_the_cache() {
 
     let vmlinux = std::fs::read(&kernel.vmlinux).unwrap();
     assert!(vmlinux.starts_with(b"\x7fELF"), "vmlinux is an ELF file");
-    assert!(
-        kernel.version.ends_with("-cloud-amd64"),
-        "{}",
-        kernel.version
-    );
-    assert_eq!(
-        kernel.vmlinux,
-        data.path()
-            .join("images/kernel")
-            .join(&kernel.package_version)
-            .join("vmlinux")
-    );
+    assert!(kernel.version.ends_with("-cloud-amd64"), "{}", kernel.version);
+    assert_eq!(kernel.vmlinux, data.path().join("images/kernel").join(&kernel.package_version).join("vmlinux"));
     let names: Vec<_> = kernel.modules.iter().map(|m| m.name.as_str()).collect();
     for wanted in lizard_image::WANTED_MODULES {
         assert!(names.contains(wanted), "{wanted} missing from {names:?}");
@@ -50,26 +40,17 @@ fn builds_kernel_and_initramfs_then_hits_the_cache() {
     let init = entries.iter().find(|e| e.path == "init").expect("/init");
     assert_eq!(init.mode, 0o100_755);
     assert_eq!(init.data, std::fs::read(agent).unwrap());
-    let order = entries
-        .iter()
-        .find(|e| e.path == MODULES_ORDER_PATH.trim_start_matches('/'))
-        .expect("modules.order");
+    let order = entries.iter().find(|e| e.path == MODULES_ORDER_PATH.trim_start_matches('/')).expect("modules.order");
     let order = String::from_utf8(order.data.clone()).unwrap();
     let pos = |m: &str| {
-        order
-            .lines()
-            .position(|l| l == format!("/lib/modules/{m}.ko"))
-            .unwrap_or_else(|| panic!("{m} not in {order}"))
+        order.lines().position(|l| l == format!("/lib/modules/{m}.ko")).unwrap_or_else(|| panic!("{m} not in {order}"))
     };
     assert!(pos("virtio_ring") < pos("virtio"), "{order}");
     assert!(pos("virtio") < pos("virtio_mmio"), "{order}");
     assert!(pos("vsock") < pos("vmw_vsock_virtio_transport"), "{order}");
     for line in order.lines() {
         let file = line.trim_start_matches('/');
-        assert!(
-            entries.iter().any(|e| e.path == file),
-            "{line} is listed but not in the archive"
-        );
+        assert!(entries.iter().any(|e| e.path == file), "{line} is listed but not in the archive");
     }
 
     // Unchanged inputs: cache hits with the same hashes. A fresh store asks apt once

@@ -21,17 +21,8 @@ fn data_dir() -> (PathBuf, Option<tempfile::TempDir>) {
 
 /// Reads a file out of an ext4 image without mounting it.
 fn debugfs(image: &Path, request: &str) -> String {
-    let out = Command::new("debugfs")
-        .arg("-R")
-        .arg(request)
-        .arg(image)
-        .output()
-        .expect("debugfs (e2fsprogs)");
-    assert!(
-        out.status.success(),
-        "debugfs {request}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new("debugfs").arg("-R").arg(request).arg(image).output().expect("debugfs (e2fsprogs)");
+    assert!(out.status.success(), "debugfs {request}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -40,54 +31,27 @@ fn build_and_check(name: &str, data: &Path) -> TemplateImage {
     let store = ImageStore::new(data);
     let started = Instant::now();
     let image = store.template(name).unwrap();
-    eprintln!(
-        "template {name}: {:?} (cold unless cached in {})",
-        started.elapsed(),
-        data.display()
-    );
+    eprintln!("template {name}: {:?} (cold unless cached in {})", started.elapsed(), data.display());
 
     assert_eq!(image.name, name);
-    assert_eq!(
-        image.rootfs,
-        data.join("images/templates")
-            .join(name)
-            .join(&image.hash)
-            .join("rootfs.ext4")
-    );
-    assert_eq!(
-        std::fs::metadata(&image.rootfs).unwrap().len(),
-        image.disk_gb << 30
-    );
+    assert_eq!(image.rootfs, data.join("images/templates").join(name).join(&image.hash).join("rootfs.ext4"));
+    assert_eq!(std::fs::metadata(&image.rootfs).unwrap().len(), image.disk_gb << 30);
 
     assert_eq!(debugfs(&image.rootfs, "cat /etc/hostname"), "lizard\n");
     assert_eq!(debugfs(&image.rootfs, "cat /etc/machine-id"), "");
     assert!(debugfs(&image.rootfs, "cat /etc/hosts").contains("localhost"));
     let guest_bundle = debugfs(&image.rootfs, "cat /etc/ssl/certs/ca-certificates.crt");
-    assert_eq!(
-        guest_bundle,
-        std::fs::read_to_string(HOST_CA_BUNDLE).unwrap(),
-        "host CA bundle installed"
-    );
+    assert_eq!(guest_bundle, std::fs::read_to_string(HOST_CA_BUNDLE).unwrap(), "host CA bundle installed");
     let lists = debugfs(&image.rootfs, "ls /var/lib/apt/lists");
-    assert!(
-        !lists.contains("InRelease") && !lists.contains("Packages"),
-        "apt lists left: {lists}"
-    );
+    assert!(!lists.contains("InRelease") && !lists.contains("Packages"), "apt lists left: {lists}");
     let bin = debugfs(&image.rootfs, "ls /usr/bin");
     for tool in ["bash", "node", "npm", "curl", "git", "ps", "ip"] {
-        assert!(
-            bin.split_whitespace().any(|f| f == tool),
-            "/usr/bin/{tool} missing"
-        );
+        assert!(bin.split_whitespace().any(|f| f == tool), "/usr/bin/{tool} missing");
     }
 
     let started = Instant::now();
     assert_eq!(store.template(name).unwrap(), image);
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "cache hit took {:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_secs(1), "cache hit took {:?}", started.elapsed());
     image
 }
 
@@ -103,10 +67,7 @@ fn builds_code_interpreter_template() {
     let image = build_and_check("code-interpreter-v1", &data);
     let bin = debugfs(&image.rootfs, "ls /usr/bin");
     for tool in ["python3", "pip3"] {
-        assert!(
-            bin.split_whitespace().any(|f| f == tool),
-            "/usr/bin/{tool} missing"
-        );
+        assert!(bin.split_whitespace().any(|f| f == tool), "/usr/bin/{tool} missing");
     }
     assert!(debugfs(&image.rootfs, "ls /usr/lib/python3.11").contains("venv"));
 }

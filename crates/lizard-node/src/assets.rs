@@ -95,9 +95,7 @@ impl Assets {
         }
         let images = self.images.clone();
         let n = name.to_string();
-        let t = tokio::task::spawn_blocking(move || images.template(&n))
-            .await
-            .expect("image build task panicked")?;
+        let t = tokio::task::spawn_blocking(move || images.template(&n)).await.expect("image build task panicked")?;
         templates.insert(name.to_string(), t.clone());
         Ok(t)
     }

@@ -52,7 +52,10 @@ pub fn router(node: Arc<Node>) -> Router {
 /// Parse a JSON body with our error shape (axum's own rejection is plain text).
 pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     serde_json::from_slice(bytes).map_err(|e| {
-        AppError(lizard_api::ApiError::new(lizard_api::ErrorCode::InvalidArgument, format!("invalid request body: {e}")))
+        AppError(lizard_api::ApiError::new(
+            lizard_api::ErrorCode::InvalidArgument,
+            format!("invalid request body: {e}"),
+        ))
     })
 }
 
@@ -130,7 +133,11 @@ struct PathQuery {
     mode: Option<u32>,
 }
 
-async fn read_file(State(node): State<Arc<Node>>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> Result<Response> {
+async fn read_file(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+) -> Result<Response> {
     let sandbox = node.get(&id)?;
     read_file_response(&sandbox, &q.path).await
 }
@@ -157,7 +164,11 @@ async fn write_file(
     Ok(Json(sandbox.write_file(&q.path, q.mode, stream).await?))
 }
 
-async fn remove(State(node): State<Arc<Node>>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> Result<StatusCode> {
+async fn remove(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+) -> Result<StatusCode> {
     node.get(&id)?.remove(&q.path).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -170,7 +181,11 @@ async fn list_dir(
     Ok(Json(node.get(&id)?.list_dir(&q.path).await?))
 }
 
-async fn make_dir(State(node): State<Arc<Node>>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> Result<StatusCode> {
+async fn make_dir(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+) -> Result<StatusCode> {
     node.get(&id)?.make_dir(&q.path).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -28,8 +28,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-pub use lizard_vmm::Accel;
 pub use lifecycle::MAX_FORKS;
+pub use lizard_vmm::Accel;
 pub use sandbox::{Live, Sandbox};
 
 /// Settings of a node.
@@ -275,7 +275,11 @@ impl Node {
         };
         let node = Arc::new(Node {
             network,
-            assets: Assets::new(ImageStore::new(&config.image_root), config.agent_bin.clone(), config.guest_cli.clone()),
+            assets: Assets::new(
+                ImageStore::new(&config.image_root),
+                config.agent_bin.clone(),
+                config.guest_cli.clone(),
+            ),
             backend: Arc::new(lizard_vmm::qemu::QemuBackend::with_binary(&config.qemu_binary)),
             accel: tokio::sync::OnceCell::new(),
             sandboxes: RwLock::new(HashMap::new()),
@@ -381,7 +385,8 @@ impl Node {
         tracing::info!(template = %template.name, %key, "making a template snapshot (one cold boot)");
         // The template VM needs the same NIC as its clones; its network is closed to the
         // outside and goes away with it.
-        let closed = lizard_api::network::ParsedPolicy { allow_internet_access: false, allow_out: vec![], deny_out: vec![] };
+        let closed =
+            lizard_api::network::ParsedPolicy { allow_internet_access: false, allow_out: vec![], deny_out: vec![] };
         let net = match &self.network {
             Some(n) => Some(n.attach(&closed).await?),
             None => None,
@@ -557,7 +562,9 @@ impl Node {
         }
         let started = match restored {
             Some(s) => Ok(s),
-            None => Sandbox::boot(self.backend.as_ref(), config, &template, secret, req, self.config.boot_timeout).await,
+            None => {
+                Sandbox::boot(self.backend.as_ref(), config, &template, secret, req, self.config.boot_timeout).await
+            }
         };
         // On failure the network is dropped with the closure, which removes it.
         let started = started.inspect(|s| s.set_network(net));

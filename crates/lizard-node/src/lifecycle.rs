@@ -71,7 +71,8 @@ impl Sandbox {
                 template: self.template.clone(),
                 vcpus: self.vcpus,
                 memory_mib: self.memory_mib,
-                started_at_ms: self.started_at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis() as u64,
+                started_at_ms: self.started_at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis()
+                    as u64,
                 metadata: self.metadata.clone(),
                 env: self.env.clone(),
                 from_snapshot: self.from_snapshot(),
@@ -223,8 +224,13 @@ impl Node {
         };
         // The guest's clock stood still while it was paused: the identity call sets it
         // (and adds entropy), keeping the sandbox's own secret and name.
-        let identity =
-            sandbox::give_identity(vm.as_ref(), &sandbox.id, &sandbox.secret, &sandbox.secret, self.config.boot_timeout);
+        let identity = sandbox::give_identity(
+            vm.as_ref(),
+            &sandbox.id,
+            &sandbox.secret,
+            &sandbox.secret,
+            self.config.boot_timeout,
+        );
         let agent = sandbox::connected(vm.as_ref(), identity).await?;
         let live = Arc::new(Live::new(vm, agent));
         {
@@ -300,7 +306,9 @@ impl Node {
         let layers = source.state.lock().unwrap().layers.clone();
         source.write_record()?;
 
-        let copies = futures_util::future::join_all((0..count).map(|_| self.fork_one(source, &base, &layers, &state_file))).await;
+        let copies =
+            futures_util::future::join_all((0..count).map(|_| self.fork_one(source, &base, &layers, &state_file)))
+                .await;
         let _ = std::fs::remove_file(&state_file);
         let (made, failed): (Vec<_>, Vec<_>) = copies.into_iter().partition(|r| r.is_ok());
         let made: Vec<Arc<Sandbox>> = made.into_iter().map(|r| r.unwrap()).collect();

@@ -147,7 +147,10 @@ impl Network {
         std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").map_err(io_err("enable IPv4 forwarding"))?;
         let slots = 1u32 << (32 - config.pool_prefix - 2);
         let net = Arc::new(Network {
-            names: Arc::new(Names { netns_prefix: config.netns_prefix.clone(), link_prefix: config.link_prefix.clone() }),
+            names: Arc::new(Names {
+                netns_prefix: config.netns_prefix.clone(),
+                link_prefix: config.link_prefix.clone(),
+            }),
             resolvers: Arc::new(resolvers),
             slots,
             cursor: AtomicU32::new(rand::random::<u32>() % slots),
@@ -205,7 +208,9 @@ impl Network {
         for (dir, prefix) in [("/run/netns", &self.names.netns_prefix), ("/sys/class/net", &self.names.link_prefix)] {
             let Ok(entries) = std::fs::read_dir(dir) else { continue };
             for e in entries.flatten() {
-                if let Some(s) = e.file_name().to_str().and_then(|n| n.strip_prefix(prefix)).and_then(|s| s.parse().ok()) {
+                if let Some(s) =
+                    e.file_name().to_str().and_then(|n| n.strip_prefix(prefix)).and_then(|s| s.parse().ok())
+                {
                     slots.insert(s);
                 }
             }
@@ -664,7 +669,11 @@ mod tests {
     fn platform_deny_comes_before_the_users_lists() {
         let policy = ParsedPolicy {
             allow_internet_access: false,
-            allow_out: vec!["10.1.2.3/32".parse().unwrap(), "203.0.113.0/24".parse().unwrap(), "2001:db8::/32".parse().unwrap()],
+            allow_out: vec![
+                "10.1.2.3/32".parse().unwrap(),
+                "203.0.113.0/24".parse().unwrap(),
+                "2001:db8::/32".parse().unwrap(),
+            ],
             deny_out: vec!["203.0.113.9".parse().unwrap()],
         };
         let r = net().sandbox_ruleset(Ipv4Addr::new(10, 200, 0, 2), &policy);
@@ -676,7 +685,10 @@ mod tests {
         assert!(!r.contains("2001:db8"), "IPv6 is not forwarded at all: {r}");
         assert!(r.contains("snat ip to 10.200.0.2"));
         assert!(r.trim_end().ends_with("}\n}") || r.contains("\t\tdrop\n\t}"), "internet off ends in drop: {r}");
-        let open = net().sandbox_ruleset(Ipv4Addr::new(10, 200, 0, 2), &ParsedPolicy { allow_internet_access: true, allow_out: vec![], deny_out: vec![] });
+        let open = net().sandbox_ruleset(
+            Ipv4Addr::new(10, 200, 0, 2),
+            &ParsedPolicy { allow_internet_access: true, allow_out: vec![], deny_out: vec![] },
+        );
         assert!(open.contains("\t\taccept\n\t}") && !open.contains("@user_"), "{open}");
     }
 

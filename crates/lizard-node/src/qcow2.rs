@@ -118,7 +118,10 @@ mod tests {
         assert!(std::fs::read(&flat).unwrap() == data, "the overlay chain does not read as its base");
 
         // Writes land in the top overlay only.
-        let io = Command::new("qemu-io").args(["-f", "qcow2", "-c", "write -P 0x5a 0 64k", top2.to_str().unwrap()]).output().unwrap();
+        let io = Command::new("qemu-io")
+            .args(["-f", "qcow2", "-c", "write -P 0x5a 0 64k", top2.to_str().unwrap()])
+            .output()
+            .unwrap();
         assert!(io.status.success(), "{}", String::from_utf8_lossy(&io.stderr));
         qemu_img(&["check", top2.to_str().unwrap()]);
         qemu_img(&["convert", "-O", "raw", top2.to_str().unwrap(), flat.to_str().unwrap()]);

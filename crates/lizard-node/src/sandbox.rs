@@ -1,15 +1,15 @@
 //! One sandbox: its VM, its root disk and its authenticated agent connection.
 
+use crate::snapshot::TemplateSnapshot;
 use crate::{NodeError, Result};
 use lizard_agent_client::AgentClient;
+use lizard_agent_proto::frame::{Frame, FrameKind};
 use lizard_agent_proto::handshake::Secret;
 use lizard_api::{CreateSandboxRequest, SandboxInfo, SandboxState};
 use lizard_image::TemplateImage;
-use crate::snapshot::TemplateSnapshot;
 use lizard_vmm::{Backend, MemoryMapping, Vm, VmConfig};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use lizard_agent_proto::frame::{Frame, FrameKind};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -157,7 +157,11 @@ pub struct Sandbox {
 
 impl std::fmt::Debug for Sandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sandbox").field("id", &self.id).field("template", &self.template).field("paused", &self.is_paused()).finish()
+        f.debug_struct("Sandbox")
+            .field("id", &self.id)
+            .field("template", &self.template)
+            .field("paused", &self.is_paused())
+            .finish()
     }
 }
 
@@ -261,7 +265,13 @@ impl Sandbox {
 
     /// A copy of `source` (a fork) running in `live`, whose root disk is backed by the
     /// source's frozen `layers`.
-    pub(crate) fn forked(source: &Sandbox, config: VmConfig, secret: Secret, live: Live, layers: Vec<PathBuf>) -> Sandbox {
+    pub(crate) fn forked(
+        source: &Sandbox,
+        config: VmConfig,
+        secret: Secret,
+        live: Live,
+        layers: Vec<PathBuf>,
+    ) -> Sandbox {
         Sandbox {
             id: config.id.clone(),
             template: source.template.clone(),
@@ -284,7 +294,13 @@ impl Sandbox {
     }
 
     /// A paused sandbox (taken back from its directory after a node restart).
-    pub(crate) fn paused(who: Identity, secret: Secret, config: VmConfig, own_memory: bool, layers: Vec<PathBuf>) -> Sandbox {
+    pub(crate) fn paused(
+        who: Identity,
+        secret: Secret,
+        config: VmConfig,
+        own_memory: bool,
+        layers: Vec<PathBuf>,
+    ) -> Sandbox {
         Sandbox {
             id: who.id,
             template: who.template,
@@ -391,7 +407,10 @@ impl Sandbox {
     fn agent_exec(
         &self,
         req: lizard_api::ExecRequest,
-    ) -> Result<(lizard_agent_proto::types::ExecRequest, Option<futures_util::stream::Once<std::future::Ready<bytes::Bytes>>>)> {
+    ) -> Result<(
+        lizard_agent_proto::types::ExecRequest,
+        Option<futures_util::stream::Once<std::future::Ready<bytes::Bytes>>>,
+    )> {
         if req.cmd.is_some() == req.argv.is_some() {
             return Err(NodeError::InvalidArgument("give exactly one of cmd (a shell string) or argv".into()));
         }
@@ -458,8 +477,12 @@ impl Sandbox {
             async move {
                 let mut stream = state?;
                 match stream.next().await {
-                    Some(lizard_agent_client::ExecEvent::Stdout(b)) => Some((Ok(Frame::new(FrameKind::Stdout, b)), Some(stream))),
-                    Some(lizard_agent_client::ExecEvent::Stderr(b)) => Some((Ok(Frame::new(FrameKind::Stderr, b)), Some(stream))),
+                    Some(lizard_agent_client::ExecEvent::Stdout(b)) => {
+                        Some((Ok(Frame::new(FrameKind::Stdout, b)), Some(stream)))
+                    }
+                    Some(lizard_agent_client::ExecEvent::Stderr(b)) => {
+                        Some((Ok(Frame::new(FrameKind::Stderr, b)), Some(stream)))
+                    }
                     None => {
                         let last = match stream.wait().await {
                             Ok(status) => Frame::json(FrameKind::Exit, &status),
@@ -546,7 +569,10 @@ pub(crate) fn prepare_run_dir(config: &VmConfig, secret: &Secret) -> Result<()> 
 }
 
 /// The agent connection `connect` makes, or the VM killed and the error.
-pub(crate) async fn connected(vm: &dyn Vm, connect: impl std::future::Future<Output = Result<AgentClient>>) -> Result<AgentClient> {
+pub(crate) async fn connected(
+    vm: &dyn Vm,
+    connect: impl std::future::Future<Output = Result<AgentClient>>,
+) -> Result<AgentClient> {
     match connect.await {
         Ok(a) => Ok(a),
         Err(e) => {

@@ -196,7 +196,8 @@ pub async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<TemplateSnap
     };
     let finish = || -> std::io::Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(tmp.join("snapshot.json"))?;
+        let mut f =
+            std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(tmp.join("snapshot.json"))?;
         std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(&meta).expect("json serializes"))?;
         f.sync_all()?;
         // Clones only read these; nothing may change them under a running clone.

@@ -37,7 +37,8 @@ pub fn image_path(dir: &Path, id: &str) -> Result<PathBuf> {
 
 /// Volume ids name files: only `[A-Za-z0-9_-]`, 1..=64 characters.
 fn check_id(id: &str) -> Result<()> {
-    let ok = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let ok =
+        !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if ok {
         Ok(())
     } else {
@@ -193,7 +194,10 @@ mod tests {
         let groups = String::from_utf8_lossy(&groups.stdout);
         assert!(groups.contains("Group 1: (Blocks 32768-65535)"), "{groups}");
         assert!(
-            groups.lines().filter(|l| l.starts_with("Group ") && l.contains("(Blocks")).all(|l| l.contains("ITABLE_ZEROED")),
+            groups
+                .lines()
+                .filter(|l| l.starts_with("Group ") && l.contains("(Blocks"))
+                .all(|l| l.contains("ITABLE_ZEROED")),
             "inode tables left for the guest to zero"
         );
         assert!(matches!(create(dir.path(), "v1", 1).await, Err(NodeError::Conflict(_))));

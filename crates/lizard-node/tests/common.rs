@@ -22,7 +22,10 @@ pub struct TestNode {
 
 pub async fn node_with(tweak: impl FnOnce(&mut NodeConfig)) -> TestNode {
     // RUST_LOG=lizard_node=debug shows what the node does (a fallback to cold boot, say).
-    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let dir = tempfile::Builder::new().prefix("lizard-test-").tempdir().unwrap();
     let mut config = NodeConfig::new(dir.path());
     config.image_root = image_root();
@@ -46,9 +49,8 @@ impl TestNode {
 
 pub fn assert_no_leftovers(data_dir: &Path) {
     let sandboxes = data_dir.join("sandboxes");
-    let left: Vec<_> = std::fs::read_dir(&sandboxes)
-        .map(|d| d.flatten().map(|e| e.file_name()).collect())
-        .unwrap_or_default();
+    let left: Vec<_> =
+        std::fs::read_dir(&sandboxes).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
     assert!(left.is_empty(), "sandbox directories left behind: {left:?}");
     assert_eq!(vmm_processes(data_dir), Vec::<i32>::new(), "VMM processes left behind");
 }

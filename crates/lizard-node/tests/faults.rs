@@ -13,7 +13,12 @@ fn base() -> CreateSandboxRequest {
 #[tokio::test(flavor = "multi_thread")]
 async fn unknown_template_and_bad_sizes_are_rejected_without_leftovers() {
     let t = common::node().await;
-    let e = t.node.create(CreateSandboxRequest { template: "no-such-template".into(), ..Default::default() }).await.err().unwrap();
+    let e = t
+        .node
+        .create(CreateSandboxRequest { template: "no-such-template".into(), ..Default::default() })
+        .await
+        .err()
+        .unwrap();
     assert_eq!(e.code(), ErrorCode::InvalidArgument);
     assert!(e.to_string().contains("no-such-template") && e.to_string().contains("base"), "{e}");
     let e = t.node.create(CreateSandboxRequest { memory_mib: Some(1), ..base() }).await.err().unwrap();
@@ -105,7 +110,11 @@ async fn a_vmm_that_dies_is_reported_and_cleaned_up() {
     let id = sbx.id.clone();
     let dir = t.dir.path().join("sandboxes").join(&id);
     assert!(dir.join("root.qcow2").exists());
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sbx.live().unwrap().vm().pid() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sbx.live().unwrap().vm().pid() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
 
     // An operation in flight or after the crash fails clearly instead of hanging.
     let e = tokio::time::timeout(Duration::from_secs(10), sbx.exec_collect(sh("echo hi")))

@@ -190,12 +190,8 @@ async fn reachable(sbx: &Sandbox, targets: &[String], token: &str) -> BTreeMap<S
     req.env.insert("TOKEN".into(), token.into());
     let r = sbx.exec_collect(req).await.unwrap();
     assert_eq!(r.exit_code, 0, "{r:?}");
-    let got: BTreeMap<String, bool> = r
-        .stdout
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(t, v)| (t.to_string(), v == "open"))
-        .collect();
+    let got: BTreeMap<String, bool> =
+        r.stdout.lines().filter_map(|l| l.split_once(' ')).map(|(t, v)| (t.to_string(), v == "open")).collect();
     assert_eq!(got.len(), targets.len(), "{}", r.stdout);
     got
 }
@@ -241,7 +237,11 @@ async fn egress_rules_hold_for_real_packets() {
         .node
         .create(CreateSandboxRequest {
             allow_internet_access: Some(false),
-            allow_out: vec![format!("{}/32", hosts.public), format!("{}/32", hosts.private[1]), "169.254.0.0/16".into()],
+            allow_out: vec![
+                format!("{}/32", hosts.public),
+                format!("{}/32", hosts.private[1]),
+                "169.254.0.0/16".into(),
+            ],
             ..base()
         })
         .await
@@ -276,7 +276,8 @@ async fn egress_rules_hold_for_real_packets() {
         }
         if Instant::now() > deadline {
             let guest = closed.exec_collect(sh("ip addr; ip route; ps ax | grep node")).await.unwrap();
-            let rules = Command::new("ip").args(["netns", "exec", &closed_ns, "nft", "list", "ruleset"]).output().unwrap();
+            let rules =
+                Command::new("ip").args(["netns", "exec", &closed_ns, "nft", "list", "ruleset"]).output().unwrap();
             panic!(
                 "control: the guest's server never answered inside its namespace\n{guest:?}\n{}",
                 String::from_utf8_lossy(&rules.stdout)
@@ -311,7 +312,8 @@ async fn egress_rules_hold_for_real_packets() {
 
     // No internet, but an allow list: only the allowed public address; an allowed
     // private or link-local range stays closed (the platform's list wins).
-    let got = reachable(&closed, &[public.clone(), private[1].clone(), private[4].clone(), private[0].clone()], &token).await;
+    let got =
+        reachable(&closed, &[public.clone(), private[1].clone(), private[4].clone(), private[0].clone()], &token).await;
     eprintln!("closed sandbox: {got:?}");
     assert!(got[&public], "allowOut did not open {public}: {got:?}");
     assert!(!got[&private[1]] && !got[&private[4]] && !got[&private[0]], "allowOut opened a private range: {got:?}");
@@ -383,9 +385,16 @@ struct Footprint {
 
 fn footprint(ns_prefix: &str, link_prefix: &str) -> Footprint {
     let count_dir = |dir: &str, prefix: &str| {
-        std::fs::read_dir(dir).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(prefix)).count()
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+            .count()
     };
-    let addresses = ip_out("-o addr").lines().filter(|l| l.split_whitespace().nth(1).is_some_and(|d| d.starts_with(link_prefix))).count();
+    let addresses = ip_out("-o addr")
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1).is_some_and(|d| d.starts_with(link_prefix)))
+        .count();
     let table = format!("lizard_{link_prefix}");
     let rules = Command::new("nft").args(["list", "table", "ip", &table]).output().unwrap();
     Footprint {
@@ -422,7 +431,10 @@ async fn fifty_sandboxes_leave_no_network_behind() {
         // Not vacuous: while it runs, its namespace, link and address exist.
         let during = footprint(&ns_prefix, &link_prefix);
         assert_eq!((during.namespaces, during.links, during.addresses), (1, 1, 1), "sandbox {i}: {during:?}");
-        assert!(std::path::Path::new("/run/netns").join(&ns).exists() && std::path::Path::new("/sys/class/net").join(&link).exists());
+        assert!(
+            std::path::Path::new("/run/netns").join(&ns).exists()
+                && std::path::Path::new("/sys/class/net").join(&link).exists()
+        );
         if i % 10 == 0 {
             let r = sbx.exec_collect(sh("cat /sys/class/net/eth0/address")).await.unwrap();
             assert_eq!(r.stdout.trim(), lizard_agent_proto::net::GUEST_MAC);
@@ -445,7 +457,10 @@ async fn fifty_sandboxes_leave_no_network_behind() {
         after = footprint(&ns_prefix, &link_prefix);
     }
     eprintln!("before {before:?}, after {after:?}");
-    assert!(same(&after, &before), "something of 50 sandboxes' networks was left behind: before {before:?}, after {after:?}");
+    assert!(
+        same(&after, &before),
+        "something of 50 sandboxes' networks was left behind: before {before:?}, after {after:?}"
+    );
     t.finish().await;
     drop_host_rules(&link_prefix);
 }

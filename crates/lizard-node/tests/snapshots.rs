@@ -110,7 +110,9 @@ async fn the_template_secret_is_refused_after_identity() {
     // own (same NIC, so the snapshot still fits).
     let clone_ns = format!("lizard-manualclone-{}", rand::random::<u32>());
     if let Some(net) = &mut config.net {
-        let ip = |args: &str| assert!(std::process::Command::new("ip").args(args.split_whitespace()).status().unwrap().success());
+        let ip = |args: &str| {
+            assert!(std::process::Command::new("ip").args(args.split_whitespace()).status().unwrap().success())
+        };
         ip(&format!("netns add {clone_ns}"));
         ip(&format!("-n {clone_ns} tuntap add dev {} mode tap", net.tap));
         net.netns = std::path::Path::new("/run/netns").join(&clone_ns);
@@ -145,7 +147,10 @@ async fn the_template_secret_is_refused_after_identity() {
     };
     old.identity(&identity).await.unwrap();
     // The session that sent it goes on.
-    let r = old.exec_collect(lizard_agent_proto::types::ExecRequest { cmd: Some("hostname".into()), ..Default::default() }).await.unwrap();
+    let r = old
+        .exec_collect(lizard_agent_proto::types::ExecRequest { cmd: Some("hostname".into()), ..Default::default() })
+        .await
+        .unwrap();
     assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "manualclone");
     old.close().await;
     tokio::time::sleep(Duration::from_millis(50)).await;

@@ -35,7 +35,8 @@ async fn a_cold_booted_sandbox_mounts_its_volume() {
     assert_eq!(r.stdout, "kept\n", "{r:?}");
 
     // A volume the node does not have boots nothing.
-    let missing = CreateSandboxRequest { template: "base".into(), volume: Some("vol_none".into()), ..Default::default() };
+    let missing =
+        CreateSandboxRequest { template: "base".into(), volume: Some("vol_none".into()), ..Default::default() };
     assert_eq!(t.node.create(missing).await.err().unwrap().code(), ErrorCode::InvalidArgument);
     t.node.kill(&b.id).await.unwrap();
     t.node.delete_volume("vol_cold").unwrap();

@@ -144,15 +144,17 @@ pub trait SandboxPauser: Send + Sync + 'static {
 /// The running sandboxes to pause: those of accounts in `depleted` (depleted for longer
 /// than the grace period, as [`crate::store::BillingStore::depleted_accounts`] answers).
 pub fn due_for_pause<'a>(depleted: &[String], meters: &'a [MeterRecord]) -> Vec<&'a MeterRecord> {
-    meters
-        .iter()
-        .filter(|m| m.state == MeterState::Running && depleted.contains(&m.account_id))
-        .collect()
+    meters.iter().filter(|m| m.state == MeterState::Running && depleted.contains(&m.account_id)).collect()
 }
 
 /// One metering step at `now`: bill every open meter, then pause what is due. Returns the
 /// ids it asked `pauser` to pause.
-pub async fn meter_once(store: &dyn Store, config: &BillingConfig, pauser: &dyn SandboxPauser, now: i64) -> Vec<String> {
+pub async fn meter_once(
+    store: &dyn Store,
+    config: &BillingConfig,
+    pauser: &dyn SandboxPauser,
+    now: i64,
+) -> Vec<String> {
     if let Err(e) = store.bill_meters(now).await {
         tracing::warn!("metering: {e}");
     }
@@ -204,7 +206,8 @@ mod tests {
         assert_eq!(p.running_rate(1, 512), 2_500);
         assert_eq!(p.running_rate(1, 512) * 3600, 9_000_000, "$0.009 an hour");
         // The README's size table.
-        for (v, m, rate) in [(1, 1024, 3_000), (2, 1024, 5_000), (2, 2048, 6_000), (4, 4096, 12_000), (8, 8192, 24_000)] {
+        for (v, m, rate) in [(1, 1024, 3_000), (2, 1024, 5_000), (2, 2048, 6_000), (4, 4096, 12_000), (8, 8192, 24_000)]
+        {
             assert_eq!(p.running_rate(v, m), rate, "{v} vCPU / {m} MiB");
         }
         assert_eq!(p.running_rate(16, 16384), 48_000);
@@ -270,9 +273,21 @@ mod tests {
             revoked_at: None,
         };
         store.bootstrap(&acc, &key).await.unwrap();
-        let ws = WorkspaceRecord { id: "ws".into(), account_id: "acc".into(), name: "w".into(), slug: "w".into(), created_at: 0 };
+        let ws = WorkspaceRecord {
+            id: "ws".into(),
+            account_id: "acc".into(),
+            name: "w".into(),
+            slug: "w".into(),
+            created_at: 0,
+        };
         store.insert_workspace(&ws).await.unwrap();
-        let prj = ProjectRecord { id: "prj".into(), workspace_id: "ws".into(), name: "p".into(), slug: "p".into(), created_at: 0 };
+        let prj = ProjectRecord {
+            id: "prj".into(),
+            workspace_id: "ws".into(),
+            name: "p".into(),
+            slug: "p".into(),
+            created_at: 0,
+        };
         store.insert_project("acc", &prj).await.unwrap();
         // 4 s of credit at 2500 n$/s.
         store.grant_signup_credits(10_000, 0).await.unwrap();

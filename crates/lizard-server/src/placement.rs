@@ -56,7 +56,10 @@ pub fn node(state: &AppState, node_id: &str) -> ApiResult<Arc<lizard_node::Node>
     if node_id == LOCAL_NODE_ID {
         Ok(state.node.clone())
     } else {
-        Err(AppError::new(lizard_api::ErrorCode::Unavailable, format!("node {node_id} is not reachable from this server")))
+        Err(AppError::new(
+            lizard_api::ErrorCode::Unavailable,
+            format!("node {node_id} is not reachable from this server"),
+        ))
     }
 }
 

@@ -88,7 +88,8 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
             tokio::spawn(async move {
                 match tokio::try_join!(client_upgrade, guest_upgrade) {
                     Ok((client, guest)) => {
-                        let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(guest)).await;
+                        let _ =
+                            tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(guest)).await;
                     }
                     Err(e) => tracing::debug!("upgrade failed: {e}"),
                 }

@@ -20,7 +20,10 @@ pub struct RunOptions {
 
 /// Serve the API until `shutdown` resolves; print `LIZARD_API_KEY=<key>` on stdout on the
 /// very first start.
-pub async fn run(opts: RunOptions, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
+pub async fn run(
+    opts: RunOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
     let server = crate::open(opts.server).await?;
     if let Some(key) = server.initial_key() {
         println!("LIZARD_API_KEY={key}");
@@ -31,9 +34,10 @@ pub async fn run(opts: RunOptions, shutdown: impl std::future::Future<Output = (
     if let Ok(addr) = listener.local_addr() {
         node_config.api_forward = Some(forward_target(addr));
     }
-    let node = lizard_node::Node::start(node_config)
-        .await
-        .map_err(|e| ServerError::Io { context: "start the node".into(), source: std::io::Error::other(e.to_string()) })?;
+    let node = lizard_node::Node::start(node_config).await.map_err(|e| ServerError::Io {
+        context: "start the node".into(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
     let state = AppState {
         server: server.state().clone().with_reaper(Arc::new(api::sandboxes::NodeReaper(node.clone()))),
         node: node.clone(),
@@ -72,7 +76,11 @@ pub async fn run(opts: RunOptions, shutdown: impl std::future::Future<Output = (
             let l = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|source| ServerError::Io { context: format!("bind the proxy on {addr}"), source })?;
-            tracing::info!("sandbox URLs on http://*.{}:{}", state.server.config.sandbox_domain(&state.server.config.region), addr.port());
+            tracing::info!(
+                "sandbox URLs on http://*.{}:{}",
+                state.server.config.sandbox_domain(&state.server.config.region),
+                addr.port()
+            );
             Some(tokio::spawn(crate::serve(l, crate::proxy::router(state.clone()), stopped(stop_rx.clone()))))
         }
         None => None,
@@ -93,8 +101,12 @@ pub async fn run(opts: RunOptions, shutdown: impl std::future::Future<Output = (
 /// unspecified IP (0.0.0.0, ::) replaced by loopback.
 fn forward_target(listen: SocketAddr) -> SocketAddr {
     match listen.ip() {
-        std::net::IpAddr::V4(ip) if ip.is_unspecified() => SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, listen.port())),
-        std::net::IpAddr::V6(ip) if ip.is_unspecified() => SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, listen.port())),
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, listen.port()))
+        }
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, listen.port()))
+        }
         _ => listen,
     }
 }

@@ -67,14 +67,16 @@ impl Api {
     }
 
     async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req = self.client.request(method.parse().unwrap(), format!("{}{path}", self.base)).header("x-api-key", key);
+        let mut req =
+            self.client.request(method.parse().unwrap(), format!("{}{path}", self.base)).header("x-api-key", key);
         if let Some(b) = body {
             req = req.json(&b);
         }
         let resp = req.send().await.unwrap();
         let status = resp.status().as_u16();
         let bytes = resp.bytes().await.unwrap();
-        let v = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+        let v =
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
         if status >= 400 {
             let obj = v.as_object().unwrap_or_else(|| panic!("{method} {path}: {status} {v}"));
             assert_eq!(obj.len(), 2, "{method} {path}: error body is exactly code and message: {v}");
@@ -119,9 +121,11 @@ impl Api {
     /// may tick between the two reads, so both are read until they are from one instant.
     async fn assert_balance_is_ledger_sum(&self) {
         for _ in 0..20 {
-            let before = self.ok("GET", "/v1/billing/balance", &self.owner, None).await["balanceNanos"].as_i64().unwrap();
+            let before =
+                self.ok("GET", "/v1/billing/balance", &self.owner, None).await["balanceNanos"].as_i64().unwrap();
             let sum: i64 = self.all_transactions(1000).await.iter().map(|t| t["amountNanos"].as_i64().unwrap()).sum();
-            let after = self.ok("GET", "/v1/billing/balance", &self.owner, None).await["balanceNanos"].as_i64().unwrap();
+            let after =
+                self.ok("GET", "/v1/billing/balance", &self.owner, None).await["balanceNanos"].as_i64().unwrap();
             if before == after {
                 assert_eq!(before, sum, "balance is the sum of the ledger");
                 let store_sum = self.state.server.store.ledger_sum(&self.account).await.unwrap();
@@ -297,7 +301,14 @@ async fn pagination_returns_every_transaction_exactly_once() {
     let credits = api.ok("GET", "/v1/billing/transactions?limit=2", &api.owner, None).await;
     let kinds: Vec<&str> = credits["items"].as_array().unwrap().iter().map(|t| t["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["credit", "credit"]);
-    let rest = api.ok("GET", &format!("/v1/billing/transactions?limit=2&cursor={}", credits["nextCursor"].as_str().unwrap()), &api.owner, None).await;
+    let rest = api
+        .ok(
+            "GET",
+            &format!("/v1/billing/transactions?limit=2&cursor={}", credits["nextCursor"].as_str().unwrap()),
+            &api.owner,
+            None,
+        )
+        .await;
     let kinds: Vec<&str> = rest["items"].as_array().unwrap().iter().map(|t| t["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["credit", "signup_credit"]);
     for bad in ["limit=0", "limit=1001", "cursor=abc", "cursor=-4", "includeUsage=maybe", "page=2"] {
@@ -422,7 +433,10 @@ async fn vm_running_sandboxes_are_paused_after_the_grace_period_at_zero() {
     let resumed = api.ok("POST", &resume, &k1, None).await;
     assert_eq!(resumed["state"], "running");
     let live = api.ok("GET", "/v1/billing/live", &api.owner, None).await;
-    assert_eq!((live["sandboxes"][0]["state"].as_str(), live["burnNanosPerSecond"].as_i64()), (Some("running"), Some(2_500)));
+    assert_eq!(
+        (live["sandboxes"][0]["state"].as_str(), live["burnNanosPerSecond"].as_i64()),
+        (Some("running"), Some(2_500))
+    );
     api.ok("DELETE", &format!("/v1/sandboxes/{id}"), &k1, None).await;
     api.assert_balance_is_ledger_sum().await;
 }

@@ -42,20 +42,26 @@ impl Api {
         tokio::spawn(lizard_server::serve(listener, router, std::future::pending()));
         let proxy_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let proxy = proxy_listener.local_addr().unwrap();
-        tokio::spawn(lizard_server::serve(proxy_listener, lizard_server::proxy::router(state.clone()), std::future::pending()));
+        tokio::spawn(lizard_server::serve(
+            proxy_listener,
+            lizard_server::proxy::router(state.clone()),
+            std::future::pending(),
+        ));
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
         (Api { base, proxy, client, state, _dir: dir }, key)
     }
 
     async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req = self.client.request(method.parse().unwrap(), format!("{}{path}", self.base)).header("x-api-key", key);
+        let mut req =
+            self.client.request(method.parse().unwrap(), format!("{}{path}", self.base)).header("x-api-key", key);
         if let Some(b) = body {
             req = req.json(&b);
         }
         let resp = req.send().await.unwrap();
         let status = resp.status().as_u16();
         let bytes = resp.bytes().await.unwrap();
-        let v = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+        let v =
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
         if status >= 400 {
             assert!(v["code"].is_string() && v["message"].is_string(), "{method} {path}: {status} {v}");
         }
@@ -104,13 +110,16 @@ async fn sandboxes_behind_scopes_timeouts_and_forced_deletes() {
             "POST",
             "/v1/sandboxes",
             &k1,
-            Some(json!({"template": "base", "project": "p1", "timeoutMs": 120000, "env": {"A": "1"}, "lizardToken": k1})),
+            Some(
+                json!({"template": "base", "project": "p1", "timeoutMs": 120000, "env": {"A": "1"}, "lizardToken": k1}),
+            ),
         )
         .await;
     let id = s["sandboxId"].as_str().unwrap().to_string();
     assert_eq!(s["projectId"], p1["id"]);
     assert_eq!(s["domain"], "sandbox.local.lizard.localhost");
-    let r = api.ok("POST", &format!("/v1/sandboxes/{id}/exec"), &k1, Some(json!({"cmd": "echo $A $LIZARD_API_KEY"}))).await;
+    let r =
+        api.ok("POST", &format!("/v1/sandboxes/{id}/exec"), &k1, Some(json!({"cmd": "echo $A $LIZARD_API_KEY"}))).await;
     assert_eq!(r["stdout"], format!("1 {k1}\n"));
     assert_eq!(r["exitCode"], 0);
     let put = api
@@ -163,7 +172,13 @@ async fn sandboxes_behind_scopes_timeouts_and_forced_deletes() {
 
     // The document lists the sandbox routes.
     let doc = api.ok("GET", "/openapi.json", &owner, None).await;
-    for path in ["/v1/sandboxes", "/v1/sandboxes/{id}", "/v1/sandboxes/{id}/exec", "/v1/sandboxes/{id}/files", "/v1/sandboxes/{id}/timeout"] {
+    for path in [
+        "/v1/sandboxes",
+        "/v1/sandboxes/{id}",
+        "/v1/sandboxes/{id}/exec",
+        "/v1/sandboxes/{id}/files",
+        "/v1/sandboxes/{id}/timeout",
+    ] {
         assert!(doc["paths"][path].is_object(), "{path} missing from /openapi.json");
     }
     api.state.node.shutdown().await;
@@ -226,7 +241,13 @@ s.listen(3000)
         .await
         .unwrap();
     assert_eq!(put.status(), 200);
-    api.ok("POST", &format!("/v1/sandboxes/{id}/exec"), &owner, Some(json!({"cmd": "node /app/server.js > /dev/null 2>&1 &"}))).await;
+    api.ok(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        &owner,
+        Some(json!({"cmd": "node /app/server.js > /dev/null 2>&1 &"})),
+    )
+    .await;
 
     let host = format!("{id}-3000.{}", s["domain"].as_str().unwrap());
     let client = reqwest::Client::builder().no_proxy().resolve(&host, api.proxy).build().unwrap();
@@ -304,7 +325,14 @@ s.listen(3000)
 async fn counter(api: &Api, key: &str, id: &str) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let r = api.ok("POST", &format!("/v1/sandboxes/{id}/exec"), key, Some(json!({"cmd": "cat /tmp/counter 2>/dev/null || true"}))).await;
+        let r = api
+            .ok(
+                "POST",
+                &format!("/v1/sandboxes/{id}/exec"),
+                key,
+                Some(json!({"cmd": "cat /tmp/counter 2>/dev/null || true"})),
+            )
+            .await;
         if let Ok(n) = r["stdout"].as_str().unwrap().trim().parse() {
             return n;
         }
@@ -334,7 +362,8 @@ async fn pause_resume_connect_fork_and_pause_on_timeout() {
     let w = api.ok("POST", "/v1/workspaces", &owner, Some(json!({"name": "w"}))).await;
     let other = api.ok("POST", "/v1/workspaces", &owner, Some(json!({"name": "other"}))).await;
     api.ok("POST", "/v1/projects", &owner, Some(json!({"workspaceId": w["id"], "name": "p"}))).await;
-    let outsider = api.ok("POST", "/v1/api-keys", &owner, Some(json!({"name": "o", "workspaces": [other["id"]]}))).await;
+    let outsider =
+        api.ok("POST", "/v1/api-keys", &owner, Some(json!({"name": "o", "workspaces": [other["id"]]}))).await;
     let outsider = outsider["key"].as_str().unwrap().to_string();
 
     // Paused by its timeout rather than killed.
@@ -345,7 +374,8 @@ async fn pause_resume_connect_fork_and_pause_on_timeout() {
     // One tick a second: it must not tick during the 8 s the sandbox stays paused.
     let counter_loop = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c.tmp; mv /tmp/c.tmp /tmp/counter; sleep 1; done' >/dev/null 2>&1 &";
     api.ok("POST", &format!("/v1/sandboxes/{id}/exec"), &owner, Some(exec(counter_loop))).await;
-    let server = r#"node -e "require('http').createServer((q,r)=>r.end('pid '+process.pid)).listen(3000)" >/dev/null 2>&1 &"#;
+    let server =
+        r#"node -e "require('http').createServer((q,r)=>r.end('pid '+process.pid)).listen(3000)" >/dev/null 2>&1 &"#;
     api.ok("POST", &format!("/v1/sandboxes/{id}/exec"), &owner, Some(exec(server))).await;
     api.ok("POST", &format!("/v1/sandboxes/{id}/exec"), &owner, Some(exec("echo kept > /root/note.txt"))).await;
     let page = via_url(&api, &s).await;
@@ -354,7 +384,8 @@ async fn pause_resume_connect_fork_and_pause_on_timeout() {
     let mut before = counter(&api, &owner, &id).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (status, r) = api.call("POST", &format!("/v1/sandboxes/{id}/exec"), &owner, Some(exec("cat /tmp/counter"))).await;
+        let (status, r) =
+            api.call("POST", &format!("/v1/sandboxes/{id}/exec"), &owner, Some(exec("cat /tmp/counter"))).await;
         if status == 409 {
             assert!(r["message"].as_str().unwrap().contains("paused"), "{r}");
             break;
@@ -411,17 +442,30 @@ async fn pause_resume_connect_fork_and_pause_on_timeout() {
     // fork: copies in the same project, listed, independent.
     let (status, e) = api.call("POST", &format!("/v1/sandboxes/{id}/fork"), &owner, Some(json!({"count": 0}))).await;
     assert_eq!((status, e["code"].as_str().unwrap()), (422, "INVALID_ARGUMENT"));
-    let (status, copies) = api.call("POST", &format!("/v1/sandboxes/{id}/fork"), &owner, Some(json!({"count": 2}))).await;
+    let (status, copies) =
+        api.call("POST", &format!("/v1/sandboxes/{id}/fork"), &owner, Some(json!({"count": 2}))).await;
     assert_eq!(status, 201, "{copies}");
-    let copies: Vec<String> = copies.as_array().unwrap().iter().map(|c| {
-        assert_eq!(c["projectId"], s["projectId"]);
-        c["sandboxId"].as_str().unwrap().to_string()
-    }).collect();
-    let listed: Vec<String> = api.ok("GET", "/v1/sandboxes", &owner, None).await.as_array().unwrap().iter()
-        .map(|x| x["sandboxId"].as_str().unwrap().to_string()).collect();
+    let copies: Vec<String> = copies
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            assert_eq!(c["projectId"], s["projectId"]);
+            c["sandboxId"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let listed: Vec<String> = api
+        .ok("GET", "/v1/sandboxes", &owner, None)
+        .await
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["sandboxId"].as_str().unwrap().to_string())
+        .collect();
     for c in &copies {
         assert!(listed.contains(c), "{c} not listed");
-        api.ok("POST", &format!("/v1/sandboxes/{c}/exec"), &owner, Some(exec(&format!("echo {c} > /root/note.txt")))).await;
+        api.ok("POST", &format!("/v1/sandboxes/{c}/exec"), &owner, Some(exec(&format!("echo {c} > /root/note.txt"))))
+            .await;
     }
     let r = api.ok("POST", &format!("/v1/sandboxes/{id}/exec"), &owner, Some(exec("cat /root/note.txt"))).await;
     assert_eq!(r["stdout"], "kept\n");

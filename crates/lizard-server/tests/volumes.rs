@@ -46,14 +46,16 @@ impl Api {
     }
 
     async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req = self.client.request(method.parse().unwrap(), format!("{}{path}", self.base)).header("x-api-key", key);
+        let mut req =
+            self.client.request(method.parse().unwrap(), format!("{}{path}", self.base)).header("x-api-key", key);
         if let Some(b) = body {
             req = req.json(&b);
         }
         let resp = req.send().await.unwrap();
         let status = resp.status().as_u16();
         let bytes = resp.bytes().await.unwrap();
-        let v = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+        let v =
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
         if status >= 400 {
             let obj = v.as_object().unwrap_or_else(|| panic!("{method} {path}: {status} {v}"));
             assert_eq!(obj.len(), 2, "{method} {path}: {v}");
@@ -121,14 +123,19 @@ async fn volume_routes_with_names_ids_scopes_and_deletes() {
     let p1 = api.ok("POST", "/v1/projects", &owner, Some(json!({"workspaceId": w1["id"], "name": "p1"}))).await;
     let p1b = api.ok("POST", "/v1/projects", &owner, Some(json!({"workspaceId": w1["id"], "name": "p1b"}))).await;
     let p2 = api.ok("POST", "/v1/projects", &owner, Some(json!({"workspaceId": w2["id"], "name": "p2"}))).await;
-    let k1 = s(&api.ok("POST", "/v1/api-keys", &owner, Some(json!({"name": "u1", "workspaces": [w1["id"]]}))).await["key"]);
-    let k2 = s(&api.ok("POST", "/v1/api-keys", &owner, Some(json!({"name": "u2", "projects": [p2["id"]]}))).await["key"]);
+    let k1 =
+        s(&api.ok("POST", "/v1/api-keys", &owner, Some(json!({"name": "u1", "workspaces": [w1["id"]]}))).await["key"]);
+    let k2 =
+        s(&api.ok("POST", "/v1/api-keys", &owner, Some(json!({"name": "u2", "projects": [p2["id"]]}))).await["key"]);
 
     // Create: defaults, placement in the server's region, the disk on the node.
     let v = api.ok("POST", "/v1/volumes", &k1, Some(json!({"name": "data", "project": "p1", "sizeGb": 1}))).await;
     let id = s(&v["id"]);
     assert!(id.starts_with("vol_"), "{v}");
-    assert_eq!((v["name"].clone(), v["projectId"].clone(), v["workspaceId"].clone()), (json!("data"), p1["id"].clone(), w1["id"].clone()));
+    assert_eq!(
+        (v["name"].clone(), v["projectId"].clone(), v["workspaceId"].clone()),
+        (json!("data"), p1["id"].clone(), w1["id"].clone())
+    );
     assert_eq!((v["sizeGb"].clone(), v["region"].clone()), (json!(1), json!("local")));
     assert!(v.get("attachedTo").is_none(), "{v}");
     let meta = std::fs::metadata(api.image(&id)).unwrap();
@@ -152,7 +159,13 @@ async fn volume_routes_with_names_ids_scopes_and_deletes() {
     } // else: too close to call while other processes write
     if free < 1000 << 30 {
         let m = api
-            .fails("POST", "/v1/volumes", &owner, Some(json!({"name": "huge", "project": "p1", "sizeGb": 1024})), "INVALID_ARGUMENT")
+            .fails(
+                "POST",
+                "/v1/volumes",
+                &owner,
+                Some(json!({"name": "huge", "project": "p1", "sizeGb": 1024})),
+                "INVALID_ARGUMENT",
+            )
             .await;
         assert!(m.contains("not enough disk"), "{m}");
         api.fails("GET", "/v1/volumes/huge?project=p1", &owner, None, "NOT_FOUND").await;
@@ -188,7 +201,10 @@ async fn volume_routes_with_names_ids_scopes_and_deletes() {
 
     // Get by name (in a project) and by id; out of scope is 404 either way.
     assert_eq!(api.ok("GET", "/v1/volumes/data?project=p1", &k1, None).await["id"], v["id"]);
-    assert_eq!(api.ok("GET", &format!("/v1/volumes/data?projectId={}", s(&p1b["id"])), &k1, None).await["id"], other["id"]);
+    assert_eq!(
+        api.ok("GET", &format!("/v1/volumes/data?projectId={}", s(&p1b["id"])), &k1, None).await["id"],
+        other["id"]
+    );
     assert_eq!(api.ok("GET", &format!("/v1/volumes/{id}"), &k1, None).await["name"], "data");
     api.fails("GET", "/v1/volumes/data", &k1, None, "INVALID_ARGUMENT").await;
     api.fails("GET", "/v1/volumes/nope?project=p1", &k1, None, "NOT_FOUND").await;
@@ -246,7 +262,13 @@ async fn volume_data_outlives_its_sandboxes() {
 
     // An unknown volume is 404 and boots nothing.
     let m = api
-        .fails("POST", "/v1/sandboxes", &owner, Some(json!({"template": "base", "project": "p", "volumeName": "nope"})), "NOT_FOUND")
+        .fails(
+            "POST",
+            "/v1/sandboxes",
+            &owner,
+            Some(json!({"template": "base", "project": "p", "volumeName": "nope"})),
+            "NOT_FOUND",
+        )
         .await;
     assert!(m.contains("nope"), "{m}");
 
@@ -262,7 +284,9 @@ async fn volume_data_outlives_its_sandboxes() {
     assert_eq!(api.state.node.list().len(), 1);
 
     // Mounted at /workspace with the volume's size; writable by any user; ENOSPC past it.
-    let (code, out, err) = api.sh(&owner, &a, "findmnt -n -o SOURCE,FSTYPE /workspace && df -B1M --output=size /workspace | tail -1").await;
+    let (code, out, err) = api
+        .sh(&owner, &a, "findmnt -n -o SOURCE,FSTYPE /workspace && df -B1M --output=size /workspace | tail -1")
+        .await;
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("/dev/vdb ext4"), "{out}");
     let size_mib: u64 = out.lines().last().unwrap().trim().parse().unwrap();
@@ -271,19 +295,27 @@ async fn volume_data_outlives_its_sandboxes() {
     assert_ne!(code, 0);
     assert!(err.contains("No space left on device"), "{err}");
     // fallocate keeps what it got: the filesystem is now full, and so are writes.
-    let (code, out, _) = api.sh(&owner, &a, "df --output=avail /workspace | tail -1; head -c 1M /dev/zero > /workspace/more").await;
+    let (code, out, _) =
+        api.sh(&owner, &a, "df --output=avail /workspace | tail -1; head -c 1M /dev/zero > /workspace/more").await;
     assert_ne!(code, 0, "a write to a full volume succeeded");
     assert_eq!(out.trim(), "0");
-    let (code, _, err) = api.sh(&owner, &a, "rm /workspace/too-big /workspace/more && head -c 1M /dev/zero > /workspace/more").await;
+    let (code, _, err) =
+        api.sh(&owner, &a, "rm /workspace/too-big /workspace/more && head -c 1M /dev/zero > /workspace/more").await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::metadata(api.image(&vol_id)).unwrap().len(), 1 << 30, "the image changed size");
     let r = api
-        .ok("POST", &format!("/v1/sandboxes/{a}/exec"), &owner, Some(json!({"argv": ["touch", "/workspace/by-nobody"], "user": "nobody"})))
+        .ok(
+            "POST",
+            &format!("/v1/sandboxes/{a}/exec"),
+            &owner,
+            Some(json!({"argv": ["touch", "/workspace/by-nobody"], "user": "nobody"})),
+        )
         .await;
     assert_eq!(r["exitCode"], 0, "{r}");
 
     // Synced data survives SIGKILL of the VMM (no agent sync on the way out).
-    let (code, _, err) = api.sh(&owner, &a, "echo synced-$(hostname) > /workspace/a.txt && sync && touch /root/installed").await;
+    let (code, _, err) =
+        api.sh(&owner, &a, "echo synced-$(hostname) > /workspace/a.txt && sync && touch /root/installed").await;
     assert_eq!(code, 0, "{err}");
     let pid = api.state.node.get(&a).unwrap().live().unwrap().vm().pid();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
@@ -296,7 +328,9 @@ async fn volume_data_outlives_its_sandboxes() {
     // A new sandbox gets the volume (the dead holder is let go) and reads it.
     let b = s(&api.ok("POST", "/v1/sandboxes", &owner, Some(create.clone())).await["sandboxId"]);
     assert!(api.state.node.get(&b).unwrap().from_snapshot());
-    let (code, out, err) = api.sh(&owner, &b, "cat /workspace/a.txt; test -e /root/installed && echo root-survived || echo root-fresh").await;
+    let (code, out, err) = api
+        .sh(&owner, &b, "cat /workspace/a.txt; test -e /root/installed && echo root-survived || echo root-fresh")
+        .await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, format!("synced-{a}\nroot-fresh\n"));
 
@@ -326,7 +360,9 @@ async fn volume_data_outlives_its_sandboxes() {
     assert_eq!(out, "before-pause\n/dev/vdb\n");
 
     // A sandbox without a volume has no /workspace mount.
-    let plain = s(&api.ok("POST", "/v1/sandboxes", &owner, Some(json!({"template": "base", "project": "p"}))).await["sandboxId"]);
+    let plain =
+        s(&api.ok("POST", "/v1/sandboxes", &owner, Some(json!({"template": "base", "project": "p"}))).await
+            ["sandboxId"]);
     let (code, _, _) = api.sh(&owner, &plain, "findmnt /workspace").await;
     assert_ne!(code, 0, "a sandbox without a volume mounted something at /workspace");
 

@@ -58,9 +58,7 @@ pub async fn choose(backend: &dyn Backend, probe_config: &VmConfig, cache: &Path
 }
 
 fn cache_key(c: &VmConfig) -> String {
-    let release = nix::sys::utsname::uname()
-        .map(|u| u.release().to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let release = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
     let kernel_meta = std::fs::metadata(&c.kernel).map(|m| m.len()).unwrap_or(0);
     format!("host={release};guest-kernel={}:{kernel_meta}", c.kernel.display())
 }
@@ -87,7 +85,13 @@ async fn probe(backend: &dyn Backend, base: &VmConfig) -> (Accel, String) {
             break (Accel::Kvm, format!("probe guest ran under KVM in {:?}", start.elapsed()));
         }
         if !vm.is_running() {
-            break (Accel::Tcg, format!("KVM guest exited without running: {}", crate::tail_of(&config.run_dir.join("qemu.stderr"), 300).trim()));
+            break (
+                Accel::Tcg,
+                format!(
+                    "KVM guest exited without running: {}",
+                    crate::tail_of(&config.run_dir.join("qemu.stderr"), 300).trim()
+                ),
+            );
         }
         if start.elapsed() > PROBE_DEADLINE {
             break (Accel::Tcg, format!("KVM guest did not run within {PROBE_DEADLINE:?}"));

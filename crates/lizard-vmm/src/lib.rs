@@ -9,8 +9,8 @@
 //! whose other end is the agent's transport (a virtio-serial port under QEMU).
 
 pub mod accel;
-mod qmp;
 pub mod qemu;
+mod qmp;
 
 use std::path::{Path, PathBuf};
 

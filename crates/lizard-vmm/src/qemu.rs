@@ -54,8 +54,10 @@ impl QemuBackend {
         cmd.args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(config.run_dir.join("qemu.stderr"))
-                .map_err(|e| VmmError::io("create qemu.stderr", e))?)
+            .stderr(
+                std::fs::File::create(config.run_dir.join("qemu.stderr"))
+                    .map_err(|e| VmmError::io("create qemu.stderr", e))?,
+            )
             // Own process group: a Ctrl-C aimed at the node must not kill VMs mid-write.
             .process_group(0)
             .kill_on_drop(true);
@@ -82,9 +84,8 @@ impl QemuBackend {
                 });
             }
         }
-        let mut child = cmd
-            .spawn()
-            .map_err(|source| VmmError::Spawn { binary: self.binary.display().to_string(), source })?;
+        let mut child =
+            cmd.spawn().map_err(|source| VmmError::Spawn { binary: self.binary.display().to_string(), source })?;
         drop(netns);
         let pid = child.id().expect("a just-spawned child has a pid");
         std::fs::write(config.run_dir.join("vmm.pid"), pid.to_string())
@@ -353,7 +354,8 @@ impl Vm for QemuVm {
     }
 
     async fn freeze_disk(&self, new_top: &Path) -> Result<()> {
-        let file = new_top.to_str().ok_or_else(|| VmmError::Control(format!("non-UTF-8 path {}", new_top.display())))?;
+        let file =
+            new_top.to_str().ok_or_else(|| VmmError::Control(format!("non-UTF-8 path {}", new_top.display())))?;
         // `existing`: the caller made the overlay, naming the backing file it wants in its
         // header (QEMU would name the path it opened the disk by).
         let args = json!({ "device": "disk0", "snapshot-file": file, "format": "qcow2", "mode": "existing" });
@@ -423,7 +425,11 @@ mod tests {
     fn a_nic_is_a_tap_in_the_namespace() {
         let mut c = config();
         assert!(!command_line(&c, Memory::Own, false).join(" ").contains("-netdev"));
-        c.net = Some(crate::NetAttachment { netns: "/run/netns/x".into(), tap: "tap0".into(), mac: "02:00:00:00:00:02".into() });
+        c.net = Some(crate::NetAttachment {
+            netns: "/run/netns/x".into(),
+            tap: "tap0".into(),
+            mac: "02:00:00:00:00:02".into(),
+        });
         let a = command_line(&c, Memory::Own, false).join(" ");
         assert!(a.contains("-netdev tap,id=net0,ifname=tap0,script=no,downscript=no"), "{a}");
         assert!(a.contains("-device virtio-net-device,netdev=net0,mac=02:00:00:00:00:02"), "{a}");
@@ -443,7 +449,8 @@ mod tests {
 
     #[test]
     fn clone_maps_snapshot_memory_private() {
-        let a = command_line(&config(), Memory::Snapshot(Path::new("/t/memory"), MemoryMapping::CopyOnWrite), true).join(" ");
+        let a = command_line(&config(), Memory::Snapshot(Path::new("/t/memory"), MemoryMapping::CopyOnWrite), true)
+            .join(" ");
         assert!(a.contains("mem-path=/t/memory,share=off"), "{a}");
         assert!(a.ends_with("-incoming defer"));
     }

@@ -236,7 +236,11 @@ pub async fn live(State(state): State<ServerState>, p: Principal) -> ApiResult<J
         })
         .collect();
     let burn: i64 = sandboxes.iter().map(|s| s.nanos_per_second).sum();
-    Ok(Json(LiveBilling { sandboxes, burn_nanos_per_second: burn, burn_per_hour: format_usd(burn.saturating_mul(3600)) }))
+    Ok(Json(LiveBilling {
+        sandboxes,
+        burn_nanos_per_second: burn,
+        burn_per_hour: format_usd(burn.saturating_mul(3600)),
+    }))
 }
 
 /// Pauses sandboxes of accounts out of credits, through the sandbox routes' pause (VM

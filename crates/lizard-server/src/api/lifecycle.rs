@@ -60,7 +60,11 @@ async fn current(state: &AppState, p: &Principal, id: &str) -> ApiResult<Json<Sa
     params(("id" = String, Path, description = "Sandbox id")),
     responses((status = 200, description = "The paused sandbox", body = SandboxInfo), Unauthenticated, NotFound)
 )]
-pub async fn pause(State(state): State<AppState>, p: Principal, ApiPath(id): ApiPath<String>) -> ApiResult<Json<SandboxInfo>> {
+pub async fn pause(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<SandboxInfo>> {
     running(&state, &p, &id).await?;
     pause_sandbox(&state, &id).await?;
     current(&state, &p, &id).await
@@ -76,7 +80,11 @@ pub async fn pause(State(state): State<AppState>, p: Principal, ApiPath(id): Api
     params(("id" = String, Path, description = "Sandbox id")),
     responses((status = 200, description = "The running sandbox", body = SandboxInfo), Unauthenticated, NotFound, PaymentRequired)
 )]
-pub async fn resume(State(state): State<AppState>, p: Principal, ApiPath(id): ApiPath<String>) -> ApiResult<Json<SandboxInfo>> {
+pub async fn resume(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<SandboxInfo>> {
     let (sandbox, record) = running(&state, &p, &id).await?;
     if sandbox.is_paused() {
         crate::billing::require_funds(state.server.store.as_ref(), &record.account_id).await?;

@@ -36,7 +36,9 @@ fn instant(name: &str, v: Option<&str>) -> ApiResult<Option<i64>> {
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .and_then(|d| i64::try_from(d.as_millis()).ok())
-            .ok_or_else(|| AppError::invalid(format!("{name} must be an RFC 3339 instant (e.g. 2026-11-01T00:00:00Z), got {s:?}")))
+            .ok_or_else(|| {
+                AppError::invalid(format!("{name} must be an RFC 3339 instant (e.g. 2026-11-01T00:00:00Z), got {s:?}"))
+            })
     })
     .transpose()
 }

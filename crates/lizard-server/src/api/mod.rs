@@ -8,8 +8,8 @@
 pub mod account;
 pub mod billing;
 pub mod keys;
-pub mod metrics;
 pub mod lifecycle;
+pub mod metrics;
 pub mod projects;
 pub mod regions;
 pub mod sandboxes;

@@ -83,7 +83,9 @@ pub async fn create(
     let project = match (&req.project_id, &req.project) {
         (Some(id), _) => auth::project_for(store, &p, id).await?,
         (None, Some(key)) => auth::resolve_project(store, &p, key).await?,
-        (None, None) => return Err(AppError::invalid("a project is required: pass project (id, slug or name) or projectId")),
+        (None, None) => {
+            return Err(AppError::invalid("a project is required: pass project (id, slug or name) or projectId"))
+        }
     };
     let timeout_ms = req.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
     let timeout_at = check_timeout(timeout_ms)?;
@@ -199,12 +201,7 @@ pub async fn list(
 ) -> ApiResult<Json<Vec<SandboxInfo>>> {
     let filter = SandboxFilter { workspace_id: q.workspace_id, project_id: q.project_id, include_ended: false };
     let records = state.server.store.list_sandboxes(&p.account_id, p.scope.as_ref(), &filter).await?;
-    Ok(Json(
-        records
-            .iter()
-            .filter_map(|r| state.node.get(&r.id).ok().map(|s| info(&state, &s, r)))
-            .collect(),
-    ))
+    Ok(Json(records.iter().filter_map(|r| state.node.get(&r.id).ok().map(|s| info(&state, &s, r))).collect()))
 }
 
 /// One sandbox (`connect`): 404 once it was killed or expired.
@@ -216,7 +213,11 @@ pub async fn list(
     params(("id" = String, Path, description = "Sandbox id")),
     responses((status = 200, description = "The sandbox", body = SandboxInfo), Unauthenticated, NotFound)
 )]
-pub async fn get(State(state): State<AppState>, p: Principal, ApiPath(id): ApiPath<String>) -> ApiResult<Json<SandboxInfo>> {
+pub async fn get(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<SandboxInfo>> {
     let (sandbox, record) = running(&state, &p, &id).await?;
     Ok(Json(info(&state, &sandbox, &record)))
 }

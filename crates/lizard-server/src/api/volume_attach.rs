@@ -30,7 +30,12 @@ impl Reserved {
 
 /// Reserve the volume `name_or_id` of `project` for a new sandbox: 404 when the project
 /// has no such volume, 409 naming the sandbox that holds it.
-pub async fn reserve(state: &AppState, p: &Principal, project: &ProjectRecord, name_or_id: &str) -> ApiResult<Reserved> {
+pub async fn reserve(
+    state: &AppState,
+    p: &Principal,
+    project: &ProjectRecord,
+    name_or_id: &str,
+) -> ApiResult<Reserved> {
     let volume = crate::api::volumes::volume_for(state, p, name_or_id, None, Some(&project.id)).await?;
     let node = placement::node(state, &volume.node_id)?;
     let reservation = format!("{RESERVATION_PREFIX}{}", ids::new_id("r"));

@@ -148,7 +148,8 @@ pub async fn create(
         return Err(AppError(e.to_api()));
     }
     tracing::info!(volume = %new.id, project = %project.id, size_gb, key = %p.key_id, "volume created");
-    let v = store.get_volume(&p.account_id, &new.id).await?.ok_or_else(|| AppError::internal("volume record vanished"))?;
+    let v =
+        store.get_volume(&p.account_id, &new.id).await?.ok_or_else(|| AppError::internal("volume record vanished"))?;
     Ok((StatusCode::CREATED, Json(volume_json(v))))
 }
 

@@ -253,9 +253,11 @@ pub trait BillingStore: Send + Sync + 'static {
 
     /// Credits per period and usage per period, workspace and project, newest period
     /// first, at most `periods` periods.
-    async fn usage_by_period(&self, account_id: &str, granularity: Granularity, periods: u32) -> Result<Vec<PeriodRow>>;
+    async fn usage_by_period(&self, account_id: &str, granularity: Granularity, periods: u32)
+        -> Result<Vec<PeriodRow>>;
 
     /// Usage per project from the ledger (`from..to` by interval start, ms), with the
     /// count of sandboxes running now; projects that ran nothing and run nothing are absent.
-    async fn usage_by_project(&self, account_id: &str, from: Option<i64>, to: Option<i64>) -> Result<Vec<ProjectUsage>>;
+    async fn usage_by_project(&self, account_id: &str, from: Option<i64>, to: Option<i64>)
+        -> Result<Vec<ProjectUsage>>;
 }

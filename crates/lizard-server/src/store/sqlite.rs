@@ -374,14 +374,17 @@ impl Store for SqliteStore {
         .iter()
         .map(sandbox)
         .collect::<Result<Vec<_>>>()?;
-        let vols = sqlx::query(&format!("SELECT {} WHERE p.workspace_id = ? ORDER BY v.created_at, v.id", volumes::VOLUME_COLUMNS))
-            .bind(workspace_id)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(backend)?
-            .iter()
-            .map(volumes::volume)
-            .collect::<Result<Vec<_>>>()?;
+        let vols = sqlx::query(&format!(
+            "SELECT {} WHERE p.workspace_id = ? ORDER BY v.created_at, v.id",
+            volumes::VOLUME_COLUMNS
+        ))
+        .bind(workspace_id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(volumes::volume)
+        .collect::<Result<Vec<_>>>()?;
         sqlx::query("DELETE FROM volumes WHERE project_id IN (SELECT id FROM projects WHERE workspace_id = ?)")
             .bind(workspace_id)
             .execute(&mut *tx)
@@ -644,8 +647,15 @@ impl Store for SqliteStore {
             }
             _ => conflict_or_backend(e, || format!("sandbox {} already exists", s.id)),
         })?;
-        billing::open_meter_tx(&mut tx, &s.id, &s.project_id, &s.meter, billing::meter_state_of(&s.state), s.created_at)
-            .await?;
+        billing::open_meter_tx(
+            &mut tx,
+            &s.id,
+            &s.project_id,
+            &s.meter,
+            billing::meter_state_of(&s.state),
+            s.created_at,
+        )
+        .await?;
         tx.commit().await.map_err(backend)?;
         Ok(())
     }

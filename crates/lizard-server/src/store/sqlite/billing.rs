@@ -83,22 +83,20 @@ pub(super) async fn open_meter_tx(
     let Some((account_id, workspace_id)) = owner else {
         return Err(StoreError::NotFound(format!("project {project_id}")));
     };
-    sqlx::query(&format!(
-        "INSERT INTO sandbox_meters ({METER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)"
-    ))
-    .bind(sandbox_id)
-    .bind(account_id)
-    .bind(workspace_id)
-    .bind(project_id)
-    .bind(spec.vcpus as i64)
-    .bind(spec.memory_mib as i64)
-    .bind(spec.running_nanos_per_sec)
-    .bind(spec.paused_nanos_per_sec)
-    .bind(state.as_str())
-    .bind(at)
-    .execute(&mut **tx)
-    .await
-    .map_err(backend)?;
+    sqlx::query(&format!("INSERT INTO sandbox_meters ({METER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)"))
+        .bind(sandbox_id)
+        .bind(account_id)
+        .bind(workspace_id)
+        .bind(project_id)
+        .bind(spec.vcpus as i64)
+        .bind(spec.memory_mib as i64)
+        .bind(spec.running_nanos_per_sec)
+        .bind(spec.paused_nanos_per_sec)
+        .bind(state.as_str())
+        .bind(at)
+        .execute(&mut **tx)
+        .await
+        .map_err(backend)?;
     Ok(())
 }
 
@@ -220,12 +218,13 @@ impl BillingStore for SqliteStore {
         if exists.is_none() {
             return Err(StoreError::NotFound(format!("account {}", c.account_id)));
         }
-        let before = sqlx::query(&format!("SELECT {LEDGER_COLUMNS} FROM ledger WHERE account_id = ? AND idempotency_key = ?"))
-            .bind(&c.account_id)
-            .bind(&c.idempotency_key)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(backend)?;
+        let before =
+            sqlx::query(&format!("SELECT {LEDGER_COLUMNS} FROM ledger WHERE account_id = ? AND idempotency_key = ?"))
+                .bind(&c.account_id)
+                .bind(&c.idempotency_key)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?;
         if let Some(e) = before.as_ref().map(entry).transpose()? {
             if e.amount_nanos != c.amount_nanos || e.kind != c.kind {
                 return Err(StoreError::Conflict(format!(
@@ -380,7 +379,12 @@ impl BillingStore for SqliteStore {
         .map_err(backend)
     }
 
-    async fn usage_by_period(&self, account_id: &str, granularity: Granularity, periods: u32) -> Result<Vec<PeriodRow>> {
+    async fn usage_by_period(
+        &self,
+        account_id: &str,
+        granularity: Granularity,
+        periods: u32,
+    ) -> Result<Vec<PeriodRow>> {
         let fmt = match granularity {
             Granularity::Month => "%Y-%m",
             Granularity::Day => "%Y-%m-%d",
@@ -414,7 +418,12 @@ impl BillingStore for SqliteStore {
             .collect())
     }
 
-    async fn usage_by_project(&self, account_id: &str, from: Option<i64>, to: Option<i64>) -> Result<Vec<ProjectUsage>> {
+    async fn usage_by_project(
+        &self,
+        account_id: &str,
+        from: Option<i64>,
+        to: Option<i64>,
+    ) -> Result<Vec<ProjectUsage>> {
         let rows: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(
             "WITH used AS (SELECT workspace_id, project_id, -SUM(amount_nanos) AS cost, \
                     SUM(CASE WHEN usage_kind = 'compute' THEN quantity_ms ELSE 0 END) AS ms \
@@ -501,7 +510,12 @@ mod tests {
             metadata: Default::default(),
             on_timeout: "kill".into(),
             timeout_ms: None,
-            meter: MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: RATE, paused_nanos_per_sec: paused_rate },
+            meter: MeterSpec {
+                vcpus: 1,
+                memory_mib: 512,
+                running_nanos_per_sec: RATE,
+                paused_nanos_per_sec: paused_rate,
+            },
         }
     }
 

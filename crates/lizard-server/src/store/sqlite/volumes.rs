@@ -242,9 +242,21 @@ mod tests {
             revoked_at: None,
         };
         s.bootstrap(&a, &k).await.unwrap();
-        let w = WorkspaceRecord { id: "ws_a".into(), account_id: "acc_1".into(), name: "a".into(), slug: "a".into(), created_at: 1 };
+        let w = WorkspaceRecord {
+            id: "ws_a".into(),
+            account_id: "acc_1".into(),
+            name: "a".into(),
+            slug: "a".into(),
+            created_at: 1,
+        };
         s.insert_workspace(&w).await.unwrap();
-        let p = ProjectRecord { id: "prj_a".into(), workspace_id: "ws_a".into(), name: "a".into(), slug: "a".into(), created_at: 1 };
+        let p = ProjectRecord {
+            id: "prj_a".into(),
+            workspace_id: "ws_a".into(),
+            name: "a".into(),
+            slug: "a".into(),
+            created_at: 1,
+        };
         s.insert_project("acc_1", &p).await.unwrap();
         s.upsert_node(&NodeRecord { id: "node_1".into(), region: "local".into(), created_at: 1 }).await.unwrap();
         s
@@ -286,7 +298,12 @@ mod tests {
             metadata: Default::default(),
             on_timeout: "kill".into(),
             timeout_ms: None,
-            meter: crate::store::MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: 0, paused_nanos_per_sec: 0 },
+            meter: crate::store::MeterSpec {
+                vcpus: 1,
+                memory_mib: 512,
+                running_nanos_per_sec: 0,
+                paused_nanos_per_sec: 0,
+            },
         };
         s.insert_sandbox(&sbx).await.unwrap();
         assert_eq!(s.release_stale_attachments().await.unwrap(), 0);
