@@ -8,13 +8,16 @@
 //! whose cache key ([`layers`]) covers its parent, the step and the content of its inputs,
 //! so an unchanged prefix of steps is never rebuilt.
 //!
-//! Nothing here runs anything: the builder executes recipes inside microVMs.
+//! Nothing here runs anything: [`actions`] says what each step runs, and the builder runs
+//! it inside a microVM.
 
+pub mod actions;
 pub mod context;
 pub mod dockerfile;
 pub mod layers;
 pub mod recipe;
 
+pub use actions::{Action, BuildState, Command};
 pub use context::{Context, ContextError, ContextLimits, Entry, EntryKind};
 pub use layers::{plan, LayerPlan, PlannedLayer};
 pub use recipe::{Base, BuildVm, Copy, DebianBase, Ready, Recipe, RecipeError, Start, Step, TemplateConfig};
