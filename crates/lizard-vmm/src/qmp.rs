@@ -178,3 +178,57 @@ async fn read_json(r: &mut BufReader<OwnedReadHalf>) -> Result<Value> {
     }
     serde_json::from_str(&line).map_err(|source| QmpError::BadLine { line: line.clone(), source })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+    /// A QEMU stand-in: greets, accepts the capabilities, then answers each command line
+    /// with the next of `answers` (an event first, which the client must skip).
+    async fn fake_qemu(listener: tokio::net::UnixListener, answers: Vec<&'static str>) {
+        let (stream, _) = listener.accept().await.unwrap();
+        let (r, mut w) = stream.into_split();
+        let mut lines = BufReader::new(r).lines();
+        w.write_all(b"{\"QMP\": {\"version\": {}}}\n").await.unwrap();
+        lines.next_line().await.unwrap().unwrap();
+        w.write_all(b"{\"return\": {}}\n").await.unwrap();
+        for answer in answers {
+            lines.next_line().await.unwrap().unwrap();
+            w.write_all(b"{\"event\": \"STOP\"}\n").await.unwrap();
+            w.write_all(answer.as_bytes()).await.unwrap();
+            w.write_all(b"\n").await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn qemu_errors_keep_their_class_and_description() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("qmp.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let answers = vec![
+            r#"{"return": {"status": "running"}}"#,
+            r#"{"error": {"class": "GenericError", "desc": "no such device"}}"#,
+            r#"{"return": {"status": "failed", "error-desc": "disk full"}}"#,
+        ];
+        let qemu = tokio::spawn(fake_qemu(listener, answers));
+        let qmp = Qmp::connect(&path, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(qmp.execute("query-status", json!({})).await.unwrap()["status"], "running");
+        match qmp.execute("block_resize", json!({})).await {
+            Err(QmpError::Command { command, class, desc }) => {
+                assert_eq!((command, class.as_str(), desc.as_str()), ("block_resize", "GenericError", "no such device"))
+            }
+            other => panic!("not a command error: {other:?}"),
+        }
+        match qmp.wait_migration(Duration::from_secs(5)).await {
+            Err(crate::VmmError::Control(QmpError::Migration { status, desc })) => {
+                assert_eq!((status.as_str(), desc.as_str()), ("failed", "disk full"))
+            }
+            other => panic!("not a failed migration: {other:?}"),
+        }
+        qemu.await.unwrap();
+        // QEMU gone: the write or the read fails, whichever notices first.
+        let gone = qmp.execute("stop", json!({})).await;
+        assert!(matches!(gone, Err(QmpError::Closed | QmpError::Send { command: "stop", .. })), "{gone:?}");
+    }
+}
