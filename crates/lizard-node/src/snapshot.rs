@@ -17,11 +17,12 @@
 //! `snapshot.json` that exists belongs to a complete snapshot.
 
 use crate::assets::BootFiles;
-use crate::sandbox::{self, connect_agent, create_overlay};
+pub use crate::error::SnapshotError;
+use crate::vm::{self, Machine};
 use crate::{NodeError, Result};
 use lizard_agent_proto::handshake::Secret;
 use lizard_image::TemplateImage;
-use lizard_vmm::{Accel, Backend, Snapshot, VmConfig};
+use lizard_vmm::{Accel, Backend, Snapshot};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -110,7 +111,7 @@ pub fn key(template: &TemplateImage, boot: &BootFiles, vcpus: u32, memory_mib: u
 }
 
 /// What a build needs.
-pub struct BuildSpec<'a> {
+pub(crate) struct BuildSpec<'a> {
     pub backend: &'a dyn Backend,
     pub template: &'a TemplateImage,
     pub boot: &'a BootFiles,
@@ -124,7 +125,7 @@ pub struct BuildSpec<'a> {
 
 /// Cold-boot the template, quiesce it and save it into `final_dir` (renamed into place
 /// from a temporary directory next to it). The caller holds the locks.
-pub async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<TemplateSnapshot> {
+pub(crate) async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<TemplateSnapshot> {
     let started = Instant::now();
     let parent = final_dir.parent().expect("snapshot dirs have a parent");
     let key = final_dir.file_name().expect("snapshot dirs have a name").to_string_lossy().into_owned();
@@ -133,42 +134,32 @@ pub async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<TemplateSnap
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| NodeError::io(format!("create {}", tmp.display()), e))?;
     let secret = Secret::generate();
-    let config = VmConfig {
-        id: vm_id.clone(),
-        vcpus: spec.vcpus,
-        memory_mib: spec.memory_mib,
-        kernel: spec.boot.kernel.vmlinux.clone(),
-        initramfs: spec.boot.initramfs.path.clone(),
-        cmdline: sandbox::cmdline(&vm_id),
+    // The same devices as its clones will have (the volume slot a placeholder).
+    let machine = Machine::new(spec.boot, spec.vcpus, spec.memory_mib, spec.accel);
+    // Its root overlay becomes the snapshot's frozen disk.
+    let config = lizard_vmm::VmConfig {
         root_disk: tmp.join("disk.qcow2"),
-        // The clones' volume slot; see `Node::create_now`.
-        extra_disks: vec![tmp.join(sandbox::PLACEHOLDER_DISK)],
-        secret_file: Some(tmp.join("secret")),
-        run_dir: tmp.clone(),
-        accel: spec.accel,
-        net: spec.net.clone(),
+        ..vm::sandbox_vm(&vm_id, tmp.clone(), &machine, None, spec.net.clone())
     };
     let result = async {
-        sandbox::prepare_run_dir(&config, &secret)?;
-        create_overlay(&spec.template.rootfs, "raw", &config.root_disk).await?;
-        let vm = spec.backend.boot(&config).await?;
+        let vm::Launched { vm, agent } =
+            vm::cold_boot(spec.backend, &config, &spec.template.rootfs, &secret, spec.boot_timeout).await?;
         let saved = async {
-            let agent = connect_agent(vm.as_ref(), &secret, spec.boot_timeout, None).await?;
             // Whatever the boot wrote reaches the disk that every clone will build on.
             let sync = lizard_agent_proto::types::ExecRequest { argv: Some(vec!["sync".into()]), ..Default::default() };
-            let out = agent.exec_collect(sync).await.map_err(|e| NodeError::Boot(format!("sync: {e}")))?;
+            let out = agent.exec_collect(sync).await.map_err(SnapshotError::Sync)?;
             if out.status.exit_code != 0 {
-                return Err(NodeError::Boot(format!("sync exited {}", out.status.exit_code)));
+                return Err(SnapshotError::SyncExit(out.status.exit_code).into());
             }
             // The agent must be back to waiting for a host when frozen: then the first
             // connection to a clone is simply its next session.
             if tokio::time::timeout(Duration::from_secs(5), agent.close()).await.is_err() {
-                return Err(NodeError::Boot("the agent connection did not close".into()));
+                return Err(SnapshotError::AgentNotClosed.into());
             }
             tokio::time::sleep(SETTLE).await;
             vm.pause().await?;
             vm.snapshot(&Snapshot { vmstate: tmp.join("vmstate"), memory: config.memory_file() }).await?;
-            Ok(())
+            Ok::<(), NodeError>(())
         }
         .await;
         let _ = vm.kill().await;
@@ -179,7 +170,7 @@ pub async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<TemplateSnap
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
-    for f in ["secret", "agent.sock", "qmp.sock", "vmm.pid", sandbox::PLACEHOLDER_DISK] {
+    for f in ["secret", "agent.sock", "qmp.sock", "vmm.pid", vm::PLACEHOLDER_DISK] {
         let _ = std::fs::remove_file(tmp.join(f));
     }
     let meta = SnapshotMeta {
@@ -192,7 +183,7 @@ pub async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<TemplateSnap
         memory_mib: spec.memory_mib,
         accel: spec.accel,
         secret: secret.to_hex(),
-        build_ms: started.elapsed().as_millis() as u64,
+        build_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     };
     let finish = || -> std::io::Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
@@ -218,12 +209,12 @@ pub async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<TemplateSnap
 }
 
 /// Remove half-built snapshots (and their VMMs) left by an earlier node process.
-pub fn sweep(snapshots_dir: &Path) {
+pub(crate) fn sweep(snapshots_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(snapshots_dir) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(vm_id) = name.strip_prefix(TMP_PREFIX) else { continue };
-        if let Some(pid) = sandbox::vmm_pid_of(&entry.path(), vm_id) {
+        if let Some(pid) = vm::vmm_pid_of(&entry.path(), vm_id) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
         let _ = std::fs::remove_dir_all(entry.path());
@@ -232,7 +223,7 @@ pub fn sweep(snapshots_dir: &Path) {
 
 /// An exclusive lock on `path` between node processes sharing a data directory, held
 /// while the returned value lives.
-pub async fn file_lock(path: PathBuf) -> Result<nix::fcntl::Flock<std::fs::File>> {
+pub(crate) async fn file_lock(path: PathBuf) -> Result<nix::fcntl::Flock<std::fs::File>> {
     tokio::task::spawn_blocking(move || {
         let f = std::fs::OpenOptions::new()
             .create(true)

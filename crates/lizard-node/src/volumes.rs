@@ -42,7 +42,7 @@ fn check_id(id: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(NodeError::InvalidArgument(format!("bad volume id {id:?}")))
+        Err(NodeError::BadVolumeId { id: id.to_string() })
     }
 }
 
@@ -52,14 +52,15 @@ fn check_id(id: &str) -> Result<()> {
 /// the volume exists.
 pub async fn create(dir: &Path, id: &str, size_gb: u32) -> Result<PathBuf> {
     if !(MIN_SIZE_GB..=MAX_SIZE_GB).contains(&size_gb) {
-        return Err(NodeError::InvalidArgument(format!("sizeGb must be {MIN_SIZE_GB}..={MAX_SIZE_GB}, got {size_gb}")));
+        let (min, max, got) = (MIN_SIZE_GB.into(), MAX_SIZE_GB.into(), size_gb.into());
+        return Err(NodeError::OutOfRange { field: "sizeGb", min, max, got });
     }
     let path = image_path(dir, id)?;
     std::fs::create_dir_all(dir).map_err(|e| NodeError::io(format!("create {}", dir.display()), e))?;
     if path.exists() {
-        return Err(NodeError::Conflict(format!("volume {id} already exists on this node")));
+        return Err(NodeError::VolumeExists { volume: id.to_string() });
     }
-    let size = size_gb as u64 * GIB;
+    let size = u64::from(size_gb) * GIB;
     check_space(dir, size)?;
     let tmp = dir.join(format!(".tmp-{id}.img"));
     let made = async {
@@ -129,17 +130,16 @@ pub fn delete(dir: &Path, id: &str) -> Result<()> {
 /// existing volume to fill up.
 fn check_space(dir: &Path, size: u64) -> Result<()> {
     let st = nix::sys::statvfs::statvfs(dir).map_err(|e| NodeError::io("statvfs the volumes dir", e.into()))?;
-    let free = st.blocks_available() as u64 * st.fragment_size() as u64;
+    let free = st.blocks_available().saturating_mul(st.fragment_size());
     let promised: u64 = existing_unallocated(dir);
     let needed = promised + size + HOST_RESERVE;
     if needed > free {
-        return Err(NodeError::InsufficientSpace(format!(
-            "not enough disk on this node for a {} GiB volume: {} GiB free, {} GiB needed (existing volumes may still grow by {} GiB)",
-            size / GIB,
-            free / GIB,
-            needed.div_ceil(GIB),
-            promised / GIB
-        )));
+        return Err(NodeError::InsufficientSpace {
+            size_gb: size / GIB,
+            free_gb: free / GIB,
+            needed_gb: needed.div_ceil(GIB),
+            promised_gb: promised / GIB,
+        });
     }
     Ok(())
 }
@@ -200,11 +200,11 @@ mod tests {
                 .all(|l| l.contains("ITABLE_ZEROED")),
             "inode tables left for the guest to zero"
         );
-        assert!(matches!(create(dir.path(), "v1", 1).await, Err(NodeError::Conflict(_))));
-        assert!(matches!(create(dir.path(), "v2", 0).await, Err(NodeError::InvalidArgument(_))));
+        assert!(matches!(create(dir.path(), "v1", 1).await, Err(NodeError::VolumeExists { .. })));
+        assert!(matches!(create(dir.path(), "v2", 0).await, Err(NodeError::OutOfRange { field: "sizeGb", .. })));
         let st = nix::sys::statvfs::statvfs(dir.path()).unwrap();
-        let free = st.blocks_available() as u64 * st.fragment_size() as u64;
-        assert!(matches!(check_space(dir.path(), free), Err(NodeError::InsufficientSpace(_))));
+        let free = st.blocks_available() * st.fragment_size();
+        assert!(matches!(check_space(dir.path(), free), Err(NodeError::InsufficientSpace { .. })));
         delete(dir.path(), "v1").unwrap();
         delete(dir.path(), "v1").unwrap();
         assert!(!path.exists());

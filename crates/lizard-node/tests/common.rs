@@ -1,6 +1,9 @@
 //! Shared by the integration tests: a node with its own data directory over the
 //! suite-wide image cache, and a check that nothing of a sandbox is left behind.
 
+// Helpers of these tests unwrap as the tests do (clippy.toml's allow-unwrap-in-tests
+// covers only the #[test] functions themselves).
+#![allow(clippy::unwrap_used)]
 #![allow(dead_code)]
 
 use lizard_node::{Node, NodeConfig};

@@ -120,15 +120,14 @@ async fn a_vmm_that_dies_is_reported_and_cleaned_up() {
     let e = tokio::time::timeout(Duration::from_secs(10), sbx.exec_collect(sh("echo hi")))
         .await
         .expect("exec on a dead VM hung")
-        .err()
-        .expect("exec on a dead VM succeeded");
+        .expect_err("exec on a dead VM succeeded");
     assert!(matches!(e.code(), ErrorCode::NotFound | ErrorCode::Unavailable), "{e}");
 
     let deadline = Instant::now() + Duration::from_secs(10);
     while t.node.get(&id).is_ok() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let e = t.node.get(&id).err().expect("dead sandbox still listed");
+    let e = t.node.get(&id).expect_err("dead sandbox still listed");
     assert_eq!(e.code(), ErrorCode::NotFound);
     assert!(e.to_string().contains("stopped unexpectedly"), "{e}");
     assert!(!dir.exists(), "files of the dead sandbox were not cleaned up");
@@ -142,7 +141,7 @@ async fn a_guest_that_never_gets_ready_hits_the_boot_deadline() {
     // Build the images and probe first, so only the boot itself races the deadline.
     t.node.prepare("base").await.unwrap();
     let start = Instant::now();
-    let e = t.node.create(base()).await.err().expect("a 30 ms boot succeeded");
+    let e = t.node.create(base()).await.expect_err("a 30 ms boot succeeded");
     assert_eq!(e.code(), ErrorCode::BootFailed, "{e}");
     assert!(e.to_string().contains("did not answer"), "{e}");
     assert!(start.elapsed() < Duration::from_secs(20));

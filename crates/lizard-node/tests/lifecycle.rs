@@ -1,6 +1,10 @@
 //! Pause, resume and fork of real guests: running processes, files and ports survive a
 //! pause (the VMM process gone in between) and a node restart; forks are independent.
 
+// Helpers of these tests unwrap as the tests do (clippy.toml's allow-unwrap-in-tests
+// covers only the #[test] functions themselves).
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use common::sh;

@@ -4,6 +4,10 @@
 //!
 //! Needs root (namespaces, nftables), like the node's networking itself.
 
+// Helpers of these tests unwrap as the tests do (clippy.toml's allow-unwrap-in-tests
+// covers only the #[test] functions themselves).
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use common::sh;
@@ -349,8 +353,8 @@ async fn a_sandbox_resolves_names_and_reaches_the_npm_registry() {
     let n = test_node().await;
     let t = &n.t;
     let sbx = t.node.create(base()).await.unwrap();
-    let r = sbx.exec_collect(sh("getent hosts registry.npmjs.org")).await.unwrap();
-    assert_eq!(r.exit_code, 0, "DNS through the gateway's relay: {r:?}");
+    // npm resolves the registry it is configured with through the gateway's DNS relay,
+    // then fetches from it: name resolution and the way out, in one step.
     let mut req = sh("npm view left-pad version");
     req.timeout_ms = Some(150_000);
     let r = sbx.exec_collect(req).await.unwrap();

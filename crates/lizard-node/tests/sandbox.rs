@@ -1,5 +1,9 @@
 //! A real `base` guest end to end: its own kernel, Node.js, files, background processes.
 
+// Helpers of these tests unwrap as the tests do (clippy.toml's allow-unwrap-in-tests
+// covers only the #[test] functions themselves).
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use bytes::Bytes;
@@ -103,7 +107,7 @@ async fn base_template_boots_a_real_vm_with_files_and_processes() {
     assert!(dir.exists());
     t.node.kill(&id).await.unwrap();
     assert!(!dir.exists(), "sandbox directory survived kill");
-    let e = t.node.get(&id).err().expect("killed sandbox still found");
+    let e = t.node.get(&id).expect_err("killed sandbox still found");
     assert_eq!(e.code(), ErrorCode::NotFound);
     assert!(e.to_string().contains("killed"), "{e}");
     assert_eq!(t.node.kill(&id).await.err().unwrap().code(), ErrorCode::NotFound);

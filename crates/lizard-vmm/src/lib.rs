@@ -15,6 +15,7 @@ mod qmp;
 use std::path::{Path, PathBuf};
 
 pub use accel::Accel;
+pub use qmp::QmpError;
 
 /// Everything that shapes one VM. Pure data: runtime state lives in the [`Vm`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -117,7 +118,20 @@ pub enum VmmError {
     Io { context: String, source: std::io::Error },
     /// The VMM's control channel failed or answered an error.
     #[error("VMM control: {0}")]
-    Control(String),
+    Control(#[from] QmpError),
+    /// QEMU ended before its control socket answered; `stderr` is the end of what it
+    /// printed (for the operator's log, never for clients).
+    #[error("QEMU exited at start: {stderr}")]
+    ExitedAtStart { stderr: String },
+    /// A snapshot was asked to keep memory in a file other than the VM's own.
+    #[error("a QEMU snapshot keeps memory in the VM's own memory file")]
+    ForeignMemoryFile,
+    /// A path the VMM must be given as text is not UTF-8.
+    #[error("non-UTF-8 path {}", .0.display())]
+    NonUtf8Path(PathBuf),
+    /// The VM has no extra disk of that index.
+    #[error("the VM has no extra disk {0}")]
+    NoSuchDisk(usize),
     /// The VMM process is gone.
     #[error("the VMM process exited ({0:?})")]
     Exited(VmExit),

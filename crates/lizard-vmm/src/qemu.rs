@@ -109,10 +109,10 @@ impl QemuBackend {
         let mut exited = rx.clone();
         let qmp_path = qmp_socket(config);
         let qmp = tokio::select! {
-            q = Qmp::connect(&qmp_path, QMP_DEADLINE) => q,
+            q = Qmp::connect(&qmp_path, QMP_DEADLINE) => q.map_err(VmmError::from),
             _ = exited.wait_for(|e| e.is_some()) => {
                 let stderr = crate::tail_of(&config.run_dir.join("qemu.stderr"), 2000);
-                Err(VmmError::Control(format!("QEMU exited at start: {}", stderr.trim())))
+                Err(VmmError::ExitedAtStart { stderr: stderr.trim().to_string() })
             }
         };
         let qmp = match qmp {
@@ -130,7 +130,9 @@ impl QemuBackend {
 }
 
 fn sigkill(pid: u32) {
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+    // Pids are at most 2^22 on Linux (pid_max); one that does not fit is no process of ours.
+    let Ok(pid) = i32::try_from(pid) else { return };
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
 }
 
 fn qmp_socket(config: &VmConfig) -> PathBuf {
@@ -240,7 +242,14 @@ fn host_tsc_khz() -> Option<u64> {
 fn parse_cpu_mhz(cpuinfo: &str) -> Option<u64> {
     let line = cpuinfo.lines().find(|l| l.starts_with("cpu MHz"))?;
     let mhz: f64 = line.split(':').nth(1)?.trim().parse().ok()?;
-    (mhz > 0.0).then(|| (mhz * 1000.0).round() as u64)
+    if !(mhz.is_finite() && mhz > 0.0) {
+        return None;
+    }
+    // Positive and finite (checked just above), and a CPU clock is far below u64::MAX
+    // kHz; a float-to-int cast saturates in any case, it never wraps.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let khz = (mhz * 1000.0).round() as u64;
+    Some(khz)
 }
 
 #[async_trait::async_trait]
@@ -335,16 +344,18 @@ impl Vm for QemuVm {
     }
 
     async fn pause(&self) -> Result<()> {
-        self.qmp.execute("stop", json!({})).await.map(drop)
+        self.qmp.execute("stop", json!({})).await?;
+        Ok(())
     }
 
     async fn resume(&self) -> Result<()> {
-        self.qmp.execute("cont", json!({})).await.map(drop)
+        self.qmp.execute("cont", json!({})).await?;
+        Ok(())
     }
 
     async fn snapshot(&self, snapshot: &Snapshot) -> Result<()> {
         if snapshot.memory != self.config.memory_file() {
-            return Err(VmmError::Control("a QEMU snapshot keeps memory in the VM's own memory file".into()));
+            return Err(VmmError::ForeignMemoryFile);
         }
         self.save(&snapshot.vmstate, true).await
     }
@@ -354,20 +365,16 @@ impl Vm for QemuVm {
     }
 
     async fn freeze_disk(&self, new_top: &Path) -> Result<()> {
-        let file =
-            new_top.to_str().ok_or_else(|| VmmError::Control(format!("non-UTF-8 path {}", new_top.display())))?;
+        let file = new_top.to_str().ok_or_else(|| VmmError::NonUtf8Path(new_top.to_path_buf()))?;
         // `existing`: the caller made the overlay, naming the backing file it wants in its
         // header (QEMU would name the path it opened the disk by).
         let args = json!({ "device": "disk0", "snapshot-file": file, "format": "qcow2", "mode": "existing" });
-        self.qmp.execute("blockdev-snapshot-sync", args).await.map(drop)
+        self.qmp.execute("blockdev-snapshot-sync", args).await?;
+        Ok(())
     }
 
     async fn refresh_disk_size(&self, index: usize) -> Result<u64> {
-        let disk = self
-            .config
-            .extra_disks
-            .get(index)
-            .ok_or_else(|| VmmError::Control(format!("the VM has no extra disk {index}")))?;
+        let disk = self.config.extra_disks.get(index).ok_or(VmmError::NoSuchDisk(index))?;
         let size = std::fs::metadata(disk).map_err(|e| VmmError::io(format!("stat {}", disk.display()), e))?.len();
         // Resizing to the file's own size changes nothing on the host; QEMU's resize
         // callback still raises virtio-blk's config-change interrupt, and the guest

@@ -5,7 +5,6 @@
 //! asynchronous `{"event": …}` lines may arrive in between and are skipped here (the
 //! callers that care, like migration, poll `query-*` commands instead).
 
-use crate::{Result, VmmError};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;
@@ -13,6 +12,40 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 use tokio::sync::Mutex;
+
+/// Why a QMP exchange failed.
+#[derive(Debug, thiserror::Error)]
+pub enum QmpError {
+    /// The socket did not start with QEMU's greeting.
+    #[error("unexpected greeting {0}")]
+    Greeting(String),
+    /// Connecting to the socket failed.
+    #[error("connect {}: {source}", path.display())]
+    Connect { path: std::path::PathBuf, source: std::io::Error },
+    /// Writing a command failed.
+    #[error("{command}: {source}")]
+    Send { command: &'static str, source: std::io::Error },
+    /// A command line went out only in part.
+    #[error("{command}: sent {sent} of {len} bytes")]
+    PartialSend { command: &'static str, sent: usize, len: usize },
+    /// Reading an answer failed.
+    #[error("read: {0}")]
+    Read(std::io::Error),
+    /// QEMU closed the socket.
+    #[error("QMP socket closed")]
+    Closed,
+    /// A line that is not JSON.
+    #[error("bad QMP line {line:?}: {source}")]
+    BadLine { line: String, source: serde_json::Error },
+    /// QEMU answered a command with an error.
+    #[error("{command}: {desc}")]
+    Command { command: &'static str, class: String, desc: String },
+    /// A migration (save or load) ended without completing.
+    #[error("migration {status}: {desc}")]
+    Migration { status: String, desc: String },
+}
+
+type Result<T, E = QmpError> = std::result::Result<T, E>;
 
 pub(crate) struct Qmp {
     inner: Mutex<(BufReader<OwnedReadHalf>, OwnedWriteHalf)>,
@@ -29,7 +62,7 @@ impl Qmp {
                     tracing::trace!("qmp connect {}: {e}", path.display());
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
-                Err(e) => return Err(VmmError::io(format!("connect {}", path.display()), e)),
+                Err(source) => return Err(QmpError::Connect { path: path.to_path_buf(), source }),
             }
         };
         let (r, w) = stream.into_split();
@@ -38,7 +71,7 @@ impl Qmp {
             let mut g = qmp.inner.lock().await;
             let greeting = read_json(&mut g.0).await?;
             if greeting.get("QMP").is_none() {
-                return Err(VmmError::Control(format!("unexpected greeting {greeting}")));
+                return Err(QmpError::Greeting(greeting.to_string()));
             }
         }
         qmp.execute("qmp_capabilities", json!({})).await?;
@@ -46,10 +79,10 @@ impl Qmp {
     }
 
     /// Run one command and return its `return` value.
-    pub async fn execute(&self, command: &str, arguments: Value) -> Result<Value> {
+    pub async fn execute(&self, command: &'static str, arguments: Value) -> Result<Value> {
         let mut g = self.inner.lock().await;
         let line = command_line(command, arguments);
-        g.1.write_all(&line).await.map_err(|e| VmmError::Control(format!("{command}: {e}")))?;
+        g.1.write_all(&line).await.map_err(|source| QmpError::Send { command, source })?;
         Self::answer(&mut g.0, command).await
     }
 
@@ -64,7 +97,7 @@ impl Qmp {
         let sock: &UnixStream = g.1.as_ref();
         let fds = [fd.as_raw_fd()];
         loop {
-            sock.writable().await.map_err(|e| VmmError::Control(format!("getfd: {e}")))?;
+            sock.writable().await.map_err(|source| QmpError::Send { command: "getfd", source })?;
             let sent = sock.try_io(tokio::io::Interest::WRITABLE, || {
                 let iov = [std::io::IoSlice::new(&line)];
                 sendmsg::<()>(sock.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
@@ -74,23 +107,24 @@ impl Qmp {
                 Ok(n) if n == line.len() => break,
                 // A partial send would leave half a command: the line is far below any
                 // socket buffer, so this does not happen; refuse rather than guess.
-                Ok(n) => return Err(VmmError::Control(format!("getfd: sent {n} of {} bytes", line.len()))),
+                Ok(sent) => return Err(QmpError::PartialSend { command: "getfd", sent, len: line.len() }),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(VmmError::Control(format!("getfd: {e}"))),
+                Err(source) => return Err(QmpError::Send { command: "getfd", source }),
             }
         }
         Self::answer(&mut g.0, "getfd").await.map(drop)
     }
 
     /// Read lines until the answer to `command` (events in between are skipped).
-    async fn answer(r: &mut BufReader<OwnedReadHalf>, command: &str) -> Result<Value> {
+    async fn answer(r: &mut BufReader<OwnedReadHalf>, command: &'static str) -> Result<Value> {
         loop {
             let v = read_json(r).await?;
             if let Some(r) = v.get("return") {
                 return Ok(r.clone());
             }
             if let Some(e) = v.get("error") {
-                return Err(VmmError::Control(format!("{command}: {}", e["desc"].as_str().unwrap_or("error"))));
+                let text = |key: &str| e[key].as_str().unwrap_or("").to_string();
+                return Err(QmpError::Command { command, class: text("class"), desc: text("desc") });
             }
             // An event: not ours.
         }
@@ -105,7 +139,7 @@ impl Qmp {
     }
 
     /// Poll `query-migrate` until migration (save or load) completes.
-    pub async fn wait_migration(&self, deadline: Duration) -> Result<()> {
+    pub async fn wait_migration(&self, deadline: Duration) -> crate::Result<()> {
         let start = std::time::Instant::now();
         let mut pause = Duration::from_micros(200);
         loop {
@@ -113,16 +147,16 @@ impl Qmp {
             match v["status"].as_str().unwrap_or("") {
                 "completed" => return Ok(()),
                 "failed" | "cancelled" => {
-                    return Err(VmmError::Control(format!(
-                        "migration {}: {}",
-                        v["status"],
-                        v["error-desc"].as_str().unwrap_or("no detail")
-                    )))
+                    return Err(QmpError::Migration {
+                        status: v["status"].as_str().unwrap_or("").to_string(),
+                        desc: v["error-desc"].as_str().unwrap_or("no detail").to_string(),
+                    }
+                    .into())
                 }
                 _ => {}
             }
             if start.elapsed() > deadline {
-                return Err(VmmError::Timeout("migration"));
+                return Err(crate::VmmError::Timeout("migration"));
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(5));
@@ -138,9 +172,63 @@ fn command_line(command: &str, arguments: Value) -> Vec<u8> {
 
 async fn read_json(r: &mut BufReader<OwnedReadHalf>) -> Result<Value> {
     let mut line = String::new();
-    let n = r.read_line(&mut line).await.map_err(|e| VmmError::Control(format!("read: {e}")))?;
+    let n = r.read_line(&mut line).await.map_err(QmpError::Read)?;
     if n == 0 {
-        return Err(VmmError::Control("QMP socket closed".into()));
+        return Err(QmpError::Closed);
     }
-    serde_json::from_str(&line).map_err(|e| VmmError::Control(format!("bad QMP line {line:?}: {e}")))
+    serde_json::from_str(&line).map_err(|source| QmpError::BadLine { line: line.clone(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+    /// A QEMU stand-in: greets, accepts the capabilities, then answers each command line
+    /// with the next of `answers` (an event first, which the client must skip).
+    async fn fake_qemu(listener: tokio::net::UnixListener, answers: Vec<&'static str>) {
+        let (stream, _) = listener.accept().await.unwrap();
+        let (r, mut w) = stream.into_split();
+        let mut lines = BufReader::new(r).lines();
+        w.write_all(b"{\"QMP\": {\"version\": {}}}\n").await.unwrap();
+        lines.next_line().await.unwrap().unwrap();
+        w.write_all(b"{\"return\": {}}\n").await.unwrap();
+        for answer in answers {
+            lines.next_line().await.unwrap().unwrap();
+            w.write_all(b"{\"event\": \"STOP\"}\n").await.unwrap();
+            w.write_all(answer.as_bytes()).await.unwrap();
+            w.write_all(b"\n").await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn qemu_errors_keep_their_class_and_description() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("qmp.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let answers = vec![
+            r#"{"return": {"status": "running"}}"#,
+            r#"{"error": {"class": "GenericError", "desc": "no such device"}}"#,
+            r#"{"return": {"status": "failed", "error-desc": "disk full"}}"#,
+        ];
+        let qemu = tokio::spawn(fake_qemu(listener, answers));
+        let qmp = Qmp::connect(&path, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(qmp.execute("query-status", json!({})).await.unwrap()["status"], "running");
+        match qmp.execute("block_resize", json!({})).await {
+            Err(QmpError::Command { command, class, desc }) => {
+                assert_eq!((command, class.as_str(), desc.as_str()), ("block_resize", "GenericError", "no such device"))
+            }
+            other => panic!("not a command error: {other:?}"),
+        }
+        match qmp.wait_migration(Duration::from_secs(5)).await {
+            Err(crate::VmmError::Control(QmpError::Migration { status, desc })) => {
+                assert_eq!((status.as_str(), desc.as_str()), ("failed", "disk full"))
+            }
+            other => panic!("not a failed migration: {other:?}"),
+        }
+        qemu.await.unwrap();
+        // QEMU gone: the write or the read fails, whichever notices first.
+        let gone = qmp.execute("stop", json!({})).await;
+        assert!(matches!(gone, Err(QmpError::Closed | QmpError::Send { command: "stop", .. })), "{gone:?}");
+    }
 }

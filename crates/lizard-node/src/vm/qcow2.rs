@@ -55,6 +55,9 @@ fn header(backing: &Path, backing_format: &str, size: u64) -> std::io::Result<Ve
         return Err(invalid("the disk size must be 1 byte..=4 TiB"));
     }
 
+    // Every length written below fits its 32-bit field (the name is ≤ 1023 bytes, the L1
+    // table ≤ CLUSTER/8 entries); a value that did not would be refused, not cut.
+    let field = |n: u64| u32::try_from(n).map_err(|_| invalid("a header field out of range"));
     let mut h = vec![0u8; HEADER_LEN];
     let put32 = |h: &mut Vec<u8>, at: usize, v: u32| h[at..at + 4].copy_from_slice(&v.to_be_bytes());
     let put64 = |h: &mut Vec<u8>, at: usize, v: u64| h[at..at + 8].copy_from_slice(&v.to_be_bytes());
@@ -62,15 +65,15 @@ fn header(backing: &Path, backing_format: &str, size: u64) -> std::io::Result<Ve
     put32(&mut h, 4, 3); // version
     put32(&mut h, 20, CLUSTER_BITS);
     put64(&mut h, 24, size);
-    put32(&mut h, 36, l1_size as u32);
+    put32(&mut h, 36, field(l1_size)?);
     put64(&mut h, 40, 3 * CLUSTER); // L1 table
     put64(&mut h, 48, CLUSTER); // refcount table
     put32(&mut h, 56, 1); // refcount table clusters
     put32(&mut h, 96, 4); // refcount order: 16-bit
-    put32(&mut h, 100, HEADER_LEN as u32);
+    put32(&mut h, 100, field(HEADER_LEN as u64)?);
     // Extensions: the backing format (padded to 8 bytes), then the end marker.
     h.extend_from_slice(&EXT_BACKING_FORMAT.to_be_bytes());
-    h.extend_from_slice(&(backing_format.len() as u32).to_be_bytes());
+    h.extend_from_slice(&field(backing_format.len() as u64)?.to_be_bytes());
     h.extend_from_slice(backing_format.as_bytes());
     h.resize(h.len().next_multiple_of(8), 0);
     h.extend_from_slice(&[0; 8]);
@@ -78,7 +81,7 @@ fn header(backing: &Path, backing_format: &str, size: u64) -> std::io::Result<Ve
     let at = h.len();
     h.extend_from_slice(name);
     put64(&mut h, 8, at as u64);
-    put32(&mut h, 16, name.len() as u32);
+    put32(&mut h, 16, field(name.len() as u64)?);
     debug_assert!(h.len() as u64 <= CLUSTER);
     Ok(h)
 }
@@ -86,19 +89,23 @@ fn header(backing: &Path, backing_format: &str, size: u64) -> std::io::Result<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(feature = "vm-tests")]
     use std::process::Command;
 
+    #[cfg(feature = "vm-tests")]
     fn qemu_img(args: &[&str]) -> String {
         let out = Command::new("qemu-img").args(args).output().expect("qemu-img (qemu-utils) is installed");
         assert!(out.status.success(), "qemu-img {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// Needs `qemu-img` and `qemu-io` (QEMU's tools): with the VM tests.
+    #[cfg(feature = "vm-tests")]
     #[test]
     fn qemu_reads_the_backing_data_through_the_overlay() {
         let dir = tempfile::tempdir().unwrap();
         let raw = dir.path().join("base.raw");
-        let data: Vec<u8> = (0..3 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+        let data: Vec<u8> = (0..3 * 1024 * 1024u32).map(|i| u8::try_from(i % 251).unwrap()).collect();
         std::fs::write(&raw, &data).unwrap();
         let top = dir.path().join("top.qcow2");
         create_overlay(&raw, "raw", data.len() as u64, &top).unwrap();

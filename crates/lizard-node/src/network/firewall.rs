@@ -1,0 +1,159 @@
+//! The nftables rulesets: the host's (one table per node, shared by its sandboxes) and
+//! each sandbox namespace's (the platform's deny list, then the sandbox's own lists, then
+//! its internet switch).
+
+use super::links::{NS_IF, TAP_IF};
+use super::mask;
+use lizard_agent_proto::net::GATEWAY;
+use lizard_api::network::{Cidr, ParsedPolicy};
+use std::net::{IpAddr, Ipv4Addr};
+
+/// Ranges no sandbox reaches, whatever its allow list says (IPv4; IPv6 is not forwarded
+/// at all). The node's pool and the host's own addresses are added to it.
+pub const PLATFORM_DENY: &[&str] = &[
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    // Multicast, reserved, broadcast.
+    "224.0.0.0/3",
+];
+
+/// The root namespace's rules: nothing from a sandbox link reaches the host itself or
+/// another sandbox link; the pool is masqueraded out of the uplink; TCP MSS follows
+/// the route's MTU (uplinks are often below the guests' 1500).
+pub(super) fn host_ruleset(table: &str, link_prefix: &str, pool: &str) -> String {
+    let t = table;
+    let links = format!("{link_prefix}*");
+    let deny = PLATFORM_DENY.join(", ");
+    format!(
+        "table ip {t}\ndelete table ip {t}\ntable ip {t} {{\n\
+         \tchain input {{ type filter hook input priority filter - 5; policy accept;\n\
+         \t\tiifname \"{links}\" drop\n\t}}\n\
+         \tchain forward {{ type filter hook forward priority filter - 5; policy accept;\n\
+         \t\tiifname \"{links}\" ip daddr {{ {deny}, {pool} }} drop\n\
+         \t\tiifname \"{links}\" tcp flags syn tcp option maxseg size set rt mtu\n\
+         \t\toifname \"{links}\" tcp flags syn tcp option maxseg size set rt mtu\n\t}}\n\
+         \tchain postrouting {{ type nat hook postrouting priority srcnat; policy accept;\n\
+         \t\tip saddr {pool} ip daddr != {pool} masquerade\n\t}}\n}}\n"
+    )
+}
+
+/// The namespace's rules: the guest may send DNS to the gateway and nothing else to
+/// the namespace itself; what it forwards passes the platform's deny list, then the
+/// user's lists, then the internet switch; everything leaving is SNATed to the slot's
+/// address.
+pub(super) fn sandbox_ruleset(pool: &str, ns_addr: Ipv4Addr, policy: &ParsedPolicy) -> String {
+    let mut deny: Vec<String> = PLATFORM_DENY.iter().map(|s| s.to_string()).collect();
+    deny.push(pool.to_string());
+    deny.extend(host_addresses().into_iter().map(|a| format!("{a}/32")));
+    let v4 = |l: &[Cidr]| l.iter().filter(|c| c.addr.is_ipv4()).map(Cidr::to_string).collect::<Vec<_>>();
+    let (user_deny, user_allow) = (v4(&policy.deny_out), v4(&policy.allow_out));
+    let set = |name: &str, elems: &[String]| {
+        if elems.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "\tset {name} {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {} }} }}\n",
+                elems.join(", ")
+            )
+        }
+    };
+    let mut forward = vec![
+        format!("iifname \"{NS_IF}\" oifname \"{TAP_IF}\" ct state established,related accept"),
+        format!("iifname != \"{TAP_IF}\" drop"),
+        format!("oifname != \"{NS_IF}\" drop"),
+        "meta nfproto != ipv4 drop".to_string(),
+        "ip daddr @platform_deny drop".to_string(),
+    ];
+    if !user_deny.is_empty() {
+        forward.push("ip daddr @user_deny drop".into());
+    }
+    if !user_allow.is_empty() {
+        forward.push("ip daddr @user_allow accept".into());
+    }
+    forward.push(if policy.allow_internet_access { "accept" } else { "drop" }.into());
+    let forward: String = forward.iter().map(|r| format!("\t\t{r}\n")).collect();
+    format!(
+        "table inet lizard {{\n{}{}{}\
+         \tchain input {{ type filter hook input priority filter; policy drop;\n\
+         \t\tiif \"lo\" accept\n\
+         \t\tct state established,related accept\n\
+         \t\tiifname \"{TAP_IF}\" ip daddr {GATEWAY} meta l4proto {{ tcp, udp }} th dport 53 accept\n\t}}\n\
+         \tchain forward {{ type filter hook forward priority filter; policy drop;\n{forward}\t}}\n\
+         \tchain postrouting {{ type nat hook postrouting priority srcnat; policy accept;\n\
+         \t\toifname \"{NS_IF}\" snat ip to {ns_addr}\n\t}}\n}}\n",
+        set("platform_deny", &deny),
+        set("user_deny", &user_deny),
+        set("user_allow", &user_allow),
+    )
+}
+
+/// IPv4 addresses of the host's own interfaces that the platform list does not already
+/// cover (e.g. a public uplink address). The host's input rule drops sandbox traffic to
+/// them anyway; listing them here stops it one hop earlier.
+fn host_addresses() -> Vec<Ipv4Addr> {
+    let mut v: Vec<Ipv4Addr> = all_host_addresses().into_iter().filter(|ip| !platform_denies(*ip)).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Every IPv4 address on the host's interfaces (this thread's namespace: the host's).
+pub(super) fn all_host_addresses() -> Vec<Ipv4Addr> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else { return vec![] };
+    addrs.filter_map(|a| a.address?.as_sockaddr_in().map(|s| s.ip())).collect()
+}
+
+fn platform_denies(ip: Ipv4Addr) -> bool {
+    PLATFORM_DENY.iter().filter_map(|c| c.parse::<Cidr>().ok()).any(|c| match c.addr {
+        IpAddr::V4(net) => u32::from(ip) & mask(c.prefix) == u32::from(net),
+        IpAddr::V6(_) => false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn platform_deny_comes_before_the_users_lists() {
+        let policy = ParsedPolicy {
+            allow_internet_access: false,
+            allow_out: vec![
+                "10.1.2.3/32".parse().unwrap(),
+                "203.0.113.0/24".parse().unwrap(),
+                "2001:db8::/32".parse().unwrap(),
+            ],
+            deny_out: vec!["203.0.113.9".parse().unwrap()],
+        };
+        let pool = "10.200.0.0/16";
+        let r = sandbox_ruleset(pool, Ipv4Addr::new(10, 200, 0, 2), &policy);
+        let at = |s: &str| r.find(s).unwrap_or_else(|| panic!("{s} missing in\n{r}"));
+        assert!(at("@platform_deny drop") < at("@user_deny drop"));
+        assert!(at("@user_deny drop") < at("@user_allow accept"));
+        assert!(r.contains("10.200.0.0/16"), "{r}");
+        assert!(r.contains("169.254.0.0/16"));
+        assert!(!r.contains("2001:db8"), "IPv6 is not forwarded at all: {r}");
+        assert!(r.contains("snat ip to 10.200.0.2"));
+        assert!(r.trim_end().ends_with("}\n}") || r.contains("\t\tdrop\n\t}"), "internet off ends in drop: {r}");
+        let open = sandbox_ruleset(
+            pool,
+            Ipv4Addr::new(10, 200, 0, 2),
+            &ParsedPolicy { allow_internet_access: true, allow_out: vec![], deny_out: vec![] },
+        );
+        assert!(open.contains("\t\taccept\n\t}") && !open.contains("@user_"), "{open}");
+    }
+
+    #[test]
+    fn the_host_table_drops_sandbox_traffic_to_the_host_and_the_pool() {
+        let r = host_ruleset("lizard_lzv", "lzv", "10.200.0.0/16");
+        assert!(r.starts_with("table ip lizard_lzv\ndelete table ip lizard_lzv\n"), "{r}");
+        assert!(r.contains("iifname \"lzv*\" drop"), "{r}");
+        assert!(r.contains("ip saddr 10.200.0.0/16 ip daddr != 10.200.0.0/16 masquerade"), "{r}");
+        assert!(platform_denies(Ipv4Addr::new(192, 168, 1, 1)) && !platform_denies(Ipv4Addr::new(203, 0, 113, 1)));
+    }
+}

@@ -1,0 +1,271 @@
+//! A sandbox network's plumbing: slots (a /30 of the node's pool each, owned through a
+//! host-wide `flock`), the namespace, the veth pair to the host and the VM's TAP device,
+//! their addresses, and removing all of it again.
+
+use super::{io_err, NetError, Result};
+use lizard_agent_proto::net::{GATEWAY, GATEWAY_MAC, PREFIX_LEN};
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// Namespaces are `lizard-<slot>`, host links `lzv<slot>` (by default).
+pub const NETNS_PREFIX: &str = "lizard-";
+pub const HOST_IF_PREFIX: &str = "lzv";
+/// Interface names hold 15 bytes; a slot takes up to 5 digits.
+pub(super) const MAX_LINK_PREFIX: usize = 10;
+/// The namespace side of the veth pair and the VM's TAP device, inside the namespace.
+pub(super) const NS_IF: &str = "veth0";
+pub(super) const TAP_IF: &str = "tap0";
+
+/// The node's pool, cut into slots, and the host-wide locks that say who owns which.
+#[derive(Debug)]
+pub(super) struct Slots {
+    pool: Ipv4Addr,
+    count: u32,
+    state_dir: PathBuf,
+    cursor: AtomicU32,
+}
+
+/// A slot's lock file, held while the slot is in use.
+pub(super) type SlotLock = nix::fcntl::Flock<std::fs::File>;
+
+impl Slots {
+    /// The /30s of `pool`/`prefix`, locked under `state_dir`; allocation starts at a
+    /// random slot so that nodes sharing the pool rarely race for the same one.
+    pub fn new(pool: Ipv4Addr, prefix: u8, state_dir: PathBuf) -> Slots {
+        let count = 1u32 << (32 - prefix - 2);
+        Slots { pool, count, state_dir, cursor: AtomicU32::new(rand::random::<u32>() % count) }
+    }
+
+    /// Addresses of a slot: (host side, namespace side).
+    pub fn addrs(&self, slot: u32) -> (Ipv4Addr, Ipv4Addr) {
+        let base = u32::from(self.pool) + slot * 4;
+        (Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2))
+    }
+
+    fn lock_path(&self, slot: u32) -> PathBuf {
+        self.state_dir.join(format!("slot-{slot}.lock"))
+    }
+
+    /// Take slot `slot` if no live process holds it.
+    fn try_lock(&self, slot: u32) -> Option<SlotLock> {
+        let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(self.lock_path(slot)).ok()?;
+        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).ok()
+    }
+
+    /// A free slot: its lock taken, and its addresses on no interface of the host (a
+    /// leftover under another node's prefix would otherwise clash).
+    pub fn allocate(&self) -> Result<(u32, SlotLock)> {
+        let in_use: std::collections::HashSet<Ipv4Addr> = super::firewall::all_host_addresses().into_iter().collect();
+        for _ in 0..self.count {
+            let slot = self.cursor.fetch_add(1, Ordering::Relaxed) % self.count;
+            let (host, _) = self.addrs(slot);
+            if in_use.contains(&host) {
+                continue;
+            }
+            if let Some(lock) = self.try_lock(slot) {
+                return Ok((slot, lock));
+            }
+        }
+        Err(NetError::Exhausted)
+    }
+
+    /// Remove namespaces and links named by `names` whose slot nobody holds (a crashed
+    /// node's).
+    pub fn sweep(&self, names: &Names) {
+        let mut slots = std::collections::BTreeSet::new();
+        for (dir, prefix) in [("/run/netns", &names.netns_prefix), ("/sys/class/net", &names.link_prefix)] {
+            let Ok(entries) = std::fs::read_dir(dir) else { continue };
+            for e in entries.flatten() {
+                if let Some(s) =
+                    e.file_name().to_str().and_then(|n| n.strip_prefix(prefix.as_str())).and_then(|s| s.parse().ok())
+                {
+                    slots.insert(s);
+                }
+            }
+        }
+        for slot in slots.into_iter().filter(|s| *s < self.count) {
+            if let Some(lock) = self.try_lock(slot) {
+                tracing::warn!(slot, "removing a sandbox network left by a dead node process");
+                names.teardown(slot);
+                drop(lock);
+            }
+        }
+    }
+}
+
+/// Make slot `slot`'s namespace: the veth pair with the host (`host_addr` on the host's
+/// end, `ns_addr` inside), the default route, and the TAP device the VM attaches to, on
+/// the guests' gateway address. IPv6 is off on the host's end.
+pub(super) async fn create(names: &Names, slot: u32, (host_addr, ns_addr): (Ipv4Addr, Ipv4Addr)) -> Result<()> {
+    let ns = names.netns(slot);
+    let host_if = names.link(slot);
+    let root = format!(
+        "netns add {ns}\n\
+         link add {host_if} type veth peer name {NS_IF} netns {ns}\n\
+         addr add {host_addr}/30 dev {host_if}\n\
+         link set {host_if} up\n"
+    );
+    run("ip", &["-batch", "-"], Some(&root), None).await?;
+    // Nothing of a sandbox speaks IPv6, its host link included.
+    let v6 = format!("/proc/sys/net/ipv6/conf/{host_if}/disable_ipv6");
+    if Path::new(&v6).exists() {
+        std::fs::write(&v6, "1").map_err(io_err(format!("write {v6}")))?;
+    }
+    let inside = format!(
+        "link set lo up\n\
+         addr add {ns_addr}/30 dev {NS_IF}\n\
+         link set {NS_IF} up\n\
+         route add default via {host_addr}\n\
+         tuntap add dev {TAP_IF} mode tap\n\
+         link set {TAP_IF} address {GATEWAY_MAC}\n\
+         addr add {GATEWAY}/{PREFIX_LEN} dev {TAP_IF}\n\
+         link set {TAP_IF} up\n"
+    );
+    run("ip", &["-n", &ns, "-batch", "-"], Some(&inside), None).await
+}
+
+/// Run `f` on a thread of its own inside the namespace at `ns_path` (`setns` moves only
+/// the calling thread), after turning on forwarding and turning off IPv6 there.
+pub(super) fn in_namespace<T: Send>(ns_path: &Path, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    let ns = std::fs::File::open(ns_path).map_err(io_err(format!("open {}", ns_path.display())))?;
+    std::thread::scope(|s| {
+        s.spawn(|| -> Result<T> {
+            // SAFETY: setns(2) on a namespace fd we own; it moves only this thread, which
+            // ends with this closure.
+            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(io_err("enter the sandbox's network namespace")(std::io::Error::last_os_error()));
+            }
+            // /proc/sys/net shows the opening thread's namespace.
+            for (path, value) in [
+                ("/proc/sys/net/ipv4/ip_forward", "1"),
+                ("/proc/sys/net/ipv6/conf/all/disable_ipv6", "1"),
+                ("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1"),
+            ] {
+                std::fs::write(path, value).map_err(io_err(format!("write {path}")))?;
+            }
+            f()
+        })
+        .join()
+        .expect("namespace thread panicked")
+    })
+}
+
+/// How one node names its slots' namespaces and links.
+#[derive(Debug)]
+pub(super) struct Names {
+    pub netns_prefix: String,
+    pub link_prefix: String,
+}
+
+impl Names {
+    pub fn netns(&self, slot: u32) -> String {
+        format!("{}{slot}", self.netns_prefix)
+    }
+
+    pub fn netns_path(&self, slot: u32) -> PathBuf {
+        Path::new("/run/netns").join(self.netns(slot))
+    }
+
+    pub fn link(&self, slot: u32) -> String {
+        format!("{}{slot}", self.link_prefix)
+    }
+
+    pub fn leftovers(&self, slot: u32) -> bool {
+        self.netns_path(slot).exists() || Path::new("/sys/class/net").join(self.link(slot)).exists()
+    }
+
+    /// Delete a slot's host link (and with it its peer) and its namespace (and with it
+    /// the TAP and the namespace's rules). Blocking: it runs at kill, after the VM is gone.
+    pub fn teardown(&self, slot: u32) {
+        let mut batch = String::new();
+        if Path::new("/sys/class/net").join(self.link(slot)).exists() {
+            batch += &format!("link del {}\n", self.link(slot));
+        }
+        if self.netns_path(slot).exists() {
+            batch += &format!("netns del {}\n", self.netns(slot));
+        }
+        if batch.is_empty() {
+            return;
+        }
+        let out = std::process::Command::new("ip")
+            .args(["-force", "-batch", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin.take().expect("piped").write_all(batch.as_bytes())?;
+                c.wait_with_output()
+            });
+        match out {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => tracing::warn!(slot, "network teardown: {}", String::from_utf8_lossy(&o.stderr).trim()),
+            Err(e) => tracing::warn!(slot, "network teardown: {e}"),
+        }
+    }
+}
+
+/// Run a command with `stdin`, optionally inside a network namespace; its stderr is the
+/// error.
+pub(super) async fn run(program: &str, args: &[&str], stdin: Option<&str>, netns: Option<&Path>) -> Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .stdin(if stdin.is_some() { std::process::Stdio::piped() } else { std::process::Stdio::null() })
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let ns = match netns {
+        Some(p) => Some(std::fs::File::open(p).map_err(io_err(format!("open {}", p.display())))?),
+        None => None,
+    };
+    if let Some(ns) = &ns {
+        let fd = ns.as_raw_fd();
+        // SAFETY: runs in the forked child before exec and only calls setns(2), which is
+        // async-signal-safe; `fd` stays open in the parent until spawn returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let command = format!("{program} {}", args.join(" "));
+    let mut child = cmd.spawn().map_err(io_err(format!("run {command} (is it installed? scripts/deps.sh)")))?;
+    drop(ns);
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().expect("piped");
+        pipe.write_all(input.as_bytes()).await.map_err(io_err(format!("write to {command}")))?;
+    }
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .map_err(|_| NetError::Command { command: command.clone(), stderr: "timed out".into() })?
+        .map_err(io_err(format!("wait for {command}")))?;
+    if !out.status.success() {
+        return Err(NetError::Command { command, stderr: String::from_utf8_lossy(&out.stderr).trim().to_string() });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_cut_the_pool_into_30s() {
+        let slots = Slots::new(Ipv4Addr::new(10, 200, 0, 0), 16, PathBuf::from("/nonexistent"));
+        assert_eq!(slots.count, 1 << 14);
+        assert_eq!(slots.addrs(0), (Ipv4Addr::new(10, 200, 0, 1), Ipv4Addr::new(10, 200, 0, 2)));
+        assert_eq!(slots.addrs(1), (Ipv4Addr::new(10, 200, 0, 5), Ipv4Addr::new(10, 200, 0, 6)));
+        assert_eq!(slots.addrs(16383), (Ipv4Addr::new(10, 200, 255, 253), Ipv4Addr::new(10, 200, 255, 254)));
+        let names = Names { netns_prefix: NETNS_PREFIX.into(), link_prefix: HOST_IF_PREFIX.into() };
+        assert_eq!(names.link(16383), "lzv16383");
+        assert_eq!(names.netns_path(7), Path::new("/run/netns/lizard-7"));
+    }
+}

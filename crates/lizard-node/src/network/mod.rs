@@ -1,0 +1,220 @@
+//! Sandbox networking: each sandbox gets its own network namespace on the host, with a
+//! TAP device for its VM and a veth link to the host, outbound NAT, a firewall, and a
+//! DNS relay.
+//!
+//! ```text
+//!  guest eth0 10.0.2.2 ──tap0 (10.0.2.1, gateway + DNS relay)   namespace lizard-S
+//!                          │ forward: platform deny → denyOut → allowOut → internet?
+//!                          │ SNAT to the slot's address
+//!                        veth0 (pool + 4S + 2) ──── lzvS (pool + 4S + 1)   host
+//!                                                    │ input from lzv*: drop
+//!                                                    │ masquerade out of the uplink
+//! ```
+//!
+//! The guest side is the same in every sandbox (see [`lizard_agent_proto::net`]), so a
+//! template snapshot holds a configured guest that any clone can use; what differs per
+//! sandbox is the slot `S`, which names the namespace and the host link and picks a /30
+//! out of the node's pool. Slots are owned through `flock`s on files under
+//! [`NetworkConfig::state_dir`], shared by every node on the host: a slot whose lock is
+//! free but whose namespace exists was left by a process that died, and is swept.
+//!
+//! Guests cannot reach the host's resolver (a private address here), so the node relays
+//! their DNS queries from inside each namespace.
+//!
+//! - [`links`]: slots, namespaces, the veth pair and the TAP device, teardown.
+//! - [`firewall`]: the host's and each namespace's nftables rules.
+//! - [`dns`]: the per-sandbox DNS relay.
+//! - this file: the node's [`Network`] and a sandbox's [`SandboxNet`], tying them together.
+
+mod dns;
+mod firewall;
+mod links;
+
+pub use firewall::PLATFORM_DENY;
+pub use links::{HOST_IF_PREFIX, NETNS_PREFIX};
+
+use links::{Names, SlotLock, Slots, MAX_LINK_PREFIX, TAP_IF};
+use lizard_agent_proto::net::GUEST_MAC;
+use lizard_api::network::ParsedPolicy;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::task::JoinSet;
+
+/// How sandbox networks are made on this node.
+#[derive(Debug, Clone)]
+pub struct NetworkConfig {
+    /// IPv4 pool the per-sandbox links are cut from (a /30 each). Must be the same for
+    /// every node on the host that shares `state_dir`.
+    pub pool: Ipv4Addr,
+    pub pool_prefix: u8,
+    /// Host-wide directory of slot locks.
+    pub state_dir: PathBuf,
+    /// Where guests' DNS queries go; empty: the nameservers of the host's
+    /// `/etc/resolv.conf`.
+    pub resolvers: Vec<SocketAddr>,
+    /// Names of this node's namespaces (`<netns_prefix><slot>`) and host links
+    /// (`<link_prefix><slot>`). A node sweeps only leftovers with its own prefixes.
+    pub netns_prefix: String,
+    pub link_prefix: String,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        NetworkConfig {
+            pool: Ipv4Addr::new(10, 200, 0, 0),
+            pool_prefix: 16,
+            state_dir: PathBuf::from("/run/lizard/net"),
+            resolvers: vec![],
+            netns_prefix: NETNS_PREFIX.into(),
+            link_prefix: HOST_IF_PREFIX.into(),
+        }
+    }
+}
+
+/// Why network setup failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+    /// An `ip` or `nft` command failed.
+    #[error("{command} failed: {stderr}")]
+    Command { command: String, stderr: String },
+    #[error("every network slot of the pool is in use")]
+    Exhausted,
+    /// The pool is not an IPv4 network of prefix 8..=28.
+    #[error("bad network pool {pool}/{prefix}")]
+    BadPool { pool: Ipv4Addr, prefix: u8 },
+    /// A namespace or link prefix that cannot name interfaces.
+    #[error("bad network name prefixes")]
+    BadPrefixes,
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NetError {
+    move |source| NetError::Io { what: what.into(), source }
+}
+
+type Result<T, E = NetError> = std::result::Result<T, E>;
+
+/// The netmask of a prefix length.
+fn mask(prefix: u8) -> u32 {
+    u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
+}
+
+/// The node's sandbox networking: the host-side rules and the slot allocator.
+pub struct Network {
+    config: NetworkConfig,
+    names: Arc<Names>,
+    resolvers: Arc<Vec<SocketAddr>>,
+    slots: Slots,
+}
+
+impl Network {
+    /// Check the tools, enable forwarding, install the host's rules and sweep what dead
+    /// nodes left.
+    pub async fn start(config: NetworkConfig) -> Result<Arc<Network>> {
+        if !(8..=28).contains(&config.pool_prefix) || u32::from(config.pool) & !mask(config.pool_prefix) != 0 {
+            return Err(NetError::BadPool { pool: config.pool, prefix: config.pool_prefix });
+        }
+        let name_ok = |p: &str, max: usize| {
+            !p.is_empty() && p.len() <= max && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        if !name_ok(&config.link_prefix, MAX_LINK_PREFIX) || !name_ok(&config.netns_prefix, 64) {
+            return Err(NetError::BadPrefixes);
+        }
+        std::fs::create_dir_all(&config.state_dir).map_err(io_err(format!("create {}", config.state_dir.display())))?;
+        let resolvers = dns::resolvers(&config.resolvers);
+        if resolvers.is_empty() {
+            tracing::warn!("no DNS resolvers on the host: guests will not resolve names");
+        }
+        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").map_err(io_err("enable IPv4 forwarding"))?;
+        let net = Arc::new(Network {
+            names: Arc::new(Names {
+                netns_prefix: config.netns_prefix.clone(),
+                link_prefix: config.link_prefix.clone(),
+            }),
+            resolvers: Arc::new(resolvers),
+            slots: Slots::new(config.pool, config.pool_prefix, config.state_dir.clone()),
+            config,
+        });
+        let table = format!("lizard_{}", net.config.link_prefix.replace('-', "_"));
+        let rules = firewall::host_ruleset(&table, &net.config.link_prefix, &net.pool());
+        links::run("nft", &["-f", "-"], Some(&rules), None).await?;
+        net.slots.sweep(&net.names);
+        Ok(net)
+    }
+
+    /// The pool as `address/prefix`.
+    fn pool(&self) -> String {
+        format!("{}/{}", self.config.pool, self.config.pool_prefix)
+    }
+
+    /// Make a sandbox's network, with `policy`, ready for a VM to attach to.
+    pub async fn attach(&self, policy: &ParsedPolicy) -> Result<SandboxNet> {
+        let (slot, lock) = self.slots.allocate()?;
+        if self.names.leftovers(slot) {
+            self.names.teardown(slot);
+        }
+        // From here on, dropping `net` undoes whatever part was made.
+        let mut net = SandboxNet { slot, names: self.names.clone(), lock: Some(lock), relay: None };
+        net.relay = Some(self.build(slot, policy).await?);
+        Ok(net)
+    }
+
+    /// Links and addresses, then the namespace's firewall, then the DNS relay.
+    async fn build(&self, slot: u32, policy: &ParsedPolicy) -> Result<JoinSet<()>> {
+        let addrs = self.slots.addrs(slot);
+        links::create(&self.names, slot, addrs).await?;
+        let ns_path = self.names.netns_path(slot);
+        let ruleset = firewall::sandbox_ruleset(&self.pool(), addrs.1, policy);
+        links::run("nft", &["-f", "-"], Some(&ruleset), Some(&ns_path)).await?;
+        let sockets = tokio::task::spawn_blocking(move || links::in_namespace(&ns_path, dns::bind))
+            .await
+            .expect("namespace setup panicked")?;
+        dns::start(sockets, self.resolvers.clone())
+    }
+}
+
+/// One sandbox's network. [`SandboxNet::release`] removes everything of it.
+pub struct SandboxNet {
+    slot: u32,
+    names: Arc<Names>,
+    /// Ownership of the slot; dropped last, once nothing of it is left.
+    lock: Option<SlotLock>,
+    /// The DNS relay's tasks: aborting them closes the sockets inside the namespace.
+    relay: Option<JoinSet<()>>,
+}
+
+impl SandboxNet {
+    /// What the VMM needs: the namespace to run in and the TAP device.
+    pub fn attachment(&self) -> lizard_vmm::NetAttachment {
+        lizard_vmm::NetAttachment { netns: self.names.netns_path(self.slot), tap: TAP_IF.into(), mac: GUEST_MAC.into() }
+    }
+
+    /// Its namespace, under /run/netns.
+    pub fn netns_name(&self) -> String {
+        self.names.netns(self.slot)
+    }
+
+    /// Its link in the host's namespace.
+    pub fn host_link(&self) -> String {
+        self.names.link(self.slot)
+    }
+
+    /// Remove the namespace, its links (the TAP goes with the namespace) and its rules,
+    /// stop the DNS relay and free the slot. Call after the VM has exited (dropping does
+    /// the same).
+    pub fn release(self) {}
+}
+
+impl Drop for SandboxNet {
+    fn drop(&mut self) {
+        if let Some(mut relay) = self.relay.take() {
+            relay.abort_all();
+        }
+        if let Some(lock) = self.lock.take() {
+            self.names.teardown(self.slot);
+            drop(lock);
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! Creating a sandbox: check the request, claim its volume, make its network, then start
+//! its VM — a clone of the template's snapshot (made now, by one cold boot, if there is
+//! none yet) or, when that is off or fails, a cold boot.
+
+use super::Node;
+use crate::assets::BootFiles;
+use crate::sandbox::{self, Identity, Live, Sandbox, State};
+use crate::vm::{self, BootError, Machine};
+use crate::{snapshot, NodeError, Result};
+use lizard_agent_proto::handshake::Secret;
+use lizard_api::CreateSandboxRequest;
+use lizard_image::TemplateImage;
+use lizard_vmm::VmConfig;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Bounds of a sandbox's shape.
+const VCPUS: (u32, u32) = (1, 16);
+const MEMORY_MIB: (u32, u32) = (128, 16384);
+
+/// `got` if it lies in `bounds`, else the error naming `field`.
+fn in_range(field: &'static str, got: u32, (min, max): (u32, u32)) -> Result<u32> {
+    if (min..=max).contains(&got) {
+        Ok(got)
+    } else {
+        Err(NodeError::OutOfRange { field, min: min.into(), max: max.into(), got: got.into() })
+    }
+}
+
+impl Node {
+    /// Boot a new sandbox and wait until its agent answers.
+    ///
+    /// The work runs in its own task: a caller that goes away mid-boot (a dropped HTTP
+    /// request) must not leave a VM that nothing tracks.
+    pub async fn create(self: &Arc<Self>, req: CreateSandboxRequest) -> Result<Arc<Sandbox>> {
+        let node = self.clone();
+        tokio::spawn(async move { node.create_now(req).await }).await.expect("create task panicked")
+    }
+
+    async fn create_now(self: &Arc<Self>, req: CreateSandboxRequest) -> Result<Arc<Sandbox>> {
+        // Checked before anything is made (create_with makes the network from it).
+        req.network_policy().parse().map_err(NodeError::BadNetworkPolicy)?;
+        let vcpus = in_range("vcpus", req.vcpus.unwrap_or(self.config.default_vcpus), VCPUS)?;
+        let memory_mib = in_range("memoryMib", req.memory_mib.unwrap_or(self.config.default_memory_mib), MEMORY_MIB)?;
+        let template = self.assets.template(&req.template).await?;
+        let boot = self.assets.boot_files().await?;
+        let machine = Machine::new(&boot, vcpus, memory_mib, self.accel().await?);
+        let id = sandbox::new_id();
+        let volume = req.volume.clone();
+        let volume_disk = match &volume {
+            Some(v) => Some(self.claim_volume(v, &id)?),
+            None => None,
+        };
+        let result = self.create_with(req, id.clone(), volume_disk, &template, &boot, &machine).await;
+        if result.is_err() {
+            self.release_volume(volume.as_deref(), &id);
+        }
+        result
+    }
+
+    async fn create_with(
+        self: &Arc<Self>,
+        req: CreateSandboxRequest,
+        id: String,
+        volume_disk: Option<PathBuf>,
+        template: &TemplateImage,
+        boot: &BootFiles,
+        machine: &Machine,
+    ) -> Result<Arc<Sandbox>> {
+        let secret = Secret::generate();
+        let run_dir = self.sandboxes_dir().join(&id);
+        // Dropped on every error path below, which removes it again.
+        let net = self.attach_network(&req.network_policy()).await?;
+        let config = vm::sandbox_vm(&id, run_dir.clone(), machine, volume_disk, net.as_ref().map(|n| n.attachment()));
+        let with_volume = req.volume.is_some();
+        let mut restored = None;
+        if self.config.snapshots && !template.cold_boot_only {
+            match self.template_snapshot(template, boot, machine).await {
+                Ok(snap) => match self.clone_template(&config, &snap, &secret, with_volume).await {
+                    Ok(launched) => restored = Some(launched),
+                    Err(e) => {
+                        tracing::warn!(%id, template = %template.name, "restore from the template snapshot failed, cold-booting: {e}");
+                        let _ = std::fs::remove_dir_all(&run_dir);
+                    }
+                },
+                Err(e) => tracing::warn!(template = %template.name, "no template snapshot, cold-booting: {e}"),
+            }
+        }
+        let from_snapshot = restored.is_some();
+        let launched = match restored {
+            Some(l) => Ok(l),
+            None => self.cold_boot(&config, template, &secret, with_volume).await,
+        };
+        let started = launched.map(|launched| {
+            let who = Identity::created(req, &config, &template.name, from_snapshot);
+            // A clone's memory is a copy-on-write mapping of the snapshot's, not its own.
+            let state =
+                State { live: Some(Arc::new(Live::new(launched))), config, own_memory: !from_snapshot, layers: vec![] };
+            Sandbox::new(who, secret, state)
+        });
+        // On failure the network is dropped with the closure, which removes it.
+        let started = started.inspect(|s| s.set_network(net));
+        let sandbox = self.admit(started, &run_dir)?;
+        tracing::info!(%id, template = %sandbox.template, "sandbox running");
+        Ok(sandbox)
+    }
+
+    /// Cold-boot `config` from the template's root filesystem (and mount its volume).
+    async fn cold_boot(
+        &self,
+        config: &VmConfig,
+        template: &TemplateImage,
+        secret: &Secret,
+        with_volume: bool,
+    ) -> Result<vm::Launched> {
+        let launched =
+            vm::cold_boot(self.backend.as_ref(), config, &template.rootfs, secret, self.config.boot_timeout).await?;
+        if with_volume {
+            return launched.mount_volume(false).await;
+        }
+        Ok(launched)
+    }
+
+    /// Start `config` as a clone of the template snapshot `snap` (and mount its volume).
+    async fn clone_template(
+        &self,
+        config: &VmConfig,
+        snap: &snapshot::TemplateSnapshot,
+        secret: &Secret,
+        with_volume: bool,
+    ) -> Result<vm::Launched> {
+        if (config.vcpus, config.memory_mib) != (snap.meta.vcpus, snap.meta.memory_mib) {
+            return Err(BootError::SnapshotShape.into());
+        }
+        let launched = vm::clone_template(
+            self.backend.as_ref(),
+            config,
+            &snap.disk(),
+            &snap.vm_snapshot(),
+            &snap.secret,
+            secret,
+            self.config.boot_timeout,
+        )
+        .await?;
+        if with_volume {
+            return launched.mount_volume(true).await;
+        }
+        Ok(launched)
+    }
+
+    /// The snapshot of `template` in this shape, made now (one cold boot) if there is
+    /// none yet. Builders of one key are serialized within the node by a mutex and
+    /// between node processes by a file lock.
+    async fn template_snapshot(
+        &self,
+        template: &TemplateImage,
+        boot: &BootFiles,
+        machine: &Machine,
+    ) -> Result<snapshot::TemplateSnapshot> {
+        let (vcpus, memory_mib, accel) = (machine.vcpus, machine.memory_mib, machine.accel);
+        let key = snapshot::key(template, boot, vcpus, memory_mib, accel, self.network.is_some());
+        let dir = self.snapshots_dir().join(&key);
+        if let Some(s) = snapshot::TemplateSnapshot::load(&dir) {
+            return Ok(s);
+        }
+        let lock = self.snapshot_locks.lock().expect("snapshot locks poisoned").entry(key.clone()).or_default().clone();
+        let _guard = lock.lock().await;
+        if let Some(s) = snapshot::TemplateSnapshot::load(&dir) {
+            return Ok(s);
+        }
+        std::fs::create_dir_all(self.snapshots_dir()).map_err(|e| NodeError::io("create the snapshots dir", e))?;
+        let _file_lock = snapshot::file_lock(self.snapshots_dir().join(format!("{key}.lock"))).await?;
+        if let Some(s) = snapshot::TemplateSnapshot::load(&dir) {
+            return Ok(s);
+        }
+        // Incomplete or of another format: replace it. Running clones keep their open
+        // files.
+        let _ = std::fs::remove_dir_all(&dir);
+        tracing::info!(template = %template.name, %key, "making a template snapshot (one cold boot)");
+        // The template VM needs the same NIC as its clones; its network is closed to the
+        // outside and goes away with it.
+        let closed =
+            lizard_api::network::ParsedPolicy { allow_internet_access: false, allow_out: vec![], deny_out: vec![] };
+        let net = match &self.network {
+            Some(n) => Some(n.attach(&closed).await?),
+            None => None,
+        };
+        let spec = snapshot::BuildSpec {
+            net: net.as_ref().map(|n| n.attachment()),
+            backend: self.backend.as_ref(),
+            template,
+            boot,
+            vcpus,
+            memory_mib,
+            accel,
+            boot_timeout: self.config.boot_timeout,
+        };
+        snapshot::build(spec, &dir).await
+    }
+}

@@ -1,0 +1,146 @@
+//! Forks: copies of a running sandbox, processes and memory included.
+//!
+//! A fork freezes the source's root disk into a layer under `<data>/layers` (the source
+//! goes on in a new overlay above it), saves the source VM in full once, and loads that
+//! save into each copy, over a new overlay on the same layer. Layers are deleted with the
+//! last sandbox whose disk they back.
+
+use super::Node;
+use crate::sandbox::{self, Identity, Live, Sandbox, State};
+use crate::vm::{self, Machine};
+use crate::{NodeError, Result};
+use lizard_agent_proto::handshake::Secret;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Most copies one fork call makes.
+pub const MAX_FORKS: u32 = 16;
+
+impl Node {
+    /// `count` copies of a running sandbox, processes and memory included, each with its
+    /// own identity (id, secret, hostname, entropy) and its own writes from here on. All
+    /// or nothing: when one copy fails, the others are killed.
+    pub async fn fork(self: &Arc<Self>, id: &str, count: u32) -> Result<Vec<Arc<Sandbox>>> {
+        if !(1..=MAX_FORKS).contains(&count) {
+            return Err(NodeError::OutOfRange { field: "count", min: 1, max: MAX_FORKS.into(), got: count.into() });
+        }
+        let source = self.get(id)?;
+        let node = self.clone();
+        tokio::spawn(async move { node.fork_now(&source, count).await }).await.expect("fork task panicked")
+    }
+
+    async fn fork_now(self: &Arc<Self>, source: &Arc<Sandbox>, count: u32) -> Result<Vec<Arc<Sandbox>>> {
+        let _transition = source.transition.lock().await;
+        self.get(&source.id)?;
+        let live = source.live()?;
+        let old_top = source.state().config.root_disk.clone();
+        if source.volume.is_some() {
+            return Err(NodeError::ForkWithVolume { id: source.id.clone() });
+        }
+        let layers_dir = self.layers_dir();
+        std::fs::create_dir_all(&layers_dir).map_err(|e| NodeError::io("create the layers dir", e))?;
+        let token = sandbox::new_id();
+        let layer = layers_dir.join(format!("{token}.qcow2"));
+        let state_file = layers_dir.join(format!("{token}.state"));
+        let new_top = source.run_dir.join(format!("root-{token}.qcow2"));
+
+        // Freeze the disk and save the VM at one instant (vCPUs stopped), then let the
+        // source go on in a new overlay.
+        let vm = live.vm();
+        vm.pause().await?;
+        let frozen: Result<()> = async {
+            std::fs::hard_link(&old_top, &layer).map_err(|e| NodeError::io("link the frozen disk", e))?;
+            vm::create_overlay(&layer, "qcow2", &new_top).await?;
+            vm.freeze_disk(&new_top).await?;
+            vm.save_all(&state_file).await?;
+            Ok(())
+        }
+        .await;
+        let resumed = vm.resume().await;
+        if let Err(e) = frozen.and(resumed.map_err(NodeError::from)) {
+            for f in [&layer, &state_file, &new_top] {
+                let _ = std::fs::remove_file(f);
+            }
+            return Err(e);
+        }
+        let (base, layers) = {
+            let mut st = source.state();
+            st.config.root_disk = new_top;
+            st.layers.push(layer.clone());
+            (Machine::of(&st.config), st.layers.clone())
+        };
+        // The source's old overlay lives on as the layer (same file).
+        let _ = std::fs::remove_file(&old_top);
+        source.write_record()?;
+
+        let copies = futures_util::future::join_all(
+            (0..count).map(|_| self.fork_one(source, &base, &layers, &layer, &state_file)),
+        )
+        .await;
+        let _ = std::fs::remove_file(&state_file);
+        let mut made = Vec::with_capacity(copies.len());
+        let mut failure = None;
+        for copy in copies {
+            match copy {
+                Ok(s) => made.push(s),
+                Err(e) => failure = failure.or(Some(e)),
+            }
+        }
+        if let Some(e) = failure {
+            for copy in &made {
+                let _ = self.kill(&copy.id).await;
+            }
+            return Err(e);
+        }
+        tracing::info!(id = %source.id, count, "sandbox forked");
+        Ok(made)
+    }
+
+    /// One copy for [`Node::fork`]: a new overlay on the frozen `layer`, the source's full
+    /// save loaded into a memory file of its own, a network of its own with the source's
+    /// policy, and a new identity.
+    async fn fork_one(
+        self: &Arc<Self>,
+        source: &Sandbox,
+        machine: &Machine,
+        layers: &[PathBuf],
+        layer: &Path,
+        state_file: &Path,
+    ) -> Result<Arc<Sandbox>> {
+        let id = sandbox::new_id();
+        let secret = Secret::generate();
+        let run_dir = self.sandboxes_dir().join(&id);
+        // Dropped (removed) if the copy fails.
+        let net = self.attach_network(&source.network_policy).await?;
+        // The source has no volume (it could not be forked): a placeholder of its own.
+        let config = vm::sandbox_vm(&id, run_dir.clone(), machine, None, net.as_ref().map(|n| n.attachment()));
+        let deadline = self.config.boot_timeout;
+        let launched =
+            vm::load_copy(self.backend.as_ref(), &config, layer, state_file, &source.secret, &secret, deadline).await;
+        let started = launched.map(|launched| {
+            let state =
+                State { live: Some(Arc::new(Live::new(launched))), config, own_memory: true, layers: layers.to_vec() };
+            Sandbox::new(Identity::fork_of(source, id), secret, state)
+        });
+        // On failure the network is dropped with the closure, which removes it.
+        let started = started.inspect(|s| s.set_network(net));
+        self.admit(started, &run_dir)
+    }
+
+    /// Delete the layers that backed `gone`'s disk and back no other sandbox's.
+    pub(super) fn release_layers(&self, gone: &Sandbox) {
+        let mine = gone.state().layers.clone();
+        if mine.is_empty() {
+            return;
+        }
+        let in_use = self.layers_in_use();
+        for layer in mine.iter().filter(|l| !in_use.contains(*l)) {
+            let _ = std::fs::remove_file(layer);
+        }
+    }
+
+    pub(super) fn layers_in_use(&self) -> HashSet<PathBuf> {
+        self.sandboxes().values().flat_map(|s| s.state().layers.clone()).collect()
+    }
+}

@@ -1,0 +1,205 @@
+//! A sandbox's life after create: admitting a started one, watching its VM, pause to
+//! disk, resume, kill, and node shutdown.
+//!
+//! A paused sandbox has no VMM process. Its directory holds everything it is: the root
+//! disk overlay, the secret, `sandbox.json`, and its saved VM — either device state only
+//! beside a memory file of its own, or, for a template clone whose memory is a private
+//! copy-on-write mapping of the template's, one full save with all of memory. Resuming a
+//! full save loads it into a memory file of the sandbox's own, so every later pause only
+//! saves device state (see [`crate::vm`]'s `save_in_place`).
+
+use super::Node;
+use crate::error::EndReason;
+use crate::sandbox::{Live, Sandbox};
+use crate::{vm, NodeError, Result};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long the agent gets to notice that its host left (it polls every 2 ms) before
+/// the VM is paused. If it has not by then, the resume's handshake retries cover it.
+const AGENT_SETTLE: Duration = Duration::from_millis(50);
+
+impl Node {
+    /// Stop a sandbox's vCPUs, save it to its directory and end its VMM process. Its
+    /// processes, memory and files come back with [`Node::resume`]. Pausing a paused
+    /// sandbox does nothing.
+    pub async fn pause(self: &Arc<Self>, id: &str) -> Result<Arc<Sandbox>> {
+        let sandbox = self.get(id)?;
+        let (node, s) = (self.clone(), sandbox.clone());
+        tokio::spawn(async move { node.pause_now(&s).await }).await.expect("pause task panicked")?;
+        Ok(sandbox)
+    }
+
+    async fn pause_now(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
+        let _transition = sandbox.transition.lock().await;
+        self.get(&sandbox.id)?; // killed while we waited
+        let (live, own_memory) = {
+            let st = sandbox.state();
+            match &st.live {
+                None => return Ok(()),
+                Some(live) => (live.clone(), st.own_memory),
+            }
+        };
+        // The volume's data reaches its disk before the VM stops: a paused sandbox's
+        // volume must read the same from the host as from the guest.
+        sandbox.sync_volume().await;
+        // New operations are refused from here, as for a paused sandbox.
+        sandbox.pausing.store(true, Ordering::SeqCst);
+        // The agent goes back to waiting for a host while the guest still runs, so that
+        // the first connection after the resume is simply its next session.
+        let _ = tokio::time::timeout(Duration::from_secs(2), live.agent().shutdown()).await;
+        tokio::time::sleep(AGENT_SETTLE).await;
+        let vm = live.vm();
+        if let Err(e) = vm::save_in_place(vm, own_memory).await {
+            // Not paused after all: run on, with a new session.
+            let _ = vm.resume().await;
+            let deadline = self.config.boot_timeout;
+            match vm::connect_agent(vm, &sandbox.secret, deadline, Some(vm::RESTORED_HANDSHAKE)).await {
+                Ok(agent) => {
+                    self.forward_api(&sandbox.id, &agent);
+                    live.set_agent(agent)
+                }
+                Err(e) => tracing::warn!(id = %sandbox.id, "no agent session after a failed pause: {e}"),
+            }
+            sandbox.pausing.store(false, Ordering::SeqCst);
+            return Err(e.into());
+        }
+        // From here the saved VM is the sandbox: the process must not run on. Taking it
+        // out of the state first tells its monitor that its exit is no crash.
+        sandbox.state().live = None;
+        sandbox.pausing.store(false, Ordering::SeqCst);
+        let recorded = sandbox.write_record();
+        let _ = vm.kill().await;
+        recorded?;
+        tracing::info!(id = %sandbox.id, full = !own_memory, "sandbox paused");
+        Ok(())
+    }
+
+    /// Start a paused sandbox's VM again where it stopped. Resuming a running sandbox
+    /// does nothing.
+    pub async fn resume(self: &Arc<Self>, id: &str) -> Result<Arc<Sandbox>> {
+        let sandbox = self.get(id)?;
+        let (node, s) = (self.clone(), sandbox.clone());
+        tokio::spawn(async move { node.resume_now(&s).await }).await.expect("resume task panicked")?;
+        Ok(sandbox)
+    }
+
+    async fn resume_now(self: &Arc<Self>, sandbox: &Arc<Sandbox>) -> Result<()> {
+        let _transition = sandbox.transition.lock().await;
+        self.get(&sandbox.id)?;
+        let (mut config, own_memory) = {
+            let st = sandbox.state();
+            if st.live.is_some() {
+                return Ok(());
+            }
+            (st.config.clone(), st.own_memory)
+        };
+        // Taken back after a node restart: the old process's namespace is gone (swept at
+        // start), so it gets a new one, same policy; the guest's side is the same in every
+        // namespace.
+        if config.net.is_some() && !sandbox.has_network() {
+            let net = self.attach_network(&sandbox.network_policy).await?;
+            config.net = net.as_ref().map(|n| n.attachment());
+            sandbox.set_network(net);
+            sandbox.state().config.net = config.net.clone();
+        }
+        let deadline = self.config.boot_timeout;
+        let launched =
+            vm::resume_in_place(self.backend.as_ref(), &config, own_memory, &sandbox.secret, deadline).await?;
+        let live = Arc::new(Live::new(launched));
+        {
+            let mut st = sandbox.state();
+            st.live = Some(live.clone());
+            st.own_memory = true;
+        }
+        vm::discard_saved(&sandbox.run_dir);
+        self.watch(sandbox.clone(), live);
+        sandbox.write_record()?;
+        tracing::info!(id = %sandbox.id, "sandbox resumed");
+        Ok(())
+    }
+
+    /// Put a just-started sandbox in the map, under watch, with its record written; or,
+    /// when it did not start, remove its directory.
+    pub(super) fn admit(self: &Arc<Self>, started: Result<Sandbox>, run_dir: &Path) -> Result<Arc<Sandbox>> {
+        let sandbox = match started {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(run_dir);
+                return Err(e);
+            }
+        };
+        if let Err(e) = sandbox.write_record() {
+            if let Ok(live) = sandbox.live() {
+                tokio::spawn(async move { live.vm().kill().await });
+            }
+            sandbox.cleanup();
+            return Err(e);
+        }
+        self.sandboxes_mut().insert(sandbox.id.clone(), sandbox.clone());
+        if let Ok(live) = sandbox.live() {
+            self.watch(sandbox.clone(), live);
+        }
+        Ok(sandbox)
+    }
+
+    /// Clean up after a VMM that exits by itself (crash, guest power-off, OOM kill). A VM
+    /// that a pause ended is no longer the sandbox's live one, and is left alone.
+    fn watch(self: &Arc<Self>, sandbox: Arc<Sandbox>, live: Arc<Live>) {
+        // Every live VM (created, resumed, forked) gets its guest's API connections carried.
+        self.forward_api(&sandbox.id, &live.agent());
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let exit = live.vm().wait().await;
+            let current = sandbox.state().live.as_ref().is_some_and(|l| Arc::ptr_eq(l, &live));
+            let Some(node) = node.upgrade() else { return };
+            if !current {
+                return;
+            }
+            let why = EndReason::Crashed(exit);
+            // Files first: once the sandbox is reported gone, nothing of it is left. (Killed
+            // on purpose, it is no longer in the map and kill() cleans up as well.)
+            sandbox.cleanup();
+            node.release_volume(sandbox.volume.as_deref(), &sandbox.id);
+            if node.remove(&sandbox.id, why.clone()).is_some() {
+                node.release_layers(&sandbox);
+                tracing::warn!(id = %sandbox.id, "{why}");
+            }
+        });
+    }
+
+    /// Stop a sandbox's VM (if it runs) and delete everything the node made for it (in
+    /// its own task, so a caller that goes away cannot leave it half done).
+    pub async fn kill(self: &Arc<Self>, id: &str) -> Result<()> {
+        // What the guest wrote to its volume and did not sync yet reaches the disk first
+        // (bounded: a hung guest must not keep its sandbox alive).
+        self.get(id)?.sync_volume().await;
+        let sandbox = self.remove(id, EndReason::Killed).ok_or_else(|| self.not_found(id))?;
+        let node = self.clone();
+        tokio::spawn(async move {
+            let _transition = sandbox.transition.lock().await;
+            let live = sandbox.state().live.clone();
+            let result = match live {
+                Some(live) => live.vm().kill().await.map(drop).map_err(NodeError::from),
+                None => Ok(()),
+            };
+            sandbox.cleanup();
+            node.release_layers(&sandbox);
+            node.release_volume(sandbox.volume.as_deref(), &sandbox.id);
+            result
+        })
+        .await
+        .expect("kill task panicked")
+    }
+
+    /// Kill every running sandbox (node shutdown). Paused ones stay on disk for the next
+    /// node process.
+    pub async fn shutdown(self: &Arc<Self>) {
+        let running: Vec<String> = self.sandboxes().values().filter(|s| !s.is_paused()).map(|s| s.id.clone()).collect();
+        for id in running {
+            let _ = self.kill(&id).await;
+        }
+    }
+}

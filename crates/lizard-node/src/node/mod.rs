@@ -1,0 +1,200 @@
+//! [`Node`]: one host's sandboxes, and everything the node does to them.
+//!
+//! - this file: the node itself — start, the sandbox map and what ended sandboxes left
+//!   behind (tombstones), lookups, the accelerator, per-sandbox networks.
+//! - [`create`]: create a sandbox (cold boot, or a clone of the template's snapshot).
+//! - [`lifecycle`]: pause, resume, kill, shutdown, and watching VMs that die.
+//! - [`fork`]: copies of a running sandbox, and the frozen disk layers they share.
+//! - [`restart`]: what a node takes back from, or sweeps after, an earlier node process.
+//! - [`volumes`]: volume disks and which sandbox holds each.
+
+mod create;
+mod fork;
+mod lifecycle;
+mod restart;
+mod volumes;
+
+pub use fork::MAX_FORKS;
+
+use crate::assets::Assets;
+use crate::error::EndReason;
+use crate::sandbox::Sandbox;
+use crate::{forward, network, snapshot, vm, NodeConfig, NodeError, Result};
+use lizard_api::SandboxInfo;
+use lizard_image::ImageStore;
+use lizard_vmm::{Accel, Backend};
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// How many ended sandboxes the node remembers, to say why an id is gone.
+const TOMBSTONES: usize = 4096;
+
+/// One host's sandboxes.
+pub struct Node {
+    config: NodeConfig,
+    assets: Assets,
+    backend: Arc<dyn Backend>,
+    /// Sandbox networking, when configured.
+    network: Option<Arc<network::Network>>,
+    accel: tokio::sync::OnceCell<Accel>,
+    sandboxes: RwLock<HashMap<String, Arc<Sandbox>>>,
+    /// Ended sandboxes and why, newest last.
+    tombstones: Mutex<VecDeque<(String, EndReason)>>,
+    /// One lock per snapshot key: the first create of a template builds its snapshot,
+    /// the ones behind it wait for it.
+    snapshot_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Volume id → the sandbox that holds it (being created, running or paused): one
+    /// writer per volume.
+    volume_holders: Mutex<HashMap<String, String>>,
+}
+
+impl Node {
+    /// Open the node's data directory, cleaning up anything a previous process left.
+    pub async fn start(mut config: NodeConfig) -> Result<Arc<Node>> {
+        // Disk overlays and VMM arguments name these paths; relative ones would resolve
+        // against the wrong directory.
+        for dir in [&mut config.data_dir, &mut config.image_root] {
+            *dir = std::path::absolute(&*dir).map_err(|e| NodeError::io(format!("resolve {}", dir.display()), e))?;
+        }
+        // Sandbox and snapshot directories hold VMM control sockets, secrets and guest
+        // memory: owner only.
+        use std::os::unix::fs::PermissionsExt;
+        let dirs = [Some("sandboxes"), config.snapshots.then_some("snapshots"), Some("volumes")];
+        for dir in dirs.into_iter().flatten().map(|d| config.data_dir.join(d)) {
+            std::fs::create_dir_all(&dir).map_err(|e| NodeError::io(format!("create {}", dir.display()), e))?;
+            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        }
+        let network = match &config.network {
+            Some(c) => Some(network::Network::start(c.clone()).await?),
+            None => None,
+        };
+        let node = Arc::new(Node {
+            network,
+            assets: Assets::new(
+                ImageStore::new(&config.image_root),
+                config.agent_bin.clone(),
+                config.guest_cli.clone(),
+            ),
+            backend: Arc::new(lizard_vmm::qemu::QemuBackend::with_binary(&config.qemu_binary)),
+            accel: tokio::sync::OnceCell::new(),
+            sandboxes: RwLock::new(HashMap::new()),
+            tombstones: Mutex::new(VecDeque::new()),
+            snapshot_locks: Mutex::new(HashMap::new()),
+            volume_holders: Mutex::new(HashMap::new()),
+            config,
+        });
+        node.adopt_or_sweep();
+        snapshot::sweep(&node.snapshots_dir());
+        crate::volumes::sweep(&node.volumes_dir());
+        Ok(node)
+    }
+
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    fn sandboxes_dir(&self) -> PathBuf {
+        self.config.data_dir.join("sandboxes")
+    }
+
+    fn snapshots_dir(&self) -> PathBuf {
+        self.config.data_dir.join("snapshots")
+    }
+
+    fn volumes_dir(&self) -> PathBuf {
+        self.config.data_dir.join("volumes")
+    }
+
+    fn layers_dir(&self) -> PathBuf {
+        self.config.data_dir.join("layers")
+    }
+
+    /// The sandbox map, for reading (a poisoned lock means a panic mid-update).
+    fn sandboxes(&self) -> RwLockReadGuard<'_, HashMap<String, Arc<Sandbox>>> {
+        self.sandboxes.read().expect("sandbox map poisoned")
+    }
+
+    fn sandboxes_mut(&self) -> RwLockWriteGuard<'_, HashMap<String, Arc<Sandbox>>> {
+        self.sandboxes.write().expect("sandbox map poisoned")
+    }
+
+    fn holders(&self) -> MutexGuard<'_, HashMap<String, String>> {
+        self.volume_holders.lock().expect("volume holders poisoned")
+    }
+
+    pub fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
+        self.sandboxes().get(id).cloned().ok_or_else(|| self.not_found(id))
+    }
+
+    pub fn list(&self) -> Vec<SandboxInfo> {
+        let mut v: Vec<SandboxInfo> = self.sandboxes().values().map(|s| s.info()).collect();
+        v.sort_by(|a, b| a.started_at.cmp(&b.started_at).then(a.sandbox_id.cmp(&b.sandbox_id)));
+        v
+    }
+
+    /// Take a sandbox out of the map, recording why in the same step, so that no lookup
+    /// in between finds neither the sandbox nor the reason it is gone.
+    fn remove(&self, id: &str, why: EndReason) -> Option<Arc<Sandbox>> {
+        let mut map = self.sandboxes_mut();
+        let sandbox = map.remove(id)?;
+        self.bury(id, why);
+        Some(sandbox)
+    }
+
+    fn bury(&self, id: &str, why: EndReason) {
+        let mut t = self.tombstones.lock().expect("tombstones poisoned");
+        if t.len() >= TOMBSTONES {
+            t.pop_front();
+        }
+        t.push_back((id.to_string(), why));
+    }
+
+    fn not_found(&self, id: &str) -> NodeError {
+        let t = self.tombstones.lock().expect("tombstones poisoned");
+        match t.iter().rev().find(|(i, _)| i == id) {
+            Some((_, why)) => NodeError::Ended { id: id.to_string(), reason: why.clone() },
+            None => NodeError::NotFound { id: id.to_string() },
+        }
+    }
+
+    /// The accelerator, probed once per node (and cached on disk per host).
+    async fn accel(&self) -> Result<Accel> {
+        if let Some(a) = self.config.accel {
+            return Ok(a);
+        }
+        let boot = self.assets.boot_files().await?;
+        let probe_dir = self.config.data_dir.join("probe");
+        let _ = std::fs::remove_dir_all(&probe_dir);
+        let cfg = vm::probe_vm(&boot, probe_dir);
+        let backend = self.backend.clone();
+        let cache = self.config.image_root.join("accel.json");
+        Ok(*self
+            .accel
+            .get_or_init(|| async move { lizard_vmm::accel::choose(backend.as_ref(), &cfg, &cache).await })
+            .await)
+    }
+
+    /// Build (or take from cache) the images for `template`, without booting anything.
+    pub async fn prepare(&self, template: &str) -> Result<()> {
+        self.assets.template(template).await?;
+        self.assets.boot_files().await?;
+        self.accel().await?;
+        Ok(())
+    }
+
+    /// A new network with `policy` for a sandbox, when the node gives sandboxes one.
+    async fn attach_network(&self, policy: &lizard_api::network::NetworkPolicy) -> Result<Option<network::SandboxNet>> {
+        let Some(n) = &self.network else { return Ok(None) };
+        let policy = policy.parse().map_err(NodeError::BadNetworkPolicy)?;
+        Ok(Some(n.attach(&policy).await?))
+    }
+
+    /// Carry the guest's connections to its API address to [`NodeConfig::api_forward`]
+    /// until this agent channel closes (a pause ends it; a resume opens a new one).
+    fn forward_api(&self, id: &str, agent: &lizard_agent_client::AgentClient) {
+        if let Some(target) = self.config.api_forward {
+            forward::spawn(id.to_string(), agent.clone(), target);
+        }
+    }
+}

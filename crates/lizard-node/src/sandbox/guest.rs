@@ -1,0 +1,145 @@
+//! Operations inside a sandbox's guest, through its agent: commands, files and TCP
+//! tunnels to guest ports.
+
+use super::Sandbox;
+use crate::{NodeError, Result};
+use lizard_agent_proto::frame::{Frame, FrameKind};
+use std::sync::Arc;
+
+impl Sandbox {
+    /// The agent's form of an exec request: the sandbox's environment under the
+    /// request's, stdin as a one-chunk stream.
+    fn agent_exec(
+        &self,
+        req: lizard_api::ExecRequest,
+    ) -> Result<(
+        lizard_agent_proto::types::ExecRequest,
+        Option<futures_util::stream::Once<std::future::Ready<bytes::Bytes>>>,
+    )> {
+        if req.cmd.is_some() == req.argv.is_some() {
+            return Err(NodeError::ExecCommand);
+        }
+        if req.argv.as_ref().is_some_and(|a| a.is_empty()) {
+            return Err(NodeError::EmptyArgv);
+        }
+        let mut env = self.env.clone();
+        env.extend(req.env);
+        let stdin = req.stdin.map(|s| futures_util::stream::once(std::future::ready(bytes::Bytes::from(s))));
+        let agent_req = lizard_agent_proto::types::ExecRequest {
+            cmd: req.cmd,
+            argv: req.argv,
+            cwd: req.cwd,
+            env,
+            user: req.user,
+            timeout_ms: req.timeout_ms,
+            stdin: stdin.is_some(),
+        };
+        Ok((agent_req, stdin))
+    }
+
+    async fn start_exec(&self, req: lizard_api::ExecRequest) -> Result<lizard_agent_client::ExecStream> {
+        let (req, stdin) = self.agent_exec(req)?;
+        self.live()?.agent().exec(req, stdin).await.map_err(|e| self.agent_error(e))
+    }
+
+    /// Run a command to completion and collect its output (lossy UTF-8).
+    pub async fn exec_collect(&self, req: lizard_api::ExecRequest) -> Result<lizard_api::ProcessResult> {
+        use futures_util::StreamExt;
+        let mut stream = self.start_exec(req).await?;
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        while let Some(event) = stream.next().await {
+            match event {
+                lizard_agent_client::ExecEvent::Stdout(b) => stdout.extend_from_slice(&b),
+                lizard_agent_client::ExecEvent::Stderr(b) => stderr.extend_from_slice(&b),
+            }
+        }
+        let status = stream.wait().await.map_err(|e| self.agent_error(e))?;
+        Ok(lizard_api::ProcessResult {
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            exit_code: status.exit_code,
+            timed_out: status.timed_out,
+        })
+    }
+
+    /// Run a command, discard its output, and return how it ended (with the guest's own
+    /// timing).
+    pub async fn exec_status(&self, req: lizard_api::ExecRequest) -> Result<lizard_api::ExitStatus> {
+        self.start_exec(req).await?.wait().await.map_err(|e| self.agent_error(e))
+    }
+
+    /// Run a command and stream its output as exec frames, ending with `Exit`, or with
+    /// `Error` carrying an [`lizard_api::ApiError`].
+    pub async fn exec_frames(
+        self: &Arc<Self>,
+        req: lizard_api::ExecRequest,
+    ) -> Result<impl futures_util::Stream<Item = std::io::Result<Frame>> + Send + 'static> {
+        use futures_util::StreamExt;
+        let stream = self.start_exec(req).await?;
+        let me = self.clone();
+        Ok(futures_util::stream::unfold(Some(stream), move |state| {
+            let me = me.clone();
+            async move {
+                let mut stream = state?;
+                match stream.next().await {
+                    Some(lizard_agent_client::ExecEvent::Stdout(b)) => {
+                        Some((Ok(Frame::new(FrameKind::Stdout, b)), Some(stream)))
+                    }
+                    Some(lizard_agent_client::ExecEvent::Stderr(b)) => {
+                        Some((Ok(Frame::new(FrameKind::Stderr, b)), Some(stream)))
+                    }
+                    None => {
+                        let last = match stream.wait().await {
+                            Ok(status) => Frame::json(FrameKind::Exit, &status),
+                            Err(e) => Frame::json(FrameKind::Error, &me.agent_error(e).to_api()),
+                        };
+                        Some((Ok(last), None))
+                    }
+                }
+            }
+        }))
+    }
+
+    /// Stream a file out of the guest: its length (when known) and its bytes.
+    pub async fn read_file(
+        &self,
+        path: &str,
+    ) -> Result<(Option<u64>, futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>)> {
+        use futures_util::StreamExt;
+        let file = self.live()?.agent().read_file(path).await.map_err(|e| self.agent_error(e))?;
+        let len = file.content_length();
+        Ok((len, file.map(|r| r.map_err(std::io::Error::other)).boxed()))
+    }
+
+    /// Stream `body` into a file in the guest (parents created, replaced atomically).
+    pub async fn write_file<S>(&self, path: &str, mode: Option<u32>, body: S) -> Result<lizard_api::WriteResult>
+    where
+        S: futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
+    {
+        self.live()?.agent().write_file(path, mode, body).await.map_err(|e| self.agent_error(e))
+    }
+
+    pub async fn list_dir(&self, path: &str) -> Result<Vec<lizard_api::FileEntry>> {
+        self.live()?.agent().list_dir(path).await.map_err(|e| self.agent_error(e))
+    }
+
+    /// Remove a file or a directory tree.
+    pub async fn remove(&self, path: &str) -> Result<()> {
+        self.live()?.agent().remove(path).await.map_err(|e| self.agent_error(e))
+    }
+
+    /// Create a directory and its parents.
+    pub async fn make_dir(&self, path: &str) -> Result<()> {
+        self.live()?.agent().make_dir(path).await.map_err(|e| self.agent_error(e))
+    }
+
+    /// A TCP connection to `port` on the guest's loopback, carried over the agent channel
+    /// (not the guest network, which is closed to the host). This is what a reverse proxy for
+    /// `{id}-{port}.sandbox.…` URLs writes requests into: raw bytes both ways, so HTTP/1.1
+    /// keep-alive, streamed bodies and WebSocket upgrades pass through untouched.
+    /// Nothing listening there is [`lizard_api::ErrorCode::Unavailable`]; port 0 is
+    /// [`lizard_api::ErrorCode::InvalidArgument`].
+    pub async fn connect_port(&self, port: u16) -> Result<lizard_agent_client::TcpTunnel> {
+        self.live()?.agent().connect_tcp(port).await.map_err(|e| self.agent_error(e))
+    }
+}

@@ -1,0 +1,94 @@
+//! `sandbox.json`: what a sandbox's directory says about it, enough to take a paused one
+//! back after the node restarts.
+
+use super::{Identity, Sandbox, State};
+use crate::vm::saved_in_place;
+use crate::{NodeError, Result};
+use lizard_agent_proto::handshake::Secret;
+use lizard_vmm::VmConfig;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+const RECORD: &str = "sandbox.json";
+
+/// The contents of `sandbox.json`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Record {
+    id: String,
+    template: String,
+    vcpus: u32,
+    memory_mib: u32,
+    started_at_ms: u64,
+    metadata: BTreeMap<String, String>,
+    env: BTreeMap<String, String>,
+    from_snapshot: bool,
+    config: VmConfig,
+    own_memory: bool,
+    layers: Vec<PathBuf>,
+    paused: bool,
+    #[serde(default)]
+    network_policy: lizard_api::network::NetworkPolicy,
+    /// The volume it holds (mounted at /workspace), if any.
+    #[serde(default)]
+    volume: Option<String>,
+}
+
+impl Sandbox {
+    /// Write `sandbox.json` (replacing it atomically).
+    pub(crate) fn write_record(&self) -> Result<()> {
+        let record = {
+            let st = self.state();
+            let since_epoch = self.started_at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+            Record {
+                id: self.id.clone(),
+                template: self.template.clone(),
+                vcpus: self.vcpus,
+                memory_mib: self.memory_mib,
+                // Milliseconds since 1970 fit a u64 for the next 500 million years.
+                started_at_ms: u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX),
+                metadata: self.metadata.clone(),
+                env: self.env.clone(),
+                from_snapshot: self.from_snapshot(),
+                config: st.config.clone(),
+                own_memory: st.own_memory,
+                layers: st.layers.clone(),
+                paused: st.live.is_none(),
+                network_policy: self.network_policy.clone(),
+                volume: self.volume.clone(),
+            }
+        };
+        let tmp = self.run_dir.join(format!("{RECORD}.tmp"));
+        let json = serde_json::to_vec_pretty(&record).expect("records serialize");
+        std::fs::write(&tmp, json)
+            .and_then(|_| std::fs::rename(&tmp, self.run_dir.join(RECORD)))
+            .map_err(|e| NodeError::io(format!("write {}/{RECORD}", self.run_dir.display()), e))
+    }
+
+    /// A paused sandbox from its directory, if the directory holds a complete one.
+    pub(crate) fn adopt(dir: &Path) -> Option<Sandbox> {
+        let record: Record = serde_json::from_slice(&std::fs::read(dir.join(RECORD)).ok()?).ok()?;
+        let saved = saved_in_place(dir, record.own_memory);
+        if !record.paused || record.config.run_dir != dir || !saved.exists() || !record.config.root_disk.exists() {
+            return None;
+        }
+        let secret_file = record.config.secret_file.as_ref()?;
+        let secret = Secret::from_hex(std::fs::read_to_string(secret_file).ok()?.trim()).ok()?;
+        let who = Identity {
+            id: record.id,
+            template: record.template,
+            vcpus: record.vcpus,
+            memory_mib: record.memory_mib,
+            started_at: SystemTime::UNIX_EPOCH + Duration::from_millis(record.started_at_ms),
+            metadata: record.metadata,
+            env: record.env,
+            from_snapshot: record.from_snapshot,
+            network_policy: record.network_policy,
+            volume: record.volume,
+        };
+        let state = State { live: None, config: record.config, own_memory: record.own_memory, layers: record.layers };
+        Some(Sandbox::new(who, secret, state))
+    }
+}

@@ -1,0 +1,135 @@
+//! The agent handshake: connecting to a booting or restored guest's agent, giving a
+//! restored guest its own identity, and asking the agent to mount the volume.
+
+use super::{BootCause, BootError};
+use crate::{NodeError, Result};
+use lizard_agent_client::{AgentClient, ClientError};
+use lizard_agent_proto::handshake::Secret;
+use lizard_vmm::Vm;
+use std::time::{Duration, Instant, SystemTime};
+
+/// How long the first handshake may take on a guest that is known to be up (restored);
+/// each retry doubles it. A retry covers a connection that races the guest noticing that
+/// the host it had before the snapshot left (its old session then waits for that host
+/// until this one gives up and reconnects).
+pub(crate) const RESTORED_HANDSHAKE: Duration = Duration::from_secs(2);
+
+/// How long a mount may take (a restored guest first waits for the resize notice).
+const VOLUME_MOUNT_LIMIT: Duration = Duration::from_secs(20);
+
+/// Connect to the agent's socket and run the handshake, retrying until the guest is up.
+/// `attempt` bounds the first handshake, each later one twice as long as the one before
+/// (None: a booting guest answers when it is ready). A wrong secret fails at once.
+pub(crate) async fn connect_agent(
+    vm: &dyn Vm,
+    secret: &Secret,
+    deadline: Duration,
+    attempt: Option<Duration>,
+) -> Result<AgentClient> {
+    let start = Instant::now();
+    let socket = vm.config().agent_socket();
+    let mut limit = attempt;
+    let attempt = async {
+        loop {
+            match tokio::net::UnixStream::connect(&socket).await {
+                Ok(stream) => match with_limit(limit, AgentClient::connect(stream, secret)).await {
+                    Ok(client) => return Ok(client),
+                    Err(ClientError::Handshake(lizard_agent_proto::handshake::HandshakeError::Denied)) => {
+                        return Err(NodeError::from(BootError::SecretRefused))
+                    }
+                    // The channel closed before the guest answered: it is still
+                    // booting, or the VMM is gone (checked below).
+                    Err(e) => {
+                        tracing::debug!("agent handshake: {e}");
+                        limit = limit.map(|l| l * 2);
+                    }
+                },
+                Err(e) => tracing::trace!("agent socket: {e}"),
+            }
+            if !vm.is_running() {
+                return Err(boot_failure(vm, BootCause::VmmExited(None)));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::select! {
+        r = attempt => r,
+        exit = vm.wait() => Err(boot_failure(vm, BootCause::VmmExited(Some(exit)))),
+        _ = tokio::time::sleep(deadline.saturating_sub(start.elapsed())) => {
+            Err(boot_failure(vm, BootCause::AgentTimeout(deadline)))
+        }
+    }
+}
+
+async fn with_limit<T>(
+    limit: Option<Duration>,
+    f: impl std::future::Future<Output = Result<T, ClientError>>,
+) -> Result<T, ClientError> {
+    match limit {
+        None => f.await,
+        Some(d) => tokio::time::timeout(d, f).await.unwrap_or(Err(ClientError::Closed)),
+    }
+}
+
+/// A failed boot, with the end of the guest's console and of the VMM's stderr.
+fn boot_failure(vm: &dyn Vm, cause: BootCause) -> NodeError {
+    let config = vm.config();
+    BootError::Failed {
+        cause,
+        console: lizard_vmm::tail_of(&config.console_log(), 1500),
+        vmm_stderr: lizard_vmm::tail_of(&config.run_dir.join("qemu.stderr"), 500),
+    }
+    .into()
+}
+
+/// Authenticate to a just-restored guest with the secret it was saved with and give it
+/// its own identity (id, secret, hostname, entropy, clock). The agent answers only once
+/// it has switched: from then on only the new secret opens a session, while this one,
+/// already authenticated, carries on (a reconnect to prove the switch cost ≈100 ms per
+/// create under TCG; the snapshot tests prove it instead).
+pub(crate) async fn give_identity(
+    vm: &dyn Vm,
+    id: &str,
+    saved_secret: &Secret,
+    secret: &Secret,
+    deadline: Duration,
+) -> Result<AgentClient> {
+    use rand::RngCore;
+    let start = Instant::now();
+    let first = connect_agent(vm, saved_secret, deadline, Some(RESTORED_HANDSHAKE)).await?;
+    let mut entropy = [0u8; lizard_agent_proto::types::IDENTITY_ENTROPY_BYTES];
+    rand::rngs::OsRng.fill_bytes(&mut entropy);
+    let since_epoch = SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    // Milliseconds since 1970 fit a u64 for the next 500 million years.
+    let unix_time_ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
+    let identity = lizard_agent_proto::types::Identity {
+        sandbox_id: id.to_string(),
+        hostname: id.to_string(),
+        secret: secret.to_hex(),
+        entropy: hex::encode(entropy),
+        unix_time_ms,
+    };
+    tracing::debug!(%id, handshake = ?start.elapsed(), "restored guest answered");
+    let left = deadline.saturating_sub(start.elapsed());
+    match tokio::time::timeout(left, first.identity(&identity)).await {
+        Ok(Ok(_)) => Ok(first),
+        Ok(Err(e)) => Err(BootError::Identity(e).into()),
+        Err(_) => Err(BootError::IdentityTimeout(deadline).into()),
+    }
+}
+
+/// Mount the volume (`/dev/vdb`) at /workspace. A restored guest is first told the
+/// disk's real size (it still has the template's placeholder size in mind).
+pub(crate) async fn mount_volume(vm: &dyn Vm, agent: &AgentClient, restored: bool) -> Result<()> {
+    let size = if restored {
+        vm.refresh_disk_size(0).await?
+    } else {
+        let disk = vm.config().extra_disks.first().ok_or(BootError::NoVolumeDisk)?;
+        std::fs::metadata(disk).map_err(|e| NodeError::io(format!("stat {}", disk.display()), e))?.len()
+    };
+    match tokio::time::timeout(VOLUME_MOUNT_LIMIT, agent.mount_volume(size)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(BootError::VolumeMount(e).into()),
+        Err(_) => Err(BootError::VolumeMountTimeout(VOLUME_MOUNT_LIMIT).into()),
+    }
+}

@@ -1,0 +1,143 @@
+//! Starting VMs, the four ways a node does it — cold boot, clone of a template snapshot,
+//! copy of a fork's full save, resume of a paused VM in place — and saving a paused VM
+//! into its run directory. Each start ends with an authenticated agent connection; on
+//! failure the VM is killed (the caller removes the run directory).
+
+use super::agent::{connect_agent, give_identity, mount_volume};
+use super::disk::create_overlay;
+use super::run_dir::{self, FULL_STATE, VMSTATE};
+use crate::Result;
+use lizard_agent_client::AgentClient;
+use lizard_agent_proto::handshake::Secret;
+use lizard_vmm::{Backend, MemoryMapping, Snapshot, Vm, VmConfig, VmmError};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A VMM process and the authenticated connection to its agent.
+pub(crate) struct Launched {
+    pub vm: Box<dyn Vm>,
+    pub agent: AgentClient,
+}
+
+impl Launched {
+    /// Have the agent mount the volume at /workspace; on failure the VM is killed.
+    pub async fn mount_volume(self, restored: bool) -> Result<Launched> {
+        connected(self.vm.as_ref(), async { mount_volume(self.vm.as_ref(), &self.agent, restored).await }).await?;
+        Ok(self)
+    }
+}
+
+/// Boot `config` over a new overlay on the raw image `rootfs`, and authenticate to its
+/// agent with `secret` within `deadline`.
+pub(crate) async fn cold_boot(
+    backend: &dyn Backend,
+    config: &VmConfig,
+    rootfs: &Path,
+    secret: &Secret,
+    deadline: Duration,
+) -> Result<Launched> {
+    run_dir::prepare(config, secret)?;
+    create_overlay(rootfs, "raw", &config.root_disk).await?;
+    let vm = backend.boot(config).await?;
+    let agent = connected(vm.as_ref(), connect_agent(vm.as_ref(), secret, deadline, None)).await?;
+    Ok(Launched { vm, agent })
+}
+
+/// Start `config` as a clone of a template snapshot: a new overlay over the snapshot's
+/// frozen `disk`, its memory mapped copy-on-write, then a fresh identity for the guest,
+/// given before anything else runs in it.
+pub(crate) async fn clone_template(
+    backend: &dyn Backend,
+    config: &VmConfig,
+    disk: &Path,
+    saved: &Snapshot,
+    saved_secret: &Secret,
+    secret: &Secret,
+    deadline: Duration,
+) -> Result<Launched> {
+    // Same devices as the template VM, the fw_cfg item included; a restored guest does
+    // not read it again: its secret arrives with the identity.
+    let t = Instant::now();
+    run_dir::prepare(config, secret)?;
+    create_overlay(disk, "qcow2", &config.root_disk).await?;
+    let disk_ready = t.elapsed();
+    let vm = backend.restore(config, saved, MemoryMapping::CopyOnWrite).await?;
+    let vmm = t.elapsed();
+    let identity = give_identity(vm.as_ref(), &config.id, saved_secret, secret, deadline);
+    let agent = connected(vm.as_ref(), identity).await?;
+    tracing::debug!(id = %config.id, disk = ?disk_ready, ?vmm, total = ?t.elapsed(), "restored");
+    Ok(Launched { vm, agent })
+}
+
+/// Start `config` as a copy of a fork's source: a new overlay on the frozen `layer`, the
+/// source's full save loaded into a memory file of its own, and a new identity.
+pub(crate) async fn load_copy(
+    backend: &dyn Backend,
+    config: &VmConfig,
+    layer: &Path,
+    state_file: &Path,
+    source_secret: &Secret,
+    secret: &Secret,
+    deadline: Duration,
+) -> Result<Launched> {
+    run_dir::prepare(config, secret)?;
+    create_overlay(layer, "qcow2", &config.root_disk).await?;
+    let vm = backend.load(config, state_file).await?;
+    let agent = connected(vm.as_ref(), give_identity(vm.as_ref(), &config.id, source_secret, secret, deadline)).await?;
+    Ok(Launched { vm, agent })
+}
+
+/// Stop `vm`'s vCPUs and save it into its run directory: device state only when guest
+/// memory is its own file (`own_memory`), else device state and all of memory.
+pub(crate) async fn save_in_place(vm: &dyn Vm, own_memory: bool) -> Result<(), VmmError> {
+    vm.pause().await?;
+    let config = vm.config();
+    if own_memory {
+        vm.snapshot(&Snapshot { vmstate: config.run_dir.join(VMSTATE), memory: config.memory_file() }).await
+    } else {
+        vm.save_all(&config.run_dir.join(FULL_STATE)).await
+    }
+}
+
+/// The file [`save_in_place`] wrote, which must exist to resume.
+pub(crate) fn saved_in_place(run_dir: &Path, own_memory: bool) -> PathBuf {
+    run_dir.join(if own_memory { VMSTATE } else { FULL_STATE })
+}
+
+/// Start the VM [`save_in_place`] saved, where it stopped. Guest memory ends up in the
+/// VM's own file either way. The identity call sets the guest's clock, which stood still
+/// while it was saved (and adds entropy); the guest keeps its name and `secret`.
+pub(crate) async fn resume_in_place(
+    backend: &dyn Backend,
+    config: &VmConfig,
+    own_memory: bool,
+    secret: &Secret,
+    deadline: Duration,
+) -> Result<Launched> {
+    let vm = if own_memory {
+        let saved = Snapshot { vmstate: config.run_dir.join(VMSTATE), memory: config.memory_file() };
+        backend.restore(config, &saved, MemoryMapping::Shared).await?
+    } else {
+        backend.load(config, &config.run_dir.join(FULL_STATE)).await?
+    };
+    let agent = connected(vm.as_ref(), give_identity(vm.as_ref(), &config.id, secret, secret, deadline)).await?;
+    Ok(Launched { vm, agent })
+}
+
+/// Remove what [`save_in_place`] wrote, once the VM runs again.
+pub(crate) fn discard_saved(run_dir: &Path) {
+    for f in [FULL_STATE, VMSTATE] {
+        let _ = std::fs::remove_file(run_dir.join(f));
+    }
+}
+
+/// The agent connection `connect` makes, or the VM killed and the error.
+async fn connected<T>(vm: &dyn Vm, connect: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    match connect.await {
+        Ok(a) => Ok(a),
+        Err(e) => {
+            let _ = vm.kill().await;
+            Err(e)
+        }
+    }
+}

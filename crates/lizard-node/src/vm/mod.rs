@@ -1,0 +1,24 @@
+//! The VM layer: everything between "this VM should run" and a VMM process with an
+//! authenticated agent on the other end of its channel — the run directory and its files,
+//! the VM's shape and kernel command line, disk overlays, spawning, restoring and saving
+//! VMs, and the agent handshake.
+//!
+//! Both [`crate::sandbox`] and [`crate::snapshot`] build on this layer, and it knows
+//! neither of them: a template VM and a sandbox's VM are started the same way.
+
+mod agent;
+mod config;
+mod disk;
+mod launch;
+mod qcow2;
+mod run_dir;
+
+pub(crate) use agent::{connect_agent, RESTORED_HANDSHAKE};
+pub(crate) use config::{probe_vm, sandbox_vm, Machine};
+pub(crate) use disk::create_overlay;
+pub(crate) use launch::{
+    clone_template, cold_boot, discard_saved, load_copy, resume_in_place, save_in_place, saved_in_place, Launched,
+};
+pub(crate) use run_dir::{vmm_pid_of, PLACEHOLDER_DISK};
+
+pub use crate::error::{BootCause, BootError};
