@@ -15,6 +15,8 @@ if [ ${#missing[@]} -gt 0 ] || ! apt-cache show linux-image-cloud-amd64 >/dev/nu
   apt-get update -q
 fi
 if [ ${#missing[@]} -gt 0 ]; then
-  apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # The whole list, not only what is missing: installing one package can remove another
+  # (QEMU from Debian replaces a backports qemu-utils), and apt resolves the list as a whole.
+  apt-get install -y -q --no-install-recommends "${need[@]}"
 fi
 command -v cargo >/dev/null || { echo "cargo (Rust >= 1.85) is required: https://rustup.rs" >&2; exit 1; }
