@@ -9,6 +9,7 @@
 //! whose other end is the agent's transport (a virtio-serial port under QEMU).
 
 pub mod accel;
+pub mod netns;
 pub mod qemu;
 mod qmp;
 

@@ -70,19 +70,7 @@ impl QemuBackend {
             None => None,
         };
         if let Some(ns) = &netns {
-            use std::os::fd::AsRawFd;
-            let fd = ns.as_raw_fd();
-            // SAFETY: the closure runs in the forked child before exec and only makes the
-            // setns(2) system call, which is async-signal-safe; `fd` stays open in the
-            // parent until spawn returns.
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            crate::netns::enter_before_exec(&mut cmd, ns);
         }
         let mut child =
             cmd.spawn().map_err(|source| VmmError::Spawn { binary: self.binary.display().to_string(), source })?;

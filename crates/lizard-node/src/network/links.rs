@@ -224,17 +224,7 @@ pub(super) async fn run(program: &str, args: &[&str], stdin: Option<&str>, netns
         None => None,
     };
     if let Some(ns) = &ns {
-        let fd = ns.as_raw_fd();
-        // SAFETY: runs in the forked child before exec and only calls setns(2), which is
-        // async-signal-safe; `fd` stays open in the parent until spawn returns.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        lizard_vmm::netns::enter_before_exec(&mut cmd, ns);
     }
     let command = format!("{program} {}", args.join(" "));
     let mut child = cmd.spawn().map_err(io_err(format!("run {command} (is it installed? scripts/deps.sh)")))?;
