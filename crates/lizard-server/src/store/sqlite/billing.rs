@@ -53,12 +53,15 @@ fn meter(r: &SqliteRow) -> Result<MeterRecord> {
         workspace_id: r.try_get("workspace_id").map_err(backend)?,
         project_id: r.try_get("project_id").map_err(backend)?,
         spec: MeterSpec {
-            vcpus: vcpus as u32,
-            memory_mib: memory_mib as u32,
+            vcpus: u32::try_from(vcpus)
+                .map_err(|_| StoreError::UnknownValue { what: "meter vcpus", value: vcpus.to_string() })?,
+            memory_mib: u32::try_from(memory_mib)
+                .map_err(|_| StoreError::UnknownValue { what: "meter memory", value: memory_mib.to_string() })?,
             running_nanos_per_sec: r.try_get("running_nanos_per_sec").map_err(backend)?,
             paused_nanos_per_sec: r.try_get("paused_nanos_per_sec").map_err(backend)?,
         },
-        state: MeterState::parse(&state).ok_or_else(|| StoreError::Backend(format!("meter state {state:?}").into()))?,
+        state: MeterState::parse(&state)
+            .ok_or_else(|| StoreError::UnknownValue { what: "meter state", value: state.clone() })?,
         billed_until: r.try_get("billed_until").map_err(backend)?,
         carry: r.try_get("carry").map_err(backend)?,
     })
@@ -450,7 +453,7 @@ impl BillingStore for SqliteStore {
                 project_id,
                 cost_nanos,
                 sandbox_ms,
-                running: running as u32,
+                running: u32::try_from(running).unwrap_or(u32::MAX),
             })
             .collect())
     }
