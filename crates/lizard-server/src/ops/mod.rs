@@ -1,6 +1,6 @@
 //! The control plane's operations on sandboxes and volumes, below HTTP: what a request,
-//! the timeout reaper and the billing pauser all call. Each takes an [`AppState`]
-//! (`crate::state::AppState`) and records already authorized by the caller (the routes
+//! the timeout reaper and the billing pauser all call. Each takes the
+//! [`crate::state::AppState`] and records already authorized by the caller (the routes
 //! check keys and scopes in [`crate::api`]), keeps the store and the node in step, and
 //! answers [`crate::error::AppError`]s with stable codes.
 //!
