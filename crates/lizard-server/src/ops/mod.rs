@@ -12,3 +12,6 @@ pub mod lifecycle;
 pub mod sandboxes;
 pub mod timeouts;
 pub mod volumes;
+
+#[cfg(test)]
+mod tests;
