@@ -12,9 +12,10 @@
 //!                                                              └─ LocalNode: the in-process lizard_node
 //! ```
 //!
-//! Layers, each importing only those below it: `ids`, `config`, `scope`, `keys`, `store`,
-//! `error` → `billing`, `nodes` → `state` → `auth`, `placement` → `ops` → `api`, `proxy`,
-//! `openapi` → `run` and this file.
+//! Layers, each importing only those below it (no circles): `ids`, `keys`, `scope` →
+//! `store` → `error` → `billing` → `config`; `nodes` (no imports from this crate) →
+//! `state` → `auth`, `placement` → `ops` → `openapi` (response docs), `api`, `proxy` →
+//! `run`, with [`open`], [`Server`] and the router builders at the root.
 //!
 //! Start with [`open`]: it opens `<data_dir>/lizard.db`, applies migrations and, on the
 //! very first start only, creates the owner account and an unscoped key, which
