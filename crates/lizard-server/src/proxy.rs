@@ -40,7 +40,7 @@ pub fn parse_host(host: &str, sandbox_domain: &str) -> Option<Target> {
     Some(Target { sandbox_id: id.to_string(), port })
 }
 
-/// The proxy as an axum router: every path and method goes to [`proxy`].
+/// The proxy as an axum router: every path and method is forwarded to its sandbox.
 pub fn router(state: AppState) -> axum::Router {
     axum::Router::new().fallback(proxy).with_state(state)
 }
