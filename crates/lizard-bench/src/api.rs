@@ -6,7 +6,7 @@
 
 use crate::ms;
 use anyhow::{ensure, Context, Result};
-use lizard_server::api::{self, AppState};
+use lizard_server::api;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ pub struct Bench {
     base: String,
     key: String,
     client: reqwest::Client,
-    state: AppState,
+    node: std::sync::Arc<lizard_node::Node>,
     dir: tempfile::TempDir,
 }
 
@@ -31,16 +31,13 @@ impl Bench {
         node_config.image_root = image_root.to_path_buf();
         node_config.snapshots = snapshots;
         let node = lizard_node::Node::start(node_config).await?;
-        let state = AppState {
-            server: server.state().clone().with_reaper(std::sync::Arc::new(api::sandboxes::NodeReaper(node.clone()))),
-            node,
-        };
+        let state = server.app_state(lizard_server::nodes::Nodes::local(node.clone()));
         let listener = server.bind().await?;
         let base = format!("http://{}", listener.local_addr()?);
         let router = lizard_server::build_router(state.clone(), api::all_routes());
         tokio::spawn(lizard_server::serve(listener, router, std::future::pending()));
         let client = reqwest::Client::builder().no_proxy().build()?;
-        let b = Bench { base, key, client, state, dir };
+        let b = Bench { base, key, client, node, dir };
         let ws = b.call("POST", "/v1/workspaces", Some(json!({"name": "bench"}))).await?;
         b.call("POST", "/v1/projects", Some(json!({"workspaceId": ws["id"], "name": "bench"}))).await?;
         Ok(b)
@@ -173,7 +170,7 @@ impl Bench {
         tokio::time::sleep(Duration::from_secs(5)).await;
         let mut pss = vec![];
         for id in &ids {
-            let sandbox = self.state.node.get(id)?;
+            let sandbox = self.node.get(id)?;
             let pid = sandbox.live()?.vm().pid();
             pss.push(pss_mib(pid)?);
         }

@@ -296,11 +296,11 @@ mod tests {
                 id: "sbx".into(),
                 project_id: "prj".into(),
                 template: "base".into(),
-                state: "running".into(),
+                state: crate::store::SandboxState::Running,
                 created_at: 0,
                 timeout_at: None,
                 metadata: Default::default(),
-                on_timeout: "kill".into(),
+                on_timeout: crate::store::OnTimeout::Kill,
                 timeout_ms: None,
                 meter: Pricing::default().meter(1, 512),
             })

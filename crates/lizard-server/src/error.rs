@@ -74,7 +74,9 @@ impl From<StoreError> for AppError {
         match e {
             StoreError::NotFound(what) => AppError::not_found(format!("{what} not found")),
             StoreError::Conflict(m) | StoreError::NotEmpty(m) => AppError::conflict(m),
-            e @ (StoreError::SchemaTooNew { .. } | StoreError::Backend(_)) => AppError::internal(e),
+            e @ (StoreError::SchemaTooNew { .. } | StoreError::UnknownValue { .. } | StoreError::Backend(_)) => {
+                AppError::internal(e)
+            }
         }
     }
 }

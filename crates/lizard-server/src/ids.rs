@@ -83,7 +83,7 @@ pub fn slugify(name: &str) -> Result<String, NameError> {
 
 /// Now, in milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
 }
 
 /// RFC 3339 (UTC, milliseconds) of a stored timestamp.

@@ -74,7 +74,8 @@ fn base62_fixed(bytes: &[u8; KEY_BYTES]) -> String {
         let mut rem = 0u32;
         for b in num.iter_mut() {
             let acc = (rem << 8) | u32::from(*b);
-            *b = (acc / 62) as u8;
+            // acc < 62 << 8 (rem < 62), so acc / 62 < 256.
+            *b = u8::try_from(acc / 62).expect("a base-62 digit step fits a byte");
             rem = acc % 62;
         }
         digits.push(BASE62[rem as usize]);

@@ -1,12 +1,21 @@
-//! Lizard's control plane, tenancy core: accounts, workspaces, projects, scoped API keys
-//! and the authenticated HTTP API around them.
+//! Lizard's control plane: accounts, workspaces, projects, scoped API keys, sandboxes,
+//! volumes and billing, behind an authenticated HTTP API.
 //!
 //! ```text
 //!  client ──X-API-Key──▶ router ── Principal extractor (auth) ──▶ handler (api::*)
-//!                                                                   │ scope checks (auth, scope)
-//!                                                                   ▼
-//!                                                     Arc<dyn Store> (store::sqlite)
+//!                                        HTTP only: extract, authorize, call, map │
+//!                                                                                 ▼
+//!  timeout reaper, billing pauser ──────────────────────────────▶ operations (ops::*)
+//!                                                                  │            │
+//!                                           Arc<dyn Store> (store) ◀┘            ▼
+//!                                   placement ──▶ Nodes ──▶ Arc<dyn NodeClient> (nodes)
+//!                                                              └─ LocalNode: the in-process lizard_node
 //! ```
+//!
+//! Layers, each importing only those below it (no circles): `ids`, `keys`, `scope` →
+//! `store` → `error` → `billing` → `config`; `nodes` (no imports from this crate) →
+//! `state` → `auth`, `placement` → `ops` → `openapi` (response docs), `api`, `proxy` →
+//! `run`, with [`open`], [`Server`] and the router builders at the root.
 //!
 //! Start with [`open`]: it opens `<data_dir>/lizard.db`, applies migrations and, on the
 //! very first start only, creates the owner account and an unscoped key, which
@@ -15,7 +24,8 @@
 //!
 //! **Building on this crate** (sandbox routes, the port proxy, the CLI):
 //! - state: [`ServerState`] (store, config, [`SandboxReaper`] hook), or a state of your own
-//!   with `impl FromRef<YourState> for ServerState`;
+//!   with `impl FromRef<YourState> for ServerState`; [`AppState`] adds the [`nodes::Nodes`]
+//!   ([`Server::app_state`] builds it with the reaper installed);
 //! - routes: [`api::routes`] gives the documented tenancy routes as a
 //!   [`utoipa_axum::router::OpenApiRouter`]; merge yours (documented with
 //!   `#[utoipa::path]`) into it and pass the result to [`build_router`], which adds
@@ -37,7 +47,9 @@ pub mod config;
 pub mod error;
 pub mod ids;
 pub mod keys;
+pub mod nodes;
 pub mod openapi;
+pub mod ops;
 pub mod placement;
 pub mod proxy;
 pub mod run;
@@ -49,7 +61,7 @@ pub use auth::{require_account_scope, Principal};
 pub use config::ServerConfig;
 pub use error::{ApiResult, AppError};
 pub use scope::Scope;
-pub use state::{NoReaper, SandboxReaper, ServerState};
+pub use state::{AppState, NoReaper, SandboxReaper, ServerState};
 pub use store::{sqlite::SqliteStore, Store, StoreError};
 
 use axum::extract::FromRef;
@@ -131,6 +143,13 @@ impl Server {
     /// `LIZARD_API_KEY=<key>`); `None` on every later start.
     pub fn initial_key(&self) -> Option<&str> {
         self.initial_key.as_deref()
+    }
+
+    /// The state of the full API over `nodes`, with the hook that kills the sandboxes of
+    /// a forced workspace delete installed.
+    pub fn app_state(&self, nodes: nodes::Nodes) -> AppState {
+        let server = self.state.clone().with_reaper(Arc::new(ops::hooks::NodeReaper(nodes.clone())));
+        AppState { server, nodes }
     }
 
     /// The tenancy API alone.

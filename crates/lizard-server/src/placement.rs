@@ -1,18 +1,19 @@
-//! Where things run: a volume is placed on a node (and so in that node's region), and a
-//! sandbox that mounts a volume runs on the volume's node.
+//! Where things run: a volume is placed on a node (and so in that node's region), a
+//! sandbox that mounts a volume runs on the volume's node, and any other sandbox on the
+//! home node. Every answer is a node handle ([`NodeClient`]) ready to be called.
 //!
 //! Nodes are rows of the store's `nodes` table; placement picks among them, so a second
-//! node is a second row (plus a way to reach it), not new placement code. Today the
-//! server has one node, in-process, registered under [`LOCAL_NODE_ID`] in the server's
-//! region each time placement runs.
+//! node is a second row (plus a [`NodeClient`] to reach it in [`crate::nodes::Nodes`]),
+//! not new placement code. Today the server has one node, in-process, registered under
+//! [`LOCAL_NODE_ID`] in the server's region each time placement runs.
 
-use crate::api::AppState;
 use crate::error::{ApiResult, AppError};
+use crate::nodes::NodeClient;
+use crate::state::AppState;
 use crate::store::{NodeLoad, NodeRecord};
 use std::sync::Arc;
 
-/// The id of the node that runs inside the server process.
-pub const LOCAL_NODE_ID: &str = "node_local";
+pub use crate::nodes::LOCAL_NODE_ID;
 
 /// A node chosen for something.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,12 +22,21 @@ pub struct Placement {
     pub region: String,
 }
 
+/// A node chosen for something, with the handle to reach it.
+pub struct Placed {
+    pub at: Placement,
+    pub node: Arc<dyn NodeClient>,
+}
+
 /// The node for a new volume: in `region` when given, the one with the fewest volumes
-/// (ties: the oldest node). No node in that region → 422 naming the regions there are.
-pub async fn place_volume(state: &AppState, region: Option<&str>) -> ApiResult<Placement> {
-    register_local_node(state).await?;
+/// (ties: the oldest node). No node in that region → 422 naming the regions there are;
+/// a chosen node this server cannot reach → 503.
+pub async fn place_volume(state: &AppState, region: Option<&str>) -> ApiResult<Placed> {
+    register_home_node(state).await?;
     let loads = state.server.store.node_loads().await?;
-    choose(&loads, region)
+    let at = choose(&loads, region)?;
+    let node = node(state, &at.node_id)?;
+    Ok(Placed { at, node })
 }
 
 /// Pure part of [`place_volume`].
@@ -50,23 +60,26 @@ pub fn choose(loads: &[NodeLoad], region: Option<&str>) -> ApiResult<Placement> 
     }
 }
 
-/// The node handle for `node_id`: the in-process node, or 503 for a node this server
-/// cannot reach.
-pub fn node(state: &AppState, node_id: &str) -> ApiResult<Arc<lizard_node::Node>> {
-    if node_id == LOCAL_NODE_ID {
-        Ok(state.node.clone())
-    } else {
-        Err(AppError::new(
-            lizard_api::ErrorCode::Unavailable,
-            format!("node {node_id} is not reachable from this server"),
-        ))
-    }
+/// The node for a new sandbox without a volume.
+pub fn place_sandbox(state: &AppState) -> Arc<dyn NodeClient> {
+    state.nodes.home()
 }
 
-/// Record the in-process node under [`LOCAL_NODE_ID`] in the server's region.
-pub async fn register_local_node(state: &AppState) -> ApiResult<()> {
+/// The node that runs the sandbox `sandbox_id`. Sandbox records do not name a node yet
+/// (one node per server): it is the home node.
+pub fn sandbox_node(state: &AppState, _sandbox_id: &str) -> Arc<dyn NodeClient> {
+    state.nodes.home()
+}
+
+/// The node handle for `node_id`, or 503 for a node this server cannot reach.
+pub fn node(state: &AppState, node_id: &str) -> ApiResult<Arc<dyn NodeClient>> {
+    Ok(state.nodes.get(node_id)?)
+}
+
+/// Record the home node in the server's region.
+pub async fn register_home_node(state: &AppState) -> ApiResult<()> {
     let node = NodeRecord {
-        id: LOCAL_NODE_ID.into(),
+        id: state.nodes.home_id().to_string(),
         region: state.server.config.region.clone(),
         created_at: crate::ids::now_ms(),
     };

@@ -2,7 +2,7 @@
 //! 127.0.0.1 inside that sandbox.
 //!
 //! Routing is by the Host header alone. Each request opens a TCP tunnel through the
-//! sandbox's agent (HTTP/2 CONNECT over the host↔guest channel; guests need no network
+//! sandbox's node ([`crate::ops::sandboxes::open_port`]) and its agent (HTTP/2 CONNECT over the host↔guest channel; guests need no network
 //! for this) and speaks HTTP/1.1 to the guest's server over it, bodies streamed both
 //! ways. An `Upgrade` request (WebSockets) that the guest answers with 101 becomes a raw
 //! byte pipe between client and guest.
@@ -11,8 +11,9 @@
 //! `PORT_CLOSED` — never another sandbox: the id is looked up exactly, and the tunnel
 //! belongs to that sandbox's own agent.
 
-use crate::api::AppState;
 use crate::error::AppError;
+use crate::ops;
+use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
@@ -39,7 +40,7 @@ pub fn parse_host(host: &str, sandbox_domain: &str) -> Option<Target> {
     Some(Target { sandbox_id: id.to_string(), port })
 }
 
-/// The proxy as an axum router: every path and method goes to [`proxy`].
+/// The proxy as an axum router: every path and method is forwarded to its sandbox.
 pub fn router(state: AppState) -> axum::Router {
     axum::Router::new().fallback(proxy).with_state(state)
 }
@@ -62,11 +63,7 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
         .to_string();
     let target = parse_host(&host, &config.sandbox_domain(&config.region))
         .ok_or_else(|| AppError::not_found(format!("{host:?} is not a sandbox host of this region")))?;
-    let sandbox = state
-        .node
-        .get(&target.sandbox_id)
-        .map_err(|_| AppError::not_found(format!("sandbox {} is not running", target.sandbox_id)))?;
-    let tunnel = sandbox.connect_port(target.port).await.map_err(|e| AppError(e.to_api()))?;
+    let tunnel = ops::sandboxes::open_port(state, &target.sandbox_id, target.port).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tunnel))
         .await
         .map_err(|e| AppError::new(lizard_api::ErrorCode::PortClosed, format!("port {}: {e}", target.port)))?;

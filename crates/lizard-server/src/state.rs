@@ -1,14 +1,16 @@
-//! What every handler shares, and the hook through which tenancy deletes reach running
-//! sandboxes.
+//! What every handler and operation shares, and the hook through which tenancy deletes
+//! reach running sandboxes.
 //!
-//! [`ServerState`] is cheap to clone (all `Arc`s). Routes added later on top of this crate
-//! (sandboxes, the port proxy) either extend it with fields of their own, or keep their
-//! own state type `S` and implement `axum::extract::FromRef<S> for ServerState`: every
-//! handler and extractor here works for any such `S` (see [`crate::api::routes`]).
+//! [`ServerState`] (store, config, reaper hook) is the tenancy core; [`AppState`] adds the
+//! [`Nodes`] that run sandboxes. Both are cheap to clone (all `Arc`s). The tenancy routes
+//! work for any router state `S` with `impl FromRef<S> for ServerState` (see
+//! [`crate::api::routes`]).
 
 use crate::config::ServerConfig;
+use crate::nodes::Nodes;
 use crate::store::{SandboxRecord, Store, VolumeRecord};
 use async_trait::async_trait;
+use axum::extract::FromRef;
 use std::sync::Arc;
 
 /// Kills the VMs of sandboxes whose records a tenancy delete removed
@@ -65,5 +67,19 @@ impl ServerState {
     pub fn with_reaper(mut self, reaper: Arc<dyn SandboxReaper>) -> Self {
         self.reaper = reaper;
         self
+    }
+}
+
+/// The tenancy core plus the nodes that run the sandboxes: what the sandbox and volume
+/// operations, their routes, the proxy and the background jobs share.
+#[derive(Clone)]
+pub struct AppState {
+    pub server: ServerState,
+    pub nodes: Nodes,
+}
+
+impl FromRef<AppState> for ServerState {
+    fn from_ref(s: &AppState) -> ServerState {
+        s.server.clone()
     }
 }

@@ -4,98 +4,43 @@
 //! their own metrics, and pagination. Every test ends by checking that the balance is the
 //! sum of the ledger, read through the API.
 
-use lizard_server::api::{self, AppState};
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::Api;
 use lizard_server::billing::BillingConfig;
 use lizard_server::store::billing::{LedgerKind, NewCredit};
-use lizard_server::store::{MeterSpec, NewSandbox};
-use lizard_server::ServerConfig;
+use lizard_server::store::{MeterSpec, NewSandbox, OnTimeout, SandboxState};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn image_root() -> PathBuf {
-    std::env::var_os("LIZARD_TEST_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/lizard-test-data"))
-}
 
 fn now_ms() -> i64 {
     lizard_server::ids::now_ms()
 }
 
-struct Api {
-    base: String,
-    client: reqwest::Client,
-    state: AppState,
-    owner: String,
-    account: String,
-    _dir: tempfile::TempDir,
+/// A server with the node in process, the timeout reaper and its metering task running.
+async fn start(billing: BillingConfig) -> Api {
+    Api::builder("lizard-billing-test-").reaper().metering(billing).start().await
 }
 
-impl Api {
-    /// A server with the node in process and its metering task running.
-    async fn start(billing: BillingConfig) -> Api {
-        let dir = tempfile::Builder::new().prefix("lizard-billing-test-").tempdir().unwrap();
-        let mut config = ServerConfig::new(dir.path());
-        config.listen = "127.0.0.1:0".parse().unwrap();
-        config.billing = billing;
-        let server = lizard_server::open(config).await.unwrap();
-        let owner = server.initial_key().unwrap().to_string();
-        let mut node_config = lizard_node::NodeConfig::new(dir.path().join("node"));
-        node_config.image_root = image_root();
-        let node = lizard_node::Node::start(node_config).await.unwrap();
-        let state = AppState {
-            server: server.state().clone().with_reaper(Arc::new(api::sandboxes::NodeReaper(node.clone()))),
-            node,
-        };
-        let listener = server.bind().await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(api::sandboxes::reap_expired(state.clone()));
-        tokio::spawn(lizard_server::billing::run_metering(
-            state.server.store.clone(),
-            state.server.config.billing.clone(),
-            Arc::new(api::billing::NodePauser(state.clone())),
-        ));
-        let router = lizard_server::build_router(state.clone(), api::all_routes());
-        tokio::spawn(lizard_server::serve(listener, router, std::future::pending()));
-        let client = reqwest::Client::builder().no_proxy().build().unwrap();
-        let mut api = Api { base, client, state, owner, account: String::new(), _dir: dir };
-        api.account = api.ok("GET", "/v1/whoami", &api.owner.clone(), None).await["accountId"].as_str().unwrap().into();
-        api
-    }
+/// What these tests ask of the shared harness beyond requests.
+trait BillingApi {
+    async fn all_transactions(&self, limit: u32) -> Vec<Value>;
+    async fn assert_balance_is_ledger_sum(&self);
+    async fn tenant(&self, name: &str) -> (String, String, String);
+    async fn record_sandbox(&self, id: &str, project: &str, created_at: i64);
+    async fn usage_of(&self, sandbox: &str) -> Vec<Value>;
+    async fn fails_with(&self, method: &str, path: &str, key: &str, status: u16, code: &str);
+}
 
-    async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req =
-            self.client.request(method.parse().unwrap(), format!("{}{path}", self.base)).header("x-api-key", key);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.unwrap();
-        let v =
-            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
-        if status >= 400 {
-            let obj = v.as_object().unwrap_or_else(|| panic!("{method} {path}: {status} {v}"));
-            assert_eq!(obj.len(), 2, "{method} {path}: error body is exactly code and message: {v}");
-            let code: lizard_api::ErrorCode = serde_json::from_value(v["code"].clone()).unwrap();
-            assert_eq!(code.status(), status, "{method} {path}: {v}");
-        }
-        (status, v)
-    }
-
-    async fn ok(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> Value {
-        let (status, v) = self.call(method, path, key, body).await;
-        assert!((200..300).contains(&status), "{method} {path}: {status} {v}");
-        v
-    }
-
-    async fn fails(&self, method: &str, path: &str, key: &str, status: u16, code: &str) -> Value {
+impl BillingApi for Api {
+    /// A request that must fail with `status` and `code`.
+    async fn fails_with(&self, method: &str, path: &str, key: &str, status: u16, code: &str) {
         let (s, v) = self.call(method, path, key, None).await;
         assert_eq!((s, v["code"].as_str().unwrap_or("")), (status, code), "{method} {path}: {v}");
-        v
     }
 
     /// Every ledger entry through the API, following cursors (bounded).
@@ -154,11 +99,11 @@ impl Api {
             id: id.into(),
             project_id: project.into(),
             template: "base".into(),
-            state: "running".into(),
+            state: SandboxState::Running,
             created_at,
             timeout_at: None,
             metadata: Default::default(),
-            on_timeout: "kill".into(),
+            on_timeout: OnTimeout::Kill,
             timeout_ms: None,
             meter: spec,
         };
@@ -184,7 +129,7 @@ fn ids_of(v: &Value, field: &str) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn new_accounts_start_with_ten_dollars() {
-    let api = Api::start(manual_metering()).await;
+    let api = start(manual_metering()).await;
     let b = api.ok("GET", "/v1/billing/balance", &api.owner, None).await;
     assert_eq!(b, json!({"balanceNanos": 10_000_000_000i64, "balance": "10.00", "currency": "USD"}));
     let t = api.ok("GET", "/v1/billing/transactions", &api.owner, None).await;
@@ -196,7 +141,7 @@ async fn new_accounts_start_with_ten_dollars() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn scoped_keys_are_refused_on_billing_and_read_only_their_own_metrics() {
-    let api = Api::start(manual_metering()).await;
+    let api = start(manual_metering()).await;
     let (w1, p1, k1) = api.tenant("u1").await;
     let (w2, p2, _k2) = api.tenant("u2").await;
     let kp2 = api.ok("POST", "/v1/api-keys", &api.owner, Some(json!({"name": "p2only", "projects": [p2]}))).await;
@@ -216,7 +161,7 @@ async fn scoped_keys_are_refused_on_billing_and_read_only_their_own_metrics() {
             "/v1/billing/live",
             "/v1/account",
         ] {
-            api.fails("GET", path, key, 403, "ACCOUNT_SCOPE_REQUIRED").await;
+            api.fails_with("GET", path, key, 403, "ACCOUNT_SCOPE_REQUIRED").await;
         }
         let me = api.ok("GET", "/v1/whoami", key, None).await;
         for field in ["email", "plan", "balance", "balanceNanos"] {
@@ -232,8 +177,8 @@ async fn scoped_keys_are_refused_on_billing_and_read_only_their_own_metrics() {
     assert_eq!((p["sandboxSeconds"].as_i64(), p["sandboxMs"].as_i64()), (Some(5), Some(5_000)));
     assert_eq!(p["costNanos"], 5 * 2_500);
     assert_eq!(p["running"], 1);
-    api.fails("GET", &format!("/v1/metrics?workspaceId={w2}"), &k1, 404, "NOT_FOUND").await;
-    api.fails("GET", &format!("/v1/metrics?projectId={p2}"), &k1, 404, "NOT_FOUND").await;
+    api.fails_with("GET", &format!("/v1/metrics?workspaceId={w2}"), &k1, 404, "NOT_FOUND").await;
+    api.fails_with("GET", &format!("/v1/metrics?projectId={p2}"), &k1, 404, "NOT_FOUND").await;
     let only = api.ok("GET", &format!("/v1/metrics?projectId={p1}"), &k1, None).await;
     assert_eq!(ids_of(&only["projects"], "projectId"), BTreeSet::from([p1.clone()]));
 
@@ -246,7 +191,7 @@ async fn scoped_keys_are_refused_on_billing_and_read_only_their_own_metrics() {
         assert_eq!(m["projects"][0]["sandboxMs"], 2_000);
         assert_eq!(m["projects"][0]["running"], 0);
     }
-    api.fails("GET", &format!("/v1/metrics?workspaceId={w1}"), &kp2, 404, "NOT_FOUND").await;
+    api.fails_with("GET", &format!("/v1/metrics?workspaceId={w1}"), &kp2, 404, "NOT_FOUND").await;
 
     // The owner sees everything, and the account-wide views add up.
     let m = api.ok("GET", "/v1/metrics", &api.owner, None).await;
@@ -263,14 +208,14 @@ async fn scoped_keys_are_refused_on_billing_and_read_only_their_own_metrics() {
     assert_eq!(ids_of(&period["workspaces"], "workspaceId"), BTreeSet::from([w1, w2]));
     let day = api.ok("GET", "/v1/billing/summary?granularity=day&periods=1", &api.owner, None).await;
     assert_eq!(day["periods"].as_array().unwrap().len(), 1);
-    api.fails("GET", "/v1/billing/summary?granularity=week", &api.owner, 422, "INVALID_ARGUMENT").await;
-    api.fails("GET", "/v1/metrics?from=yesterday", &api.owner, 422, "INVALID_ARGUMENT").await;
+    api.fails_with("GET", "/v1/billing/summary?granularity=week", &api.owner, 422, "INVALID_ARGUMENT").await;
+    api.fails_with("GET", "/v1/metrics?from=yesterday", &api.owner, 422, "INVALID_ARGUMENT").await;
     api.assert_balance_is_ledger_sum().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pagination_returns_every_transaction_exactly_once() {
-    let api = Api::start(manual_metering()).await;
+    let api = start(manual_metering()).await;
     let (_, p1, _) = api.tenant("u1").await;
     let t0 = now_ms() - 100_000;
     api.record_sandbox("sbx_many", &p1, t0).await;
@@ -312,14 +257,14 @@ async fn pagination_returns_every_transaction_exactly_once() {
     let kinds: Vec<&str> = rest["items"].as_array().unwrap().iter().map(|t| t["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["credit", "signup_credit"]);
     for bad in ["limit=0", "limit=1001", "cursor=abc", "cursor=-4", "includeUsage=maybe", "page=2"] {
-        api.fails("GET", &format!("/v1/billing/transactions?{bad}"), &api.owner, 422, "INVALID_ARGUMENT").await;
+        api.fails_with("GET", &format!("/v1/billing/transactions?{bad}"), &api.owner, 422, "INVALID_ARGUMENT").await;
     }
     api.assert_balance_is_ledger_sum().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn creating_at_zero_balance_is_payment_required_and_starts_nothing() {
-    let api = Api::start(BillingConfig { signup_credit_nanos: 0, ..manual_metering() }).await;
+    let api = start(BillingConfig { signup_credit_nanos: 0, ..manual_metering() }).await;
     let (_, p1, k1) = api.tenant("u1").await;
     for key in [&api.owner, &k1] {
         let (status, v) =
@@ -327,7 +272,7 @@ async fn creating_at_zero_balance_is_payment_required_and_starts_nothing() {
         assert_eq!((status, v["code"].as_str()), (402, Some("PAYMENT_REQUIRED")), "{v}");
         assert!(v["message"].as_str().unwrap().contains("balance"), "{v}");
     }
-    assert!(api.state.node.list().is_empty(), "no VM started");
+    assert!(api.node.list().is_empty(), "no VM started");
     assert_eq!(api.ok("GET", "/v1/sandboxes", &api.owner, None).await, json!([]));
     let b = api.ok("GET", "/v1/billing/balance", &api.owner, None).await;
     assert_eq!(b["balanceNanos"], 0);
@@ -337,12 +282,12 @@ async fn creating_at_zero_balance_is_payment_required_and_starts_nothing() {
 
 /// Seconds between two instants, in ms.
 fn ms_between(a: Instant, b: Instant) -> i64 {
-    b.duration_since(a).as_millis() as i64
+    i64::try_from(b.duration_since(a).as_millis()).expect("a test runs for less than 292 million years")
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn vm_charges_the_seconds_run_and_nothing_while_paused() {
-    let api = Api::start(BillingConfig { tick: Duration::from_millis(500), ..BillingConfig::default() }).await;
+    let api = start(BillingConfig { tick: Duration::from_millis(500), ..BillingConfig::default() }).await;
     let (_, p1, k1) = api.tenant("u1").await;
     let created = api.ok("POST", "/v1/sandboxes", &k1, Some(json!({"template": "base", "projectId": p1}))).await;
     let t_created = Instant::now();
@@ -389,7 +334,7 @@ async fn vm_running_sandboxes_are_paused_after_the_grace_period_at_zero() {
         grace: Duration::from_secs(1),
         ..BillingConfig::default()
     };
-    let api = Api::start(billing).await;
+    let api = start(billing).await;
     let (_, p1, k1) = api.tenant("u1").await;
     let created = api.ok("POST", "/v1/sandboxes", &k1, Some(json!({"template": "base", "projectId": p1}))).await;
     let id = created["sandboxId"].as_str().unwrap().to_string();
@@ -407,7 +352,7 @@ async fn vm_running_sandboxes_are_paused_after_the_grace_period_at_zero() {
     let depleted = b["depletedSince"].as_str().expect("depleted");
     assert!(!depleted.is_empty());
     // Paused, not destroyed: the node still has it, saved.
-    let info = api.state.node.get(&id).unwrap().info();
+    let info = api.node.get(&id).unwrap().info();
     assert_eq!(info.state, lizard_api::SandboxState::Paused);
     let (status, v) = api.call("POST", "/v1/sandboxes", &k1, Some(json!({"template": "base", "projectId": p1}))).await;
     assert_eq!((status, v["code"].as_str()), (402, Some("PAYMENT_REQUIRED")));

@@ -1,5 +1,8 @@
 //! The control plane over real HTTP: axum on 127.0.0.1:0, a real SQLite file in a temp dir.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use async_trait::async_trait;
@@ -201,7 +204,7 @@ async fn workspace_delete_is_empty_only_unless_forced() {
             id: id.into(),
             project_id: p.into(),
             template: "base".into(),
-            state: "running".into(),
+            state: lizard_server::store::SandboxState::Running,
             created_at: 1,
             timeout_at: None,
             metadata: Default::default(),
@@ -211,7 +214,7 @@ async fn workspace_delete_is_empty_only_unless_forced() {
                 running_nanos_per_sec: 0,
                 paused_nanos_per_sec: 0,
             },
-            on_timeout: "kill".into(),
+            on_timeout: lizard_server::store::OnTimeout::Kill,
             timeout_ms: None,
         };
         store.insert_sandbox(&sbx).await.unwrap();

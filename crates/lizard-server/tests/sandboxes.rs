@@ -1,83 +1,25 @@
 //! Sandboxes through the control plane, with real microVMs: projects by name, scoped
 //! keys, the token placed in the guest, timeouts, and forced workspace deletes.
 
-use lizard_server::api::{self, AppState};
-use lizard_server::ServerConfig;
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::Api;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-fn image_root() -> PathBuf {
-    std::env::var_os("LIZARD_TEST_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/lizard-test-data"))
-}
-
-struct Api {
-    base: String,
-    proxy: std::net::SocketAddr,
-    client: reqwest::Client,
-    state: AppState,
-    _dir: tempfile::TempDir,
-}
-
-impl Api {
-    async fn start() -> (Api, String) {
-        let dir = tempfile::Builder::new().prefix("lizard-server-test-").tempdir().unwrap();
-        let mut config = ServerConfig::new(dir.path());
-        config.listen = "127.0.0.1:0".parse().unwrap();
-        let server = lizard_server::open(config).await.unwrap();
-        let key = server.initial_key().unwrap().to_string();
-        let mut node_config = lizard_node::NodeConfig::new(dir.path().join("node"));
-        node_config.image_root = image_root();
-        let node = lizard_node::Node::start(node_config).await.unwrap();
-        let state = AppState {
-            server: server.state().clone().with_reaper(std::sync::Arc::new(api::sandboxes::NodeReaper(node.clone()))),
-            node,
-        };
-        let listener = server.bind().await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(api::sandboxes::reap_expired(state.clone()));
-        let router = lizard_server::build_router(state.clone(), api::all_routes());
-        tokio::spawn(lizard_server::serve(listener, router, std::future::pending()));
-        let proxy_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let proxy = proxy_listener.local_addr().unwrap();
-        tokio::spawn(lizard_server::serve(
-            proxy_listener,
-            lizard_server::proxy::router(state.clone()),
-            std::future::pending(),
-        ));
-        let client = reqwest::Client::builder().no_proxy().build().unwrap();
-        (Api { base, proxy, client, state, _dir: dir }, key)
-    }
-
-    async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req =
-            self.client.request(method.parse().unwrap(), format!("{}{path}", self.base)).header("x-api-key", key);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.unwrap();
-        let v =
-            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
-        if status >= 400 {
-            assert!(v["code"].is_string() && v["message"].is_string(), "{method} {path}: {status} {v}");
-        }
-        (status, v)
-    }
-
-    async fn ok(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> Value {
-        let (status, v) = self.call(method, path, key, body).await;
-        assert!((200..300).contains(&status), "{method} {path}: {status} {v}");
-        v
-    }
+/// The control plane with the proxy and the timeout reaper; the owner's key.
+async fn start() -> (Api, String) {
+    let api = Api::builder("lizard-server-test-").proxy().reaper().start().await;
+    let owner = api.owner.clone();
+    (api, owner)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sandboxes_behind_scopes_timeouts_and_forced_deletes() {
-    let (api, owner) = Api::start().await;
+    let (api, owner) = start().await;
     let w1 = api.ok("POST", "/v1/workspaces", &owner, Some(json!({"name": "w1"}))).await;
     let w2 = api.ok("POST", "/v1/workspaces", &owner, Some(json!({"name": "w2"}))).await;
     let p1 = api.ok("POST", "/v1/projects", &owner, Some(json!({"workspaceId": w1["id"], "name": "p1"}))).await;
@@ -102,7 +44,7 @@ async fn sandboxes_behind_scopes_timeouts_and_forced_deletes() {
         let (_, v) = api.call("POST", "/v1/sandboxes", key, Some(body.clone())).await;
         assert_eq!(v["code"], code, "{body}: {v}");
     }
-    assert!(api.state.node.list().is_empty());
+    assert!(api.node.list().is_empty());
 
     // Created by project name with a scoped token inside.
     let s = api
@@ -159,7 +101,7 @@ async fn sandboxes_behind_scopes_timeouts_and_forced_deletes() {
         assert!(Instant::now() < deadline, "the sandbox outlived its timeout");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(api.state.node.get(&id).is_err());
+    assert!(api.node.get(&id).is_err());
 
     // A forced workspace delete kills what runs inside.
     let s = api.ok("POST", "/v1/sandboxes", &owner, Some(json!({"template": "base", "projectId": p1["id"]}))).await;
@@ -167,7 +109,7 @@ async fn sandboxes_behind_scopes_timeouts_and_forced_deletes() {
     let (status, v) = api.call("DELETE", &format!("/v1/workspaces/{}", w1["id"].as_str().unwrap()), &owner, None).await;
     assert_eq!((status, v["code"].as_str()), (409, Some("CONFLICT")));
     api.ok("DELETE", &format!("/v1/workspaces/{}?force=true", w1["id"].as_str().unwrap()), &owner, None).await;
-    assert!(api.state.node.get(&id2).is_err(), "forced delete left the VM running");
+    assert!(api.node.get(&id2).is_err(), "forced delete left the VM running");
     assert_eq!(api.call("GET", &format!("/v1/sandboxes/{id2}"), &owner, None).await.0, 404);
 
     // The document lists the sandbox routes.
@@ -181,8 +123,8 @@ async fn sandboxes_behind_scopes_timeouts_and_forced_deletes() {
     ] {
         assert!(doc["paths"][path].is_object(), "{path} missing from /openapi.json");
     }
-    api.state.node.shutdown().await;
-    assert!(std::fs::read_dir(api._dir.path().join("node/sandboxes")).unwrap().next().is_none(), "sandbox dirs left");
+    api.node.shutdown().await;
+    assert!(std::fs::read_dir(api.dir.path().join("node/sandboxes")).unwrap().next().is_none(), "sandbox dirs left");
 }
 
 /// The reference's first example, reached through its sandbox URL with a real HTTP
@@ -190,7 +132,7 @@ async fn sandboxes_behind_scopes_timeouts_and_forced_deletes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sandbox_urls_reach_the_right_port_of_the_right_sandbox() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (api, owner) = Api::start().await;
+    let (api, owner) = start().await;
     let w = api.ok("POST", "/v1/workspaces", &owner, Some(json!({"name": "w"}))).await;
     api.ok("POST", "/v1/projects", &owner, Some(json!({"workspaceId": w["id"], "name": "my-project"}))).await;
     let s = api.ok("POST", "/v1/sandboxes", &owner, Some(json!({"template": "base", "project": "my-project"}))).await;
@@ -250,8 +192,8 @@ s.listen(3000)
     .await;
 
     let host = format!("{id}-3000.{}", s["domain"].as_str().unwrap());
-    let client = reqwest::Client::builder().no_proxy().resolve(&host, api.proxy).build().unwrap();
-    let url = format!("http://{host}:{}/hi", api.proxy.port());
+    let client = reqwest::Client::builder().no_proxy().resolve(&host, api.proxy_addr()).build().unwrap();
+    let url = format!("http://{host}:{}/hi", api.proxy_addr().port());
     let deadline = Instant::now() + Duration::from_secs(60);
     let body = loop {
         let resp = client.get(&url).send().await.unwrap();
@@ -266,7 +208,7 @@ s.listen(3000)
     assert_eq!(body, "hello from Lizard /hi");
 
     // Upgrade: after 101 the connection is a byte pipe to the guest.
-    let mut tcp = tokio::net::TcpStream::connect(api.proxy).await.unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(api.proxy_addr()).await.unwrap();
     tcp.write_all(format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n").as_bytes())
         .await
         .unwrap();
@@ -288,10 +230,11 @@ s.listen(3000)
     {
         use futures_util::{SinkExt, StreamExt};
         use tokio_tungstenite::tungstenite::Message;
-        let tcp = tokio::net::TcpStream::connect(api.proxy).await.unwrap();
-        let (mut ws, resp) = tokio_tungstenite::client_async(format!("ws://{host}:{}/ws", api.proxy.port()), tcp)
-            .await
-            .expect("WebSocket handshake through the proxy");
+        let tcp = tokio::net::TcpStream::connect(api.proxy_addr()).await.unwrap();
+        let (mut ws, resp) =
+            tokio_tungstenite::client_async(format!("ws://{host}:{}/ws", api.proxy_addr().port()), tcp)
+                .await
+                .expect("WebSocket handshake through the proxy");
         assert_eq!(resp.status(), 101);
         for msg in [Message::text("hello over ws"), Message::binary(vec![7u8; 1000])] {
             ws.send(msg.clone()).await.unwrap();
@@ -301,10 +244,11 @@ s.listen(3000)
     }
 
     // Never another sandbox: unknown ids, closed ports, other domains.
+    let proxy = api.proxy_addr();
     let get = |h: String| {
-        let c = reqwest::Client::builder().no_proxy().resolve(&h, api.proxy).build().unwrap();
+        let c = reqwest::Client::builder().no_proxy().resolve(&h, proxy).build().unwrap();
         async move {
-            let r = c.get(format!("http://{h}:{}/", api.proxy.port())).send().await.unwrap();
+            let r = c.get(format!("http://{h}:{}/", proxy.port())).send().await.unwrap();
             (r.status().as_u16(), r.json::<Value>().await.unwrap())
         }
     };
@@ -317,7 +261,7 @@ s.listen(3000)
     api.ok("DELETE", &format!("/v1/sandboxes/{id}"), &owner, None).await;
     let (status, _) = get(host.clone()).await;
     assert_eq!(status, 404, "a killed sandbox's URL still answered");
-    api.state.node.shutdown().await;
+    api.node.shutdown().await;
 }
 
 /// A sandbox's counter file: the loop that writes it is a process that must survive a
@@ -344,10 +288,10 @@ async fn counter(api: &Api, key: &str, id: &str) -> u64 {
 /// GET / through the sandbox URL of port 3000, waiting for a server still starting.
 async fn via_url(api: &Api, sandbox: &Value) -> String {
     let host = format!("{}-3000.{}", sandbox["sandboxId"].as_str().unwrap(), sandbox["domain"].as_str().unwrap());
-    let client = reqwest::Client::builder().no_proxy().resolve(&host, api.proxy).build().unwrap();
+    let client = reqwest::Client::builder().no_proxy().resolve(&host, api.proxy_addr()).build().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let resp = client.get(format!("http://{host}:{}/", api.proxy.port())).send().await.unwrap();
+        let resp = client.get(format!("http://{host}:{}/", api.proxy_addr().port())).send().await.unwrap();
         if resp.status() == 200 {
             return resp.text().await.unwrap();
         }
@@ -358,7 +302,7 @@ async fn via_url(api: &Api, sandbox: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pause_resume_connect_fork_and_pause_on_timeout() {
-    let (api, owner) = Api::start().await;
+    let (api, owner) = start().await;
     let w = api.ok("POST", "/v1/workspaces", &owner, Some(json!({"name": "w"}))).await;
     let other = api.ok("POST", "/v1/workspaces", &owner, Some(json!({"name": "other"}))).await;
     api.ok("POST", "/v1/projects", &owner, Some(json!({"workspaceId": w["id"], "name": "p"}))).await;
@@ -473,5 +417,5 @@ async fn pause_resume_connect_fork_and_pause_on_timeout() {
         let (status, _) = api.call("DELETE", &format!("/v1/sandboxes/{sid}"), &owner, None).await;
         assert_eq!(status, 204);
     }
-    assert!(api.state.node.list().is_empty());
+    assert!(api.node.list().is_empty());
 }

@@ -11,6 +11,9 @@
 //! The model states the rules itself (below), independently of `lizard_server::scope`,
 //! so a bug there cannot hide behind the same bug in the oracle.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use lizard_server::scope::Scope;

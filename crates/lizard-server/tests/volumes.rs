@@ -4,92 +4,28 @@
 //! data that survives kills (a SIGKILLed VMM included), the size limit inside the guest,
 //! and one writer at a time.
 
-use lizard_server::api::{self, AppState};
-use lizard_server::ServerConfig;
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::Api;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
-fn image_root() -> PathBuf {
-    std::env::var_os("LIZARD_TEST_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/lizard-test-data"))
+/// The control plane with the timeout reaper; the owner's key.
+async fn start() -> (Api, String) {
+    let api = Api::builder("lizard-volume-test-").reaper().start().await;
+    let owner = api.owner.clone();
+    (api, owner)
 }
 
-struct Api {
-    base: String,
-    client: reqwest::Client,
-    state: AppState,
-    dir: tempfile::TempDir,
+fn volumes_dir(api: &Api) -> PathBuf {
+    api.dir.path().join("node/volumes")
 }
 
-impl Api {
-    async fn start() -> (Api, String) {
-        let dir = tempfile::Builder::new().prefix("lizard-volume-test-").tempdir().unwrap();
-        let mut config = ServerConfig::new(dir.path());
-        config.listen = "127.0.0.1:0".parse().unwrap();
-        let server = lizard_server::open(config).await.unwrap();
-        let key = server.initial_key().unwrap().to_string();
-        let mut node_config = lizard_node::NodeConfig::new(dir.path().join("node"));
-        node_config.image_root = image_root();
-        let node = lizard_node::Node::start(node_config).await.unwrap();
-        let state = AppState {
-            server: server.state().clone().with_reaper(std::sync::Arc::new(api::sandboxes::NodeReaper(node.clone()))),
-            node,
-        };
-        let listener = server.bind().await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(api::sandboxes::reap_expired(state.clone()));
-        let router = lizard_server::build_router(state.clone(), api::all_routes());
-        tokio::spawn(lizard_server::serve(listener, router, std::future::pending()));
-        let client = reqwest::Client::builder().no_proxy().build().unwrap();
-        (Api { base, client, state, dir }, key)
-    }
-
-    async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req =
-            self.client.request(method.parse().unwrap(), format!("{}{path}", self.base)).header("x-api-key", key);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.unwrap();
-        let v =
-            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
-        if status >= 400 {
-            let obj = v.as_object().unwrap_or_else(|| panic!("{method} {path}: {status} {v}"));
-            assert_eq!(obj.len(), 2, "{method} {path}: {v}");
-            let code: lizard_api::ErrorCode = serde_json::from_value(v["code"].clone()).unwrap();
-            assert_eq!(code.status(), status, "{v}");
-        }
-        (status, v)
-    }
-
-    async fn ok(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> Value {
-        let (status, v) = self.call(method, path, key, body).await;
-        assert!((200..300).contains(&status), "{method} {path}: {status} {v}");
-        v
-    }
-
-    async fn fails(&self, method: &str, path: &str, key: &str, body: Option<Value>, code: &str) -> String {
-        let (status, v) = self.call(method, path, key, body).await;
-        assert_eq!(v["code"], code, "{method} {path}: {status} {v}");
-        v["message"].as_str().unwrap().to_string()
-    }
-
-    fn volumes_dir(&self) -> PathBuf {
-        self.dir.path().join("node/volumes")
-    }
-
-    fn image(&self, id: &str) -> PathBuf {
-        self.volumes_dir().join(format!("{id}.img"))
-    }
-
-    /// Run a shell command in a sandbox; (exit code, stdout, stderr).
-    async fn sh(&self, key: &str, id: &str, cmd: &str) -> (i64, String, String) {
-        let r = self.ok("POST", &format!("/v1/sandboxes/{id}/exec"), key, Some(json!({"cmd": cmd}))).await;
-        (r["exitCode"].as_i64().unwrap(), r["stdout"].as_str().unwrap().into(), r["stderr"].as_str().unwrap().into())
-    }
+fn image(api: &Api, id: &str) -> PathBuf {
+    volumes_dir(api).join(format!("{id}.img"))
 }
 
 /// A file's content as the host sees it in a volume image: the image copied (sparse),
@@ -117,7 +53,7 @@ fn s(v: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn volume_routes_with_names_ids_scopes_and_deletes() {
-    let (api, owner) = Api::start().await;
+    let (api, owner) = start().await;
     let w1 = api.ok("POST", "/v1/workspaces", &owner, Some(json!({"name": "w1"}))).await;
     let w2 = api.ok("POST", "/v1/workspaces", &owner, Some(json!({"name": "w2"}))).await;
     let p1 = api.ok("POST", "/v1/projects", &owner, Some(json!({"workspaceId": w1["id"], "name": "p1"}))).await;
@@ -138,21 +74,21 @@ async fn volume_routes_with_names_ids_scopes_and_deletes() {
     );
     assert_eq!((v["sizeGb"].clone(), v["region"].clone()), (json!(1), json!("local")));
     assert!(v.get("attachedTo").is_none(), "{v}");
-    let meta = std::fs::metadata(api.image(&id)).unwrap();
+    let meta = std::fs::metadata(image(&api, &id)).unwrap();
     assert_eq!(meta.len(), 1 << 30);
     use std::os::unix::fs::MetadataExt;
     assert!(meta.blocks() * 512 < 64 << 20, "the image is not sparse");
     // The default size is 10 GiB, and a volume is refused (422, nothing left behind)
     // unless the host has room for it to fill up: what happens depends on this host.
     let body = json!({"name": "big-default", "projectId": p1["id"]});
-    let free = free_bytes(&api.volumes_dir());
+    let free = free_bytes(&volumes_dir(&api));
     if free > 12 << 30 {
         let d = api.ok("POST", "/v1/volumes", &owner, Some(body)).await;
         assert_eq!(d["sizeGb"], 10);
         // Gone again at once: while it exists it may grow by 10 GiB, which the host's
         // space must cover for every later volume of this test.
         api.ok("DELETE", &format!("/v1/volumes/{}", s(&d["id"])), &owner, None).await;
-        assert!(!api.image(&s(&d["id"])).exists());
+        assert!(!image(&api, &s(&d["id"])).exists());
     } else if free < 10 << 30 {
         let m = api.fails("POST", "/v1/volumes", &owner, Some(body), "INVALID_ARGUMENT").await;
         assert!(m.contains("not enough disk"), "{m}");
@@ -191,7 +127,7 @@ async fn volume_routes_with_names_ids_scopes_and_deletes() {
     ] {
         api.fails("POST", "/v1/volumes", &k1, Some(body.clone()), code).await;
     }
-    let files = std::fs::read_dir(api.volumes_dir()).unwrap().count();
+    let files = std::fs::read_dir(volumes_dir(&api)).unwrap().count();
     assert_eq!(files, 2, "only the created volumes have disks");
 
     // A key that reaches one project may leave the project out.
@@ -215,7 +151,7 @@ async fn volume_routes_with_names_ids_scopes_and_deletes() {
 
     // List: per project, or everything the key reaches.
     let names = |l: Value| -> Vec<String> { l.as_array().unwrap().iter().map(|v| s(&v["id"])).collect() };
-    assert_eq!(names(api.ok("GET", "/v1/volumes?project=p1", &k1, None).await), [id.clone()]);
+    assert_eq!(names(api.ok("GET", "/v1/volumes?project=p1", &k1, None).await), std::slice::from_ref(&id));
     assert_eq!(names(api.ok("GET", "/v1/volumes", &k1, None).await), [id.clone(), s(&other["id"])]);
     assert_eq!(names(api.ok("GET", "/v1/volumes", &k2, None).await), [s(&v2["id"])]);
     assert_eq!(api.ok("GET", "/v1/volumes", &owner, None).await.as_array().unwrap().len(), 3);
@@ -226,18 +162,18 @@ async fn volume_routes_with_names_ids_scopes_and_deletes() {
 
     // Delete by name: record and disk go; again → 404.
     api.ok("DELETE", "/v1/volumes/data?project=p1b", &k1, None).await;
-    assert!(!api.image(&s(&other["id"])).exists());
+    assert!(!image(&api, &s(&other["id"])).exists());
     api.fails("DELETE", "/v1/volumes/data?project=p1b", &k1, None, "NOT_FOUND").await;
     api.ok("DELETE", &format!("/v1/projects/{}", s(&p1b["id"])), &owner, None).await;
 
     // Workspace deletes: refused while volumes remain, forced removes records and disks.
     api.fails("DELETE", &format!("/v1/workspaces/{}", s(&w1["id"])), &owner, None, "CONFLICT").await;
-    assert!(api.image(&id).exists());
+    assert!(image(&api, &id).exists());
     api.ok("DELETE", &format!("/v1/workspaces/{}?force=true", s(&w1["id"])), &owner, None).await;
-    assert!(!api.image(&id).exists(), "forced delete left a disk");
+    assert!(!image(&api, &id).exists(), "forced delete left a disk");
     api.fails("GET", &format!("/v1/volumes/{id}"), &owner, None, "NOT_FOUND").await;
     assert_eq!(names(api.ok("GET", "/v1/volumes", &owner, None).await), [s(&v2["id"])]);
-    let left: Vec<_> = std::fs::read_dir(api.volumes_dir()).unwrap().flatten().map(|e| e.file_name()).collect();
+    let left: Vec<_> = std::fs::read_dir(volumes_dir(&api)).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(left.len(), 1, "{left:?}");
 
     // Every route is in the document.
@@ -253,7 +189,7 @@ async fn volume_routes_with_names_ids_scopes_and_deletes() {
 /// kill, stops at its size inside the guest, and has one writer at a time.
 #[tokio::test(flavor = "multi_thread")]
 async fn volume_data_outlives_its_sandboxes() {
-    let (api, owner) = Api::start().await;
+    let (api, owner) = start().await;
     let w = api.ok("POST", "/v1/workspaces", &owner, Some(json!({"name": "w"}))).await;
     api.ok("POST", "/v1/projects", &owner, Some(json!({"workspaceId": w["id"], "name": "p"}))).await;
     let vol = api.ok("POST", "/v1/volumes", &owner, Some(json!({"name": "state", "project": "p", "sizeGb": 1}))).await;
@@ -273,7 +209,7 @@ async fn volume_data_outlives_its_sandboxes() {
     assert!(m.contains("nope"), "{m}");
 
     let a = s(&api.ok("POST", "/v1/sandboxes", &owner, Some(create.clone())).await["sandboxId"]);
-    assert!(api.state.node.get(&a).unwrap().from_snapshot(), "expected a restored sandbox");
+    assert!(api.node.get(&a).unwrap().from_snapshot(), "expected a restored sandbox");
     assert_eq!(api.ok("GET", "/v1/volumes/state?project=p", &owner, None).await["attachedTo"], a);
 
     // One writer: a second sandbox, and a delete, are refused naming the holder.
@@ -281,7 +217,7 @@ async fn volume_data_outlives_its_sandboxes() {
     assert!(m.contains(&a), "{m}");
     let m = api.fails("DELETE", "/v1/volumes/state?project=p", &owner, None, "CONFLICT").await;
     assert!(m.contains(&a), "{m}");
-    assert_eq!(api.state.node.list().len(), 1);
+    assert_eq!(api.node.list().len(), 1);
 
     // Mounted at /workspace with the volume's size; writable by any user; ENOSPC past it.
     let (code, out, err) = api
@@ -302,7 +238,7 @@ async fn volume_data_outlives_its_sandboxes() {
     let (code, _, err) =
         api.sh(&owner, &a, "rm /workspace/too-big /workspace/more && head -c 1M /dev/zero > /workspace/more").await;
     assert_eq!(code, 0, "{err}");
-    assert_eq!(std::fs::metadata(api.image(&vol_id)).unwrap().len(), 1 << 30, "the image changed size");
+    assert_eq!(std::fs::metadata(image(&api, &vol_id)).unwrap().len(), 1 << 30, "the image changed size");
     let r = api
         .ok(
             "POST",
@@ -317,17 +253,17 @@ async fn volume_data_outlives_its_sandboxes() {
     let (code, _, err) =
         api.sh(&owner, &a, "echo synced-$(hostname) > /workspace/a.txt && sync && touch /root/installed").await;
     assert_eq!(code, 0, "{err}");
-    let pid = api.state.node.get(&a).unwrap().live().unwrap().vm().pid();
+    let pid = api.node.get(&a).unwrap().live().unwrap().vm().pid();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while api.state.node.get(&a).is_ok() {
+    while api.node.get(&a).is_ok() {
         assert!(std::time::Instant::now() < deadline, "the node did not notice the dead VMM");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 
     // A new sandbox gets the volume (the dead holder is let go) and reads it.
     let b = s(&api.ok("POST", "/v1/sandboxes", &owner, Some(create.clone())).await["sandboxId"]);
-    assert!(api.state.node.get(&b).unwrap().from_snapshot());
+    assert!(api.node.get(&b).unwrap().from_snapshot());
     let (code, out, err) = api
         .sh(&owner, &b, "cat /workspace/a.txt; test -e /root/installed && echo root-survived || echo root-fresh")
         .await;
@@ -350,7 +286,7 @@ async fn volume_data_outlives_its_sandboxes() {
     let m = api.fails("POST", &format!("/v1/sandboxes/{c}/fork"), &owner, Some(json!({"count": 1})), "CONFLICT").await;
     assert!(m.contains("volume"), "{m}");
     assert_eq!(api.ok("POST", &format!("/v1/sandboxes/{c}/pause"), &owner, None).await["state"], "paused");
-    assert_eq!(read_from_image(&api.image(&vol_id), "/p.txt"), "before-pause\n");
+    assert_eq!(read_from_image(&image(&api, &vol_id), "/p.txt"), "before-pause\n");
     assert_eq!(api.ok("GET", "/v1/volumes/state?project=p", &owner, None).await["attachedTo"], c);
     let m = api.fails("POST", "/v1/sandboxes", &owner, Some(create.clone()), "CONFLICT").await;
     assert!(m.contains(&c), "{m}");
@@ -369,7 +305,7 @@ async fn volume_data_outlives_its_sandboxes() {
     // Killing the holder frees the volume; then it can be deleted with its disk.
     api.ok("DELETE", &format!("/v1/sandboxes/{c}"), &owner, None).await;
     api.ok("DELETE", "/v1/volumes/state?project=p", &owner, None).await;
-    assert!(!api.image(&vol_id).exists());
-    api.state.node.shutdown().await;
+    assert!(!image(&api, &vol_id).exists());
+    api.node.shutdown().await;
     assert!(std::fs::read_dir(api.dir.path().join("node/sandboxes")).unwrap().next().is_none(), "sandbox dirs left");
 }

@@ -242,14 +242,3 @@ pub async fn live(State(state): State<ServerState>, p: Principal) -> ApiResult<J
         burn_per_hour: format_usd(burn.saturating_mul(3600)),
     }))
 }
-
-/// Pauses sandboxes of accounts out of credits, through the sandbox routes' pause (VM
-/// state saved; the sandbox can be resumed once credits are added).
-pub struct NodePauser(pub crate::api::AppState);
-
-#[async_trait::async_trait]
-impl crate::billing::SandboxPauser for NodePauser {
-    async fn pause(&self, sandbox_id: &str) -> Result<(), String> {
-        crate::api::lifecycle::pause_sandbox(&self.0, sandbox_id).await.map_err(|e| e.to_string())
-    }
-}

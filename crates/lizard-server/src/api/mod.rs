@@ -1,5 +1,7 @@
-//! The tenancy routes. Each module maps HTTP onto store calls and scope checks; the types
-//! on the wire are [`lizard_api`]'s, so the CLI and SDKs read what the server writes.
+//! The HTTP API, and nothing else: each handler extracts its request, authorizes it
+//! (the key's scope, through [`crate::auth`]), calls the store or an operation of
+//! [`crate::ops`], and maps the answer to JSON. The types on the wire are [`lizard_api`]'s,
+//! so the CLI and SDKs read what the server writes.
 //!
 //! Every handler is documented with `#[utoipa::path]` and registered through
 //! [`utoipa_axum::routes!`], so a route cannot be served without appearing in
@@ -13,11 +15,10 @@ pub mod metrics;
 pub mod projects;
 pub mod regions;
 pub mod sandboxes;
-pub mod volume_attach;
 pub mod volumes;
 pub mod workspaces;
 
-use crate::state::ServerState;
+use crate::state::{AppState, ServerState};
 use crate::store::{KeyRecord, ProjectRecord, WorkspaceRecord};
 use axum::extract::FromRef;
 use utoipa_axum::router::OpenApiRouter;
@@ -45,19 +46,6 @@ where
         .routes(routes!(billing::summary))
         .routes(routes!(billing::live))
         .routes(routes!(metrics::metrics))
-}
-
-/// State of the full API: the tenancy core plus the node that runs the sandboxes.
-#[derive(Clone)]
-pub struct AppState {
-    pub server: ServerState,
-    pub node: std::sync::Arc<lizard_node::Node>,
-}
-
-impl FromRef<AppState> for ServerState {
-    fn from_ref(s: &AppState) -> ServerState {
-        s.server.clone()
-    }
 }
 
 /// Every route: tenancy and sandboxes.

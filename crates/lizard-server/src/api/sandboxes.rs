@@ -1,68 +1,37 @@
 //! `/v1/sandboxes`: create, list, get, kill, set the timeout, and run processes and move
-//! files inside one — each behind the key's scope.
-//!
-//! The store records which project a sandbox belongs to (for scope checks, listing and
-//! billing); the node owns the VM. A sandbox is visible while both agree it runs: a record
-//! whose VM is gone (killed, timed out, crashed, lost at a restart) is marked ended and
-//! answers 404 with the reason.
+//! files inside one — each behind the key's scope. The operations are
+//! [`crate::ops::sandboxes`]'s; exec output and file contents are streamed from the
+//! sandbox's node ([`crate::nodes::NodeClient`]) into the response here.
 
-use crate::api::AppState;
 use crate::auth::{self, Principal};
 use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError};
 use crate::ids;
 use crate::openapi::{InvalidArgument, NotFound, PaymentRequired, Unauthenticated};
-use crate::store::{NewSandbox, SandboxFilter, SandboxRecord, StoreError};
+use crate::ops::sandboxes::{self as ops, LiveSandbox, NewSandboxSpec, DEFAULT_TIMEOUT_MS};
+use crate::state::AppState;
+use crate::store::SandboxFilter;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::Response;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::TryStreamExt;
-use lizard_api::{CreateSandboxRequest, ExecRequest, NewSandboxRequest, SandboxInfo, SetTimeoutRequest};
-use lizard_node::{Node, Sandbox};
+use futures_util::{StreamExt, TryStreamExt};
+use lizard_api::{ExecRequest, NewSandboxRequest, SandboxInfo, SetTimeoutRequest};
 use serde::Deserialize;
-use std::sync::Arc;
-
-/// Lifetime of a sandbox created without `timeoutMs`.
-pub const DEFAULT_TIMEOUT_MS: u64 = 5 * 60 * 1000;
-/// Longest lifetime one call may set.
-pub const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
-
-pub(crate) fn check_timeout(ms: u64) -> ApiResult<i64> {
-    if ms == 0 || ms > MAX_TIMEOUT_MS {
-        return Err(AppError::invalid(format!("timeoutMs must be 1..={MAX_TIMEOUT_MS}, got {ms}")));
-    }
-    Ok(ids::now_ms() + ms as i64)
-}
-
-pub(crate) fn node_error(e: lizard_node::NodeError) -> AppError {
-    AppError(e.to_api())
-}
 
 /// The API's view of a sandbox: the node's facts plus the record's.
-pub(crate) fn info(state: &AppState, sandbox: &Sandbox, record: &SandboxRecord) -> SandboxInfo {
-    let mut info = sandbox.info();
-    info.project_id = Some(record.project_id.clone());
-    info.end_at = record.timeout_at.map(ids::rfc3339);
+pub(crate) fn sandbox_json(state: &AppState, sandbox: &LiveSandbox) -> SandboxInfo {
+    let mut info = sandbox.info.clone();
+    info.project_id = Some(sandbox.record.project_id.clone());
+    info.end_at = sandbox.record.timeout_at.map(ids::rfc3339);
     info.domain = Some(state.server.config.sandbox_domain(&state.server.config.region));
     info
 }
 
-/// The sandbox behind `id` (running or paused), if the key reaches it. A record whose VM
-/// the node no longer has is ended here, with the node's reason.
-pub(crate) async fn running(state: &AppState, p: &Principal, id: &str) -> ApiResult<(Arc<Sandbox>, SandboxRecord)> {
+/// The sandbox behind `id` (running or paused), if the key reaches it; 404 once it ended.
+pub(crate) async fn running(state: &AppState, p: &Principal, id: &str) -> ApiResult<LiveSandbox> {
     let record = auth::sandbox_for(state.server.store.as_ref(), p, id).await?;
-    if let Some(reason) = &record.end_reason {
-        return Err(AppError::not_found(format!("sandbox {id} not found: {reason}")));
-    }
-    match state.node.get(id) {
-        Ok(s) => Ok((s, record)),
-        Err(e) => {
-            let why = e.to_string();
-            state.server.store.end_sandbox(id, ids::now_ms(), &why).await?;
-            Err(AppError::not_found(why))
-        }
-    }
+    ops::live(state, record).await
 }
 
 /// Boot a sandbox in a project the key reaches.
@@ -88,7 +57,7 @@ pub async fn create(
         }
     };
     let timeout_ms = req.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
-    let timeout_at = check_timeout(timeout_ms)?;
+    let timeout_at = ops::timeout_end(timeout_ms)?;
     let mut env = req.env;
     if let Some(token) = &req.lizard_token {
         // Only a live key of this account: a sandbox must not carry someone else's key.
@@ -101,78 +70,28 @@ pub async fn create(
         env.insert("LIZARD_API_KEY".into(), token.clone());
     }
     crate::billing::require_funds(store, &p.account_id).await?;
-    if state.node.config().api_forward.is_some() {
-        // The guest's own address for this API, forwarded by its agent.
-        env.entry("LIZARD_API_URL".into()).or_insert_with(|| lizard_agent_proto::routes::FORWARD_GUEST_URL.into());
-    }
-    // A volume is held (reserved in the store) before its sandbox boots, so two creates
-    // cannot both get it; the sandbox runs on the volume's node.
-    let attachment = match &req.volume_name {
-        Some(name) => Some(crate::api::volume_attach::reserve(&state, &p, &project, name).await?),
+    let volume = match &req.volume_name {
+        Some(name) => Some(crate::api::volumes::volume_for(&state, &p, name, None, Some(&project.id)).await?),
         None => None,
     };
-    let node = match &attachment {
-        Some(a) => a.node.clone(),
-        None => state.node.clone(),
-    };
-    let created = node
-        .create(CreateSandboxRequest {
-            template: req.template.clone(),
-            vcpus: req.vcpus,
-            memory_mib: req.memory_mib,
-            env,
-            metadata: req.metadata.clone(),
-            allow_internet_access: req.allow_internet_access,
-            allow_out: req.allow_out.clone(),
-            deny_out: req.deny_out.clone(),
-            volume: attachment.as_ref().map(|a| a.volume.id.clone()),
-        })
-        .await;
-    let sandbox = match created {
-        Ok(s) => s,
-        Err(e) => {
-            if let Some(a) = &attachment {
-                a.release(store).await;
-            }
-            return Err(node_error(e));
-        }
-    };
-    let record = NewSandbox {
-        id: sandbox.id.clone(),
-        project_id: project.id.clone(),
+    let spec = NewSandboxSpec {
+        account_id: p.account_id.clone(),
+        project,
         template: req.template,
-        state: "running".into(),
-        created_at: ids::now_ms(),
-        timeout_at: Some(timeout_at),
+        vcpus: req.vcpus,
+        memory_mib: req.memory_mib,
+        env,
         metadata: req.metadata,
-        meter: state.server.config.billing.pricing.meter(sandbox.vcpus, sandbox.memory_mib),
-        on_timeout: on_timeout_name(req.on_timeout.unwrap_or_default()).into(),
-        timeout_ms: Some(timeout_ms as i64),
+        allow_internet_access: req.allow_internet_access,
+        allow_out: req.allow_out,
+        deny_out: req.deny_out,
+        volume,
+        timeout_ms,
+        timeout_at,
+        on_timeout: req.on_timeout.unwrap_or_default(),
     };
-    let mut recorded = store.insert_sandbox(&record).await;
-    if let (Ok(()), Some(a)) = (&recorded, &attachment) {
-        recorded = store.reassign_volume(&a.volume.id, &a.reservation, &sandbox.id).await;
-    }
-    if let Err(e) = recorded {
-        // The project went away while the VM booted: nothing may run unrecorded.
-        let _ = node.kill(&sandbox.id).await;
-        if let Some(a) = &attachment {
-            a.release(store).await;
-            // Recorded, then the volume's hand-over failed: the record ends with the VM.
-            let _ = store.end_sandbox(&sandbox.id, ids::now_ms(), "its volume was deleted while it booted").await;
-            // A forced workspace delete removed the volume's record meanwhile; its disk
-            // was still held then, so it goes now.
-            if matches!(store.get_volume(&p.account_id, &a.volume.id).await, Ok(None)) {
-                let _ = node.delete_volume(&a.volume.id);
-            }
-        }
-        return Err(match e {
-            StoreError::NotFound(_) => AppError::not_found(format!("project {} not found", project.id)),
-            other => other.into(),
-        });
-    }
-    let record = store.get_sandbox(&sandbox.id).await?.ok_or_else(|| AppError::internal("sandbox record vanished"))?;
-    Ok((StatusCode::CREATED, Json(info(&state, &sandbox, &record))))
+    let sandbox = ops::create(&state, spec).await?;
+    Ok((StatusCode::CREATED, Json(sandbox_json(&state, &sandbox))))
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -201,7 +120,8 @@ pub async fn list(
 ) -> ApiResult<Json<Vec<SandboxInfo>>> {
     let filter = SandboxFilter { workspace_id: q.workspace_id, project_id: q.project_id, include_ended: false };
     let records = state.server.store.list_sandboxes(&p.account_id, p.scope.as_ref(), &filter).await?;
-    Ok(Json(records.iter().filter_map(|r| state.node.get(&r.id).ok().map(|s| info(&state, &s, r))).collect()))
+    let live = ops::running_of(&state, records).await;
+    Ok(Json(live.iter().map(|s| sandbox_json(&state, s)).collect()))
 }
 
 /// One sandbox (`connect`): 404 once it was killed or expired.
@@ -218,8 +138,8 @@ pub async fn get(
     p: Principal,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<SandboxInfo>> {
-    let (sandbox, record) = running(&state, &p, &id).await?;
-    Ok(Json(info(&state, &sandbox, &record)))
+    let sandbox = running(&state, &p, &id).await?;
+    Ok(Json(sandbox_json(&state, &sandbox)))
 }
 
 /// Stop a sandbox and delete everything in it.
@@ -232,10 +152,8 @@ pub async fn get(
     responses((status = 204, description = "Killed"), Unauthenticated, NotFound)
 )]
 pub async fn kill(State(state): State<AppState>, p: Principal, ApiPath(id): ApiPath<String>) -> ApiResult<StatusCode> {
-    let (sandbox, _) = running(&state, &p, &id).await?;
-    let result = state.node.kill(&sandbox.id).await;
-    state.server.store.end_sandbox(&id, ids::now_ms(), "killed").await?;
-    result.map_err(node_error)?;
+    let sandbox = running(&state, &p, &id).await?;
+    ops::kill(&state, &sandbox, "killed").await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -255,11 +173,9 @@ pub async fn set_timeout(
     ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<SetTimeoutRequest>,
 ) -> ApiResult<Json<SandboxInfo>> {
-    let (sandbox, _) = running(&state, &p, &id).await?;
-    let at = check_timeout(req.timeout_ms)?;
-    state.server.store.set_sandbox_timeout(&id, Some(at)).await?;
-    let record = auth::sandbox_for(state.server.store.as_ref(), &p, &id).await?;
-    Ok(Json(info(&state, &sandbox, &record)))
+    let mut sandbox = running(&state, &p, &id).await?;
+    sandbox.record = ops::set_timeout(&state, &sandbox, req.timeout_ms).await?;
+    Ok(Json(sandbox_json(&state, &sandbox)))
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -288,8 +204,14 @@ pub async fn exec(
     ApiQuery(q): ApiQuery<ExecQuery>,
     ApiJson(req): ApiJson<ExecRequest>,
 ) -> ApiResult<Response> {
-    let (sandbox, _) = running(&state, &p, &id).await?;
-    lizard_node::http::exec_response(&sandbox, req, q.stream).await.map_err(|e| AppError(e.0))
+    let sandbox = running(&state, &p, &id).await?;
+    if q.stream {
+        let frames = sandbox.node.exec_stream(sandbox.id(), req).await?;
+        let body = Body::from_stream(frames.map_ok(|f| f.to_bytes()));
+        Ok(([(header::CONTENT_TYPE, lizard_agent_proto::routes::FRAMES_CONTENT_TYPE)], body).into_response())
+    } else {
+        Ok(Json(sandbox.node.exec(sandbox.id(), req).await?).into_response())
+    }
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -325,8 +247,14 @@ pub async fn read_file(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<FileQuery>,
 ) -> ApiResult<Response> {
-    let (sandbox, _) = running(&state, &p, &id).await?;
-    lizard_node::http::read_file_response(&sandbox, &q.path).await.map_err(|e| AppError(e.0))
+    let sandbox = running(&state, &p, &id).await?;
+    let file = sandbox.node.read_file(sandbox.id(), &q.path).await?;
+    let mut resp = Body::from_stream(file.body).into_response();
+    if let Some(len) = file.len {
+        resp.headers_mut().insert(header::CONTENT_LENGTH, len.into());
+    }
+    resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/octet-stream"));
+    Ok(resp)
 }
 
 /// Write a file from the request body (streamed), replacing it atomically.
@@ -355,9 +283,9 @@ pub async fn write_file(
                 .ok_or_else(|| AppError::invalid(format!("mode must be octal permission bits, got {m:?}")))?,
         ),
     };
-    let (sandbox, _) = running(&state, &p, &id).await?;
-    let stream = body.into_data_stream().map_err(std::io::Error::other);
-    Ok(Json(sandbox.write_file(&q.path, mode, stream).await.map_err(node_error)?))
+    let sandbox = running(&state, &p, &id).await?;
+    let stream = body.into_data_stream().map_err(std::io::Error::other).boxed();
+    Ok(Json(sandbox.node.write_file(sandbox.id(), &q.path, mode, stream).await?))
 }
 
 /// Remove a file or a directory (recursively).
@@ -375,8 +303,8 @@ pub async fn remove(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<FileQuery>,
 ) -> ApiResult<StatusCode> {
-    let (sandbox, _) = running(&state, &p, &id).await?;
-    sandbox.remove(&q.path).await.map_err(node_error)?;
+    let sandbox = running(&state, &p, &id).await?;
+    sandbox.node.remove(sandbox.id(), &q.path).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -395,8 +323,8 @@ pub async fn list_dir(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<FileQuery>,
 ) -> ApiResult<Json<Vec<lizard_api::FileEntry>>> {
-    let (sandbox, _) = running(&state, &p, &id).await?;
-    Ok(Json(sandbox.list_dir(&q.path).await.map_err(node_error)?))
+    let sandbox = running(&state, &p, &id).await?;
+    Ok(Json(sandbox.node.list_dir(sandbox.id(), &q.path).await?))
 }
 
 /// Create a directory and its parents.
@@ -414,72 +342,7 @@ pub async fn make_dir(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<FileQuery>,
 ) -> ApiResult<StatusCode> {
-    let (sandbox, _) = running(&state, &p, &id).await?;
-    sandbox.make_dir(&q.path).await.map_err(node_error)?;
+    let sandbox = running(&state, &p, &id).await?;
+    sandbox.node.make_dir(sandbox.id(), &q.path).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// Kills the VMs of sandboxes removed by a forced workspace delete, and ends timed-out ones.
-pub struct NodeReaper(pub Arc<Node>);
-
-#[async_trait::async_trait]
-impl crate::state::SandboxReaper for NodeReaper {
-    async fn reap(&self, sandboxes: Vec<SandboxRecord>) {
-        for s in sandboxes {
-            if let Err(e) = self.0.kill(&s.id).await {
-                tracing::debug!(id = %s.id, "reap: {e}");
-            }
-        }
-    }
-
-    async fn remove_volumes(&self, volumes: Vec<crate::store::VolumeRecord>) {
-        for v in volumes {
-            if v.node_id != crate::placement::LOCAL_NODE_ID {
-                tracing::warn!(volume = %v.id, node = %v.node_id, "volume disk on another node left in place");
-                continue;
-            }
-            if let Err(e) = self.0.delete_volume(&v.id) {
-                tracing::warn!(volume = %v.id, "cannot delete the disk of a removed volume: {e}");
-            }
-        }
-    }
-}
-
-pub(crate) fn on_timeout_name(o: lizard_api::OnTimeout) -> &'static str {
-    match o {
-        lizard_api::OnTimeout::Kill => "kill",
-        lizard_api::OnTimeout::Pause => "pause",
-    }
-}
-
-/// Kill sandboxes whose timeout passed — or pause those created with `onTimeout: pause`
-/// — once a second, until the process ends. A paused sandbox's timeout is the operator's
-/// retention; past it, it is killed.
-pub async fn reap_expired(state: AppState) {
-    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-    loop {
-        tick.tick().await;
-        let due = match state.server.store.sandboxes_due(ids::now_ms()).await {
-            Ok(due) => due,
-            Err(e) => {
-                tracing::warn!("timeout reaper: {e}");
-                continue;
-            }
-        };
-        for s in due {
-            if s.on_timeout == "pause" && s.state == "running" {
-                tracing::info!(id = %s.id, "sandbox timed out: pausing it");
-                match crate::api::lifecycle::pause_sandbox(&state, &s.id).await {
-                    Ok(_) => continue,
-                    Err(e) => tracing::warn!(id = %s.id, "pause at timeout failed, killing: {}", e.0.message),
-                }
-            }
-            let why = if s.state == "paused" { "expired while paused" } else { "timed out" };
-            tracing::info!(id = %s.id, "sandbox {why}");
-            let _ = state.node.kill(&s.id).await;
-            if let Err(e) = state.server.store.end_sandbox(&s.id, ids::now_ms(), why).await {
-                tracing::warn!(id = %s.id, "timeout reaper: {e}");
-            }
-        }
-    }
 }

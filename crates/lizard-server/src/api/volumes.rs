@@ -1,30 +1,25 @@
 //! `/v1/volumes`: create, list, get and delete volumes, behind the key's scope (a volume
 //! outside it answers 404, like one that does not exist).
 //!
-//! The record comes first, the disk second: a create records the volume, then has its
-//! node make the disk (and removes the record if that fails); a delete removes the record
-//! (refused while a sandbox holds the volume), then the disk.
+//! The operations (record and disk kept in step) are [`crate::ops::volumes`]'s.
 //!
 //! Which project: `project` (id, slug or name) or `projectId`, in the body of a create
 //! and in the query otherwise. A key that reaches exactly one project may leave it out.
 //! A volume id (`vol_…`) needs no project; a name does. Listing without a project lists
 //! every volume the key reaches.
 
-use crate::api::AppState;
 use crate::auth::{self, Principal};
 use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError};
 use crate::ids;
 use crate::openapi::{Conflict, InvalidArgument, NotFound, Unauthenticated};
-use crate::placement;
-use crate::store::{NewVolume, ProjectRecord, StoreError, VolumeRecord};
+use crate::ops::volumes as ops;
+use crate::state::AppState;
+use crate::store::{ProjectRecord, VolumeRecord};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use lizard_api::{CreateVolumeRequest, Volume, DEFAULT_VOLUME_SIZE_GB, MAX_VOLUME_SIZE_GB};
 use serde::Deserialize;
-
-/// Prefix of volume ids; names may not start with it.
-pub const ID_PREFIX: &str = "vol";
 
 pub(crate) fn volume_json(v: VolumeRecord) -> Volume {
     Volume {
@@ -36,22 +31,6 @@ pub(crate) fn volume_json(v: VolumeRecord) -> Volume {
         region: v.region,
         created_at: ids::rfc3339(v.created_at),
         attached_to: v.attached_to.filter(|h| !h.starts_with(crate::store::volumes::RESERVATION_PREFIX)),
-    }
-}
-
-/// 1..=63 of `[A-Za-z0-9._-]`, starting with a letter or digit, never `vol_…` (that
-/// would read as an id).
-pub fn check_name(name: &str) -> ApiResult<()> {
-    let ok = (1..=63).contains(&name.len())
-        && name.as_bytes()[0].is_ascii_alphanumeric()
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-        && !name.starts_with(&format!("{ID_PREFIX}_"));
-    if ok {
-        Ok(())
-    } else {
-        Err(AppError::invalid(format!(
-            "volume name must be 1..=63 of [A-Za-z0-9._-], start with a letter or digit and not with {ID_PREFIX}_; got {name:?}"
-        )))
     }
 }
 
@@ -88,7 +67,7 @@ pub async fn volume_for(
 ) -> ApiResult<VolumeRecord> {
     let store = state.server.store.as_ref();
     let not_found = || AppError::not_found(format!("volume {name_or_id} not found"));
-    let found = if name_or_id.starts_with(&format!("{ID_PREFIX}_")) {
+    let found = if ops::is_id(name_or_id) {
         let v = store.get_volume(&p.account_id, name_or_id).await?;
         if project.is_some() || project_id.is_some() {
             let prj = project_of(state, p, project, project_id).await?;
@@ -120,36 +99,14 @@ pub async fn create(
     p: Principal,
     ApiJson(req): ApiJson<CreateVolumeRequest>,
 ) -> ApiResult<(StatusCode, Json<Volume>)> {
-    check_name(&req.name)?;
+    ops::check_name(&req.name)?;
     let size_gb = req.size_gb.unwrap_or(DEFAULT_VOLUME_SIZE_GB);
     if !(1..=MAX_VOLUME_SIZE_GB).contains(&size_gb) {
         return Err(AppError::invalid(format!("sizeGb must be 1..={MAX_VOLUME_SIZE_GB}, got {size_gb}")));
     }
     let project = project_of(&state, &p, req.project.as_deref(), req.project_id.as_deref()).await?;
-    let placed = placement::place_volume(&state, req.region.as_deref()).await?;
-    let node = placement::node(&state, &placed.node_id)?;
-    let store = state.server.store.as_ref();
-    let new = NewVolume {
-        id: ids::new_id(ID_PREFIX),
-        project_id: project.id.clone(),
-        name: req.name.clone(),
-        size_gb,
-        node_id: placed.node_id,
-        region: placed.region,
-        created_at: ids::now_ms(),
-    };
-    store.insert_volume(&new).await.map_err(|e| match e {
-        StoreError::NotFound(_) => AppError::not_found(format!("project {} not found", project.id)),
-        other => other.into(),
-    })?;
-    if let Err(e) = node.create_volume(&new.id, size_gb).await {
-        // Nothing may stay recorded without its disk.
-        let _ = store.delete_volume(&p.account_id, &new.id).await;
-        return Err(AppError(e.to_api()));
-    }
-    tracing::info!(volume = %new.id, project = %project.id, size_gb, key = %p.key_id, "volume created");
-    let v =
-        store.get_volume(&p.account_id, &new.id).await?.ok_or_else(|| AppError::internal("volume record vanished"))?;
+    let v = ops::create(&state, &p.account_id, &project, &req.name, size_gb, req.region.as_deref()).await?;
+    tracing::info!(volume = %v.id, project = %project.id, size_gb, key = %p.key_id, "volume created");
     Ok((StatusCode::CREATED, Json(volume_json(v))))
 }
 
@@ -224,25 +181,7 @@ pub async fn delete(
     ApiQuery(q): ApiQuery<ProjectQuery>,
 ) -> ApiResult<StatusCode> {
     let v = volume_for(&state, &p, &name_or_id, q.project.as_deref(), q.project_id.as_deref()).await?;
-    let node = placement::node(&state, &v.node_id)?;
-    // The node refuses too while one of its sandboxes holds the disk: checked first, so
-    // a record is never removed while its disk is in use.
-    if let Some(holder) = node.volume_holder(&v.id) {
-        return Err(AppError::conflict(format!("volume {} is in use by sandbox {holder}", v.name)));
-    }
-    let store = state.server.store.as_ref();
-    let removed = match store.delete_volume(&p.account_id, &v.id).await {
-        Err(StoreError::Conflict(msg)) => {
-            if !crate::api::volume_attach::end_dead_holder(&state, &p, &v.id, &node).await? {
-                return Err(AppError::conflict(msg));
-            }
-            store.delete_volume(&p.account_id, &v.id).await?
-        }
-        other => other?,
-    };
-    if let Err(e) = node.delete_volume(&removed.id) {
-        tracing::warn!(volume = %removed.id, "volume record deleted but its disk remains: {e}");
-    }
-    tracing::info!(volume = %removed.id, key = %p.key_id, "volume deleted");
+    ops::delete(&state, &p.account_id, &v).await?;
+    tracing::info!(volume = %v.id, key = %p.key_id, "volume deleted");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -87,7 +87,9 @@ impl MeterRecord {
     pub fn charge(&self, until: i64) -> (i64, i64) {
         let ms = self.billed_until.map_or(0, |b| (until - b).max(0));
         let total = ms as i128 * self.rate() as i128 + self.carry as i128;
-        ((total / 1000) as i64, (total % 1000) as i64)
+        let amount = i64::try_from(total / 1000).unwrap_or(if total < 0 { i64::MIN } else { i64::MAX });
+        let carry = i64::try_from(total % 1000).expect("a remainder of a division by 1000 fits");
+        (amount, carry)
     }
 }
 

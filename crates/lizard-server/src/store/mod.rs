@@ -18,6 +18,7 @@ pub mod sqlite;
 pub mod volumes;
 
 pub use billing::{BillingStore, MeterSpec, MeterState};
+pub use lizard_api::{OnTimeout, SandboxState};
 
 use crate::scope::Scope;
 use async_trait::async_trait;
@@ -39,6 +40,10 @@ pub enum StoreError {
     /// The database holds a schema newer than this build knows: refuse rather than guess.
     #[error("database schema version {found} is newer than this build's {known}; upgrade lizard")]
     SchemaTooNew { found: i64, known: i64 },
+    /// A column holds a value this build does not know (a sandbox state, an on-timeout
+    /// policy): refuse rather than guess.
+    #[error("the database holds an unknown {what}: {value:?}")]
+    UnknownValue { what: &'static str, value: String },
     /// The database failed.
     #[error("database: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -95,15 +100,15 @@ pub struct NewSandbox {
     pub id: String,
     pub project_id: String,
     pub template: String,
-    /// `running`, `paused`, … as the sandbox routes define them.
-    pub state: String,
+    /// The state its meter opens in.
+    pub state: SandboxState,
     pub created_at: i64,
     pub timeout_at: Option<i64>,
     pub metadata: BTreeMap<String, String>,
     /// What it costs; its meter opens at `created_at` in `state`.
     pub meter: MeterSpec,
-    /// `kill` or `pause`: what the timeout does.
-    pub on_timeout: String,
+    /// What the timeout does.
+    pub on_timeout: OnTimeout,
     /// The lifetime it was given (a resume gives it again).
     pub timeout_ms: Option<i64>,
 }
@@ -116,14 +121,48 @@ pub struct SandboxRecord {
     pub workspace_id: String,
     pub project_id: String,
     pub template: String,
-    pub state: String,
+    pub state: SandboxState,
     pub created_at: i64,
     pub timeout_at: Option<i64>,
     pub ended_at: Option<i64>,
     pub end_reason: Option<String>,
     pub metadata: BTreeMap<String, String>,
-    pub on_timeout: String,
+    pub on_timeout: OnTimeout,
     pub timeout_ms: Option<i64>,
+}
+
+/// How a sandbox state is written in the store.
+pub fn sandbox_state_name(state: SandboxState) -> &'static str {
+    match state {
+        SandboxState::Running => "running",
+        SandboxState::Paused => "paused",
+    }
+}
+
+/// A stored sandbox state; an unknown one is an error, never a guess.
+pub fn parse_sandbox_state(value: &str) -> Result<SandboxState> {
+    match value {
+        "running" => Ok(SandboxState::Running),
+        "paused" => Ok(SandboxState::Paused),
+        other => Err(StoreError::UnknownValue { what: "sandbox state", value: other.into() }),
+    }
+}
+
+/// How an on-timeout policy is written in the store.
+pub fn on_timeout_name(policy: OnTimeout) -> &'static str {
+    match policy {
+        OnTimeout::Kill => "kill",
+        OnTimeout::Pause => "pause",
+    }
+}
+
+/// A stored on-timeout policy; an unknown one is an error, never a guess.
+pub fn parse_on_timeout(value: &str) -> Result<OnTimeout> {
+    match value {
+        "kill" => Ok(OnTimeout::Kill),
+        "pause" => Ok(OnTimeout::Pause),
+        other => Err(StoreError::UnknownValue { what: "on-timeout policy", value: other.into() }),
+    }
 }
 
 impl SandboxRecord {
@@ -235,9 +274,9 @@ pub trait Store: VolumeStore + BillingStore + Send + Sync + 'static {
         filter: &SandboxFilter,
     ) -> Result<Vec<SandboxRecord>>;
 
-    /// Record a state change (`running`, `paused`). Atomically bills the sandbox's meter up
-    /// to now in the old state and meters the new one from now.
-    async fn set_sandbox_state(&self, sandbox_id: &str, state: &str) -> Result<()>;
+    /// Record a state change. Atomically bills the sandbox's meter up to now in the old
+    /// state and meters the new one from now.
+    async fn set_sandbox_state(&self, sandbox_id: &str, state: SandboxState) -> Result<()>;
 
     async fn set_sandbox_timeout(&self, sandbox_id: &str, timeout_at: Option<i64>) -> Result<()>;
 

@@ -242,13 +242,13 @@ fn sandbox(r: &SqliteRow) -> Result<SandboxRecord> {
         workspace_id: r.try_get("workspace_id").map_err(backend)?,
         project_id: r.try_get("project_id").map_err(backend)?,
         template: r.try_get("template").map_err(backend)?,
-        state: r.try_get("state").map_err(backend)?,
+        state: parse_sandbox_state(&r.try_get::<String, _>("state").map_err(backend)?)?,
         created_at: r.try_get("created_at").map_err(backend)?,
         timeout_at: r.try_get("timeout_at").map_err(backend)?,
         ended_at: r.try_get("ended_at").map_err(backend)?,
         end_reason: r.try_get("end_reason").map_err(backend)?,
         metadata: serde_json::from_str(&metadata).map_err(json_err)?,
-        on_timeout: r.try_get("on_timeout").map_err(backend)?,
+        on_timeout: parse_on_timeout(&r.try_get::<String, _>("on_timeout").map_err(backend)?)?,
         timeout_ms: r.try_get("timeout_ms").map_err(backend)?,
     })
 }
@@ -633,11 +633,11 @@ impl Store for SqliteStore {
         .bind(&s.id)
         .bind(&s.project_id)
         .bind(&s.template)
-        .bind(&s.state)
+        .bind(sandbox_state_name(s.state))
         .bind(s.created_at)
         .bind(s.timeout_at)
         .bind(metadata)
-        .bind(&s.on_timeout)
+        .bind(on_timeout_name(s.on_timeout))
         .bind(s.timeout_ms)
         .execute(&mut *tx)
         .await
@@ -647,15 +647,8 @@ impl Store for SqliteStore {
             }
             _ => conflict_or_backend(e, || format!("sandbox {} already exists", s.id)),
         })?;
-        billing::open_meter_tx(
-            &mut tx,
-            &s.id,
-            &s.project_id,
-            &s.meter,
-            billing::meter_state_of(&s.state),
-            s.created_at,
-        )
-        .await?;
+        billing::open_meter_tx(&mut tx, &s.id, &s.project_id, &s.meter, billing::meter_state_of(s.state), s.created_at)
+            .await?;
         tx.commit().await.map_err(backend)?;
         Ok(())
     }
@@ -698,10 +691,10 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
-    async fn set_sandbox_state(&self, sandbox_id: &str, state: &str) -> Result<()> {
+    async fn set_sandbox_state(&self, sandbox_id: &str, state: SandboxState) -> Result<()> {
         let mut tx = self.write().await?;
         let r = sqlx::query("UPDATE sandboxes SET state = ? WHERE id = ?")
-            .bind(state)
+            .bind(sandbox_state_name(state))
             .bind(sandbox_id)
             .execute(&mut *tx)
             .await
@@ -812,12 +805,12 @@ mod tests {
             id: id.into(),
             project_id: project.into(),
             template: "base".into(),
-            state: "running".into(),
+            state: SandboxState::Running,
             created_at: 5,
             timeout_at: Some(100),
             metadata: BTreeMap::from([("a".into(), "b".into())]),
             meter: MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: 2_500, paused_nanos_per_sec: 0 },
-            on_timeout: "pause".into(),
+            on_timeout: OnTimeout::Pause,
             timeout_ms: Some(95),
         }
     }
@@ -931,15 +924,45 @@ mod tests {
         assert!(s.list_sandboxes("acc_other", None, &SandboxFilter::default()).await.unwrap().is_empty());
 
         s.set_sandbox_timeout("sb_2", Some(1000)).await.unwrap();
-        s.set_sandbox_state("sb_1", "paused").await.unwrap();
+        s.set_sandbox_state("sb_1", SandboxState::Paused).await.unwrap();
         let sb1 = s.get_sandbox("sb_1").await.unwrap().unwrap();
-        assert_eq!((sb1.state.as_str(), sb1.on_timeout.as_str(), sb1.timeout_ms), ("paused", "pause", Some(95)));
+        assert_eq!((sb1.state, sb1.on_timeout, sb1.timeout_ms), (SandboxState::Paused, OnTimeout::Pause, Some(95)));
         assert_eq!(s.sandboxes_due(500).await.unwrap().iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["sb_1"]);
         s.end_sandbox("sb_1", 600, "timeout").await.unwrap();
         assert!(s.sandboxes_due(500).await.unwrap().is_empty());
         assert_eq!(s.list_sandboxes("acc_1", None, &SandboxFilter::default()).await.unwrap().len(), 1);
         let f = SandboxFilter { include_ended: true, ..Default::default() };
         assert_eq!(s.list_sandboxes("acc_1", None, &f).await.unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn unknown_states_and_policies_are_errors_not_guesses() {
+        let s = seeded().await;
+        s.insert_workspace(&ws("ws_a", "a")).await.unwrap();
+        s.insert_project("acc_1", &prj("prj_1", "ws_a", "p")).await.unwrap();
+        s.insert_sandbox(&sbx("sb_1", "prj_1")).await.unwrap();
+        for (column, value, what) in
+            [("state", "zombie", "sandbox state"), ("on_timeout", "explode", "on-timeout policy")]
+        {
+            sqlx::query(&format!("UPDATE sandboxes SET {column} = ? WHERE id = 'sb_1'"))
+                .bind(value)
+                .execute(&s.pool)
+                .await
+                .unwrap();
+            match s.get_sandbox("sb_1").await {
+                Err(StoreError::UnknownValue { what: w, value: v }) => assert_eq!((w, v.as_str()), (what, value)),
+                other => panic!("{column} = {value}: {other:?}"),
+            }
+            assert!(s.sandboxes_due(i64::MAX).await.is_err());
+            let fix = if column == "state" { "running" } else { "kill" };
+            sqlx::query(&format!("UPDATE sandboxes SET {column} = ? WHERE id = 'sb_1'"))
+                .bind(fix)
+                .execute(&s.pool)
+                .await
+                .unwrap();
+        }
+        let sb = s.get_sandbox("sb_1").await.unwrap().unwrap();
+        assert_eq!((sb.state, sb.on_timeout), (SandboxState::Running, OnTimeout::Kill));
     }
 
     #[tokio::test]

@@ -1,15 +1,165 @@
-//! Test helpers: a real server on 127.0.0.1:0 with a SQLite file in a temp dir, talked to
-//! over HTTP, and an in-process router for fast property tests. Both check on every
-//! answer that an error body is exactly `{code, message}`.
+//! Test helpers, shared by every integration test:
+//! - [`Api`]: the full control plane (every route, the node in process, optionally the
+//!   sandbox-URL proxy, the timeout reaper and metering) on 127.0.0.1:0 with its own data
+//!   directory, built with [`Api::builder`];
+//! - [`start`]: the tenancy API alone on a real SQLite file;
+//! - [`in_process`]: the tenancy router on an in-memory store, for fast property tests.
+//!
+//! All of them check on every answer that an error body is exactly `{code, message}`.
 
 #![allow(dead_code)]
 
 use axum::Router;
-use lizard_server::{ServerConfig, ServerState};
-use serde_json::Value;
+use lizard_server::billing::BillingConfig;
+use lizard_server::nodes::Nodes;
+use lizard_server::{AppState, ServerConfig, ServerState};
+use serde_json::{json, Value};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// Guest images for tests: `LIZARD_TEST_DATA_DIR`, else `target/lizard-test-data`.
+pub fn image_root() -> PathBuf {
+    std::env::var_os("LIZARD_TEST_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/lizard-test-data"))
+}
+
+/// How to start an [`Api`]: which background parts run beside the routes.
+pub struct ApiBuilder {
+    prefix: &'static str,
+    proxy: bool,
+    reaper: bool,
+    metering: bool,
+    billing: BillingConfig,
+}
+
+impl ApiBuilder {
+    /// Also serve sandbox URLs (the proxy) on a loopback port of its own.
+    pub fn proxy(mut self) -> Self {
+        self.proxy = true;
+        self
+    }
+
+    /// Also run the timeout reaper.
+    pub fn reaper(mut self) -> Self {
+        self.reaper = true;
+        self
+    }
+
+    /// Bill with `config` and run the metering task.
+    pub fn metering(mut self, config: BillingConfig) -> Self {
+        self.billing = config;
+        self.metering = true;
+        self
+    }
+
+    pub async fn start(self) -> Api {
+        let dir = tempfile::Builder::new().prefix(self.prefix).tempdir().unwrap();
+        let mut config = ServerConfig::new(dir.path());
+        config.listen = "127.0.0.1:0".parse().unwrap();
+        config.billing = self.billing;
+        let server = lizard_server::open(config).await.unwrap();
+        let owner = server.initial_key().expect("first start").to_string();
+        let mut node_config = lizard_node::NodeConfig::new(dir.path().join("node"));
+        node_config.image_root = image_root();
+        let node = lizard_node::Node::start(node_config).await.unwrap();
+        let state = server.app_state(Nodes::local(node.clone()));
+        let listener = server.bind().await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        if self.reaper {
+            tokio::spawn(lizard_server::ops::timeouts::reap_expired(state.clone()));
+        }
+        if self.metering {
+            tokio::spawn(lizard_server::billing::run_metering(
+                state.server.store.clone(),
+                state.server.config.billing.clone(),
+                Arc::new(lizard_server::ops::hooks::BillingPauser(state.clone())),
+            ));
+        }
+        let router = lizard_server::build_router(state.clone(), lizard_server::api::all_routes());
+        tokio::spawn(lizard_server::serve(listener, router, std::future::pending()));
+        let proxy = if self.proxy {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            tokio::spawn(lizard_server::serve(l, lizard_server::proxy::router(state.clone()), std::future::pending()));
+            Some(addr)
+        } else {
+            None
+        };
+        // Never through a proxy from the environment: loopback only.
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let mut api = Api { base, proxy, client, state, node, owner, account: String::new(), dir };
+        let owner = api.owner.clone();
+        api.account = api.ok("GET", "/v1/whoami", &owner, None).await["accountId"].as_str().unwrap().into();
+        api
+    }
+}
+
+/// The full control plane with the node in process, over HTTP on loopback.
+pub struct Api {
+    pub base: String,
+    /// The sandbox-URL proxy, when the builder asked for it.
+    pub proxy: Option<SocketAddr>,
+    pub client: reqwest::Client,
+    pub state: AppState,
+    /// The node itself, for what only the host can see (its VMs, their processes).
+    pub node: Arc<lizard_node::Node>,
+    /// The owner's unscoped key and account.
+    pub owner: String,
+    pub account: String,
+    pub dir: tempfile::TempDir,
+}
+
+impl Api {
+    /// Routes, node and nothing else running; `prefix` names the data directory.
+    pub fn builder(prefix: &'static str) -> ApiBuilder {
+        ApiBuilder { prefix, proxy: false, reaper: false, metering: false, billing: BillingConfig::default() }
+    }
+
+    /// The proxy's address (the builder must have asked for it).
+    pub fn proxy_addr(&self) -> SocketAddr {
+        self.proxy.expect("started with .proxy()")
+    }
+
+    /// One request; returns (status, JSON body, or the body as a string, or Null when
+    /// empty), checking error shapes.
+    pub async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req =
+            self.client.request(method.parse().unwrap(), format!("{}{path}", self.base)).header("x-api-key", key);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.unwrap();
+        let v = body_value(&bytes);
+        if status >= 400 {
+            assert_error_shape(&format!("{method} {path}"), status, &v);
+        }
+        (status, v)
+    }
+
+    /// A request that must succeed.
+    pub async fn ok(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> Value {
+        let (status, v) = self.call(method, path, key, body).await;
+        assert!((200..300).contains(&status), "{method} {path}: {status} {v}");
+        v
+    }
+
+    /// A request that must fail with `code`; returns its message.
+    pub async fn fails(&self, method: &str, path: &str, key: &str, body: Option<Value>, code: &str) -> String {
+        let (status, v) = self.call(method, path, key, body).await;
+        assert_eq!(v["code"], code, "{method} {path}: {status} {v}");
+        v["message"].as_str().unwrap_or_default().to_string()
+    }
+
+    /// Run a shell command in a sandbox; (exit code, stdout, stderr).
+    pub async fn sh(&self, key: &str, id: &str, cmd: &str) -> (i64, String, String) {
+        let r = self.ok("POST", &format!("/v1/sandboxes/{id}/exec"), key, Some(json!({"cmd": cmd}))).await;
+        (r["exitCode"].as_i64().unwrap(), r["stdout"].as_str().unwrap().into(), r["stderr"].as_str().unwrap().into())
+    }
+}
 
 /// Panics unless `v` is an error body: an object with exactly a string `code` and a
 /// string `message`.

@@ -7,7 +7,7 @@
 
 use super::{backend, SqliteStore};
 use crate::store::billing::*;
-use crate::store::{Result, StoreError};
+use crate::store::{Result, SandboxState, StoreError};
 use async_trait::async_trait;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, Sqlite, Transaction};
@@ -53,12 +53,15 @@ fn meter(r: &SqliteRow) -> Result<MeterRecord> {
         workspace_id: r.try_get("workspace_id").map_err(backend)?,
         project_id: r.try_get("project_id").map_err(backend)?,
         spec: MeterSpec {
-            vcpus: vcpus as u32,
-            memory_mib: memory_mib as u32,
+            vcpus: u32::try_from(vcpus)
+                .map_err(|_| StoreError::UnknownValue { what: "meter vcpus", value: vcpus.to_string() })?,
+            memory_mib: u32::try_from(memory_mib)
+                .map_err(|_| StoreError::UnknownValue { what: "meter memory", value: memory_mib.to_string() })?,
             running_nanos_per_sec: r.try_get("running_nanos_per_sec").map_err(backend)?,
             paused_nanos_per_sec: r.try_get("paused_nanos_per_sec").map_err(backend)?,
         },
-        state: MeterState::parse(&state).ok_or_else(|| StoreError::Backend(format!("meter state {state:?}").into()))?,
+        state: MeterState::parse(&state)
+            .ok_or_else(|| StoreError::UnknownValue { what: "meter state", value: state.clone() })?,
         billed_until: r.try_get("billed_until").map_err(backend)?,
         carry: r.try_get("carry").map_err(backend)?,
     })
@@ -197,12 +200,11 @@ pub(super) async fn transition_tx(
     Ok(())
 }
 
-/// The meter state a sandbox state string maps to (`running`, `paused`; anything else
-/// counts as running, the costlier reading, so nothing runs free by a typo).
-pub(super) fn meter_state_of(sandbox_state: &str) -> MeterState {
+/// The meter state of a sandbox state.
+pub(super) fn meter_state_of(sandbox_state: SandboxState) -> MeterState {
     match sandbox_state {
-        "paused" => MeterState::Paused,
-        _ => MeterState::Running,
+        SandboxState::Paused => MeterState::Paused,
+        SandboxState::Running => MeterState::Running,
     }
 }
 
@@ -451,7 +453,7 @@ impl BillingStore for SqliteStore {
                 project_id,
                 cost_nanos,
                 sandbox_ms,
-                running: running as u32,
+                running: u32::try_from(running).unwrap_or(u32::MAX),
             })
             .collect())
     }
@@ -461,7 +463,7 @@ impl BillingStore for SqliteStore {
 mod tests {
     use super::*;
     use crate::scope::Scope;
-    use crate::store::{AccountRecord, KeyRecord, NewSandbox, ProjectRecord, Store, WorkspaceRecord};
+    use crate::store::{AccountRecord, KeyRecord, NewSandbox, OnTimeout, ProjectRecord, Store, WorkspaceRecord};
 
     const RATE: i64 = 2_500;
 
@@ -504,11 +506,11 @@ mod tests {
             id: id.into(),
             project_id: project.into(),
             template: "base".into(),
-            state: "running".into(),
+            state: SandboxState::Running,
             created_at: at,
             timeout_at: None,
             metadata: Default::default(),
-            on_timeout: "kill".into(),
+            on_timeout: OnTimeout::Kill,
             timeout_ms: None,
             meter: MeterSpec {
                 vcpus: 1,
@@ -596,8 +598,8 @@ mod tests {
         let now = crate::ids::now_ms();
         s.insert_sandbox(&sbx("sbx_free", "prj_a", now - 4_000, 0)).await.unwrap();
         s.insert_sandbox(&sbx("sbx_store", "prj_a", now - 4_000, 10)).await.unwrap();
-        s.set_sandbox_state("sbx_free", "paused").await.unwrap();
-        s.set_sandbox_state("sbx_store", "paused").await.unwrap();
+        s.set_sandbox_state("sbx_free", SandboxState::Paused).await.unwrap();
+        s.set_sandbox_state("sbx_store", SandboxState::Paused).await.unwrap();
         let paused_at = crate::ids::now_ms();
         s.bill_meters(paused_at + 60_000).await.unwrap();
         let free = usage_of(&s, "sbx_free").await;
@@ -607,7 +609,7 @@ mod tests {
         assert_eq!(stored.len(), 2);
         assert_eq!(stored[1].usage_kind.as_deref(), Some("paused_storage"));
         // Resume: running is metered again from then on.
-        s.set_sandbox_state("sbx_free", "running").await.unwrap();
+        s.set_sandbox_state("sbx_free", SandboxState::Running).await.unwrap();
         let resumed = s.open_meters(Some("acc_1")).await.unwrap();
         let m = resumed.iter().find(|m| m.sandbox_id == "sbx_free").unwrap();
         assert_eq!(m.state, MeterState::Running);
@@ -621,7 +623,7 @@ mod tests {
         s.grant_signup_credits(1_000_000_000, 0).await.unwrap();
         s.insert_sandbox(&sbx("sbx_1", "prj_a", 1_000, 0)).await.unwrap();
         s.insert_sandbox(&sbx("sbx_paused", "prj_a", 1_000, 10)).await.unwrap();
-        s.set_sandbox_state("sbx_paused", "paused").await.unwrap();
+        s.set_sandbox_state("sbx_paused", SandboxState::Paused).await.unwrap();
         s.bill_meters(6_000).await.unwrap();
         assert_eq!(s.close_meters_at_watermark().await.unwrap(), 1, "running ones only");
         let open = s.open_meters(None).await.unwrap();

@@ -226,7 +226,7 @@ impl VolumeStore for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{AccountRecord, NewSandbox, ProjectRecord, Store, WorkspaceRecord};
+    use crate::store::{AccountRecord, NewSandbox, OnTimeout, ProjectRecord, SandboxState, Store, WorkspaceRecord};
 
     async fn seeded() -> SqliteStore {
         let s = SqliteStore::memory().await.unwrap();
@@ -292,11 +292,11 @@ mod tests {
             id: "sbx_1".into(),
             project_id: "prj_a".into(),
             template: "base".into(),
-            state: "running".into(),
+            state: SandboxState::Running,
             created_at: 3,
             timeout_at: None,
             metadata: Default::default(),
-            on_timeout: "kill".into(),
+            on_timeout: OnTimeout::Kill,
             timeout_ms: None,
             meter: crate::store::MeterSpec {
                 vcpus: 1,

@@ -1,0 +1,110 @@
+//! [`NodeClient`] for the node that runs inside this process: calls on
+//! `Arc<lizard_node::Node>`, errors mapped with [`lizard_node::NodeError::to_api`].
+
+use super::{ByteStream, FileRead, FrameStream, NodeClient, NodeResult, Tunnel};
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use lizard_api::{CreateSandboxRequest, ExecRequest, FileEntry, ProcessResult, SandboxInfo, WriteResult};
+use lizard_node::{Node, NodeError};
+use std::sync::Arc;
+
+/// The in-process node.
+#[derive(Clone)]
+pub struct LocalNode(Arc<Node>);
+
+impl LocalNode {
+    pub fn new(node: Arc<Node>) -> LocalNode {
+        LocalNode(node)
+    }
+
+    /// The node itself (to shut it down with the process).
+    pub fn node(&self) -> &Arc<Node> {
+        &self.0
+    }
+}
+
+fn api(e: NodeError) -> lizard_api::ApiError {
+    e.to_api()
+}
+
+#[async_trait]
+impl NodeClient for LocalNode {
+    fn forwards_api(&self) -> bool {
+        self.0.config().api_forward.is_some()
+    }
+
+    async fn create_sandbox(&self, req: CreateSandboxRequest) -> NodeResult<SandboxInfo> {
+        Ok(self.0.create(req).await.map_err(api)?.info())
+    }
+
+    async fn sandbox(&self, id: &str) -> NodeResult<SandboxInfo> {
+        Ok(self.0.get(id).map_err(api)?.info())
+    }
+
+    async fn sandboxes(&self) -> NodeResult<Vec<SandboxInfo>> {
+        Ok(self.0.list())
+    }
+
+    async fn kill(&self, id: &str) -> NodeResult<()> {
+        self.0.kill(id).await.map_err(api)
+    }
+
+    async fn pause(&self, id: &str) -> NodeResult<SandboxInfo> {
+        Ok(self.0.pause(id).await.map_err(api)?.info())
+    }
+
+    async fn resume(&self, id: &str) -> NodeResult<SandboxInfo> {
+        Ok(self.0.resume(id).await.map_err(api)?.info())
+    }
+
+    async fn fork(&self, id: &str, count: u32) -> NodeResult<Vec<SandboxInfo>> {
+        Ok(self.0.fork(id, count).await.map_err(api)?.iter().map(|s| s.info()).collect())
+    }
+
+    async fn exec(&self, id: &str, req: ExecRequest) -> NodeResult<ProcessResult> {
+        self.0.get(id).map_err(api)?.exec_collect(req).await.map_err(api)
+    }
+
+    async fn exec_stream(&self, id: &str, req: ExecRequest) -> NodeResult<FrameStream> {
+        let sandbox = self.0.get(id).map_err(api)?;
+        Ok(sandbox.exec_frames(req).await.map_err(api)?.boxed())
+    }
+
+    async fn read_file(&self, id: &str, path: &str) -> NodeResult<FileRead> {
+        let (len, body) = self.0.get(id).map_err(api)?.read_file(path).await.map_err(api)?;
+        Ok(FileRead { len, body })
+    }
+
+    async fn write_file(&self, id: &str, path: &str, mode: Option<u32>, body: ByteStream) -> NodeResult<WriteResult> {
+        self.0.get(id).map_err(api)?.write_file(path, mode, body).await.map_err(api)
+    }
+
+    async fn list_dir(&self, id: &str, path: &str) -> NodeResult<Vec<FileEntry>> {
+        self.0.get(id).map_err(api)?.list_dir(path).await.map_err(api)
+    }
+
+    async fn remove(&self, id: &str, path: &str) -> NodeResult<()> {
+        self.0.get(id).map_err(api)?.remove(path).await.map_err(api)
+    }
+
+    async fn make_dir(&self, id: &str, path: &str) -> NodeResult<()> {
+        self.0.get(id).map_err(api)?.make_dir(path).await.map_err(api)
+    }
+
+    async fn connect_port(&self, id: &str, port: u16) -> NodeResult<Box<dyn Tunnel>> {
+        let tunnel = self.0.get(id).map_err(api)?.connect_port(port).await.map_err(api)?;
+        Ok(Box::new(tunnel))
+    }
+
+    async fn create_volume(&self, id: &str, size_gb: u32) -> NodeResult<()> {
+        self.0.create_volume(id, size_gb).await.map_err(api)
+    }
+
+    async fn delete_volume(&self, id: &str) -> NodeResult<()> {
+        self.0.delete_volume(id).map_err(api)
+    }
+
+    async fn volume_holder(&self, id: &str) -> NodeResult<Option<String>> {
+        Ok(self.0.volume_holder(id))
+    }
+}

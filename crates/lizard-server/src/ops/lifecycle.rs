@@ -1,0 +1,75 @@
+//! A sandbox's life after create: pause, resume, fork.
+//!
+//! A paused sandbox keeps its record (state `paused`) and its VM's saved state on the
+//! node; its timeout becomes the operator's retention for paused sandboxes. A resume gives
+//! it its lifetime again, counted from the resume; a fork's copies get the source's.
+
+use crate::error::{ApiResult, AppError};
+use crate::ids;
+use crate::nodes::MAX_FORKS;
+use crate::ops::sandboxes::{lifetime_end, LiveSandbox};
+use crate::placement;
+use crate::state::AppState;
+use crate::store::{NewSandbox, SandboxState};
+
+/// Pause the sandbox `id` and record it: the pause route, the timeout reaper and the
+/// billing pauser all end here.
+pub async fn pause(state: &AppState, id: &str) -> ApiResult<()> {
+    placement::sandbox_node(state, id).pause(id).await?;
+    let store = &state.server.store;
+    store.set_sandbox_state(id, SandboxState::Paused).await?;
+    let retention = i64::try_from(state.server.config.paused_retention_ms).unwrap_or(i64::MAX);
+    store.set_sandbox_timeout(id, Some(ids::now_ms().saturating_add(retention))).await?;
+    Ok(())
+}
+
+/// Resume a paused sandbox and record it, with its lifetime counted anew.
+pub async fn resume(state: &AppState, sandbox: &LiveSandbox) -> ApiResult<()> {
+    sandbox.node.resume(sandbox.id()).await?;
+    let store = &state.server.store;
+    store.set_sandbox_state(sandbox.id(), SandboxState::Running).await?;
+    store.set_sandbox_timeout(sandbox.id(), Some(lifetime_end(sandbox.record.timeout_ms)?)).await?;
+    Ok(())
+}
+
+/// 422 unless `count` is 1..=[`MAX_FORKS`].
+pub fn check_fork_count(count: u32) -> ApiResult<()> {
+    if !(1..=MAX_FORKS).contains(&count) {
+        return Err(AppError::invalid(format!("count must be 1..={MAX_FORKS}, got {count}")));
+    }
+    Ok(())
+}
+
+/// `count` copies of a running sandbox, processes and memory included, recorded in its
+/// project with its lifetime. Nothing runs unrecorded: copies not recorded are killed.
+pub async fn fork(state: &AppState, source: &LiveSandbox, count: u32) -> ApiResult<Vec<LiveSandbox>> {
+    check_fork_count(count)?;
+    let copies = source.node.fork(source.id(), count).await?;
+    let store = state.server.store.as_ref();
+    let timeout_at = lifetime_end(source.record.timeout_ms)?;
+    let mut out = Vec::with_capacity(copies.len());
+    for (i, copy) in copies.iter().enumerate() {
+        let record = NewSandbox {
+            id: copy.sandbox_id.clone(),
+            project_id: source.record.project_id.clone(),
+            template: source.record.template.clone(),
+            state: SandboxState::Running,
+            created_at: ids::now_ms(),
+            timeout_at: Some(timeout_at),
+            metadata: source.record.metadata.clone(),
+            on_timeout: source.record.on_timeout,
+            timeout_ms: source.record.timeout_ms,
+            meter: state.server.config.billing.pricing.meter(copy.vcpus, copy.memory_mib),
+        };
+        if let Err(e) = store.insert_sandbox(&record).await {
+            for c in &copies[i..] {
+                let _ = source.node.kill(&c.sandbox_id).await;
+            }
+            return Err(e.into());
+        }
+        let record =
+            store.get_sandbox(&copy.sandbox_id).await?.ok_or_else(|| AppError::internal("sandbox record vanished"))?;
+        out.push(LiveSandbox { record, info: copy.clone(), node: source.node.clone() });
+    }
+    Ok(out)
+}

@@ -1,0 +1,17 @@
+//! The control plane's operations on sandboxes and volumes, below HTTP: what a request,
+//! the timeout reaper and the billing pauser all call. Each takes the
+//! [`crate::state::AppState`] and records already authorized by the caller (the routes
+//! check keys and scopes in [`crate::api`]), keeps the store and the node in step, and
+//! answers [`crate::error::AppError`]s with stable codes.
+//!
+//! Nodes are reached only through [`crate::nodes::NodeClient`], found by
+//! [`crate::placement`].
+
+pub mod hooks;
+pub mod lifecycle;
+pub mod sandboxes;
+pub mod timeouts;
+pub mod volumes;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,227 @@
+//! A sandbox's record and its VM, kept in step: create, look up, list, kill, set the
+//! timeout, open a tunnel to one of its ports, and end the records no node runs.
+//!
+//! The store records which project a sandbox belongs to (for scope checks, listing and
+//! billing); the node owns the VM. A sandbox is live while both agree it runs: a record
+//! whose VM is gone (killed, timed out, crashed, lost at a restart) is marked ended and
+//! answers 404 with the reason.
+
+use crate::error::{ApiResult, AppError};
+use crate::ids;
+use crate::nodes::{NodeClient, Tunnel};
+use crate::ops::volumes;
+use crate::placement;
+use crate::state::AppState;
+use crate::store::{NewSandbox, OnTimeout, ProjectRecord, SandboxRecord, SandboxState, StoreError, VolumeRecord};
+use lizard_api::{CreateSandboxRequest, SandboxInfo};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Lifetime of a sandbox created without `timeoutMs`.
+pub const DEFAULT_TIMEOUT_MS: u64 = 5 * 60 * 1000;
+/// Longest lifetime one call may set.
+pub const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// When a sandbox given `ms` to live from now ends; 422 outside 1..=[`MAX_TIMEOUT_MS`].
+pub fn timeout_end(ms: u64) -> ApiResult<i64> {
+    if ms == 0 || ms > MAX_TIMEOUT_MS {
+        return Err(AppError::invalid(format!("timeoutMs must be 1..={MAX_TIMEOUT_MS}, got {ms}")));
+    }
+    // Bounded by MAX_TIMEOUT_MS just above: the conversion cannot fail.
+    let ms = i64::try_from(ms).expect("at most MAX_TIMEOUT_MS");
+    Ok(ids::now_ms().saturating_add(ms))
+}
+
+/// When a sandbox given the lifetime `timeout_ms` at create ends, counted from now (a
+/// resume or a fork starts it again).
+pub fn lifetime_end(timeout_ms: Option<i64>) -> ApiResult<i64> {
+    let lifetime = timeout_ms.map_or(DEFAULT_TIMEOUT_MS, |ms| ms.max(1).unsigned_abs());
+    timeout_end(lifetime.min(MAX_TIMEOUT_MS))
+}
+
+/// A sandbox both the store and its node know: its record, the node's view of it, and
+/// the node that runs it.
+pub struct LiveSandbox {
+    pub record: SandboxRecord,
+    pub info: SandboxInfo,
+    pub node: Arc<dyn NodeClient>,
+}
+
+impl LiveSandbox {
+    pub fn id(&self) -> &str {
+        &self.record.id
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.info.state == SandboxState::Paused
+    }
+}
+
+/// The live sandbox behind `record` (running or paused). A record whose VM its node no
+/// longer has is ended here, with the node's reason, and answers 404.
+pub async fn live(state: &AppState, record: SandboxRecord) -> ApiResult<LiveSandbox> {
+    if let Some(reason) = &record.end_reason {
+        return Err(AppError::not_found(format!("sandbox {} not found: {reason}", record.id)));
+    }
+    let node = placement::sandbox_node(state, &record.id);
+    match node.sandbox(&record.id).await {
+        Ok(info) => Ok(LiveSandbox { record, info, node }),
+        Err(gone) => {
+            state.server.store.end_sandbox(&record.id, ids::now_ms(), &gone.message).await?;
+            Err(AppError::not_found(gone.message))
+        }
+    }
+}
+
+/// The sandboxes among `records` that their nodes run (the others are left as they are).
+pub async fn running_of(state: &AppState, records: Vec<SandboxRecord>) -> Vec<LiveSandbox> {
+    let mut out = Vec::with_capacity(records.len());
+    for record in records {
+        let node = placement::sandbox_node(state, &record.id);
+        if let Ok(info) = node.sandbox(&record.id).await {
+            out.push(LiveSandbox { record, info, node });
+        }
+    }
+    out
+}
+
+/// A sandbox to start, its request checked and authorized.
+pub struct NewSandboxSpec {
+    pub account_id: String,
+    pub project: ProjectRecord,
+    pub template: String,
+    pub vcpus: Option<u32>,
+    pub memory_mib: Option<u32>,
+    pub env: BTreeMap<String, String>,
+    pub metadata: BTreeMap<String, String>,
+    pub allow_internet_access: Option<bool>,
+    pub allow_out: Vec<String>,
+    pub deny_out: Vec<String>,
+    /// The volume to mount at `/workspace` (held for this sandbox alone).
+    pub volume: Option<VolumeRecord>,
+    /// The lifetime asked for, and its end computed when the request came.
+    pub timeout_ms: u64,
+    pub timeout_at: i64,
+    pub on_timeout: OnTimeout,
+}
+
+/// Boot a sandbox and record it. Its volume is held (reserved in the store) before it
+/// boots, so two creates cannot both get it, and it runs on the volume's node. Nothing
+/// runs unrecorded: a failed record kills the VM.
+pub async fn create(state: &AppState, spec: NewSandboxSpec) -> ApiResult<LiveSandbox> {
+    let store = state.server.store.as_ref();
+    let attachment = match spec.volume {
+        Some(v) => Some(volumes::reserve(state, &spec.account_id, v).await?),
+        None => None,
+    };
+    let node = match &attachment {
+        Some(a) => a.node.clone(),
+        None => placement::place_sandbox(state),
+    };
+    let mut env = spec.env;
+    if node.forwards_api() {
+        // The guest's own address for this API, forwarded by its agent.
+        env.entry("LIZARD_API_URL".into()).or_insert_with(|| lizard_agent_proto::routes::FORWARD_GUEST_URL.into());
+    }
+    let created = node
+        .create_sandbox(CreateSandboxRequest {
+            template: spec.template.clone(),
+            vcpus: spec.vcpus,
+            memory_mib: spec.memory_mib,
+            env,
+            metadata: spec.metadata.clone(),
+            allow_internet_access: spec.allow_internet_access,
+            allow_out: spec.allow_out,
+            deny_out: spec.deny_out,
+            volume: attachment.as_ref().map(|a| a.volume.id.clone()),
+        })
+        .await;
+    let info = match created {
+        Ok(info) => info,
+        Err(e) => {
+            if let Some(a) = &attachment {
+                a.release(store).await;
+            }
+            return Err(e.into());
+        }
+    };
+    let id = info.sandbox_id.clone();
+    let record = NewSandbox {
+        id: id.clone(),
+        project_id: spec.project.id.clone(),
+        template: spec.template,
+        state: SandboxState::Running,
+        created_at: ids::now_ms(),
+        timeout_at: Some(spec.timeout_at),
+        metadata: spec.metadata,
+        meter: state.server.config.billing.pricing.meter(info.vcpus, info.memory_mib),
+        on_timeout: spec.on_timeout,
+        timeout_ms: Some(i64::try_from(spec.timeout_ms).unwrap_or(i64::MAX)),
+    };
+    let mut recorded = store.insert_sandbox(&record).await;
+    if let (Ok(()), Some(a)) = (&recorded, &attachment) {
+        recorded = store.reassign_volume(&a.volume.id, &a.reservation, &id).await;
+    }
+    if let Err(e) = recorded {
+        // The project went away while the VM booted: nothing may run unrecorded.
+        let _ = node.kill(&id).await;
+        if let Some(a) = &attachment {
+            a.release(store).await;
+            // Recorded, then the volume's hand-over failed: the record ends with the VM.
+            let _ = store.end_sandbox(&id, ids::now_ms(), "its volume was deleted while it booted").await;
+            // A forced workspace delete removed the volume's record meanwhile; its disk
+            // was still held then, so it goes now.
+            if matches!(store.get_volume(&spec.account_id, &a.volume.id).await, Ok(None)) {
+                let _ = node.delete_volume(&a.volume.id).await;
+            }
+        }
+        return Err(match e {
+            StoreError::NotFound(_) => AppError::not_found(format!("project {} not found", spec.project.id)),
+            other => other.into(),
+        });
+    }
+    let record = store.get_sandbox(&id).await?.ok_or_else(|| AppError::internal("sandbox record vanished"))?;
+    Ok(LiveSandbox { record, info, node })
+}
+
+/// Stop a sandbox, delete everything in it, and end its record with `reason`.
+pub async fn kill(state: &AppState, sandbox: &LiveSandbox, reason: &str) -> ApiResult<()> {
+    let result = sandbox.node.kill(sandbox.id()).await;
+    state.server.store.end_sandbox(sandbox.id(), ids::now_ms(), reason).await?;
+    Ok(result?)
+}
+
+/// Give a sandbox `timeout_ms` to live from now; answers its record with the new end.
+pub async fn set_timeout(state: &AppState, sandbox: &LiveSandbox, timeout_ms: u64) -> ApiResult<SandboxRecord> {
+    let at = timeout_end(timeout_ms)?;
+    let store = state.server.store.as_ref();
+    store.set_sandbox_timeout(sandbox.id(), Some(at)).await?;
+    store
+        .get_sandbox(sandbox.id())
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("sandbox {} not found", sandbox.id())))
+}
+
+/// A byte pipe to `port` inside the running sandbox `id` (the sandbox-URL proxy): 404 when
+/// no node runs it, the node's error when nothing listens there.
+pub async fn open_port(state: &AppState, id: &str, port: u16) -> ApiResult<Box<dyn Tunnel>> {
+    let node = placement::sandbox_node(state, id);
+    node.sandbox(id).await.map_err(|_| AppError::not_found(format!("sandbox {id} is not running")))?;
+    Ok(node.connect_port(id, port).await?)
+}
+
+/// End the records of live sandboxes that no node runs (at start: a dead process left
+/// them; at shutdown: the node killed them) with `reason`.
+pub async fn end_unrun(state: &AppState, reason: &str) {
+    let store = &state.server.store;
+    match store.sandboxes_due(i64::MAX).await {
+        Ok(live) => {
+            for s in live {
+                if placement::sandbox_node(state, &s.id).sandbox(&s.id).await.is_err() {
+                    let _ = store.end_sandbox(&s.id, ids::now_ms(), reason).await;
+                }
+            }
+        }
+        Err(e) => tracing::warn!("cannot list sandbox records: {e}"),
+    }
+}

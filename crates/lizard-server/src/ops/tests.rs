@@ -1,0 +1,242 @@
+//! The operations over a fake node (no VM, no root): what the timeout reaper, the billing
+//! pauser and a lookup do to the store and ask of the node.
+
+use super::{hooks, lifecycle, sandboxes, timeouts};
+use crate::billing::SandboxPauser;
+use crate::nodes::{ByteStream, FileRead, FrameStream, NodeClient, NodeResult, Nodes, Tunnel, LOCAL_NODE_ID};
+use crate::state::{AppState, ServerState};
+use crate::store::{
+    AccountRecord, KeyRecord, NewSandbox, OnTimeout, ProjectRecord, SandboxState, Store, WorkspaceRecord,
+};
+use crate::{ServerConfig, SqliteStore};
+use async_trait::async_trait;
+use lizard_api::{
+    ApiError, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, ProcessResult, SandboxInfo, WriteResult,
+};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// A node that runs the sandboxes it is told about, and records what it is asked.
+#[derive(Default)]
+struct FakeNode {
+    sandboxes: Mutex<BTreeMap<String, SandboxState>>,
+    calls: Mutex<Vec<String>>,
+}
+
+impl FakeNode {
+    fn running(&self, id: &str) {
+        self.sandboxes.lock().unwrap().insert(id.into(), SandboxState::Running);
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    fn info(&self, id: &str) -> NodeResult<SandboxInfo> {
+        let state = *self
+            .sandboxes
+            .lock()
+            .unwrap()
+            .get(id)
+            .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("sandbox {id} not found: its VM died")))?;
+        Ok(SandboxInfo {
+            sandbox_id: id.into(),
+            template: "base".into(),
+            state,
+            vcpus: 1,
+            memory_mib: 512,
+            started_at: "2026-01-01T00:00:00Z".into(),
+            metadata: BTreeMap::new(),
+            project_id: None,
+            end_at: None,
+            domain: None,
+        })
+    }
+
+    fn set(&self, call: &str, id: &str, state: Option<SandboxState>) -> NodeResult<SandboxInfo> {
+        self.calls.lock().unwrap().push(format!("{call} {id}"));
+        let info = self.info(id)?;
+        match state {
+            Some(s) => {
+                self.sandboxes.lock().unwrap().insert(id.into(), s);
+            }
+            None => {
+                self.sandboxes.lock().unwrap().remove(id);
+            }
+        }
+        Ok(info)
+    }
+}
+
+fn not_here<T>() -> NodeResult<T> {
+    Err(ApiError::new(ErrorCode::Internal, "not used by these tests"))
+}
+
+#[async_trait]
+impl NodeClient for FakeNode {
+    fn forwards_api(&self) -> bool {
+        false
+    }
+    async fn create_sandbox(&self, _: CreateSandboxRequest) -> NodeResult<SandboxInfo> {
+        not_here()
+    }
+    async fn sandbox(&self, id: &str) -> NodeResult<SandboxInfo> {
+        self.info(id)
+    }
+    async fn sandboxes(&self) -> NodeResult<Vec<SandboxInfo>> {
+        not_here()
+    }
+    async fn kill(&self, id: &str) -> NodeResult<()> {
+        self.set("kill", id, None).map(drop)
+    }
+    async fn pause(&self, id: &str) -> NodeResult<SandboxInfo> {
+        self.set("pause", id, Some(SandboxState::Paused))
+    }
+    async fn resume(&self, id: &str) -> NodeResult<SandboxInfo> {
+        self.set("resume", id, Some(SandboxState::Running))
+    }
+    async fn fork(&self, _: &str, _: u32) -> NodeResult<Vec<SandboxInfo>> {
+        not_here()
+    }
+    async fn exec(&self, _: &str, _: ExecRequest) -> NodeResult<ProcessResult> {
+        not_here()
+    }
+    async fn exec_stream(&self, _: &str, _: ExecRequest) -> NodeResult<FrameStream> {
+        not_here()
+    }
+    async fn read_file(&self, _: &str, _: &str) -> NodeResult<FileRead> {
+        not_here()
+    }
+    async fn write_file(&self, _: &str, _: &str, _: Option<u32>, _: ByteStream) -> NodeResult<WriteResult> {
+        not_here()
+    }
+    async fn list_dir(&self, _: &str, _: &str) -> NodeResult<Vec<FileEntry>> {
+        not_here()
+    }
+    async fn remove(&self, _: &str, _: &str) -> NodeResult<()> {
+        not_here()
+    }
+    async fn make_dir(&self, _: &str, _: &str) -> NodeResult<()> {
+        not_here()
+    }
+    async fn connect_port(&self, _: &str, _: u16) -> NodeResult<Box<dyn Tunnel>> {
+        not_here()
+    }
+    async fn create_volume(&self, _: &str, _: u32) -> NodeResult<()> {
+        not_here()
+    }
+    async fn delete_volume(&self, _: &str) -> NodeResult<()> {
+        not_here()
+    }
+    async fn volume_holder(&self, _: &str) -> NodeResult<Option<String>> {
+        Ok(None)
+    }
+}
+
+/// A store with one account, workspace and project, over `node`.
+async fn app(node: Arc<FakeNode>) -> AppState {
+    let store = SqliteStore::memory().await.unwrap();
+    let acc = AccountRecord { id: "acc".into(), email: "e".into(), plan: "p".into(), created_at: 0 };
+    let key = KeyRecord {
+        id: "k".into(),
+        account_id: "acc".into(),
+        name: "k".into(),
+        prefix: "lz_k".into(),
+        hash: vec![0; 32],
+        scope: None,
+        created_at: 0,
+        revoked_at: None,
+    };
+    store.bootstrap(&acc, &key).await.unwrap();
+    let ws = WorkspaceRecord {
+        id: "ws".into(),
+        account_id: "acc".into(),
+        name: "w".into(),
+        slug: "w".into(),
+        created_at: 0,
+    };
+    store.insert_workspace(&ws).await.unwrap();
+    let prj = ProjectRecord {
+        id: "prj".into(),
+        workspace_id: "ws".into(),
+        name: "p".into(),
+        slug: "p".into(),
+        created_at: 0,
+    };
+    store.insert_project("acc", &prj).await.unwrap();
+    let nodes = Nodes::single(LOCAL_NODE_ID, node);
+    let server = ServerState::new(Arc::new(store), ServerConfig::new("/nonexistent"))
+        .with_reaper(Arc::new(hooks::NodeReaper(nodes.clone())));
+    AppState { server, nodes }
+}
+
+/// Record a running sandbox that timed out long ago.
+async fn record(state: &AppState, node: &FakeNode, id: &str, on_timeout: OnTimeout) {
+    node.running(id);
+    let s = NewSandbox {
+        id: id.into(),
+        project_id: "prj".into(),
+        template: "base".into(),
+        state: SandboxState::Running,
+        created_at: 0,
+        timeout_at: Some(1),
+        metadata: BTreeMap::new(),
+        meter: state.server.config.billing.pricing.meter(1, 512),
+        on_timeout,
+        timeout_ms: Some(1_000),
+    };
+    state.server.store.insert_sandbox(&s).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_reaper_pauses_or_kills_through_the_node_and_records_it() {
+    let node = Arc::new(FakeNode::default());
+    let state = app(node.clone()).await;
+    record(&state, &node, "sb_pause", OnTimeout::Pause).await;
+    record(&state, &node, "sb_kill", OnTimeout::Kill).await;
+    timeouts::reap_once(&state).await;
+    let mut calls = node.calls();
+    calls.sort();
+    assert_eq!(calls, ["kill sb_kill", "pause sb_pause"]);
+    let store = &state.server.store;
+    let paused = store.get_sandbox("sb_pause").await.unwrap().unwrap();
+    assert_eq!((paused.state, paused.ended_at), (SandboxState::Paused, None));
+    assert!(paused.timeout_at.unwrap() > crate::ids::now_ms(), "kept for the paused retention");
+    let killed = store.get_sandbox("sb_kill").await.unwrap().unwrap();
+    assert_eq!(killed.end_reason.as_deref(), Some("timed out"));
+    // Nothing more is due: the paused one waits out its retention.
+    timeouts::reap_once(&state).await;
+    assert_eq!(node.calls().len(), 2);
+}
+
+#[tokio::test]
+async fn the_billing_pauser_and_a_resume_go_through_the_same_operations() {
+    let node = Arc::new(FakeNode::default());
+    let state = app(node.clone()).await;
+    record(&state, &node, "sb", OnTimeout::Kill).await;
+    hooks::BillingPauser(state.clone()).pause("sb").await.unwrap();
+    let store = &state.server.store;
+    assert_eq!(store.get_sandbox("sb").await.unwrap().unwrap().state, SandboxState::Paused);
+    let live = sandboxes::live(&state, store.get_sandbox("sb").await.unwrap().unwrap()).await.unwrap();
+    assert!(live.is_paused());
+    lifecycle::resume(&state, &live).await.unwrap();
+    assert_eq!(store.get_sandbox("sb").await.unwrap().unwrap().state, SandboxState::Running);
+    assert_eq!(node.calls(), ["pause sb", "resume sb"]);
+    assert!(hooks::BillingPauser(state.clone()).pause("gone").await.is_err(), "unknown to the node");
+}
+
+#[tokio::test]
+async fn a_record_whose_vm_is_gone_ends_with_the_nodes_reason() {
+    let node = Arc::new(FakeNode::default());
+    let state = app(node.clone()).await;
+    record(&state, &node, "sb", OnTimeout::Kill).await;
+    node.sandboxes.lock().unwrap().clear();
+    let r = state.server.store.get_sandbox("sb").await.unwrap().unwrap();
+    let e = sandboxes::live(&state, r).await.err().expect("gone");
+    assert_eq!(e.code(), ErrorCode::NotFound);
+    let ended = state.server.store.get_sandbox("sb").await.unwrap().unwrap();
+    assert_eq!(ended.end_reason.as_deref(), Some("sandbox sb not found: its VM died"));
+    // Later lookups answer from the record, without asking the node.
+    let e = sandboxes::live(&state, ended).await.err().expect("ended");
+    assert!(e.0.message.contains("its VM died"), "{}", e.0.message);
+}

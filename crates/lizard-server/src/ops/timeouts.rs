@@ -1,0 +1,48 @@
+//! The timeout reaper: once a second, sandboxes whose timeout passed are killed — or
+//! paused, those created with `onTimeout: pause`. A paused sandbox's timeout is the
+//! operator's retention; past it, it is killed.
+
+use crate::ids;
+use crate::ops::lifecycle;
+use crate::placement;
+use crate::state::AppState;
+use crate::store::{OnTimeout, SandboxRecord, SandboxState};
+
+/// Reap until the process ends (spawn it).
+pub async fn reap_expired(state: AppState) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        reap_once(&state).await;
+    }
+}
+
+/// One pass over the sandboxes due now.
+pub async fn reap_once(state: &AppState) {
+    let due = match state.server.store.sandboxes_due(ids::now_ms()).await {
+        Ok(due) => due,
+        Err(e) => {
+            tracing::warn!("timeout reaper: {e}");
+            return;
+        }
+    };
+    for s in due {
+        expire(state, &s).await;
+    }
+}
+
+async fn expire(state: &AppState, s: &SandboxRecord) {
+    if s.on_timeout == OnTimeout::Pause && s.state == SandboxState::Running {
+        tracing::info!(id = %s.id, "sandbox timed out: pausing it");
+        match lifecycle::pause(state, &s.id).await {
+            Ok(()) => return,
+            Err(e) => tracing::warn!(id = %s.id, "pause at timeout failed, killing: {}", e.0.message),
+        }
+    }
+    let why = if s.state == SandboxState::Paused { "expired while paused" } else { "timed out" };
+    tracing::info!(id = %s.id, "sandbox {why}");
+    let _ = placement::sandbox_node(state, &s.id).kill(&s.id).await;
+    if let Err(e) = state.server.store.end_sandbox(&s.id, ids::now_ms(), why).await {
+        tracing::warn!(id = %s.id, "timeout reaper: {e}");
+    }
+}
