@@ -67,9 +67,32 @@ pub async fn live(state: &AppState, record: SandboxRecord) -> ApiResult<LiveSand
     match node.sandbox(&record.id).await {
         Ok(info) => Ok(LiveSandbox { record, info, node }),
         Err(gone) => {
-            state.server.store.end_sandbox(&record.id, ids::now_ms(), &gone.message).await?;
-            Err(AppError::not_found(gone.message))
+            // Past its timeout, the VM is gone because the reaper killed it: say so even
+            // when this lookup comes between the reaper's kill and its own record update.
+            let now = ids::now_ms();
+            let (reason, message) = match record.timeout_at {
+                Some(at) if at <= now => {
+                    let why = expiry_reason(record.state);
+                    (why.to_owned(), format!("sandbox {} not found: {why}", record.id))
+                }
+                _ => {
+                    // The node says "sandbox <id> not found: <reason>"; the record keeps the reason.
+                    let prefix = format!("sandbox {} not found: ", record.id);
+                    (gone.message.strip_prefix(&prefix).unwrap_or(&gone.message).to_owned(), gone.message)
+                }
+            };
+            state.server.store.end_sandbox(&record.id, now, &reason).await?;
+            Err(AppError::not_found(message))
         }
+    }
+}
+
+/// Why the reaper ends a sandbox in `state` whose timeout passed.
+pub fn expiry_reason(state: SandboxState) -> &'static str {
+    if state == SandboxState::Paused {
+        "expired while paused"
+    } else {
+        "timed out"
     }
 }
 

@@ -3,7 +3,7 @@
 //! operator's retention; past it, it is killed.
 
 use crate::ids;
-use crate::ops::lifecycle;
+use crate::ops::{lifecycle, sandboxes};
 use crate::placement;
 use crate::state::AppState;
 use crate::store::{OnTimeout, SandboxRecord, SandboxState};
@@ -39,7 +39,7 @@ async fn expire(state: &AppState, s: &SandboxRecord) {
             Err(e) => tracing::warn!(id = %s.id, "pause at timeout failed, killing: {}", e.0.message),
         }
     }
-    let why = if s.state == SandboxState::Paused { "expired while paused" } else { "timed out" };
+    let why = sandboxes::expiry_reason(s.state);
     tracing::info!(id = %s.id, "sandbox {why}");
     let _ = placement::sandbox_node(state, &s.id).kill(&s.id).await;
     if let Err(e) = state.server.store.end_sandbox(&s.id, ids::now_ms(), why).await {
