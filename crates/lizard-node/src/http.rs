@@ -238,3 +238,58 @@ async fn make_dir(
     node.get(&id)?.make_dir(&q.path).await?;
     Ok(StatusCode::NO_CONTENT)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    /// A node over an empty data directory: no VM is booted by these requests.
+    async fn node_router() -> (Router, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let node = Node::start(crate::NodeConfig::new(dir.path())).await.unwrap();
+        (router(node), dir)
+    }
+
+    async fn answer(router: &Router, method: &str, uri: &str, body: &str) -> (StatusCode, serde_json::Value) {
+        let req = Request::builder().method(method).uri(uri).body(Body::from(body.to_string())).unwrap();
+        let resp = router.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null))
+    }
+
+    #[tokio::test]
+    async fn serves_every_route_of_the_node_table_and_nothing_else() {
+        let (router, _dir) = node_router().await;
+        for r in table::ALL {
+            let uri = format!("{}?path=/x", r.uri(&vec!["nope"; r.params().count()]));
+            let (status, body) = answer(&router, r.method.as_str(), &uri, "{}").await;
+            assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{r:?}");
+            assert_ne!(body["message"], "no such route", "{r:?}");
+            if r.params().count() > 0 {
+                assert_eq!((status, &body["code"]), (StatusCode::NOT_FOUND, &serde_json::json!("NOT_FOUND")), "{r:?}");
+            }
+        }
+        let (status, body) = answer(&router, "GET", "/v1/nothing-here", "").await;
+        assert_eq!((status, body["code"].as_str()), (StatusCode::NOT_FOUND, Some("NOT_FOUND")));
+        assert_eq!(answer(&router, "PATCH", "/v1/sandboxes", "").await.0, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(answer(&router, "POST", "/v1/sandboxes/x/timeout", "{}").await.1["message"], "no such route");
+    }
+
+    #[tokio::test]
+    async fn a_file_mode_is_octal_permission_bits() {
+        let (router, _dir) = node_router().await;
+        for bad in ["999", "10000", "-1", "0x1ff", "rwx"] {
+            let (status, body) =
+                answer(&router, "PUT", &format!("/v1/sandboxes/nope/files?path=/a&mode={bad}"), "").await;
+            assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {body}");
+            assert_eq!(body["code"], "INVALID_ARGUMENT", "{bad}");
+            assert!(body["message"].as_str().unwrap().contains("mode must be octal permission bits"), "{body}");
+        }
+        // A valid mode gets as far as looking the sandbox up.
+        let (status, body) = answer(&router, "PUT", "/v1/sandboxes/nope/files?path=/a&mode=0755", "").await;
+        assert_eq!((status, body["code"].as_str()), (StatusCode::NOT_FOUND, Some("NOT_FOUND")));
+    }
+}
