@@ -11,7 +11,8 @@ if [ ! -x "$venv/bin/schemathesis" ]; then
 fi
 data=$(mktemp -d)
 ln -s "$(realpath "$LIZARD_TEST_DATA_DIR")/images" "$data/images"
-port=7191
+# A free loopback port: nothing else on the machine may decide whether this runs.
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 target/debug/lizard --data-dir "$data" server --listen 127.0.0.1:$port --no-proxy >"$data/out" 2>"$data/err" &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$data"' EXIT

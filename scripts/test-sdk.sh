@@ -11,7 +11,7 @@ cd "$root"
 suites=("$@")
 [ ${#suites[@]} -eq 0 ] && suites=(python js)
 
-export LIZARD_TEST_DATA_DIR="${LIZARD_TEST_DATA_DIR:-$root/target/lizard-test-data}"
+export LIZARD_TEST_DATA_DIR="${LIZARD_TEST_DATA_DIR:-/var/cache/lizard-test-data}"
 if [ -z "${LIZARD_AGENT_BIN:-}" ]; then
   export LIZARD_AGENT_BIN="$(scripts/build-agent.sh)"
 fi

@@ -1,20 +1,49 @@
 #!/usr/bin/env bash
-# The whole test suite: unit tests and integration tests that boot real microVMs.
+# The whole test suite (Debian 12, as root): unit tests, the integration tests that boot
+# real microVMs or need root (each crate's `vm-tests` feature), the API fuzzer and the SDK
+# suites. Plain `cargo test` runs only what needs neither root nor QEMU.
+#
+# Guest images are cached outside the checkout, keyed by content hash, in
+# LIZARD_TEST_DATA_DIR (default /var/cache/lizard-test-data): a fresh clone reuses them.
+#
+#   scripts/test.sh [extra cargo nextest/test arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$SECONDS
+phase() { printf '==> [%5ss] %s\n' "$((SECONDS - started))" "$*" >&2; }
+
+phase "host packages (scripts/deps.sh)"
 ./scripts/deps.sh
-./scripts/build-agent.sh >/dev/null
-# Guest images are shared by every test of the run (built once, cached by content hash).
-export LIZARD_TEST_DATA_DIR="${LIZARD_TEST_DATA_DIR:-$PWD/target/lizard-test-data}"
-export LIZARD_AGENT_BIN="$PWD/target/x86_64-unknown-linux-gnu/release/lizard-agent"
+
+phase "static guest agent and in-guest CLI (scripts/build-agent.sh)"
+LIZARD_AGENT_BIN="$(./scripts/build-agent.sh)"
+export LIZARD_AGENT_BIN
+
+export LIZARD_TEST_DATA_DIR="${LIZARD_TEST_DATA_DIR:-/var/cache/lizard-test-data}"
+mkdir -p "$LIZARD_TEST_DATA_DIR"
+phase "guest images into $LIZARD_TEST_DATA_DIR (built once, cached by content hash)"
 cargo build -p lizard-cli
 target/debug/lizard --data-dir "$LIZARD_TEST_DATA_DIR" images build
+
 # The API against its own OpenAPI document: no input may produce a 5xx.
+phase "API fuzzing (scripts/fuzz-api.sh)"
 ./scripts/fuzz-api.sh
+
+# Every workspace crate that declares a `vm-tests` feature gets it enabled.
+features="$(cargo metadata --no-deps --format-version 1 | python3 -c '
+import json, sys
+meta = json.load(sys.stdin)
+print(",".join(sorted(p["name"] + "/vm-tests" for p in meta["packages"] if "vm-tests" in p["features"])))
+')"
+phase "unit and integration tests (features: ${features:-none})"
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --no-fail-fast "$@"
+  cargo nextest run --workspace --features "$features" --no-fail-fast "$@"
 else
-  cargo test --workspace --no-fail-fast "$@"
+  cargo test --workspace --features "$features" --no-fail-fast "$@"
 fi
+
 # The Python and TypeScript SDKs (every example of the reference) against a real server.
+phase "SDK suites (scripts/test-sdk.sh)"
 ./scripts/test-sdk.sh
+
+phase "all tests passed"

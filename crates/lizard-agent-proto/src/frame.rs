@@ -104,12 +104,13 @@ impl Decoder for FrameCodec {
 impl Encoder<Frame> for FrameCodec {
     type Error = FrameError;
     fn encode(&mut self, f: Frame, dst: &mut BytesMut) -> Result<(), FrameError> {
-        if f.data.len() > MAX_FRAME {
-            return Err(FrameError::TooLarge(f.data.len()));
-        }
+        let len = u32::try_from(f.data.len())
+            .ok()
+            .filter(|_| f.data.len() <= MAX_FRAME)
+            .ok_or(FrameError::TooLarge(f.data.len()))?;
         dst.reserve(5 + f.data.len());
         dst.put_u8(f.kind as u8);
-        dst.put_u32(f.data.len() as u32);
+        dst.put_u32(len);
         dst.extend_from_slice(&f.data);
         Ok(())
     }

@@ -410,7 +410,7 @@ fn exit_status(ws: WaitStatus, timeout_fired: bool, elapsed: Duration) -> ExitSt
         exit_code: if timed_out { 124 } else { code },
         signal,
         timed_out,
-        duration_ms: elapsed.as_millis() as u64,
+        duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
     }
 }
 

@@ -204,7 +204,7 @@ fn list_dir(path: &Path) -> Result<Vec<FileEntry>, FilesError> {
             .modified()
             .ok()
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as i64)
+            .and_then(|d| i64::try_from(d.as_millis()).ok())
             .unwrap_or(meta.mtime() * 1000);
         entries.push(FileEntry {
             name: entry.file_name().to_string_lossy().into_owned(),

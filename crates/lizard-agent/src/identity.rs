@@ -84,8 +84,9 @@ fn add_entropy(bytes: &[u8]) -> io::Result<()> {
     // words so that the buffer is aligned for it.
     let words = bytes.len().div_ceil(4);
     let mut info = vec![0u32; 2 + words];
-    info[0] = (bytes.len() * 8) as u32;
-    info[1] = bytes.len() as u32;
+    let too_long = || io::Error::new(io::ErrorKind::InvalidInput, "too much entropy for one ioctl");
+    info[0] = bytes.len().checked_mul(8).and_then(|bits| u32::try_from(bits).ok()).ok_or_else(too_long)?;
+    info[1] = u32::try_from(bytes.len()).map_err(|_| too_long())?;
     for (i, chunk) in bytes.chunks(4).enumerate() {
         let mut w = [0u8; 4];
         w[..chunk.len()].copy_from_slice(chunk);

@@ -336,7 +336,9 @@ fn loopback_up() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: SIOCGIFFLAGS filled the union's flags member, so reading it is defined.
-    unsafe { ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
+    let up_running = libc::c_short::try_from(libc::IFF_UP | libc::IFF_RUNNING).expect("IFF_UP | IFF_RUNNING is 0x41");
+    // SAFETY: as above: the union's flags member is the one SIOCGIFFLAGS filled.
+    unsafe { ifr.ifr_ifru.ifru_flags |= up_running };
     // SAFETY: SIOCSIFFLAGS only reads `ifr`, which outlives the call.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr) } < 0 {
         return Err(io::Error::last_os_error());

@@ -56,7 +56,7 @@ fn ifreq() -> libc::ifreq {
 fn sockaddr_in(addr: Ipv4Addr) -> libc::sockaddr {
     // SAFETY: sockaddr_in is plain old data; all zeroes is valid.
     let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    sin.sin_family = libc::AF_INET as libc::sa_family_t;
+    sin.sin_family = libc::sa_family_t::try_from(libc::AF_INET).expect("AF_INET is 2");
     sin.sin_addr.s_addr = u32::from(addr).to_be();
     // SAFETY: sockaddr_in and sockaddr have the same size (16 bytes) and sockaddr is
     // the generic view of it that the ioctls take.
@@ -81,7 +81,9 @@ fn set_up(sock: &OwnedFd) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: SIOCGIFFLAGS filled the union's flags member, so reading it is defined.
-    unsafe { ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
+    let up_running = libc::c_short::try_from(libc::IFF_UP | libc::IFF_RUNNING).expect("IFF_UP | IFF_RUNNING is 0x41");
+    // SAFETY: as above: the union's flags member is the one SIOCGIFFLAGS filled.
+    unsafe { ifr.ifr_ifru.ifru_flags |= up_running };
     // SAFETY: SIOCSIFFLAGS only reads `ifr`, which outlives the call.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr) } < 0 {
         return Err(io::Error::last_os_error());

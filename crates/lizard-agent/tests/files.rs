@@ -1,5 +1,7 @@
 //! File operations through the real agent binary (dev mode) and the client.
 
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
+
 mod common;
 
 use bytes::Bytes;

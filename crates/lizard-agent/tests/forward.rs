@@ -2,6 +2,8 @@
 //! agent listens on a loopback port of the host here, as it does on 127.0.0.1:49171 in a
 //! guest, and hands each connection to a waiting `accept_forward` call.
 
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
+
 mod common;
 
 use common::Agent;

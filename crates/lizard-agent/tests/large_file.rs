@@ -2,6 +2,8 @@
 //! client process nor the agent holds it in memory. Its own test binary, so that the
 //! memory it measures is its own.
 
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
+
 mod common;
 
 use bytes::Bytes;

@@ -1,6 +1,8 @@
 //! TCP tunnels through the real agent binary (dev mode: the agent runs on the host, so
 //! "the guest's loopback" is the host's, and the servers here are plain tokio servers).
 
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
+
 mod common;
 
 use common::Agent;
@@ -93,7 +95,7 @@ async fn ten_megabytes_both_ways_through_one_tunnel() {
     let client = agent.connect().await;
     let port = echo_server().await;
     let t = client.connect_tcp(port).await.unwrap();
-    let data: Vec<u8> = (0..SIZE).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let data: Vec<u8> = (0..SIZE).map(|i| (i * 7 + i / 4096).to_le_bytes()[0]).collect(); // the low byte
     let want = Sha256::digest(&data);
     let start = Instant::now();
     let (mut r, mut w) = tokio::io::split(t);

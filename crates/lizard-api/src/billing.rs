@@ -7,15 +7,6 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Billing and metrics routes, relative to the API root.
-pub mod paths {
-    pub const BALANCE: &str = "/v1/billing/balance";
-    pub const TRANSACTIONS: &str = "/v1/billing/transactions";
-    pub const SUMMARY: &str = "/v1/billing/summary";
-    pub const LIVE: &str = "/v1/billing/live";
-    pub const METRICS: &str = "/v1/metrics";
-}
-
 /// Nano-dollars in a dollar.
 pub const NANOS_PER_USD: i64 = 1_000_000_000;
 

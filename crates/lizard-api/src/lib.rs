@@ -10,41 +10,10 @@ pub mod network;
 
 pub use lizard_agent_proto::types::{ExitStatus, FileEntry, FileType, WriteResult};
 
-/// Sandbox routes, relative to the API root. `{id}` is a sandbox id.
-pub mod paths {
-    pub const HEALTH: &str = "/health";
-    pub const SANDBOXES: &str = "/v1/sandboxes";
-    pub fn sandbox(id: &str) -> String {
-        format!("/v1/sandboxes/{id}")
-    }
-    pub fn exec(id: &str) -> String {
-        format!("/v1/sandboxes/{id}/exec")
-    }
-    pub fn files(id: &str) -> String {
-        format!("/v1/sandboxes/{id}/files")
-    }
-    pub fn files_list(id: &str) -> String {
-        format!("/v1/sandboxes/{id}/files/list")
-    }
-    pub fn files_mkdir(id: &str) -> String {
-        format!("/v1/sandboxes/{id}/files/mkdir")
-    }
-    pub fn timeout(id: &str) -> String {
-        format!("/v1/sandboxes/{id}/timeout")
-    }
-    pub fn pause(id: &str) -> String {
-        format!("/v1/sandboxes/{id}/pause")
-    }
-    pub fn resume(id: &str) -> String {
-        format!("/v1/sandboxes/{id}/resume")
-    }
-    pub fn connect(id: &str) -> String {
-        format!("/v1/sandboxes/{id}/connect")
-    }
-    pub fn fork(id: &str) -> String {
-        format!("/v1/sandboxes/{id}/fork")
-    }
-}
+pub mod files;
+pub mod routes;
+
+pub use files::{FileMode, InvalidFileMode};
 
 /// `POST /v1/sandboxes`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

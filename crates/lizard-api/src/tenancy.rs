@@ -10,26 +10,6 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Tenancy routes, relative to the API root.
-pub mod paths {
-    pub const OPENAPI: &str = "/openapi.json";
-    pub const WORKSPACES: &str = "/v1/workspaces";
-    pub const PROJECTS: &str = "/v1/projects";
-    pub const API_KEYS: &str = "/v1/api-keys";
-    pub const WHOAMI: &str = "/v1/whoami";
-    pub const ACCOUNT: &str = "/v1/account";
-    pub const REGIONS: &str = "/v1/regions";
-    pub fn workspace(id_or_slug_or_name: &str) -> String {
-        format!("/v1/workspaces/{id_or_slug_or_name}")
-    }
-    pub fn project(id_or_slug_or_name: &str) -> String {
-        format!("/v1/projects/{id_or_slug_or_name}")
-    }
-    pub fn api_key(id: &str) -> String {
-        format!("/v1/api-keys/{id}")
-    }
-}
-
 /// A workspace: the unit of isolation between the users of one account.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

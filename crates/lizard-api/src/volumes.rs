@@ -4,14 +4,6 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Volume routes, relative to the API root.
-pub mod paths {
-    pub const VOLUMES: &str = "/v1/volumes";
-    pub fn volume(name_or_id: &str) -> String {
-        format!("/v1/volumes/{name_or_id}")
-    }
-}
-
 /// Size of a volume created without `sizeGb`.
 pub const DEFAULT_VOLUME_SIZE_GB: u32 = 10;
 /// Largest `sizeGb`.

@@ -6,6 +6,7 @@
 
 use crate::ms;
 use anyhow::{ensure, Context, Result};
+use lizard_api::routes::{self, Route};
 use lizard_server::api;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -38,12 +39,15 @@ impl Bench {
         tokio::spawn(lizard_server::serve(listener, router, std::future::pending()));
         let client = reqwest::Client::builder().no_proxy().build()?;
         let b = Bench { base, key, client, node, dir };
-        let ws = b.call("POST", "/v1/workspaces", Some(json!({"name": "bench"}))).await?;
-        b.call("POST", "/v1/projects", Some(json!({"workspaceId": ws["id"], "name": "bench"}))).await?;
+        let ws = b.call(&routes::CREATE_WORKSPACE, &[], Some(json!({"name": "bench"}))).await?;
+        b.call(&routes::CREATE_PROJECT, &[], Some(json!({"workspaceId": ws["id"], "name": "bench"}))).await?;
         Ok(b)
     }
 
-    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value> {
+    /// One request on `route` (method and path from the route table), `args` filling its
+    /// path parameters.
+    async fn call(&self, route: &Route, args: &[&str], body: Option<Value>) -> Result<Value> {
+        let (method, path) = (route.method.as_str(), route.uri(args));
         let mut req =
             self.client.request(method.parse()?, format!("{}{path}", self.base)).header("x-api-key", &self.key);
         if let Some(b) = body {
@@ -58,22 +62,22 @@ impl Bench {
 
     pub async fn create(&self, template: &str) -> Result<String> {
         let body = json!({"template": template, "project": "bench", "timeoutMs": 3_600_000});
-        let s = self.call("POST", "/v1/sandboxes", Some(body)).await?;
+        let s = self.call(&routes::CREATE_SANDBOX, &[], Some(body)).await?;
         Ok(s["sandboxId"].as_str().context("no id")?.to_string())
     }
 
     pub async fn exec(&self, id: &str, cmd: &str) -> Result<String> {
-        let r = self.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({ "cmd": cmd }))).await?;
+        let r = self.call(&routes::EXEC, &[id], Some(json!({ "cmd": cmd }))).await?;
         ensure!(r["exitCode"] == 0, "{cmd}: {r}");
         Ok(r["stdout"].as_str().unwrap_or_default().to_string())
     }
 
     pub async fn kill(&self, id: &str) -> Result<()> {
-        self.call("DELETE", &format!("/v1/sandboxes/{id}"), None).await.map(drop)
+        self.call(&routes::KILL_SANDBOX, &[id], None).await.map(drop)
     }
 
-    async fn post(&self, id: &str, what: &str, body: Value) -> Result<Value> {
-        self.call("POST", &format!("/v1/sandboxes/{id}/{what}"), Some(body)).await
+    async fn post(&self, id: &str, route: &Route, body: Value) -> Result<Value> {
+        self.call(route, &[id], Some(body)).await
     }
 
     /// create → first `echo hi` returns, `n` times (each sandbox killed after).
@@ -83,11 +87,12 @@ impl Bench {
             let t = Instant::now();
             let id = self.create(template).await?;
             let out = self.exec(&id, "echo hi").await?;
-            times.push(ms(t.elapsed()));
+            let took = ms(t.elapsed());
+            times.push(took);
             ensure!(out == "hi\n", "unexpected output {out:?}");
             self.kill(&id).await?;
             if (i + 1) % 10 == 0 || i + 1 == n {
-                eprintln!("{what} {}/{n}: last {:.0} ms", i + 1, times.last().unwrap());
+                eprintln!("{what} {}/{n}: last {took:.0} ms", i + 1);
             }
         }
         Ok(times)
@@ -131,10 +136,10 @@ impl Bench {
         let mut out = PauseTimes::default();
         for i in 0..cycles {
             let t = Instant::now();
-            self.post(&id, "pause", json!({})).await?;
+            self.post(&id, &routes::PAUSE, json!({})).await?;
             let pause = ms(t.elapsed());
             let t = Instant::now();
-            self.post(&id, "resume", json!({})).await?;
+            self.post(&id, &routes::RESUME, json!({})).await?;
             let resume = ms(t.elapsed());
             // The holder is still there, with its memory.
             self.exec(&id, "kill -0 $(pgrep -x node)").await?;
@@ -187,8 +192,9 @@ impl Bench {
         let mut times = vec![];
         for _ in 0..rounds {
             let t = Instant::now();
-            let made = self.post(&id, "fork", json!({ "count": copies })).await?;
-            times.push(ms(t.elapsed()));
+            let made = self.post(&id, &routes::FORK, json!({ "count": copies })).await?;
+            let took = ms(t.elapsed());
+            times.push(took);
             let made = made.as_array().context("a list")?;
             ensure!(made.len() == copies as usize, "{made:?}");
             for c in made {
@@ -196,7 +202,7 @@ impl Bench {
                 ensure!(self.exec(c, "echo hi").await? == "hi\n");
                 self.kill(c).await?;
             }
-            eprintln!("fork ×{copies}: {:.0} ms", times.last().unwrap());
+            eprintln!("fork ×{copies}: {took:.0} ms");
         }
         self.kill(&id).await?;
         Ok(times)

@@ -97,7 +97,10 @@ impl Summary {
         Summary(v)
     }
     fn p(&self, q: f64) -> f64 {
-        let i = ((q * self.0.len() as f64).ceil() as usize).clamp(1, self.0.len()) - 1;
+        // The rank is clamped to [0, len] before the cast, so it cannot truncate.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let rank = (q.clamp(0.0, 1.0) * self.0.len() as f64).ceil() as usize;
+        let i = rank.clamp(1, self.0.len()) - 1;
         self.0[i]
     }
     fn row(&self, name: &str, unit: &str) -> String {
@@ -145,10 +148,11 @@ async fn main() -> Result<()> {
                 let t = Instant::now();
                 let sbx = node.create(create()).await?;
                 let r = sbx.exec_collect(echo.clone()).await?;
-                times.push(ms(t.elapsed()));
+                let took = ms(t.elapsed());
+                times.push(took);
                 anyhow::ensure!(r.stdout == "hi\n", "unexpected output {r:?}");
                 node.kill(&sbx.id).await?;
-                eprintln!("{what} create {}/{creates}: {:.0} ms", i + 1, times.last().unwrap());
+                eprintln!("{what} create {}/{creates}: {took:.0} ms", i + 1);
             }
             anyhow::Ok(times)
         }

@@ -5,14 +5,13 @@
 //! operator's: it writes to the server's database file directly (`<data-dir>/lizard.db`),
 //! because whoever may add money must not be whoever holds an account's API key.
 
-use crate::client::{empty, ApiClient};
+use crate::client::{empty, ApiClient, Call};
 use crate::output::{print_fields, print_json, Table};
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
-use http::Method;
-use lizard_api::billing::paths;
 #[cfg(feature = "node")]
 use lizard_api::parse_usd;
+use lizard_api::routes;
 use lizard_api::{format_usd, Balance, BillingSummary, LiveBilling, Metrics, TransactionPage};
 #[cfg(feature = "node")]
 use lizard_server::store::billing::{CreditOutcome, LedgerKind, NewCredit};
@@ -79,15 +78,11 @@ fn decode<T: DeserializeOwned>(v: &Value) -> Result<T> {
 }
 
 /// `GET /v1/billing/transactions?…`.
-pub fn transactions_uri(limit: u32, cursor: Option<&str>, include_usage: bool) -> String {
-    let mut uri = format!("{}?limit={limit}", paths::TRANSACTIONS);
-    if let Some(c) = cursor {
-        uri.push_str(&format!("&cursor={}", urlencoding::encode(c)));
-    }
-    if include_usage {
-        uri.push_str("&includeUsage=true");
-    }
-    uri
+pub fn transactions_uri(limit: u32, cursor: Option<&str>, include_usage: bool) -> Call {
+    Call::new(&routes::TRANSACTIONS, &[])
+        .param("limit", limit)
+        .param_opt("cursor", cursor)
+        .param_opt("includeUsage", include_usage.then_some(true))
 }
 
 fn seconds(ms: i64) -> String {
@@ -97,7 +92,7 @@ fn seconds(ms: i64) -> String {
 pub async fn run(api: &ApiClient, cmd: BillingCmd, json: bool) -> Result<()> {
     match cmd {
         BillingCmd::Balance => {
-            let v: Value = api.json(Method::GET, paths::BALANCE, empty()).await?;
+            let v: Value = api.json(&Call::new(&routes::BALANCE, &[]), empty()).await?;
             if json {
                 return print_json(&v);
             }
@@ -113,8 +108,7 @@ pub async fn run(api: &ApiClient, cmd: BillingCmd, json: bool) -> Result<()> {
             let mut items = Vec::new();
             let mut pages = 0u32;
             loop {
-                let v: Value =
-                    api.json(Method::GET, &transactions_uri(limit, cursor.as_deref(), include_usage), empty()).await?;
+                let v: Value = api.json(&transactions_uri(limit, cursor.as_deref(), include_usage), empty()).await?;
                 let page: TransactionPage = decode(&v)?;
                 items.extend(page.items);
                 cursor = page.next_cursor;
@@ -138,8 +132,8 @@ pub async fn run(api: &ApiClient, cmd: BillingCmd, json: bool) -> Result<()> {
             }
         }
         BillingCmd::Summary { granularity, periods } => {
-            let uri = format!("{}?granularity={}&periods={periods}", paths::SUMMARY, urlencoding::encode(&granularity));
-            let v: Value = api.json(Method::GET, &uri, empty()).await?;
+            let call = Call::new(&routes::SUMMARY, &[]).param("granularity", &granularity).param("periods", periods);
+            let v: Value = api.json(&call, empty()).await?;
             if json {
                 return print_json(&v);
             }
@@ -163,7 +157,7 @@ pub async fn run(api: &ApiClient, cmd: BillingCmd, json: bool) -> Result<()> {
             t.print();
         }
         BillingCmd::Live => {
-            let v: Value = api.json(Method::GET, paths::LIVE, empty()).await?;
+            let v: Value = api.json(&Call::new(&routes::LIVE, &[]), empty()).await?;
             if json {
                 return print_json(&v);
             }
@@ -250,22 +244,16 @@ pub struct MetricsArgs {
 }
 
 /// `GET /v1/metrics?…`.
-pub fn metrics_uri(a: &MetricsArgs) -> String {
-    let mut q = Vec::new();
+pub fn metrics_uri(a: &MetricsArgs) -> Call {
+    let mut call = Call::new(&routes::METRICS, &[]);
     for (k, v) in [("workspaceId", &a.workspace), ("projectId", &a.project), ("from", &a.from), ("to", &a.to)] {
-        if let Some(v) = v {
-            q.push(format!("{k}={}", urlencoding::encode(v)));
-        }
+        call = call.param_opt(k, v.as_deref());
     }
-    if q.is_empty() {
-        paths::METRICS.to_string()
-    } else {
-        format!("{}?{}", paths::METRICS, q.join("&"))
-    }
+    call
 }
 
 pub async fn metrics(api: &ApiClient, args: MetricsArgs, json: bool) -> Result<()> {
-    let v: Value = api.json(Method::GET, &metrics_uri(&args), empty()).await?;
+    let v: Value = api.json(&metrics_uri(&args), empty()).await?;
     if json {
         return print_json(&v);
     }

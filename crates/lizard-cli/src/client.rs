@@ -11,6 +11,7 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
+use lizard_api::routes::{self, Route};
 use lizard_api::ApiError;
 use serde::de::DeserializeOwned;
 use std::path::PathBuf;
@@ -67,6 +68,55 @@ impl Endpoint {
     }
 }
 
+/// One request line: a route of [`lizard_api::routes`] with its path arguments and query,
+/// so every path and method the CLI sends comes from that table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    method: routes::Method,
+    uri: String,
+    has_query: bool,
+}
+
+impl Call {
+    /// `route` with its `{…}` parameters replaced by `args` (percent-encoded).
+    pub fn new(route: &Route, args: &[&str]) -> Call {
+        Call { method: route.method, uri: route.uri(args), has_query: false }
+    }
+
+    /// Append `key=value` to the query, `value` percent-encoded.
+    pub fn param(mut self, key: &str, value: impl std::fmt::Display) -> Call {
+        self.uri.push(if self.has_query { '&' } else { '?' });
+        self.uri.push_str(key);
+        self.uri.push('=');
+        self.uri.push_str(&urlencoding::encode(&value.to_string()));
+        self.has_query = true;
+        self
+    }
+
+    /// Like [`Call::param`], when `value` is there.
+    pub fn param_opt(self, key: &str, value: Option<impl std::fmt::Display>) -> Call {
+        match value {
+            Some(v) => self.param(key, v),
+            None => self,
+        }
+    }
+
+    /// Path and query.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    fn http_method(&self) -> http::Method {
+        match self.method {
+            routes::Method::Get => http::Method::GET,
+            routes::Method::Post => http::Method::POST,
+            routes::Method::Put => http::Method::PUT,
+            routes::Method::Patch => http::Method::PATCH,
+            routes::Method::Delete => http::Method::DELETE,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ApiClient {
     pub endpoint: Endpoint,
@@ -89,7 +139,8 @@ impl ApiClient {
 
     /// Send one request; a non-2xx answer becomes the server's [`ApiError`] (recover it
     /// with `err.downcast_ref::<ApiError>()`).
-    pub async fn send(&self, method: http::Method, path_and_query: &str, body: Body) -> Result<Response<Incoming>> {
+    pub async fn send(&self, call: &Call, body: Body) -> Result<Response<Incoming>> {
+        let (method, path_and_query) = (call.http_method(), call.uri());
         let (uri, host) = match &self.endpoint {
             Endpoint::Unix(_) => (path_and_query.to_string(), "lizard"),
             Endpoint::Tcp { authority, base_path, .. } => (format!("{base_path}{path_and_query}"), authority.as_str()),
@@ -127,10 +178,10 @@ impl ApiClient {
     }
 
     /// Send and decode a JSON answer.
-    pub async fn json<T: DeserializeOwned>(&self, method: http::Method, path: &str, body: Body) -> Result<T> {
-        let resp = self.send(method, path, body).await?;
+    pub async fn json<T: DeserializeOwned>(&self, call: &Call, body: Body) -> Result<T> {
+        let resp = self.send(call, body).await?;
         let bytes = resp.into_body().collect().await?.to_bytes();
-        serde_json::from_slice(&bytes).with_context(|| format!("decode answer of {path}"))
+        serde_json::from_slice(&bytes).with_context(|| format!("decode answer of {}", call.uri()))
     }
 }
 
@@ -145,16 +196,6 @@ where
         }
     });
     Ok(sender.send_request(req).await?)
-}
-
-/// `?path=<urlencoded>` for file routes.
-pub fn path_query(path: &str) -> String {
-    format!("path={}", urlencoding::encode(path))
-}
-
-/// One path segment (an id, slug or name), percent-encoded.
-pub fn seg(s: &str) -> String {
-    urlencoding::encode(s).into_owned()
 }
 
 #[cfg(test)]
@@ -175,6 +216,15 @@ mod tests {
         assert_eq!(tcp("http://lizard.internal"), ("lizard.internal:80".into(), "".into()));
         assert_eq!(tcp("http://[::1]:9000/api/"), ("[::1]:9000".into(), "/api".into()));
         assert_eq!(tcp(" http://h:1 "), ("h:1".into(), "".into()));
+    }
+
+    #[test]
+    fn calls_take_method_and_path_from_the_route_table() {
+        let c = Call::new(&routes::WRITE_FILE, &["sbx 1"]).param("path", "/a b&c").param_opt("mode", None::<u32>);
+        assert_eq!(c.uri(), "/v1/sandboxes/sbx%201/files?path=%2Fa%20b%26c");
+        assert_eq!(c.http_method(), http::Method::PUT);
+        let c = Call::new(&routes::TRANSACTIONS, &[]).param("limit", 5).param_opt("cursor", Some("x"));
+        assert_eq!(c.uri(), "/v1/billing/transactions?limit=5&cursor=x");
     }
 
     #[test]

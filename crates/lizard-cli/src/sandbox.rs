@@ -3,14 +3,14 @@
 //! The routes are the same on both (`/v1/sandboxes…`); what differs is creation (a server
 //! needs a project and keeps a timeout) and `set-timeout` (server only).
 
-use crate::client::{self, empty, json_body, path_query, seg, ApiClient};
+use crate::client::{self, empty, json_body, ApiClient, Call};
 use crate::output::{self, print_json, Table};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use futures_util::StreamExt;
-use http::Method;
 use http_body_util::BodyExt;
-use lizard_api::{paths, CreateSandboxRequest, ExecRequest, FileEntry, WriteResult};
+use lizard_api::routes;
+use lizard_api::{CreateSandboxRequest, ExecRequest, FileEntry, WriteResult};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -189,8 +189,8 @@ pub struct ExecArgs {
     #[arg(long)]
     user: Option<String>,
     /// Kill the command after this many seconds (exit code 124).
-    #[arg(long)]
-    timeout: Option<f64>,
+    #[arg(long, value_parser = parse_seconds)]
+    timeout: Option<std::time::Duration>,
     /// Pass this CLI's stdin to the command.
     #[arg(long)]
     stdin: bool,
@@ -247,7 +247,7 @@ pub async fn run(api: &ApiClient, cmd: SandboxCmd, json: bool) -> Result<()> {
             } else {
                 json_body(&local_create_request(&a)?)
             };
-            let s: Value = api.json(Method::POST, paths::SANDBOXES, body).await?;
+            let s: Value = api.json(&Call::new(&routes::CREATE_SANDBOX, &[]), body).await?;
             if json {
                 print_json(&s)?;
             } else {
@@ -255,7 +255,7 @@ pub async fn run(api: &ApiClient, cmd: SandboxCmd, json: bool) -> Result<()> {
             }
         }
         SandboxCmd::List => {
-            let list: Vec<Value> = api.json(Method::GET, paths::SANDBOXES, empty()).await?;
+            let list: Vec<Value> = api.json(&Call::new(&routes::LIST_SANDBOXES, &[]), empty()).await?;
             if json {
                 print_json(&list)?;
             } else {
@@ -263,7 +263,7 @@ pub async fn run(api: &ApiClient, cmd: SandboxCmd, json: bool) -> Result<()> {
             }
         }
         SandboxCmd::Get { id } => {
-            let s: Value = api.json(Method::GET, &paths::sandbox(&seg(&id)), empty()).await?;
+            let s: Value = api.json(&Call::new(&routes::GET_SANDBOX, &[&id]), empty()).await?;
             if json {
                 print_json(&s)?;
             } else {
@@ -271,13 +271,13 @@ pub async fn run(api: &ApiClient, cmd: SandboxCmd, json: bool) -> Result<()> {
             }
         }
         SandboxCmd::Kill { id } => {
-            api.send(Method::DELETE, &paths::sandbox(&seg(&id)), empty()).await?;
+            api.send(&Call::new(&routes::KILL_SANDBOX, &[&id]), empty()).await?;
         }
-        SandboxCmd::Pause { id } => transition(api, &id, paths::pause(&seg(&id)), json).await?,
-        SandboxCmd::Resume { id } => transition(api, &id, paths::resume(&seg(&id)), json).await?,
+        SandboxCmd::Pause { id } => transition(api, &id, &routes::PAUSE, json).await?,
+        SandboxCmd::Resume { id } => transition(api, &id, &routes::RESUME, json).await?,
         SandboxCmd::Fork { id, count } => {
             let copies: Vec<Value> =
-                api.json(Method::POST, &paths::fork(&seg(&id)), json_body(&json!({ "count": count }))).await?;
+                api.json(&Call::new(&routes::FORK, &[&id]), json_body(&json!({ "count": count }))).await?;
             if json {
                 print_json(&copies)?;
             } else {
@@ -291,8 +291,8 @@ pub async fn run(api: &ApiClient, cmd: SandboxCmd, json: bool) -> Result<()> {
                 check_local(&SandboxCmd::SetTimeout { id, ms })?;
                 unreachable!("check_local refuses set-timeout");
             }
-            let uri = format!("{}/timeout", paths::sandbox(&seg(&id)));
-            let resp = api.send(Method::POST, &uri, json_body(&json!({ "timeoutMs": ms }))).await?;
+            let call = Call::new(&routes::SET_TIMEOUT, &[&id]);
+            let resp = api.send(&call, json_body(&json!({ "timeoutMs": ms }))).await?;
             let bytes = resp.into_body().collect().await?.to_bytes();
             let s: Option<Value> = serde_json::from_slice(&bytes).ok();
             match (json, s) {
@@ -310,8 +310,8 @@ pub async fn run(api: &ApiClient, cmd: SandboxCmd, json: bool) -> Result<()> {
 }
 
 /// Pause or resume (`path`) and say the state the sandbox is in now.
-async fn transition(api: &ApiClient, id: &str, path: String, json: bool) -> Result<()> {
-    let s: Value = api.json(Method::POST, &path, json_body(&json!({}))).await?;
+async fn transition(api: &ApiClient, id: &str, route: &routes::Route, json: bool) -> Result<()> {
+    let s: Value = api.json(&Call::new(route, &[id]), json_body(&json!({}))).await?;
     if json {
         print_json(&s)?;
     } else {
@@ -370,6 +370,12 @@ fn sandbox_fields(s: &Value) -> Vec<(&'static str, String)> {
     f
 }
 
+/// `--timeout SECONDS` (fractions allowed) as a duration; negative or not a number is refused.
+fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
+    let secs: f64 = s.parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    std::time::Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is not a non-negative number of seconds"))
+}
+
 /// `lizard sandbox exec`: stream the command's output; `Ok(exit code)`.
 pub async fn exec(api: &ApiClient, a: ExecArgs) -> Result<i32> {
     if a.shell.is_none() && a.argv.is_empty() {
@@ -388,10 +394,10 @@ pub async fn exec(api: &ApiClient, a: ExecArgs) -> Result<i32> {
         cwd: a.cwd,
         env: a.env.into_iter().collect::<BTreeMap<_, _>>(),
         user: a.user,
-        timeout_ms: a.timeout.map(|s| (s * 1000.0) as u64),
+        timeout_ms: a.timeout.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         stdin,
     };
-    let resp = api.send(Method::POST, &format!("{}?stream=true", paths::exec(&seg(&a.id))), json_body(&req)).await?;
+    let resp = api.send(&Call::new(&routes::EXEC, &[&a.id]).param("stream", true), json_body(&req)).await?;
     let body = resp.into_body().into_data_stream().map(|r| r.map_err(std::io::Error::other));
     let reader = tokio_util::io::StreamReader::new(body);
     let mut frames = tokio_util::codec::FramedRead::new(reader, lizard_agent_proto::frame::FrameCodec);
@@ -436,8 +442,8 @@ async fn fs(api: &ApiClient, cmd: FsCmd, json: bool) -> Result<()> {
                 }
                 None => stream_body(tokio::io::stdin()),
             };
-            let uri = format!("{}?{}", paths::files(&seg(&id)), path_query(&path));
-            let r: WriteResult = api.json(Method::PUT, &uri, body).await?;
+            let call = Call::new(&routes::WRITE_FILE, &[&id]).param("path", &path);
+            let r: WriteResult = api.json(&call, body).await?;
             if json {
                 print_json(&r)?;
             } else {
@@ -445,8 +451,7 @@ async fn fs(api: &ApiClient, cmd: FsCmd, json: bool) -> Result<()> {
             }
         }
         FsCmd::Read { id, path, to } => {
-            let uri = format!("{}?{}", paths::files(&seg(&id)), path_query(&path));
-            let resp = api.send(Method::GET, &uri, empty()).await?;
+            let resp = api.send(&Call::new(&routes::READ_FILE, &[&id]).param("path", &path), empty()).await?;
             let mut body = resp.into_body();
             let mut out: Box<dyn Write> = match to {
                 Some(p) => Box::new(std::fs::File::create(&p).with_context(|| format!("create {}", p.display()))?),
@@ -460,8 +465,8 @@ async fn fs(api: &ApiClient, cmd: FsCmd, json: bool) -> Result<()> {
             out.flush()?;
         }
         FsCmd::Ls { id, path } => {
-            let uri = format!("{}?{}", paths::files_list(&seg(&id)), path_query(&path));
-            let entries: Vec<FileEntry> = api.json(Method::GET, &uri, empty()).await?;
+            let call = Call::new(&routes::LIST_DIR, &[&id]).param("path", &path);
+            let entries: Vec<FileEntry> = api.json(&call, empty()).await?;
             if json {
                 print_json(&entries)?;
             } else {
@@ -472,11 +477,10 @@ async fn fs(api: &ApiClient, cmd: FsCmd, json: bool) -> Result<()> {
             }
         }
         FsCmd::Rm { id, path } => {
-            api.send(Method::DELETE, &format!("{}?{}", paths::files(&seg(&id)), path_query(&path)), empty()).await?;
+            api.send(&Call::new(&routes::REMOVE_FILE, &[&id]).param("path", &path), empty()).await?;
         }
         FsCmd::Mkdir { id, path } => {
-            api.send(Method::POST, &format!("{}?{}", paths::files_mkdir(&seg(&id)), path_query(&path)), empty())
-                .await?;
+            api.send(&Call::new(&routes::MAKE_DIR, &[&id]).param("path", &path), empty()).await?;
         }
     }
     Ok(())

@@ -3,12 +3,11 @@
 //! Human output is decoded from [`lizard_api`]'s types; `--json` prints the server's answer
 //! as it came, so fields a newer server adds are not lost.
 
-use crate::client::{empty, json_body, seg, ApiClient};
+use crate::client::{empty, json_body, ApiClient, Call};
 use crate::output::{list_or_none, print_fields, print_json, text, Table};
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use http::Method;
-use lizard_api::tenancy::paths;
+use lizard_api::routes;
 use lizard_api::{
     ApiKey, CreateApiKeyRequest, CreateProjectRequest, CreateVolumeRequest, CreateWorkspaceRequest, CreatedApiKey,
     Project, Region, UpdateProjectRequest, Volume, WhoAmI, Workspace,
@@ -124,8 +123,8 @@ fn volume_project(flag: Option<String>) -> Option<String> {
 }
 
 /// `?project=…` or nothing.
-pub fn project_query(project: Option<&str>) -> String {
-    project.map(|p| format!("?project={}", seg(p))).unwrap_or_default()
+pub fn with_project(call: Call, project: Option<&str>) -> Call {
+    call.param_opt("project", project)
 }
 
 /// `POST /v1/api-keys` from `key create`'s flags: no flags, an unscoped key.
@@ -138,21 +137,13 @@ pub fn key_create_request(name: &str, workspaces: &[String], projects: &[String]
 }
 
 /// `GET /v1/projects[?workspaceId=…]`.
-pub fn project_list_uri(workspace: Option<&str>) -> String {
-    match workspace {
-        Some(w) => format!("{}?workspaceId={}", paths::PROJECTS, seg(w)),
-        None => paths::PROJECTS.to_string(),
-    }
+pub fn project_list_uri(workspace: Option<&str>) -> Call {
+    Call::new(&routes::LIST_PROJECTS, &[]).param_opt("workspaceId", workspace)
 }
 
 /// `DELETE /v1/workspaces/{id}[?force=true]`.
-pub fn workspace_delete_uri(id: &str, force: bool) -> String {
-    let uri = paths::workspace(&seg(id));
-    if force {
-        format!("{uri}?force=true")
-    } else {
-        uri
-    }
+pub fn workspace_delete_uri(id: &str, force: bool) -> Call {
+    Call::new(&routes::DELETE_WORKSPACE, &[id]).param_opt("force", force.then_some(true))
 }
 
 /// How a key's scope reads.
@@ -188,7 +179,7 @@ fn decode<T: DeserializeOwned>(v: &Value) -> Result<T> {
 }
 
 pub async fn whoami(api: &ApiClient, json: bool) -> Result<()> {
-    let v: Value = api.json(Method::GET, paths::WHOAMI, empty()).await?;
+    let v: Value = api.json(&Call::new(&routes::WHOAMI, &[]), empty()).await?;
     if json {
         return print_json(&v);
     }
@@ -215,7 +206,7 @@ fn workspace_fields(w: Workspace) -> Vec<(&'static str, String)> {
 pub async fn workspace(api: &ApiClient, cmd: WorkspaceCmd, json: bool) -> Result<()> {
     match cmd {
         WorkspaceCmd::List => {
-            let v: Value = api.json(Method::GET, paths::WORKSPACES, empty()).await?;
+            let v: Value = api.json(&Call::new(&routes::LIST_WORKSPACES, &[]), empty()).await?;
             if json {
                 return print_json(&v);
             }
@@ -226,22 +217,23 @@ pub async fn workspace(api: &ApiClient, cmd: WorkspaceCmd, json: bool) -> Result
             t.print();
         }
         WorkspaceCmd::Create { name } => {
-            let v: Value =
-                api.json(Method::POST, paths::WORKSPACES, json_body(&CreateWorkspaceRequest { name })).await?;
+            let v: Value = api
+                .json(&Call::new(&routes::CREATE_WORKSPACE, &[]), json_body(&CreateWorkspaceRequest { name }))
+                .await?;
             if json {
                 return print_json(&v);
             }
             println!("{}", text(&v, "id"));
         }
         WorkspaceCmd::Find { name_or_slug_or_id } => {
-            let v: Value = api.json(Method::GET, &paths::workspace(&seg(&name_or_slug_or_id)), empty()).await?;
+            let v: Value = api.json(&Call::new(&routes::FIND_WORKSPACE, &[&name_or_slug_or_id]), empty()).await?;
             if json {
                 return print_json(&v);
             }
             print_fields(&workspace_fields(decode(&v)?));
         }
         WorkspaceCmd::Delete { id, force } => {
-            api.send(Method::DELETE, &workspace_delete_uri(&id, force), empty()).await?;
+            api.send(&workspace_delete_uri(&id, force), empty()).await?;
             if force {
                 eprintln!("deleted workspace {id} and everything in it");
             } else {
@@ -259,7 +251,7 @@ fn project_fields(p: Project) -> Vec<(&'static str, String)> {
 pub async fn project(api: &ApiClient, cmd: ProjectCmd, json: bool) -> Result<()> {
     match cmd {
         ProjectCmd::List { workspace } => {
-            let v: Value = api.json(Method::GET, &project_list_uri(workspace.as_deref()), empty()).await?;
+            let v: Value = api.json(&project_list_uri(workspace.as_deref()), empty()).await?;
             if json {
                 return print_json(&v);
             }
@@ -270,7 +262,7 @@ pub async fn project(api: &ApiClient, cmd: ProjectCmd, json: bool) -> Result<()>
             t.print();
         }
         ProjectCmd::Get { id_or_slug_or_name } => {
-            let v: Value = api.json(Method::GET, &paths::project(&seg(&id_or_slug_or_name)), empty()).await?;
+            let v: Value = api.json(&Call::new(&routes::GET_PROJECT, &[&id_or_slug_or_name]), empty()).await?;
             if json {
                 return print_json(&v);
             }
@@ -278,22 +270,23 @@ pub async fn project(api: &ApiClient, cmd: ProjectCmd, json: bool) -> Result<()>
         }
         ProjectCmd::Create { workspace, name } => {
             let req = CreateProjectRequest { workspace_id: workspace, name };
-            let v: Value = api.json(Method::POST, paths::PROJECTS, json_body(&req)).await?;
+            let v: Value = api.json(&Call::new(&routes::CREATE_PROJECT, &[]), json_body(&req)).await?;
             if json {
                 return print_json(&v);
             }
             println!("{}", text(&v, "id"));
         }
         ProjectCmd::Rename { id, name } => {
-            let v: Value =
-                api.json(Method::PATCH, &paths::project(&seg(&id)), json_body(&UpdateProjectRequest { name })).await?;
+            let v: Value = api
+                .json(&Call::new(&routes::RENAME_PROJECT, &[&id]), json_body(&UpdateProjectRequest { name }))
+                .await?;
             if json {
                 return print_json(&v);
             }
             print_fields(&project_fields(decode(&v)?));
         }
         ProjectCmd::Delete { id } => {
-            api.send(Method::DELETE, &paths::project(&seg(&id)), empty()).await?;
+            api.send(&Call::new(&routes::DELETE_PROJECT, &[&id]), empty()).await?;
             eprintln!("deleted project {id}");
         }
     }
@@ -303,7 +296,7 @@ pub async fn project(api: &ApiClient, cmd: ProjectCmd, json: bool) -> Result<()>
 pub async fn key(api: &ApiClient, cmd: KeyCmd, json: bool) -> Result<()> {
     match cmd {
         KeyCmd::List => {
-            let v: Value = api.json(Method::GET, paths::API_KEYS, empty()).await?;
+            let v: Value = api.json(&Call::new(&routes::LIST_API_KEYS, &[]), empty()).await?;
             if json {
                 return print_json(&v);
             }
@@ -316,7 +309,7 @@ pub async fn key(api: &ApiClient, cmd: KeyCmd, json: bool) -> Result<()> {
         }
         KeyCmd::Create { name, workspaces, projects } => {
             let req = key_create_request(&name, &workspaces, &projects);
-            let v: Value = api.json(Method::POST, paths::API_KEYS, json_body(&req)).await?;
+            let v: Value = api.json(&Call::new(&routes::CREATE_API_KEY, &[]), json_body(&req)).await?;
             if json {
                 return print_json(&v);
             }
@@ -334,7 +327,7 @@ pub async fn key(api: &ApiClient, cmd: KeyCmd, json: bool) -> Result<()> {
             println!("LIZARD_API_KEY={}", k.key);
         }
         KeyCmd::Delete { id } => {
-            api.send(Method::DELETE, &paths::api_key(&seg(&id)), empty()).await?;
+            api.send(&Call::new(&routes::DELETE_API_KEY, &[&id]), empty()).await?;
             eprintln!("revoked API key {id}");
         }
     }
@@ -344,7 +337,7 @@ pub async fn key(api: &ApiClient, cmd: KeyCmd, json: bool) -> Result<()> {
 pub async fn region(api: &ApiClient, cmd: RegionCmd, json: bool) -> Result<()> {
     match cmd {
         RegionCmd::List => {
-            let v: Value = api.json(Method::GET, paths::REGIONS, empty()).await?;
+            let v: Value = api.json(&Call::new(&routes::LIST_REGIONS, &[]), empty()).await?;
             if json {
                 return print_json(&v);
             }
@@ -371,11 +364,10 @@ fn volume_fields(v: &Volume) -> Vec<(&'static str, String)> {
 }
 
 pub async fn volume(api: &ApiClient, cmd: VolumeCmd, json: bool) -> Result<()> {
-    use lizard_api::volumes::paths as vpaths;
     match cmd {
         VolumeCmd::List { project } => {
-            let uri = format!("{}{}", vpaths::VOLUMES, project_query(volume_project(project).as_deref()));
-            let v: Value = api.json(Method::GET, &uri, empty()).await?;
+            let call = with_project(Call::new(&routes::LIST_VOLUMES, &[]), volume_project(project).as_deref());
+            let v: Value = api.json(&call, empty()).await?;
             if json {
                 return print_json(&v);
             }
@@ -389,25 +381,24 @@ pub async fn volume(api: &ApiClient, cmd: VolumeCmd, json: bool) -> Result<()> {
         VolumeCmd::Create { name, project, size_gb, region } => {
             let project = volume_project(project);
             let req = CreateVolumeRequest { name, project, project_id: None, size_gb, region };
-            let v: Value = api.json(Method::POST, vpaths::VOLUMES, json_body(&req)).await?;
+            let v: Value = api.json(&Call::new(&routes::CREATE_VOLUME, &[]), json_body(&req)).await?;
             if json {
                 return print_json(&v);
             }
             println!("{}", text(&v, "id"));
         }
         VolumeCmd::Get { name_or_id, project } => {
-            let uri =
-                format!("{}{}", vpaths::volume(&seg(&name_or_id)), project_query(volume_project(project).as_deref()));
-            let v: Value = api.json(Method::GET, &uri, empty()).await?;
+            let call = with_project(Call::new(&routes::GET_VOLUME, &[&name_or_id]), volume_project(project).as_deref());
+            let v: Value = api.json(&call, empty()).await?;
             if json {
                 return print_json(&v);
             }
             print_fields(&volume_fields(&decode(&v)?));
         }
         VolumeCmd::Delete { name_or_id, project } => {
-            let uri =
-                format!("{}{}", vpaths::volume(&seg(&name_or_id)), project_query(volume_project(project).as_deref()));
-            api.send(Method::DELETE, &uri, empty()).await?;
+            let call =
+                with_project(Call::new(&routes::DELETE_VOLUME, &[&name_or_id]), volume_project(project).as_deref());
+            api.send(&call, empty()).await?;
             eprintln!("deleted volume {name_or_id}");
         }
     }

@@ -1,5 +1,7 @@
 //! Arguments → requests, and which mode the environment selects; no network.
 
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
+
 use clap::Parser;
 use lizard_cli::client::Endpoint;
 use lizard_cli::sandbox::{local_create_request, server_create_body, CreateArgs, SandboxCmd};
@@ -125,10 +127,10 @@ fn tenancy_requests() {
         serde_json::to_value(&both).unwrap(),
         json!({"name": "u", "workspaces": ["ws_1"], "projects": ["prj_1"]})
     );
-    assert_eq!(project_list_uri(None), "/v1/projects");
-    assert_eq!(project_list_uri(Some("ws 1&x")), "/v1/projects?workspaceId=ws%201%26x");
-    assert_eq!(workspace_delete_uri("ws_1", false), "/v1/workspaces/ws_1");
-    assert_eq!(workspace_delete_uri("ws_1", true), "/v1/workspaces/ws_1?force=true");
+    assert_eq!(project_list_uri(None).uri(), "/v1/projects");
+    assert_eq!(project_list_uri(Some("ws 1&x")).uri(), "/v1/projects?workspaceId=ws%201%26x");
+    assert_eq!(workspace_delete_uri("ws_1", false).uri(), "/v1/workspaces/ws_1");
+    assert_eq!(workspace_delete_uri("ws_1", true).uri(), "/v1/workspaces/ws_1?force=true");
 
     match parse(&["key", "create", "k", "--workspace", "ws_1", "--workspace", "ws_2", "--project", "prj_1"]).command {
         Command::Key(lizard_cli::tenancy::KeyCmd::Create { name, workspaces, projects }) => {
@@ -215,15 +217,18 @@ fn billing_commands_parse() {
     let c = parse(&["billing", "credit", "--account", "acc_1", "--amount", "25", "--idempotency-key", "k1"]);
     assert!(matches!(c.command, Command::Billing(BillingCmd::Credit { ref account, .. }) if account == "acc_1"));
     assert!(matches!(parse(&["billing", "live"]).command, Command::Billing(BillingCmd::Live)));
-    assert_eq!(transactions_uri(10, Some("42"), true), "/v1/billing/transactions?limit=10&cursor=42&includeUsage=true");
-    assert_eq!(transactions_uri(50, None, false), "/v1/billing/transactions?limit=50");
+    assert_eq!(
+        transactions_uri(10, Some("42"), true).uri(),
+        "/v1/billing/transactions?limit=10&cursor=42&includeUsage=true"
+    );
+    assert_eq!(transactions_uri(50, None, false).uri(), "/v1/billing/transactions?limit=50");
     let m = MetricsArgs {
         workspace: Some("ws 1".into()),
         project: None,
         from: Some("2026-11-01T00:00:00Z".into()),
         to: None,
     };
-    assert_eq!(metrics_uri(&m), "/v1/metrics?workspaceId=ws%201&from=2026-11-01T00%3A00%3A00Z");
+    assert_eq!(metrics_uri(&m).uri(), "/v1/metrics?workspaceId=ws%201&from=2026-11-01T00%3A00%3A00Z");
     let Command::Metrics(m) = parse(&["metrics", "--project", "prj_1"]).command else { panic!() };
-    assert_eq!(metrics_uri(&m), "/v1/metrics?projectId=prj_1");
+    assert_eq!(metrics_uri(&m).uri(), "/v1/metrics?projectId=prj_1");
 }

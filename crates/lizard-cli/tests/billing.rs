@@ -2,6 +2,8 @@
 //! `lizard server` process killed with SIGKILL mid-run: after the restart the ledger holds
 //! the sandbox's time up to the last metering tick, each millisecond once.
 
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -199,7 +201,7 @@ fn operator_credits_are_idempotent_and_scoped_keys_are_kept_out() {
 fn image_root() -> PathBuf {
     std::env::var_os("LIZARD_TEST_DATA_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/lizard-test-data"))
+        .unwrap_or_else(|| PathBuf::from("/var/cache/lizard-test-data"))
 }
 
 fn agent_bin() -> PathBuf {
@@ -210,12 +212,12 @@ fn agent_bin() -> PathBuf {
 
 /// Milliseconds since the epoch, on the clock the server meters with.
 fn wall_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+    i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
 }
 
 fn rfc3339_ms(v: &Value) -> i64 {
     let t = humantime::parse_rfc3339(v.as_str().unwrap()).unwrap();
-    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+    i64::try_from(t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
 }
 
 fn alive(pid: i32) -> bool {

@@ -3,6 +3,8 @@
 //!   tenancy routes; no VMs), and
 //! - a recording stand-in for the sandbox routes, to check what each command sends.
 
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
+
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -436,7 +438,9 @@ fn lizard_server_runs_until_sigterm() {
     use std::io::{BufRead, BufReader};
     let dir = tempfile::Builder::new().prefix("lizard-cli-serve-").tempdir().unwrap();
     for start in 0..2 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // Free ports for both listeners: a server left on the defaults (7171/7172, e.g. by
+        // scripts/install.sh) must not decide whether this passes.
+        let [port, proxy_port] = free_ports();
         let url = format!("http://127.0.0.1:{port}");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_lizard"));
         for (k, _) in std::env::vars_os() {
@@ -448,6 +452,7 @@ fn lizard_server_runs_until_sigterm() {
             .arg("--data-dir")
             .arg(dir.path())
             .args(["server", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--proxy-listen", &format!("127.0.0.1:{proxy_port}")])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -481,4 +486,11 @@ fn lizard_server_runs_until_sigterm() {
         );
     }
     assert!(dir.path().join("lizard.db").exists());
+}
+
+/// Two distinct free loopback ports (held open together while chosen, so they differ).
+fn free_ports() -> [u16; 2] {
+    let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    [a.local_addr().unwrap().port(), b.local_addr().unwrap().port()]
 }

@@ -2,6 +2,8 @@
 //! with its processes and files; a running one is recorded as stopped. Driven by the
 //! `lizard sandbox pause|resume|fork` commands.
 
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -9,7 +11,7 @@ use std::time::{Duration, Instant};
 fn image_root() -> PathBuf {
     std::env::var_os("LIZARD_TEST_DATA_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/lizard-test-data"))
+        .unwrap_or_else(|| PathBuf::from("/var/cache/lizard-test-data"))
 }
 
 /// `lizard server` on a free loopback port, over a data directory that outlives it.

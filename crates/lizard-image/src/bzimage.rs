@@ -112,11 +112,12 @@ pub fn decode_lz4_legacy(input: &[u8]) -> Result<Vec<u8>, ImageError> {
     let mut out = Vec::new();
     let mut pos = 4;
     while pos + 4 <= input.len() {
-        let block_len = read_u32(input, pos) as usize;
-        if block_len as u32 == LZ4_LEGACY_MAGIC {
+        let raw_len = read_u32(input, pos);
+        if raw_len == LZ4_LEGACY_MAGIC {
             pos += 4;
             continue;
         }
+        let block_len = raw_len as usize;
         let data_start = pos + 4;
         if block_len == 0 || block_len > LZ4_LEGACY_BLOCK_BOUND || block_len > input.len() - data_start {
             break;
@@ -148,7 +149,7 @@ mod tests {
         let mut out = LZ4_LEGACY_MAGIC.to_le_bytes().to_vec();
         for piece in data.chunks(chunk) {
             let block = lz4_flex::block::compress(piece);
-            out.extend_from_slice(&(block.len() as u32).to_le_bytes());
+            out.extend_from_slice(&u32::try_from(block.len()).unwrap().to_le_bytes());
             out.extend_from_slice(&block);
         }
         out
@@ -161,9 +162,9 @@ mod tests {
             .map(|i| {
                 x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
                 if i % 7 == 0 {
-                    (x >> 24) as u8
+                    (x >> 24).to_le_bytes()[0]
                 } else {
-                    (i / 64) as u8
+                    (i / 64).to_le_bytes()[0] // the low byte
                 }
             })
             .collect()
@@ -174,7 +175,7 @@ mod tests {
         // Three blocks, the last one short, followed by the kernel's appended size.
         let data = sample(2 * LZ4_LEGACY_BLOCK_MAX + 12_345);
         let mut framed = legacy_frame(&data, LZ4_LEGACY_BLOCK_MAX);
-        framed.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        framed.extend_from_slice(&u32::try_from(data.len()).unwrap().to_le_bytes());
         assert_eq!(decode_lz4_legacy(&framed).unwrap(), data);
     }
 
@@ -209,7 +210,7 @@ mod tests {
         img[0x202..0x206].copy_from_slice(b"HdrS");
         img[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
         img[0x248..0x24c].copy_from_slice(&payload_offset.to_le_bytes());
-        img[0x24c..0x250].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        img[0x24c..0x250].copy_from_slice(&u32::try_from(payload.len()).unwrap().to_le_bytes());
         img.extend_from_slice(payload);
         img.extend_from_slice(b"trailing decompressor code");
         img
@@ -232,7 +233,7 @@ mod tests {
         let mut elf = b"\x7fELF".to_vec();
         elf.extend(sample(300_000));
         let mut payload = legacy_frame(&elf, LZ4_LEGACY_BLOCK_MAX);
-        payload.extend_from_slice(&(elf.len() as u32).to_le_bytes());
+        payload.extend_from_slice(&u32::try_from(elf.len()).unwrap().to_le_bytes());
         let img = fake_bzimage(30, 100, &payload);
         assert_eq!(extract_vmlinux(&img).unwrap(), elf);
 

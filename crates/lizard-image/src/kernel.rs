@@ -123,7 +123,7 @@ impl ImageStore {
             reason: "incomplete after build".into(),
         })?;
         tracing::info!(version = %kernel.version, package_version = %kernel.package_version,
-            elapsed_ms = started.elapsed().as_millis() as u64, "kernel built");
+            elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), "kernel built");
         Ok(kernel)
     }
 

@@ -524,7 +524,7 @@ mod tests {
         fs::write(root.join(GUEST_CA_BUNDLE), stock).unwrap();
         fs::write(root.join("etc/machine-id"), "0123456789abcdef\n").unwrap();
         fs::create_dir_all(root.join("var/lib/apt/lists/partial")).unwrap();
-        fs::write(root.join("var/lib/apt/lists/deb.debian.org_InRelease"), "x").unwrap();
+        fs::write(root.join("var/lib/apt/lists/mirror.example_InRelease"), "x").unwrap();
         let host = format!("{stock}-----BEGIN CERTIFICATE-----\nPROXY\n-----END CERTIFICATE-----\n");
 
         fs::create_dir_all(root.join("usr/lib/python3.11")).unwrap();

@@ -77,7 +77,7 @@ impl Step {
 
     pub(crate) fn finish(self) {
         self.bar.finish_and_clear();
-        tracing::info!(step = %self.name, elapsed_ms = self.started.elapsed().as_millis() as u64, "done");
+        tracing::info!(step = %self.name, elapsed_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX), "done");
     }
 }
 

@@ -1,6 +1,8 @@
 //! Builds the real kernel and an initramfs from Debian's package (needs apt and the network
 //! to the Debian mirror; takes a few seconds cold).
 
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 

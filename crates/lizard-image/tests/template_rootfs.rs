@@ -2,6 +2,8 @@
 //! and the Debian mirror). Set `LIZARD_TEST_DATA_DIR` to share one build across the test
 //! suite; otherwise each run builds into a temporary directory.
 
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -1,22 +1,28 @@
-//! The node's HTTP API: the sandbox routes of [`lizard_api::paths`], without tenancy.
+//! The node's HTTP API: the sandbox routes of [`lizard_api::routes::node`], without
+//! tenancy. The router is built from that table, so the node serves exactly the paths and
+//! methods the clients take from it.
 //!
 //! Local mode serves this on a Unix socket readable only by its owner. The control plane
 //! serves the same operations behind authentication.
 
 use crate::{Node, NodeError, Sandbox};
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::handler::Handler;
+use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{on, MethodFilter};
 use axum::{Json, Router};
 use futures_util::TryStreamExt;
-use lizard_api::{CreateSandboxRequest, ExecRequest, ProcessResult, SandboxInfo};
+use lizard_api::routes::{self, node as table, Route};
+use lizard_api::{ApiError, CreateSandboxRequest, ErrorCode, ExecRequest, FileMode, ProcessResult, SandboxInfo};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::sync::Arc;
 
 /// An error answer: `{code, message}` with the code's status.
-pub struct AppError(pub lizard_api::ApiError);
+pub struct AppError(pub ApiError);
 
 impl From<NodeError> for AppError {
     fn from(e: NodeError) -> Self {
@@ -33,30 +39,66 @@ impl IntoResponse for AppError {
 
 pub type Result<T, E = AppError> = std::result::Result<T, E>;
 
+/// The node's router: every route of [`lizard_api::routes::node::ALL`], each with its
+/// handler; unknown paths and methods answer `{code, message}` too.
 pub fn router(node: Arc<Node>) -> Router {
     Router::new()
-        .route(lizard_api::paths::HEALTH, get(|| async { "ok" }))
-        .route("/v1/sandboxes", post(create).get(list))
-        .route("/v1/sandboxes/{id}", get(get_one).delete(kill))
-        .route("/v1/sandboxes/{id}/pause", post(pause))
-        .route("/v1/sandboxes/{id}/resume", post(resume))
-        .route("/v1/sandboxes/{id}/connect", post(resume))
-        .route("/v1/sandboxes/{id}/fork", post(fork))
-        .route("/v1/sandboxes/{id}/exec", post(exec))
-        .route("/v1/sandboxes/{id}/files", get(read_file).put(write_file).delete(remove))
-        .route("/v1/sandboxes/{id}/files/list", get(list_dir))
-        .route("/v1/sandboxes/{id}/files/mkdir", post(make_dir))
+        .route(table::HEALTH.path, serve(&table::HEALTH, || async { "ok" }))
+        .route(table::CREATE_SANDBOX.path, serve(&table::CREATE_SANDBOX, create))
+        .route(table::LIST_SANDBOXES.path, serve(&table::LIST_SANDBOXES, list))
+        .route(table::GET_SANDBOX.path, serve(&table::GET_SANDBOX, get_one))
+        .route(table::KILL_SANDBOX.path, serve(&table::KILL_SANDBOX, kill))
+        .route(table::PAUSE.path, serve(&table::PAUSE, pause))
+        .route(table::RESUME.path, serve(&table::RESUME, resume))
+        .route(table::CONNECT.path, serve(&table::CONNECT, resume))
+        .route(table::FORK.path, serve(&table::FORK, fork))
+        .route(table::EXEC.path, serve(&table::EXEC, exec))
+        .route(table::READ_FILE.path, serve(&table::READ_FILE, read_file))
+        .route(table::WRITE_FILE.path, serve(&table::WRITE_FILE, write_file))
+        .route(table::REMOVE_FILE.path, serve(&table::REMOVE_FILE, remove))
+        .route(table::LIST_DIR.path, serve(&table::LIST_DIR, list_dir))
+        .route(table::MAKE_DIR.path, serve(&table::MAKE_DIR, make_dir))
+        .fallback(no_route)
         .with_state(node)
+}
+
+/// `handler` on `route`'s method.
+fn serve<H, T>(route: &Route, handler: H) -> axum::routing::MethodRouter<Arc<Node>>
+where
+    H: Handler<T, Arc<Node>>,
+    T: 'static,
+{
+    let filter = match route.method {
+        routes::Method::Get => MethodFilter::GET,
+        routes::Method::Post => MethodFilter::POST,
+        routes::Method::Put => MethodFilter::PUT,
+        routes::Method::Patch => MethodFilter::PATCH,
+        routes::Method::Delete => MethodFilter::DELETE,
+    };
+    on(filter, handler)
+}
+
+async fn no_route() -> AppError {
+    AppError(ApiError::new(ErrorCode::NotFound, "no such route"))
+}
+
+/// Query parameters with a `{code, message}` answer (axum's own rejection is plain text).
+pub struct NodeQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for NodeQuery<T> {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::try_from_uri(&parts.uri).map(|q| NodeQuery(q.0)).map_err(|e| {
+            AppError(ApiError::new(ErrorCode::InvalidArgument, format!("invalid query: {}", e.body_text())))
+        })
+    }
 }
 
 /// Parse a JSON body with our error shape (axum's own rejection is plain text).
 pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        AppError(lizard_api::ApiError::new(
-            lizard_api::ErrorCode::InvalidArgument,
-            format!("invalid request body: {e}"),
-        ))
-    })
+    serde_json::from_slice(bytes)
+        .map_err(|e| AppError(ApiError::new(ErrorCode::InvalidArgument, format!("invalid request body: {e}"))))
 }
 
 async fn create(State(node): State<Arc<Node>>, body: axum::body::Bytes) -> Result<(StatusCode, Json<SandboxInfo>)> {
@@ -106,7 +148,7 @@ struct ExecQuery {
 async fn exec(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
-    Query(q): Query<ExecQuery>,
+    NodeQuery(q): NodeQuery<ExecQuery>,
     body: axum::body::Bytes,
 ) -> Result<Response> {
     let req: ExecRequest = parse_json(&body)?;
@@ -126,17 +168,24 @@ pub async fn exec_response(sandbox: &Arc<Sandbox>, req: ExecRequest, stream: boo
     }
 }
 
+/// `?path=` of the file routes.
 #[derive(Deserialize)]
 struct PathQuery {
     path: String,
+}
+
+/// `?path=&mode=` of a write: the mode in octal, as on the control plane.
+#[derive(Deserialize)]
+struct WriteQuery {
+    path: String,
     #[serde(default)]
-    mode: Option<u32>,
+    mode: Option<FileMode>,
 }
 
 async fn read_file(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
-    Query(q): Query<PathQuery>,
+    NodeQuery(q): NodeQuery<PathQuery>,
 ) -> Result<Response> {
     let sandbox = node.get(&id)?;
     read_file_response(&sandbox, &q.path).await
@@ -156,18 +205,18 @@ pub async fn read_file_response(sandbox: &Sandbox, path: &str) -> Result<Respons
 async fn write_file(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
-    Query(q): Query<PathQuery>,
+    NodeQuery(q): NodeQuery<WriteQuery>,
     body: Body,
 ) -> Result<Json<lizard_api::WriteResult>> {
     let sandbox = node.get(&id)?;
     let stream = body.into_data_stream().map_err(std::io::Error::other);
-    Ok(Json(sandbox.write_file(&q.path, q.mode, stream).await?))
+    Ok(Json(sandbox.write_file(&q.path, q.mode.map(FileMode::bits), stream).await?))
 }
 
 async fn remove(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
-    Query(q): Query<PathQuery>,
+    NodeQuery(q): NodeQuery<PathQuery>,
 ) -> Result<StatusCode> {
     node.get(&id)?.remove(&q.path).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -176,7 +225,7 @@ async fn remove(
 async fn list_dir(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
-    Query(q): Query<PathQuery>,
+    NodeQuery(q): NodeQuery<PathQuery>,
 ) -> Result<Json<Vec<lizard_api::FileEntry>>> {
     Ok(Json(node.get(&id)?.list_dir(&q.path).await?))
 }
@@ -184,8 +233,63 @@ async fn list_dir(
 async fn make_dir(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
-    Query(q): Query<PathQuery>,
+    NodeQuery(q): NodeQuery<PathQuery>,
 ) -> Result<StatusCode> {
     node.get(&id)?.make_dir(&q.path).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    /// A node over an empty data directory: no VM is booted by these requests.
+    async fn node_router() -> (Router, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let node = Node::start(crate::NodeConfig::new(dir.path())).await.unwrap();
+        (router(node), dir)
+    }
+
+    async fn answer(router: &Router, method: &str, uri: &str, body: &str) -> (StatusCode, serde_json::Value) {
+        let req = Request::builder().method(method).uri(uri).body(Body::from(body.to_string())).unwrap();
+        let resp = router.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null))
+    }
+
+    #[tokio::test]
+    async fn serves_every_route_of_the_node_table_and_nothing_else() {
+        let (router, _dir) = node_router().await;
+        for r in table::ALL {
+            let uri = format!("{}?path=/x", r.uri(&vec!["nope"; r.params().count()]));
+            let (status, body) = answer(&router, r.method.as_str(), &uri, "{}").await;
+            assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{r:?}");
+            assert_ne!(body["message"], "no such route", "{r:?}");
+            if r.params().count() > 0 {
+                assert_eq!((status, &body["code"]), (StatusCode::NOT_FOUND, &serde_json::json!("NOT_FOUND")), "{r:?}");
+            }
+        }
+        let (status, body) = answer(&router, "GET", "/v1/nothing-here", "").await;
+        assert_eq!((status, body["code"].as_str()), (StatusCode::NOT_FOUND, Some("NOT_FOUND")));
+        assert_eq!(answer(&router, "PATCH", "/v1/sandboxes", "").await.0, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(answer(&router, "POST", "/v1/sandboxes/x/timeout", "{}").await.1["message"], "no such route");
+    }
+
+    #[tokio::test]
+    async fn a_file_mode_is_octal_permission_bits() {
+        let (router, _dir) = node_router().await;
+        for bad in ["999", "10000", "-1", "0x1ff", "rwx"] {
+            let (status, body) =
+                answer(&router, "PUT", &format!("/v1/sandboxes/nope/files?path=/a&mode={bad}"), "").await;
+            assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {body}");
+            assert_eq!(body["code"], "INVALID_ARGUMENT", "{bad}");
+            assert!(body["message"].as_str().unwrap().contains("mode must be octal permission bits"), "{body}");
+        }
+        // A valid mode gets as far as looking the sandbox up.
+        let (status, body) = answer(&router, "PUT", "/v1/sandboxes/nope/files?path=/a&mode=0755", "").await;
+        assert_eq!((status, body["code"].as_str()), (StatusCode::NOT_FOUND, Some("NOT_FOUND")));
+    }
 }

@@ -55,7 +55,7 @@ after(async () => {
 
 async function startServer() {
   const bin = process.env.LIZARD_BIN ?? path.join(REPO, 'target/debug/lizard')
-  const images = process.env.LIZARD_TEST_DATA_DIR ?? path.join(REPO, 'target/lizard-test-data')
+  const images = process.env.LIZARD_TEST_DATA_DIR ?? '/var/cache/lizard-test-data'
   const data = fs.mkdtempSync(path.join(os.tmpdir(), 'lizard-sdk-js-'))
   fs.symlinkSync(path.join(images, 'images'), path.join(data, 'images'))
   if (fs.existsSync(path.join(images, 'accel.json'))) fs.copyFileSync(path.join(images, 'accel.json'), path.join(data, 'accel.json'))
@@ -109,10 +109,6 @@ export function server() {
 export async function openapi() {
   const s = await server()
   return (await fetch(`${s.url}/openapi.json`)).json()
-}
-
-export function hasRoute(doc, p, method = 'get') {
-  return Boolean(doc.paths?.[p]?.[method])
 }
 
 /** The project the reference's examples name: `my-project` (in a workspace of its own). */

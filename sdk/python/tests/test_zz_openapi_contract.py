@@ -2,26 +2,18 @@
 an SDK sends (in this whole session, plus a sweep over every method) must name a path and
 method the document has, with query parameters and JSON fields the document declares.
 
-Runs last (file name) so that it also checks what the other tests sent. Routes other issues
-are still adding would be listed in PENDING: while
-the server's document lacks them they are reported, not failed; once it has them they are
-checked like every other route."""
+Runs last (file name) so that it also checks what the other tests sent. A request the
+document lacks fails the test: nothing is waived."""
 
 from __future__ import annotations
 
 import re
-import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
 import lizard
 from conftest import SENT, Server
-
-PENDING: list = []  # every route the SDK calls is on the server now
-#: Request fields other issues are adding, by (method, path template).
-PENDING_FIELDS: dict = {}
-
 
 def _pattern(template: str) -> re.Pattern:
     return re.compile("^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)) + "$")
@@ -51,11 +43,9 @@ def _properties(doc: dict, schema: dict) -> Optional[set]:
     return set(schema["properties"])
 
 
-def violations(doc: dict, sent: List[Tuple[str, str, dict, Any]]) -> Tuple[List[str], List[str]]:
+def violations(doc: dict, sent: List[Tuple[str, str, dict, Any]]) -> List[str]:
     templates = [(t, _pattern(t)) for t in doc["paths"]]
-    pending = [_pattern(p.replace("{}", "{x}")) for p in PENDING]
     bad: List[str] = []
-    skipped: List[str] = []
     for method, path, params, body in sent:
         matches = [t for t, rx in templates if rx.match(path)]
         # A literal segment beats a parameter (/v1/sandboxes/{id}/files/list vs …).
@@ -63,10 +53,7 @@ def violations(doc: dict, sent: List[Tuple[str, str, dict, Any]]) -> Tuple[List[
         ops = [(t, doc["paths"][t].get(method.lower())) for t in matches]
         ops = [(t, op) for t, op in ops if op]
         if not ops:
-            if any(rx.match(path) for rx in pending):
-                skipped.append(f"{method} {path}")
-            else:
-                bad.append(f"{method} {path}: no such operation in the OpenAPI document")
+            bad.append(f"{method} {path}: no such operation in the OpenAPI document")
             continue
         template, op = ops[0]
         declared = {p["name"] for p in op.get("parameters", []) + doc["paths"][template].get("parameters", []) if p.get("in") == "query"}
@@ -82,11 +69,9 @@ def violations(doc: dict, sent: List[Tuple[str, str, dict, Any]]) -> Tuple[List[
             allowed = _properties(doc, schema)
             if allowed is not None:
                 for field in body:
-                    if field in PENDING_FIELDS.get((method, template), set()) and field not in allowed:
-                        skipped.append(f"{method} {template} field {field!r}")
-                    elif field not in allowed:
+                    if field not in allowed:
                         bad.append(f"{method} {template}: field {field!r} is not in the document ({sorted(allowed)})")
-    return bad, skipped
+    return bad
 
 
 def _sweep() -> None:
@@ -151,20 +136,18 @@ def test_every_request_is_in_the_openapi_document(server: Server, openapi: dict,
     _sweep()
     sent = [(m, p, q, b) for url, m, p, q, b in SENT if url == server.url]
     assert len(sent) >= 40
-    bad, skipped = violations(openapi, sent)
-    if skipped:
-        warnings.warn(f"not in this server's document yet (pending branches): {sorted(set(skipped))}")
+    bad = violations(openapi, sent)
     assert not bad, "\n".join(sorted(set(bad)))
 
 
 def test_the_check_catches_an_unknown_path_or_field(openapi: dict) -> None:
-    bad, _ = violations(openapi, [("POST", "/v1/workspaces", {}, {"name": "a", "colour": "red"})])
+    bad = violations(openapi, [("POST", "/v1/workspaces", {}, {"name": "a", "colour": "red"})])
     assert any("colour" in b for b in bad)
-    bad, _ = violations(openapi, [("GET", "/v1/no-such-thing", {}, None)])
+    bad = violations(openapi, [("GET", "/v1/no-such-thing", {}, None)])
     assert bad
-    bad, _ = violations(openapi, [("GET", "/v1/sandboxes", {"sort": "x"}, None)])
+    bad = violations(openapi, [("GET", "/v1/sandboxes", {"sort": "x"}, None)])
     assert any("sort" in b for b in bad)
-    bad, _ = violations(openapi, [("PATCH", "/v1/regions", {}, None)])
+    bad = violations(openapi, [("PATCH", "/v1/regions", {}, None)])
     assert bad
-    bad, _ = violations(openapi, [("GET", "/v1/sandboxes/sb_1/files/list", {"path": "/"}, None)])
+    bad = violations(openapi, [("GET", "/v1/sandboxes/sb_1/files/list", {"path": "/"}, None)])
     assert not bad

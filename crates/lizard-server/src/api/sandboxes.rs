@@ -228,8 +228,9 @@ pub struct FileQuery {
 pub struct WriteQuery {
     /// Absolute path in the sandbox; parents are created.
     path: String,
-    /// Permission bits for a new file, octal (e.g. 755).
-    mode: Option<String>,
+    /// Permission bits for a new file, octal (e.g. 755), at most 7777.
+    #[param(value_type = Option<String>)]
+    mode: Option<lizard_api::FileMode>,
 }
 
 /// Read a file (streamed bytes).
@@ -274,15 +275,7 @@ pub async fn write_file(
     ApiQuery(q): ApiQuery<WriteQuery>,
     body: Body,
 ) -> ApiResult<Json<lizard_api::WriteResult>> {
-    let mode = match q.mode.as_deref() {
-        None => None,
-        Some(m) => Some(
-            u32::from_str_radix(m, 8)
-                .ok()
-                .filter(|m| *m <= 0o7777)
-                .ok_or_else(|| AppError::invalid(format!("mode must be octal permission bits, got {m:?}")))?,
-        ),
-    };
+    let mode = q.mode.map(lizard_api::FileMode::bits);
     let sandbox = running(&state, &p, &id).await?;
     let stream = body.into_data_stream().map_err(std::io::Error::other).boxed();
     Ok(Json(sandbox.node.write_file(sandbox.id(), &q.path, mode, stream).await?))

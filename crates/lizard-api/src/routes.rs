@@ -1,0 +1,447 @@
+//! Every HTTP route of Lizard's API, described once: path template, method, what the
+//! request carries, what a success answers and which error codes the route documents.
+//!
+//! The node's router is built from [`NODE`]; the clients (CLI, bench) take their paths
+//! from here with [`Route::uri`]; the control plane's OpenAPI document is checked against
+//! [`SERVER`] by a test (`crates/lizard-server/tests/routes.rs`), so a route cannot be
+//! served, documented or called without being in this table.
+//!
+//! Path templates use `{name}` for a parameter: the syntax of both OpenAPI and axum.
+
+use crate::ErrorCode::{
+    self, AccountScopeRequired, BootFailed, Conflict, Forbidden, InvalidArgument, NotFound, PaymentRequired,
+    Unauthenticated, Unavailable,
+};
+
+/// An HTTP method a route answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    Get,
+    Post,
+    Put,
+    Patch,
+    Delete,
+}
+
+impl Method {
+    /// Upper case, as on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Patch => "PATCH",
+            Method::Delete => "DELETE",
+        }
+    }
+}
+
+/// What a request or a success response carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Body {
+    /// Nothing.
+    Empty,
+    /// A JSON value of the named type (its name in `lizard_api` and in the OpenAPI schemas).
+    Json(&'static str),
+    /// A JSON array of the named type.
+    JsonList(&'static str),
+    /// Raw bytes (`application/octet-stream`).
+    Bytes,
+    /// Plain text.
+    Text,
+}
+
+/// One route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub method: Method,
+    /// Path template, e.g. `/v1/sandboxes/{id}`.
+    pub path: &'static str,
+    pub request: Body,
+    /// Status of a success.
+    pub status: u16,
+    pub response: Body,
+    /// The error codes the route documents (each answered with [`ErrorCode::status`]).
+    pub errors: &'static [ErrorCode],
+}
+
+impl Route {
+    /// The path with each `{…}` parameter replaced, in order, by one of `args`,
+    /// percent-encoded as one path segment.
+    ///
+    /// # Panics
+    /// When `args` has fewer or more values than the template has parameters: a
+    /// programming error the caller's own tests find at once.
+    pub fn uri(&self, args: &[&str]) -> String {
+        let mut out = String::with_capacity(self.path.len() + 16);
+        let mut rest = self.path;
+        let mut args = args.iter();
+        while let Some(start) = rest.find('{') {
+            let end = rest[start..].find('}').map_or(rest.len(), |e| start + e + 1);
+            out.push_str(&rest[..start]);
+            let arg = args.next().unwrap_or_else(|| panic!("{}: too few path arguments", self.path));
+            out.push_str(&urlencoding::encode(arg));
+            rest = &rest[end..];
+        }
+        out.push_str(rest);
+        assert!(args.next().is_none(), "{}: too many path arguments", self.path);
+        out
+    }
+
+    /// Names of the path's parameters, in order.
+    pub fn params(&self) -> impl Iterator<Item = &'static str> {
+        self.path.split('{').skip(1).filter_map(|s| s.split_once('}').map(|(name, _)| name))
+    }
+}
+
+/// Path templates, shared by routes that differ only in method.
+pub mod path {
+    pub const HEALTH: &str = "/health";
+    pub const OPENAPI: &str = "/openapi.json";
+    pub const SANDBOXES: &str = "/v1/sandboxes";
+    pub const SANDBOX: &str = "/v1/sandboxes/{id}";
+    pub const SANDBOX_TIMEOUT: &str = "/v1/sandboxes/{id}/timeout";
+    pub const SANDBOX_PAUSE: &str = "/v1/sandboxes/{id}/pause";
+    pub const SANDBOX_RESUME: &str = "/v1/sandboxes/{id}/resume";
+    pub const SANDBOX_CONNECT: &str = "/v1/sandboxes/{id}/connect";
+    pub const SANDBOX_FORK: &str = "/v1/sandboxes/{id}/fork";
+    pub const SANDBOX_EXEC: &str = "/v1/sandboxes/{id}/exec";
+    pub const FILES: &str = "/v1/sandboxes/{id}/files";
+    pub const FILES_LIST: &str = "/v1/sandboxes/{id}/files/list";
+    pub const FILES_MKDIR: &str = "/v1/sandboxes/{id}/files/mkdir";
+    pub const WORKSPACES: &str = "/v1/workspaces";
+    pub const WORKSPACE: &str = "/v1/workspaces/{id}";
+    pub const PROJECTS: &str = "/v1/projects";
+    pub const PROJECT: &str = "/v1/projects/{id}";
+    pub const API_KEYS: &str = "/v1/api-keys";
+    pub const API_KEY: &str = "/v1/api-keys/{id}";
+    pub const WHOAMI: &str = "/v1/whoami";
+    pub const ACCOUNT: &str = "/v1/account";
+    pub const REGIONS: &str = "/v1/regions";
+    pub const BALANCE: &str = "/v1/billing/balance";
+    pub const TRANSACTIONS: &str = "/v1/billing/transactions";
+    pub const SUMMARY: &str = "/v1/billing/summary";
+    pub const LIVE: &str = "/v1/billing/live";
+    pub const METRICS: &str = "/v1/metrics";
+    pub const VOLUMES: &str = "/v1/volumes";
+    pub const VOLUME: &str = "/v1/volumes/{nameOrId}";
+}
+
+const fn route(
+    method: Method,
+    path: &'static str,
+    request: Body,
+    status: u16,
+    response: Body,
+    errors: &'static [ErrorCode],
+) -> Route {
+    Route { method, path, request, status, response, errors }
+}
+
+use Body::{Bytes, Empty, Json, JsonList, Text};
+use Method::{Delete, Get, Patch, Post, Put};
+
+// --- system -------------------------------------------------------------------------------
+/// Liveness; no key needed.
+pub const HEALTH: Route = route(Get, path::HEALTH, Empty, 200, Text, &[]);
+/// The OpenAPI document; no key needed.
+pub const OPENAPI: Route = route(Get, path::OPENAPI, Empty, 200, Json("OpenApi"), &[]);
+
+// --- sandboxes (control plane) ------------------------------------------------------------
+pub const CREATE_SANDBOX: Route = route(
+    Post,
+    path::SANDBOXES,
+    Json("NewSandboxRequest"),
+    201,
+    Json("SandboxInfo"),
+    &[Unauthenticated, NotFound, InvalidArgument, PaymentRequired],
+);
+pub const LIST_SANDBOXES: Route =
+    route(Get, path::SANDBOXES, Empty, 200, JsonList("SandboxInfo"), &[Unauthenticated, InvalidArgument]);
+pub const GET_SANDBOX: Route = route(Get, path::SANDBOX, Empty, 200, Json("SandboxInfo"), &[Unauthenticated, NotFound]);
+pub const KILL_SANDBOX: Route = route(Delete, path::SANDBOX, Empty, 204, Empty, &[Unauthenticated, NotFound]);
+pub const SET_TIMEOUT: Route = route(
+    Post,
+    path::SANDBOX_TIMEOUT,
+    Json("SetTimeoutRequest"),
+    200,
+    Json("SandboxInfo"),
+    &[Unauthenticated, NotFound, InvalidArgument],
+);
+pub const PAUSE: Route =
+    route(Post, path::SANDBOX_PAUSE, Empty, 200, Json("SandboxInfo"), &[Unauthenticated, NotFound]);
+pub const RESUME: Route =
+    route(Post, path::SANDBOX_RESUME, Empty, 200, Json("SandboxInfo"), &[Unauthenticated, NotFound, PaymentRequired]);
+/// Resumes a paused sandbox; a running one answers as it is.
+pub const CONNECT: Route =
+    route(Post, path::SANDBOX_CONNECT, Empty, 200, Json("SandboxInfo"), &[Unauthenticated, NotFound, PaymentRequired]);
+pub const FORK: Route = route(
+    Post,
+    path::SANDBOX_FORK,
+    Json("ForkRequest"),
+    201,
+    JsonList("SandboxInfo"),
+    &[Unauthenticated, NotFound, Conflict, InvalidArgument, PaymentRequired],
+);
+/// Buffered: a `ProcessResult`. `?stream=true`: exec frames as the command runs.
+pub const EXEC: Route = route(
+    Post,
+    path::SANDBOX_EXEC,
+    Json("ExecRequest"),
+    200,
+    Json("ProcessResult"),
+    &[Unauthenticated, NotFound, InvalidArgument],
+);
+/// `?path=`: the file's bytes.
+pub const READ_FILE: Route = route(Get, path::FILES, Empty, 200, Bytes, &[Unauthenticated, NotFound, InvalidArgument]);
+/// `?path=&mode=` ([`crate::FileMode`]): the body becomes the file, replaced atomically.
+pub const WRITE_FILE: Route =
+    route(Put, path::FILES, Bytes, 200, Json("WriteResult"), &[Unauthenticated, NotFound, InvalidArgument]);
+/// `?path=`: a file, or a directory recursively.
+pub const REMOVE_FILE: Route =
+    route(Delete, path::FILES, Empty, 204, Empty, &[Unauthenticated, NotFound, InvalidArgument]);
+/// `?path=`: a directory's entries, sorted by name.
+pub const LIST_DIR: Route =
+    route(Get, path::FILES_LIST, Empty, 200, JsonList("FileEntry"), &[Unauthenticated, NotFound, InvalidArgument]);
+/// `?path=`: a directory and its parents.
+pub const MAKE_DIR: Route =
+    route(Post, path::FILES_MKDIR, Empty, 204, Empty, &[Unauthenticated, NotFound, InvalidArgument]);
+
+// --- tenancy ------------------------------------------------------------------------------
+pub const LIST_WORKSPACES: Route = route(Get, path::WORKSPACES, Empty, 200, JsonList("Workspace"), &[Unauthenticated]);
+pub const CREATE_WORKSPACE: Route = route(
+    Post,
+    path::WORKSPACES,
+    Json("CreateWorkspaceRequest"),
+    201,
+    Json("Workspace"),
+    &[Unauthenticated, Forbidden, Conflict, InvalidArgument],
+);
+/// By id, slug or name.
+pub const FIND_WORKSPACE: Route =
+    route(Get, path::WORKSPACE, Empty, 200, Json("Workspace"), &[Unauthenticated, NotFound, Conflict]);
+/// `?force=true` deletes what it holds too.
+pub const DELETE_WORKSPACE: Route =
+    route(Delete, path::WORKSPACE, Empty, 204, Empty, &[Unauthenticated, NotFound, Conflict, InvalidArgument]);
+pub const LIST_PROJECTS: Route =
+    route(Get, path::PROJECTS, Empty, 200, JsonList("Project"), &[Unauthenticated, NotFound, InvalidArgument]);
+pub const CREATE_PROJECT: Route = route(
+    Post,
+    path::PROJECTS,
+    Json("CreateProjectRequest"),
+    201,
+    Json("Project"),
+    &[Unauthenticated, NotFound, Conflict, InvalidArgument],
+);
+/// By id, slug or name.
+pub const GET_PROJECT: Route =
+    route(Get, path::PROJECT, Empty, 200, Json("Project"), &[Unauthenticated, NotFound, Conflict]);
+pub const RENAME_PROJECT: Route = route(
+    Patch,
+    path::PROJECT,
+    Json("UpdateProjectRequest"),
+    200,
+    Json("Project"),
+    &[Unauthenticated, NotFound, Conflict, InvalidArgument],
+);
+pub const DELETE_PROJECT: Route =
+    route(Delete, path::PROJECT, Empty, 204, Empty, &[Unauthenticated, NotFound, Conflict]);
+pub const LIST_API_KEYS: Route = route(Get, path::API_KEYS, Empty, 200, JsonList("ApiKey"), &[Unauthenticated]);
+/// The answer holds the key itself, shown this once.
+pub const CREATE_API_KEY: Route = route(
+    Post,
+    path::API_KEYS,
+    Json("CreateApiKeyRequest"),
+    201,
+    Json("CreatedApiKey"),
+    &[Unauthenticated, Forbidden, NotFound, InvalidArgument],
+);
+pub const DELETE_API_KEY: Route =
+    route(Delete, path::API_KEY, Empty, 204, Empty, &[Unauthenticated, NotFound, Conflict]);
+pub const WHOAMI: Route = route(Get, path::WHOAMI, Empty, 200, Json("WhoAmI"), &[Unauthenticated]);
+pub const ACCOUNT: Route =
+    route(Get, path::ACCOUNT, Empty, 200, Json("Account"), &[Unauthenticated, AccountScopeRequired]);
+pub const LIST_REGIONS: Route = route(Get, path::REGIONS, Empty, 200, JsonList("Region"), &[Unauthenticated]);
+
+// --- billing and usage --------------------------------------------------------------------
+pub const BALANCE: Route =
+    route(Get, path::BALANCE, Empty, 200, Json("Balance"), &[Unauthenticated, AccountScopeRequired]);
+/// `?limit=&cursor=&includeUsage=`, newest first.
+pub const TRANSACTIONS: Route = route(
+    Get,
+    path::TRANSACTIONS,
+    Empty,
+    200,
+    Json("TransactionPage"),
+    &[Unauthenticated, AccountScopeRequired, InvalidArgument],
+);
+/// `?granularity=month|day&periods=N`.
+pub const SUMMARY: Route = route(
+    Get,
+    path::SUMMARY,
+    Empty,
+    200,
+    Json("BillingSummary"),
+    &[Unauthenticated, AccountScopeRequired, InvalidArgument],
+);
+pub const LIVE: Route =
+    route(Get, path::LIVE, Empty, 200, Json("LiveBilling"), &[Unauthenticated, AccountScopeRequired]);
+/// `?workspaceId=&projectId=&from=&to=`, within the key's scope.
+pub const METRICS: Route =
+    route(Get, path::METRICS, Empty, 200, Json("Metrics"), &[Unauthenticated, NotFound, InvalidArgument]);
+
+// --- volumes ------------------------------------------------------------------------------
+pub const CREATE_VOLUME: Route = route(
+    Post,
+    path::VOLUMES,
+    Json("CreateVolumeRequest"),
+    201,
+    Json("Volume"),
+    &[Unauthenticated, NotFound, Conflict, InvalidArgument],
+);
+/// `?project=` or `?projectId=` for one project.
+pub const LIST_VOLUMES: Route =
+    route(Get, path::VOLUMES, Empty, 200, JsonList("Volume"), &[Unauthenticated, NotFound, InvalidArgument]);
+pub const GET_VOLUME: Route =
+    route(Get, path::VOLUME, Empty, 200, Json("Volume"), &[Unauthenticated, NotFound, InvalidArgument]);
+pub const DELETE_VOLUME: Route =
+    route(Delete, path::VOLUME, Empty, 204, Empty, &[Unauthenticated, NotFound, Conflict, InvalidArgument]);
+
+/// Every route of the control plane (`lizard server`), as its OpenAPI document lists them.
+pub const SERVER: &[Route] = &[
+    HEALTH,
+    OPENAPI,
+    CREATE_SANDBOX,
+    LIST_SANDBOXES,
+    GET_SANDBOX,
+    KILL_SANDBOX,
+    SET_TIMEOUT,
+    PAUSE,
+    RESUME,
+    CONNECT,
+    FORK,
+    EXEC,
+    READ_FILE,
+    WRITE_FILE,
+    REMOVE_FILE,
+    LIST_DIR,
+    MAKE_DIR,
+    LIST_WORKSPACES,
+    CREATE_WORKSPACE,
+    FIND_WORKSPACE,
+    DELETE_WORKSPACE,
+    LIST_PROJECTS,
+    CREATE_PROJECT,
+    GET_PROJECT,
+    RENAME_PROJECT,
+    DELETE_PROJECT,
+    LIST_API_KEYS,
+    CREATE_API_KEY,
+    DELETE_API_KEY,
+    WHOAMI,
+    ACCOUNT,
+    LIST_REGIONS,
+    BALANCE,
+    TRANSACTIONS,
+    SUMMARY,
+    LIVE,
+    METRICS,
+    CREATE_VOLUME,
+    LIST_VOLUMES,
+    GET_VOLUME,
+    DELETE_VOLUME,
+];
+
+/// The node's own API (local mode, on a Unix socket): the sandbox routes without tenancy,
+/// so without keys, projects or timeouts, and with what a VM can answer.
+pub mod node {
+    use super::*;
+
+    /// What every node sandbox route can answer besides success.
+    const VM_ERRORS: &[ErrorCode] = &[NotFound, InvalidArgument, Conflict, BootFailed, Unavailable];
+
+    pub const HEALTH: Route = super::HEALTH;
+    /// Takes a [`crate::CreateSandboxRequest`] (no project; a volume by id on this node).
+    pub const CREATE_SANDBOX: Route =
+        Route { request: Json("CreateSandboxRequest"), errors: VM_ERRORS, ..super::CREATE_SANDBOX };
+    pub const LIST_SANDBOXES: Route = Route { errors: &[], ..super::LIST_SANDBOXES };
+    pub const GET_SANDBOX: Route = Route { errors: &[NotFound], ..super::GET_SANDBOX };
+    pub const KILL_SANDBOX: Route = Route { errors: VM_ERRORS, ..super::KILL_SANDBOX };
+    pub const PAUSE: Route = Route { errors: VM_ERRORS, ..super::PAUSE };
+    pub const RESUME: Route = Route { errors: VM_ERRORS, ..super::RESUME };
+    pub const CONNECT: Route = Route { errors: VM_ERRORS, ..super::CONNECT };
+    pub const FORK: Route = Route { errors: VM_ERRORS, ..super::FORK };
+    pub const EXEC: Route = Route { errors: VM_ERRORS, ..super::EXEC };
+    pub const READ_FILE: Route = Route { errors: VM_ERRORS, ..super::READ_FILE };
+    pub const WRITE_FILE: Route = Route { errors: VM_ERRORS, ..super::WRITE_FILE };
+    pub const REMOVE_FILE: Route = Route { errors: VM_ERRORS, ..super::REMOVE_FILE };
+    pub const LIST_DIR: Route = Route { errors: VM_ERRORS, ..super::LIST_DIR };
+    pub const MAKE_DIR: Route = Route { errors: VM_ERRORS, ..super::MAKE_DIR };
+
+    /// Every route the node serves.
+    pub const ALL: &[Route] = &[
+        HEALTH,
+        CREATE_SANDBOX,
+        LIST_SANDBOXES,
+        GET_SANDBOX,
+        KILL_SANDBOX,
+        PAUSE,
+        RESUME,
+        CONNECT,
+        FORK,
+        EXEC,
+        READ_FILE,
+        WRITE_FILE,
+        REMOVE_FILE,
+        LIST_DIR,
+        MAKE_DIR,
+    ];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn uri_fills_and_encodes_parameters_in_order() {
+        assert_eq!(GET_SANDBOX.uri(&["sbx_1"]), "/v1/sandboxes/sbx_1");
+        assert_eq!(GET_VOLUME.uri(&["a b/c"]), "/v1/volumes/a%20b%2Fc");
+        assert_eq!(LIST_SANDBOXES.uri(&[]), "/v1/sandboxes");
+        assert_eq!(LIST_DIR.uri(&["x"]), "/v1/sandboxes/x/files/list");
+        assert_eq!(READ_FILE.params().collect::<Vec<_>>(), ["id"]);
+        assert_eq!(GET_VOLUME.params().collect::<Vec<_>>(), ["nameOrId"]);
+    }
+
+    #[test]
+    #[should_panic(expected = "too few path arguments")]
+    fn uri_refuses_missing_arguments() {
+        GET_SANDBOX.uri(&[]);
+    }
+
+    #[test]
+    #[should_panic(expected = "too many path arguments")]
+    fn uri_refuses_extra_arguments() {
+        LIST_SANDBOXES.uri(&["x"]);
+    }
+
+    #[test]
+    fn each_method_and_path_is_described_once() {
+        for table in [SERVER, node::ALL] {
+            let mut seen = HashSet::new();
+            for r in table {
+                assert!(seen.insert((r.method, r.path)), "{} {} twice", r.method.as_str(), r.path);
+                assert!(r.path.starts_with('/') && (200..300).contains(&r.status), "{r:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_node_serves_a_subset_of_the_server_routes() {
+        let server: HashSet<_> = SERVER.iter().map(|r| (r.method, r.path, r.status)).collect();
+        for r in node::ALL {
+            assert!(server.contains(&(r.method, r.path, r.status)), "{r:?}");
+            assert!(!r.errors.contains(&Unauthenticated), "the node has no keys: {r:?}");
+        }
+    }
+}
