@@ -11,11 +11,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Images are shared by every test of a run: `LIZARD_TEST_DATA_DIR` (set by
-/// scripts/test.sh), else target/lizard-test-data.
+/// scripts/test.sh), else `/var/cache/lizard-test-data` (outside the checkout, so a fresh
+/// clone reuses them).
 pub fn image_root() -> PathBuf {
     std::env::var_os("LIZARD_TEST_DATA_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/lizard-test-data"))
+        .unwrap_or_else(|| PathBuf::from("/var/cache/lizard-test-data"))
 }
 
 pub struct TestNode {

@@ -18,11 +18,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Guest images for tests: `LIZARD_TEST_DATA_DIR`, else `target/lizard-test-data`.
+/// Guest images for tests: `LIZARD_TEST_DATA_DIR`, else `/var/cache/lizard-test-data`
+/// (outside the checkout, so a fresh clone reuses them).
 pub fn image_root() -> PathBuf {
     std::env::var_os("LIZARD_TEST_DATA_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/lizard-test-data"))
+        .unwrap_or_else(|| PathBuf::from("/var/cache/lizard-test-data"))
 }
 
 /// How to start an [`Api`]: which background parts run beside the routes.
