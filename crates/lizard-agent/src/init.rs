@@ -164,7 +164,8 @@ fn boot() -> Result<Infallible, InitError> {
     wait_for_device(&root)?;
     switch_root(&root)?;
     mount_late();
-    if let Err(e) = loopback_up() {
+    // The kernel adds 127.0.0.1/8 and ::1 by itself once `lo` is up.
+    if let Err(e) = crate::net::link_up("lo") {
         eprintln!("lizard-agent: cannot bring up lo: {e}");
     }
     if let Err(e) = crate::net::configure() {
@@ -319,31 +320,6 @@ fn mount_late() {
             let _ = std::os::unix::fs::symlink(target, link);
         }
     }
-}
-
-/// `ip link set lo up`; the kernel then adds 127.0.0.1/8 and ::1 by itself.
-fn loopback_up() -> io::Result<()> {
-    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
-    let sock = socket(AddressFamily::Inet, SockType::Datagram, SockFlag::SOCK_CLOEXEC, None)?;
-    // SAFETY: ifreq is plain old data, for which all zeroes is a valid value.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
-        *dst = *src as libc::c_char;
-    }
-    // SAFETY: SIOCGIFFLAGS reads the name from `ifr` and writes the flags into it; `ifr`
-    // outlives the call.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: SIOCGIFFLAGS filled the union's flags member, so reading it is defined.
-    let up_running = libc::c_short::try_from(libc::IFF_UP | libc::IFF_RUNNING).expect("IFF_UP | IFF_RUNNING is 0x41");
-    // SAFETY: as above: the union's flags member is the one SIOCGIFFLAGS filled.
-    unsafe { ifr.ifr_ifru.ifru_flags |= up_running };
-    // SAFETY: SIOCSIFFLAGS only reads `ifr`, which outlives the call.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ pub fn configure() -> io::Result<bool> {
     let sock = inet_socket()?;
     set_addr(&sock, libc::SIOCSIFADDR, GUEST_ADDR)?;
     set_addr(&sock, libc::SIOCSIFNETMASK, netmask(PREFIX_LEN))?;
-    set_up(&sock)?;
+    set_up(&sock, GUEST_IF)?;
     add_default_route(&sock, GATEWAY)?;
     write_resolv_conf()?;
     Ok(true)
@@ -44,10 +44,11 @@ fn inet_socket() -> io::Result<OwnedFd> {
     Ok(socket(AddressFamily::Inet, SockType::Datagram, SockFlag::SOCK_CLOEXEC, None)?)
 }
 
-fn ifreq() -> libc::ifreq {
+/// The request naming interface `name` (NUL-terminated), all else zero.
+fn ifreq(name: &str) -> libc::ifreq {
     // SAFETY: ifreq is plain old data, for which all zeroes is a valid value.
     let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in ifr.ifr_name.iter_mut().zip(GUEST_IF.bytes().chain([0])) {
+    for (dst, src) in ifr.ifr_name.iter_mut().zip(name.bytes().chain([0])) {
         *dst = src as libc::c_char;
     }
     ifr
@@ -64,7 +65,7 @@ fn sockaddr_in(addr: Ipv4Addr) -> libc::sockaddr {
 }
 
 fn set_addr(sock: &OwnedFd, request: libc::Ioctl, addr: Ipv4Addr) -> io::Result<()> {
-    let mut ifr = ifreq();
+    let mut ifr = ifreq(GUEST_IF);
     ifr.ifr_ifru.ifru_addr = sockaddr_in(addr);
     // SAFETY: SIOCSIFADDR/SIOCSIFNETMASK read the name and address from `ifr`, which
     // outlives the call.
@@ -74,8 +75,13 @@ fn set_addr(sock: &OwnedFd, request: libc::Ioctl, addr: Ipv4Addr) -> io::Result<
     Ok(())
 }
 
-fn set_up(sock: &OwnedFd) -> io::Result<()> {
-    let mut ifr = ifreq();
+/// `ip link set NAME up`: used for `lo` at boot as well as for `eth0` here.
+pub fn link_up(name: &str) -> io::Result<()> {
+    set_up(&inet_socket()?, name)
+}
+
+fn set_up(sock: &OwnedFd, name: &str) -> io::Result<()> {
+    let mut ifr = ifreq(name);
     // SAFETY: SIOCGIFFLAGS reads the name from `ifr` and writes the flags into it.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) } < 0 {
         return Err(io::Error::last_os_error());
@@ -119,6 +125,6 @@ mod tests {
         assert_eq!(netmask(30), Ipv4Addr::new(255, 255, 255, 252));
         assert_eq!(netmask(0), Ipv4Addr::UNSPECIFIED);
         assert_eq!(resolv_conf().lines().next(), Some("nameserver 10.0.2.1"));
-        assert_eq!(ifreq().ifr_name[..5].iter().map(|c| *c as u8).collect::<Vec<_>>(), b"eth0\0");
+        assert_eq!(ifreq(GUEST_IF).ifr_name[..5].iter().map(|c| *c as u8).collect::<Vec<_>>(), b"eth0\0");
     }
 }
