@@ -4,20 +4,18 @@
 
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
 
+mod common;
+
+use common::{agent_bin, copy_accel_verdict, free_port, link_images, lizard_command, stderr};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// `lizard` with only the LIZARD_* variables given here.
 fn lizard(data_dir: &Path, url: Option<&str>, key: Option<&str>, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lizard"));
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("LIZARD_") {
-            cmd.env_remove(k);
-        }
-    }
+    let mut cmd = lizard_command();
     cmd.arg("--data-dir").arg(data_dir);
     if let Some(u) = url {
         cmd.env("LIZARD_API_URL", u);
@@ -26,10 +24,6 @@ fn lizard(data_dir: &Path, url: Option<&str>, key: Option<&str>, args: &[&str]) 
         cmd.env("LIZARD_API_KEY", k);
     }
     cmd.args(args).stdin(Stdio::null()).output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn ok_json(o: Output) -> Value {
@@ -47,15 +41,9 @@ impl ServerProcess {
     /// Start it on `data_dir` with `extra` flags; returns it and the key it printed (first
     /// start only).
     fn start(data_dir: &Path, extra: &[&str]) -> (ServerProcess, Option<String>) {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lizard"));
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("LIZARD_") {
-                cmd.env_remove(k);
-            }
-        }
+        let port = free_port();
         let log = std::fs::File::create(data_dir.join(format!("server-{port}.log"))).unwrap();
-        let mut child = cmd
+        let mut child = lizard_command()
             .arg("--data-dir")
             .arg(data_dir)
             .args(["server", "--no-proxy", "--listen", &format!("127.0.0.1:{port}")])
@@ -198,18 +186,6 @@ fn operator_credits_are_idempotent_and_scoped_keys_are_kept_out() {
     assert_balance_is_ledger_sum(d, &url, &key);
 }
 
-fn image_root() -> PathBuf {
-    std::env::var_os("LIZARD_TEST_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/lizard-test-data"))
-}
-
-fn agent_bin() -> PathBuf {
-    std::env::var_os("LIZARD_AGENT_BIN").map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/x86_64-unknown-linux-gnu/release/lizard-agent")
-    })
-}
-
 /// Milliseconds since the epoch, on the clock the server meters with.
 fn wall_ms() -> i64 {
     i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
@@ -230,10 +206,8 @@ fn vm_sigkill_mid_run_loses_at_most_a_tick_and_never_bills_twice() {
     let dir = tempfile::Builder::new().prefix("lizard-cli-sigkill-").tempdir().unwrap();
     let d = dir.path();
     // The shared, content-hashed guest images; this server's database and sandboxes are its own.
-    std::os::unix::fs::symlink(image_root().join("images"), d.join("images")).unwrap();
-    if image_root().join("accel.json").exists() {
-        std::fs::copy(image_root().join("accel.json"), d.join("accel.json")).unwrap();
-    }
+    link_images(d);
+    copy_accel_verdict(d);
     let agent = agent_bin();
     let flags = ["--billing-tick-ms", "1000", "--agent", agent.to_str().unwrap()];
     let (mut first, key) = ServerProcess::start(d, &flags);

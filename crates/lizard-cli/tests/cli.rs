@@ -3,16 +3,11 @@
 
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
 
+mod common;
+
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn image_root() -> PathBuf {
-    std::env::var_os("LIZARD_TEST_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/lizard-test-data"))
-}
 
 struct Cli {
     data: tempfile::TempDir,
@@ -22,8 +17,7 @@ impl Cli {
     fn new() -> Cli {
         let data = tempfile::Builder::new().prefix("lizard-cli-test-").tempdir().unwrap();
         // Share the suite's image cache instead of building images again.
-        std::os::unix::fs::symlink(image_root().canonicalize().unwrap().join("images"), data.path().join("images"))
-            .unwrap();
+        common::link_images(data.path());
         Cli { data }
     }
 

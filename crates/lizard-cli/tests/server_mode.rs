@@ -5,10 +5,13 @@
 
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
 
+mod common;
+
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use common::stderr;
 use lizard_agent_proto::frame::{Frame, FrameKind};
 use serde_json::{json, Value};
 use std::io::Write;
@@ -61,12 +64,7 @@ fn control_plane() -> (Served, String) {
 
 /// `lizard` with only the LIZARD_* variables given here.
 fn lizard(url: &str, key: Option<&str>, args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lizard"));
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("LIZARD_") {
-            cmd.env_remove(k);
-        }
-    }
+    let mut cmd = common::lizard_command();
     cmd.env("LIZARD_API_URL", url);
     if let Some(k) = key {
         cmd.env("LIZARD_API_KEY", k);
@@ -82,10 +80,6 @@ fn lizard(url: &str, key: Option<&str>, args: &[&str], stdin: Option<&[u8]>) -> 
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 struct As<'a> {
@@ -419,12 +413,7 @@ fn local_mode_refuses_server_only_flags() {
     // Without LIZARD_API_URL these fail before any node is started.
     let dir = tempfile::tempdir().unwrap();
     for args in [&["sandbox", "create", "base", "--timeout-ms", "5"][..], &["sandbox", "set-timeout", "x", "5"]] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lizard"));
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("LIZARD_") {
-                cmd.env_remove(k);
-            }
-        }
+        let mut cmd = common::lizard_command();
         let o = cmd.arg("--data-dir").arg(dir.path()).args(args).output().unwrap();
         assert_eq!(o.status.code(), Some(1), "{args:?}");
         assert!(stderr(&o).contains("server mode"), "{args:?}: {}", stderr(&o));
@@ -442,12 +431,7 @@ fn lizard_server_runs_until_sigterm() {
         // scripts/install.sh) must not decide whether this passes.
         let [port, proxy_port] = free_ports();
         let url = format!("http://127.0.0.1:{port}");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lizard"));
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("LIZARD_") {
-                cmd.env_remove(k);
-            }
-        }
+        let mut cmd = common::lizard_command();
         let mut child = cmd
             .arg("--data-dir")
             .arg(dir.path())

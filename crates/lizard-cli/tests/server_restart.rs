@@ -4,15 +4,12 @@
 
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{copy_accel_verdict, free_port, link_images, lizard_command};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn image_root() -> PathBuf {
-    std::env::var_os("LIZARD_TEST_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/lizard-test-data"))
-}
 
 /// `lizard server` on a free loopback port, over a data directory that outlives it.
 struct Server {
@@ -22,7 +19,7 @@ struct Server {
 
 impl Server {
     fn start(data: &Path) -> (Server, Option<String>) {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = free_port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_lizard"))
             .arg("--data-dir")
             .arg(data)
@@ -66,13 +63,7 @@ impl Drop for Server {
 }
 
 fn lizard(url: &str, key: &str, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lizard"));
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("LIZARD_") && k != "LIZARD_AGENT_BIN" {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("LIZARD_API_URL", url).env("LIZARD_API_KEY", key).args(args).output().unwrap()
+    lizard_command().env("LIZARD_API_URL", url).env("LIZARD_API_KEY", key).args(args).output().unwrap()
 }
 
 fn ok(url: &str, key: &str, args: &[&str]) -> String {
@@ -84,10 +75,8 @@ fn ok(url: &str, key: &str, args: &[&str]) -> String {
 #[test]
 fn a_paused_sandbox_survives_a_server_restart() {
     let data = tempfile::Builder::new().prefix("lizard-restart-").tempdir().unwrap();
-    let images = image_root().canonicalize().unwrap();
-    std::os::unix::fs::symlink(images.join("images"), data.path().join("images")).unwrap();
-    // The accelerator probe's verdict too (it costs seconds).
-    let _ = std::fs::copy(images.join("accel.json"), data.path().join("accel.json"));
+    link_images(data.path());
+    copy_accel_verdict(data.path());
     let (server, key) = Server::start(data.path());
     // The key is printed before the API listens, but read it robustly.
     let key = key.expect("the first start prints the owner key");

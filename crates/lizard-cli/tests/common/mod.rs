@@ -1,0 +1,55 @@
+//! What the `lizard` binary's integration tests share: where the suite's guest images and agent are,
+//! and a `lizard` command that inherits none of the caller's LIZARD_* variables.
+
+// Each test target is its own crate and uses only part of this.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The suite's data directory, whose `images/` every test shares instead of building its own.
+pub fn image_root() -> PathBuf {
+    std::env::var_os("LIZARD_TEST_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/lizard-test-data"))
+}
+
+/// The guest agent to boot: LIZARD_AGENT_BIN, else the one `scripts/build-agent.sh` builds.
+pub fn agent_bin() -> PathBuf {
+    std::env::var_os("LIZARD_AGENT_BIN").map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/x86_64-unknown-linux-gnu/release/lizard-agent")
+    })
+}
+
+/// Link the suite's content-hashed images into `data` (a data directory of the test's own).
+pub fn link_images(data: &Path) {
+    std::os::unix::fs::symlink(image_root().canonicalize().unwrap().join("images"), data.join("images")).unwrap();
+}
+
+/// Copy the suite's accelerator probe verdict into `data`, if there is one: the probe costs seconds.
+pub fn copy_accel_verdict(data: &Path) {
+    let verdict = image_root().join("accel.json");
+    if verdict.exists() {
+        std::fs::copy(verdict, data.join("accel.json")).unwrap();
+    }
+}
+
+/// `lizard` with none of the caller's LIZARD_* variables: each test sets the ones it means.
+pub fn lizard_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lizard"));
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("LIZARD_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+/// A free loopback port, for a `lizard server` to listen on.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
