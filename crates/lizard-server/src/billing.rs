@@ -259,36 +259,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_tick_bills_then_pauses_only_after_the_grace_period() {
-        use crate::store::{AccountRecord, BillingStore, KeyRecord, NewSandbox, ProjectRecord, WorkspaceRecord};
-        let store = crate::SqliteStore::memory().await.unwrap();
-        let acc = AccountRecord { id: "acc".into(), email: "e".into(), plan: "p".into(), created_at: 0 };
-        let key = KeyRecord {
-            id: "k".into(),
-            account_id: "acc".into(),
-            name: "k".into(),
-            prefix: "lz_k".into(),
-            hash: vec![0; 32],
-            scope: None,
-            created_at: 0,
-            revoked_at: None,
-        };
-        store.bootstrap(&acc, &key).await.unwrap();
-        let ws = WorkspaceRecord {
-            id: "ws".into(),
-            account_id: "acc".into(),
-            name: "w".into(),
-            slug: "w".into(),
-            created_at: 0,
-        };
-        store.insert_workspace(&ws).await.unwrap();
-        let prj = ProjectRecord {
-            id: "prj".into(),
-            workspace_id: "ws".into(),
-            name: "p".into(),
-            slug: "p".into(),
-            created_at: 0,
-        };
-        store.insert_project("acc", &prj).await.unwrap();
+        use crate::store::{BillingStore, NewSandbox};
+        let store = crate::store::fixture::seeded_store("acc", &[("ws", "prj")]).await;
         // 4 s of credit at 2500 n$/s.
         store.grant_signup_credits(10_000, 0).await.unwrap();
         store

@@ -5,10 +5,9 @@ use super::{hooks, lifecycle, sandboxes, timeouts};
 use crate::billing::SandboxPauser;
 use crate::nodes::{ByteStream, FileRead, FrameStream, NodeClient, NodeResult, Nodes, Tunnel, LOCAL_NODE_ID};
 use crate::state::{AppState, ServerState};
-use crate::store::{
-    AccountRecord, KeyRecord, NewSandbox, OnTimeout, ProjectRecord, SandboxState, Store, WorkspaceRecord,
-};
-use crate::{ServerConfig, SqliteStore};
+use crate::store::fixture::seeded_store;
+use crate::store::{NewSandbox, OnTimeout, SandboxState};
+use crate::ServerConfig;
 use async_trait::async_trait;
 use lizard_api::{
     ApiError, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, ProcessResult, SandboxInfo, WriteResult,
@@ -135,35 +134,7 @@ impl NodeClient for FakeNode {
 
 /// A store with one account, workspace and project, over `node`.
 async fn app(node: Arc<FakeNode>) -> AppState {
-    let store = SqliteStore::memory().await.unwrap();
-    let acc = AccountRecord { id: "acc".into(), email: "e".into(), plan: "p".into(), created_at: 0 };
-    let key = KeyRecord {
-        id: "k".into(),
-        account_id: "acc".into(),
-        name: "k".into(),
-        prefix: "lz_k".into(),
-        hash: vec![0; 32],
-        scope: None,
-        created_at: 0,
-        revoked_at: None,
-    };
-    store.bootstrap(&acc, &key).await.unwrap();
-    let ws = WorkspaceRecord {
-        id: "ws".into(),
-        account_id: "acc".into(),
-        name: "w".into(),
-        slug: "w".into(),
-        created_at: 0,
-    };
-    store.insert_workspace(&ws).await.unwrap();
-    let prj = ProjectRecord {
-        id: "prj".into(),
-        workspace_id: "ws".into(),
-        name: "p".into(),
-        slug: "p".into(),
-        created_at: 0,
-    };
-    store.insert_project("acc", &prj).await.unwrap();
+    let store = seeded_store("acc", &[("ws", "prj")]).await;
     let nodes = Nodes::single(LOCAL_NODE_ID, node);
     let server = ServerState::new(Arc::new(store), ServerConfig::new("/nonexistent"))
         .with_reaper(Arc::new(hooks::NodeReaper(nodes.clone())));

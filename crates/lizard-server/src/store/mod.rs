@@ -14,6 +14,8 @@
 //! Timestamps are milliseconds since the Unix epoch.
 
 pub mod billing;
+#[cfg(test)]
+pub(crate) mod fixture;
 pub mod sqlite;
 pub mod volumes;
 

@@ -462,43 +462,13 @@ impl BillingStore for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scope::Scope;
-    use crate::store::{AccountRecord, KeyRecord, NewSandbox, OnTimeout, ProjectRecord, Store, WorkspaceRecord};
+    use crate::store::fixture::seeded_store;
+    use crate::store::{NewSandbox, OnTimeout, Store};
 
     const RATE: i64 = 2_500;
 
     async fn seeded() -> SqliteStore {
-        let s = SqliteStore::memory().await.unwrap();
-        let acc = AccountRecord { id: "acc_1".into(), email: "o@x".into(), plan: "free".into(), created_at: 1 };
-        let key = KeyRecord {
-            id: "key_1".into(),
-            account_id: "acc_1".into(),
-            name: "owner".into(),
-            prefix: "lz_x".into(),
-            hash: vec![0; 32],
-            scope: None::<Scope>,
-            created_at: 1,
-            revoked_at: None,
-        };
-        s.bootstrap(&acc, &key).await.unwrap();
-        for (w, p) in [("ws_a", "prj_a"), ("ws_b", "prj_b")] {
-            s.insert_workspace(&WorkspaceRecord {
-                id: w.into(),
-                account_id: "acc_1".into(),
-                name: w.into(),
-                slug: w.into(),
-                created_at: 1,
-            })
-            .await
-            .unwrap();
-            s.insert_project(
-                "acc_1",
-                &ProjectRecord { id: p.into(), workspace_id: w.into(), name: p.into(), slug: p.into(), created_at: 1 },
-            )
-            .await
-            .unwrap();
-        }
-        s
+        seeded_store("acc_1", &[("ws_a", "prj_a"), ("ws_b", "prj_b")]).await
     }
 
     fn sbx(id: &str, project: &str, at: i64, paused_rate: i64) -> NewSandbox {

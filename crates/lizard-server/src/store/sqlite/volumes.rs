@@ -226,38 +226,11 @@ impl VolumeStore for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{AccountRecord, NewSandbox, OnTimeout, ProjectRecord, SandboxState, Store, WorkspaceRecord};
+    use crate::store::fixture::seeded_store;
+    use crate::store::{NewSandbox, OnTimeout, SandboxState, Store};
 
     async fn seeded() -> SqliteStore {
-        let s = SqliteStore::memory().await.unwrap();
-        let a = AccountRecord { id: "acc_1".into(), email: "o@x".into(), plan: "free".into(), created_at: 1 };
-        let k = crate::store::KeyRecord {
-            id: "key_1".into(),
-            account_id: "acc_1".into(),
-            name: "k".into(),
-            prefix: "lz_aaaaaaaa".into(),
-            hash: vec![0; 32],
-            scope: None,
-            created_at: 1,
-            revoked_at: None,
-        };
-        s.bootstrap(&a, &k).await.unwrap();
-        let w = WorkspaceRecord {
-            id: "ws_a".into(),
-            account_id: "acc_1".into(),
-            name: "a".into(),
-            slug: "a".into(),
-            created_at: 1,
-        };
-        s.insert_workspace(&w).await.unwrap();
-        let p = ProjectRecord {
-            id: "prj_a".into(),
-            workspace_id: "ws_a".into(),
-            name: "a".into(),
-            slug: "a".into(),
-            created_at: 1,
-        };
-        s.insert_project("acc_1", &p).await.unwrap();
+        let s = seeded_store("acc_1", &[("ws_a", "prj_a")]).await;
         s.upsert_node(&NodeRecord { id: "node_1".into(), region: "local".into(), created_at: 1 }).await.unwrap();
         s
     }

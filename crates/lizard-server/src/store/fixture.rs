@@ -1,0 +1,42 @@
+//! A store seeded for unit tests: the account, owner key, workspaces and projects that
+//! every test over sandboxes, billing or volumes needs before it can start.
+
+use super::sqlite::SqliteStore;
+use super::{AccountRecord, KeyRecord, ProjectRecord, Store, WorkspaceRecord};
+
+/// An in-memory store with `account` (and its owner key) and, for each `(workspace, project)`
+/// pair, that workspace holding that project. Ids double as names and slugs.
+pub async fn seeded_store(account: &str, projects: &[(&str, &str)]) -> SqliteStore {
+    let store = SqliteStore::memory().await.unwrap();
+    let acc = AccountRecord { id: account.into(), email: "o@x".into(), plan: "free".into(), created_at: 1 };
+    let key = KeyRecord {
+        id: "key_owner".into(),
+        account_id: account.into(),
+        name: "owner".into(),
+        prefix: "lz_owner".into(),
+        hash: vec![0; 32],
+        scope: None,
+        created_at: 1,
+        revoked_at: None,
+    };
+    store.bootstrap(&acc, &key).await.unwrap();
+    for &(ws, prj) in projects {
+        let workspace = WorkspaceRecord {
+            id: ws.into(),
+            account_id: account.into(),
+            name: ws.into(),
+            slug: ws.into(),
+            created_at: 1,
+        };
+        store.insert_workspace(&workspace).await.unwrap();
+        let project = ProjectRecord {
+            id: prj.into(),
+            workspace_id: ws.into(),
+            name: prj.into(),
+            slug: prj.into(),
+            created_at: 1,
+        };
+        store.insert_project(account, &project).await.unwrap();
+    }
+    store
+}
