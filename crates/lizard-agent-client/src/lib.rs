@@ -159,29 +159,12 @@ impl AgentClient {
     /// entropy, wall clock); see [`lizard_agent_proto::types::Identity`]. This session
     /// stays usable; later ones must use the new secret.
     pub async fn identity(&self, identity: &lizard_agent_proto::types::Identity) -> Result<(), ClientError> {
-        let body = serde_json::to_vec(identity).map_err(|e| ClientError::Protocol(e.to_string()))?;
-        let body = Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed_unsync();
-        let req = Request::builder()
-            .method(Method::POST)
-            .uri(format!("http://lizard-agent{}", routes::IDENTITY))
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(body)
-            .map_err(|e| ClientError::Protocol(e.to_string()))?;
-        self.send(req).await.map(drop)
+        self.post_json(routes::IDENTITY, identity).await
     }
 
     /// Mount the volume disk at `/workspace` once the guest sees it as `size_bytes` long.
     pub async fn mount_volume(&self, size_bytes: u64) -> Result<(), ClientError> {
-        let body = lizard_agent_proto::types::VolumeMount { size_bytes };
-        let body = serde_json::to_vec(&body).map_err(|e| ClientError::Protocol(e.to_string()))?;
-        let body = Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed_unsync();
-        let req = Request::builder()
-            .method(Method::POST)
-            .uri(format!("http://lizard-agent{}", routes::VOLUME_MOUNT))
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(body)
-            .map_err(|e| ClientError::Protocol(e.to_string()))?;
-        self.send(req).await.map(drop)
+        self.post_json(routes::VOLUME_MOUNT, &lizard_agent_proto::types::VolumeMount { size_bytes }).await
     }
 
     /// Write everything the guest cached for `/workspace` to the volume disk.
@@ -339,6 +322,19 @@ impl AgentClient {
             .body(body)
             .map_err(|e| ClientError::Protocol(e.to_string()))?;
         self.send(req).await
+    }
+
+    /// POST `value` as JSON to `route`; only whether it succeeded is kept of the answer.
+    async fn post_json<T: serde::Serialize>(&self, route: &str, value: &T) -> Result<(), ClientError> {
+        let body = serde_json::to_vec(value).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let body = Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed_unsync();
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri(format!("http://lizard-agent{route}"))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        self.send(req).await.map(drop)
     }
 
     /// Send a built request; a non-success answer becomes [`ClientError::Agent`].
