@@ -126,19 +126,7 @@ impl Api {
     /// One request; returns (status, JSON body, or the body as a string, or Null when
     /// empty), checking error shapes.
     pub async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req =
-            self.client.request(method.parse().unwrap(), format!("{}{path}", self.base)).header("x-api-key", key);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.unwrap();
-        let v = body_value(&bytes);
-        if status >= 400 {
-            assert_error_shape(&format!("{method} {path}"), status, &v);
-        }
-        (status, v)
+        http_call(&self.client, &self.base, method, path, Some(key), body).await
     }
 
     /// A request that must succeed.
@@ -173,6 +161,37 @@ pub fn assert_error_shape(what: &str, status: u16, v: &Value) {
 }
 
 /// JSON, or a plain-text body as a string (`/health`), or Null when empty.
+/// One request to `base`, with `key` if given; returns (status, JSON body, or the body as
+/// a string, or Null when empty), checking error shapes.
+async fn http_call(
+    client: &reqwest::Client,
+    base: &str,
+    method: &str,
+    path: &str,
+    key: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = client.request(method.parse().unwrap(), format!("{base}{path}"));
+    if let Some(k) = key {
+        req = req.header("x-api-key", k);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    answer(method, path, status, &resp.bytes().await.unwrap())
+}
+
+/// An answer as (status, body value), its error shape checked.
+fn answer(method: &str, path: &str, status: u16, bytes: &[u8]) -> (u16, Value) {
+    let v = body_value(bytes);
+    if status >= 400 {
+        assert_error_shape(&format!("{method} {path}"), status, &v);
+    }
+    (status, v)
+}
+
 fn body_value(bytes: &[u8]) -> Value {
     if bytes.is_empty() {
         return Value::Null;
@@ -227,21 +246,7 @@ impl Running {
 
     /// One request; returns (status, JSON body or Null), checking error shapes.
     pub async fn call(&self, method: &str, path: &str, key: Option<&str>, body: Option<Value>) -> (u16, Value) {
-        let mut req = self.client.request(method.parse().unwrap(), format!("{}{path}", self.base));
-        if let Some(k) = key {
-            req = req.header("X-API-Key", k);
-        }
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.expect("request");
-        let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.unwrap();
-        let v = body_value(&bytes);
-        if status >= 400 {
-            assert_error_shape(&format!("{method} {path}"), status, &v);
-        }
-        (status, v)
+        http_call(&self.client, &self.base, method, path, key, body).await
     }
 
     /// A request that must succeed.
@@ -296,11 +301,6 @@ impl InProcess {
         };
         let resp = self.app.clone().oneshot(req.body(body).unwrap()).await.unwrap();
         let status = resp.status().as_u16();
-        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
-        let v = body_value(&bytes);
-        if status >= 400 {
-            assert_error_shape(&format!("{method} {path}"), status, &v);
-        }
-        (status, v)
+        answer(method, path, status, &axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap())
     }
 }
