@@ -141,101 +141,98 @@ const fn route(
 use Body::{Bytes, Empty, Json, JsonList, Text};
 use Method::{Delete, Get, Patch, Post, Put};
 
+/// A read: GET with no body, answering 200 with `response`.
+const fn get(path: &'static str, response: Body, errors: &'static [ErrorCode]) -> Route {
+    route(Get, path, Empty, 200, response, errors)
+}
+
+/// A delete: DELETE with no body, answering 204 with nothing.
+const fn delete(path: &'static str, errors: &'static [ErrorCode]) -> Route {
+    route(Delete, path, Empty, 204, Empty, errors)
+}
+
+/// An action: POST of `request`, answering 200 with `response`.
+const fn post(path: &'static str, request: Body, response: Body, errors: &'static [ErrorCode]) -> Route {
+    route(Post, path, request, 200, response, errors)
+}
+
+/// A create: POST of `request`, answering 201 with what it made.
+const fn create(path: &'static str, request: Body, response: Body, errors: &'static [ErrorCode]) -> Route {
+    route(Post, path, request, 201, response, errors)
+}
+
 // --- system -------------------------------------------------------------------------------
 /// Liveness; no key needed.
-pub const HEALTH: Route = route(Get, path::HEALTH, Empty, 200, Text, &[]);
+pub const HEALTH: Route = get(path::HEALTH, Text, &[]);
 /// The OpenAPI document; no key needed.
-pub const OPENAPI: Route = route(Get, path::OPENAPI, Empty, 200, Json("OpenApi"), &[]);
+pub const OPENAPI: Route = get(path::OPENAPI, Json("OpenApi"), &[]);
 
 // --- sandboxes (control plane) ------------------------------------------------------------
-pub const CREATE_SANDBOX: Route = route(
-    Post,
+pub const CREATE_SANDBOX: Route = create(
     path::SANDBOXES,
     Json("NewSandboxRequest"),
-    201,
     Json("SandboxInfo"),
     &[Unauthenticated, NotFound, InvalidArgument, PaymentRequired],
 );
-pub const LIST_SANDBOXES: Route =
-    route(Get, path::SANDBOXES, Empty, 200, JsonList("SandboxInfo"), &[Unauthenticated, InvalidArgument]);
-pub const GET_SANDBOX: Route = route(Get, path::SANDBOX, Empty, 200, Json("SandboxInfo"), &[Unauthenticated, NotFound]);
-pub const KILL_SANDBOX: Route = route(Delete, path::SANDBOX, Empty, 204, Empty, &[Unauthenticated, NotFound]);
-pub const SET_TIMEOUT: Route = route(
-    Post,
+pub const LIST_SANDBOXES: Route = get(path::SANDBOXES, JsonList("SandboxInfo"), &[Unauthenticated, InvalidArgument]);
+pub const GET_SANDBOX: Route = get(path::SANDBOX, Json("SandboxInfo"), &[Unauthenticated, NotFound]);
+pub const KILL_SANDBOX: Route = delete(path::SANDBOX, &[Unauthenticated, NotFound]);
+pub const SET_TIMEOUT: Route = post(
     path::SANDBOX_TIMEOUT,
     Json("SetTimeoutRequest"),
-    200,
     Json("SandboxInfo"),
     &[Unauthenticated, NotFound, InvalidArgument],
 );
-pub const PAUSE: Route =
-    route(Post, path::SANDBOX_PAUSE, Empty, 200, Json("SandboxInfo"), &[Unauthenticated, NotFound]);
+pub const PAUSE: Route = post(path::SANDBOX_PAUSE, Empty, Json("SandboxInfo"), &[Unauthenticated, NotFound]);
 pub const RESUME: Route =
-    route(Post, path::SANDBOX_RESUME, Empty, 200, Json("SandboxInfo"), &[Unauthenticated, NotFound, PaymentRequired]);
+    post(path::SANDBOX_RESUME, Empty, Json("SandboxInfo"), &[Unauthenticated, NotFound, PaymentRequired]);
 /// Resumes a paused sandbox; a running one answers as it is.
 pub const CONNECT: Route =
-    route(Post, path::SANDBOX_CONNECT, Empty, 200, Json("SandboxInfo"), &[Unauthenticated, NotFound, PaymentRequired]);
-pub const FORK: Route = route(
-    Post,
+    post(path::SANDBOX_CONNECT, Empty, Json("SandboxInfo"), &[Unauthenticated, NotFound, PaymentRequired]);
+pub const FORK: Route = create(
     path::SANDBOX_FORK,
     Json("ForkRequest"),
-    201,
     JsonList("SandboxInfo"),
     &[Unauthenticated, NotFound, Conflict, InvalidArgument, PaymentRequired],
 );
 /// Buffered: a `ProcessResult`. `?stream=true`: exec frames as the command runs.
-pub const EXEC: Route = route(
-    Post,
-    path::SANDBOX_EXEC,
-    Json("ExecRequest"),
-    200,
-    Json("ProcessResult"),
-    &[Unauthenticated, NotFound, InvalidArgument],
-);
+pub const EXEC: Route =
+    post(path::SANDBOX_EXEC, Json("ExecRequest"), Json("ProcessResult"), &[Unauthenticated, NotFound, InvalidArgument]);
 /// `?path=`: the file's bytes.
-pub const READ_FILE: Route = route(Get, path::FILES, Empty, 200, Bytes, &[Unauthenticated, NotFound, InvalidArgument]);
+pub const READ_FILE: Route = get(path::FILES, Bytes, &[Unauthenticated, NotFound, InvalidArgument]);
 /// `?path=&mode=` ([`crate::FileMode`]): the body becomes the file, replaced atomically.
 pub const WRITE_FILE: Route =
     route(Put, path::FILES, Bytes, 200, Json("WriteResult"), &[Unauthenticated, NotFound, InvalidArgument]);
 /// `?path=`: a file, or a directory recursively.
-pub const REMOVE_FILE: Route =
-    route(Delete, path::FILES, Empty, 204, Empty, &[Unauthenticated, NotFound, InvalidArgument]);
+pub const REMOVE_FILE: Route = delete(path::FILES, &[Unauthenticated, NotFound, InvalidArgument]);
 /// `?path=`: a directory's entries, sorted by name.
-pub const LIST_DIR: Route =
-    route(Get, path::FILES_LIST, Empty, 200, JsonList("FileEntry"), &[Unauthenticated, NotFound, InvalidArgument]);
+pub const LIST_DIR: Route = get(path::FILES_LIST, JsonList("FileEntry"), &[Unauthenticated, NotFound, InvalidArgument]);
 /// `?path=`: a directory and its parents.
 pub const MAKE_DIR: Route =
     route(Post, path::FILES_MKDIR, Empty, 204, Empty, &[Unauthenticated, NotFound, InvalidArgument]);
 
 // --- tenancy ------------------------------------------------------------------------------
-pub const LIST_WORKSPACES: Route = route(Get, path::WORKSPACES, Empty, 200, JsonList("Workspace"), &[Unauthenticated]);
-pub const CREATE_WORKSPACE: Route = route(
-    Post,
+pub const LIST_WORKSPACES: Route = get(path::WORKSPACES, JsonList("Workspace"), &[Unauthenticated]);
+pub const CREATE_WORKSPACE: Route = create(
     path::WORKSPACES,
     Json("CreateWorkspaceRequest"),
-    201,
     Json("Workspace"),
     &[Unauthenticated, Forbidden, Conflict, InvalidArgument],
 );
 /// By id, slug or name.
-pub const FIND_WORKSPACE: Route =
-    route(Get, path::WORKSPACE, Empty, 200, Json("Workspace"), &[Unauthenticated, NotFound, Conflict]);
+pub const FIND_WORKSPACE: Route = get(path::WORKSPACE, Json("Workspace"), &[Unauthenticated, NotFound, Conflict]);
 /// `?force=true` deletes what it holds too.
-pub const DELETE_WORKSPACE: Route =
-    route(Delete, path::WORKSPACE, Empty, 204, Empty, &[Unauthenticated, NotFound, Conflict, InvalidArgument]);
+pub const DELETE_WORKSPACE: Route = delete(path::WORKSPACE, &[Unauthenticated, NotFound, Conflict, InvalidArgument]);
 pub const LIST_PROJECTS: Route =
-    route(Get, path::PROJECTS, Empty, 200, JsonList("Project"), &[Unauthenticated, NotFound, InvalidArgument]);
-pub const CREATE_PROJECT: Route = route(
-    Post,
+    get(path::PROJECTS, JsonList("Project"), &[Unauthenticated, NotFound, InvalidArgument]);
+pub const CREATE_PROJECT: Route = create(
     path::PROJECTS,
     Json("CreateProjectRequest"),
-    201,
     Json("Project"),
     &[Unauthenticated, NotFound, Conflict, InvalidArgument],
 );
 /// By id, slug or name.
-pub const GET_PROJECT: Route =
-    route(Get, path::PROJECT, Empty, 200, Json("Project"), &[Unauthenticated, NotFound, Conflict]);
+pub const GET_PROJECT: Route = get(path::PROJECT, Json("Project"), &[Unauthenticated, NotFound, Conflict]);
 pub const RENAME_PROJECT: Route = route(
     Patch,
     path::PROJECT,
@@ -244,68 +241,43 @@ pub const RENAME_PROJECT: Route = route(
     Json("Project"),
     &[Unauthenticated, NotFound, Conflict, InvalidArgument],
 );
-pub const DELETE_PROJECT: Route =
-    route(Delete, path::PROJECT, Empty, 204, Empty, &[Unauthenticated, NotFound, Conflict]);
-pub const LIST_API_KEYS: Route = route(Get, path::API_KEYS, Empty, 200, JsonList("ApiKey"), &[Unauthenticated]);
+pub const DELETE_PROJECT: Route = delete(path::PROJECT, &[Unauthenticated, NotFound, Conflict]);
+pub const LIST_API_KEYS: Route = get(path::API_KEYS, JsonList("ApiKey"), &[Unauthenticated]);
 /// The answer holds the key itself, shown this once.
-pub const CREATE_API_KEY: Route = route(
-    Post,
+pub const CREATE_API_KEY: Route = create(
     path::API_KEYS,
     Json("CreateApiKeyRequest"),
-    201,
     Json("CreatedApiKey"),
     &[Unauthenticated, Forbidden, NotFound, InvalidArgument],
 );
-pub const DELETE_API_KEY: Route =
-    route(Delete, path::API_KEY, Empty, 204, Empty, &[Unauthenticated, NotFound, Conflict]);
-pub const WHOAMI: Route = route(Get, path::WHOAMI, Empty, 200, Json("WhoAmI"), &[Unauthenticated]);
-pub const ACCOUNT: Route =
-    route(Get, path::ACCOUNT, Empty, 200, Json("Account"), &[Unauthenticated, AccountScopeRequired]);
-pub const LIST_REGIONS: Route = route(Get, path::REGIONS, Empty, 200, JsonList("Region"), &[Unauthenticated]);
+pub const DELETE_API_KEY: Route = delete(path::API_KEY, &[Unauthenticated, NotFound, Conflict]);
+pub const WHOAMI: Route = get(path::WHOAMI, Json("WhoAmI"), &[Unauthenticated]);
+pub const ACCOUNT: Route = get(path::ACCOUNT, Json("Account"), &[Unauthenticated, AccountScopeRequired]);
+pub const LIST_REGIONS: Route = get(path::REGIONS, JsonList("Region"), &[Unauthenticated]);
 
 // --- billing and usage --------------------------------------------------------------------
-pub const BALANCE: Route =
-    route(Get, path::BALANCE, Empty, 200, Json("Balance"), &[Unauthenticated, AccountScopeRequired]);
+pub const BALANCE: Route = get(path::BALANCE, Json("Balance"), &[Unauthenticated, AccountScopeRequired]);
 /// `?limit=&cursor=&includeUsage=`, newest first.
-pub const TRANSACTIONS: Route = route(
-    Get,
-    path::TRANSACTIONS,
-    Empty,
-    200,
-    Json("TransactionPage"),
-    &[Unauthenticated, AccountScopeRequired, InvalidArgument],
-);
+pub const TRANSACTIONS: Route =
+    get(path::TRANSACTIONS, Json("TransactionPage"), &[Unauthenticated, AccountScopeRequired, InvalidArgument]);
 /// `?granularity=month|day&periods=N`.
-pub const SUMMARY: Route = route(
-    Get,
-    path::SUMMARY,
-    Empty,
-    200,
-    Json("BillingSummary"),
-    &[Unauthenticated, AccountScopeRequired, InvalidArgument],
-);
-pub const LIVE: Route =
-    route(Get, path::LIVE, Empty, 200, Json("LiveBilling"), &[Unauthenticated, AccountScopeRequired]);
+pub const SUMMARY: Route =
+    get(path::SUMMARY, Json("BillingSummary"), &[Unauthenticated, AccountScopeRequired, InvalidArgument]);
+pub const LIVE: Route = get(path::LIVE, Json("LiveBilling"), &[Unauthenticated, AccountScopeRequired]);
 /// `?workspaceId=&projectId=&from=&to=`, within the key's scope.
-pub const METRICS: Route =
-    route(Get, path::METRICS, Empty, 200, Json("Metrics"), &[Unauthenticated, NotFound, InvalidArgument]);
+pub const METRICS: Route = get(path::METRICS, Json("Metrics"), &[Unauthenticated, NotFound, InvalidArgument]);
 
 // --- volumes ------------------------------------------------------------------------------
-pub const CREATE_VOLUME: Route = route(
-    Post,
+pub const CREATE_VOLUME: Route = create(
     path::VOLUMES,
     Json("CreateVolumeRequest"),
-    201,
     Json("Volume"),
     &[Unauthenticated, NotFound, Conflict, InvalidArgument],
 );
 /// `?project=` or `?projectId=` for one project.
-pub const LIST_VOLUMES: Route =
-    route(Get, path::VOLUMES, Empty, 200, JsonList("Volume"), &[Unauthenticated, NotFound, InvalidArgument]);
-pub const GET_VOLUME: Route =
-    route(Get, path::VOLUME, Empty, 200, Json("Volume"), &[Unauthenticated, NotFound, InvalidArgument]);
-pub const DELETE_VOLUME: Route =
-    route(Delete, path::VOLUME, Empty, 204, Empty, &[Unauthenticated, NotFound, Conflict, InvalidArgument]);
+pub const LIST_VOLUMES: Route = get(path::VOLUMES, JsonList("Volume"), &[Unauthenticated, NotFound, InvalidArgument]);
+pub const GET_VOLUME: Route = get(path::VOLUME, Json("Volume"), &[Unauthenticated, NotFound, InvalidArgument]);
+pub const DELETE_VOLUME: Route = delete(path::VOLUME, &[Unauthenticated, NotFound, Conflict, InvalidArgument]);
 
 /// Every route of the control plane (`lizard server`), as its OpenAPI document lists them.
 pub const SERVER: &[Route] = &[
