@@ -273,9 +273,23 @@ impl AgentClient {
     /// [`ErrorCode::InvalidArgument`] for port 0. Any number of tunnels may be open at
     /// once, next to execs and file transfers.
     pub async fn connect_tcp(&self, port: u16) -> Result<TcpTunnel, ClientError> {
+        self.open_tunnel(&routes::tunnel_authority(port), port).await
+    }
+
+    /// Wait for the next connection a guest process makes to the agent's forward
+    /// listener ([`routes::FORWARD_GUEST_ADDR`]) and return it as a byte stream. Pending
+    /// calls queue on the agent; dropping one gives up its place without losing a
+    /// connection.
+    pub async fn accept_forward(&self) -> Result<TcpTunnel, ClientError> {
+        self.open_tunnel(routes::FORWARD_AUTHORITY, 0).await
+    }
+
+    /// CONNECT to `authority` and take over the upgraded stream as a tunnel to guest
+    /// `port` (0 for a forwarded connection).
+    async fn open_tunnel(&self, authority: &str, port: u16) -> Result<TcpTunnel, ClientError> {
         let req = Request::builder()
             .method(Method::CONNECT)
-            .uri(routes::tunnel_authority(port))
+            .uri(authority)
             .body(empty())
             .map_err(|e| ClientError::Protocol(e.to_string()))?;
         let resp = self.send(req).await?;
@@ -285,26 +299,6 @@ impl AgentClient {
         }
         match hyper::upgrade::on(resp).await {
             Ok(upgraded) => Ok(TcpTunnel::new(upgraded, port)),
-            Err(e) => Err(self.conn.classify(e).await),
-        }
-    }
-
-    /// Wait for the next connection a guest process makes to the agent's forward
-    /// listener ([`routes::FORWARD_GUEST_ADDR`]) and return it as a byte stream. Pending
-    /// calls queue on the agent; dropping one gives up its place without losing a
-    /// connection.
-    pub async fn accept_forward(&self) -> Result<TcpTunnel, ClientError> {
-        let req = Request::builder()
-            .method(Method::CONNECT)
-            .uri(routes::FORWARD_AUTHORITY)
-            .body(empty())
-            .map_err(|e| ClientError::Protocol(e.to_string()))?;
-        let resp = self.send(req).await?;
-        if resp.status() != StatusCode::OK {
-            return Err(ClientError::Protocol(format!("CONNECT answered {}", resp.status())));
-        }
-        match hyper::upgrade::on(resp).await {
-            Ok(upgraded) => Ok(TcpTunnel::new(upgraded, 0)),
             Err(e) => Err(self.conn.classify(e).await),
         }
     }
