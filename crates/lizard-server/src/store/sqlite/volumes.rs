@@ -27,6 +27,17 @@ pub(super) fn volume(r: &SqliteRow) -> Result<VolumeRecord> {
     })
 }
 
+/// The volume that `filter` (a WHERE clause over [`VOLUME_COLUMNS`], one `?` per bind)
+/// finds, if any.
+async fn one_volume(store: &SqliteStore, filter: &str, binds: &[&str]) -> Result<Option<VolumeRecord>> {
+    let sql = format!("SELECT {VOLUME_COLUMNS} WHERE {filter}");
+    let mut query = sqlx::query(&sql);
+    for value in binds {
+        query = query.bind(*value);
+    }
+    query.fetch_optional(&store.pool).await.map_err(backend)?.as_ref().map(volume).transpose()
+}
+
 /// "in use by sandbox X" or "in use by a sandbox being created".
 pub(super) fn in_use(volume: &str, holder: &str) -> StoreError {
     match holder.strip_prefix(RESERVATION_PREFIX) {
@@ -96,28 +107,11 @@ impl VolumeStore for SqliteStore {
     }
 
     async fn get_volume(&self, account_id: &str, volume_id: &str) -> Result<Option<VolumeRecord>> {
-        sqlx::query(&format!("SELECT {VOLUME_COLUMNS} WHERE w.account_id = ? AND v.id = ?"))
-            .bind(account_id)
-            .bind(volume_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(backend)?
-            .as_ref()
-            .map(volume)
-            .transpose()
+        one_volume(self, "w.account_id = ? AND v.id = ?", &[account_id, volume_id]).await
     }
 
     async fn find_volume(&self, account_id: &str, project_id: &str, name: &str) -> Result<Option<VolumeRecord>> {
-        sqlx::query(&format!("SELECT {VOLUME_COLUMNS} WHERE w.account_id = ? AND v.project_id = ? AND v.name = ?"))
-            .bind(account_id)
-            .bind(project_id)
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(backend)?
-            .as_ref()
-            .map(volume)
-            .transpose()
+        one_volume(self, "w.account_id = ? AND v.project_id = ? AND v.name = ?", &[account_id, project_id, name]).await
     }
 
     async fn list_volumes(
