@@ -1,10 +1,12 @@
 //! Every HTTP route of Lizard's API, described once: path template, method, what the
 //! request carries, what a success answers and which error codes the route documents.
 //!
-//! The node's router is built from [`NODE`]; the clients (CLI, bench) take their paths
-//! from here with [`Route::uri`]; the control plane's OpenAPI document is checked against
-//! [`SERVER`] by a test (`crates/lizard-server/tests/routes.rs`), so a route cannot be
-//! served, documented or called without being in this table.
+//! The node's router is built from [`node`]; the server's handlers take their paths from
+//! here (`#[utoipa::path(post, path = routes::CREATE_SANDBOX.path, …)]`, which both routes
+//! and documents them) and a test (`crates/lizard-server/tests/routes.rs`) checks the
+//! OpenAPI document against [`SERVER`] — methods, statuses, schemas, error codes, path
+//! parameters; the clients (CLI, bench) take their paths from here with [`Route::uri`]. A
+//! route cannot be served, documented or called without being in this table.
 //!
 //! Path templates use `{name}` for a parameter: the syntax of both OpenAPI and axum.
 

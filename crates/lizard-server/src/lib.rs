@@ -221,13 +221,13 @@ mod system {
     use super::*;
 
     /// Liveness: 200 `ok` while the server runs. No key needed.
-    #[utoipa::path(get, path = "/health", tag = "system", responses((status = 200, description = "Alive", body = String)))]
+    #[utoipa::path(get, path = lizard_api::routes::HEALTH.path, tag = "system", responses((status = 200, description = "Alive", body = String)))]
     pub async fn health() -> &'static str {
         "ok"
     }
 
     /// This document. No key needed.
-    #[utoipa::path(get, path = "/openapi.json", tag = "system", responses((status = 200, description = "The OpenAPI 3.1 document")))]
+    #[utoipa::path(get, path = lizard_api::routes::OPENAPI.path, tag = "system", responses((status = 200, description = "The OpenAPI 3.1 document")))]
     pub async fn openapi_json(Extension(doc): Extension<Arc<utoipa::openapi::OpenApi>>) -> Json<serde_json::Value> {
         Json(serde_json::to_value(&*doc).unwrap_or_default())
     }

@@ -158,15 +158,3 @@ fn path_parameters_are_documented() {
         assert_eq!(documented, table, "{}", name(r));
     }
 }
-
-/// utoipa 5 takes `path = <const expression>`, so a handler can name its path from the
-/// table instead of repeating it (the method stays a keyword of the attribute).
-#[utoipa::path(get, path = routes::WHOAMI.path, responses((status = 200, description = "Identity")))]
-#[allow(dead_code)] // only its generated `__path_` type is used
-async fn documented_from_the_table() {}
-
-#[test]
-fn a_handler_can_take_its_path_from_the_table() {
-    use utoipa::Path;
-    assert_eq!(__path_documented_from_the_table::path(), routes::WHOAMI.path);
-}

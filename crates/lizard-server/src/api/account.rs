@@ -17,7 +17,7 @@ use lizard_api::{Account, WhoAmI};
 /// identity and the key's own scopes only.
 #[utoipa::path(
     get,
-    path = "/v1/whoami",
+    path = lizard_api::routes::WHOAMI.path,
     tag = "account",
     security(("apiKey" = [])),
     responses((status = 200, description = "Identity", body = WhoAmI), Unauthenticated)
@@ -53,7 +53,7 @@ pub async fn whoami(State(state): State<ServerState>, p: Principal) -> ApiResult
 /// The account (id, email, plan). Account-wide: unscoped keys only.
 #[utoipa::path(
     get,
-    path = "/v1/account",
+    path = lizard_api::routes::ACCOUNT.path,
     tag = "account",
     security(("apiKey" = [])),
     responses((status = 200, description = "The account", body = Account), Unauthenticated, AccountScopeRequired)

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 /// The balance: the sum of every ledger entry.
 #[utoipa::path(
     get,
-    path = "/v1/billing/balance",
+    path = lizard_api::routes::BALANCE.path,
     tag = "billing",
     security(("apiKey" = [])),
     responses((status = 200, description = "The account's balance", body = Balance), Unauthenticated, AccountScopeRequired)
@@ -86,7 +86,7 @@ pub fn transaction_json(e: LedgerEntry) -> Transaction {
 /// The ledger, newest first, a page at a time.
 #[utoipa::path(
     get,
-    path = "/v1/billing/transactions",
+    path = lizard_api::routes::TRANSACTIONS.path,
     tag = "billing",
     security(("apiKey" = [])),
     params(TransactionsQuery),
@@ -126,7 +126,7 @@ pub struct SummaryQuery {
 /// Credits and usage per period, usage broken down by workspace and project.
 #[utoipa::path(
     get,
-    path = "/v1/billing/summary",
+    path = lizard_api::routes::SUMMARY.path,
     tag = "billing",
     security(("apiKey" = [])),
     params(SummaryQuery),
@@ -209,7 +209,7 @@ pub async fn summary(
 /// The sandboxes accruing charges now and the account's burn rate.
 #[utoipa::path(
     get,
-    path = "/v1/billing/live",
+    path = lizard_api::routes::LIVE.path,
     tag = "billing",
     security(("apiKey" = [])),
     responses((status = 200, description = "Running and paused sandboxes with their rates", body = LiveBilling), Unauthenticated, AccountScopeRequired)

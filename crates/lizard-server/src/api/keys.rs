@@ -35,7 +35,7 @@ fn within(p: &Principal, k: &KeyRecord, ws_of: &HashMap<String, String>) -> bool
 /// the key itself.
 #[utoipa::path(
     get,
-    path = "/v1/api-keys",
+    path = lizard_api::routes::LIST_API_KEYS.path,
     tag = "api-keys",
     security(("apiKey" = [])),
     responses((status = 200, description = "Keys", body = Vec<ApiKey>), Unauthenticated)
@@ -52,7 +52,7 @@ pub async fn list(State(state): State<ServerState>, p: Principal) -> ApiResult<J
 /// this answer only.
 #[utoipa::path(
     post,
-    path = "/v1/api-keys",
+    path = lizard_api::routes::CREATE_API_KEY.path,
     tag = "api-keys",
     security(("apiKey" = [])),
     request_body = CreateApiKeyRequest,
@@ -124,7 +124,7 @@ pub async fn create(
 /// account's last unscoped key cannot be revoked (409).
 #[utoipa::path(
     delete,
-    path = "/v1/api-keys/{id}",
+    path = lizard_api::routes::DELETE_API_KEY.path,
     tag = "api-keys",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Key id")),

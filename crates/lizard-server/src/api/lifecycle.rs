@@ -23,7 +23,7 @@ async fn current(state: &AppState, p: &Principal, id: &str) -> ApiResult<Json<Sa
 /// nothing.
 #[utoipa::path(
     post,
-    path = "/v1/sandboxes/{id}/pause",
+    path = lizard_api::routes::PAUSE.path,
     tag = "sandboxes",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id")),
@@ -43,7 +43,7 @@ pub async fn pause(
 /// nothing.
 #[utoipa::path(
     post,
-    path = "/v1/sandboxes/{id}/resume",
+    path = lizard_api::routes::RESUME.path,
     tag = "sandboxes",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id")),
@@ -66,7 +66,7 @@ pub async fn resume(
 /// once it was killed or expired.
 #[utoipa::path(
     post,
-    path = "/v1/sandboxes/{id}/connect",
+    path = lizard_api::routes::CONNECT.path,
     tag = "sandboxes",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id")),
@@ -80,7 +80,7 @@ pub async fn connect(state: State<AppState>, p: Principal, id: ApiPath<String>) 
 /// with the same lifetime; each has its own identity and its own writes from here on.
 #[utoipa::path(
     post,
-    path = "/v1/sandboxes/{id}/fork",
+    path = lizard_api::routes::FORK.path,
     tag = "sandboxes",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id")),

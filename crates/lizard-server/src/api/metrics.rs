@@ -58,7 +58,7 @@ fn usage(workspace_id: String, project_id: Option<String>, cost: i64, ms: i64, r
 /// Usage per workspace and project within the key's scope.
 #[utoipa::path(
     get,
-    path = "/v1/metrics",
+    path = lizard_api::routes::METRICS.path,
     tag = "metrics",
     security(("apiKey" = [])),
     params(MetricsQuery),

@@ -26,7 +26,7 @@ pub struct ListQuery {
 /// The projects the key reaches, of one workspace when `workspaceId` is given.
 #[utoipa::path(
     get,
-    path = "/v1/projects",
+    path = lizard_api::routes::LIST_PROJECTS.path,
     tag = "projects",
     security(("apiKey" = [])),
     params(("workspaceId" = Option<String>, Query, description = "Only this workspace's projects")),
@@ -51,7 +51,7 @@ pub async fn list(
 /// A project the key reaches, by id, slug or name (as the SDK's `project` option).
 #[utoipa::path(
     get,
-    path = "/v1/projects/{id}",
+    path = lizard_api::routes::GET_PROJECT.path,
     tag = "projects",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Project id, slug or name")),
@@ -68,7 +68,7 @@ pub async fn get(
 /// Create a project in a workspace the key sees; its slug is derived from the name.
 #[utoipa::path(
     post,
-    path = "/v1/projects",
+    path = lizard_api::routes::CREATE_PROJECT.path,
     tag = "projects",
     security(("apiKey" = [])),
     request_body = CreateProjectRequest,
@@ -96,7 +96,7 @@ pub async fn create(
 /// Rename a project. Its slug stays, so clients pinned to it keep working.
 #[utoipa::path(
     patch,
-    path = "/v1/projects/{id}",
+    path = lizard_api::routes::RENAME_PROJECT.path,
     tag = "projects",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Project id, slug or name")),
@@ -119,7 +119,7 @@ pub async fn update(
 /// Delete a project; refused (409) while sandboxes or volumes remain in it.
 #[utoipa::path(
     delete,
-    path = "/v1/projects/{id}",
+    path = lizard_api::routes::DELETE_PROJECT.path,
     tag = "projects",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Project id, slug or name")),

@@ -10,7 +10,7 @@ use lizard_api::Region;
 /// The regions this control plane places sandboxes in.
 #[utoipa::path(
     get,
-    path = "/v1/regions",
+    path = lizard_api::routes::LIST_REGIONS.path,
     tag = "regions",
     security(("apiKey" = [])),
     responses((status = 200, description = "Regions", body = Vec<Region>), Unauthenticated)

@@ -37,7 +37,7 @@ pub(crate) async fn running(state: &AppState, p: &Principal, id: &str) -> ApiRes
 /// Boot a sandbox in a project the key reaches.
 #[utoipa::path(
     post,
-    path = "/v1/sandboxes",
+    path = lizard_api::routes::CREATE_SANDBOX.path,
     tag = "sandboxes",
     security(("apiKey" = [])),
     request_body = NewSandboxRequest,
@@ -107,7 +107,7 @@ pub struct ListQuery {
 /// The running sandboxes the key reaches.
 #[utoipa::path(
     get,
-    path = "/v1/sandboxes",
+    path = lizard_api::routes::LIST_SANDBOXES.path,
     tag = "sandboxes",
     security(("apiKey" = [])),
     params(ListQuery),
@@ -127,7 +127,7 @@ pub async fn list(
 /// One sandbox (`connect`): 404 once it was killed or expired.
 #[utoipa::path(
     get,
-    path = "/v1/sandboxes/{id}",
+    path = lizard_api::routes::GET_SANDBOX.path,
     tag = "sandboxes",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id")),
@@ -145,7 +145,7 @@ pub async fn get(
 /// Stop a sandbox and delete everything in it.
 #[utoipa::path(
     delete,
-    path = "/v1/sandboxes/{id}",
+    path = lizard_api::routes::KILL_SANDBOX.path,
     tag = "sandboxes",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id")),
@@ -160,7 +160,7 @@ pub async fn kill(State(state): State<AppState>, p: Principal, ApiPath(id): ApiP
 /// Extend or shorten a sandbox's lifetime, counted from now.
 #[utoipa::path(
     post,
-    path = "/v1/sandboxes/{id}/timeout",
+    path = lizard_api::routes::SET_TIMEOUT.path,
     tag = "sandboxes",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id")),
@@ -190,7 +190,7 @@ pub struct ExecQuery {
 /// Run a command and wait for it (or stream its output).
 #[utoipa::path(
     post,
-    path = "/v1/sandboxes/{id}/exec",
+    path = lizard_api::routes::EXEC.path,
     tag = "sandboxes",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id"), ExecQuery),
@@ -236,7 +236,7 @@ pub struct WriteQuery {
 /// Read a file (streamed bytes).
 #[utoipa::path(
     get,
-    path = "/v1/sandboxes/{id}/files",
+    path = lizard_api::routes::READ_FILE.path,
     tag = "files",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id"), FileQuery),
@@ -261,7 +261,7 @@ pub async fn read_file(
 /// Write a file from the request body (streamed), replacing it atomically.
 #[utoipa::path(
     put,
-    path = "/v1/sandboxes/{id}/files",
+    path = lizard_api::routes::WRITE_FILE.path,
     tag = "files",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id"), WriteQuery),
@@ -284,7 +284,7 @@ pub async fn write_file(
 /// Remove a file or a directory (recursively).
 #[utoipa::path(
     delete,
-    path = "/v1/sandboxes/{id}/files",
+    path = lizard_api::routes::REMOVE_FILE.path,
     tag = "files",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id"), FileQuery),
@@ -304,7 +304,7 @@ pub async fn remove(
 /// List a directory.
 #[utoipa::path(
     get,
-    path = "/v1/sandboxes/{id}/files/list",
+    path = lizard_api::routes::LIST_DIR.path,
     tag = "files",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id"), FileQuery),
@@ -323,7 +323,7 @@ pub async fn list_dir(
 /// Create a directory and its parents.
 #[utoipa::path(
     post,
-    path = "/v1/sandboxes/{id}/files/mkdir",
+    path = lizard_api::routes::MAKE_DIR.path,
     tag = "files",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id"), FileQuery),

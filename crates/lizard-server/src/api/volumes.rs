@@ -88,7 +88,7 @@ pub async fn volume_for(
 /// Create a volume in a project the key reaches; 409 when the name is taken there.
 #[utoipa::path(
     post,
-    path = "/v1/volumes",
+    path = lizard_api::routes::CREATE_VOLUME.path,
     tag = "volumes",
     security(("apiKey" = [])),
     request_body = CreateVolumeRequest,
@@ -123,7 +123,7 @@ pub struct ProjectQuery {
 /// The volumes the key reaches (of one project when given).
 #[utoipa::path(
     get,
-    path = "/v1/volumes",
+    path = lizard_api::routes::LIST_VOLUMES.path,
     tag = "volumes",
     security(("apiKey" = [])),
     params(ProjectQuery),
@@ -149,7 +149,7 @@ pub async fn list(
 /// One volume, by name (in a project) or id.
 #[utoipa::path(
     get,
-    path = "/v1/volumes/{nameOrId}",
+    path = lizard_api::routes::GET_VOLUME.path,
     tag = "volumes",
     security(("apiKey" = [])),
     params(("nameOrId" = String, Path, description = "Volume name or id"), ProjectQuery),
@@ -168,7 +168,7 @@ pub async fn get(
 /// Delete a volume and its disk; 409 while a running or paused sandbox has it.
 #[utoipa::path(
     delete,
-    path = "/v1/volumes/{nameOrId}",
+    path = lizard_api::routes::DELETE_VOLUME.path,
     tag = "volumes",
     security(("apiKey" = [])),
     params(("nameOrId" = String, Path, description = "Volume name or id"), ProjectQuery),

@@ -20,7 +20,7 @@ use serde::Deserialize;
 /// The workspaces the key sees, oldest first.
 #[utoipa::path(
     get,
-    path = "/v1/workspaces",
+    path = lizard_api::routes::LIST_WORKSPACES.path,
     tag = "workspaces",
     security(("apiKey" = [])),
     responses((status = 200, description = "Workspaces the key sees", body = Vec<Workspace>), Unauthenticated)
@@ -33,7 +33,7 @@ pub async fn list(State(state): State<ServerState>, p: Principal) -> ApiResult<J
 /// Create a workspace; its slug is derived from the name. Unscoped keys only.
 #[utoipa::path(
     post,
-    path = "/v1/workspaces",
+    path = lizard_api::routes::CREATE_WORKSPACE.path,
     tag = "workspaces",
     security(("apiKey" = [])),
     request_body = CreateWorkspaceRequest,
@@ -63,7 +63,7 @@ pub async fn create(
 /// Find a workspace the key sees by id, slug or name.
 #[utoipa::path(
     get,
-    path = "/v1/workspaces/{id}",
+    path = lizard_api::routes::FIND_WORKSPACE.path,
     tag = "workspaces",
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Workspace id, slug or name")),
@@ -88,7 +88,7 @@ pub struct DeleteQuery {
 /// `force=true` deletes everything in it, irreversibly, and kills its running sandboxes.
 #[utoipa::path(
     delete,
-    path = "/v1/workspaces/{id}",
+    path = lizard_api::routes::DELETE_WORKSPACE.path,
     tag = "workspaces",
     security(("apiKey" = [])),
     params(
