@@ -12,6 +12,7 @@ pub use lizard_agent_proto::types::{ExitStatus, FileEntry, FileType, WriteResult
 
 pub mod files;
 pub mod routes;
+pub mod templates;
 
 pub use files::{FileMode, InvalidFileMode};
 
