@@ -8,8 +8,8 @@
 use crate::recipe::{Copy, Step, TemplateConfig};
 use std::collections::BTreeMap;
 
-/// One command in the build VM.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One command in the build VM (serializable: a built template stores its start command).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Command {
     pub argv: Vec<String>,
     pub env: BTreeMap<String, String>,

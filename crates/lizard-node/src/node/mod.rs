@@ -7,18 +7,23 @@
 //! - [`fork`]: copies of a running sandbox, and the frozen disk layers they share.
 //! - [`restart`]: what a node takes back from, or sweeps after, an earlier node process.
 //! - [`volumes`]: volume disks and which sandbox holds each.
+//! - [`build`]: building templates from recipes in microVMs, and deleting them.
 
+mod build;
 mod create;
 mod fork;
 mod lifecycle;
 mod restart;
 mod volumes;
 
+pub use build::{BuildTemplate, BuiltTemplate};
 pub use fork::MAX_FORKS;
 
 use crate::assets::Assets;
 use crate::error::EndReason;
+use crate::layer_store::LayerStore;
 use crate::sandbox::Sandbox;
+use crate::templates::{NodeTemplate, Registry};
 use crate::{forward, network, snapshot, vm, NodeConfig, NodeError, Result};
 use lizard_api::SandboxInfo;
 use lizard_image::ImageStore;
@@ -47,6 +52,12 @@ pub struct Node {
     /// Volume id → the sandbox that holds it (being created, running or paused): one
     /// writer per volume.
     volume_holders: Mutex<HashMap<String, String>>,
+    /// Templates this node built.
+    templates: Registry,
+    /// Their disk layers.
+    template_layers: LayerStore,
+    /// Template builds under way (leftover temporary layers are swept only when none is).
+    builds_running: std::sync::atomic::AtomicUsize,
 }
 
 impl Node {
@@ -60,7 +71,13 @@ impl Node {
         // Sandbox and snapshot directories hold VMM control sockets, secrets and guest
         // memory: owner only.
         use std::os::unix::fs::PermissionsExt;
-        let dirs = [Some("sandboxes"), config.snapshots.then_some("snapshots"), Some("volumes")];
+        let dirs = [
+            Some("sandboxes"),
+            config.snapshots.then_some("snapshots"),
+            Some("volumes"),
+            Some("templates"),
+            Some("template-layers"),
+        ];
         for dir in dirs.into_iter().flatten().map(|d| config.data_dir.join(d)) {
             std::fs::create_dir_all(&dir).map_err(|e| NodeError::io(format!("create {}", dir.display()), e))?;
             let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
@@ -82,9 +99,14 @@ impl Node {
             tombstones: Mutex::new(VecDeque::new()),
             snapshot_locks: Mutex::new(HashMap::new()),
             volume_holders: Mutex::new(HashMap::new()),
+            templates: Registry::open(&config.data_dir.join("templates")),
+            template_layers: LayerStore::new(config.data_dir.join("template-layers")),
+            builds_running: std::sync::atomic::AtomicUsize::new(0),
             config,
         });
         node.adopt_or_sweep();
+        node.drop_broken_templates();
+        node.collect_template_layers();
         snapshot::sweep(&node.snapshots_dir());
         crate::volumes::sweep(&node.volumes_dir());
         Ok(node)
@@ -175,9 +197,18 @@ impl Node {
             .await)
     }
 
+    /// The template `name` names: a template this node built, else a built-in one (its
+    /// image built now if it is not cached). Unknown: the image store's not-found error.
+    pub(crate) async fn resolve_template(&self, name: &str) -> Result<NodeTemplate> {
+        if let Some(record) = self.templates.get(name) {
+            return Ok(record.template(|key| self.template_layers.path(key)));
+        }
+        Ok(NodeTemplate::builtin(self.assets.template(name).await?))
+    }
+
     /// Build (or take from cache) the images for `template`, without booting anything.
     pub async fn prepare(&self, template: &str) -> Result<()> {
-        self.assets.template(template).await?;
+        self.resolve_template(template).await?;
         self.assets.boot_files().await?;
         self.accel().await?;
         Ok(())
