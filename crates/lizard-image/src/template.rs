@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use lizard_recipe::{Base, DebianBase, Recipe, Start, TemplateConfig};
+use lizard_recipe::{Base, DebianBase, Recipe, StartSpec, TemplateConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::util::{self, BuildLock, Hasher, Step};
@@ -77,7 +77,7 @@ pub struct TemplateImage {
     /// Environment, directory and user of its processes (its recipe over its base's).
     pub config: TemplateConfig,
     /// The process every sandbox of it starts with, running in its snapshot.
-    pub start: Option<Start>,
+    pub start: Option<StartSpec>,
 }
 
 /// A Debian root file system made on the host: the bottom of a built-in.
@@ -107,7 +107,7 @@ struct BuiltinMeta {
     key: String,
     recipe: Recipe,
     config: TemplateConfig,
-    start: Option<Start>,
+    start: Option<StartSpec>,
     build_seconds: f64,
 }
 
@@ -115,7 +115,7 @@ struct BuiltinMeta {
 #[derive(Debug, Clone)]
 pub struct BuiltinOutcome {
     pub config: TemplateConfig,
-    pub start: Option<Start>,
+    pub start: Option<StartSpec>,
     pub build_seconds: f64,
 }
 

@@ -247,10 +247,10 @@ pub enum NodeError {
     #[error("template {name} is used by {sandboxes} sandbox(es): delete them first")]
     TemplateInUse { name: String, sandboxes: usize },
     /// A template build failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Build(#[from] BuildError),
     /// A template's start command did not come up in a cold-booted sandbox.
-    #[error("{0}")]
+    #[error(transparent)]
     Start(#[from] StartError),
     /// The template registry could not be written.
     #[error("template registry: {0}")]

@@ -10,7 +10,8 @@
 //! reads them back when the node starts, so they survive a restart.
 
 use lizard_image::TemplateImage;
-use lizard_recipe::{Command, Ready, TemplateConfig};
+pub use lizard_recipe::StartSpec;
+use lizard_recipe::TemplateConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -38,15 +39,6 @@ impl DiskFormat {
     }
 }
 
-/// The start command of a template and when it counts as running.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StartSpec {
-    pub command: Command,
-    pub ready: Ready,
-    pub ready_timeout_s: u32,
-}
-
 /// A template as the node creates sandboxes from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeTemplate {
@@ -60,22 +52,20 @@ pub struct NodeTemplate {
     pub hash: String,
     pub config: TemplateConfig,
     pub start: Option<StartSpec>,
-    pub cold_boot_only: bool,
     pub description: String,
     pub builtin: bool,
 }
 
 impl NodeTemplate {
-    /// A built-in template: its image, no config, no start command.
+    /// A built-in template, from its finished image.
     pub fn builtin(image: TemplateImage) -> NodeTemplate {
         NodeTemplate {
             name: image.name,
             disk: image.rootfs,
             disk_format: DiskFormat::Raw,
             hash: image.hash,
-            config: TemplateConfig::default(),
-            start: None,
-            cold_boot_only: image.cold_boot_only,
+            config: image.config,
+            start: image.start,
             description: image.description,
             builtin: true,
         }
@@ -127,7 +117,6 @@ impl TemplateRecord {
             hash: self.hash.clone(),
             config: self.config.clone(),
             start: self.start.clone(),
-            cold_boot_only: false,
             description: self.description.clone(),
             builtin: false,
         }
@@ -305,8 +294,13 @@ mod tests {
     fn the_hash_covers_config_and_start() {
         let config = TemplateConfig { workdir: Some("/srv".into()), ..Default::default() };
         let start = StartSpec {
-            command: Command { argv: vec!["serve".into()], env: BTreeMap::new(), cwd: "/".into(), user: "root".into() },
-            ready: Ready::Port(80),
+            command: lizard_recipe::Command {
+                argv: vec!["serve".into()],
+                env: BTreeMap::new(),
+                cwd: "/".into(),
+                user: "root".into(),
+            },
+            ready: lizard_recipe::Ready::Port(80),
             ready_timeout_s: 10,
         };
         let plain = built_hash("k", &TemplateConfig::default(), None);

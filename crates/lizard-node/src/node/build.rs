@@ -63,12 +63,12 @@ pub struct BuiltTemplate {
 /// What a build has made so far, to remove when it ends early. Owned outside the
 /// build's future, so that a cancel or a timeout (which drop that future) still finds it.
 #[derive(Default)]
-struct Scratch {
+pub(super) struct Scratch {
     vm: Option<Box<dyn Vm>>,
     run_dir: Option<PathBuf>,
     net: Option<SandboxNet>,
     /// Layer keys this build published.
-    created: Vec<String>,
+    pub(super) created: Vec<String>,
     /// Held until the build ends: shared on the cached layers, exclusive on the ones it makes.
     locks: Vec<LayerLock>,
 }
@@ -87,7 +87,7 @@ impl Scratch {
 }
 
 /// Counts a build as running while it lives.
-struct Running<'a>(&'a std::sync::atomic::AtomicUsize);
+pub(super) struct Running<'a>(&'a std::sync::atomic::AtomicUsize);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
@@ -124,25 +124,15 @@ impl Node {
         if self.templates.contains(name) {
             return Err(BuildError::RefTaken { template_ref: name.clone() }.into());
         }
-        let (base, base_record) = self.build_base(&req.base_ref).await?;
+        let (base, base_record) = self.build_base(&req.base_ref, &events).await?;
         let plan = lizard_recipe::plan(&req.recipe, &base.layer_base_key(), &req.context)
             .map_err(|e| copy_refused(&req.recipe, &req.context, e))?;
-        self.builds_running.fetch_add(1, Ordering::SeqCst);
-        let _running = Running(&self.builds_running);
+        let _running = self.build_running();
         tracing::info!(template = %name, display = %req.display_name, base = %req.base_ref, "template build starting");
 
-        let limit_s = req.recipe.build.timeout_s;
-        let deadline = started + Duration::from_secs(limit_s.into());
+        let deadline = started + Duration::from_secs(req.recipe.build.timeout_s.into());
         let mut scratch = Scratch::default();
-        let steps = {
-            let work = self.run_steps(&req, &base, &plan, &events, &mut scratch);
-            tokio::select! {
-                r = work => r,
-                () = cancel.cancelled() => Err(BuildError::Cancelled.into()),
-                () = tokio::time::sleep_until(deadline.into()) => Err(BuildError::TimedOut { limit_s }.into()),
-            }
-        };
-        scratch.drop_vm().await;
+        let steps = self.run_steps_within(&req, &base, &plan, &events, &cancel, deadline, &mut scratch).await;
         let result = match steps {
             Ok(steps) => {
                 self.register(&req, &base, base_record.as_ref(), &plan, steps, &events, &cancel, deadline).await
@@ -150,10 +140,7 @@ impl Node {
             Err(e) => Err(e),
         };
         if result.is_err() {
-            let in_use = self.templates.layers_in_use();
-            for key in scratch.created.iter().filter(|k| !in_use.contains(*k)) {
-                self.template_layers.remove(key);
-            }
+            self.discard_layers(&scratch.created);
         }
         drop(scratch);
         match &result {
@@ -165,15 +152,57 @@ impl Node {
         result
     }
 
-    /// The base template and, for a built one, its record.
-    async fn build_base(&self, base_ref: &str) -> Result<(NodeTemplate, Option<TemplateRecord>)> {
+    /// The base template and, for a built one, its record. A built-in base that is not
+    /// built yet is built first (reported to `events`).
+    async fn build_base(
+        self: &Arc<Self>,
+        base_ref: &str,
+        events: &UnboundedSender<BuildEvent>,
+    ) -> Result<(NodeTemplate, Option<TemplateRecord>)> {
         if let Some(record) = self.templates.get(base_ref) {
             return Ok((record.template(|k| self.template_layers.path(k)), Some(record)));
         }
         if !ImageStore::template_names().contains(&base_ref) {
             return Err(NodeError::TemplateNotFound { name: base_ref.to_owned() });
         }
-        Ok((NodeTemplate::builtin(self.assets.template(base_ref).await?), None))
+        Ok((self.builtin_template(base_ref, events).await?, None))
+    }
+
+    /// [`Node::run_steps`] until `cancel` or `deadline`; the build VM is gone after.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn run_steps_within(
+        self: &Arc<Self>,
+        req: &BuildTemplate,
+        base: &NodeTemplate,
+        plan: &LayerPlan,
+        events: &UnboundedSender<BuildEvent>,
+        cancel: &CancellationToken,
+        deadline: Instant,
+        scratch: &mut Scratch,
+    ) -> Result<(Vec<BuildStepInfo>, BuildState)> {
+        let limit_s = req.recipe.build.timeout_s;
+        let steps = tokio::select! {
+            r = self.run_steps(req, base, plan, events, scratch) => r,
+            () = cancel.cancelled() => Err(BuildError::Cancelled.into()),
+            () = tokio::time::sleep_until(deadline.into()) => Err(BuildError::TimedOut { limit_s }.into()),
+        };
+        scratch.drop_vm().await;
+        steps
+    }
+
+    /// Count a build as running (layer collection then spares temporary layers) until
+    /// the guard is dropped.
+    pub(super) fn build_running(&self) -> Running<'_> {
+        self.builds_running.fetch_add(1, Ordering::SeqCst);
+        Running(&self.builds_running)
+    }
+
+    /// Delete the layers `keys` that no registered template uses.
+    pub(super) fn discard_layers(&self, keys: &[String]) {
+        let in_use = self.templates.layers_in_use();
+        for key in keys.iter().filter(|k| !in_use.contains(*k)) {
+            self.template_layers.remove(key);
+        }
     }
 
     /// Lock the plan's layers, take the cached prefix, run the rest in a build VM.
@@ -320,16 +349,7 @@ impl Node {
         layers.extend(plan.layers.iter().map(|l| l.key.clone()));
         let own: Vec<&str> = plan.layers.iter().map(|l| l.key.as_str()).collect();
         let layer_bytes = own.iter().map(|k| self.template_layers.bytes(k)).sum();
-        let derived = recipe.config();
-        let mut config = base.config.clone();
-        config.env.extend(derived.env);
-        config.workdir = derived.workdir.or(config.workdir);
-        config.user = derived.user.or(config.user);
-        let start = recipe.start.as_ref().map(|s| StartSpec {
-            command: state.start(&s.cmd, &recipe.env),
-            ready: s.ready.clone(),
-            ready_timeout_s: s.ready_timeout_s,
-        });
+        let (config, start) = outcome(base, recipe, &state);
         let top = layers.last().cloned().unwrap_or_else(|| base.hash.clone());
         let (root_disk, root_format) = match base_record {
             Some(r) => (r.root_disk.clone(), r.root_format),
@@ -467,6 +487,26 @@ impl Node {
             }
         }
     }
+}
+
+/// What a template built from `recipe` over `base` gives its sandboxes, once its steps
+/// left `state`: the recipe's env, directory and user over the base's, and its start
+/// command (else the base's).
+pub(super) fn outcome(
+    base: &NodeTemplate,
+    recipe: &lizard_recipe::Recipe,
+    state: &BuildState,
+) -> (lizard_recipe::TemplateConfig, Option<StartSpec>) {
+    let derived = recipe.config();
+    let mut config = base.config.clone();
+    config.env.extend(derived.env);
+    config.workdir = derived.workdir.or(config.workdir);
+    config.user = derived.user.or(config.user);
+    let start = match &recipe.start {
+        Some(s) => Some(state.start_spec(s, &recipe.env)),
+        None => base.start.clone(),
+    };
+    (config, start)
 }
 
 /// A 1-based step index as the wire counts it (a recipe has at most 256 steps).

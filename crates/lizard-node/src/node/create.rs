@@ -74,7 +74,7 @@ impl Node {
         let config = vm::sandbox_vm(&id, run_dir.clone(), machine, volume_disk, net.as_ref().map(|n| n.attachment()));
         let with_volume = req.volume.is_some();
         let mut restored = None;
-        if self.config.snapshots && !template.cold_boot_only {
+        if self.config.snapshots {
             match self.template_snapshot(template, boot, machine).await {
                 Ok(snap) => match self.clone_template(&config, &snap, &secret, with_volume).await {
                     Ok(launched) => restored = Some(launched),

@@ -10,6 +10,7 @@
 //! - [`build`]: building templates from recipes in microVMs, and deleting them.
 
 mod build;
+mod builtin;
 mod create;
 mod fork;
 mod lifecycle;
@@ -197,20 +198,36 @@ impl Node {
             .await)
     }
 
-    /// The template `name` names: a template this node built, else a built-in one (its
-    /// image built now if it is not cached). Unknown: the image store's not-found error.
-    pub(crate) async fn resolve_template(&self, name: &str) -> Result<NodeTemplate> {
+    /// The template `name` names: a template this node built, else a built-in one (built
+    /// now if the image store does not have it). Unknown: the image store's not-found
+    /// error.
+    pub(crate) async fn resolve_template(self: &Arc<Self>, name: &str) -> Result<NodeTemplate> {
         if let Some(record) = self.templates.get(name) {
             return Ok(record.template(|key| self.template_layers.path(key)));
         }
-        Ok(NodeTemplate::builtin(self.assets.template(name).await?))
+        // Nobody follows a build started by a create; the log has it.
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        self.builtin_template(name, &events).await
     }
 
-    /// Build (or take from cache) the images for `template`, without booting anything.
-    pub async fn prepare(&self, template: &str) -> Result<()> {
-        self.resolve_template(template).await?;
+    /// Build (or take from cache) the images for `template`, without booting anything
+    /// but the build VM of a built-in that is not built yet.
+    pub async fn prepare(self: &Arc<Self>, template: &str) -> Result<()> {
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        self.prepare_reporting(template, &events).await
+    }
+
+    /// [`Node::prepare`], reporting a built-in's build (steps, output) to `events`.
+    pub async fn prepare_reporting(
+        self: &Arc<Self>,
+        template: &str,
+        events: &tokio::sync::mpsc::UnboundedSender<lizard_api::templates::BuildEvent>,
+    ) -> Result<()> {
         self.assets.boot_files().await?;
         self.accel().await?;
+        if self.templates.get(template).is_none() {
+            self.builtin_template(template, events).await?;
+        }
         Ok(())
     }
 
