@@ -243,9 +243,10 @@ pub enum NodeError {
     /// No built-in or built template of that name (a build's base, a delete).
     #[error("template {name} not found")]
     TemplateNotFound { name: String },
-    /// Sandboxes (running or paused) are made from the template.
-    #[error("template {name} is used by {sandboxes} sandbox(es): delete them first")]
-    TemplateInUse { name: String, sandboxes: usize },
+    /// Sandboxes (running or paused) are made from the template, or creates or builds
+    /// under way use it.
+    #[error("template {name} is in use by {users} sandbox(es) or build(s): delete them first")]
+    TemplateInUse { name: String, users: usize },
     /// A template build failed.
     #[error("{0}")]
     Build(#[from] BuildError),

@@ -294,10 +294,22 @@ async fn a_template_with_every_step_kind_its_cache_and_its_deletion() {
     // Deleting the second removes only its own layer; the shared ones stay for the first.
     node.delete_template("tb-full-2").await.unwrap();
     assert_eq!(footprint(&node, t.dir.path(), &netns).layers, before.layers);
-    let s = node.create(CreateSandboxRequest { template: "tb-full-1".into(), ..Default::default() }).await.unwrap();
-    assert_eq!(out(&node, &s.id, "cat marker").await, "first");
-    node.kill(&s.id).await.unwrap();
+
+    // A template built on a built one: its chain holds its base's layers (deleting the
+    // base leaves it whole), it runs as its base's user in its base's directory, and it
+    // starts its base's start command.
+    let child = format!("{QUICK}[[steps]]\nrun = \"cat marker > child-marker\"\n");
+    let (r, events) = build(&node, pushed.request("tb-child", "tb-full-1", &child)).await;
+    r.unwrap_or_else(|e| panic!("child build failed: {e}; events: {events:#?}"));
+    let with_child = footprint(&node, t.dir.path(), &netns).layers;
+    assert_eq!(with_child.len(), before.layers.len() + 1);
     node.delete_template("tb-full-1").await.unwrap();
+    assert_eq!(footprint(&node, t.dir.path(), &netns).layers, with_child);
+    let s = node.create(CreateSandboxRequest { template: "tb-child".into(), ..Default::default() }).await.unwrap();
+    assert!(get_index(&node, &s.id).await.contains("served from the snapshot"));
+    assert_eq!(out(&node, &s.id, "id -un; cat child-marker").await, "builder\nfirst");
+    node.kill(&s.id).await.unwrap();
+    node.delete_template("tb-child").await.unwrap();
     let gone = footprint(&node, t.dir.path(), &netns);
     assert!(gone.layers.is_empty() && gone.templates.is_empty(), "{gone:?}");
     let e = node.delete_template("tb-full-1").await.unwrap_err();
