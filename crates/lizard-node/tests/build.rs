@@ -1,7 +1,8 @@
-//! Template builds in real microVMs: every step kind, the start command running in the
-//! template snapshot, the layer cache, delete and its refusals, and every way a build can
-//! fail — each proven to leave nothing behind (VMM processes, layers, sandbox
-//! directories, network namespaces, registry entries).
+//! Template builds in real microVMs: every step kind (pip aside: `base` has no pip), the
+//! start command running in the template snapshot, the layer cache, templates built on
+//! built ones, delete and its refusals, a node restart, and every way a build can fail —
+//! each proven to leave nothing behind (VMM processes, layers, sandbox directories,
+//! network namespaces, registry entries).
 
 // Helpers of these tests unwrap as the tests do (clippy.toml's allow-unwrap-in-tests
 // covers only the #[test] functions themselves).
@@ -160,6 +161,8 @@ memory_mib = 1024
 [[steps]]
 apt = ["jq"]
 [[steps]]
+npm = ["is-number@7.0.0"]
+[[steps]]
 run = "useradd --create-home builder && mkdir -p /srv && chown builder /srv"
 [[steps]]
 copy = {{ src = "tools", dest = "/opt/tools/" }}
@@ -209,17 +212,17 @@ async fn a_template_with_every_step_kind_its_cache_and_its_deletion() {
         build(&node, pushed.request("tb-full-1", "base", &full_recipe("echo first > /srv/marker"))).await;
     let cold = started.elapsed();
     let built = built.unwrap_or_else(|e| panic!("build failed: {e}; events: {events:#?}"));
-    assert_eq!(built.steps.len(), 8);
+    assert_eq!(built.steps.len(), 9);
     assert!(built.steps.iter().all(|s| !s.cached && s.status == BuildStatus::Ready), "{:?}", built.steps);
     assert!(built.layer_bytes > 0);
     let starts: Vec<(u32, bool)> = events
         .iter()
         .filter_map(|e| match e {
-            BuildEvent::Step { index, total: 8, cached, .. } => Some((*index, *cached)),
+            BuildEvent::Step { index, total: 9, cached, .. } => Some((*index, *cached)),
             _ => None,
         })
         .collect();
-    assert_eq!(starts, (1..=8).map(|i| (i, false)).collect::<Vec<_>>());
+    assert_eq!(starts, (1..=9).map(|i| (i, false)).collect::<Vec<_>>());
     assert!(events.iter().any(|e| matches!(e, BuildEvent::Output { data, .. } if data.contains("jq"))));
     assert!(!events.iter().any(|e| matches!(e, BuildEvent::Done { .. })), "Done is the caller's to send");
 
@@ -239,6 +242,10 @@ async fn a_template_with_every_step_kind_its_cache_and_its_deletion() {
     assert_eq!(out(&node, &s.id, "stat -c %U /srv/index.html /opt/tools/hello.sh").await, "builder\nroot");
     assert_eq!(out(&node, &s.id, "cat /srv/marker; test ! -e /opt/tools/unused.txt && echo ok").await, "first\nok");
     assert!(out(&node, &s.id, "jq --version").await.starts_with("jq-"));
+    assert_eq!(
+        out(&node, &s.id, "test -f /usr/local/lib/node_modules/is-number/package.json && echo npm-ok").await,
+        "npm-ok"
+    );
     // The request's env wins over the template's, its user and directory too.
     let req = CreateSandboxRequest {
         template: "tb-full-1".into(),
@@ -266,7 +273,7 @@ async fn a_template_with_every_step_kind_its_cache_and_its_deletion() {
     let rebuilt = rebuilt.unwrap_or_else(|e| panic!("rebuild failed: {e}; events: {events:#?}"));
     println!("cold build {cold:?}, rebuild with one changed step {warm:?}");
     let cached: Vec<bool> = rebuilt.steps.iter().map(|s| s.cached).collect();
-    assert_eq!(cached, [true, true, true, true, true, true, true, false]);
+    assert_eq!(cached, [true, true, true, true, true, true, true, true, false]);
     assert!(warm < cold, "the rebuild ({warm:?}) took no less than the cold build ({cold:?})");
     let after = footprint(&node, t.dir.path(), &netns);
     assert_eq!(after.layers.len(), before.layers.len() + 1, "one new layer: {:?} → {:?}", before.layers, after.layers);
