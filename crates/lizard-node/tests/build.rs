@@ -421,3 +421,32 @@ async fn failed_builds_say_why_and_leave_nothing() {
     t.finish().await;
     drop_host_rules(&links);
 }
+
+#[tokio::test]
+async fn two_builds_of_one_recipe_make_each_layer_once() {
+    let (t, netns, links) = test_node().await;
+    let node = t.node.clone();
+    let pushed = Pushed::new(&[("a.txt", "a", 0o644)], &[]);
+    let recipe =
+        format!("{QUICK}[[steps]]\ncopy = {{ src = \"a.txt\", dest = \"/a.txt\" }}\n[[steps]]\nrun = \"sleep 2; cat /a.txt > /b.txt\"\n");
+    let (one, two) = tokio::join!(
+        build(&node, pushed.request("tb-one", "base", &recipe)),
+        build(&node, pushed.request("tb-two", "base", &recipe)),
+    );
+    let cached = |r: &Result<BuiltTemplate>| r.as_ref().unwrap().steps.iter().map(|s| s.cached).collect::<Vec<_>>();
+    let mut flags = [cached(&one.0), cached(&two.0)];
+    flags.sort();
+    assert_eq!(flags, [vec![false, false], vec![true, true]], "one build made the layers, the other waited for them");
+    assert_eq!(footprint(&node, t.dir.path(), &netns).layers.len(), 2);
+    for name in ["tb-one", "tb-two"] {
+        let s = node.create(CreateSandboxRequest { template: name.into(), ..Default::default() }).await.unwrap();
+        assert_eq!(out(&node, &s.id, "cat /b.txt").await, "a");
+        node.kill(&s.id).await.unwrap();
+    }
+    node.delete_template("tb-one").await.unwrap();
+    assert_eq!(footprint(&node, t.dir.path(), &netns).layers.len(), 2, "tb-two still uses them");
+    node.delete_template("tb-two").await.unwrap();
+    assert!(footprint(&node, t.dir.path(), &netns).layers.is_empty());
+    t.finish().await;
+    drop_host_rules(&links);
+}
