@@ -443,4 +443,44 @@ mod tests {
         assert!(errors[4].to_api().message.contains("console: guest says hi"), "{}", errors[4].to_api().message);
         assert!(errors[4].to_api().message.contains("did not answer"), "{}", errors[4].to_api().message);
     }
+
+    #[test]
+    fn build_errors_map_to_build_failures_and_api_codes() {
+        let step = NodeError::Build(BuildError::StepFailed {
+            step: 2,
+            description: "run make".into(),
+            reason: "exit code 3".into(),
+            output_tail: "cc: error".into(),
+        });
+        let f = step.build_failure().unwrap();
+        assert_eq!((f.code.as_str(), f.step, f.output_tail.as_deref()), ("STEP_FAILED", Some(2), Some("cc: error")));
+        assert_eq!(f.message, "step 2 (run make) failed: exit code 3");
+        let cases = [
+            (NodeError::Build(BuildError::TimedOut { limit_s: 60 }), "TIMED_OUT", ErrorCode::InvalidArgument),
+            (NodeError::Build(BuildError::Cancelled), "CANCELLED", ErrorCode::InvalidArgument),
+            (NodeError::TemplateNotFound { name: "nope".into() }, "NOT_FOUND", ErrorCode::NotFound),
+            (
+                NodeError::Build(BuildError::StartNotReady(StartError::NotReady {
+                    ready: "port 80".into(),
+                    timeout_s: 5,
+                    output_tail: "bind failed".into(),
+                })),
+                "START_NOT_READY",
+                ErrorCode::InvalidArgument,
+            ),
+            (NodeError::Build(BuildError::RefTaken { template_ref: "t".into() }), "CONFLICT", ErrorCode::Conflict),
+        ];
+        for (e, code, api) in cases {
+            assert_eq!(e.build_failure().unwrap().code, code, "{e}");
+            assert_eq!(e.code(), api, "{e}");
+        }
+        let e = NodeError::TemplateNotFound { name: "nope".into() };
+        assert_eq!(e.to_api().message, "template nope not found");
+        let e = NodeError::TemplateInUse { name: "t".into(), users: 1 };
+        assert_eq!(e.code(), ErrorCode::Conflict);
+        // The node's own failures are the caller's INTERNAL, with a message naming no path.
+        let e = NodeError::io("publish layer /var/lib/lizard/template-layers/k.qcow2", std::io::Error::other("full"));
+        assert!(e.build_failure().is_none());
+        assert!(!e.to_api().message.contains("/var/lib"));
+    }
 }
