@@ -271,7 +271,12 @@ async fn a_template_with_every_step_kind_its_cache_and_its_deletion() {
         build(&node, pushed.request("tb-full-2", "base", &full_recipe("echo second > /srv/marker"))).await;
     let warm = started.elapsed();
     let rebuilt = rebuilt.unwrap_or_else(|e| panic!("rebuild failed: {e}; events: {events:#?}"));
-    println!("cold build {cold:?}, rebuild with one changed step {warm:?}");
+    println!(
+        "cold build {cold:?}, rebuild with one changed step {warm:?}; layers over the base: {} KiB and {} KiB \
+         (all but the last shared)",
+        built.layer_bytes / 1024,
+        rebuilt.layer_bytes / 1024
+    );
     let cached: Vec<bool> = rebuilt.steps.iter().map(|s| s.cached).collect();
     assert_eq!(cached, [true, true, true, true, true, true, true, true, false]);
     assert!(warm < cold, "the rebuild ({warm:?}) took no less than the cold build ({cold:?})");
