@@ -455,3 +455,31 @@ async fn two_builds_of_one_recipe_make_each_layer_once() {
     t.finish().await;
     drop_host_rules(&links);
 }
+
+#[tokio::test]
+async fn without_snapshots_a_cold_boot_starts_the_start_command() {
+    let mut links = String::new();
+    let t = common::node_with(|c| {
+        c.snapshots = false;
+        let n = c.network.as_mut().expect("the tests run as root: networking is on");
+        own_prefixes(n);
+        links = n.link_prefix.clone();
+    })
+    .await;
+    let node = t.node.clone();
+    let pushed = Pushed::new(&[], &[]);
+    // No steps: nothing to boot for the build; the start command runs at each create.
+    let recipe = format!(
+        "{QUICK}[start]\ncmd = \"mkdir -p /srv && echo cold > /srv/index.html && python3 -m http.server 8080 --bind 127.0.0.1 --directory /srv\"\nready = {{ url = \"http://127.0.0.1:8080/index.html\" }}\n"
+    );
+    let (r, events) = build(&node, pushed.request("tb-cold", "base", &recipe)).await;
+    r.unwrap_or_else(|e| panic!("build failed: {e}; events: {events:#?}"));
+    let s = node.create(CreateSandboxRequest { template: "tb-cold".into(), ..Default::default() }).await.unwrap();
+    assert!(!s.from_snapshot());
+    let page = get_index(&node, &s.id).await;
+    assert!(page.starts_with("HTTP/1.0 200") && page.ends_with("cold\n"), "{page}");
+    node.kill(&s.id).await.unwrap();
+    node.delete_template("tb-cold").await.unwrap();
+    t.finish().await;
+    drop_host_rules(&links);
+}
