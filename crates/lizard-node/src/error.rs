@@ -243,9 +243,10 @@ pub enum NodeError {
     /// No built-in or built template of that name (a build's base, a delete).
     #[error("template {name} not found")]
     TemplateNotFound { name: String },
-    /// Sandboxes (running or paused) are made from the template.
-    #[error("template {name} is used by {sandboxes} sandbox(es): delete them first")]
-    TemplateInUse { name: String, sandboxes: usize },
+    /// Sandboxes (running or paused) are made from the template, or creates or builds
+    /// under way use it.
+    #[error("template {name} is in use by {users} sandbox(es) or build(s): delete them first")]
+    TemplateInUse { name: String, users: usize },
     /// A template build failed.
     #[error(transparent)]
     Build(#[from] BuildError),
@@ -441,5 +442,45 @@ mod tests {
         // The console tail is the guest's own output, kept for clients by design.
         assert!(errors[4].to_api().message.contains("console: guest says hi"), "{}", errors[4].to_api().message);
         assert!(errors[4].to_api().message.contains("did not answer"), "{}", errors[4].to_api().message);
+    }
+
+    #[test]
+    fn build_errors_map_to_build_failures_and_api_codes() {
+        let step = NodeError::Build(BuildError::StepFailed {
+            step: 2,
+            description: "run make".into(),
+            reason: "exit code 3".into(),
+            output_tail: "cc: error".into(),
+        });
+        let f = step.build_failure().unwrap();
+        assert_eq!((f.code.as_str(), f.step, f.output_tail.as_deref()), ("STEP_FAILED", Some(2), Some("cc: error")));
+        assert_eq!(f.message, "step 2 (run make) failed: exit code 3");
+        let cases = [
+            (NodeError::Build(BuildError::TimedOut { limit_s: 60 }), "TIMED_OUT", ErrorCode::InvalidArgument),
+            (NodeError::Build(BuildError::Cancelled), "CANCELLED", ErrorCode::InvalidArgument),
+            (NodeError::TemplateNotFound { name: "nope".into() }, "NOT_FOUND", ErrorCode::NotFound),
+            (
+                NodeError::Build(BuildError::StartNotReady(StartError::NotReady {
+                    ready: "port 80".into(),
+                    timeout_s: 5,
+                    output_tail: "bind failed".into(),
+                })),
+                "START_NOT_READY",
+                ErrorCode::InvalidArgument,
+            ),
+            (NodeError::Build(BuildError::RefTaken { template_ref: "t".into() }), "CONFLICT", ErrorCode::Conflict),
+        ];
+        for (e, code, api) in cases {
+            assert_eq!(e.build_failure().unwrap().code, code, "{e}");
+            assert_eq!(e.code(), api, "{e}");
+        }
+        let e = NodeError::TemplateNotFound { name: "nope".into() };
+        assert_eq!(e.to_api().message, "template nope not found");
+        let e = NodeError::TemplateInUse { name: "t".into(), users: 1 };
+        assert_eq!(e.code(), ErrorCode::Conflict);
+        // The node's own failures are the caller's INTERNAL, with a message naming no path.
+        let e = NodeError::io("publish layer /var/lib/lizard/template-layers/k.qcow2", std::io::Error::other("full"));
+        assert!(e.build_failure().is_none());
+        assert!(!e.to_api().message.contains("/var/lib"));
     }
 }

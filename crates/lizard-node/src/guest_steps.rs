@@ -196,9 +196,13 @@ pub(crate) async fn make_workdir(agent: &AgentClient, step: &StepRef<'_>, dir: &
     agent.make_dir(dir).await.map_err(|e| step.agent_failed(e, String::new()))
 }
 
-/// Have the guest write its caches to the disk (before a layer is frozen).
+/// Have the guest write its caches to the disk (before a layer is frozen), and hand back
+/// the blocks of files the step deleted (apt lists, package caches): the disk discards
+/// them, so the layer does not keep what the guest no longer has. A guest or disk
+/// without discard support only skips that part.
 pub(crate) async fn sync(agent: &AgentClient, step: &StepRef<'_>) -> Result<()> {
-    helper(agent, step, vec!["sync".into()]).await
+    let argv = ["sh", "-c", "sync && { fstrim / 2>/dev/null; sync; }"].map(String::from).to_vec();
+    helper(agent, step, argv).await
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
-//! Template builds in real microVMs: every step kind, the start command running in the
-//! template snapshot, the layer cache, delete and its refusals, and every way a build can
-//! fail — each proven to leave nothing behind (VMM processes, layers, sandbox
-//! directories, network namespaces, registry entries).
+//! Template builds in real microVMs: every step kind (pip aside: `base` has no pip), the
+//! start command running in the template snapshot, the layer cache, templates built on
+//! built ones, delete and its refusals, a node restart, and every way a build can fail —
+//! each proven to leave nothing behind (VMM processes, layers, sandbox directories,
+//! network namespaces, registry entries).
 
 // Helpers of these tests unwrap as the tests do (clippy.toml's allow-unwrap-in-tests
 // covers only the #[test] functions themselves).
@@ -160,6 +161,8 @@ memory_mib = 1024
 [[steps]]
 apt = ["jq"]
 [[steps]]
+npm = ["is-number@7.0.0"]
+[[steps]]
 run = "useradd --create-home builder && mkdir -p /srv && chown builder /srv"
 [[steps]]
 copy = {{ src = "tools", dest = "/opt/tools/" }}
@@ -209,17 +212,17 @@ async fn a_template_with_every_step_kind_its_cache_and_its_deletion() {
         build(&node, pushed.request("tb-full-1", "base", &full_recipe("echo first > /srv/marker"))).await;
     let cold = started.elapsed();
     let built = built.unwrap_or_else(|e| panic!("build failed: {e}; events: {events:#?}"));
-    assert_eq!(built.steps.len(), 8);
+    assert_eq!(built.steps.len(), 9);
     assert!(built.steps.iter().all(|s| !s.cached && s.status == BuildStatus::Ready), "{:?}", built.steps);
     assert!(built.layer_bytes > 0);
     let starts: Vec<(u32, bool)> = events
         .iter()
         .filter_map(|e| match e {
-            BuildEvent::Step { index, total: 8, cached, .. } => Some((*index, *cached)),
+            BuildEvent::Step { index, total: 9, cached, .. } => Some((*index, *cached)),
             _ => None,
         })
         .collect();
-    assert_eq!(starts, (1..=8).map(|i| (i, false)).collect::<Vec<_>>());
+    assert_eq!(starts, (1..=9).map(|i| (i, false)).collect::<Vec<_>>());
     assert!(events.iter().any(|e| matches!(e, BuildEvent::Output { data, .. } if data.contains("jq"))));
     assert!(!events.iter().any(|e| matches!(e, BuildEvent::Done { .. })), "Done is the caller's to send");
 
@@ -239,6 +242,10 @@ async fn a_template_with_every_step_kind_its_cache_and_its_deletion() {
     assert_eq!(out(&node, &s.id, "stat -c %U /srv/index.html /opt/tools/hello.sh").await, "builder\nroot");
     assert_eq!(out(&node, &s.id, "cat /srv/marker; test ! -e /opt/tools/unused.txt && echo ok").await, "first\nok");
     assert!(out(&node, &s.id, "jq --version").await.starts_with("jq-"));
+    assert_eq!(
+        out(&node, &s.id, "test -f /usr/local/lib/node_modules/is-number/package.json && echo npm-ok").await,
+        "npm-ok"
+    );
     // The request's env wins over the template's, its user and directory too.
     let req = CreateSandboxRequest {
         template: "tb-full-1".into(),
@@ -264,9 +271,14 @@ async fn a_template_with_every_step_kind_its_cache_and_its_deletion() {
         build(&node, pushed.request("tb-full-2", "base", &full_recipe("echo second > /srv/marker"))).await;
     let warm = started.elapsed();
     let rebuilt = rebuilt.unwrap_or_else(|e| panic!("rebuild failed: {e}; events: {events:#?}"));
-    println!("cold build {cold:?}, rebuild with one changed step {warm:?}");
+    println!(
+        "cold build {cold:?}, rebuild with one changed step {warm:?}; layers over the base: {} KiB and {} KiB \
+         (all but the last shared)",
+        built.layer_bytes / 1024,
+        rebuilt.layer_bytes / 1024
+    );
     let cached: Vec<bool> = rebuilt.steps.iter().map(|s| s.cached).collect();
-    assert_eq!(cached, [true, true, true, true, true, true, true, false]);
+    assert_eq!(cached, [true, true, true, true, true, true, true, true, false]);
     assert!(warm < cold, "the rebuild ({warm:?}) took no less than the cold build ({cold:?})");
     let after = footprint(&node, t.dir.path(), &netns);
     assert_eq!(after.layers.len(), before.layers.len() + 1, "one new layer: {:?} → {:?}", before.layers, after.layers);
@@ -294,10 +306,22 @@ async fn a_template_with_every_step_kind_its_cache_and_its_deletion() {
     // Deleting the second removes only its own layer; the shared ones stay for the first.
     node.delete_template("tb-full-2").await.unwrap();
     assert_eq!(footprint(&node, t.dir.path(), &netns).layers, before.layers);
-    let s = node.create(CreateSandboxRequest { template: "tb-full-1".into(), ..Default::default() }).await.unwrap();
-    assert_eq!(out(&node, &s.id, "cat marker").await, "first");
-    node.kill(&s.id).await.unwrap();
+
+    // A template built on a built one: its chain holds its base's layers (deleting the
+    // base leaves it whole), it runs as its base's user in its base's directory, and it
+    // starts its base's start command.
+    let child = format!("{QUICK}[[steps]]\nrun = \"cat marker > child-marker\"\n");
+    let (r, events) = build(&node, pushed.request("tb-child", "tb-full-1", &child)).await;
+    r.unwrap_or_else(|e| panic!("child build failed: {e}; events: {events:#?}"));
+    let with_child = footprint(&node, t.dir.path(), &netns).layers;
+    assert_eq!(with_child.len(), before.layers.len() + 1);
     node.delete_template("tb-full-1").await.unwrap();
+    assert_eq!(footprint(&node, t.dir.path(), &netns).layers, with_child);
+    let s = node.create(CreateSandboxRequest { template: "tb-child".into(), ..Default::default() }).await.unwrap();
+    assert!(get_index(&node, &s.id).await.contains("served from the snapshot"));
+    assert_eq!(out(&node, &s.id, "id -un; cat child-marker").await, "builder\nfirst");
+    node.kill(&s.id).await.unwrap();
+    node.delete_template("tb-child").await.unwrap();
     let gone = footprint(&node, t.dir.path(), &netns);
     assert!(gone.layers.is_empty() && gone.templates.is_empty(), "{gone:?}");
     let e = node.delete_template("tb-full-1").await.unwrap_err();
@@ -399,6 +423,63 @@ async fn failed_builds_say_why_and_leave_nothing() {
         let (r, _) = build(&node, pushed_ok.request(bad, "base", QUICK)).await;
         assert_eq!(r.unwrap_err().to_api().code, lizard_api::ErrorCode::InvalidArgument);
     }
+    t.finish().await;
+    drop_host_rules(&links);
+}
+
+#[tokio::test]
+async fn two_builds_of_one_recipe_make_each_layer_once() {
+    let (t, netns, links) = test_node().await;
+    let node = t.node.clone();
+    let pushed = Pushed::new(&[("a.txt", "a", 0o644)], &[]);
+    let recipe =
+        format!("{QUICK}[[steps]]\ncopy = {{ src = \"a.txt\", dest = \"/a.txt\" }}\n[[steps]]\nrun = \"sleep 2; cat /a.txt > /b.txt\"\n");
+    let (one, two) = tokio::join!(
+        build(&node, pushed.request("tb-one", "base", &recipe)),
+        build(&node, pushed.request("tb-two", "base", &recipe)),
+    );
+    let cached = |r: &Result<BuiltTemplate>| r.as_ref().unwrap().steps.iter().map(|s| s.cached).collect::<Vec<_>>();
+    let mut flags = [cached(&one.0), cached(&two.0)];
+    flags.sort();
+    assert_eq!(flags, [vec![false, false], vec![true, true]], "one build made the layers, the other waited for them");
+    assert_eq!(footprint(&node, t.dir.path(), &netns).layers.len(), 2);
+    for name in ["tb-one", "tb-two"] {
+        let s = node.create(CreateSandboxRequest { template: name.into(), ..Default::default() }).await.unwrap();
+        assert_eq!(out(&node, &s.id, "cat /b.txt").await, "a");
+        node.kill(&s.id).await.unwrap();
+    }
+    node.delete_template("tb-one").await.unwrap();
+    assert_eq!(footprint(&node, t.dir.path(), &netns).layers.len(), 2, "tb-two still uses them");
+    node.delete_template("tb-two").await.unwrap();
+    assert!(footprint(&node, t.dir.path(), &netns).layers.is_empty());
+    t.finish().await;
+    drop_host_rules(&links);
+}
+
+#[tokio::test]
+async fn without_snapshots_a_cold_boot_starts_the_start_command() {
+    let mut links = String::new();
+    let t = common::node_with(|c| {
+        c.snapshots = false;
+        let n = c.network.as_mut().expect("the tests run as root: networking is on");
+        own_prefixes(n);
+        links = n.link_prefix.clone();
+    })
+    .await;
+    let node = t.node.clone();
+    let pushed = Pushed::new(&[], &[]);
+    // No steps: nothing to boot for the build; the start command runs at each create.
+    let recipe = format!(
+        "{QUICK}[start]\ncmd = \"mkdir -p /srv && echo cold > /srv/index.html && python3 -m http.server 8080 --bind 127.0.0.1 --directory /srv\"\nready = {{ url = \"http://127.0.0.1:8080/index.html\" }}\n"
+    );
+    let (r, events) = build(&node, pushed.request("tb-cold", "base", &recipe)).await;
+    r.unwrap_or_else(|e| panic!("build failed: {e}; events: {events:#?}"));
+    let s = node.create(CreateSandboxRequest { template: "tb-cold".into(), ..Default::default() }).await.unwrap();
+    assert!(!s.from_snapshot());
+    let page = get_index(&node, &s.id).await;
+    assert!(page.starts_with("HTTP/1.0 200") && page.ends_with("cold\n"), "{page}");
+    node.kill(&s.id).await.unwrap();
+    node.delete_template("tb-cold").await.unwrap();
     t.finish().await;
     drop_host_rules(&links);
 }

@@ -124,6 +124,9 @@ impl Node {
         if self.templates.contains(name) {
             return Err(BuildError::RefTaken { template_ref: name.clone() }.into());
         }
+        // The base stays while the build stands on it (its layers are not yet in a chain
+        // of a registered template).
+        let _claim = self.claim_template(&req.base_ref);
         let (base, base_record) = self.build_base(&req.base_ref, &events).await?;
         let plan = lizard_recipe::plan(&req.recipe, &base.layer_base_key(), &req.context)
             .map_err(|e| copy_refused(&req.recipe, &req.context, e))?;
@@ -439,11 +442,17 @@ impl Node {
         if !self.templates.contains(template_ref) {
             return Err(NodeError::TemplateNotFound { name: template_ref.to_owned() });
         }
-        let users = self.sandboxes().values().filter(|s| s.template == template_ref).count();
-        if users > 0 {
-            return Err(NodeError::TemplateInUse { name: template_ref.to_owned(), sandboxes: users });
+        {
+            // Held while checking and removing: a create or build claims first (and is
+            // counted here) or finds the template gone.
+            let claims = self.template_claims.lock().expect("template claims poisoned");
+            let users = self.sandboxes().values().filter(|s| s.template == template_ref).count()
+                + claims.get(template_ref).copied().unwrap_or(0);
+            if users > 0 {
+                return Err(NodeError::TemplateInUse { name: template_ref.to_owned(), users });
+            }
+            self.templates.remove(template_ref)?;
         }
-        self.templates.remove(template_ref)?;
         self.remove_snapshots_of(template_ref);
         let removed = self.collect_template_layers();
         tracing::info!(template = %template_ref, layers = removed.len(), "template deleted");

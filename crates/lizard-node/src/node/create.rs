@@ -42,6 +42,8 @@ impl Node {
         req.network_policy().parse().map_err(NodeError::BadNetworkPolicy)?;
         let vcpus = in_range("vcpus", req.vcpus.unwrap_or(self.config.default_vcpus), VCPUS)?;
         let memory_mib = in_range("memoryMib", req.memory_mib.unwrap_or(self.config.default_memory_mib), MEMORY_MIB)?;
+        // Until the sandbox is in the map (or failed), its template cannot be deleted.
+        let _claim = self.claim_template(&req.template);
         let template = self.resolve_template(&req.template).await?;
         let boot = self.assets.boot_files().await?;
         let machine = Machine::new(&boot, vcpus, memory_mib, self.accel().await?);

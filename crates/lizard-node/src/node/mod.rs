@@ -59,6 +59,27 @@ pub struct Node {
     template_layers: LayerStore,
     /// Template builds under way (leftover temporary layers are swept only when none is).
     builds_running: std::sync::atomic::AtomicUsize,
+    /// Templates that creates and builds under way use (name → how many), before any
+    /// sandbox of theirs is in the map: a delete refuses while one is.
+    template_claims: Mutex<HashMap<String, usize>>,
+}
+
+/// A create or build under way that uses a template (released on drop).
+pub(super) struct TemplateClaim<'a> {
+    claims: &'a Mutex<HashMap<String, usize>>,
+    name: String,
+}
+
+impl Drop for TemplateClaim<'_> {
+    fn drop(&mut self) {
+        let mut claims = self.claims.lock().expect("template claims poisoned");
+        if let Some(n) = claims.get_mut(&self.name) {
+            *n -= 1;
+            if *n == 0 {
+                claims.remove(&self.name);
+            }
+        }
+    }
 }
 
 impl Node {
@@ -103,6 +124,7 @@ impl Node {
             templates: Registry::open(&config.data_dir.join("templates")),
             template_layers: LayerStore::new(config.data_dir.join("template-layers")),
             builds_running: std::sync::atomic::AtomicUsize::new(0),
+            template_claims: Mutex::new(HashMap::new()),
             config,
         });
         node.adopt_or_sweep();
@@ -196,6 +218,13 @@ impl Node {
             .accel
             .get_or_init(|| async move { lizard_vmm::accel::choose(backend.as_ref(), &cfg, &cache).await })
             .await)
+    }
+
+    /// Mark `name` as used until the claim is dropped (taken before it is resolved, so
+    /// that a delete either comes first and the resolve fails, or is refused).
+    pub(super) fn claim_template(&self, name: &str) -> TemplateClaim<'_> {
+        *self.template_claims.lock().expect("template claims poisoned").entry(name.to_owned()).or_default() += 1;
+        TemplateClaim { claims: &self.template_claims, name: name.to_owned() }
     }
 
     /// The template `name` names: a template this node built, else a built-in one (built
