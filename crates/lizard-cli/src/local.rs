@@ -135,6 +135,14 @@ pub async fn build_images(data_dir: PathBuf, templates: Vec<String>, node_opts: 
     config.snapshots = false;
     node_opts.apply(&mut config);
     let node = Node::start(config).await?;
+    // SIGINT/SIGTERM cancel the build, which removes its VM and layers.
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let on_signal = cancel.clone();
+    let shutdown = shutdown_signal()?;
+    tokio::spawn(async move {
+        shutdown.await;
+        on_signal.cancel();
+    });
     for name in templates {
         let started = Instant::now();
         eprintln!("==> template {name}");
@@ -144,7 +152,7 @@ pub async fn build_images(data_dir: PathBuf, templates: Vec<String>, node_opts: 
                 print_build_event(&event, started);
             }
         });
-        let built = node.prepare_reporting(&name, &events).await;
+        let built = node.prepare_reporting(&name, &events, &cancel).await;
         drop(events);
         let _ = show.await;
         built.with_context(|| format!("build template {name}"))?;

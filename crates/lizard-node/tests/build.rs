@@ -158,6 +158,7 @@ from = "base"
 [build]
 vcpus = 1
 memory_mib = 1024
+disk_gb = 5
 [[steps]]
 apt = ["jq"]
 [[steps]]
@@ -242,6 +243,10 @@ async fn a_template_with_every_step_kind_its_cache_and_its_deletion() {
     assert_eq!(out(&node, &s.id, "stat -c %U /srv/index.html /opt/tools/hello.sh").await, "builder\nroot");
     assert_eq!(out(&node, &s.id, "cat /srv/marker; test ! -e /opt/tools/unused.txt && echo ok").await, "first\nok");
     assert!(out(&node, &s.id, "jq --version").await.starts_with("jq-"));
+    // `disk_gb = 5` grew the base's 4 GiB root file system.
+    let root_kib: u64 = out(&node, &s.id, "df -k --output=size / | tail -1").await.parse().unwrap();
+    assert!(root_kib > 4_700_000, "root file system of {root_kib} KiB");
+    assert!(events.iter().any(|e| matches!(e, BuildEvent::Phase { message } if message.contains("5 GiB"))));
     assert_eq!(
         out(&node, &s.id, "test -f /usr/local/lib/node_modules/is-number/package.json && echo npm-ok").await,
         "npm-ok"

@@ -127,9 +127,8 @@ impl Node {
         // The base stays while the build stands on it (its layers are not yet in a chain
         // of a registered template).
         let _claim = self.claim_template(&req.base_ref);
-        let (base, base_record) = self.build_base(&req.base_ref, &events).await?;
-        let plan = lizard_recipe::plan(&req.recipe, &base.layer_base_key(), &req.context)
-            .map_err(|e| copy_refused(&req.recipe, &req.context, e))?;
+        let (base, base_record) = self.build_base(&req.base_ref, &events, &cancel).await?;
+        let plan = plan(&req.recipe, &base, &req.context)?.map_err(|e| copy_refused(&req.recipe, &req.context, e))?;
         let _running = self.build_running();
         tracing::info!(template = %name, display = %req.display_name, base = %req.base_ref, "template build starting");
 
@@ -161,6 +160,7 @@ impl Node {
         self: &Arc<Self>,
         base_ref: &str,
         events: &UnboundedSender<BuildEvent>,
+        cancel: &CancellationToken,
     ) -> Result<(NodeTemplate, Option<TemplateRecord>)> {
         if let Some(record) = self.templates.get(base_ref) {
             return Ok((record.template(|k| self.template_layers.path(k)), Some(record)));
@@ -168,7 +168,7 @@ impl Node {
         if !ImageStore::template_names().contains(&base_ref) {
             return Err(NodeError::TemplateNotFound { name: base_ref.to_owned() });
         }
-        Ok((self.builtin_template(base_ref, events).await?, None))
+        Ok((self.builtin_template(base_ref, events, cancel).await?, None))
     }
 
     /// [`Node::run_steps`] until `cancel` or `deadline`; the build VM is gone after.
@@ -268,6 +268,22 @@ impl Node {
         };
         let _ = events.send(BuildEvent::Phase { message: "booting the build VM".into() });
         let agent = self.boot_build_vm(req, &disk, format, scratch).await?;
+        let size = disk_size(&req.recipe, base)?;
+        if size > vm::virtual_size(&disk, format)? {
+            let gib = size >> 30;
+            let _ = events.send(BuildEvent::Phase { message: format!("growing the root file system to {gib} GiB") });
+            scratch.vm.as_ref().expect("the build VM runs").grow_root_disk(size).await?;
+            let index = step_index(plan.layers[cached].index);
+            let grow = format!("grow the root file system to {gib} GiB");
+            let step = StepRef { index, description: &grow, events };
+            let resize = lizard_recipe::Command {
+                argv: vec!["resize2fs".into(), "/dev/vda".into()],
+                env: Default::default(),
+                cwd: "/".into(),
+                user: "root".into(),
+            };
+            guest_steps::exec(&agent, &step, &resize).await?;
+        }
         let nonce = sandbox::new_id();
         let run_dir = scratch.run_dir.clone().expect("the build VM has a directory");
         let mut top = scratch.vm.as_ref().expect("the build VM runs").config().root_disk.clone();
@@ -496,6 +512,26 @@ impl Node {
             }
         }
     }
+}
+
+/// The layers of `recipe` over `base`. The first layer's parent key covers the base
+/// (disk, config) and the root disk's size, which `[build] disk_gb` may grow: layers of
+/// one content but two sizes are two layers. The outer error is the node's (the base's
+/// disk unreadable), the inner one the recipe's (a `copy` refused).
+pub(super) fn plan(
+    recipe: &lizard_recipe::Recipe,
+    base: &NodeTemplate,
+    context: &lizard_recipe::Context,
+) -> Result<std::result::Result<LayerPlan, lizard_recipe::ContextError>> {
+    let size = disk_size(recipe, base)?;
+    Ok(lizard_recipe::plan(recipe, &format!("{}/disk-bytes={size}", base.layer_base_key()), context))
+}
+
+/// The root disk size of a template built from `recipe` over `base`: the base's, or
+/// `[build] disk_gb` where that is larger.
+fn disk_size(recipe: &lizard_recipe::Recipe, base: &NodeTemplate) -> Result<u64> {
+    let wanted = u64::from(recipe.build.disk_gb) << 30;
+    Ok(vm::virtual_size(&base.disk, base.disk_format.as_str())?.max(wanted))
 }
 
 /// What a template built from `recipe` over `base` gives its sandboxes, once its steps

@@ -20,13 +20,15 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 impl Node {
-    /// Built-in `name`, built now (reporting to `events`) unless the image store has it
-    /// for its current recipe. Builds of one name are serialized within the node and,
-    /// through the image store's lock, between processes.
+    /// Built-in `name`, built now (reporting to `events`; `cancel` stops the build and
+    /// removes what it made) unless the image store has it for its current recipe. Builds
+    /// of one name are serialized within the node and, through the image store's lock,
+    /// between processes.
     pub(crate) async fn builtin_template(
         self: &Arc<Self>,
         name: &str,
         events: &UnboundedSender<BuildEvent>,
+        cancel: &CancellationToken,
     ) -> Result<NodeTemplate> {
         if let Some(image) = self.assets.cached_builtin(name).await? {
             return Ok(NodeTemplate::builtin(image));
@@ -46,10 +48,15 @@ impl Node {
         if let Some(image) = self.assets.cached_builtin(name).await? {
             return Ok(NodeTemplate::builtin(image));
         }
-        Box::pin(self.build_builtin(name, events)).await
+        Box::pin(self.build_builtin(name, events, cancel)).await
     }
 
-    async fn build_builtin(self: &Arc<Self>, name: &str, events: &UnboundedSender<BuildEvent>) -> Result<NodeTemplate> {
+    async fn build_builtin(
+        self: &Arc<Self>,
+        name: &str,
+        events: &UnboundedSender<BuildEvent>,
+        cancel: &CancellationToken,
+    ) -> Result<NodeTemplate> {
         let started = Instant::now();
         let recipe = ImageStore::builtin_recipe(name)?;
         let images = self.assets.images();
@@ -74,11 +81,11 @@ impl Node {
             Base::Template(parent) if parent == name => {
                 return Err(NodeError::TemplateNotFound { name: parent.clone() });
             }
-            Base::Template(parent) => Box::pin(self.builtin_template(parent, events)).await?,
+            Base::Template(parent) => Box::pin(self.builtin_template(parent, events, cancel)).await?,
         };
         let key = images.builtin_key(name)?;
         let context = Context { entries: vec![] };
-        let plan = lizard_recipe::plan(&recipe, &base.layer_base_key(), &context)
+        let plan = super::build::plan(&recipe, &base, &context)?
             .map_err(|e| NodeError::io("plan a built-in template", std::io::Error::other(e.to_string())))?;
         let _running = self.build_running();
         tracing::info!(template = %name, steps = plan.layers.len(), "building a built-in template");
@@ -92,8 +99,7 @@ impl Node {
         };
         let deadline = started + Duration::from_secs(req.recipe.build.timeout_s.into());
         let mut scratch = Scratch::default();
-        let never = CancellationToken::new();
-        let steps = self.run_steps_within(&req, &base, &plan, events, &never, deadline, &mut scratch).await;
+        let steps = self.run_steps_within(&req, &base, &plan, events, cancel, deadline, &mut scratch).await;
         let published = match steps {
             Ok((_, state)) => {
                 let _ = events.send(BuildEvent::Phase { message: format!("publishing template {name}") });

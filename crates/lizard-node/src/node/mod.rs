@@ -236,26 +236,28 @@ impl Node {
         }
         // Nobody follows a build started by a create; the log has it.
         let (events, _) = tokio::sync::mpsc::unbounded_channel();
-        self.builtin_template(name, &events).await
+        self.builtin_template(name, &events, &tokio_util::sync::CancellationToken::new()).await
     }
 
     /// Build (or take from cache) the images for `template`, without booting anything
     /// but the build VM of a built-in that is not built yet.
     pub async fn prepare(self: &Arc<Self>, template: &str) -> Result<()> {
         let (events, _) = tokio::sync::mpsc::unbounded_channel();
-        self.prepare_reporting(template, &events).await
+        self.prepare_reporting(template, &events, &tokio_util::sync::CancellationToken::new()).await
     }
 
-    /// [`Node::prepare`], reporting a built-in's build (steps, output) to `events`.
+    /// [`Node::prepare`], reporting a built-in's build (steps, output) to `events`;
+    /// `cancel` stops that build and removes what it made.
     pub async fn prepare_reporting(
         self: &Arc<Self>,
         template: &str,
         events: &tokio::sync::mpsc::UnboundedSender<lizard_api::templates::BuildEvent>,
+        cancel: &tokio_util::sync::CancellationToken,
     ) -> Result<()> {
         self.assets.boot_files().await?;
         self.accel().await?;
         if self.templates.get(template).is_none() {
-            self.builtin_template(template, events).await?;
+            self.builtin_template(template, events, cancel).await?;
         }
         Ok(())
     }

@@ -25,7 +25,7 @@ pub(crate) fn create_overlay_naming(backing: &Path, like: &Path, overlay: &Path)
 }
 
 /// The guest-visible size of a raw or qcow2 disk image.
-fn virtual_size(image: &Path, format: &str) -> Result<u64> {
+pub(crate) fn virtual_size(image: &Path, format: &str) -> Result<u64> {
     use std::io::Read;
     let mut f = std::fs::File::open(image).map_err(|e| NodeError::io(format!("open {}", image.display()), e))?;
     if format == "raw" {
