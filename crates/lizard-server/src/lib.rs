@@ -43,6 +43,8 @@
 pub mod api;
 pub mod auth;
 pub mod billing;
+pub mod blobs;
+pub mod builds;
 pub mod config;
 pub mod error;
 pub mod ids;
@@ -149,7 +151,7 @@ impl Server {
     /// a forced workspace delete installed.
     pub fn app_state(&self, nodes: nodes::Nodes) -> AppState {
         let server = self.state.clone().with_reaper(Arc::new(ops::hooks::NodeReaper(nodes.clone())));
-        AppState { server, nodes }
+        AppState::new(server, nodes)
     }
 
     /// The tenancy API alone.

@@ -6,6 +6,8 @@
 //! work for any router state `S` with `impl FromRef<S> for ServerState` (see
 //! [`crate::api::routes`]).
 
+use crate::blobs::BlobStore;
+use crate::builds::Builds;
 use crate::config::ServerConfig;
 use crate::nodes::Nodes;
 use crate::store::{SandboxRecord, Store, VolumeRecord};
@@ -70,12 +72,24 @@ impl ServerState {
     }
 }
 
-/// The tenancy core plus the nodes that run the sandboxes: what the sandbox and volume
-/// operations, their routes, the proxy and the background jobs share.
+/// The tenancy core plus the nodes that run the sandboxes: what the sandbox, volume and
+/// template operations, their routes, the proxy and the background jobs share.
 #[derive(Clone)]
 pub struct AppState {
     pub server: ServerState,
     pub nodes: Nodes,
+    /// Template builds in flight.
+    pub builds: Arc<Builds>,
+    /// Pushed files, by content hash.
+    pub blobs: BlobStore,
+}
+
+impl AppState {
+    /// The state over `nodes`, with pushed files kept under the config's data directory.
+    pub fn new(server: ServerState, nodes: Nodes) -> AppState {
+        let blobs = BlobStore::new(&server.config.data_dir);
+        AppState { server, nodes, builds: Arc::new(Builds::default()), blobs }
+    }
 }
 
 impl FromRef<AppState> for ServerState {

@@ -1,10 +1,16 @@
 //! [`NodeClient`] for the node that runs inside this process: calls on
 //! `Arc<lizard_node::Node>`, errors mapped with [`lizard_node::NodeError::to_api`].
 
-use super::{ByteStream, FileRead, FrameStream, NodeClient, NodeResult, Tunnel};
+use super::{
+    BuildError, BuiltTemplate, BuiltinTemplate, ByteStream, FileRead, FrameStream, NodeClient, NodeResult,
+    TemplateBuild, Tunnel,
+};
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use lizard_api::{CreateSandboxRequest, ExecRequest, FileEntry, ProcessResult, SandboxInfo, WriteResult};
+use lizard_api::templates::BuildEvent;
+use lizard_api::{
+    ApiError, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, ProcessResult, SandboxInfo, WriteResult,
+};
 use lizard_node::{Node, NodeError};
 use std::sync::Arc;
 
@@ -106,5 +112,30 @@ impl NodeClient for LocalNode {
 
     async fn volume_holder(&self, id: &str) -> NodeResult<Option<String>> {
         Ok(self.0.volume_holder(id))
+    }
+
+    fn builtin_templates(&self) -> Vec<BuiltinTemplate> {
+        lizard_image::ImageStore::template_names()
+            .into_iter()
+            .map(|name| BuiltinTemplate {
+                name: name.to_owned(),
+                description: lizard_image::ImageStore::recipe(name).map(|r| r.description).unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    async fn build_template(
+        &self,
+        _build: TemplateBuild,
+        _events: tokio::sync::mpsc::UnboundedSender<BuildEvent>,
+        _cancel: tokio_util::sync::CancellationToken,
+    ) -> Result<BuiltTemplate, BuildError> {
+        // PRE-MERGE: lizard_node::Node::build_template is not on this branch yet.
+        Err(BuildError::Refused(ApiError::new(ErrorCode::Unavailable, "this node cannot build templates")))
+    }
+
+    async fn delete_template(&self, _template_ref: &str) -> NodeResult<()> {
+        // PRE-MERGE: lizard_node::Node::delete_template is not on this branch yet.
+        Err(ApiError::new(ErrorCode::NotFound, "no such template"))
     }
 }
