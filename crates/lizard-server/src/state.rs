@@ -34,6 +34,14 @@ pub trait SandboxReaper: Send + Sync + 'static {
             tracing::warn!(count = volumes.len(), "no sandbox reaper installed; volume disks left on their nodes");
         }
     }
+
+    /// Delete the node templates of templates whose records the delete removed (called
+    /// after [`SandboxReaper::reap`], so no sandbox runs from them).
+    async fn remove_templates(&self, template_refs: Vec<String>) {
+        if !template_refs.is_empty() {
+            tracing::warn!(count = template_refs.len(), "no sandbox reaper installed; node templates left in place");
+        }
+    }
 }
 
 /// The default until the sandbox routes install theirs: nothing runs, nothing to kill.

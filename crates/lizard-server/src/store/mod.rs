@@ -197,6 +197,9 @@ pub struct Removed {
     /// Volumes whose records went with it: their disks are still on their nodes until
     /// the [`crate::SandboxReaper`] deletes them.
     pub volumes: Vec<VolumeRecord>,
+    /// Node templates of the builds of templates that went with it: still on the node
+    /// until the [`crate::SandboxReaper`] deletes them.
+    pub template_refs: Vec<String>,
 }
 
 /// The control plane's persistent state. Object-safe: handlers hold `Arc<dyn Store>`.

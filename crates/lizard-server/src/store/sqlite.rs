@@ -388,6 +388,14 @@ impl Store for SqliteStore {
         .iter()
         .map(volumes::volume)
         .collect::<Result<Vec<_>>>()?;
+        let template_refs: Vec<String> = sqlx::query_scalar(
+            "SELECT b.template_ref FROM template_builds b JOIN templates t ON t.id = b.template_id \
+             WHERE t.workspace_id = ? ORDER BY b.created_at, b.rowid",
+        )
+        .bind(workspace_id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?;
         sqlx::query("DELETE FROM volumes WHERE project_id IN (SELECT id FROM projects WHERE workspace_id = ?)")
             .bind(workspace_id)
             .execute(&mut *tx)
@@ -414,7 +422,7 @@ impl Store for SqliteStore {
             .await
             .map_err(backend)?;
         tx.commit().await.map_err(backend)?;
-        Ok(Removed { live_sandboxes: live, volumes: vols })
+        Ok(Removed { live_sandboxes: live, volumes: vols, template_refs })
     }
 
     async fn insert_project(&self, account_id: &str, p: &ProjectRecord) -> Result<()> {
