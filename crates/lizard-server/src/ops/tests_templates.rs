@@ -367,14 +367,13 @@ async fn a_restart_fails_the_builds_it_interrupted() {
 
 #[tokio::test]
 async fn a_forced_workspace_delete_hands_its_node_templates_to_the_reaper() {
-    use crate::state::SandboxReaper;
     let w = world().await;
     let a = ws(&w.state, "ws_a").await;
     let files = site(&w.state, &a).await;
     let b = ops::push(&w.state, &a, &push_req(RECIPE, files)).await.unwrap();
     let b = until_ended(&w.state, &b.id).await;
     let removed = w.state.server.store.delete_workspace("acc", "ws_a", true).await.unwrap();
-    assert_eq!(removed.template_refs, [b.template_ref.clone()]);
+    assert_eq!(removed.template_refs, std::slice::from_ref(&b.template_ref));
     assert!(w.state.server.store.list_templates("acc").await.unwrap().is_empty(), "gone with the workspace");
     w.state.server.reaper.remove_templates(removed.template_refs).await;
     assert!(w.node.calls().contains(&format!("delete_template {}", b.template_ref)));
