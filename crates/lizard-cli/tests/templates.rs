@@ -299,6 +299,28 @@ fn pushed_templates_end_to_end() {
     // The running sandbox keeps the build it started from.
     assert_eq!(exec("cat /srv/marker").trim(), "first");
 
+    // --- a Dockerfile builds the same template as its TOML twin ------------------------------
+    let twin_toml = r#"
+name = "twin-toml"
+from = "web"
+[[steps]]
+copy = { src = "srv/index.html", dest = "/srv/" }
+[[steps]]
+run = "echo twin > /srv/twin"
+"#;
+    let toml_dir = pushed_dir(work.path(), "twin-toml", twin_toml);
+    server.ok(&key_a, &["push", toml_dir.to_str().unwrap()]);
+    let docker_dir = pushed_dir(work.path(), "twin-docker", "");
+    std::fs::remove_file(docker_dir.join(lizard_recipe::RECIPE_FILE)).unwrap();
+    std::fs::write(docker_dir.join("Dockerfile"), "FROM web\nCOPY srv/index.html /srv/\nRUN echo twin > /srv/twin\n")
+        .unwrap();
+    let twin = server.ok(&key_a, &["push", docker_dir.to_str().unwrap(), "--name", "twin-docker", "--detach"]);
+    let o = server.lizard(&key_a, &["template", "logs", "twin-docker", "--build", twin.trim(), "--follow"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let build = json(&server.ok(&key_a, &["--json", "template", "logs", "twin-docker"]));
+    let cached: Vec<bool> = build["steps"].as_array().unwrap().iter().map(|s| s["cached"].as_bool().unwrap()).collect();
+    assert_eq!(cached, [true, true], "every layer is its TOML twin's: {build}");
+
     // --- another workspace's key cannot see or use it ---------------------------------------
     for args in [
         vec!["template", "get", "web"],
@@ -388,6 +410,8 @@ fn pushed_templates_end_to_end() {
     server.ok(&key_a, &["sandbox", "kill", sandbox]);
     server.ok(&key_a, &["template", "delete", "web"]);
     server.ok(&key_a, &["template", "delete", "failing"]);
+    server.ok(&key_a, &["template", "delete", "twin-toml"]);
+    server.ok(&key_a, &["template", "delete", "twin-docker"]);
     assert!(server.fails(&key_a, &["template", "get", "web"]).contains("NOT_FOUND"));
     assert!(server.fails(&owner, &["template", "delete", "base"]).contains("FORBIDDEN"));
     assert_left_nothing(data.path(), &clean, "the deleted templates");
