@@ -112,10 +112,13 @@ pub enum NodeCmd {
 #[cfg(feature = "node")]
 #[derive(Subcommand, Debug)]
 pub enum ImagesCmd {
-    /// Build (or verify the cache of) the kernel, initramfs and template images ahead of time.
+    /// Build (or verify the cache of) the kernel, initramfs and built-in templates ahead of
+    /// time (a built-in's steps run in a build VM, shown step by step).
     Build {
         /// Templates to build [default: all]
         templates: Vec<String>,
+        #[command(flatten)]
+        node: local::NodeOpts,
     },
     /// List the templates this build knows.
     List,
@@ -223,8 +226,8 @@ pub async fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         #[cfg(feature = "node")]
-        Command::Images(ImagesCmd::Build { templates }) => {
-            local::build_images(ctx.data_dir, templates).await.map(|_| 0)
+        Command::Images(ImagesCmd::Build { templates, node }) => {
+            local::build_images(ctx.data_dir, templates, node).await.map(|_| 0)
         }
         Command::Sandbox(sandbox::SandboxCmd::Exec(args)) => {
             // `exec` exits with the command's status; Lizard's own failures are 125.
