@@ -8,9 +8,7 @@ use super::{
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use lizard_api::templates::BuildEvent;
-use lizard_api::{
-    ApiError, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, ProcessResult, SandboxInfo, WriteResult,
-};
+use lizard_api::{CreateSandboxRequest, ExecRequest, FileEntry, ProcessResult, SandboxInfo, WriteResult};
 use lizard_node::{Node, NodeError};
 use std::sync::Arc;
 
@@ -119,23 +117,42 @@ impl NodeClient for LocalNode {
             .into_iter()
             .map(|name| BuiltinTemplate {
                 name: name.to_owned(),
-                description: lizard_image::ImageStore::recipe(name).map(|r| r.description).unwrap_or_default(),
+                description: lizard_image::ImageStore::builtin_recipe(name).map(|r| r.description).unwrap_or_default(),
             })
             .collect()
     }
 
     async fn build_template(
         &self,
-        _build: TemplateBuild,
-        _events: tokio::sync::mpsc::UnboundedSender<BuildEvent>,
-        _cancel: tokio_util::sync::CancellationToken,
+        build: TemplateBuild,
+        events: tokio::sync::mpsc::UnboundedSender<BuildEvent>,
+        cancel: tokio_util::sync::CancellationToken,
     ) -> Result<BuiltTemplate, BuildError> {
-        // PRE-MERGE: lizard_node::Node::build_template is not on this branch yet.
-        Err(BuildError::Refused(ApiError::new(ErrorCode::Unavailable, "this node cannot build templates")))
+        let req = lizard_node::BuildTemplate {
+            template_ref: build.template_ref,
+            display_name: build.display_name,
+            recipe: build.recipe,
+            base_ref: build.base_ref,
+            context: build.context,
+            blobs: build.blobs,
+        };
+        match self.0.build_template(req, events, cancel).await {
+            Ok(built) => Ok(BuiltTemplate {
+                template_ref: built.template_ref,
+                steps: built.steps,
+                layer_bytes: built.layer_bytes,
+            }),
+            // A failure of the build itself (a step, the time limit, the start command, a
+            // cancel) is the build's status; the node's own failures are logged by
+            // `to_api` and answered without their cause.
+            Err(e) => Err(match e.build_failure() {
+                Some(failure) => BuildError::Failed(failure),
+                None => BuildError::Refused(e.to_api()),
+            }),
+        }
     }
 
-    async fn delete_template(&self, _template_ref: &str) -> NodeResult<()> {
-        // PRE-MERGE: lizard_node::Node::delete_template is not on this branch yet.
-        Err(ApiError::new(ErrorCode::NotFound, "no such template"))
+    async fn delete_template(&self, template_ref: &str) -> NodeResult<()> {
+        self.0.delete_template(template_ref).await.map_err(api)
     }
 }
