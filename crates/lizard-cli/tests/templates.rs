@@ -162,7 +162,7 @@ from = "{from}"
 vcpus = 1
 memory_mib = 1024
 [[steps]]
-apt = ["jq"]
+apt = ["jq", "passwd"]
 [[steps]]
 run = "useradd --create-home builder && mkdir -p /srv && chown builder /srv"
 [[steps]]
