@@ -278,7 +278,10 @@ fn pushed_templates_end_to_end() {
     let (sandbox, domain) = (created["sandboxId"].as_str().unwrap(), created["domain"].as_str().unwrap());
     assert_eq!(created["template"], "web", "clients see the name, not the node's ref");
     let page = get_through_proxy(&server, sandbox, domain);
-    assert!(page.starts_with("HTTP/1.1 200") && page.contains("served from the snapshot"), "{page}");
+    assert!(
+        page.starts_with("HTTP/1.") && page.contains(" 200 ") && page.contains("served from the snapshot"),
+        "{page}"
+    );
     let exec = |cmd: &str| server.ok(&key_a, &["sandbox", "exec", sandbox, "--shell", cmd]);
     assert_eq!(exec("/opt/tools/hello.sh").trim(), "hello-world");
     assert_eq!(exec("echo $MODE $(pwd) $(whoami) $(cat /srv/marker)").trim(), "test /srv builder first");
