@@ -364,6 +364,33 @@ run = "echo twin > /srv/twin"
     assert!(err.contains("NOT_FOUND"), "nothing half-built is usable: {err}");
     assert_left_nothing(data.path(), &with_sandbox, "a failed build");
 
+    // A build past its time limit, and one cancelled midway: both leave nothing.
+    let slow = |name: &str, timeout: &str| {
+        format!("name = \"{name}\"\nfrom = \"base\"\n[build]\nvcpus = 1\nmemory_mib = 512\n{timeout}\n[[steps]]\nrun = \"sleep 600\"\n")
+    };
+    let timed = bad("timed", &slow("timed", "timeout_s = 15"));
+    let err = server.fails(&key_a, &["push", timed.to_str().unwrap()]);
+    assert!(err.contains("TIMED_OUT"), "{err}");
+    assert_left_nothing(data.path(), &with_sandbox, "a build past its time limit");
+    let cancelled = bad("cancelled", &slow("cancelled", ""));
+    let build = server.ok(&key_a, &["push", cancelled.to_str().unwrap(), "--detach"]).trim().to_string();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        // Cancel once its step runs (in the build VM).
+        let b = json(&server.ok(&key_a, &["--json", "template", "logs", "cancelled", "--build", &build]));
+        if b["steps"].as_array().is_some_and(|s| !s.is_empty()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the build never started its step: {b}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    server.ok(&key_a, &["template", "cancel", "cancelled"]);
+    let o = server.lizard(&key_a, &["template", "logs", "cancelled", "--build", &build, "--follow"]);
+    assert!(!o.status.success() && stderr(&o).contains("CANCELLED"), "{}", stderr(&o));
+    let b = json(&server.ok(&key_a, &["--json", "template", "logs", "cancelled", "--build", &build]));
+    assert_eq!(b["status"], "cancelled", "{b}");
+    assert_left_nothing(data.path(), &with_sandbox, "a cancelled build");
+
     // What the CLI would refuse itself, sent as it is.
     // The same contents as the first push's, which workspace A uploaded then.
     let uploaded = vec![
@@ -415,6 +442,8 @@ run = "echo twin > /srv/twin"
     server.ok(&key_a, &["template", "delete", "failing"]);
     server.ok(&key_a, &["template", "delete", "twin-toml"]);
     server.ok(&key_a, &["template", "delete", "twin-docker"]);
+    server.ok(&key_a, &["template", "delete", "timed"]);
+    server.ok(&key_a, &["template", "delete", "cancelled"]);
     assert!(server.fails(&key_a, &["template", "get", "web"]).contains("NOT_FOUND"));
     assert!(server.fails(&owner, &["template", "delete", "base"]).contains("FORBIDDEN"));
     assert_left_nothing(data.path(), &clean, "the deleted templates");
