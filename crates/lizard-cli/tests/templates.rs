@@ -36,6 +36,8 @@ impl Server {
             .arg(data)
             .args(["server", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--proxy-listen", &format!("127.0.0.1:{proxy_port}")])
+            // Namespaces of its own: counted alone, and no sweep of other tests' ones.
+            .args(["--net-prefix", &net_prefix()])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -96,6 +98,11 @@ impl Drop for Server {
     }
 }
 
+/// This test's prefix of network namespaces and host links.
+fn net_prefix() -> String {
+    format!("lzt{}-", std::process::id() % 100_000)
+}
+
 /// What a build could leave behind.
 #[derive(Debug, PartialEq, Eq)]
 struct Footprint {
@@ -131,7 +138,7 @@ fn footprint(data: &Path) -> Footprint {
     Footprint {
         vmms: vmm_processes(data),
         layers: names(&data.join("server/template-layers")),
-        netns: names(Path::new("/run/netns")).iter().filter(|n| n.starts_with("lizard-")).count(),
+        netns: names(Path::new("/run/netns")).iter().filter(|n| n.starts_with(&net_prefix())).count(),
     }
 }
 
