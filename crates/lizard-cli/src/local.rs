@@ -29,6 +29,11 @@ pub struct NodeOpts {
     /// Seconds a cold boot may take before it is abandoned.
     #[arg(long, default_value_t = 60)]
     pub boot_timeout: u64,
+    /// Names of this node's network namespaces and host links start with this [default:
+    /// lizard- and lzv]. Several nodes on one host each need their own: a node sweeps
+    /// leftovers with its prefixes at start. At most 10 of [a-z0-9-].
+    #[arg(long, value_name = "PREFIX", env = "LIZARD_NET_PREFIX")]
+    pub net_prefix: Option<String>,
 }
 
 impl NodeOpts {
@@ -37,6 +42,10 @@ impl NodeOpts {
         config.boot_timeout = Duration::from_secs(self.boot_timeout);
         if let Some(a) = &self.agent {
             config.agent_bin = a.clone();
+        }
+        if let (Some(prefix), Some(net)) = (&self.net_prefix, config.network.as_mut()) {
+            net.netns_prefix = prefix.clone();
+            net.link_prefix = prefix.clone();
         }
     }
 }
