@@ -12,9 +12,11 @@
 
 pub mod billing;
 pub mod client;
+pub mod follow;
 #[cfg(feature = "node")]
 pub mod local;
 pub mod output;
+pub mod push;
 pub mod sandbox;
 #[cfg(feature = "node")]
 pub mod server;
@@ -91,7 +93,7 @@ pub enum Command {
     #[command(subcommand)]
     Volume(tenancy::VolumeCmd),
     /// Build a template from a directory (lizard.template.toml or a Dockerfile) on the server.
-    Push(templates::PushArgs),
+    Push(push::PushArgs),
     /// Templates: the built-ins and your workspaces' pushed ones, and their builds.
     #[command(subcommand)]
     Template(templates::TemplateCmd),
@@ -255,7 +257,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Key(cmd) => tenancy::key(&ctx.require_server("key")?, cmd, ctx.json).await.map(|_| 0),
         Command::Region(cmd) => tenancy::region(&ctx.require_server("region")?, cmd, ctx.json).await.map(|_| 0),
         Command::Volume(cmd) => tenancy::volume(&ctx.require_server("volume")?, cmd, ctx.json).await.map(|_| 0),
-        Command::Push(args) => templates::push(&ctx.require_server("push")?, args, ctx.json).await,
+        Command::Push(args) => push::push(&ctx.require_server("push")?, args, ctx.json).await,
         Command::Template(cmd) => templates::run(&ctx.require_server("template")?, cmd, ctx.json).await,
         #[cfg(feature = "node")]
         Command::Billing(cmd @ billing::BillingCmd::Credit { .. }) => {

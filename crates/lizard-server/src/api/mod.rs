@@ -67,7 +67,12 @@ pub fn all_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(volumes::get, volumes::delete))
         .routes(routes!(templates::missing_blobs))
         .routes(routes!(templates::upload_blob))
-        .routes(routes!(templates::push, templates::list))
+        // A push's manifest lists every path of the directory: more than axum's 2 MB default.
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(templates::push, templates::list))
+                .layer(axum::extract::DefaultBodyLimit::max(templates::MAX_PUSH_BYTES)),
+        )
         .routes(routes!(templates::get, templates::delete))
         .routes(routes!(templates::get_build, templates::cancel))
         .routes(routes!(templates::events))

@@ -27,6 +27,10 @@ use lizard_api::templates::{
 };
 use serde::Deserialize;
 
+/// Largest push request (its manifest: about 200 bytes a path, up to the context's
+/// 100 000 entries).
+pub const MAX_PUSH_BYTES: usize = 32 << 20;
+
 /// The NDJSON media type of a build's event stream.
 pub const NDJSON: &str = "application/x-ndjson";
 

@@ -378,3 +378,90 @@ async fn a_forced_workspace_delete_hands_its_node_templates_to_the_reaper() {
     w.state.server.reaper.remove_templates(removed.template_refs).await;
     assert!(w.node.calls().contains(&format!("delete_template {}", b.template_ref)));
 }
+
+/// A key of the account with this scope, minted in the store; its plaintext.
+async fn mint(state: &AppState, scope: Option<Scope>) -> String {
+    let new = crate::keys::generate();
+    let key = crate::store::KeyRecord {
+        id: crate::ids::new_id("key"),
+        account_id: "acc".into(),
+        name: "test".into(),
+        prefix: new.prefix,
+        hash: new.hash.to_vec(),
+        scope,
+        created_at: 1,
+        revoked_at: None,
+    };
+    state.server.store.insert_key(&key).await.unwrap();
+    new.plaintext
+}
+
+/// One request through the whole router: status, content type, body.
+async fn http(state: &AppState, method: &str, uri: &str, key: &str, body: Option<Vec<u8>>) -> (u16, String, Vec<u8>) {
+    use tower::ServiceExt;
+    let app = crate::build_router(state.clone(), crate::api::all_routes());
+    let req = axum::http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("x-api-key", key)
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(body.unwrap_or_default()))
+        .unwrap();
+    let resp = app.oneshot(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let ctype = resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+    (status, ctype, bytes.to_vec())
+}
+
+#[tokio::test]
+async fn over_http_a_build_streams_ndjson_and_scopes_answer_404() {
+    let w = world().await;
+    let owner_key = mint(&w.state, None).await;
+    let key_a = mint(&w.state, Some(Scope::new(["ws_a"], Vec::<String>::new()))).await;
+    let key_b = mint(&w.state, Some(Scope::new(["ws_b"], Vec::<String>::new()))).await;
+    let page = b"<h1>hi</h1>";
+    let (status, _, _) =
+        http(&w.state, "PUT", &format!("/v1/templates/blobs/{}", sha(page)), &key_a, Some(page.to_vec())).await;
+    assert_eq!(status, 204);
+    let push = serde_json::to_vec(&push_req(RECIPE, vec![dir("site"), file("site/index.html", page)])).unwrap();
+    let (status, _, body) = http(&w.state, "POST", "/v1/templates", &key_a, Some(push)).await;
+    assert_eq!(status, 202, "{}", String::from_utf8_lossy(&body));
+    let build: lizard_api::templates::TemplateBuildInfo = serde_json::from_slice(&body).unwrap();
+    let events_uri = format!("/v1/templates/web/builds/{}/events", build.build_id);
+    let (status, ctype, body) = http(&w.state, "GET", &events_uri, &key_a, None).await;
+    assert_eq!((status, ctype.as_str()), (200, "application/x-ndjson"));
+    let events = crate::builds::from_ndjson(&String::from_utf8(body).unwrap());
+    assert!(matches!(events.last(), Some(BuildEvent::Done { status: BuildStatus::Ready, .. })), "{events:?}");
+    until_ended(&w.state, &build.build_id).await;
+
+    // Workspace B's key: 404 everywhere, and not in its list; the owner sees it.
+    let build_uri = format!("/v1/templates/web/builds/{}", build.build_id);
+    for (method, uri) in
+        [("GET", "/v1/templates/web"), ("DELETE", "/v1/templates/web"), ("GET", &build_uri), ("DELETE", &build_uri)]
+    {
+        let (status, _, body) = http(&w.state, method, uri, &key_b, None).await;
+        assert_eq!(status, 404, "{method} {uri}: {}", String::from_utf8_lossy(&body));
+    }
+    let (_, _, body) = http(&w.state, "GET", "/v1/templates", &key_b, None).await;
+    let listed: Vec<lizard_api::templates::TemplateInfo> = serde_json::from_slice(&body).unwrap();
+    assert_eq!(listed.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["base"]);
+    let (_, _, body) = http(&w.state, "GET", "/v1/templates", &owner_key, None).await;
+    let listed: Vec<lizard_api::templates::TemplateInfo> = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        listed.iter().map(|t| (t.name.as_str(), t.builtin)).collect::<Vec<_>>(),
+        [("base", true), ("web", false)]
+    );
+    // A built-in cannot be deleted.
+    assert_eq!(http(&w.state, "DELETE", "/v1/templates/base", &owner_key, None).await.0, 403);
+
+    // A manifest past axum's 2 MB default reaches the checks (here: its files were never uploaded).
+    let many: Vec<ContextEntry> =
+        (0..20_000).map(|i| file(&format!("site/f{i:05}.txt"), format!("{i}").as_bytes())).collect();
+    let big = serde_json::to_vec(&push_req(RECIPE, [vec![dir("site")], many].concat())).unwrap();
+    assert!(big.len() > 2 << 20, "{}", big.len());
+    let (status, _, body) = http(&w.state, "POST", "/v1/templates", &key_a, Some(big)).await;
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("was not uploaded"), "{body}");
+}

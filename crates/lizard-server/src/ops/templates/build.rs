@@ -1,0 +1,163 @@
+//! A build's life after its push: run on the home node to its end with its events
+//! recorded and broadcast, cancelled on request, or failed at a restart that interrupted it.
+
+use super::base_name;
+use crate::builds::{Progress, RunningBuild};
+use crate::error::{ApiResult, AppError};
+use crate::ids;
+use crate::nodes::{BuildError, TemplateBuild};
+use crate::state::AppState;
+use crate::store::templates::FinishedBuild;
+use crate::store::BuildRecord;
+use lizard_api::templates::{BuildEvent, BuildFailure, BuildStatus};
+use lizard_api::ErrorCode;
+
+/// The stable code of a node's refusal, as a build failure's code.
+fn code_name(code: ErrorCode) -> String {
+    serde_json::to_value(code).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_else(|| "INTERNAL".into())
+}
+
+/// Run a build on the home node to its end, and record how it ended.
+pub(super) async fn run_build(state: AppState, build_id: String, build: TemplateBuild, running: RunningBuild) {
+    let store = state.server.store.clone();
+    let hub = running.hub.clone();
+    let recipe = build.recipe.clone();
+    let node_ref = build.template_ref.clone();
+    if let Err(e) = store.start_build(&build_id).await {
+        tracing::warn!(build = %build_id, "cannot record a build's start: {e}");
+    }
+    let node = state.nodes.home();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let result = {
+        let built = node.build_template(build, tx, running.cancel.clone());
+        tokio::pin!(built);
+        loop {
+            tokio::select! {
+                result = &mut built => break result,
+                Some(event) = rx.recv() => {
+                    let boundary = matches!(event, BuildEvent::Step { .. } | BuildEvent::StepDone { .. });
+                    hub.push(event);
+                    if boundary {
+                        let p = hub.progress();
+                        if let Err(e) = store.record_progress(&build_id, &p.steps, &p.log).await {
+                            tracing::warn!(build = %build_id, "cannot record a build's progress: {e}");
+                        }
+                    }
+                }
+            }
+        }
+    };
+    while let Ok(event) = rx.try_recv() {
+        hub.push(event);
+    }
+    let (status, error, layer_bytes, steps) = match result {
+        Ok(built) => (BuildStatus::Ready, None, Some(built.layer_bytes), Some(built.steps)),
+        Err(BuildError::Failed(f)) if f.code == "CANCELLED" => (BuildStatus::Cancelled, Some(f), None, None),
+        Err(BuildError::Failed(f)) => (BuildStatus::Failed, Some(f), None, None),
+        Err(BuildError::Refused(e)) => {
+            let f = BuildFailure { code: code_name(e.code), message: e.message, step: None, output_tail: None };
+            (BuildStatus::Failed, Some(f), None, None)
+        }
+    };
+    hub.push(BuildEvent::Done { status, error: error.clone() });
+    let Progress { steps: seen, log } = hub.progress();
+    let finished = FinishedBuild {
+        status,
+        steps: steps.unwrap_or(seen),
+        error,
+        log,
+        events: hub.ndjson(),
+        layer_bytes,
+        finished_at: ids::now_ms(),
+        description: recipe.description.clone(),
+        base: base_name(&recipe),
+        start_cmd: recipe.start.as_ref().map(|s| s.cmd.clone()),
+    };
+    match store.finish_build(&build_id, &finished).await {
+        Ok(Some(replaced)) => release_ref(&state, &replaced).await,
+        Ok(None) => {}
+        Err(e) => {
+            tracing::error!(build = %build_id, "cannot record a build's end: {e}");
+            if status == BuildStatus::Ready {
+                // Unrecorded, nothing can use it: do not keep it.
+                let _ = node.delete_template(&node_ref).await;
+            }
+        }
+    }
+    state.builds.finish(&build_id);
+    tracing::info!(build = %build_id, template = %recipe.name, status = ?status, "template build ended");
+}
+
+/// Delete a node template no sandbox runs from any more (a rebuild replaced it).
+async fn release_ref(state: &AppState, node_ref: &str) {
+    match state.server.store.template_ref_in_use(node_ref).await {
+        Ok(false) => {
+            if let Err(e) = state.nodes.home().delete_template(node_ref).await {
+                tracing::info!(template_ref = node_ref, "replaced node template kept: {}", e.message);
+            }
+        }
+        Ok(true) => tracing::info!(template_ref = node_ref, "replaced node template kept while sandboxes use it"),
+        Err(e) => tracing::warn!(template_ref = node_ref, "cannot tell whether a node template is in use: {e}"),
+    }
+}
+
+/// Cancel a queued or running build; 409 once it ended.
+pub async fn cancel(state: &AppState, build: &BuildRecord) -> ApiResult<()> {
+    if build.status.is_final() {
+        return Err(AppError::conflict(format!(
+            "build {} already ended ({})",
+            build.id,
+            crate::store::templates::build_status_name(build.status)
+        )));
+    }
+    match state.builds.get(&build.id) {
+        Some(running) => {
+            running.cancel.cancel();
+            Ok(())
+        }
+        None => {
+            // Not in flight in this process (it ended a moment ago, or a previous process
+            // left it): record it as cancelled if it is still open.
+            let failure = cancelled("cancelled");
+            let finished = FinishedBuild {
+                status: BuildStatus::Cancelled,
+                steps: build.steps.clone(),
+                error: Some(failure.clone()),
+                log: build.log.clone(),
+                events: crate::builds::to_ndjson(&[BuildEvent::Done {
+                    status: BuildStatus::Cancelled,
+                    error: Some(failure),
+                }]),
+                layer_bytes: None,
+                finished_at: ids::now_ms(),
+                description: String::new(),
+                base: String::new(),
+                start_cmd: None,
+            };
+            state.server.store.finish_build(&build.id, &finished).await?;
+            Ok(())
+        }
+    }
+}
+
+fn cancelled(message: &str) -> BuildFailure {
+    BuildFailure { code: "CANCELLED".into(), message: message.into(), step: None, output_tail: None }
+}
+
+/// At start: builds a previous process left unfinished cannot go on; record them failed.
+pub async fn fail_unfinished(state: &AppState) {
+    let failure = BuildFailure {
+        code: "INTERNAL".into(),
+        message: "the server restarted during the build; push again".into(),
+        step: None,
+        output_tail: None,
+    };
+    match state.server.store.fail_unfinished_builds(&failure, ids::now_ms()).await {
+        Ok(refs) => {
+            for r in refs {
+                let _ = state.nodes.home().delete_template(&r).await;
+            }
+        }
+        Err(e) => tracing::warn!("cannot close the builds a previous process left: {e}"),
+    }
+}
