@@ -54,6 +54,44 @@ pub enum ContextEntryKind {
     Symlink,
 }
 
+/// The manifest as the recipe crate sees it (feature `recipe`): what a scan is sent as,
+/// and what the server checks.
+#[cfg(feature = "recipe")]
+mod manifest {
+    use super::{ContextEntry, ContextEntryKind};
+    use lizard_recipe::{Entry, EntryKind};
+
+    impl From<&Entry> for ContextEntry {
+        fn from(e: &Entry) -> ContextEntry {
+            let (kind, sha256, size, target) = match &e.kind {
+                EntryKind::File { sha256, size } => (ContextEntryKind::File, Some(sha256.clone()), Some(*size), None),
+                EntryKind::Dir => (ContextEntryKind::Dir, None, None, None),
+                EntryKind::Symlink { target, .. } => (ContextEntryKind::Symlink, None, None, Some(target.clone())),
+            };
+            ContextEntry { path: e.path.clone(), mode: e.mode, kind, sha256, size, target }
+        }
+    }
+
+    impl ContextEntry {
+        /// The recipe crate's entry, or what the wire entry lacks. A symlink's `inside`
+        /// is left false: `Context::from_manifest` works it out again, never trusting a
+        /// client's word.
+        pub fn to_entry(&self) -> Result<Entry, &'static str> {
+            let kind = match self.kind {
+                ContextEntryKind::File => EntryKind::File {
+                    sha256: self.sha256.clone().ok_or("a file needs sha256")?,
+                    size: self.size.ok_or("a file needs size")?,
+                },
+                ContextEntryKind::Dir => EntryKind::Dir,
+                ContextEntryKind::Symlink => {
+                    EntryKind::Symlink { target: self.target.clone().ok_or("a symlink needs target")?, inside: false }
+                }
+            };
+            Ok(Entry { path: self.path.clone(), mode: self.mode, kind })
+        }
+    }
+}
+
 /// `POST /v1/templates/blobs/missing`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

@@ -110,7 +110,7 @@ impl Bench {
             let (_, path) = files.iter().find(|(h, _)| h == hash).context("the server asked for an unknown hash")?;
             self.upload(&routes::UPLOAD_TEMPLATE_BLOB, &[hash], std::fs::read(path)?).await?;
         }
-        let manifest: Vec<_> = context.entries.iter().map(lizard_server::ops::templates::context_entry).collect();
+        let manifest: Vec<_> = context.entries.iter().map(lizard_api::templates::ContextEntry::from).collect();
         let body = json!({ "recipe": recipe_text, "files": manifest, "project": "bench" });
         let build = self.call(&routes::PUSH_TEMPLATE, &[], Some(body)).await?;
         let build_id = build["buildId"].as_str().context("a build id")?.to_string();

@@ -15,8 +15,7 @@ use http_body_util::{BodyExt, StreamBody};
 use indicatif::{ProgressBar, ProgressStyle};
 use lizard_api::routes;
 use lizard_api::templates::{
-    ContextEntry, ContextEntryKind, MissingBlobs, MissingBlobsRequest, PushTemplateRequest, RecipeFormat,
-    TemplateBuildInfo,
+    ContextEntry, MissingBlobs, MissingBlobsRequest, PushTemplateRequest, RecipeFormat, TemplateBuildInfo,
 };
 use lizard_recipe::{Context, ContextLimits, EntryKind, Recipe};
 use std::path::{Path, PathBuf};
@@ -83,16 +82,6 @@ fn read_recipe(dir: &Path, file: Option<&Path>, name: Option<&str>) -> Result<Lo
     Ok(LocalRecipe { text, format, name: recipe.name })
 }
 
-/// A scanned entry on the wire.
-fn wire_entry(e: &lizard_recipe::Entry) -> ContextEntry {
-    let (kind, sha256, size, target) = match &e.kind {
-        EntryKind::File { sha256, size } => (ContextEntryKind::File, Some(sha256.clone()), Some(*size), None),
-        EntryKind::Dir => (ContextEntryKind::Dir, None, None, None),
-        EntryKind::Symlink { target, .. } => (ContextEntryKind::Symlink, None, None, Some(target.clone())),
-    };
-    ContextEntry { path: e.path.clone(), mode: e.mode, kind, sha256, size, target }
-}
-
 /// Upload the contents the server lacks, with a progress bar over their bytes.
 async fn upload_missing(api: &ApiClient, ws: &WorkspaceArgs, dir: &Path, context: &Context) -> Result<()> {
     let hashes: Vec<String> = context.hashes().into_iter().map(str::to_owned).collect();
@@ -156,7 +145,7 @@ pub async fn push(api: &ApiClient, args: PushArgs, json: bool) -> Result<i32> {
         recipe: recipe.text,
         format: recipe.format,
         name: args.name.clone(),
-        files: context.entries.iter().map(wire_entry).collect(),
+        files: context.entries.iter().map(ContextEntry::from).collect(),
         workspace,
         project,
     };

@@ -30,7 +30,7 @@ use crate::ids;
 use crate::nodes::{BuiltinTemplate, TemplateBuild};
 use crate::state::AppState;
 use crate::store::{BuildRecord, NewBuild, NewTemplate, ProjectRecord, StoreError, TemplateRecord, WorkspaceRecord};
-use lizard_api::templates::{ContextEntry, ContextEntryKind, PushTemplateRequest, RecipeFormat};
+use lizard_api::templates::{ContextEntry, PushTemplateRequest, RecipeFormat};
 use lizard_api::ErrorCode;
 use lizard_recipe::{Base, Context, ContextLimits, Entry, EntryKind, Recipe, Step};
 
@@ -137,20 +137,7 @@ pub fn parse_recipe(req: &PushTemplateRequest) -> ApiResult<Recipe> {
 
 /// A manifest entry of the wire as the recipe crate's; 422 for one that is incomplete.
 pub fn entry(e: &ContextEntry) -> ApiResult<Entry> {
-    let bad = |what: &str| AppError::invalid(format!("files: {:?}: {what}", e.path));
-    let kind = match e.kind {
-        ContextEntryKind::File => EntryKind::File {
-            sha256: e.sha256.clone().ok_or_else(|| bad("a file needs sha256"))?,
-            size: e.size.ok_or_else(|| bad("a file needs size"))?,
-        },
-        ContextEntryKind::Dir => EntryKind::Dir,
-        ContextEntryKind::Symlink => EntryKind::Symlink {
-            target: e.target.clone().ok_or_else(|| bad("a symlink needs target"))?,
-            // Computed again by `Context::from_manifest`, never trusted.
-            inside: false,
-        },
-    };
-    Ok(Entry { path: e.path.clone(), mode: e.mode, kind })
+    e.to_entry().map_err(|what| AppError::invalid(format!("files: {:?}: {what}", e.path)))
 }
 
 /// A push checked in full: what to build, on which node template.
