@@ -80,7 +80,7 @@ def _parse(line: str) -> Optional[_Rule]:
         return None
     anchored = "/" in line
     line = line.lstrip("/")
-    return _Rule(re.compile(_glob_to_regex(line) + r"\Z"), negated, dir_only, anchored)
+    return _Rule(re.compile(_glob_to_regex(line) + r"\Z", re.DOTALL), negated, dir_only, anchored)
 
 
 class IgnoreRules:

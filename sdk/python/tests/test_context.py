@@ -51,12 +51,15 @@ def test_scan_lists_files_dirs_and_symlinks_in_byte_order(tree: Path) -> None:
     assert m.files_by_hash[sha(b"data")] in (str(tree / "same-as-data"), str(tree / "tools/sub/data"))
 
 
-def test_a_symlinked_directory_is_not_entered(tree: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_a_symlinked_directory_is_not_entered_and_names_sort_by_bytes(tree: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     outside = tmp_path_factory.mktemp("outside")
     (outside / "secret").write_text("s")
     os.symlink(str(outside), tree / "out")
+    (tree / "\U0001F600").write_text("astral")
+    (tree / "\uFF5E").write_text("bmp")
     paths = [e["path"] for e in scan(str(tree)).entries]
     assert "out" in paths and not any(p.startswith("out/") for p in paths)
+    assert paths[-2:] == ["\uFF5E", "\U0001F600"]  # by their UTF-8 bytes
 
 
 def test_lizardignore_names_dirs_and_globs(tree: Path) -> None:
