@@ -74,6 +74,13 @@ export class Templates {
     const p = buildPath(name, buildId, '/events')
     const resp = await this.#http.request('GET', p, { query: await this.#scope(workspace), timeoutMs })
     const decoder = new TextDecoder()
+    const parse = (line) => {
+      try {
+        return JSON.parse(line)
+      } catch (e) {
+        throw new APIConnectionError(`GET ${p}: a line that is not JSON: ${e.message}`, { cause: e })
+      }
+    }
     let buffered = ''
     try {
       for await (const chunk of resp.body) {
@@ -83,12 +90,7 @@ export class Templates {
           const line = buffered.slice(0, nl).trim()
           buffered = buffered.slice(nl + 1)
           if (!line) continue
-          let event
-          try {
-            event = JSON.parse(line)
-          } catch (e) {
-            throw new APIConnectionError(`GET ${p}: a line that is not JSON: ${e.message}`, { cause: e })
-          }
+          const event = parse(line)
           yield event
           if (event.type === 'done') return
         }
@@ -102,8 +104,9 @@ export class Templates {
     } finally {
       await resp.body?.cancel().catch(() => {})
     }
-    if (buffered.trim()) {
-      const event = JSON.parse(buffered)
+    const last = (buffered + decoder.decode()).trim()
+    if (last) {
+      const event = parse(last)
       yield event
       if (event.type === 'done') return
     }

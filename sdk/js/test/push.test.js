@@ -163,6 +163,15 @@ test('events end after done; a cut stream is an error', async () => {
       assert.deepEqual(got, ['phase', 'step', 'output', 'stepDone', 'done'])
     },
   )
+  // The last line needs no newline.
+  await withServer(
+    () => [200, ndjson(...EVENTS).trimEnd()],
+    async (lz) => {
+      const got = []
+      for await (const e of lz.templates.events('tiny', 'b1')) got.push(e.type)
+      assert.equal(got.at(-1), 'done')
+    },
+  )
   await withServer(
     () => [200, ndjson(...EVENTS.slice(0, 2))],
     async (lz) => {
