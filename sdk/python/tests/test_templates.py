@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import List
+from typing import Iterator, List, Tuple
 
 import pytest
 
 from conftest import Server, wait_for_http
-from lizard import BuildError, BuildEvent, ConflictError, Lizard, NotFoundError
+from lizard import BuildError, BuildEvent, ConflictError, Lizard, NotFoundError, TemplateBuildInfo
 
 RECIPE = """name = "{name}"
 from = "base"
@@ -29,7 +29,7 @@ ready = {{ port = 8000 }}
 def make_dir(root: Path, name: str, run: str) -> Path:
     (root / "site").mkdir(parents=True)
     (root / "site/hello.txt").write_text("hello from a pushed template\n")
-    (root / "notes.tmp").write_text("left out by .lizardignore")
+    (root / "site/notes.tmp").write_text("left out by .lizardignore")
     (root / ".lizardignore").write_text("*.tmp\n")
     (root / "lizard.template.toml").write_text(RECIPE.format(name=name, run=run))
     return root
@@ -53,25 +53,56 @@ def test_get_unknown_is_not_found(lz: Lizard) -> None:
     assert e.value.code == "NOT_FOUND"
 
 
-def test_push_create_and_delete(lz: Lizard, tmp_path: Path, server: Server) -> None:
+@pytest.fixture(scope="module")
+def pushed(lz: Lizard, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[str, TemplateBuildInfo, List[BuildEvent]]]:
+    """One template pushed for the module (deleted by the last test)."""
     name = f"sdk-py-{uuid.uuid4().hex[:6]}"
     events: List[BuildEvent] = []
-    build = lz.templates.push(str(make_dir(tmp_path, name, "echo built > /opt/site/built.txt")), on_event=events.append)
+    root = make_dir(tmp_path_factory.mktemp("push"), name, "echo built > /opt/site/built.txt")
+    build = lz.templates.push(str(root), on_event=events.append)
+    yield name, build, events
+    try:
+        lz.templates.delete(name)
+    except NotFoundError:
+        pass
+
+
+def test_push_builds_and_streams_its_events_in_order(lz: Lizard, pushed: Tuple[str, TemplateBuildInfo, List[BuildEvent]]) -> None:
+    name, build, events = pushed
     assert build.status == "ready" and build.template == name
-    assert [s.index for s in build.steps] == [1, 2] and all(s.status == "ready" for s in build.steps)
-    # The events came in order: each step before its end, `done` last.
+    assert [(s.index, s.status) for s in build.steps] == [(1, "ready"), (2, "ready")]
+    # Each step before its end, `done` last.
     kinds = [(e.type, e.index) for e in events if e.type in ("step", "stepDone", "done")]
-    assert kinds[-1] == ("done", None) and events[-1].type == "done" and events[-1].status == "ready"
-    for index in (1, 2):
-        assert kinds.index(("step", index)) < kinds.index(("stepDone", index)), kinds
-    assert kinds.index(("stepDone", 1)) < kinds.index(("step", 2))
-    # The whole stream can be read again, and the build's status kept.
-    assert [e.type for e in lz.templates.events(name, build.build_id)][-1] == "done"
+    assert events[-1].type == "done" and events[-1].status == "ready" and events[-1].error is None
+    assert kinds.index(("step", 1)) < kinds.index(("stepDone", 1)) < kinds.index(("step", 2)) < kinds.index(("stepDone", 2)), kinds
+    # The whole stream can be read again, and the build's status is kept.
+    assert [(e.type, e.index) for e in lz.templates.events(name, build.build_id) if e.type != "output"][-1] == ("done", None)
     assert lz.templates.get_build(name, build.build_id).status == "ready"
     info = lz.templates.get(name)
     assert info.ready and not info.builtin and info.from_ == "base" and info.build_id == build.build_id
     assert name in [t.name for t in lz.templates.list()]
 
+
+def test_a_failing_step_names_itself_and_the_unchanged_prefix_is_cached(
+    lz: Lizard, pushed: Tuple[str, TemplateBuildInfo, List[BuildEvent]], tmp_path: Path
+) -> None:
+    name = f"sdk-py-fail-{uuid.uuid4().hex[:6]}"
+    seen: List[BuildEvent] = []
+    with pytest.raises(BuildError) as e:
+        lz.templates.push(str(make_dir(tmp_path, name, "echo about to fail; exit 3")), on_event=seen.append)
+    assert e.value.code == "STEP_FAILED" and e.value.step == 2, e.value
+    assert "about to fail" in (e.value.output_tail or "")
+    assert e.value.build.status == "failed" and seen[-1].type == "done" and seen[-1].status == "failed"
+    # Step 1 is the pushed template's first step over the same content: taken from the cache.
+    assert [(s.index, s.cached) for s in e.value.build.steps] == [(1, True), (2, False)]
+    assert not lz.templates.get(name).ready
+    lz.templates.delete(name)
+
+
+def test_create_from_it_and_delete_refused_while_used(
+    lz: Lizard, pushed: Tuple[str, TemplateBuildInfo, List[BuildEvent]], server: Server
+) -> None:
+    name = pushed[0]
     sb = lz.create(name)
     try:
         assert sb.template == name
@@ -88,15 +119,3 @@ def test_push_create_and_delete(lz: Lizard, tmp_path: Path, server: Server) -> N
     lz.templates.delete(name)
     with pytest.raises(NotFoundError):
         lz.templates.get(name)
-
-
-def test_a_failing_step_names_itself(lz: Lizard, tmp_path: Path) -> None:
-    name = f"sdk-py-fail-{uuid.uuid4().hex[:6]}"
-    seen: List[BuildEvent] = []
-    with pytest.raises(BuildError) as e:
-        lz.templates.push(str(make_dir(tmp_path, name, "echo about to fail; exit 3")), on_event=seen.append)
-    assert e.value.code == "STEP_FAILED" and e.value.step == 2, e.value
-    assert "about to fail" in (e.value.output_tail or "")
-    assert e.value.build.status == "failed" and seen[-1].type == "done" and seen[-1].status == "failed"
-    assert not lz.templates.get(name).ready
-    lz.templates.delete(name)
