@@ -51,6 +51,8 @@ pub enum Body {
     Bytes,
     /// Plain text.
     Text,
+    /// Newline-delimited JSON (`application/x-ndjson`): a stream of values of the named type.
+    Ndjson(&'static str),
 }
 
 /// One route.
@@ -127,6 +129,12 @@ pub mod path {
     pub const METRICS: &str = "/v1/metrics";
     pub const VOLUMES: &str = "/v1/volumes";
     pub const VOLUME: &str = "/v1/volumes/{nameOrId}";
+    pub const TEMPLATES: &str = "/v1/templates";
+    pub const TEMPLATE: &str = "/v1/templates/{name}";
+    pub const TEMPLATE_BLOBS_MISSING: &str = "/v1/templates/blobs/missing";
+    pub const TEMPLATE_BLOB: &str = "/v1/templates/blobs/{sha256}";
+    pub const TEMPLATE_BUILD: &str = "/v1/templates/{name}/builds/{buildId}";
+    pub const TEMPLATE_BUILD_EVENTS: &str = "/v1/templates/{name}/builds/{buildId}/events";
 }
 
 const fn route(
@@ -140,7 +148,7 @@ const fn route(
     Route { method, path, request, status, response, errors }
 }
 
-use Body::{Bytes, Empty, Json, JsonList, Text};
+use Body::{Bytes, Empty, Json, JsonList, Ndjson, Text};
 use Method::{Delete, Get, Patch, Post, Put};
 
 /// A read: GET with no body, answering 200 with `response`.
@@ -281,6 +289,47 @@ pub const LIST_VOLUMES: Route = get(path::VOLUMES, JsonList("Volume"), &[Unauthe
 pub const GET_VOLUME: Route = get(path::VOLUME, Json("Volume"), &[Unauthenticated, NotFound, InvalidArgument]);
 pub const DELETE_VOLUME: Route = delete(path::VOLUME, &[Unauthenticated, NotFound, Conflict, InvalidArgument]);
 
+// --- templates ----------------------------------------------------------------------------
+// Templates belong to a workspace: `workspace` (id, slug or name) or `project` (its
+// workspace) in the query (in the body of a push); a key that reaches one workspace may
+// leave both out. A name outside the key's workspaces answers 404.
+
+/// Which of the given content hashes this workspace has not uploaded yet.
+pub const MISSING_TEMPLATE_BLOBS: Route = post(
+    path::TEMPLATE_BLOBS_MISSING,
+    Json("MissingBlobsRequest"),
+    Json("MissingBlobs"),
+    &[Unauthenticated, NotFound, Conflict, InvalidArgument],
+);
+/// The body is one file of a pushed directory; its SHA-256 must be the path's.
+pub const UPLOAD_TEMPLATE_BLOB: Route =
+    route(Put, path::TEMPLATE_BLOB, Bytes, 204, Empty, &[Unauthenticated, NotFound, Conflict, InvalidArgument]);
+/// Starts a build (in the background) of a recipe over the uploaded directory.
+pub const PUSH_TEMPLATE: Route = route(
+    Post,
+    path::TEMPLATES,
+    Json("PushTemplateRequest"),
+    202,
+    Json("TemplateBuildInfo"),
+    &[Unauthenticated, NotFound, Conflict, InvalidArgument],
+);
+/// Built-ins and the templates of the key's workspaces.
+pub const LIST_TEMPLATES: Route =
+    get(path::TEMPLATES, JsonList("TemplateInfo"), &[Unauthenticated, NotFound, Conflict, InvalidArgument]);
+pub const GET_TEMPLATE: Route =
+    get(path::TEMPLATE, Json("TemplateInfo"), &[Unauthenticated, NotFound, Conflict, InvalidArgument]);
+/// Refused while sandboxes use it (409) and for built-ins (403).
+pub const DELETE_TEMPLATE: Route =
+    delete(path::TEMPLATE, &[Unauthenticated, Forbidden, NotFound, Conflict, InvalidArgument]);
+pub const GET_TEMPLATE_BUILD: Route =
+    get(path::TEMPLATE_BUILD, Json("TemplateBuildInfo"), &[Unauthenticated, NotFound, Conflict, InvalidArgument]);
+/// The build's events from the first, following it until `done`.
+pub const TEMPLATE_BUILD_EVENTS: Route =
+    get(path::TEMPLATE_BUILD_EVENTS, Ndjson("BuildEvent"), &[Unauthenticated, NotFound, Conflict, InvalidArgument]);
+/// Cancels a queued or running build (a finished one answers 409).
+pub const CANCEL_TEMPLATE_BUILD: Route =
+    delete(path::TEMPLATE_BUILD, &[Unauthenticated, NotFound, Conflict, InvalidArgument]);
+
 /// Every route of the control plane (`lizard server`), as its OpenAPI document lists them.
 pub const SERVER: &[Route] = &[
     HEALTH,
@@ -324,6 +373,15 @@ pub const SERVER: &[Route] = &[
     LIST_VOLUMES,
     GET_VOLUME,
     DELETE_VOLUME,
+    MISSING_TEMPLATE_BLOBS,
+    UPLOAD_TEMPLATE_BLOB,
+    PUSH_TEMPLATE,
+    LIST_TEMPLATES,
+    GET_TEMPLATE,
+    DELETE_TEMPLATE,
+    GET_TEMPLATE_BUILD,
+    TEMPLATE_BUILD_EVENTS,
+    CANCEL_TEMPLATE_BUILD,
 ];
 
 /// The node's own API (local mode, on a Unix socket): the sandbox routes without tenancy,

@@ -86,6 +86,12 @@ pub struct PushTemplateRequest {
     /// The pushed directory; every file's content must have been uploaded.
     #[serde(default)]
     pub files: Vec<ContextEntry>,
+    /// The workspace the template belongs to (id, slug or name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// A project (id, slug or name) whose workspace the template belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
 }
 
 /// Where a build stands.

@@ -46,13 +46,39 @@ impl Bench {
 
     /// One request on `route` (method and path from the route table), `args` filling its
     /// path parameters.
-    async fn call(&self, route: &Route, args: &[&str], body: Option<Value>) -> Result<Value> {
+    pub(crate) async fn call(&self, route: &Route, args: &[&str], body: Option<Value>) -> Result<Value> {
+        self.send(route, args, "", |req| match body {
+            Some(b) => req.json(&b),
+            None => req,
+        })
+        .await
+    }
+
+    /// [`Bench::call`] about the bench's project (`?project=bench`).
+    pub(crate) async fn call_in_project(&self, route: &Route, args: &[&str], body: Option<Value>) -> Result<Value> {
+        self.send(route, args, "?project=bench", |req| match body {
+            Some(b) => req.json(&b),
+            None => req,
+        })
+        .await
+    }
+
+    /// `bytes` as the raw body of `route`, about the bench's project.
+    pub(crate) async fn upload(&self, route: &Route, args: &[&str], bytes: Vec<u8>) -> Result<Value> {
+        self.send(route, args, "?project=bench", |req| req.body(bytes)).await
+    }
+
+    async fn send(
+        &self,
+        route: &Route,
+        args: &[&str],
+        query: &str,
+        body: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Result<Value> {
         let (method, path) = (route.method.as_str(), route.uri(args));
-        let mut req =
-            self.client.request(method.parse()?, format!("{}{path}", self.base)).header("x-api-key", &self.key);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
+        let req =
+            self.client.request(method.parse()?, format!("{}{path}{query}", self.base)).header("x-api-key", &self.key);
+        let req = body(req);
         let resp = req.send().await?;
         let status = resp.status();
         let bytes = resp.bytes().await?;

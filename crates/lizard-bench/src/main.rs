@@ -10,7 +10,7 @@
 //! Lizard's overhead is visible apart from the guest's process start); write and read
 //! throughput of a 64 MiB file. Prints a Markdown table of percentiles.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use bytes::Bytes;
 use clap::Parser;
 use futures_util::StreamExt;
@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 mod api;
+mod templates;
 
 #[derive(Parser)]
 struct Args {
@@ -66,6 +67,10 @@ struct Args {
     /// API: forks to time.
     #[arg(long, default_value_t = 3)]
     fork_rounds: usize,
+    /// API: time template pushes (cold cache, one changed step, push → first sandbox) and
+    /// the pushed template's size on disk over its base.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pushes: bool,
     /// Also time restored creates on a node without sandbox networking, to show what the
     /// network (namespace, links, rules, DNS relay) adds to a create. Needs root.
     #[arg(long)]
@@ -278,6 +283,29 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
         rows.push(
             Summary::new(forks).row(&format!("API: fork a running sandbox into {} copies", args.fork_copies), "ms"),
         );
+    }
+    if args.pushes {
+        let image = lizard_image::ImageStore::new(image_root)
+            .cached_builtin(t)?
+            .context("the base template is built (the API benchmarks created sandboxes of it)")?;
+        let p = warm.template_pushes(t, &image.rootfs).await?;
+        rows.push(Summary::new(vec![p.cold_ms]).row(
+            "API: `lizard push` of a 5-step template, cold cache (apt, copy, run, env, run; start command)",
+            "ms",
+        ));
+        let (cached, total) = p.cached;
+        rows.push(
+            Summary::new(vec![p.one_changed_ms]).row(
+                &format!("API: the same push with its last step changed ({cached} of {total} steps cached)"),
+                "ms",
+            ),
+        );
+        rows.push(
+            Summary::new(vec![p.push_to_sandbox_ms])
+                .row("API: push (last step changed) → first sandbox of it answers an exec", "ms"),
+        );
+        rows.push(Summary::new(vec![p.layer_mib]).row("… the pushed template's own layers on disk", "MiB"));
+        rows.push(Summary::new(vec![p.base_mib]).row("… its base's image on disk, for comparison", "MiB"));
     }
     Ok(rows)
 }

@@ -7,8 +7,8 @@
 //! - **server** (`LIZARD_API_URL=http://HOST:PORT`): a Lizard server over HTTP/1.1,
 //!   authenticated with `X-API-Key: $LIZARD_API_KEY`.
 //!
-//! The tenancy commands (`whoami`, `workspace`, `project`, `key`, `region`, `volume`)
-//! exist in server mode only. `lizard server` runs the server itself.
+//! The tenancy commands (`whoami`, `workspace`, `project`, `key`, `region`, `volume`) and
+//! the template commands (`push`, `template`) exist in server mode only. `lizard server` runs the server itself.
 
 pub mod billing;
 pub mod client;
@@ -18,6 +18,7 @@ pub mod output;
 pub mod sandbox;
 #[cfg(feature = "node")]
 pub mod server;
+pub mod templates;
 pub mod tenancy;
 
 use anyhow::{anyhow, Result};
@@ -30,7 +31,7 @@ use std::path::PathBuf;
 #[command(after_help = "\
 Modes: without LIZARD_API_URL, `lizard sandbox …` drives the local node (started on demand).
 With LIZARD_API_URL=http://HOST:PORT (and LIZARD_API_KEY), every command talks to that Lizard
-server; whoami, workspace, project, key, region, volume, billing and metrics need one
+server; whoami, workspace, project, key, region, volume, push, template, billing and metrics need one
 (`lizard billing credit` excepted: it opens <data-dir>/lizard.db).")]
 pub struct Cli {
     /// Where images and sandboxes live [default: /var/lib/lizard as root, else $XDG_DATA_HOME/lizard]
@@ -89,6 +90,11 @@ pub enum Command {
     /// Volumes: disks that outlive sandboxes.
     #[command(subcommand)]
     Volume(tenancy::VolumeCmd),
+    /// Build a template from a directory (lizard.template.toml or a Dockerfile) on the server.
+    Push(templates::PushArgs),
+    /// Templates: the built-ins and your workspaces' pushed ones, and their builds.
+    #[command(subcommand)]
+    Template(templates::TemplateCmd),
     /// The account's balance, ledger and spend (unscoped keys); operator credits.
     #[command(subcommand)]
     Billing(billing::BillingCmd),
@@ -106,10 +112,13 @@ pub enum NodeCmd {
 #[cfg(feature = "node")]
 #[derive(Subcommand, Debug)]
 pub enum ImagesCmd {
-    /// Build (or verify the cache of) the kernel, initramfs and template images ahead of time.
+    /// Build (or verify the cache of) the kernel, initramfs and built-in templates ahead of
+    /// time (a built-in's steps run in a build VM, shown step by step).
     Build {
         /// Templates to build [default: all]
         templates: Vec<String>,
+        #[command(flatten)]
+        node: local::NodeOpts,
     },
     /// List the templates this build knows.
     List,
@@ -217,8 +226,8 @@ pub async fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         #[cfg(feature = "node")]
-        Command::Images(ImagesCmd::Build { templates }) => {
-            local::build_images(ctx.data_dir, templates).await.map(|_| 0)
+        Command::Images(ImagesCmd::Build { templates, node }) => {
+            local::build_images(ctx.data_dir, templates, node).await.map(|_| 0)
         }
         Command::Sandbox(sandbox::SandboxCmd::Exec(args)) => {
             // `exec` exits with the command's status; Lizard's own failures are 125.
@@ -246,6 +255,8 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Key(cmd) => tenancy::key(&ctx.require_server("key")?, cmd, ctx.json).await.map(|_| 0),
         Command::Region(cmd) => tenancy::region(&ctx.require_server("region")?, cmd, ctx.json).await.map(|_| 0),
         Command::Volume(cmd) => tenancy::volume(&ctx.require_server("volume")?, cmd, ctx.json).await.map(|_| 0),
+        Command::Push(args) => templates::push(&ctx.require_server("push")?, args, ctx.json).await,
+        Command::Template(cmd) => templates::run(&ctx.require_server("template")?, cmd, ctx.json).await,
         #[cfg(feature = "node")]
         Command::Billing(cmd @ billing::BillingCmd::Credit { .. }) => {
             billing::credit(&ctx.data_dir, cmd, ctx.json).await.map(|_| 0)

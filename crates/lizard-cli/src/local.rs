@@ -29,6 +29,11 @@ pub struct NodeOpts {
     /// Seconds a cold boot may take before it is abandoned.
     #[arg(long, default_value_t = 60)]
     pub boot_timeout: u64,
+    /// Names of this node's network namespaces and host links start with this [default:
+    /// lizard- and lzv]. Several nodes on one host each need their own: a node sweeps
+    /// leftovers with its prefixes at start. At most 10 of [a-z0-9-].
+    #[arg(long, value_name = "PREFIX", env = "LIZARD_NET_PREFIX")]
+    pub net_prefix: Option<String>,
 }
 
 impl NodeOpts {
@@ -37,6 +42,10 @@ impl NodeOpts {
         config.boot_timeout = Duration::from_secs(self.boot_timeout);
         if let Some(a) = &self.agent {
             config.agent_bin = a.clone();
+        }
+        if let (Some(prefix), Some(net)) = (&self.net_prefix, config.network.as_mut()) {
+            net.netns_prefix = prefix.clone();
+            net.link_prefix = prefix.clone();
         }
     }
 }
@@ -119,25 +128,71 @@ pub async fn connect(data_dir: &Path) -> Result<ApiClient> {
     bail!("the local node did not start; see {}", data_dir.join("node.log").display())
 }
 
-/// `lizard images build`: build everything in this process, with progress bars.
-pub async fn build_images(data_dir: PathBuf, templates: Vec<String>) -> Result<()> {
+/// `lizard images build`: kernel, initramfs and built-in templates, in this process.
+/// A built-in that is not cached is built like any template: its Debian root on the host,
+/// its steps in a build VM of a node whose scratch directory is `<data>/images-build`.
+/// Every step is shown as it starts, with the template, the step and the elapsed time,
+/// and the failing step's output when one fails.
+pub async fn build_images(data_dir: PathBuf, templates: Vec<String>, node_opts: NodeOpts) -> Result<()> {
     let templates = if templates.is_empty() {
         lizard_image::ImageStore::template_names().into_iter().map(String::from).collect()
     } else {
         templates
     };
-    let agent = lizard_node::default_agent_bin();
-    tokio::task::spawn_blocking(move || -> Result<()> {
-        let store = lizard_image::ImageStore::new(&data_dir);
-        let kernel = store.kernel()?;
-        eprintln!("kernel {} ({})", kernel.version, kernel.vmlinux.display());
-        let initramfs = store.initramfs(&kernel, &agent)?;
-        eprintln!("initramfs {}", initramfs.path.display());
-        for t in templates {
-            let img = store.template(&t)?;
-            eprintln!("template {t}: {}", img.rootfs.display());
+    let mut config = NodeConfig::new(data_dir.join("images-build"));
+    config.image_root = data_dir.clone();
+    config.snapshots = false;
+    node_opts.apply(&mut config);
+    let node = Node::start(config).await?;
+    // SIGINT/SIGTERM cancel the build, which removes its VM and layers.
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let on_signal = cancel.clone();
+    let shutdown = shutdown_signal()?;
+    tokio::spawn(async move {
+        shutdown.await;
+        on_signal.cancel();
+    });
+    for name in templates {
+        let started = Instant::now();
+        eprintln!("==> template {name}");
+        let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let show = tokio::spawn(async move {
+            while let Some(event) = rx.recv().await {
+                print_build_event(&event, started);
+            }
+        });
+        let built = node.prepare_reporting(&name, &events, &cancel).await;
+        drop(events);
+        let _ = show.await;
+        built.with_context(|| format!("build template {name}"))?;
+        eprintln!("==> template {name} ready ({:.0} s)", started.elapsed().as_secs_f64());
+    }
+    node.shutdown().await;
+    Ok(())
+}
+
+/// One line per build event on stderr: steps with their place and the elapsed time, the
+/// step's output indented.
+fn print_build_event(event: &lizard_api::templates::BuildEvent, started: Instant) {
+    use lizard_api::templates::BuildEvent;
+    let elapsed = started.elapsed().as_secs();
+    match event {
+        BuildEvent::Step { index, total, description, cached } => {
+            let cached = if *cached { " (cached)" } else { "" };
+            eprintln!("  [{elapsed:>4} s] step {index}/{total}: {description}{cached}");
         }
-        Ok(())
-    })
-    .await?
+        BuildEvent::Output { data, .. } => {
+            for line in data.lines() {
+                eprintln!("             | {line}");
+            }
+        }
+        BuildEvent::StepDone { index, duration_ms } => {
+            eprintln!("  [{elapsed:>4} s] step {index} done in {:.1} s", *duration_ms as f64 / 1000.0);
+        }
+        BuildEvent::Phase { message } => eprintln!("  [{elapsed:>4} s] {message}"),
+        BuildEvent::Done { status, error } => match error {
+            Some(e) => eprintln!("  [{elapsed:>4} s] {status:?}: {} {}", e.code, e.message),
+            None => eprintln!("  [{elapsed:>4} s] {status:?}"),
+        },
+    }
 }

@@ -4,6 +4,12 @@
 //! cargo run -p lizard-image --example build-images -- <data_dir> <agent_binary> [template...]
 //! ```
 //!
+//! For each built-in named, this builds the Debian root at its bottom (its steps run in
+//! build VMs: `lizard images build` does the whole template).
+//!
+//! ```text
+//! ```
+//!
 //! Logs each build step with its duration (`RUST_LOG=debug` shows the tools it runs).
 
 use std::path::PathBuf;
@@ -24,8 +30,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let initramfs = store.initramfs(&kernel, &PathBuf::from(agent))?;
     println!("initramfs  {}", initramfs.path.display());
     for name in args {
-        let template = store.template(&name.to_string_lossy())?;
-        println!("template   {} {}", template.name, template.rootfs.display());
+        let mut recipe = lizard_image::ImageStore::builtin_recipe(&name.to_string_lossy())?;
+        while let lizard_recipe::Base::Template(parent) = &recipe.from {
+            recipe = lizard_image::ImageStore::builtin_recipe(parent)?;
+        }
+        if let lizard_recipe::Base::Debian(debian) = &recipe.from {
+            let image = store.debian_base(debian, recipe.build.disk_gb)?;
+            println!("debian     {} {}", debian.debian, image.rootfs.display());
+        }
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ pub enum ImageError {
     #[error("unknown template {0:?} (known templates: {known})", known = crate::ImageStore::template_names().join(", "))]
     UnknownTemplate(String),
 
-    /// A template recipe is malformed (bad TOML, unknown `extends`, a cycle, ...).
+    /// A built-in recipe is malformed, or a Debian base names a bad suite or package.
     #[error("template recipe {name:?}: {reason}")]
     Recipe { name: String, reason: String },
 

@@ -5,16 +5,20 @@
 //!   vsock modules the guest must load, with their dependency order;
 //! - the **initramfs** ([`ImageStore::initramfs`]): the agent as `/init`, those modules and
 //!   their load order, as an uncompressed `newc` cpio;
-//! - **templates** ([`ImageStore::template`]): ext4 root filesystems built with mmdebstrap
-//!   from the recipes in the repository's `templates/` directory.
+//! - **built-in templates**: their recipes (the repository's `templates/<name>/`), the
+//!   Debian root at their bottom ([`ImageStore::debian_base`], mmdebstrap on the host) and
+//!   the finished, flattened images ([`ImageStore::cached_builtin`]; the node runs the
+//!   recipes' steps in build VMs and publishes the result with
+//!   [`ImageStore::publish_builtin`]).
 //!
 //! Everything lives under `<data_dir>/images/`:
 //!
 //! ```text
 //! images/kernel/<package_version>/{vmlinux, modules/<name>.ko, kernel.json}
 //! images/initramfs/<hash>.cpio
-//! images/templates/<name>/<hash>/{rootfs.ext4, template.json}
-//! images/.lock-kernel, .lock-initramfs, .lock-template-<name>
+//! images/debian/<hash>/{rootfs.ext4, debian.json}
+//! images/templates/<name>/<key>/{rootfs.ext4, template.json}
+//! images/.lock-kernel, .lock-initramfs, .lock-debian, .lock-template-<name>
 //! ```
 //!
 //! Artefacts are built in a `.tmp-*` path next to their final place, synced, and renamed,
@@ -45,7 +49,7 @@ pub use error::ImageError;
 pub use initramfs::{Initramfs, MODULES_DIR, MODULES_ORDER_PATH};
 pub use kernel::{Kernel, KernelModule, KERNEL_METAPACKAGE};
 pub use modules::WANTED_MODULES;
-pub use template::{Recipe, ResolvedRecipe, TemplateImage, DEFAULT_DISK_GB, HOST_CA_BUNDLE, SUITE};
+pub use template::{BuiltinLock, BuiltinOutcome, DebianImage, TemplateImage, HOST_CA_BUNDLE};
 
 /// How long a resolved kernel package version is trusted before apt is asked again.
 /// apt's answer only changes after an `apt-get update`, and asking costs ~0.5 s on hosts

@@ -1,17 +1,22 @@
-//! Templates: recipes (TOML, embedded from the repository's `templates/` directory) and the
-//! ext4 root filesystems built from them.
+//! Built-in templates, host side: their recipes (the repository's
+//! `templates/<name>/lizard.template.toml`, compiled in), the Debian root file systems at
+//! the bottom of them, and the cache of finished built-ins.
 //!
-//! A build runs `mmdebstrap` into a temporary tree, adjusts it for a sandbox (host CA
-//! bundle, empty machine-id, hostname, hosts, no apt lists), and packs it with
-//! `mkfs.ext4 -d` into a sparse image:
+//! A built-in is built like any pushed template: the node runs its steps in a build
+//! microVM. Only the part with trusted, pinned inputs happens on the host: `mmdebstrap` of
+//! a Debian suite into a temporary tree, sandbox adjustments (host CA bundle, empty
+//! machine-id, hostname, hosts, no apt lists), and `mkfs.ext4 -d` into a sparse image. The
+//! node flattens the finished layers into one raw image, published here:
 //!
 //! ```text
-//! <data>/images/templates/<name>/<hash>/rootfs.ext4
-//!                                      /template.json   (written last: marks it complete)
+//! <data>/images/debian/<hash>/{rootfs.ext4, debian.json}
+//! <data>/images/templates/<name>/<key>/{rootfs.ext4, template.json}   (json written last)
 //! ```
 //!
-//! The hash covers the resolved recipe, the CA bundle and [`TEMPLATE_FORMAT`], so editing a
-//! recipe or changing the bundle gives a new image while the old one stays usable.
+//! A Debian image's hash covers the suite, the packages, mmdebstrap's options, the disk
+//! size, the CA bundle and [`TEMPLATE_FORMAT`]; a built-in's key covers its recipe and its
+//! base's hash or key. Editing a recipe or changing the bundle gives a new image while the
+//! old one stays usable.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -19,16 +24,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use lizard_recipe::{Base, DebianBase, Recipe, StartSpec, TemplateConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::util::{self, BuildLock, Hasher, Step};
 use crate::{ImageError, ImageStore};
 
 /// Bumped whenever the build steps change in a way that changes the image.
-const TEMPLATE_FORMAT: u32 = 2;
-
-/// The Debian release every template is built from.
-pub const SUITE: &str = "bookworm";
+const TEMPLATE_FORMAT: u32 = 3;
 
 /// The default CA bundle installed into templates: the host's.
 pub const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
@@ -36,13 +39,17 @@ pub const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// Path of the CA bundle inside the guest (Debian's).
 const GUEST_CA_BUNDLE: &str = "etc/ssl/certs/ca-certificates.crt";
 
-/// mmdebstrap's options besides the package list; part of the template hash.
+/// mmdebstrap's options besides the suite and package list; part of the image hash.
+/// mmdebstrap also writes the apt and dpkg options into the image, so apt inside a build VM
+/// follows them too.
 const MMDEBSTRAP_OPTIONS: &[&str] = &[
     "--variant=apt",
     "--mode=root",
     "--aptopt=Acquire::Retries \"3\"",
-    // Sandboxes need no manuals or translations (about 60 MB); keep the licences. The
-    // settings stay in /etc/dpkg/dpkg.cfg.d, so packages installed later follow them too.
+    // Debian's testing suites carry a `Valid-Until` a few weeks ahead that a mirror's copy
+    // can outlive; the archive signature is still checked.
+    "--aptopt=Acquire::Check-Valid-Until \"false\"",
+    // Sandboxes need no manuals or translations (about 60 MB); keep the licences.
     "--dpkgopt=path-exclude=/usr/share/man/*",
     "--dpkgopt=path-exclude=/usr/share/info/*",
     "--dpkgopt=path-exclude=/usr/share/doc/*",
@@ -51,143 +58,233 @@ const MMDEBSTRAP_OPTIONS: &[&str] = &[
     "--dpkgopt=path-include=/usr/share/locale/locale.alias",
 ];
 
-/// The recipes compiled into the binary, by name.
+/// The built-in recipes compiled into the binary, by name.
 const RECIPES: &[(&str, &str)] = &[
-    ("base", include_str!("../../../templates/base.toml")),
-    ("code-interpreter-v1", include_str!("../../../templates/code-interpreter-v1.toml")),
+    ("base", include_str!("../../../templates/base/lizard.template.toml")),
+    ("code-interpreter-v1", include_str!("../../../templates/code-interpreter-v1/lizard.template.toml")),
 ];
 
-/// Default size of a template's file system, in GiB.
-pub const DEFAULT_DISK_GB: u64 = 4;
-
-/// A recipe file as written (`templates/<name>.toml`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Recipe {
-    pub name: String,
-    pub description: String,
-    /// Another template whose packages (and, unless overridden, settings) are included.
-    #[serde(default)]
-    pub extends: Option<String>,
-    /// Debian packages to install on top of mmdebstrap's `apt` variant.
-    #[serde(default)]
-    pub packages: Vec<String>,
-    /// Size of the ext4 file system; inherited, else [`DEFAULT_DISK_GB`].
-    #[serde(default)]
-    pub disk_gb: Option<u64>,
-    /// Sandboxes of this template always cold-boot (no snapshot clone); inherited, else false.
-    #[serde(default)]
-    pub cold_boot_only: Option<bool>,
-}
-
-/// A recipe with `extends` applied: what a build actually uses (and what is hashed).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResolvedRecipe {
-    pub name: String,
-    pub description: String,
-    /// The `extends` chain, root first, ending with this template.
-    pub lineage: Vec<String>,
-    /// Packages of the whole chain, parents first, without duplicates.
-    pub packages: Vec<String>,
-    pub disk_gb: u64,
-    pub cold_boot_only: bool,
-}
-
-/// A built template root filesystem.
+/// A finished template root filesystem: a built-in, flattened to one raw image.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TemplateImage {
     pub name: String,
-    /// Raw ext4 image (sparse); sandboxes get copy-on-write clones of it.
+    /// Raw ext4 image (sparse); sandboxes get copy-on-write overlays of it.
     pub rootfs: PathBuf,
-    /// SHA-256 (hex) over the resolved recipe, the CA bundle and the build format.
+    /// The built-in's key: its recipe and everything below it.
     pub hash: String,
     pub disk_gb: u64,
-    pub cold_boot_only: bool,
     pub description: String,
+    /// Environment, directory and user of its processes (its recipe over its base's).
+    pub config: TemplateConfig,
+    /// The process every sandbox of it starts with, running in its snapshot.
+    pub start: Option<StartSpec>,
 }
 
-/// `template.json`.
+/// A Debian root file system made on the host: the bottom of a built-in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DebianImage {
+    /// Raw ext4 image (sparse).
+    pub rootfs: PathBuf,
+    pub hash: String,
+}
+
+/// `debian.json`.
 #[derive(Debug, Serialize, Deserialize)]
-struct TemplateMeta {
+struct DebianMeta {
     format: u32,
     hash: String,
-    suite: String,
-    recipe: ResolvedRecipe,
+    base: DebianBase,
+    disk_gb: u32,
     /// Where the CA bundle came from (`None`: Debian's own).
     ca_bundle: Option<PathBuf>,
     build_seconds: f64,
 }
 
-/// The recipe text compiled in for `name`.
-fn embedded(name: &str) -> Option<&'static str> {
-    RECIPES.iter().find(|(n, _)| *n == name).map(|(_, text)| *text)
+/// `template.json` of a finished built-in.
+#[derive(Debug, Serialize, Deserialize)]
+struct BuiltinMeta {
+    format: u32,
+    key: String,
+    recipe: Recipe,
+    config: TemplateConfig,
+    start: Option<StartSpec>,
+    build_seconds: f64,
 }
 
-/// Resolves `name` and its `extends` chain using `source` to look recipes up.
-pub fn resolve_recipe_with<'a>(
-    name: &str,
-    source: impl Fn(&str) -> Option<&'a str>,
-) -> Result<ResolvedRecipe, ImageError> {
-    // Walk up the chain first, child to root.
-    let mut chain: Vec<Recipe> = Vec::new();
-    let mut next = Some(name.to_owned());
-    while let Some(current) = next {
-        if chain.iter().any(|r| r.name == current) {
-            let path: Vec<_> = chain.iter().map(|r| r.name.as_str()).collect();
+/// What a finished built-in carries besides its disk, for [`ImageStore::publish_builtin`].
+#[derive(Debug, Clone)]
+pub struct BuiltinOutcome {
+    pub config: TemplateConfig,
+    pub start: Option<StartSpec>,
+    pub build_seconds: f64,
+}
+
+/// Held while a built-in is built, so that concurrent processes build it once.
+pub struct BuiltinLock(#[allow(dead_code)] BuildLock);
+
+impl ImageStore {
+    /// The names of the templates compiled into this binary.
+    pub fn template_names() -> Vec<&'static str> {
+        RECIPES.iter().map(|(name, _)| *name).collect()
+    }
+
+    /// The recipe of built-in `name`.
+    pub fn builtin_recipe(name: &str) -> Result<Recipe, ImageError> {
+        let text = RECIPES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, text)| *text)
+            .ok_or_else(|| ImageError::UnknownTemplate(name.into()))?;
+        let recipe =
+            Recipe::from_toml(text).map_err(|e| ImageError::Recipe { name: name.into(), reason: e.to_string() })?;
+        if recipe.name != name {
             return Err(ImageError::Recipe {
                 name: name.into(),
-                reason: format!("`extends` cycle: {} -> {current}", path.join(" -> ")),
+                reason: format!("`name = {:?}` does not match", recipe.name),
             });
         }
-        let text = source(&current).ok_or_else(|| {
-            if chain.is_empty() {
-                ImageError::UnknownTemplate(current.clone())
-            } else {
-                ImageError::Recipe {
-                    name: chain[chain.len() - 1].name.clone(),
-                    reason: format!("extends unknown template {current:?}"),
-                }
-            }
-        })?;
-        let recipe = parse_recipe(&current, text)?;
-        next = recipe.extends.clone();
-        chain.push(recipe);
+        Ok(recipe)
     }
 
-    let own = &chain[0];
-    let mut seen = BTreeSet::new();
-    let mut packages = Vec::new();
-    for recipe in chain.iter().rev() {
-        for package in &recipe.packages {
-            if seen.insert(package.clone()) {
-                packages.push(package.clone());
-            }
+    fn ca_bundle_bytes(&self) -> Result<Option<Vec<u8>>, ImageError> {
+        match &self.ca_bundle {
+            Some(path) => Ok(Some(fs::read(path).map_err(ImageError::io("read CA bundle", path))?)),
+            None => Ok(None),
         }
     }
-    Ok(ResolvedRecipe {
-        name: own.name.clone(),
-        description: own.description.clone(),
-        lineage: chain.iter().rev().map(|r| r.name.clone()).collect(),
-        packages,
-        disk_gb: chain.iter().find_map(|r| r.disk_gb).unwrap_or(DEFAULT_DISK_GB),
-        cold_boot_only: chain.iter().find_map(|r| r.cold_boot_only).unwrap_or(false),
-    })
-}
 
-/// Parses and validates one recipe file.
-fn parse_recipe(file_name: &str, text: &str) -> Result<Recipe, ImageError> {
-    let bad = |reason: String| ImageError::Recipe { name: file_name.into(), reason };
-    let recipe: Recipe = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
-    if recipe.name != file_name {
-        return Err(bad(format!("`name = {:?}` does not match the file name", recipe.name)));
+    /// The hash a Debian image of `base` at `disk_gb` GiB would have.
+    pub fn debian_hash(&self, base: &DebianBase, disk_gb: u32) -> Result<String, ImageError> {
+        Ok(debian_hash(base, disk_gb, self.ca_bundle_bytes()?.as_deref()))
     }
-    if let Some(p) = recipe.packages.iter().find(|p| !is_package_name(p)) {
-        return Err(bad(format!("{p:?} is not a Debian package name")));
+
+    /// The Debian root file system of `base` (cached by its hash; a build takes a minute or
+    /// so and holds `<data>/images/.lock-debian`).
+    pub fn debian_base(&self, base: &DebianBase, disk_gb: u32) -> Result<DebianImage, ImageError> {
+        check_debian_base(base)?;
+        let ca_bundle = self.ca_bundle_bytes()?;
+        let hash = debian_hash(base, disk_gb, ca_bundle.as_deref());
+        let parent = self.images_dir().join("debian");
+        let dir = parent.join(&hash);
+        let cached = |dir: &Path| -> Option<DebianImage> {
+            let meta: DebianMeta = util::read_meta(&dir.join("debian.json"))?;
+            let rootfs = dir.join("rootfs.ext4");
+            (meta.hash == hash && rootfs.is_file()).then(|| DebianImage { rootfs, hash: hash.clone() })
+        };
+        if let Some(image) = cached(&dir) {
+            return Ok(image);
+        }
+        let _lock = BuildLock::acquire(&self.images_dir(), "debian")?;
+        if let Some(image) = cached(&dir) {
+            return Ok(image);
+        }
+        util::remove_stale_temps(&parent);
+        let started = Instant::now();
+        let tmp = util::temp_dir_in(&parent)?;
+        let out = tmp.path().join("out");
+        fs::create_dir(&out).map_err(ImageError::io("create directory", &out))?;
+        build_rootfs(base, disk_gb, ca_bundle.as_deref(), tmp.path(), &out.join("rootfs.ext4"))?;
+        let meta = DebianMeta {
+            format: TEMPLATE_FORMAT,
+            hash: hash.clone(),
+            base: base.clone(),
+            disk_gb,
+            ca_bundle: self.ca_bundle.clone(),
+            build_seconds: started.elapsed().as_secs_f64(),
+        };
+        util::write_meta(&out.join("debian.json"), &meta)?;
+        util::publish(&out, &dir)?;
+        tracing::info!(suite = %base.debian, %hash, seconds = meta.build_seconds, "Debian root file system built");
+        cached(&dir).ok_or_else(|| ImageError::Metadata {
+            path: dir.join("debian.json"),
+            reason: "incomplete after build".into(),
+        })
     }
-    if let Some(gb) = recipe.disk_gb.filter(|gb| !(1..=1024).contains(gb)) {
-        return Err(bad(format!("disk_gb = {gb} is outside 1..=1024")));
+
+    /// The cache key of built-in `name`: its recipe and its base's hash (a Debian image) or
+    /// key (another built-in).
+    pub fn builtin_key(&self, name: &str) -> Result<String, ImageError> {
+        let recipe = Self::builtin_recipe(name)?;
+        let below = match &recipe.from {
+            Base::Debian(debian) => format!("debian:{}", self.debian_hash(debian, recipe.build.disk_gb)?),
+            Base::Template(parent) if parent == name => {
+                return Err(ImageError::Recipe { name: name.into(), reason: "`from` names itself".into() })
+            }
+            Base::Template(parent) => format!("builtin:{}", self.builtin_key(parent)?),
+        };
+        let recipe_json = serde_json::to_string(&recipe).expect("a recipe serializes");
+        let mut h = Hasher::default();
+        h.part(TEMPLATE_FORMAT.to_le_bytes()).part(below).part(recipe_json);
+        Ok(h.hex())
     }
-    Ok(recipe)
+
+    fn builtin_dir(&self, name: &str, key: &str) -> PathBuf {
+        self.images_dir().join("templates").join(name).join(key)
+    }
+
+    /// Built-in `name` if it is built for its current recipe, else `None`.
+    pub fn cached_builtin(&self, name: &str) -> Result<Option<TemplateImage>, ImageError> {
+        let key = self.builtin_key(name)?;
+        let dir = self.builtin_dir(name, &key);
+        let Some(meta) = util::read_meta::<BuiltinMeta>(&dir.join("template.json")) else { return Ok(None) };
+        let rootfs = dir.join("rootfs.ext4");
+        if meta.key != key || meta.format != TEMPLATE_FORMAT || !rootfs.is_file() {
+            return Ok(None);
+        }
+        Ok(Some(TemplateImage {
+            name: meta.recipe.name,
+            rootfs,
+            hash: key,
+            disk_gb: meta.recipe.build.disk_gb.into(),
+            description: meta.recipe.description,
+            config: meta.config,
+            start: meta.start,
+        }))
+    }
+
+    /// Take the build lock of built-in `name`; re-check [`ImageStore::cached_builtin`] once
+    /// it is held.
+    pub fn lock_builtin(&self, name: &str) -> Result<BuiltinLock, ImageError> {
+        Ok(BuiltinLock(BuildLock::acquire(&self.images_dir(), &format!("template-{name}"))?))
+    }
+
+    /// Publish built-in `name` under `key` from its finished disk (`disk`, a raw or qcow2
+    /// image, flattened here into one sparse raw image).
+    pub fn publish_builtin(
+        &self,
+        name: &str,
+        key: &str,
+        disk: &Path,
+        outcome: BuiltinOutcome,
+    ) -> Result<TemplateImage, ImageError> {
+        let recipe = Self::builtin_recipe(name)?;
+        let dir = self.builtin_dir(name, key);
+        let parent = dir.parent().expect("a template dir has a parent").to_path_buf();
+        util::remove_stale_temps(&parent);
+        let tmp = util::temp_dir_in(&parent)?;
+        let out = tmp.path().join("out");
+        fs::create_dir(&out).map_err(ImageError::io("create directory", &out))?;
+        let step = Step::start(format!("flattening template {name}"));
+        let mut cmd = Command::new("qemu-img");
+        cmd.args(["convert", "-O", "raw"]).arg(disk).arg(out.join("rootfs.ext4"));
+        util::run(&mut cmd, "apt-get install qemu-utils")?;
+        step.finish();
+        let meta = BuiltinMeta {
+            format: TEMPLATE_FORMAT,
+            key: key.into(),
+            recipe,
+            config: outcome.config,
+            start: outcome.start,
+            build_seconds: outcome.build_seconds,
+        };
+        util::write_meta(&out.join("template.json"), &meta)?;
+        util::publish(&out, &dir)?;
+        tracing::info!(template = name, %key, seconds = meta.build_seconds, "built-in template published");
+        self.cached_builtin(name)?.ok_or_else(|| ImageError::Metadata {
+            path: dir.join("template.json"),
+            reason: "incomplete after build".into(),
+        })
+    }
 }
 
 /// Debian policy: lower-case letters, digits, `+ - .`, at least two characters, starting
@@ -198,11 +295,25 @@ fn is_package_name(name: &str) -> bool {
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c))
 }
 
-/// The cache key of a template.
-fn template_hash(recipe: &ResolvedRecipe, ca_bundle: Option<&[u8]>) -> String {
-    let recipe_toml = toml::to_string(recipe).expect("a resolved recipe serialises");
+fn check_debian_base(base: &DebianBase) -> Result<(), ImageError> {
+    let bad = |reason: String| ImageError::Recipe { name: format!("debian {}", base.debian), reason };
+    if !base.debian.chars().all(|c| c.is_ascii_lowercase() || c == '-') || base.debian.is_empty() {
+        return Err(bad(format!("{:?} is not a Debian suite name", base.debian)));
+    }
+    if let Some(p) = base.packages.iter().find(|p| !is_package_name(p)) {
+        return Err(bad(format!("{p:?} is not a Debian package name")));
+    }
+    Ok(())
+}
+
+/// The cache key of a Debian image.
+fn debian_hash(base: &DebianBase, disk_gb: u32, ca_bundle: Option<&[u8]>) -> String {
     let mut h = Hasher::default();
-    h.part(TEMPLATE_FORMAT.to_le_bytes()).part(SUITE).part(recipe_toml);
+    h.part(TEMPLATE_FORMAT.to_le_bytes()).part(&base.debian).part(disk_gb.to_le_bytes());
+    for package in &base.packages {
+        h.part(package);
+    }
+    h.part("options");
     for option in MMDEBSTRAP_OPTIONS {
         h.part(option);
     }
@@ -213,112 +324,39 @@ fn template_hash(recipe: &ResolvedRecipe, ca_bundle: Option<&[u8]>) -> String {
     h.hex()
 }
 
-impl ImageStore {
-    /// The names of the templates compiled into this binary.
-    pub fn template_names() -> Vec<&'static str> {
-        RECIPES.iter().map(|(name, _)| *name).collect()
-    }
-
-    /// The recipe of a template with `extends` applied.
-    pub fn recipe(name: &str) -> Result<ResolvedRecipe, ImageError> {
-        resolve_recipe_with(name, embedded)
-    }
-
-    /// ext4 root filesystem image for a template name ("base", "code-interpreter-v1").
-    ///
-    /// Cached by the hash of its inputs; a build takes a minute or so (mmdebstrap from the
-    /// Debian mirror) and holds `<data>/images/.lock-template-<name>`.
-    pub fn template(&self, name: &str) -> Result<TemplateImage, ImageError> {
-        let recipe = Self::recipe(name)?;
-        let ca_bundle = match &self.ca_bundle {
-            Some(path) => Some(fs::read(path).map_err(ImageError::io("read CA bundle", path))?),
-            None => None,
-        };
-        let hash = template_hash(&recipe, ca_bundle.as_deref());
-        let parent = self.images_dir().join("templates").join(name);
-        let dir = parent.join(&hash);
-        if let Some(image) = load_cached(&dir, &hash) {
-            return Ok(image);
-        }
-
-        let _lock = BuildLock::acquire(&self.images_dir(), &format!("template-{name}"))?;
-        if let Some(image) = load_cached(&dir, &hash) {
-            return Ok(image);
-        }
-        util::remove_stale_temps(&parent);
-        let started = Instant::now();
-        let tmp = util::temp_dir_in(&parent)?;
-        let out = tmp.path().join("out");
-        fs::create_dir(&out).map_err(ImageError::io("create directory", &out))?;
-        build_rootfs(&recipe, ca_bundle.as_deref(), tmp.path(), &out.join("rootfs.ext4"))?;
-        let meta = TemplateMeta {
-            format: TEMPLATE_FORMAT,
-            hash: hash.clone(),
-            suite: SUITE.into(),
-            recipe,
-            ca_bundle: self.ca_bundle.clone(),
-            build_seconds: started.elapsed().as_secs_f64(),
-        };
-        util::write_meta(&out.join("template.json"), &meta)?;
-        util::publish(&out, &dir)?;
-        tracing::info!(template = name, %hash, seconds = meta.build_seconds, "template built");
-        load_cached(&dir, &hash).ok_or_else(|| ImageError::Metadata {
-            path: dir.join("template.json"),
-            reason: "incomplete after build".into(),
-        })
-    }
-}
-
-/// Loads a complete cached template directory, or `None`.
-fn load_cached(dir: &Path, hash: &str) -> Option<TemplateImage> {
-    let meta: TemplateMeta = util::read_meta(&dir.join("template.json"))?;
-    let rootfs = dir.join("rootfs.ext4");
-    if meta.hash != hash || !rootfs.is_file() {
-        return None;
-    }
-    Some(TemplateImage {
-        name: meta.recipe.name,
-        rootfs,
-        hash: meta.hash,
-        disk_gb: meta.recipe.disk_gb,
-        cold_boot_only: meta.recipe.cold_boot_only,
-        description: meta.recipe.description,
-    })
-}
-
 /// mmdebstrap → sandbox adjustments → mkfs.ext4, all inside `work`.
 fn build_rootfs(
-    recipe: &ResolvedRecipe,
+    base: &DebianBase,
+    disk_gb: u32,
     ca_bundle: Option<&[u8]>,
     work: &Path,
     image: &Path,
 ) -> Result<(), ImageError> {
     if !nix::unistd::geteuid().is_root() {
-        return Err(ImageError::NeedsRoot(format!("building template {:?} (mmdebstrap --mode=root)", recipe.name)));
+        return Err(ImageError::NeedsRoot(format!("building a Debian {} root (mmdebstrap --mode=root)", base.debian)));
     }
     let root = work.join("root");
-    let step =
-        Step::start(format!("mmdebstrap {SUITE} for template {} ({} packages)", recipe.name, recipe.packages.len()));
+    let step = Step::start(format!("mmdebstrap {} ({} packages)", base.debian, base.packages.len()));
     let mut cmd = Command::new("mmdebstrap");
-    cmd.args(MMDEBSTRAP_OPTIONS)
-        .arg(format!("--include={}", recipe.packages.join(",")))
-        .arg(SUITE)
-        .arg(&root)
-        .env("LC_ALL", "C");
+    cmd.args(MMDEBSTRAP_OPTIONS);
+    if !base.packages.is_empty() {
+        cmd.arg(format!("--include={}", base.packages.join(",")));
+    }
+    cmd.arg(&base.debian).arg(&root).env("LC_ALL", "C");
     util::run(&mut cmd, "apt-get install mmdebstrap")?;
     step.finish();
 
-    let step = Step::start(format!("configuring template {}", recipe.name));
+    let step = Step::start(format!("configuring the Debian {} root", base.debian));
     customize(&root, ca_bundle)?;
     step.finish();
 
-    let step = Step::start(format!("mkfs.ext4 for template {} ({} GiB)", recipe.name, recipe.disk_gb));
+    let step = Step::start(format!("mkfs.ext4 ({disk_gb} GiB)"));
     let mut cmd = Command::new("mkfs.ext4");
     cmd.args(["-q", "-F", "-L", "lizard-root", "-d"])
         .arg(&root)
         .args(["-E", "root_owner=0:0"])
         .arg(image)
-        .arg(format!("{}G", recipe.disk_gb));
+        .arg(format!("{disk_gb}G"));
     util::run(&mut cmd, "apt-get install e2fsprogs")?;
     util::sync_path(image)?;
     step.finish();
@@ -414,96 +452,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn embedded_recipes_resolve() {
+    fn builtin_recipes_parse_and_chain() {
         assert_eq!(ImageStore::template_names(), ["base", "code-interpreter-v1"]);
-        let base = ImageStore::recipe("base").unwrap();
-        assert_eq!(base.lineage, ["base"]);
-        assert_eq!(base.disk_gb, 4);
-        assert!(!base.cold_boot_only);
-        for p in ["nodejs", "npm", "bash", "coreutils", "curl", "git", "procps", "ca-certificates", "iproute2"] {
-            assert!(base.packages.iter().any(|x| x == p), "base lacks {p}");
+        let base = ImageStore::builtin_recipe("base").unwrap();
+        let Base::Debian(debian) = &base.from else { panic!("base is built from Debian") };
+        assert_eq!(debian.debian, "forky", "the suite with Python 3.14");
+        for p in ["bash", "curl", "git", "procps", "ca-certificates", "iproute2", "python3"] {
+            assert!(debian.packages.iter().any(|x| x == p), "base lacks {p}");
         }
-        let ci = ImageStore::recipe("code-interpreter-v1").unwrap();
-        assert_eq!(ci.lineage, ["base", "code-interpreter-v1"]);
-        assert_eq!(ci.packages[..base.packages.len()], base.packages[..], "parent packages come first");
-        for p in ["python3", "python3-pip", "python3-venv"] {
-            assert!(ci.packages.iter().any(|x| x == p), "code-interpreter-v1 lacks {p}");
+        check_debian_base(debian).unwrap();
+        let ci = ImageStore::builtin_recipe("code-interpreter-v1").unwrap();
+        assert_eq!(ci.from, Base::Template("base".into()));
+        assert!(matches!(ImageStore::builtin_recipe("nope"), Err(ImageError::UnknownTemplate(_))));
+    }
+
+    #[test]
+    fn keys_follow_the_recipe_chain_and_the_ca_bundle() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("bundle.pem");
+        fs::write(&bundle, "one").unwrap();
+        let store = ImageStore::new(dir.path()).with_ca_bundle(Some(bundle.clone()));
+        let base = store.builtin_key("base").unwrap();
+        let ci = store.builtin_key("code-interpreter-v1").unwrap();
+        assert_ne!(base, ci);
+        assert_eq!(base, store.builtin_key("base").unwrap(), "deterministic");
+        fs::write(&bundle, "two").unwrap();
+        assert_ne!(base, store.builtin_key("base").unwrap(), "the CA bundle is an input");
+        assert_ne!(ci, store.builtin_key("code-interpreter-v1").unwrap(), "a base change reaches its children");
+        assert!(store.cached_builtin("base").unwrap().is_none());
+    }
+
+    #[test]
+    fn bad_debian_bases_are_refused() {
+        for (suite, packages) in [("forky", vec!["curl,git"]), ("Forky", vec![]), ("", vec![])] {
+            let base = DebianBase { debian: suite.into(), packages: packages.into_iter().map(String::from).collect() };
+            assert!(check_debian_base(&base).is_err(), "{base:?}");
         }
-        assert_eq!(ci.disk_gb, base.disk_gb, "disk_gb is inherited");
-    }
-
-    #[test]
-    fn unknown_template_is_its_own_error() {
-        let e = ImageStore::recipe("nope").unwrap_err();
-        assert!(matches!(&e, ImageError::UnknownTemplate(n) if n == "nope"));
-        assert!(e.to_string().contains("base"), "{e}");
-        let store = ImageStore::new("/nonexistent");
-        assert!(matches!(store.template("nope"), Err(ImageError::UnknownTemplate(_))));
-    }
-
-    fn source<'a>(files: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<&'a str> {
-        move |name| files.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
-    }
-
-    #[test]
-    fn extends_merges_and_overrides() {
-        let files = [
-            ("a", "name = \"a\"\ndescription = \"A\"\npackages = [\"curl\", \"git\"]\ndisk_gb = 8\ncold_boot_only = true\n"),
-            ("b", "name = \"b\"\ndescription = \"B\"\nextends = \"a\"\npackages = [\"git\", \"python3\"]\n"),
-            ("c", "name = \"c\"\ndescription = \"C\"\nextends = \"b\"\ndisk_gb = 2\ncold_boot_only = false\n"),
-        ];
-        let b = resolve_recipe_with("b", source(&files)).unwrap();
-        assert_eq!(b.packages, ["curl", "git", "python3"]);
-        assert_eq!((b.disk_gb, b.cold_boot_only), (8, true));
-        let c = resolve_recipe_with("c", source(&files)).unwrap();
-        assert_eq!(c.lineage, ["a", "b", "c"]);
-        assert_eq!((c.disk_gb, c.cold_boot_only), (2, false));
-        assert_eq!(c.description, "C");
-    }
-
-    #[test]
-    fn bad_recipes_are_rejected() {
-        let cases: &[(&[(&str, &str)], &str)] = &[
-            (
-                &[
-                    ("a", "name = \"a\"\ndescription = \"\"\nextends = \"b\"\n"),
-                    ("b", "name = \"b\"\ndescription = \"\"\nextends = \"a\"\n"),
-                ],
-                "cycle",
-            ),
-            (&[("a", "name = \"a\"\ndescription = \"\"\nextends = \"zz\"\n")], "unknown template \"zz\""),
-            (&[("a", "name = \"x\"\ndescription = \"\"\n")], "file name"),
-            (&[("a", "name = \"a\"\ndescription = \"\"\npackages = [\"curl,git\"]\n")], "package name"),
-            (&[("a", "name = \"a\"\ndescription = \"\"\ndisk_gb = 0\n")], "disk_gb"),
-            (&[("a", "name = \"a\"\ndescription = \"\"\ncolour = \"red\"\n")], "unknown field"),
-        ];
-        for (files, expected) in cases {
-            let e = resolve_recipe_with("a", source(files)).unwrap_err().to_string();
-            assert!(e.contains(expected), "expected {expected:?} in {e:?}");
-        }
-    }
-
-    #[test]
-    fn hash_follows_recipe_and_ca_bundle() {
-        let files = [("a", "name = \"a\"\ndescription = \"A\"\npackages = [\"curl\"]\n")];
-        let changed = [("a", "name = \"a\"\ndescription = \"A\"\npackages = [\"curl\", \"git\"]\n")];
-        let bigger = [("a", "name = \"a\"\ndescription = \"A\"\npackages = [\"curl\"]\ndisk_gb = 5\n")];
-        let a = resolve_recipe_with("a", source(&files)).unwrap();
-        let h = template_hash(&a, Some(b"bundle"));
-        assert_eq!(h, template_hash(&resolve_recipe_with("a", source(&files)).unwrap(), Some(b"bundle")));
-        assert_ne!(h, template_hash(&resolve_recipe_with("a", source(&changed)).unwrap(), Some(b"bundle")));
-        assert_ne!(h, template_hash(&resolve_recipe_with("a", source(&bigger)).unwrap(), Some(b"bundle")));
-        assert_ne!(h, template_hash(&a, Some(b"other bundle")));
-        assert_ne!(h, template_hash(&a, None));
-        // A parent's change reaches its children.
-        let child = |parent: &'static str| {
-            let files = [("p", parent), ("c", "name = \"c\"\ndescription = \"\"\nextends = \"p\"\n")];
-            template_hash(&resolve_recipe_with("c", source(&files)).unwrap(), None)
-        };
-        assert_ne!(
-            child("name = \"p\"\ndescription = \"\"\npackages = [\"curl\"]\n"),
-            child("name = \"p\"\ndescription = \"\"\npackages = [\"wget\"]\n")
-        );
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Boot assets for a sandbox: kernel, initramfs (with this node's agent) and template disk.
 //!
-//! Building them can take minutes the first time (apt download, mmdebstrap); afterwards
-//! [`lizard_image::ImageStore`] answers from its cache, and this module memoizes its
-//! answers for the node's lifetime so the create path costs no hashing or apt lookups.
+//! Building them can take minutes the first time (apt download, mmdebstrap, a built-in's
+//! build VM); afterwards [`lizard_image::ImageStore`] answers from its cache, and this
+//! module memoizes its answers for the node's lifetime so the create path costs no
+//! hashing or apt lookups.
 
 use lizard_image::{ImageError, ImageStore, Initramfs, Kernel, TemplateImage};
 use std::collections::HashMap;
@@ -86,17 +87,30 @@ impl Assets {
         Ok(files)
     }
 
-    /// The root filesystem image of a template, built on first use.
-    pub async fn template(&self, name: &str) -> Result<TemplateImage, ImageError> {
-        // Held across the build: two first creates of one template build it once.
-        let mut templates = self.templates.lock().await;
-        if let Some(t) = templates.get(name) {
-            return Ok(t.clone());
+    /// The image store (for building what is not cached).
+    pub fn images(&self) -> Arc<ImageStore> {
+        self.images.clone()
+    }
+
+    /// Built-in `name`'s finished image if the image store has it for its current recipe.
+    /// Unknown names are [`ImageError::UnknownTemplate`].
+    pub async fn cached_builtin(&self, name: &str) -> Result<Option<TemplateImage>, ImageError> {
+        if let Some(t) = self.templates.lock().await.get(name) {
+            return Ok(Some(t.clone()));
         }
         let images = self.images.clone();
         let n = name.to_string();
-        let t = tokio::task::spawn_blocking(move || images.template(&n)).await.expect("image build task panicked")?;
-        templates.insert(name.to_string(), t.clone());
-        Ok(t)
+        let found = tokio::task::spawn_blocking(move || images.cached_builtin(&n))
+            .await
+            .expect("image lookup task panicked")?;
+        if let Some(t) = &found {
+            self.remember_builtin(t.clone()).await;
+        }
+        Ok(found)
+    }
+
+    /// Keep a built-in's image for the node's lifetime.
+    pub async fn remember_builtin(&self, image: TemplateImage) {
+        self.templates.lock().await.insert(image.name.clone(), image);
     }
 }

@@ -25,8 +25,7 @@ pub struct NodeConfig {
     /// How long a cold-booted guest may take until its agent answers.
     pub boot_timeout: Duration,
     /// Start sandboxes by restoring a template snapshot (made by cold-booting the
-    /// template once) rather than booting a kernel each time. Templates whose recipe
-    /// says `cold_boot_only` always cold-boot.
+    /// template once) rather than booting a kernel each time.
     pub snapshots: bool,
     /// Give every sandbox a network (its own namespace, TAP, NAT and firewall). Needs
     /// root, `ip` and `nft`. Without it sandboxes have no NIC.

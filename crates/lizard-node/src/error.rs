@@ -116,6 +116,57 @@ pub enum SnapshotError {
     AgentNotClosed,
 }
 
+/// Why a template's start command did not come up in a guest.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The command could not be launched (no such user or directory, say).
+    #[error("the start command could not be launched (exit {exit_code}): {output}")]
+    Launch { exit_code: i32, output: String },
+    /// It ran, but `ready` did not hold within the limit.
+    #[error("the start command was not ready ({ready}) within {timeout_s} s")]
+    NotReady { ready: String, timeout_s: u32, output_tail: String },
+    /// The agent failed while starting it or checking on it.
+    #[error("agent: {0}")]
+    Agent(ClientError),
+}
+
+impl StartError {
+    /// The end of what the start command printed, when known.
+    pub fn output_tail(&self) -> Option<&str> {
+        match self {
+            StartError::Launch { output, .. } => Some(output),
+            StartError::NotReady { output_tail, .. } => Some(output_tail),
+            StartError::Agent(_) => None,
+        }
+    }
+}
+
+/// Why a template build failed (see [`NodeError::build_failure`] for its wire form).
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A step's command exited non-zero (or could not run).
+    #[error("step {step} ({description}) failed: {reason}")]
+    StepFailed { step: u32, description: String, reason: String, output_tail: String },
+    /// A `copy` takes something the pushed directory lacks, or a symlink out of it.
+    #[error("step {step} ({description}): {reason}")]
+    CopyRefused { step: u32, description: String, reason: String },
+    /// The whole build ran past `[build] timeout_s`.
+    #[error("the build did not finish within its time limit of {limit_s} s")]
+    TimedOut { limit_s: u32 },
+    /// The start command did not become ready in the template snapshot's VM.
+    #[error("start command: {0}")]
+    StartNotReady(StartError),
+    /// The build was cancelled.
+    #[error("the build was cancelled")]
+    Cancelled,
+    /// A template ref that does not fit `[a-z0-9-]{1,64}`, or names a built-in.
+    #[error("{template_ref:?} cannot name a built template")]
+    BadRef { template_ref: String },
+    /// A template of that ref exists already on this node.
+    #[error("template {template_ref} already exists on this node")]
+    RefTaken { template_ref: String },
+}
+
 /// Why a node operation failed. Each maps to one stable API code.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -189,6 +240,22 @@ pub enum NodeError {
     /// The sandbox's network could not be made.
     #[error("network: {0}")]
     Network(#[from] NetError),
+    /// No built-in or built template of that name (a build's base, a delete).
+    #[error("template {name} not found")]
+    TemplateNotFound { name: String },
+    /// Sandboxes (running or paused) are made from the template, or creates or builds
+    /// under way use it.
+    #[error("template {name} is in use by {users} sandbox(es) or build(s): delete them first")]
+    TemplateInUse { name: String, users: usize },
+    /// A template build failed.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// A template's start command did not come up in a cold-booted sandbox.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The template registry could not be written.
+    #[error("template registry: {0}")]
+    Registry(#[from] crate::templates::RegistryError),
 }
 
 impl NodeError {
@@ -207,12 +274,28 @@ impl NodeError {
             | NodeError::UnknownVolume { .. }
             // The request asks for more than the node can hold: a smaller size fits.
             | NodeError::InsufficientSpace { .. }
-            | NodeError::Image(ImageError::UnknownTemplate(_)) => ErrorCode::InvalidArgument,
-            NodeError::NotFound { .. } | NodeError::Ended { .. } | NodeError::VmStopped { .. } => ErrorCode::NotFound,
+            | NodeError::Image(ImageError::UnknownTemplate(_))
+            | NodeError::Build(BuildError::CopyRefused { .. } | BuildError::BadRef { .. }) => ErrorCode::InvalidArgument,
+            NodeError::NotFound { .. }
+            | NodeError::Ended { .. }
+            | NodeError::VmStopped { .. }
+            | NodeError::TemplateNotFound { .. } => ErrorCode::NotFound,
             NodeError::Paused { .. }
             | NodeError::VolumeInUse { .. }
             | NodeError::VolumeExists { .. }
-            | NodeError::ForkWithVolume { .. } => ErrorCode::Conflict,
+            | NodeError::ForkWithVolume { .. }
+            | NodeError::TemplateInUse { .. }
+            | NodeError::Build(BuildError::RefTaken { .. }) => ErrorCode::Conflict,
+            // The build's own failures: the request was fine, what it asked for failed
+            // (their detail is in `build_failure`).
+            NodeError::Build(
+                BuildError::StepFailed { .. }
+                | BuildError::TimedOut { .. }
+                | BuildError::StartNotReady(_)
+                | BuildError::Cancelled,
+            ) => ErrorCode::InvalidArgument,
+            NodeError::Start(_) => ErrorCode::BootFailed,
+            NodeError::Registry(_) => ErrorCode::Internal,
             NodeError::Boot(_) | NodeError::Snapshot(_) | NodeError::Vmm(_) => ErrorCode::BootFailed,
             NodeError::AgentUnavailable(_) => ErrorCode::Unavailable,
             NodeError::Agent(e) => match e.code {
@@ -242,8 +325,43 @@ impl NodeError {
             NodeError::Io { .. } => format!("internal error on the node {SEE_LOG}"),
             NodeError::Network(NetError::Exhausted) => self.to_string(),
             NodeError::Network(_) => format!("network: the sandbox's network could not be made {SEE_LOG}"),
+            NodeError::Registry(_) => format!("internal error on the node {SEE_LOG}"),
+            NodeError::Start(StartError::Agent(_))
+            | NodeError::Build(BuildError::StartNotReady(StartError::Agent(_))) => {
+                format!("start command: the guest agent failed {SEE_LOG}")
+            }
             _ => self.to_string(),
         }
+    }
+
+    /// The build-status form of an error a template build ended with: `STEP_FAILED`
+    /// (with the step and its output tail), `TIMED_OUT`, `START_NOT_READY`, `CANCELLED`,
+    /// `NOT_FOUND` (an unknown base), `INVALID_ARGUMENT`, `CONFLICT`. `None` for the node's
+    /// own failures (VMM, disk, network): the caller reports those as `INTERNAL` with
+    /// [`NodeError::to_api`]'s message.
+    pub fn build_failure(&self) -> Option<lizard_api::templates::BuildFailure> {
+        use lizard_api::templates::BuildFailure;
+        let failure = |code: &str, step: Option<u32>, output_tail: Option<&str>| BuildFailure {
+            code: code.into(),
+            message: self.client_message(),
+            step,
+            output_tail: output_tail.map(str::to_owned),
+        };
+        Some(match self {
+            NodeError::Build(BuildError::StepFailed { step, output_tail, .. }) => {
+                failure("STEP_FAILED", Some(*step), Some(output_tail))
+            }
+            NodeError::Build(BuildError::CopyRefused { step, .. }) => failure("INVALID_ARGUMENT", Some(*step), None),
+            NodeError::Build(BuildError::TimedOut { .. }) => failure("TIMED_OUT", None, None),
+            NodeError::Build(BuildError::StartNotReady(e)) | NodeError::Start(e) => {
+                failure("START_NOT_READY", None, e.output_tail())
+            }
+            NodeError::Build(BuildError::Cancelled) => failure("CANCELLED", None, None),
+            NodeError::Build(BuildError::BadRef { .. }) => failure("INVALID_ARGUMENT", None, None),
+            NodeError::Build(BuildError::RefTaken { .. }) => failure("CONFLICT", None, None),
+            NodeError::TemplateNotFound { .. } => failure("NOT_FOUND", None, None),
+            _ => return None,
+        })
     }
 
     /// The API's form of this error; the full cause is logged here.
@@ -324,5 +442,45 @@ mod tests {
         // The console tail is the guest's own output, kept for clients by design.
         assert!(errors[4].to_api().message.contains("console: guest says hi"), "{}", errors[4].to_api().message);
         assert!(errors[4].to_api().message.contains("did not answer"), "{}", errors[4].to_api().message);
+    }
+
+    #[test]
+    fn build_errors_map_to_build_failures_and_api_codes() {
+        let step = NodeError::Build(BuildError::StepFailed {
+            step: 2,
+            description: "run make".into(),
+            reason: "exit code 3".into(),
+            output_tail: "cc: error".into(),
+        });
+        let f = step.build_failure().unwrap();
+        assert_eq!((f.code.as_str(), f.step, f.output_tail.as_deref()), ("STEP_FAILED", Some(2), Some("cc: error")));
+        assert_eq!(f.message, "step 2 (run make) failed: exit code 3");
+        let cases = [
+            (NodeError::Build(BuildError::TimedOut { limit_s: 60 }), "TIMED_OUT", ErrorCode::InvalidArgument),
+            (NodeError::Build(BuildError::Cancelled), "CANCELLED", ErrorCode::InvalidArgument),
+            (NodeError::TemplateNotFound { name: "nope".into() }, "NOT_FOUND", ErrorCode::NotFound),
+            (
+                NodeError::Build(BuildError::StartNotReady(StartError::NotReady {
+                    ready: "port 80".into(),
+                    timeout_s: 5,
+                    output_tail: "bind failed".into(),
+                })),
+                "START_NOT_READY",
+                ErrorCode::InvalidArgument,
+            ),
+            (NodeError::Build(BuildError::RefTaken { template_ref: "t".into() }), "CONFLICT", ErrorCode::Conflict),
+        ];
+        for (e, code, api) in cases {
+            assert_eq!(e.build_failure().unwrap().code, code, "{e}");
+            assert_eq!(e.code(), api, "{e}");
+        }
+        let e = NodeError::TemplateNotFound { name: "nope".into() };
+        assert_eq!(e.to_api().message, "template nope not found");
+        let e = NodeError::TemplateInUse { name: "t".into(), users: 1 };
+        assert_eq!(e.code(), ErrorCode::Conflict);
+        // The node's own failures are the caller's INTERNAL, with a message naming no path.
+        let e = NodeError::io("publish layer /var/lib/lizard/template-layers/k.qcow2", std::io::Error::other("full"));
+        assert!(e.build_failure().is_none());
+        assert!(!e.to_api().message.contains("/var/lib"));
     }
 }

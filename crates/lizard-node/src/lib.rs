@@ -15,10 +15,14 @@
 //! - `sandbox`: [`Sandbox`] — one sandbox's identity and state, and operations inside
 //!   its guest (exec, files, tunnels).
 //! - [`snapshot`]: template snapshots (one cold boot, then every create restores).
+//! - `start`: a template's start command in a guest, and its readiness check.
+//! - [`templates`]: node templates (built-in or built) and the registry of built ones.
+//! - `layer_store`: built templates' disk layers, their locks and their collection.
 //! - `vm`: the VM layer — run directory, VM shape and kernel command line, disk
 //!   overlays, boot/restore/load/save, the agent handshake.
 //! - [`network`]: per-sandbox network namespaces (links, firewall, DNS relay).
 //! - [`volumes`]: volume disk images. [`assets`]: kernel, initramfs and template images.
+//! - `guest_steps`: a build step inside the build VM (commands, copies, sync).
 //! - `forward`: guest → control-plane API connections.
 //! - `config`: [`NodeConfig`] and its defaults.
 //! - `error`: [`NodeError`] and the typed errors it wraps, with their API codes.
@@ -27,16 +31,21 @@ pub mod assets;
 mod config;
 mod error;
 mod forward;
+mod guest_steps;
 pub mod http;
+mod layer_store;
 pub mod network;
 mod node;
 mod sandbox;
 pub mod snapshot;
+mod start;
+pub mod templates;
 mod vm;
 pub mod volumes;
 
 pub use config::{default_agent_bin, default_data_dir, default_guest_cli, NodeConfig};
-pub use error::{BootCause, BootError, EndReason, NodeError, Result, SnapshotError};
+pub use error::{BootCause, BootError, BuildError, EndReason, NodeError, Result, SnapshotError, StartError};
 pub use lizard_vmm::Accel;
-pub use node::{Node, MAX_FORKS};
+pub use node::{BuildTemplate, BuiltTemplate, Node, MAX_FORKS};
 pub use sandbox::{Live, Sandbox};
+pub use start::START_LOG;

@@ -18,10 +18,10 @@
 
 use crate::assets::BootFiles;
 pub use crate::error::SnapshotError;
+use crate::templates::NodeTemplate;
 use crate::vm::{self, Machine};
 use crate::{NodeError, Result};
 use lizard_agent_proto::handshake::Secret;
-use lizard_image::TemplateImage;
 use lizard_vmm::{Accel, Backend, Snapshot};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -90,7 +90,7 @@ impl TemplateSnapshot {
 }
 
 /// The directory name of the snapshot for this template and shape.
-pub fn key(template: &TemplateImage, boot: &BootFiles, vcpus: u32, memory_mib: u32, accel: Accel, nic: bool) -> String {
+pub fn key(template: &NodeTemplate, boot: &BootFiles, vcpus: u32, memory_mib: u32, accel: Accel, nic: bool) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     for part in [
@@ -113,7 +113,7 @@ pub fn key(template: &TemplateImage, boot: &BootFiles, vcpus: u32, memory_mib: u
 /// What a build needs.
 pub(crate) struct BuildSpec<'a> {
     pub backend: &'a dyn Backend,
-    pub template: &'a TemplateImage,
+    pub template: &'a NodeTemplate,
     pub boot: &'a BootFiles,
     pub vcpus: u32,
     pub memory_mib: u32,
@@ -123,7 +123,8 @@ pub(crate) struct BuildSpec<'a> {
     pub net: Option<lizard_vmm::NetAttachment>,
 }
 
-/// Cold-boot the template, quiesce it and save it into `final_dir` (renamed into place
+/// Cold-boot the template, start its start command (if any) and wait until it is ready,
+/// quiesce it and save it into `final_dir` (renamed into place
 /// from a temporary directory next to it). The caller holds the locks.
 pub(crate) async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<TemplateSnapshot> {
     let started = Instant::now();
@@ -142,9 +143,20 @@ pub(crate) async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<Templ
         ..vm::sandbox_vm(&vm_id, tmp.clone(), &machine, None, spec.net.clone())
     };
     let result = async {
-        let vm::Launched { vm, agent } =
-            vm::cold_boot(spec.backend, &config, &spec.template.rootfs, &secret, spec.boot_timeout).await?;
+        let vm::Launched { vm, agent } = vm::cold_boot(
+            spec.backend,
+            &config,
+            &spec.template.disk,
+            spec.template.disk_format.as_str(),
+            &secret,
+            spec.boot_timeout,
+        )
+        .await?;
         let saved = async {
+            // The start command runs in the snapshot: every clone has it up already.
+            if let Some(start) = &spec.template.start {
+                crate::start::start(&agent, start).await?;
+            }
             // Whatever the boot wrote reaches the disk that every clone will build on.
             let sync = lizard_agent_proto::types::ExecRequest { argv: Some(vec!["sync".into()]), ..Default::default() };
             let out = agent.exec_collect(sync).await.map_err(SnapshotError::Sync)?;

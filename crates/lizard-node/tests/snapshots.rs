@@ -178,7 +178,7 @@ async fn the_template_secret_is_refused_after_identity() {
     t.finish().await;
 }
 
-/// `snapshots: false` and `cold_boot_only` both cold-boot, and still work.
+/// `snapshots: false` cold-boots, and still works.
 #[tokio::test(flavor = "multi_thread")]
 async fn snapshots_can_be_switched_off() {
     let t = common::node_with(|c| c.snapshots = false).await;

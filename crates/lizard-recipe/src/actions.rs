@@ -5,16 +5,26 @@
 //! Package steps run as root whatever the current user is: they install system-wide, which
 //! only root may do, and a recipe should not need a `user root` around each of them.
 
-use crate::recipe::{Copy, Step, TemplateConfig};
+use crate::recipe::{Copy, Ready, Start, Step, TemplateConfig};
 use std::collections::BTreeMap;
 
-/// One command in the build VM.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One command in the build VM (serializable: a built template stores its start command).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Command {
     pub argv: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub cwd: String,
     pub user: String,
+}
+
+/// A template's start command as it runs in every sandbox of it, and when it counts as
+/// running (stored with a finished template).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartSpec {
+    pub command: Command,
+    pub ready: Ready,
+    pub ready_timeout_s: u32,
 }
 
 /// What a step asks of the build VM.
@@ -106,6 +116,15 @@ impl BuildState {
             env,
             cwd: self.cwd.clone(),
             user: self.user.clone(),
+        }
+    }
+
+    /// The recipe's `[start]` as it runs after the steps that led to this state.
+    pub fn start_spec(&self, start: &Start, recipe_env: &BTreeMap<String, String>) -> StartSpec {
+        StartSpec {
+            command: self.start(&start.cmd, recipe_env),
+            ready: start.ready.clone(),
+            ready_timeout_s: start.ready_timeout_s,
         }
     }
 }

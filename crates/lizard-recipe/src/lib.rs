@@ -17,7 +17,7 @@ pub mod dockerfile;
 pub mod layers;
 pub mod recipe;
 
-pub use actions::{Action, BuildState, Command};
+pub use actions::{Action, BuildState, Command, StartSpec};
 pub use context::{Context, ContextError, ContextLimits, Entry, EntryKind};
 pub use layers::{plan, LayerPlan, PlannedLayer};
 pub use recipe::{Base, BuildVm, Copy, DebianBase, Ready, Recipe, RecipeError, Start, Step, TemplateConfig};

@@ -274,6 +274,7 @@ mod tests {
                 metadata: Default::default(),
                 on_timeout: crate::store::OnTimeout::Kill,
                 timeout_ms: None,
+                template_ref: None,
                 meter: Pricing::default().meter(1, 512),
             })
             .await

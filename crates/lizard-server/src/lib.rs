@@ -1,5 +1,5 @@
 //! Lizard's control plane: accounts, workspaces, projects, scoped API keys, sandboxes,
-//! volumes and billing, behind an authenticated HTTP API.
+//! volumes, pushed templates and billing, behind an authenticated HTTP API.
 //!
 //! ```text
 //!  client ──X-API-Key──▶ router ── Principal extractor (auth) ──▶ handler (api::*)
@@ -13,9 +13,10 @@
 //! ```
 //!
 //! Layers, each importing only those below it (no circles): `ids`, `keys`, `scope` →
-//! `store` → `error` → `billing` → `config`; `nodes` (no imports from this crate) →
-//! `state` → `auth`, `placement` → `ops` → `openapi` (response docs), `api`, `proxy` →
-//! `run`, with [`open`], [`Server`] and the router builders at the root.
+//! `store` → `error` → `billing` → `config`; `nodes` (no imports from this crate),
+//! `blobs` (pushed files by hash), `builds` (template builds in flight) → `state` →
+//! `auth`, `placement` → `ops` → `openapi` (response docs), `api`, `proxy` → `run`, with
+//! [`open`], [`Server`] and the router builders at the root.
 //!
 //! Start with [`open`]: it opens `<data_dir>/lizard.db`, applies migrations and, on the
 //! very first start only, creates the owner account and an unscoped key, which
@@ -43,6 +44,8 @@
 pub mod api;
 pub mod auth;
 pub mod billing;
+pub mod blobs;
+pub mod builds;
 pub mod config;
 pub mod error;
 pub mod ids;
@@ -149,7 +152,7 @@ impl Server {
     /// a forced workspace delete installed.
     pub fn app_state(&self, nodes: nodes::Nodes) -> AppState {
         let server = self.state.clone().with_reaper(Arc::new(ops::hooks::NodeReaper(nodes.clone())));
-        AppState { server, nodes }
+        AppState::new(server, nodes)
     }
 
     /// The tenancy API alone.

@@ -81,6 +81,7 @@ impl Modify for Security {
         (name = "account", description = "Identity and account"),
         (name = "regions", description = "Where sandboxes can run"),
         (name = "volumes", description = "Disks that outlive sandboxes, mounted at /workspace"),
+        (name = "templates", description = "Templates pushed as code (a recipe and a directory), built inside microVMs, and their builds"),
         (name = "billing", description = "The account's balance, ledger and spend (unscoped keys only)"),
         (name = "metrics", description = "Usage per workspace and project, within the key's scope"),
         (name = "system", description = "Health and this document")

@@ -64,6 +64,7 @@ pub async fn run(
         Err(e) => tracing::warn!("cannot close leftover meters: {e}"),
     }
     ops::sandboxes::end_unrun(&state, "lost: the server restarted").await;
+    ops::templates::fail_unfinished(&state).await;
     match state.server.store.release_stale_attachments().await {
         Ok(0) => {}
         Ok(n) => tracing::info!(n, "released volumes held by sandboxes that no longer run"),
@@ -102,6 +103,8 @@ pub async fn run(
     }
     reaper.abort();
     metering.abort();
+    // Builds in flight stop with the node (their VMs, layers and networks go).
+    state.builds.cancel_all();
     node.shutdown().await;
     ops::sandboxes::end_unrun(&state, "server stopped").await;
     result

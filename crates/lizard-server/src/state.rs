@@ -6,6 +6,8 @@
 //! work for any router state `S` with `impl FromRef<S> for ServerState` (see
 //! [`crate::api::routes`]).
 
+use crate::blobs::BlobStore;
+use crate::builds::Builds;
 use crate::config::ServerConfig;
 use crate::nodes::Nodes;
 use crate::store::{SandboxRecord, Store, VolumeRecord};
@@ -30,6 +32,14 @@ pub trait SandboxReaper: Send + Sync + 'static {
     async fn remove_volumes(&self, volumes: Vec<VolumeRecord>) {
         if !volumes.is_empty() {
             tracing::warn!(count = volumes.len(), "no sandbox reaper installed; volume disks left on their nodes");
+        }
+    }
+
+    /// Delete the node templates of templates whose records the delete removed (called
+    /// after [`SandboxReaper::reap`], so no sandbox runs from them).
+    async fn remove_templates(&self, template_refs: Vec<String>) {
+        if !template_refs.is_empty() {
+            tracing::warn!(count = template_refs.len(), "no sandbox reaper installed; node templates left in place");
         }
     }
 }
@@ -70,12 +80,24 @@ impl ServerState {
     }
 }
 
-/// The tenancy core plus the nodes that run the sandboxes: what the sandbox and volume
-/// operations, their routes, the proxy and the background jobs share.
+/// The tenancy core plus the nodes that run the sandboxes: what the sandbox, volume and
+/// template operations, their routes, the proxy and the background jobs share.
 #[derive(Clone)]
 pub struct AppState {
     pub server: ServerState,
     pub nodes: Nodes,
+    /// Template builds in flight.
+    pub builds: Arc<Builds>,
+    /// Pushed files, by content hash.
+    pub blobs: BlobStore,
+}
+
+impl AppState {
+    /// The state over `nodes`, with pushed files kept under the config's data directory.
+    pub fn new(server: ServerState, nodes: Nodes) -> AppState {
+        let blobs = BlobStore::new(&server.config.data_dir);
+        AppState { server, nodes, builds: Arc::new(Builds::default()), blobs }
+    }
 }
 
 impl FromRef<AppState> for ServerState {

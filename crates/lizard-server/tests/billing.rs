@@ -106,6 +106,7 @@ impl BillingApi for Api {
             on_timeout: OnTimeout::Kill,
             timeout_ms: None,
             meter: spec,
+            template_ref: None,
         };
         self.state.server.store.insert_sandbox(&s).await.unwrap();
     }

@@ -204,6 +204,7 @@ async fn workspace_delete_is_empty_only_unless_forced() {
             id: id.into(),
             project_id: p.into(),
             template: "base".into(),
+            template_ref: None,
             state: lizard_server::store::SandboxState::Running,
             created_at: 1,
             timeout_at: None,

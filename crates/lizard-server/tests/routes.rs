@@ -50,6 +50,13 @@ fn check_body(what: &str, body: Body, content: Option<&Value>) -> Result<(), Str
             Err(format!("{what}: the table says text, the document has {content:?}"))
         }
         Body::Bytes | Body::Text => Ok(()),
+        Body::Ndjson(n) => {
+            let schema = content.and_then(|c| c.get("application/x-ndjson")).and_then(|j| j.get("schema"));
+            match schema.and_then(named_schema) {
+                Some((false, doc_name)) if doc_name == n => Ok(()),
+                _ => Err(format!("{what}: the table says NDJSON of {n}, the document has {content:?}")),
+            }
+        }
         Body::Json(_) | Body::JsonList(_) if json.is_none() => {
             Err(format!("{what}: the table says {body:?}, the document has no JSON body"))
         }
@@ -136,6 +143,8 @@ fn the_checks_catch_a_route_that_differs() {
         Route { response: Body::JsonList("SandboxInfo"), ..routes::GET_SANDBOX },
         Route { request: Body::Empty, ..routes::WRITE_FILE },
         Route { response: Body::Json("Workspace"), ..routes::KILL_SANDBOX },
+        Route { response: Body::Ndjson("BuildStepInfo"), ..routes::TEMPLATE_BUILD_EVENTS },
+        Route { response: Body::Json("BuildEvent"), ..routes::TEMPLATE_BUILD_EVENTS },
     ];
     for r in &differs {
         assert!(!disagreements(&doc, r).is_empty(), "{r:?}");

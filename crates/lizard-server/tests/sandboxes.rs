@@ -31,7 +31,6 @@ async fn sandboxes_behind_scopes_timeouts_and_forced_deletes() {
     for (body, code) in [
         (json!({"template": "base"}), "INVALID_ARGUMENT"),
         (json!({"template": "base", "project": "p1", "bogus": 1}), "INVALID_ARGUMENT"),
-        (json!({"template": "nope", "project": "p1"}), "INVALID_ARGUMENT"),
         (json!({"template": "base", "project": "p1", "lizardToken": "lz_forged"}), "INVALID_ARGUMENT"),
         (json!({"template": "base", "project": "p1", "timeoutMs": 0}), "INVALID_ARGUMENT"),
         // Network options reach the node, which checks them before making anything.
@@ -44,6 +43,9 @@ async fn sandboxes_behind_scopes_timeouts_and_forced_deletes() {
         let (_, v) = api.call("POST", "/v1/sandboxes", key, Some(body.clone())).await;
         assert_eq!(v["code"], code, "{body}: {v}");
     }
+    // An unknown template: 404, the answer another workspace's pushed template gets too.
+    let (_, v) = api.call("POST", "/v1/sandboxes", &owner, Some(json!({"template": "nope", "project": "p1"}))).await;
+    assert_eq!(v["code"], "NOT_FOUND", "{v}");
     assert!(api.node.list().is_empty());
 
     // Created by project name with a scoped token inside.

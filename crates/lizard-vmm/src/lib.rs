@@ -189,6 +189,10 @@ pub trait Vm: Send + Sync {
     /// caller made over (a link to) the current disk, takes the VM's writes from here on.
     /// Call while paused.
     async fn freeze_disk(&self, new_top: &Path) -> Result<()>;
+
+    /// Grow the root disk (its qcow2 overlay) to `size` bytes; the guest sees the new
+    /// capacity at once and grows its file system itself.
+    async fn grow_root_disk(&self, size: u64) -> Result<()>;
     /// Stop the VMM process now (SIGKILL) and reap it.
     async fn kill(&self) -> Result<VmExit>;
     /// Wait until the VMM process exits by itself.

@@ -361,6 +361,11 @@ impl Vm for QemuVm {
         Ok(())
     }
 
+    async fn grow_root_disk(&self, size: u64) -> Result<()> {
+        self.qmp.execute("block_resize", json!({ "device": "disk0", "size": size })).await?;
+        Ok(())
+    }
+
     async fn refresh_disk_size(&self, index: usize) -> Result<u64> {
         let disk = self.config.extra_disks.get(index).ok_or(VmmError::NoSuchDisk(index))?;
         let size = std::fs::metadata(disk).map_err(|e| VmmError::io(format!("stat {}", disk.display()), e))?.len();

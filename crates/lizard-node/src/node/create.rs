@@ -5,11 +5,11 @@
 use super::Node;
 use crate::assets::BootFiles;
 use crate::sandbox::{self, Identity, Live, Sandbox, State};
+use crate::templates::NodeTemplate;
 use crate::vm::{self, BootError, Machine};
 use crate::{snapshot, NodeError, Result};
 use lizard_agent_proto::handshake::Secret;
 use lizard_api::CreateSandboxRequest;
-use lizard_image::TemplateImage;
 use lizard_vmm::VmConfig;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,7 +42,9 @@ impl Node {
         req.network_policy().parse().map_err(NodeError::BadNetworkPolicy)?;
         let vcpus = in_range("vcpus", req.vcpus.unwrap_or(self.config.default_vcpus), VCPUS)?;
         let memory_mib = in_range("memoryMib", req.memory_mib.unwrap_or(self.config.default_memory_mib), MEMORY_MIB)?;
-        let template = self.assets.template(&req.template).await?;
+        // Until the sandbox is in the map (or failed), its template cannot be deleted.
+        let _claim = self.claim_template(&req.template);
+        let template = self.resolve_template(&req.template).await?;
         let boot = self.assets.boot_files().await?;
         let machine = Machine::new(&boot, vcpus, memory_mib, self.accel().await?);
         let id = sandbox::new_id();
@@ -63,7 +65,7 @@ impl Node {
         req: CreateSandboxRequest,
         id: String,
         volume_disk: Option<PathBuf>,
-        template: &TemplateImage,
+        template: &NodeTemplate,
         boot: &BootFiles,
         machine: &Machine,
     ) -> Result<Arc<Sandbox>> {
@@ -74,7 +76,7 @@ impl Node {
         let config = vm::sandbox_vm(&id, run_dir.clone(), machine, volume_disk, net.as_ref().map(|n| n.attachment()));
         let with_volume = req.volume.is_some();
         let mut restored = None;
-        if self.config.snapshots && !template.cold_boot_only {
+        if self.config.snapshots {
             match self.template_snapshot(template, boot, machine).await {
                 Ok(snap) => match self.clone_template(&config, &snap, &secret, with_volume).await {
                     Ok(launched) => restored = Some(launched),
@@ -92,7 +94,7 @@ impl Node {
             None => self.cold_boot(&config, template, &secret, with_volume).await,
         };
         let started = launched.map(|launched| {
-            let who = Identity::created(req, &config, &template.name, from_snapshot);
+            let who = Identity::created(req, &config, template, from_snapshot);
             // A clone's memory is a copy-on-write mapping of the snapshot's, not its own.
             let state =
                 State { live: Some(Arc::new(Live::new(launched))), config, own_memory: !from_snapshot, layers: vec![] };
@@ -105,18 +107,26 @@ impl Node {
         Ok(sandbox)
     }
 
-    /// Cold-boot `config` from the template's root filesystem (and mount its volume).
+    /// Cold-boot `config` from the template's root disk, mount its volume, and start
+    /// the template's start command (a snapshot would have had it running).
     async fn cold_boot(
         &self,
         config: &VmConfig,
-        template: &TemplateImage,
+        template: &NodeTemplate,
         secret: &Secret,
         with_volume: bool,
     ) -> Result<vm::Launched> {
-        let launched =
-            vm::cold_boot(self.backend.as_ref(), config, &template.rootfs, secret, self.config.boot_timeout).await?;
+        let (disk, format) = (&template.disk, template.disk_format.as_str());
+        let mut launched =
+            vm::cold_boot(self.backend.as_ref(), config, disk, format, secret, self.config.boot_timeout).await?;
         if with_volume {
-            return launched.mount_volume(false).await;
+            launched = launched.mount_volume(false).await?;
+        }
+        if let Some(start) = &template.start {
+            if let Err(e) = crate::start::start(&launched.agent, start).await {
+                let _ = launched.vm.kill().await;
+                return Err(e.into());
+            }
         }
         Ok(launched)
     }
@@ -151,9 +161,9 @@ impl Node {
     /// The snapshot of `template` in this shape, made now (one cold boot) if there is
     /// none yet. Builders of one key are serialized within the node by a mutex and
     /// between node processes by a file lock.
-    async fn template_snapshot(
+    pub(super) async fn template_snapshot(
         &self,
-        template: &TemplateImage,
+        template: &NodeTemplate,
         boot: &BootFiles,
         machine: &Machine,
     ) -> Result<snapshot::TemplateSnapshot> {

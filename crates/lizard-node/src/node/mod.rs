@@ -7,18 +7,24 @@
 //! - [`fork`]: copies of a running sandbox, and the frozen disk layers they share.
 //! - [`restart`]: what a node takes back from, or sweeps after, an earlier node process.
 //! - [`volumes`]: volume disks and which sandbox holds each.
+//! - [`build`]: building templates from recipes in microVMs, and deleting them.
 
+mod build;
+mod builtin;
 mod create;
 mod fork;
 mod lifecycle;
 mod restart;
 mod volumes;
 
+pub use build::{BuildTemplate, BuiltTemplate};
 pub use fork::MAX_FORKS;
 
 use crate::assets::Assets;
 use crate::error::EndReason;
+use crate::layer_store::LayerStore;
 use crate::sandbox::Sandbox;
+use crate::templates::{NodeTemplate, Registry};
 use crate::{forward, network, snapshot, vm, NodeConfig, NodeError, Result};
 use lizard_api::SandboxInfo;
 use lizard_image::ImageStore;
@@ -47,6 +53,33 @@ pub struct Node {
     /// Volume id → the sandbox that holds it (being created, running or paused): one
     /// writer per volume.
     volume_holders: Mutex<HashMap<String, String>>,
+    /// Templates this node built.
+    templates: Registry,
+    /// Their disk layers.
+    template_layers: LayerStore,
+    /// Template builds under way (leftover temporary layers are swept only when none is).
+    builds_running: std::sync::atomic::AtomicUsize,
+    /// Templates that creates and builds under way use (name → how many), before any
+    /// sandbox of theirs is in the map: a delete refuses while one is.
+    template_claims: Mutex<HashMap<String, usize>>,
+}
+
+/// A create or build under way that uses a template (released on drop).
+pub(super) struct TemplateClaim<'a> {
+    claims: &'a Mutex<HashMap<String, usize>>,
+    name: String,
+}
+
+impl Drop for TemplateClaim<'_> {
+    fn drop(&mut self) {
+        let mut claims = self.claims.lock().expect("template claims poisoned");
+        if let Some(n) = claims.get_mut(&self.name) {
+            *n -= 1;
+            if *n == 0 {
+                claims.remove(&self.name);
+            }
+        }
+    }
 }
 
 impl Node {
@@ -60,7 +93,13 @@ impl Node {
         // Sandbox and snapshot directories hold VMM control sockets, secrets and guest
         // memory: owner only.
         use std::os::unix::fs::PermissionsExt;
-        let dirs = [Some("sandboxes"), config.snapshots.then_some("snapshots"), Some("volumes")];
+        let dirs = [
+            Some("sandboxes"),
+            config.snapshots.then_some("snapshots"),
+            Some("volumes"),
+            Some("templates"),
+            Some("template-layers"),
+        ];
         for dir in dirs.into_iter().flatten().map(|d| config.data_dir.join(d)) {
             std::fs::create_dir_all(&dir).map_err(|e| NodeError::io(format!("create {}", dir.display()), e))?;
             let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
@@ -82,9 +121,15 @@ impl Node {
             tombstones: Mutex::new(VecDeque::new()),
             snapshot_locks: Mutex::new(HashMap::new()),
             volume_holders: Mutex::new(HashMap::new()),
+            templates: Registry::open(&config.data_dir.join("templates")),
+            template_layers: LayerStore::new(config.data_dir.join("template-layers")),
+            builds_running: std::sync::atomic::AtomicUsize::new(0),
+            template_claims: Mutex::new(HashMap::new()),
             config,
         });
         node.adopt_or_sweep();
+        node.drop_broken_templates();
+        node.collect_template_layers();
         snapshot::sweep(&node.snapshots_dir());
         crate::volumes::sweep(&node.volumes_dir());
         Ok(node)
@@ -175,11 +220,45 @@ impl Node {
             .await)
     }
 
-    /// Build (or take from cache) the images for `template`, without booting anything.
-    pub async fn prepare(&self, template: &str) -> Result<()> {
-        self.assets.template(template).await?;
+    /// Mark `name` as used until the claim is dropped (taken before it is resolved, so
+    /// that a delete either comes first and the resolve fails, or is refused).
+    pub(super) fn claim_template(&self, name: &str) -> TemplateClaim<'_> {
+        *self.template_claims.lock().expect("template claims poisoned").entry(name.to_owned()).or_default() += 1;
+        TemplateClaim { claims: &self.template_claims, name: name.to_owned() }
+    }
+
+    /// The template `name` names: a template this node built, else a built-in one (built
+    /// now if the image store does not have it). Unknown: the image store's not-found
+    /// error.
+    pub(crate) async fn resolve_template(self: &Arc<Self>, name: &str) -> Result<NodeTemplate> {
+        if let Some(record) = self.templates.get(name) {
+            return Ok(record.template(|key| self.template_layers.path(key)));
+        }
+        // Nobody follows a build started by a create; the log has it.
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        self.builtin_template(name, &events, &tokio_util::sync::CancellationToken::new()).await
+    }
+
+    /// Build (or take from cache) the images for `template`, without booting anything
+    /// but the build VM of a built-in that is not built yet.
+    pub async fn prepare(self: &Arc<Self>, template: &str) -> Result<()> {
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        self.prepare_reporting(template, &events, &tokio_util::sync::CancellationToken::new()).await
+    }
+
+    /// [`Node::prepare`], reporting a built-in's build (steps, output) to `events`;
+    /// `cancel` stops that build and removes what it made.
+    pub async fn prepare_reporting(
+        self: &Arc<Self>,
+        template: &str,
+        events: &tokio::sync::mpsc::UnboundedSender<lizard_api::templates::BuildEvent>,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<()> {
         self.assets.boot_files().await?;
         self.accel().await?;
+        if self.templates.get(template).is_none() {
+            self.builtin_template(template, events, cancel).await?;
+        }
         Ok(())
     }
 

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 impl Sandbox {
     /// The agent's form of an exec request: the sandbox's environment under the
-    /// request's, stdin as a one-chunk stream.
+    /// request's, the template's directory and user unless the request names its own,
+    /// stdin as a one-chunk stream.
     fn agent_exec(
         &self,
         req: lizard_api::ExecRequest,
@@ -28,9 +29,9 @@ impl Sandbox {
         let agent_req = lizard_agent_proto::types::ExecRequest {
             cmd: req.cmd,
             argv: req.argv,
-            cwd: req.cwd,
+            cwd: req.cwd.or_else(|| self.workdir.clone()),
             env,
-            user: req.user,
+            user: req.user.or_else(|| self.user.clone()),
             timeout_ms: req.timeout_ms,
             stdin: stdin.is_some(),
         };

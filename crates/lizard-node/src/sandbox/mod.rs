@@ -11,6 +11,7 @@ mod guest;
 mod record;
 
 use crate::network::SandboxNet;
+use crate::templates::NodeTemplate;
 use crate::vm::Launched;
 use crate::{NodeError, Result};
 use lizard_agent_client::AgentClient;
@@ -92,23 +93,36 @@ pub(crate) struct Identity {
     pub started_at: SystemTime,
     pub metadata: BTreeMap<String, String>,
     pub env: BTreeMap<String, String>,
+    pub workdir: Option<String>,
+    pub user: Option<String>,
     pub from_snapshot: bool,
     pub network_policy: NetworkPolicy,
     pub volume: Option<String>,
 }
 
 impl Identity {
-    /// A sandbox created now from `req` as the VM `config` of `template`.
-    pub fn created(req: CreateSandboxRequest, config: &VmConfig, template: &str, from_snapshot: bool) -> Identity {
+    /// A sandbox created now from `req` as the VM `config` of `template`: the template's
+    /// environment, directory and user are its defaults, the request's env wins.
+    pub fn created(
+        req: CreateSandboxRequest,
+        config: &VmConfig,
+        template: &NodeTemplate,
+        from_snapshot: bool,
+    ) -> Identity {
+        let network_policy = req.network_policy();
+        let mut env = template.config.env.clone();
+        env.extend(req.env);
         Identity {
-            network_policy: req.network_policy(),
+            network_policy,
             id: config.id.clone(),
-            template: template.to_string(),
+            template: template.name.clone(),
             vcpus: config.vcpus,
             memory_mib: config.memory_mib,
             started_at: SystemTime::now(),
             metadata: req.metadata,
-            env: req.env,
+            env,
+            workdir: template.config.workdir.clone(),
+            user: template.config.user.clone(),
             from_snapshot,
             volume: req.volume,
         }
@@ -125,6 +139,8 @@ impl Identity {
             started_at: SystemTime::now(),
             metadata: source.metadata.clone(),
             env: source.env.clone(),
+            workdir: source.workdir.clone(),
+            user: source.user.clone(),
             from_snapshot: true,
             network_policy: source.network_policy.clone(),
             volume: None,
@@ -140,8 +156,11 @@ pub struct Sandbox {
     pub memory_mib: u32,
     pub started_at: SystemTime,
     pub metadata: BTreeMap<String, String>,
-    /// Environment given at create; every exec starts with it.
+    /// Environment given at create over the template's; every exec starts with it.
     pub env: BTreeMap<String, String>,
+    /// The template's working directory and user: an exec's defaults.
+    pub workdir: Option<String>,
+    pub user: Option<String>,
     /// The volume mounted at /workspace, if any (its id).
     pub volume: Option<String>,
     pub(crate) secret: Secret,
@@ -184,6 +203,8 @@ impl Sandbox {
             started_at: who.started_at,
             metadata: who.metadata,
             env: who.env,
+            workdir: who.workdir,
+            user: who.user,
             volume: who.volume,
             secret,
             run_dir: state.config.run_dir.clone(),

@@ -24,6 +24,10 @@ struct Record {
     started_at_ms: u64,
     metadata: BTreeMap<String, String>,
     env: BTreeMap<String, String>,
+    #[serde(default)]
+    workdir: Option<String>,
+    #[serde(default)]
+    user: Option<String>,
     from_snapshot: bool,
     config: VmConfig,
     own_memory: bool,
@@ -51,6 +55,8 @@ impl Sandbox {
                 started_at_ms: u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX),
                 metadata: self.metadata.clone(),
                 env: self.env.clone(),
+                workdir: self.workdir.clone(),
+                user: self.user.clone(),
                 from_snapshot: self.from_snapshot(),
                 config: st.config.clone(),
                 own_memory: st.own_memory,
@@ -84,6 +90,8 @@ impl Sandbox {
             started_at: SystemTime::UNIX_EPOCH + Duration::from_millis(record.started_at_ms),
             metadata: record.metadata,
             env: record.env,
+            workdir: record.workdir,
+            user: record.user,
             from_snapshot: record.from_snapshot,
             network_policy: record.network_policy,
             volume: record.volume,

@@ -14,8 +14,18 @@ pub(crate) async fn create_overlay(backing: &Path, backing_format: &str, overlay
         .map_err(|e| NodeError::io(format!("create the disk overlay {}", overlay.display()), e))
 }
 
+/// A qcow2 overlay of the same size as the qcow2 image `like`, naming `backing` (which
+/// need not exist yet) as its backing file. For freezing a running VM's disk into a
+/// layer that gets its final name only once it is complete: QEMU attaches the new
+/// overlay to the disk it has open, not to the named file.
+pub(crate) fn create_overlay_naming(backing: &Path, like: &Path, overlay: &Path) -> Result<()> {
+    let size = virtual_size(like, "qcow2")?;
+    super::qcow2::create_overlay(backing, "qcow2", size, overlay)
+        .map_err(|e| NodeError::io(format!("create the disk overlay {}", overlay.display()), e))
+}
+
 /// The guest-visible size of a raw or qcow2 disk image.
-fn virtual_size(image: &Path, format: &str) -> Result<u64> {
+pub(crate) fn virtual_size(image: &Path, format: &str) -> Result<u64> {
     use std::io::Read;
     let mut f = std::fs::File::open(image).map_err(|e| NodeError::io(format!("open {}", image.display()), e))?;
     if format == "raw" {

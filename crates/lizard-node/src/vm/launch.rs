@@ -27,17 +27,18 @@ impl Launched {
     }
 }
 
-/// Boot `config` over a new overlay on the raw image `rootfs`, and authenticate to its
-/// agent with `secret` within `deadline`.
+/// Boot `config` over a new overlay on the image `rootfs` (`raw` or `qcow2`), and
+/// authenticate to its agent with `secret` within `deadline`.
 pub(crate) async fn cold_boot(
     backend: &dyn Backend,
     config: &VmConfig,
     rootfs: &Path,
+    rootfs_format: &str,
     secret: &Secret,
     deadline: Duration,
 ) -> Result<Launched> {
     run_dir::prepare(config, secret)?;
-    create_overlay(rootfs, "raw", &config.root_disk).await?;
+    create_overlay(rootfs, rootfs_format, &config.root_disk).await?;
     let vm = backend.boot(config).await?;
     let agent = connected(vm.as_ref(), connect_agent(vm.as_ref(), secret, deadline, None)).await?;
     Ok(Launched { vm, agent })

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod projects;
 pub mod regions;
 pub mod sandboxes;
+pub mod templates;
 pub mod volumes;
 pub mod workspaces;
 
@@ -48,7 +49,7 @@ where
         .routes(routes!(metrics::metrics))
 }
 
-/// Every route: tenancy and sandboxes.
+/// Every route: tenancy, sandboxes, volumes and templates.
 pub fn all_routes() -> OpenApiRouter<AppState> {
     routes::<AppState>()
         .routes(routes!(sandboxes::create, sandboxes::list))
@@ -64,6 +65,12 @@ pub fn all_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(sandboxes::make_dir))
         .routes(routes!(volumes::create, volumes::list))
         .routes(routes!(volumes::get, volumes::delete))
+        .routes(routes!(templates::missing_blobs))
+        .routes(routes!(templates::upload_blob))
+        .routes(routes!(templates::push, templates::list))
+        .routes(routes!(templates::get, templates::delete))
+        .routes(routes!(templates::get_build, templates::cancel))
+        .routes(routes!(templates::events))
 }
 
 pub(crate) fn workspace_json(w: WorkspaceRecord) -> lizard_api::Workspace {

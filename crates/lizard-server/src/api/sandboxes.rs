@@ -22,6 +22,8 @@ use serde::Deserialize;
 /// The API's view of a sandbox: the node's facts plus the record's.
 pub(crate) fn sandbox_json(state: &AppState, sandbox: &LiveSandbox) -> SandboxInfo {
     let mut info = sandbox.info.clone();
+    // A pushed template's sandbox runs from a build's node template; clients see the name.
+    info.template = sandbox.record.template.clone();
     info.project_id = Some(sandbox.record.project_id.clone());
     info.end_at = sandbox.record.timeout_at.map(ids::rfc3339);
     info.domain = Some(state.server.config.sandbox_domain(&state.server.config.region));
@@ -74,10 +76,12 @@ pub async fn create(
         Some(name) => Some(crate::api::volumes::volume_for(&state, &p, name, None, Some(&project.id)).await?),
         None => None,
     };
+    let template_ref = crate::ops::templates::node_template_for(&state, &project, &req.template).await?;
     let spec = NewSandboxSpec {
         account_id: p.account_id.clone(),
         project,
         template: req.template,
+        template_ref,
         vcpus: req.vcpus,
         memory_mib: req.memory_mib,
         env,

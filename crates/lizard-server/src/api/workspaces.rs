@@ -111,6 +111,9 @@ pub async fn delete(
     if !removed.volumes.is_empty() {
         state.reaper.remove_volumes(removed.volumes).await;
     }
+    if !removed.template_refs.is_empty() {
+        state.reaper.remove_templates(removed.template_refs).await;
+    }
     tracing::info!(workspace = %w.id, force = q.force, key = %p.key_id, "workspace deleted");
     Ok(StatusCode::NO_CONTENT)
 }

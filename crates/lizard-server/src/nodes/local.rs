@@ -1,9 +1,13 @@
 //! [`NodeClient`] for the node that runs inside this process: calls on
 //! `Arc<lizard_node::Node>`, errors mapped with [`lizard_node::NodeError::to_api`].
 
-use super::{ByteStream, FileRead, FrameStream, NodeClient, NodeResult, Tunnel};
+use super::{
+    BuildError, BuiltTemplate, BuiltinTemplate, ByteStream, FileRead, FrameStream, NodeClient, NodeResult,
+    TemplateBuild, Tunnel,
+};
 use async_trait::async_trait;
 use futures_util::StreamExt;
+use lizard_api::templates::BuildEvent;
 use lizard_api::{CreateSandboxRequest, ExecRequest, FileEntry, ProcessResult, SandboxInfo, WriteResult};
 use lizard_node::{Node, NodeError};
 use std::sync::Arc;
@@ -106,5 +110,49 @@ impl NodeClient for LocalNode {
 
     async fn volume_holder(&self, id: &str) -> NodeResult<Option<String>> {
         Ok(self.0.volume_holder(id))
+    }
+
+    fn builtin_templates(&self) -> Vec<BuiltinTemplate> {
+        lizard_image::ImageStore::template_names()
+            .into_iter()
+            .map(|name| BuiltinTemplate {
+                name: name.to_owned(),
+                description: lizard_image::ImageStore::builtin_recipe(name).map(|r| r.description).unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    async fn build_template(
+        &self,
+        build: TemplateBuild,
+        events: tokio::sync::mpsc::UnboundedSender<BuildEvent>,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> Result<BuiltTemplate, BuildError> {
+        let req = lizard_node::BuildTemplate {
+            template_ref: build.template_ref,
+            display_name: build.display_name,
+            recipe: build.recipe,
+            base_ref: build.base_ref,
+            context: build.context,
+            blobs: build.blobs,
+        };
+        match self.0.build_template(req, events, cancel).await {
+            Ok(built) => Ok(BuiltTemplate {
+                template_ref: built.template_ref,
+                steps: built.steps,
+                layer_bytes: built.layer_bytes,
+            }),
+            // A failure of the build itself (a step, the time limit, the start command, a
+            // cancel) is the build's status; the node's own failures are logged by
+            // `to_api` and answered without their cause.
+            Err(e) => Err(match e.build_failure() {
+                Some(failure) => BuildError::Failed(failure),
+                None => BuildError::Refused(e.to_api()),
+            }),
+        }
+    }
+
+    async fn delete_template(&self, template_ref: &str) -> NodeResult<()> {
+        self.0.delete_template(template_ref).await.map_err(api)
     }
 }

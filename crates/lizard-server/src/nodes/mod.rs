@@ -17,12 +17,16 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
 use lizard_agent_proto::frame::Frame;
+use lizard_api::templates::{BuildEvent, BuildFailure, BuildStepInfo};
 use lizard_api::{
     ApiError, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, ProcessResult, SandboxInfo, WriteResult,
 };
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
 
 /// What a node call answers: an [`ApiError`] carries the node's stable code and message.
 pub type NodeResult<T> = Result<T, ApiError>;
@@ -48,6 +52,50 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Tunnel for T {}
 pub struct FileRead {
     pub len: Option<u64>,
     pub body: ByteStream,
+}
+
+/// A template built-in to the node (visible to every key, never deleted through the API).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuiltinTemplate {
+    pub name: String,
+    pub description: String,
+}
+
+/// A template build to run on a node: a pushed recipe over its uploaded directory.
+#[derive(Debug, Clone)]
+pub struct TemplateBuild {
+    /// The node's name for the result, unique per build (`tb-<build id>`); sandboxes of it
+    /// are created with this as their template.
+    pub template_ref: String,
+    /// The user-facing name, for the node's logs and the event stream.
+    pub display_name: String,
+    pub recipe: lizard_recipe::Recipe,
+    /// The recipe's `from`, resolved to a node template (a built-in or an earlier ref).
+    pub base_ref: String,
+    pub context: lizard_recipe::Context,
+    /// Directory holding each context file's content at `<blobs>/<sha256>`.
+    pub blobs: PathBuf,
+}
+
+/// A template a node built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuiltTemplate {
+    pub template_ref: String,
+    pub steps: Vec<BuildStepInfo>,
+    /// Bytes of the layers it added over its base.
+    pub layer_bytes: u64,
+}
+
+/// Why a build did not produce a template.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// The build ran and failed (a step, the time limit, the start command, a cancel):
+    /// reported in the build's status, not as an HTTP error.
+    #[error("{}", .0.message)]
+    Failed(BuildFailure),
+    /// The node refused the request (an unknown base, a node error).
+    #[error("{0}")]
+    Refused(ApiError),
 }
 
 /// A node: the host that runs sandboxes and keeps volume disks. Sandboxes are named by id;
@@ -94,6 +142,21 @@ pub trait NodeClient: Send + Sync + 'static {
     async fn delete_volume(&self, id: &str) -> NodeResult<()>;
     /// The sandbox that holds a volume's disk now, if any.
     async fn volume_holder(&self, id: &str) -> NodeResult<Option<String>>;
+
+    /// The templates built into the node.
+    fn builtin_templates(&self) -> Vec<BuiltinTemplate>;
+    /// Build a template in a microVM. Events go to `events` as they happen (the caller
+    /// sends the final `Done`); cancelling `cancel` stops the build and leaves nothing
+    /// behind.
+    async fn build_template(
+        &self,
+        build: TemplateBuild,
+        events: UnboundedSender<BuildEvent>,
+        cancel: CancellationToken,
+    ) -> Result<BuiltTemplate, BuildError>;
+    /// Forget a built template and the layers no other template uses; 409 while a
+    /// sandbox uses it.
+    async fn delete_template(&self, template_ref: &str) -> NodeResult<()>;
 }
 
 /// The nodes this server reaches, by id, and the one new sandboxes without a volume go

@@ -39,6 +39,16 @@ impl SandboxReaper for NodeReaper {
             }
         }
     }
+
+    async fn remove_templates(&self, template_refs: Vec<String>) {
+        // Templates are built on the home node.
+        let node = self.0.home();
+        for r in template_refs {
+            if let Err(e) = node.delete_template(&r).await {
+                tracing::debug!(template_ref = %r, "removed template's node template: {}", e.message);
+            }
+        }
+    }
 }
 
 /// Pauses sandboxes of accounts out of credits with the same pause as the route (VM

@@ -59,6 +59,7 @@ pub async fn fork(state: &AppState, source: &LiveSandbox, count: u32) -> ApiResu
             metadata: source.record.metadata.clone(),
             on_timeout: source.record.on_timeout,
             timeout_ms: source.record.timeout_ms,
+            template_ref: source.record.template_ref.clone(),
             meter: state.server.config.billing.pricing.meter(copy.vcpus, copy.memory_mib),
         };
         if let Err(e) = store.insert_sandbox(&record).await {

@@ -10,8 +10,11 @@
 pub mod hooks;
 pub mod lifecycle;
 pub mod sandboxes;
+pub mod templates;
 pub mod timeouts;
 pub mod volumes;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_templates;

@@ -112,7 +112,10 @@ pub async fn running_of(state: &AppState, records: Vec<SandboxRecord>) -> Vec<Li
 pub struct NewSandboxSpec {
     pub account_id: String,
     pub project: ProjectRecord,
+    /// The template's name, as the client gave it (and the sandbox shows).
     pub template: String,
+    /// The node template of a pushed template's build (`None`: `template` is a built-in).
+    pub template_ref: Option<String>,
     pub vcpus: Option<u32>,
     pub memory_mib: Option<u32>,
     pub env: BTreeMap<String, String>,
@@ -148,7 +151,7 @@ pub async fn create(state: &AppState, spec: NewSandboxSpec) -> ApiResult<LiveSan
     }
     let created = node
         .create_sandbox(CreateSandboxRequest {
-            template: spec.template.clone(),
+            template: spec.template_ref.clone().unwrap_or_else(|| spec.template.clone()),
             vcpus: spec.vcpus,
             memory_mib: spec.memory_mib,
             env,
@@ -180,6 +183,7 @@ pub async fn create(state: &AppState, spec: NewSandboxSpec) -> ApiResult<LiveSan
         meter: state.server.config.billing.pricing.meter(info.vcpus, info.memory_mib),
         on_timeout: spec.on_timeout,
         timeout_ms: Some(i64::try_from(spec.timeout_ms).unwrap_or(i64::MAX)),
+        template_ref: spec.template_ref,
     };
     let mut recorded = store.insert_sandbox(&record).await;
     if let (Ok(()), Some(a)) = (&recorded, &attachment) {

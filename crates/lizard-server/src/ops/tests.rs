@@ -3,23 +3,42 @@
 
 use super::{hooks, lifecycle, sandboxes, timeouts};
 use crate::billing::SandboxPauser;
-use crate::nodes::{ByteStream, FileRead, FrameStream, NodeClient, NodeResult, Nodes, Tunnel, LOCAL_NODE_ID};
+use crate::nodes::{
+    BuildError, BuiltTemplate, BuiltinTemplate, ByteStream, FileRead, FrameStream, NodeClient, NodeResult, Nodes,
+    TemplateBuild, Tunnel, LOCAL_NODE_ID,
+};
 use crate::state::{AppState, ServerState};
 use crate::store::fixture::seeded_store;
 use crate::store::{NewSandbox, OnTimeout, SandboxState};
 use crate::ServerConfig;
 use async_trait::async_trait;
+use lizard_api::templates::{BuildEvent, BuildFailure, BuildStatus, BuildStepInfo, OutputStream};
 use lizard_api::{
     ApiError, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, ProcessResult, SandboxInfo, WriteResult,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+/// How the fake node's next builds end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) enum BuildOutcome {
+    /// Every step runs (or is cached, when a build of the same recipe succeeded before).
+    #[default]
+    Succeed,
+    /// The last step exits non-zero.
+    FailLastStep,
+    /// Runs until cancelled.
+    UntilCancelled,
+}
 
 /// A node that runs the sandboxes it is told about, and records what it is asked.
 #[derive(Default)]
-struct FakeNode {
+pub(super) struct FakeNode {
     sandboxes: Mutex<BTreeMap<String, SandboxState>>,
     calls: Mutex<Vec<String>>,
+    pub(super) outcome: Mutex<BuildOutcome>,
 }
 
 impl FakeNode {
@@ -27,7 +46,7 @@ impl FakeNode {
         self.sandboxes.lock().unwrap().insert(id.into(), SandboxState::Running);
     }
 
-    fn calls(&self) -> Vec<String> {
+    pub(super) fn calls(&self) -> Vec<String> {
         self.calls.lock().unwrap().clone()
     }
 
@@ -130,15 +149,70 @@ impl NodeClient for FakeNode {
     async fn volume_holder(&self, _: &str) -> NodeResult<Option<String>> {
         Ok(None)
     }
+    fn builtin_templates(&self) -> Vec<BuiltinTemplate> {
+        vec![BuiltinTemplate { name: "base".into(), description: "the base".into() }]
+    }
+    async fn build_template(
+        &self,
+        build: TemplateBuild,
+        events: UnboundedSender<BuildEvent>,
+        cancel: CancellationToken,
+    ) -> Result<BuiltTemplate, BuildError> {
+        self.calls.lock().unwrap().push(format!("build {} from {}", build.template_ref, build.base_ref));
+        let outcome = *self.outcome.lock().unwrap();
+        let total = u32::try_from(build.recipe.steps.len()).unwrap();
+        let mut steps = Vec::new();
+        for (i, step) in build.recipe.steps.iter().enumerate() {
+            let index = u32::try_from(i + 1).unwrap();
+            let description = step.summary();
+            let _ = events.send(BuildEvent::Step { index, total, description: description.clone(), cached: false });
+            let _ = events.send(BuildEvent::Output { stream: OutputStream::Stdout, data: format!("step {index}\n") });
+            if index == total && outcome == BuildOutcome::FailLastStep {
+                return Err(BuildError::Failed(BuildFailure {
+                    code: "STEP_FAILED".into(),
+                    message: format!("step {index} ({description}) exited with status 1"),
+                    step: Some(index),
+                    output_tail: Some(format!("step {index}\n")),
+                }));
+            }
+            if index == total && outcome == BuildOutcome::UntilCancelled {
+                cancel.cancelled().await;
+                return Err(BuildError::Failed(BuildFailure {
+                    code: "CANCELLED".into(),
+                    message: "the build was cancelled".into(),
+                    step: Some(index),
+                    output_tail: None,
+                }));
+            }
+            let _ = events.send(BuildEvent::StepDone { index, duration_ms: 1 });
+            steps.push(BuildStepInfo {
+                index,
+                description,
+                cached: false,
+                status: BuildStatus::Ready,
+                duration_ms: Some(1),
+            });
+        }
+        Ok(BuiltTemplate { template_ref: build.template_ref, steps, layer_bytes: 4096 })
+    }
+    async fn delete_template(&self, template_ref: &str) -> NodeResult<()> {
+        self.calls.lock().unwrap().push(format!("delete_template {template_ref}"));
+        Ok(())
+    }
 }
 
 /// A store with one account, workspace and project, over `node`.
 async fn app(node: Arc<FakeNode>) -> AppState {
-    let store = seeded_store("acc", &[("ws", "prj")]).await;
+    app_in(node, &[("ws", "prj")], "/nonexistent").await
+}
+
+/// A store with these `(workspace, project)` pairs and data directory, over `node`.
+pub(super) async fn app_in(node: Arc<FakeNode>, projects: &[(&str, &str)], data_dir: &str) -> AppState {
+    let store = seeded_store("acc", projects).await;
     let nodes = Nodes::single(LOCAL_NODE_ID, node);
-    let server = ServerState::new(Arc::new(store), ServerConfig::new("/nonexistent"))
+    let server = ServerState::new(Arc::new(store), ServerConfig::new(data_dir))
         .with_reaper(Arc::new(hooks::NodeReaper(nodes.clone())));
-    AppState { server, nodes }
+    AppState::new(server, nodes)
 }
 
 /// Record a running sandbox that timed out long ago.
@@ -155,6 +229,7 @@ async fn record(state: &AppState, node: &FakeNode, id: &str, on_timeout: OnTimeo
         meter: state.server.config.billing.pricing.meter(1, 512),
         on_timeout,
         timeout_ms: Some(1_000),
+        template_ref: None,
     };
     state.server.store.insert_sandbox(&s).await.unwrap();
 }

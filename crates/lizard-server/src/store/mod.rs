@@ -17,6 +17,7 @@ pub mod billing;
 #[cfg(test)]
 pub(crate) mod fixture;
 pub mod sqlite;
+pub mod templates;
 pub mod volumes;
 
 pub use billing::{BillingStore, MeterSpec, MeterState};
@@ -25,6 +26,7 @@ pub use lizard_api::{OnTimeout, SandboxState};
 use crate::scope::Scope;
 use async_trait::async_trait;
 use std::collections::BTreeMap;
+pub use templates::{BuildRecord, FinishedBuild, NewBuild, NewTemplate, TemplateRecord, TemplateStore};
 pub use volumes::{NewVolume, NodeLoad, NodeRecord, VolumeRecord, VolumeStore};
 
 /// Why a store operation failed.
@@ -113,6 +115,8 @@ pub struct NewSandbox {
     pub on_timeout: OnTimeout,
     /// The lifetime it was given (a resume gives it again).
     pub timeout_ms: Option<i64>,
+    /// The node template of a pushed template's build it runs from (`None`: a built-in).
+    pub template_ref: Option<String>,
 }
 
 /// A recorded sandbox, with where it lives (for scope checks).
@@ -131,6 +135,8 @@ pub struct SandboxRecord {
     pub metadata: BTreeMap<String, String>,
     pub on_timeout: OnTimeout,
     pub timeout_ms: Option<i64>,
+    /// The node template of a pushed template's build (`None`: a built-in).
+    pub template_ref: Option<String>,
 }
 
 /// How a sandbox state is written in the store.
@@ -191,12 +197,15 @@ pub struct Removed {
     /// Volumes whose records went with it: their disks are still on their nodes until
     /// the [`crate::SandboxReaper`] deletes them.
     pub volumes: Vec<VolumeRecord>,
+    /// Node templates of the builds of templates that went with it: still on the node
+    /// until the [`crate::SandboxReaper`] deletes them.
+    pub template_refs: Vec<String>,
 }
 
 /// The control plane's persistent state. Object-safe: handlers hold `Arc<dyn Store>`.
 /// Billing (the ledger, the meters) is its [`BillingStore`] half.
 #[async_trait]
-pub trait Store: VolumeStore + BillingStore + Send + Sync + 'static {
+pub trait Store: VolumeStore + TemplateStore + BillingStore + Send + Sync + 'static {
     // --- accounts -------------------------------------------------------------------
 
     /// First start: insert `account` and its first `key` in one transaction, but only if

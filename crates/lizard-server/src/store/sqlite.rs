@@ -36,9 +36,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (2, "billing", include_str!("../../migrations/0002_billing.sql")),
     (3, "volumes", include_str!("../../migrations/0003_volumes.sql")),
     (4, "lifecycle", include_str!("../../migrations/0004_lifecycle.sql")),
+    (5, "templates", include_str!("../../migrations/0005_templates.sql")),
 ];
 
 mod billing;
+mod templates;
 mod volumes;
 pub use billing::SIGNUP_CREDIT_KEY;
 
@@ -231,7 +233,7 @@ fn scope_columns(scope: &Option<Scope>) -> Result<(Option<String>, Option<String
 }
 
 const SANDBOX_COLUMNS: &str = "s.id, w.account_id, p.workspace_id, s.project_id, s.template, s.state, s.created_at, \
-     s.timeout_at, s.ended_at, s.end_reason, s.metadata, s.on_timeout, s.timeout_ms \
+     s.timeout_at, s.ended_at, s.end_reason, s.metadata, s.on_timeout, s.timeout_ms, s.template_ref \
      FROM sandboxes s JOIN projects p ON p.id = s.project_id JOIN workspaces w ON w.id = p.workspace_id";
 
 fn sandbox(r: &SqliteRow) -> Result<SandboxRecord> {
@@ -250,6 +252,7 @@ fn sandbox(r: &SqliteRow) -> Result<SandboxRecord> {
         metadata: serde_json::from_str(&metadata).map_err(json_err)?,
         on_timeout: parse_on_timeout(&r.try_get::<String, _>("on_timeout").map_err(backend)?)?,
         timeout_ms: r.try_get("timeout_ms").map_err(backend)?,
+        template_ref: r.try_get("template_ref").map_err(backend)?,
     })
 }
 
@@ -385,6 +388,14 @@ impl Store for SqliteStore {
         .iter()
         .map(volumes::volume)
         .collect::<Result<Vec<_>>>()?;
+        let template_refs: Vec<String> = sqlx::query_scalar(
+            "SELECT b.template_ref FROM template_builds b JOIN templates t ON t.id = b.template_id \
+             WHERE t.workspace_id = ? ORDER BY b.created_at, b.rowid",
+        )
+        .bind(workspace_id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?;
         sqlx::query("DELETE FROM volumes WHERE project_id IN (SELECT id FROM projects WHERE workspace_id = ?)")
             .bind(workspace_id)
             .execute(&mut *tx)
@@ -411,7 +422,7 @@ impl Store for SqliteStore {
             .await
             .map_err(backend)?;
         tx.commit().await.map_err(backend)?;
-        Ok(Removed { live_sandboxes: live, volumes: vols })
+        Ok(Removed { live_sandboxes: live, volumes: vols, template_refs })
     }
 
     async fn insert_project(&self, account_id: &str, p: &ProjectRecord) -> Result<()> {
@@ -627,8 +638,8 @@ impl Store for SqliteStore {
         // The record and its meter in one transaction: nothing runs unbilled.
         let mut tx = self.write().await?;
         sqlx::query(
-            "INSERT INTO sandboxes (id, project_id, template, state, created_at, timeout_at, metadata, on_timeout, timeout_ms) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO sandboxes (id, project_id, template, state, created_at, timeout_at, metadata, on_timeout, timeout_ms, \
+             template_ref) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&s.id)
         .bind(&s.project_id)
@@ -639,6 +650,7 @@ impl Store for SqliteStore {
         .bind(metadata)
         .bind(on_timeout_name(s.on_timeout))
         .bind(s.timeout_ms)
+        .bind(&s.template_ref)
         .execute(&mut *tx)
         .await
         .map_err(|e| match &e {
@@ -812,6 +824,7 @@ mod tests {
             meter: MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: 2_500, paused_nanos_per_sec: 0 },
             on_timeout: OnTimeout::Pause,
             timeout_ms: Some(95),
+            template_ref: None,
         }
     }
 

@@ -482,6 +482,7 @@ mod tests {
             metadata: Default::default(),
             on_timeout: OnTimeout::Kill,
             timeout_ms: None,
+            template_ref: None,
             meter: MeterSpec {
                 vcpus: 1,
                 memory_mib: 512,

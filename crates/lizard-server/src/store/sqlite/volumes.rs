@@ -265,6 +265,7 @@ mod tests {
             metadata: Default::default(),
             on_timeout: OnTimeout::Kill,
             timeout_ms: None,
+            template_ref: None,
             meter: crate::store::MeterSpec {
                 vcpus: 1,
                 memory_mib: 512,

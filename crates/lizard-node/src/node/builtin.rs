@@ -1,0 +1,125 @@
+//! Built-in templates, built like any pushed one.
+//!
+//! A built-in's recipe (compiled into `lizard-image`) starts from a Debian root that the
+//! image store makes on the host (mmdebstrap: trusted, pinned inputs), or from another
+//! built-in. Its steps run in a build VM through the same builder as a pushed template;
+//! the finished layer chain is then flattened into one raw image in the image store
+//! (shared by every node of the machine and kept across data directories, as the test
+//! suite's image cache is), and the layers it took are deleted.
+
+use super::build::{outcome, BuildTemplate, Scratch};
+use super::Node;
+use crate::templates::{DiskFormat, NodeTemplate};
+use crate::{NodeError, Result};
+use lizard_api::templates::BuildEvent;
+use lizard_image::{BuiltinOutcome, ImageStore};
+use lizard_recipe::{Base, Context};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+impl Node {
+    /// Built-in `name`, built now (reporting to `events`; `cancel` stops the build and
+    /// removes what it made) unless the image store has it for its current recipe. Builds
+    /// of one name are serialized within the node and, through the image store's lock,
+    /// between processes.
+    pub(crate) async fn builtin_template(
+        self: &Arc<Self>,
+        name: &str,
+        events: &UnboundedSender<BuildEvent>,
+        cancel: &CancellationToken,
+    ) -> Result<NodeTemplate> {
+        if let Some(image) = self.assets.cached_builtin(name).await? {
+            return Ok(NodeTemplate::builtin(image));
+        }
+        let lock = self
+            .snapshot_locks
+            .lock()
+            .expect("snapshot locks poisoned")
+            .entry(format!("builtin-{name}"))
+            .or_default()
+            .clone();
+        let _guard = lock.lock().await;
+        let images = self.assets.images();
+        let n = name.to_owned();
+        let _file_lock =
+            tokio::task::spawn_blocking(move || images.lock_builtin(&n)).await.expect("lock task panicked")?;
+        if let Some(image) = self.assets.cached_builtin(name).await? {
+            return Ok(NodeTemplate::builtin(image));
+        }
+        Box::pin(self.build_builtin(name, events, cancel)).await
+    }
+
+    async fn build_builtin(
+        self: &Arc<Self>,
+        name: &str,
+        events: &UnboundedSender<BuildEvent>,
+        cancel: &CancellationToken,
+    ) -> Result<NodeTemplate> {
+        let started = Instant::now();
+        let recipe = ImageStore::builtin_recipe(name)?;
+        let images = self.assets.images();
+        let base = match &recipe.from {
+            Base::Debian(debian) => {
+                let _ = events.send(BuildEvent::Phase { message: format!("making the Debian {} root", debian.debian) });
+                let (images, d, disk_gb) = (images.clone(), debian.clone(), recipe.build.disk_gb);
+                let image = tokio::task::spawn_blocking(move || images.debian_base(&d, disk_gb))
+                    .await
+                    .expect("image build task panicked")?;
+                NodeTemplate {
+                    name: format!("debian-{}", debian.debian),
+                    disk: image.rootfs,
+                    disk_format: DiskFormat::Raw,
+                    hash: image.hash,
+                    config: Default::default(),
+                    start: None,
+                    description: String::new(),
+                    builtin: true,
+                }
+            }
+            Base::Template(parent) if parent == name => {
+                return Err(NodeError::TemplateNotFound { name: parent.clone() });
+            }
+            Base::Template(parent) => Box::pin(self.builtin_template(parent, events, cancel)).await?,
+        };
+        let key = images.builtin_key(name)?;
+        let context = Context { entries: vec![] };
+        let plan = super::build::plan(&recipe, &base, &context)?
+            .map_err(|e| NodeError::io("plan a built-in template", std::io::Error::other(e.to_string())))?;
+        let _running = self.build_running();
+        tracing::info!(template = %name, steps = plan.layers.len(), "building a built-in template");
+        let req = BuildTemplate {
+            template_ref: format!("builtin-{name}"),
+            display_name: name.to_owned(),
+            recipe,
+            base_ref: base.name.clone(),
+            context,
+            blobs: Default::default(),
+        };
+        let deadline = started + Duration::from_secs(req.recipe.build.timeout_s.into());
+        let mut scratch = Scratch::default();
+        let steps = self.run_steps_within(&req, &base, &plan, events, cancel, deadline, &mut scratch).await;
+        let published = match steps {
+            Ok((_, state)) => {
+                let _ = events.send(BuildEvent::Phase { message: format!("publishing template {name}") });
+                let (config, start) = outcome(&base, &req.recipe, &state);
+                let top = plan.layers.last().map_or(base.disk.clone(), |l| self.template_layers.path(&l.key));
+                let outcome = BuiltinOutcome { config, start, build_seconds: started.elapsed().as_secs_f64() };
+                let (images, name) = (images.clone(), name.to_owned());
+                tokio::task::spawn_blocking(move || images.publish_builtin(&name, &key, &top, outcome))
+                    .await
+                    .expect("image publish task panicked")
+                    .map_err(NodeError::from)
+            }
+            Err(e) => Err(e),
+        };
+        // The published image is flat: the layers only served to build it.
+        self.discard_layers(&scratch.created);
+        drop(scratch);
+        let image = published?;
+        self.assets.remember_builtin(image.clone()).await;
+        tracing::info!(template = %name, seconds = started.elapsed().as_secs(), "built-in template ready");
+        Ok(NodeTemplate::builtin(image))
+    }
+}
