@@ -14,6 +14,31 @@ export class APIConnectionError extends LizardError {}
 /** The call took longer than its timeout. */
 export class APITimeoutError extends APIConnectionError {}
 
+/**
+ * A directory cannot be pushed as it is: no recipe file, a Dockerfile without a name, a file
+ * that is neither a file, a directory nor a symlink, a name that is not UTF-8.
+ */
+export class ContextError extends LizardError {}
+
+/**
+ * A template build ended without a template: `code` (STEP_FAILED, TIMED_OUT,
+ * START_NOT_READY, CANCELLED, INTERNAL), `serverMessage`, the failing `step` (1-based) and
+ * the tail of its output where a step failed; `build` is the whole build status.
+ */
+export class BuildError extends LizardError {
+  constructor(build) {
+    const failure = build.error
+    const code = failure?.code ?? String(build.status).toUpperCase()
+    const message = failure?.message ?? `the build ended ${build.status}`
+    super(`${code}: ${message}${failure?.outputTail ? `\n${failure.outputTail}` : ''}`)
+    this.build = build
+    this.code = code
+    this.serverMessage = message
+    this.step = failure?.step
+    this.outputTail = failure?.outputTail
+  }
+}
+
 /** The server answered with an error: `status` (HTTP), `code` and `message`. */
 export class APIError extends LizardError {
   constructor(status, code, message) {

@@ -119,6 +119,79 @@ export interface ProcessResult {
   timedOut: boolean
 }
 
+/** A template: a built-in (`builtin`, visible to every key) or one a workspace pushed. */
+export interface TemplateInfo {
+  name: string
+  description: string
+  builtin: boolean
+  /** A build has succeeded: sandboxes can be created from it. */
+  ready: boolean
+  workspaceId?: string
+  /** The template it was built from. */
+  from?: string
+  /** The build sandboxes are created from. */
+  buildId?: string
+  /** The newest build (maybe still running, or failed). */
+  latestBuildId?: string
+  /** The command every sandbox of it starts with, already running. */
+  startCmd?: string
+  /** Bytes on disk of its own layers (what it adds over its base). */
+  sizeBytes?: number
+  createdAt?: string
+  updatedAt?: string
+}
+export type BuildStatus = 'queued' | 'running' | 'ready' | 'failed' | 'cancelled'
+/** One step of a build, as far as it got. */
+export interface BuildStepInfo {
+  /** 1-based, in recipe order. */
+  index: number
+  description: string
+  /** Its layer came from the cache: it did not run. */
+  cached: boolean
+  status: BuildStatus
+  durationMs?: number
+}
+/** Why a build failed. */
+export interface BuildFailure {
+  code: 'STEP_FAILED' | 'TIMED_OUT' | 'START_NOT_READY' | 'CANCELLED' | 'INTERNAL' | (string & {})
+  message: string
+  /** The step that failed (1-based). */
+  step?: number
+  /** The last lines the failing command printed. */
+  outputTail?: string
+}
+export interface TemplateBuildInfo {
+  buildId: string
+  template: string
+  status: BuildStatus
+  steps: BuildStepInfo[]
+  error?: BuildFailure
+  createdAt: string
+  finishedAt?: string
+  /** The build's output so far (the last 64 KiB). */
+  log: string
+}
+/** One line of a build's event stream; `done` is always the last. */
+export type BuildEvent =
+  | { type: 'step'; index: number; total: number; description: string; cached: boolean }
+  | { type: 'output'; stream: 'stdout' | 'stderr'; data: string }
+  | { type: 'stepDone'; index: number; durationMs: number }
+  | { type: 'phase'; message: string }
+  | { type: 'done'; status: BuildStatus; error?: BuildFailure }
+
+export interface TemplateScope {
+  /** The workspace (id, slug or name); default: the client's project's, or the key's only one. */
+  workspace?: string
+}
+export interface PushOptions extends TemplateScope {
+  /** The template's name: required for a Dockerfile, overrides the recipe's `name`. */
+  name?: string
+  /** Called with each build event as it happens. */
+  onEvent?: (event: BuildEvent) => void
+  /** Give up waiting after this long (APITimeoutError; the build goes on). */
+  timeoutMs?: number
+}
+
 /** Options of `lizard.create` (the client gives the project and the connection). */
 export interface CreateOptions {
   /** Lifetime from now (default 5 minutes). */
@@ -235,6 +308,20 @@ export class Metrics {
   get(opts?: { workspaceId?: string; projectId?: string; from?: string; to?: string }): Promise<Record<string, any>>
 }
 
+export class Templates {
+  /** Built-ins, then the workspace's templates. */
+  list(opts?: TemplateScope): Promise<TemplateInfo[]>
+  get(name: string, opts?: TemplateScope): Promise<TemplateInfo>
+  /** ConflictError while sandboxes use it; PermissionDeniedError for a built-in. */
+  delete(name: string, opts?: TemplateScope): Promise<void>
+  getBuild(name: string, buildId: string, opts?: TemplateScope): Promise<TemplateBuildInfo>
+  cancelBuild(name: string, buildId: string, opts?: TemplateScope): Promise<void>
+  /** The build's events from the first, as they happen, ending after `done`. */
+  events(name: string, buildId: string, opts?: TemplateScope & { timeoutMs?: number }): AsyncGenerator<BuildEvent, void, undefined>
+  /** Upload a directory (lizard.template.toml or Dockerfile) and build it; rejects with BuildError when the build fails. */
+  push(dir?: string, opts?: PushOptions): Promise<TemplateBuildInfo>
+}
+
 export class Lizard {
   constructor(opts?: LizardOptions)
   readonly project: string | undefined
@@ -246,6 +333,7 @@ export class Lizard {
   readonly volumes: Volumes
   readonly billing: Billing
   readonly metrics: Metrics
+  readonly templates: Templates
   projectId(): Promise<string>
   create(template?: string, opts?: CreateOptions): Promise<Sandbox>
   connect(sandboxId: string): Promise<Sandbox>
@@ -256,6 +344,18 @@ export class Lizard {
 export class LizardError extends Error {}
 export class APIConnectionError extends LizardError {}
 export class APITimeoutError extends APIConnectionError {}
+/** A directory cannot be pushed as it is (no recipe, a special file, a name not UTF-8). */
+export class ContextError extends LizardError {}
+/** A template build ended without a template. */
+export class BuildError extends LizardError {
+  readonly build: TemplateBuildInfo
+  /** STEP_FAILED, TIMED_OUT, START_NOT_READY, CANCELLED or INTERNAL. */
+  readonly code: string
+  readonly serverMessage: string
+  /** The failing step (1-based). */
+  readonly step: number | undefined
+  readonly outputTail: string | undefined
+}
 export class APIError extends LizardError {
   readonly status: number
   /** The server's stable code, e.g. NOT_FOUND or ACCOUNT_SCOPE_REQUIRED. */

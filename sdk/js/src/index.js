@@ -3,10 +3,12 @@
 import { HttpClient } from './http.js'
 import { Sandbox } from './sandbox.js'
 import { ConflictError, NotFoundError } from './errors.js'
+import { Templates } from './templates.js'
 
 export * from './errors.js'
 export { HttpClient, requestObservers } from './http.js'
 export { Sandbox, Filesystem, Process } from './sandbox.js'
+export { Templates } from './templates.js'
 
 const seg = encodeURIComponent
 
@@ -180,6 +182,7 @@ export class Lizard {
     this.volumes = new Volumes(this)
     this.billing = new Billing(this.platform)
     this.metrics = new Metrics(this.platform)
+    this.templates = new Templates(this)
   }
 
   /** The pinned project's id (looked up once). */

@@ -7,7 +7,9 @@
 
 import { test, before } from 'node:test'
 import assert from 'node:assert/strict'
+import { randomUUID } from 'node:crypto'
 import fs from 'node:fs'
+import os from 'node:os'
 import path from 'node:path'
 import { Lizard, Sandbox, APIError } from '../src/index.js'
 import { server, openapi, myProject, SENT } from './helpers.js'
@@ -75,9 +77,22 @@ export function violations(doc, sent) {
   return bad
 }
 
+/**
+ * Two directories whose push the server refuses after the uploads (a recipe with a bad name,
+ * a Dockerfile FROM an image), each with a file the server has not seen.
+ */
+function pushDirs() {
+  const [tomlDir, dockerDir] = [0, 1].map(() => fs.mkdtempSync(path.join(os.tmpdir(), 'lizard-contract-')))
+  fs.writeFileSync(path.join(tomlDir, 'lizard.template.toml'), 'name = "Not_A_Name"\nfrom = "base"\n')
+  fs.writeFileSync(path.join(dockerDir, 'Dockerfile'), 'FROM python:3.12\nRUN true\n')
+  for (const d of [tomlDir, dockerDir]) fs.writeFileSync(path.join(d, 'fresh.txt'), randomUUID())
+  return [tomlDir, dockerDir]
+}
+
 /** Call every method of the SDK once (ids need not exist: only the requests matter). */
 async function sweep() {
   const lz = new Lizard({ project: 'my-project' })
+  const [tomlDir, dockerDir] = pushDirs()
   const sb = new Sandbox({ sandboxId: 'sb_contract', domain: 'd' }, lz.platform)
   const calls = [
     () => lz.whoami(),
@@ -131,6 +146,18 @@ async function sweep() {
     () => lz.billing.summary({ granularity: 'day', periods: 2 }),
     () => lz.billing.live(),
     () => lz.metrics.get({ workspaceId: 'w', projectId: 'p', from: '2026-01-01T00:00:00Z', to: '2026-01-02T00:00:00Z' }),
+    () => lz.templates.list(),
+    () => lz.templates.list({ workspace: 'sdk-examples' }),
+    () => lz.templates.get('nope'),
+    () => lz.templates.delete('nope', { workspace: 'sdk-examples' }),
+    () => lz.templates.getBuild('nope', 'bld_x'),
+    () => lz.templates.cancelBuild('nope', 'bld_x'),
+    async () => {
+      for await (const _ of lz.templates.events('nope', 'bld_x'));
+    },
+    () => lz.templates.push(tomlDir),
+    () => lz.templates.push(dockerDir, { name: 'contract', workspace: 'sdk-examples' }),
+    () => new Lizard().templates.list(),
   ]
   for (const call of calls) {
     try {
@@ -139,6 +166,7 @@ async function sweep() {
       if (!(e instanceof APIError)) throw e
     }
   }
+  for (const d of [tomlDir, dockerDir]) fs.rmSync(d, { recursive: true, force: true })
 }
 
 let doc

@@ -15,7 +15,9 @@ from .errors import (
     APITimeoutError,
     AuthenticationError,
     BadGatewayError,
+    BuildError,
     ConflictError,
+    ContextError,
     InternalServerError,
     InvalidArgumentError,
     LizardError,
@@ -26,16 +28,34 @@ from .errors import (
     RateLimitError,
     UnavailableError,
 )
-from .models import ApiKey, FileEntry, ProcessResult, Project, Record, Region, SandboxInfo, Volume, WhoAmI, Workspace
+from .models import (
+    ApiKey,
+    BuildEvent,
+    BuildFailure,
+    BuildStepInfo,
+    FileEntry,
+    ProcessResult,
+    Project,
+    Record,
+    Region,
+    SandboxInfo,
+    TemplateBuildInfo,
+    TemplateInfo,
+    Volume,
+    WhoAmI,
+    Workspace,
+)
 from .sandbox import Filesystem, Process, Sandbox
+from .templates import Templates
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Lizard", "Sandbox", "Filesystem", "Process", "HttpClient",
-    "Workspaces", "Projects", "ApiKeys", "Regions", "Volumes", "Billing", "Metrics",
+    "Workspaces", "Projects", "ApiKeys", "Regions", "Volumes", "Billing", "Metrics", "Templates",
     "ApiKey", "FileEntry", "ProcessResult", "Project", "Record", "Region", "SandboxInfo", "Volume", "WhoAmI", "Workspace",
+    "TemplateInfo", "TemplateBuildInfo", "BuildStepInfo", "BuildFailure", "BuildEvent",
     "LizardError", "APIError", "APIConnectionError", "APITimeoutError", "AuthenticationError", "BadGatewayError",
     "ConflictError", "InternalServerError", "InvalidArgumentError", "NotFoundError", "NotImplementedByServerError",
-    "PaymentRequiredError", "PermissionDeniedError", "RateLimitError", "UnavailableError",
+    "PaymentRequiredError", "PermissionDeniedError", "RateLimitError", "UnavailableError", "BuildError", "ContextError",
 ]

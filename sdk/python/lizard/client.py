@@ -9,6 +9,7 @@ from ._http import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, HttpClient
 from .errors import NotFoundError
 from .models import ApiKey, Project, Record, Region, SandboxInfo, Volume, WhoAmI, Workspace
 from .sandbox import Sandbox
+from .templates import Templates
 
 
 def _seg(value: str) -> str:
@@ -210,6 +211,7 @@ class Lizard:
         self.volumes = Volumes(self)
         self.billing = Billing(self.platform)
         self.metrics = Metrics(self.platform)
+        self.templates = Templates(self)
 
     def close(self) -> None:
         self.platform.close()

@@ -4,7 +4,10 @@ and ``code`` keeps the server's exact word so callers can branch on it."""
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from typing import TYPE_CHECKING, Dict, Optional, Type
+
+if TYPE_CHECKING:
+    from .models import TemplateBuildInfo
 
 
 class LizardError(Exception):
@@ -17,6 +20,30 @@ class APIConnectionError(LizardError):
 
 class APITimeoutError(APIConnectionError):
     """The call took longer than its timeout."""
+
+
+class ContextError(LizardError):
+    """A directory cannot be pushed as it is: no recipe file, a Dockerfile without a name,
+    a file that is neither a file, a directory nor a symlink, a name that is not UTF-8."""
+
+
+class BuildError(LizardError):
+    """A template build ended without a template: ``code`` (``STEP_FAILED``, ``TIMED_OUT``,
+    ``START_NOT_READY``, ``CANCELLED``, ``INTERNAL``), ``message``, the failing ``step``
+    (1-based) and the tail of its output where a step failed; ``build`` is the whole
+    build status."""
+
+    def __init__(self, build: "TemplateBuildInfo") -> None:
+        failure = build.error
+        self.build = build
+        self.code = failure.code if failure else build.status.upper()
+        self.message = failure.message if failure else f"the build ended {build.status}"
+        self.step = failure.step if failure else None
+        self.output_tail = failure.output_tail if failure else None
+        text = f"{self.code}: {self.message}"
+        if self.output_tail:
+            text += "\n" + self.output_tail
+        super().__init__(text)
 
 
 class APIError(LizardError):

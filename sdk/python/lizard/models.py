@@ -137,3 +137,104 @@ class Record(Model):
     @classmethod
     def from_json(cls, data: Any) -> "Record":
         return cls(raw=data if isinstance(data, dict) else {"value": data})
+
+
+@dataclass
+class TemplateInfo(Model):
+    """A template: a built-in (``builtin``, visible to every key) or one a workspace pushed.
+    ``ready`` once a build succeeded; ``build_id`` is the build sandboxes are created from,
+    ``latest_build_id`` the newest (maybe running or failed)."""
+
+    name: str = ""
+    description: str = ""
+    builtin: bool = False
+    ready: bool = False
+    workspace_id: Optional[str] = None
+    from_: Optional[str] = None
+    build_id: Optional[str] = None
+    latest_build_id: Optional[str] = None
+    start_cmd: Optional[str] = None
+    size_bytes: Optional[int] = None
+    created_at: Optional[str] = None
+    updated_at: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "TemplateInfo":
+        info = super().from_json(data)
+        info.from_ = data.get("from")  # `from` is a keyword
+        return info
+
+
+@dataclass
+class BuildStepInfo(Model):
+    """One step of a build: ``index`` (1-based), its line, whether its layer came from the
+    cache (it did not run), its status and how long it took."""
+
+    index: int = 0
+    description: str = ""
+    cached: bool = False
+    status: str = ""
+    duration_ms: Optional[int] = None
+
+
+@dataclass
+class BuildFailure(Model):
+    """Why a build failed: ``code`` (``STEP_FAILED``, ``TIMED_OUT``, ``START_NOT_READY``,
+    ``CANCELLED``, ``INTERNAL``), the failing ``step`` and its ``output_tail``."""
+
+    code: str = ""
+    message: str = ""
+    step: Optional[int] = None
+    output_tail: Optional[str] = None
+
+
+@dataclass
+class TemplateBuildInfo(Model):
+    """A build of a template: ``status`` is ``queued``, ``running``, ``ready``, ``failed``
+    or ``cancelled``; ``log`` is its output so far (the last 64 KiB)."""
+
+    build_id: str = ""
+    template: str = ""
+    status: str = ""
+    steps: List[BuildStepInfo] = field(default_factory=list)
+    error: Optional[BuildFailure] = None
+    created_at: str = ""
+    finished_at: Optional[str] = None
+    log: str = ""
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "TemplateBuildInfo":
+        info = super().from_json(data)
+        info.steps = [BuildStepInfo.from_json(s) for s in data.get("steps") or []]
+        info.error = BuildFailure.from_json(data["error"]) if data.get("error") else None
+        return info
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("ready", "failed", "cancelled")
+
+
+@dataclass
+class BuildEvent(Model):
+    """One line of a build's event stream; ``type`` says which fields it has:
+    ``step`` (``index``, ``total``, ``description``, ``cached``), ``output`` (``stream``:
+    ``stdout``/``stderr``, ``data``), ``stepDone`` (``index``, ``duration_ms``), ``phase``
+    (``message``), ``done`` (``status``, ``error``; always the last)."""
+
+    type: str = ""
+    index: Optional[int] = None
+    total: Optional[int] = None
+    description: Optional[str] = None
+    cached: Optional[bool] = None
+    stream: Optional[str] = None
+    data: Optional[str] = None
+    duration_ms: Optional[int] = None
+    message: Optional[str] = None
+    status: Optional[str] = None
+    error: Optional[BuildFailure] = None
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "BuildEvent":
+        event = super().from_json(data)
+        event.error = BuildFailure.from_json(data["error"]) if data.get("error") else None
+        return event

@@ -8,6 +8,10 @@ document lacks fails the test: nothing is waived."""
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
@@ -74,9 +78,21 @@ def violations(doc: dict, sent: List[Tuple[str, str, dict, Any]]) -> List[str]:
     return bad
 
 
+def _push_dirs() -> Tuple[str, str]:
+    """Two directories whose push the server refuses after the uploads (a recipe with a bad
+    name, a Dockerfile FROM an image), each with a file the server has not seen."""
+    toml_dir, docker_dir = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())
+    (toml_dir / "lizard.template.toml").write_text('name = "Not_A_Name"\nfrom = "base"\n')
+    (docker_dir / "Dockerfile").write_text("FROM python:3.12\nRUN true\n")
+    for d in (toml_dir, docker_dir):
+        (d / "fresh.txt").write_text(uuid.uuid4().hex)
+    return str(toml_dir), str(docker_dir)
+
+
 def _sweep() -> None:
     """Call every method of the SDK once (ids need not exist: only the requests matter)."""
     lz = lizard.Lizard(project="my-project")
+    toml_dir, docker_dir = _push_dirs()
     sb = lizard.Sandbox(lizard.SandboxInfo(sandbox_id="sb_contract", domain="d"), lz.platform)
     calls = [
         lambda: lz.whoami(),
@@ -124,12 +140,24 @@ def _sweep() -> None:
         lambda: lz.billing.summary(granularity="day", periods=2),
         lambda: lz.billing.live(),
         lambda: lz.metrics.get(workspace_id="w", project_id="p", from_="2026-01-01T00:00:00Z", to="2026-01-02T00:00:00Z"),
+        lambda: lz.templates.list(),
+        lambda: lz.templates.list(workspace="sdk-examples"),
+        lambda: lz.templates.get("nope"),
+        lambda: lz.templates.delete("nope", workspace="sdk-examples"),
+        lambda: lz.templates.get_build("nope", "bld_x"),
+        lambda: lz.templates.cancel_build("nope", "bld_x"),
+        lambda: list(lz.templates.events("nope", "bld_x")),
+        lambda: lz.templates.push(toml_dir),
+        lambda: lz.templates.push(docker_dir, name="contract", workspace="sdk-examples"),
+        lambda: lizard.Lizard().templates.list(),
     ]
     for call in calls:
         try:
             call()
         except lizard.APIError:
             pass
+    for d in (toml_dir, docker_dir):
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_every_request_is_in_the_openapi_document(server: Server, openapi: dict, my_project) -> None:

@@ -1,6 +1,14 @@
 // The reference's TypeScript examples, type-checked against src/index.d.ts
 // (`npm run typecheck`; not executed: the .test.js files run them against a server).
-import { Lizard, Sandbox, NotFoundError, PermissionDeniedError, type ProcessResult } from '@lizard-build/sdk'
+import {
+  Lizard,
+  Sandbox,
+  NotFoundError,
+  PermissionDeniedError,
+  BuildError,
+  type ProcessResult,
+  type BuildEvent,
+} from '@lizard-build/sdk'
 
 declare const process: { env: Record<string, string | undefined> }
 declare const userId: string
@@ -81,4 +89,32 @@ async function sandboxApi(sandbox: Sandbox): Promise<void> {
   await sandbox.resume()
   const [copy] = await sandbox.fork(1)
   void [url, name, copy]
+}
+
+// Templates as code: push a directory, follow its build, create from it.
+export async function templates(lizard: Lizard): Promise<void> {
+  const steps: string[] = []
+  try {
+    const build = await lizard.templates.push('./my-agent', {
+      onEvent: (e: BuildEvent) => {
+        if (e.type === 'step') steps.push(`${e.index}/${e.total} ${e.description}${e.cached ? ' (cached)' : ''}`)
+        else if (e.type === 'output') process.env.VERBOSE && console.log(e.data)
+      },
+    })
+    const cached: number = build.steps.filter((s) => s.cached).length
+    void cached
+  } catch (e) {
+    if (e instanceof BuildError) console.log(e.code, e.step, e.outputTail)
+    throw e
+  }
+  for (const t of await lizard.templates.list()) console.log(t.name, t.builtin, t.ready)
+  const info = await lizard.templates.get('my-agent')
+  if (info.latestBuildId) {
+    for await (const e of lizard.templates.events('my-agent', info.latestBuildId)) if (e.type === 'done') console.log(e.status)
+    const b = await lizard.templates.getBuild('my-agent', info.latestBuildId)
+    console.log(b.status, b.log)
+  }
+  const sandbox = await lizard.create('my-agent')
+  await sandbox.kill()
+  await lizard.templates.delete('my-agent')
 }
