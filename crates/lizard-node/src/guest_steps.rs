@@ -62,6 +62,33 @@ impl Tail {
     }
 }
 
+/// Turns one stream's chunks into text without splitting a character: the bytes of a
+/// multi-byte character cut off at a chunk's end wait for the next chunk. Bytes that are
+/// not UTF-8 at all become U+FFFD.
+#[derive(Default)]
+struct Utf8Chunks(Vec<u8>);
+
+impl Utf8Chunks {
+    fn push(&mut self, bytes: &[u8]) -> String {
+        self.0.extend_from_slice(bytes);
+        let complete = match std::str::from_utf8(&self.0) {
+            Ok(_) => self.0.len(),
+            // `error_len() == None`: the input ends inside a character.
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => self.0.len(),
+        };
+        let rest = self.0.split_off(complete);
+        let text = String::from_utf8_lossy(&self.0).into_owned();
+        self.0 = rest;
+        text
+    }
+
+    /// What is left when the stream ends (an incomplete character, as U+FFFD).
+    fn finish(&mut self) -> Option<String> {
+        (!self.0.is_empty()).then(|| String::from_utf8_lossy(&std::mem::take(&mut self.0)).into_owned())
+    }
+}
+
 /// Run `cmd` to its end, streaming its output as `Output` events; non-zero is the
 /// step's failure.
 pub(crate) async fn exec(agent: &AgentClient, step: &StepRef<'_>, cmd: &Command) -> Result<()> {
@@ -74,13 +101,24 @@ pub(crate) async fn exec(agent: &AgentClient, step: &StepRef<'_>, cmd: &Command)
     };
     let mut stream = agent.exec(req, None::<NoStdin>).await.map_err(|e| step.agent_failed(e, String::new()))?;
     let mut tail = Tail::default();
+    let (mut stdout, mut stderr) = (Utf8Chunks::default(), Utf8Chunks::default());
+    let send = |stream, data: String| {
+        if !data.is_empty() {
+            let _ = step.events.send(BuildEvent::Output { stream, data });
+        }
+    };
     while let Some(event) = stream.next().await {
-        let (stream, bytes) = match event {
-            ExecEvent::Stdout(b) => (OutputStream::Stdout, b),
-            ExecEvent::Stderr(b) => (OutputStream::Stderr, b),
+        let (stream, text, bytes) = match event {
+            ExecEvent::Stdout(b) => (OutputStream::Stdout, &mut stdout, b),
+            ExecEvent::Stderr(b) => (OutputStream::Stderr, &mut stderr, b),
         };
         tail.push(&bytes);
-        let _ = step.events.send(BuildEvent::Output { stream, data: String::from_utf8_lossy(&bytes).into_owned() });
+        send(stream, text.push(&bytes));
+    }
+    for (stream, text) in [(OutputStream::Stdout, &mut stdout), (OutputStream::Stderr, &mut stderr)] {
+        if let Some(rest) = text.finish() {
+            send(stream, rest);
+        }
     }
     let status = stream.wait().await.map_err(|e| step.agent_failed(e, tail.lines()))?;
     if status.exit_code != 0 {
@@ -207,6 +245,24 @@ pub(crate) async fn sync(agent: &AgentClient, step: &StepRef<'_>) -> Result<()> 
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn characters_split_between_chunks_stay_whole() {
+        let mut t = super::Utf8Chunks::default();
+        let word = "größe ✓".as_bytes();
+        // Cut inside "ö" (2 bytes) and inside "✓" (3 bytes).
+        let (a, rest) = word.split_at(3);
+        let (b, c) = rest.split_at(rest.len() - 1);
+        let text = [t.push(a), t.push(b), t.push(c)].concat();
+        assert_eq!(text, "größe ✓");
+        assert_eq!(t.finish(), None);
+        // Bytes that are no UTF-8 become U+FFFD and do not hold back what follows.
+        assert_eq!(t.push(b"a\xffb"), "a\u{fffd}b");
+        // A stream that ends inside a character says so.
+        assert_eq!(t.push(&"✓".as_bytes()[..2]), "");
+        assert_eq!(t.finish().as_deref(), Some("\u{fffd}"));
+    }
+
     use super::*;
 
     #[test]
