@@ -92,6 +92,36 @@ mod manifest {
     }
 }
 
+/// A template build as the control plane hands it to a node (feature `recipe`): a
+/// checked recipe over an uploaded directory.
+#[cfg(feature = "recipe")]
+#[derive(Debug, Clone)]
+pub struct BuildTemplate {
+    /// The node's name for the result; sandboxes of it are created with
+    /// `CreateSandboxRequest { template: template_ref, .. }`. Unique per build, chosen by
+    /// the caller: `[a-z0-9-]{1,64}`, never a built-in name (the server uses
+    /// `tb-<build id>`).
+    pub template_ref: String,
+    /// The user-facing name, for logs and the event stream only.
+    pub display_name: String,
+    pub recipe: lizard_recipe::Recipe,
+    /// `recipe.from` resolved by the caller to a node template: a built-in name or an
+    /// earlier `template_ref`.
+    pub base_ref: String,
+    pub context: lizard_recipe::Context,
+    /// Directory holding each context file's content at `<blobs>/<sha256>` (hex).
+    pub blobs: std::path::PathBuf,
+}
+
+/// A template a node built and registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuiltTemplate {
+    pub template_ref: String,
+    pub steps: Vec<BuildStepInfo>,
+    /// Bytes of the layers this template added over its base.
+    pub layer_bytes: u64,
+}
+
 /// `POST /v1/templates/blobs/missing`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

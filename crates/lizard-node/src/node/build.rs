@@ -33,32 +33,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
-/// What to build.
-#[derive(Debug, Clone)]
-pub struct BuildTemplate {
-    /// The node's name for the result; sandboxes of it are created with
-    /// `CreateSandboxRequest { template: template_ref, .. }`. Unique per build, chosen by
-    /// the caller: `[a-z0-9-]{1,64}`, never a built-in name.
-    pub template_ref: String,
-    /// The user-facing name, for logs and the event stream only.
-    pub display_name: String,
-    pub recipe: lizard_recipe::Recipe,
-    /// `recipe.from` resolved by the caller to a node template: a built-in name or an
-    /// earlier `template_ref`.
-    pub base_ref: String,
-    pub context: lizard_recipe::Context,
-    /// Directory holding each context file's content at `<blobs>/<sha256>` (hex).
-    pub blobs: PathBuf,
-}
-
-/// A registered template.
-#[derive(Debug, Clone)]
-pub struct BuiltTemplate {
-    pub template_ref: String,
-    pub steps: Vec<BuildStepInfo>,
-    /// Bytes of the layers this template added over its base.
-    pub layer_bytes: u64,
-}
+pub use lizard_api::templates::{BuildTemplate, BuiltTemplate};
 
 /// What a build has made so far, to remove when it ends early. Owned outside the
 /// build's future, so that a cancel or a timeout (which drop that future) still finds it.

@@ -2,8 +2,8 @@
 //! `Arc<lizard_node::Node>`, errors mapped with [`lizard_node::NodeError::to_api`].
 
 use super::{
-    BuildError, BuiltTemplate, BuiltinTemplate, ByteStream, FileRead, FrameStream, NodeClient, NodeResult,
-    TemplateBuild, Tunnel,
+    BuildError, BuildTemplate, BuiltTemplate, BuiltinTemplate, ByteStream, FileRead, FrameStream, NodeClient,
+    NodeResult, Tunnel,
 };
 use async_trait::async_trait;
 use futures_util::StreamExt;
@@ -124,24 +124,12 @@ impl NodeClient for LocalNode {
 
     async fn build_template(
         &self,
-        build: TemplateBuild,
+        build: BuildTemplate,
         events: tokio::sync::mpsc::UnboundedSender<BuildEvent>,
         cancel: tokio_util::sync::CancellationToken,
     ) -> Result<BuiltTemplate, BuildError> {
-        let req = lizard_node::BuildTemplate {
-            template_ref: build.template_ref,
-            display_name: build.display_name,
-            recipe: build.recipe,
-            base_ref: build.base_ref,
-            context: build.context,
-            blobs: build.blobs,
-        };
-        match self.0.build_template(req, events, cancel).await {
-            Ok(built) => Ok(BuiltTemplate {
-                template_ref: built.template_ref,
-                steps: built.steps,
-                layer_bytes: built.layer_bytes,
-            }),
+        match self.0.build_template(build, events, cancel).await {
+            Ok(built) => Ok(built),
             // A failure of the build itself (a step, the time limit, the start command, a
             // cancel) is the build's status; the node's own failures are logged by
             // `to_api` and answered without their cause.

@@ -17,12 +17,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
 use lizard_agent_proto::frame::Frame;
-use lizard_api::templates::{BuildEvent, BuildFailure, BuildStepInfo};
+use lizard_api::templates::{BuildEvent, BuildFailure};
+pub use lizard_api::templates::{BuildTemplate, BuiltTemplate};
 use lizard_api::{
     ApiError, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, ProcessResult, SandboxInfo, WriteResult,
 };
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc::UnboundedSender;
@@ -59,31 +59,6 @@ pub struct FileRead {
 pub struct BuiltinTemplate {
     pub name: String,
     pub description: String,
-}
-
-/// A template build to run on a node: a pushed recipe over its uploaded directory.
-#[derive(Debug, Clone)]
-pub struct TemplateBuild {
-    /// The node's name for the result, unique per build (`tb-<build id>`); sandboxes of it
-    /// are created with this as their template.
-    pub template_ref: String,
-    /// The user-facing name, for the node's logs and the event stream.
-    pub display_name: String,
-    pub recipe: lizard_recipe::Recipe,
-    /// The recipe's `from`, resolved to a node template (a built-in or an earlier ref).
-    pub base_ref: String,
-    pub context: lizard_recipe::Context,
-    /// Directory holding each context file's content at `<blobs>/<sha256>`.
-    pub blobs: PathBuf,
-}
-
-/// A template a node built.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BuiltTemplate {
-    pub template_ref: String,
-    pub steps: Vec<BuildStepInfo>,
-    /// Bytes of the layers it added over its base.
-    pub layer_bytes: u64,
 }
 
 /// Why a build did not produce a template.
@@ -150,7 +125,7 @@ pub trait NodeClient: Send + Sync + 'static {
     /// behind.
     async fn build_template(
         &self,
-        build: TemplateBuild,
+        build: BuildTemplate,
         events: UnboundedSender<BuildEvent>,
         cancel: CancellationToken,
     ) -> Result<BuiltTemplate, BuildError>;

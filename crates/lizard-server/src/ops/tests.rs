@@ -4,8 +4,8 @@
 use super::{hooks, lifecycle, sandboxes, timeouts};
 use crate::billing::SandboxPauser;
 use crate::nodes::{
-    BuildError, BuiltTemplate, BuiltinTemplate, ByteStream, FileRead, FrameStream, NodeClient, NodeResult, Nodes,
-    TemplateBuild, Tunnel, LOCAL_NODE_ID,
+    BuildError, BuildTemplate, BuiltTemplate, BuiltinTemplate, ByteStream, FileRead, FrameStream, NodeClient,
+    NodeResult, Nodes, Tunnel, LOCAL_NODE_ID,
 };
 use crate::state::{AppState, ServerState};
 use crate::store::fixture::seeded_store;
@@ -154,7 +154,7 @@ impl NodeClient for FakeNode {
     }
     async fn build_template(
         &self,
-        build: TemplateBuild,
+        build: BuildTemplate,
         events: UnboundedSender<BuildEvent>,
         cancel: CancellationToken,
     ) -> Result<BuiltTemplate, BuildError> {

@@ -5,7 +5,7 @@ use super::base_name;
 use crate::builds::{Progress, RunningBuild};
 use crate::error::{ApiResult, AppError};
 use crate::ids;
-use crate::nodes::{BuildError, TemplateBuild};
+use crate::nodes::{BuildError, BuildTemplate};
 use crate::state::AppState;
 use crate::store::templates::FinishedBuild;
 use crate::store::BuildRecord;
@@ -18,7 +18,7 @@ fn code_name(code: ErrorCode) -> String {
 }
 
 /// Run a build on the home node to its end, and record how it ended.
-pub(super) async fn run_build(state: AppState, build_id: String, build: TemplateBuild, running: RunningBuild) {
+pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTemplate, running: RunningBuild) {
     let store = state.server.store.clone();
     let hub = running.hub.clone();
     let recipe = build.recipe.clone();

@@ -27,7 +27,7 @@ pub use scope::{find, find_build, target_workspace, visible_workspaces};
 use crate::blobs::{self, BlobError};
 use crate::error::{ApiResult, AppError};
 use crate::ids;
-use crate::nodes::{BuiltinTemplate, TemplateBuild};
+use crate::nodes::{BuildTemplate, BuiltinTemplate};
 use crate::state::AppState;
 use crate::store::{BuildRecord, NewBuild, NewTemplate, ProjectRecord, StoreError, TemplateRecord, WorkspaceRecord};
 use lizard_api::templates::{ContextEntry, PushTemplateRequest, RecipeFormat};
@@ -218,7 +218,7 @@ pub async fn push(state: &AppState, workspace: &WorkspaceRecord, req: &PushTempl
         other => other.into(),
     })?;
     let running = state.builds.start(&build_id);
-    let build = TemplateBuild {
+    let build = BuildTemplate {
         template_ref: new_build.template_ref.clone(),
         display_name: recipe.name.clone(),
         recipe: checked.recipe.clone(),
