@@ -20,8 +20,9 @@ fn spinner_style() -> ProgressStyle {
         .unwrap_or_else(|_| ProgressStyle::default_spinner())
 }
 
-/// Shows a build's events as they come.
-struct Display {
+/// Shows a build's events as they come (a pushed template's, or a built-in's in
+/// `lizard images build`).
+pub(crate) struct Display {
     verbose: bool,
     json: bool,
     started: Instant,
@@ -31,7 +32,7 @@ struct Display {
 }
 
 impl Display {
-    fn new(verbose: bool, json: bool) -> Display {
+    pub(crate) fn new(verbose: bool, json: bool) -> Display {
         Display { verbose, json, started: Instant::now(), spinner: None, tail: VecDeque::new(), partial: String::new() }
     }
 
@@ -49,7 +50,7 @@ impl Display {
     }
 
     /// Show one event; `Some(status, error)` once the build ended.
-    fn show(&mut self, event: BuildEvent) -> Option<(BuildStatus, Option<BuildFailure>)> {
+    pub(crate) fn show(&mut self, event: BuildEvent) -> Option<(BuildStatus, Option<BuildFailure>)> {
         if self.json {
             if let Ok(line) = serde_json::to_string(&event) {
                 println!("{line}");

@@ -131,8 +131,8 @@ pub async fn connect(data_dir: &Path) -> Result<ApiClient> {
 /// `lizard images build`: kernel, initramfs and built-in templates, in this process.
 /// A built-in that is not cached is built like any template: its Debian root on the host,
 /// its steps in a build VM of a node whose scratch directory is `<data>/images-build`.
-/// Every step is shown as it starts, with the template, the step and the elapsed time,
-/// and the failing step's output when one fails.
+/// Every step is shown as `lizard push` shows a build (`follow::Display`): the step,
+/// whether it was cached, its duration and its output.
 pub async fn build_images(data_dir: PathBuf, templates: Vec<String>, node_opts: NodeOpts) -> Result<()> {
     let templates = if templates.is_empty() {
         lizard_image::ImageStore::template_names().into_iter().map(String::from).collect()
@@ -156,9 +156,12 @@ pub async fn build_images(data_dir: PathBuf, templates: Vec<String>, node_opts: 
         let started = Instant::now();
         eprintln!("==> template {name}");
         let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        // Every line of the steps' output: a first build takes minutes, and this is
+        // where an install shows what it is doing.
         let show = tokio::spawn(async move {
+            let mut display = crate::follow::Display::new(true, false);
             while let Some(event) = rx.recv().await {
-                print_build_event(&event, started);
+                display.show(event);
             }
         });
         let built = node.prepare_reporting(&name, &events, &cancel).await;
@@ -169,30 +172,4 @@ pub async fn build_images(data_dir: PathBuf, templates: Vec<String>, node_opts: 
     }
     node.shutdown().await;
     Ok(())
-}
-
-/// One line per build event on stderr: steps with their place and the elapsed time, the
-/// step's output indented.
-fn print_build_event(event: &lizard_api::templates::BuildEvent, started: Instant) {
-    use lizard_api::templates::BuildEvent;
-    let elapsed = started.elapsed().as_secs();
-    match event {
-        BuildEvent::Step { index, total, description, cached } => {
-            let cached = if *cached { " (cached)" } else { "" };
-            eprintln!("  [{elapsed:>4} s] step {index}/{total}: {description}{cached}");
-        }
-        BuildEvent::Output { data, .. } => {
-            for line in data.lines() {
-                eprintln!("             | {line}");
-            }
-        }
-        BuildEvent::StepDone { index, duration_ms } => {
-            eprintln!("  [{elapsed:>4} s] step {index} done in {:.1} s", *duration_ms as f64 / 1000.0);
-        }
-        BuildEvent::Phase { message } => eprintln!("  [{elapsed:>4} s] {message}"),
-        BuildEvent::Done { status, error } => match error {
-            Some(e) => eprintln!("  [{elapsed:>4} s] {status:?}: {} {}", e.code, e.message),
-            None => eprintln!("  [{elapsed:>4} s] {status:?}"),
-        },
-    }
 }
