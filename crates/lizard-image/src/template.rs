@@ -96,7 +96,8 @@ pub struct BuiltinContext {
     pub contents: Vec<(String, &'static [u8])>,
 }
 
-/// A finished template root filesystem: a built-in, flattened to one raw image.
+/// A finished built-in's root file system: one raw image over a Debian root, or one qcow2
+/// layer over its parent built-in's image.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TemplateImage {
     pub name: String,

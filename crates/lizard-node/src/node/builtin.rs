@@ -13,7 +13,7 @@ use super::Node;
 use crate::templates::{DiskFormat, NodeTemplate};
 use crate::{NodeError, Result};
 use lizard_api::templates::BuildEvent;
-use lizard_image::{BuiltinOutcome, ImageStore};
+use lizard_image::{BuiltinOutcome, ImageStore, TemplateImage};
 use lizard_recipe::Base;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,8 +31,17 @@ impl Node {
         events: &UnboundedSender<BuildEvent>,
         cancel: &CancellationToken,
     ) -> Result<NodeTemplate> {
+        Ok(NodeTemplate::builtin(self.builtin_image(name, events, cancel).await?))
+    }
+
+    async fn builtin_image(
+        self: &Arc<Self>,
+        name: &str,
+        events: &UnboundedSender<BuildEvent>,
+        cancel: &CancellationToken,
+    ) -> Result<TemplateImage> {
         if let Some(image) = self.assets.cached_builtin(name).await? {
-            return Ok(NodeTemplate::builtin(image));
+            return Ok(image);
         }
         let lock = self
             .snapshot_locks
@@ -47,7 +56,7 @@ impl Node {
         let _file_lock =
             tokio::task::spawn_blocking(move || images.lock_builtin(&n)).await.expect("lock task panicked")?;
         if let Some(image) = self.assets.cached_builtin(name).await? {
-            return Ok(NodeTemplate::builtin(image));
+            return Ok(image);
         }
         Box::pin(self.build_builtin(name, events, cancel)).await
     }
@@ -57,18 +66,18 @@ impl Node {
         name: &str,
         events: &UnboundedSender<BuildEvent>,
         cancel: &CancellationToken,
-    ) -> Result<NodeTemplate> {
+    ) -> Result<TemplateImage> {
         let started = Instant::now();
         let recipe = ImageStore::builtin_recipe(name)?;
         let images = self.assets.images();
-        let base = match &recipe.from {
+        let (base, parent) = match &recipe.from {
             Base::Debian(debian) => {
                 let _ = events.send(BuildEvent::Phase { message: format!("making the Debian {} root", debian.debian) });
                 let (images, d, disk_gb) = (images.clone(), debian.clone(), recipe.build.disk_gb);
                 let image = tokio::task::spawn_blocking(move || images.debian_base(&d, disk_gb))
                     .await
                     .expect("image build task panicked")?;
-                NodeTemplate {
+                let base = NodeTemplate {
                     name: format!("debian-{}", debian.debian),
                     disk: image.rootfs,
                     disk_format: DiskFormat::Raw,
@@ -77,16 +86,16 @@ impl Node {
                     start: None,
                     description: String::new(),
                     builtin: true,
-                }
+                };
+                (base, None)
             }
             Base::Template(parent) if parent == name => {
                 return Err(NodeError::TemplateNotFound { name: parent.clone() });
             }
-            Base::Template(parent) => Box::pin(self.builtin_template(parent, events, cancel)).await?,
-        };
-        let parent = match &recipe.from {
-            Base::Debian(_) => None,
-            Base::Template(parent) => self.assets.cached_builtin(parent).await?,
+            Base::Template(parent) => {
+                let parent = Box::pin(self.builtin_image(parent, events, cancel)).await?;
+                (NodeTemplate::builtin(parent.clone()), Some(parent))
+            }
         };
         let key = images.builtin_key(name)?;
         let files = ImageStore::builtin_context(name)?;
@@ -128,12 +137,12 @@ impl Node {
             }
             Err(e) => Err(e),
         };
-        // The published image is flat: the layers only served to build it.
+        // The published image is a copy: the build's layers only served to make it.
         self.discard_layers(&scratch.created);
         drop(scratch);
         let image = published?;
         self.assets.remember_builtin(image.clone()).await;
         tracing::info!(template = %name, seconds = started.elapsed().as_secs(), "built-in template ready");
-        Ok(NodeTemplate::builtin(image))
+        Ok(image)
     }
 }
