@@ -62,6 +62,11 @@ const MMDEBSTRAP_OPTIONS: &[&str] = &[
 const RECIPES: &[(&str, &str)] = &[
     ("base", include_str!("../../../templates/base/lizard.template.toml")),
     ("code-interpreter-v1", include_str!("../../../templates/code-interpreter-v1/lizard.template.toml")),
+    ("claude", include_str!("../../../templates/claude/lizard.template.toml")),
+    ("codex", include_str!("../../../templates/codex/lizard.template.toml")),
+    ("opencode", include_str!("../../../templates/opencode/lizard.template.toml")),
+    ("pi", include_str!("../../../templates/pi/lizard.template.toml")),
+    ("prime", include_str!("../../../templates/prime/lizard.template.toml")),
 ];
 
 /// A finished template root filesystem: a built-in, flattened to one raw image.
@@ -453,7 +458,10 @@ mod tests {
 
     #[test]
     fn builtin_recipes_parse_and_chain() {
-        assert_eq!(ImageStore::template_names(), ["base", "code-interpreter-v1"]);
+        assert_eq!(
+            ImageStore::template_names(),
+            ["base", "code-interpreter-v1", "claude", "codex", "opencode", "pi", "prime"]
+        );
         let base = ImageStore::builtin_recipe("base").unwrap();
         let Base::Debian(debian) = &base.from else { panic!("base is built from Debian") };
         assert_eq!(debian.debian, "forky", "the suite with Python 3.14");
@@ -463,6 +471,10 @@ mod tests {
         check_debian_base(debian).unwrap();
         let ci = ImageStore::builtin_recipe("code-interpreter-v1").unwrap();
         assert_eq!(ci.from, Base::Template("base".into()));
+        for agent in ["claude", "codex", "opencode", "pi", "prime"] {
+            let recipe = ImageStore::builtin_recipe(agent).unwrap();
+            assert_eq!(recipe.from, Base::Template("code-interpreter-v1".into()), "{agent}");
+        }
         assert!(matches!(ImageStore::builtin_recipe("nope"), Err(ImageError::UnknownTemplate(_))));
     }
 
