@@ -35,7 +35,9 @@ KEY = "sk-lizard-test-0123456789"
 #: Agents that run their model loop (opencode is a large native binary) need more than
 #: the default 512 MiB.
 MEMORY_MIB = 1024
-RUN_TIMEOUT_MS = 300_000
+#: Under TCG on a busy 2-core machine a run took 1–3 minutes (opencode the longest).
+RUN_TIMEOUT_MS = 900_000
+VERSION_TIMEOUT_MS = 300_000
 
 
 @dataclass
@@ -128,7 +130,7 @@ def agent_sandbox(request: pytest.FixtureRequest, lz: Lizard) -> Iterator[tuple]
     data = lz.platform.post(
         "/v1/sandboxes",
         json={"template": agent.template, "project": "my-project", "env": agent.envs, "memoryMib": MEMORY_MIB,
-              "allowInternetAccess": False, "timeoutMs": 900_000},
+              "allowInternetAccess": False, "timeoutMs": 3_600_000},
         timeout=600,
     )
     sandbox = Sandbox(SandboxInfo.from_json(data), lz.platform)
@@ -141,7 +143,7 @@ def agent_sandbox(request: pytest.FixtureRequest, lz: Lizard) -> Iterator[tuple]
 @pytest.mark.parametrize("agent_sandbox", sorted(AGENTS), indirect=True)
 def test_agent_prints_its_version(agent_sandbox: tuple) -> None:
     agent, sandbox, started = agent_sandbox
-    result = sandbox.process.exec_(agent.version_cmd, timeout_ms=120_000)
+    result = sandbox.process.exec_(agent.version_cmd, timeout_ms=VERSION_TIMEOUT_MS)
     print(f"{agent.template}: create → `{agent.version_cmd}` {time.monotonic() - started:.1f} s")
     assert result.exit_code == 0, result
     assert result.stdout.strip() == agent.version, result
