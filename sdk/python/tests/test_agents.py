@@ -107,7 +107,6 @@ AGENTS = {
         config={"/root/.pi/agent/models.json": PI_MODELS},
         run=f"pi -p --provider standin --model standin {shlex.quote(PROMPT)}",
     ),
-    "prime": Agent("prime", "prime --version 2>&1", "0.6.16", envs={"PRIME_API_KEY": KEY}),
 }
 
 
@@ -116,8 +115,7 @@ def lz(server: Server, my_project) -> Lizard:
     return Lizard(project="my-project")
 
 
-#: The agents whose model endpoint can be pointed at the stand-in (prime is a platform CLI
-#: without a model loop of its own).
+#: The agents whose model endpoint can be pointed at the stand-in.
 RUNNABLE = sorted(name for name, agent in AGENTS.items() if agent.run is not None)
 
 
