@@ -2,7 +2,8 @@
 //!
 //! Through the HTTP API ([`api`]): create → first `echo hi` from a template snapshot
 //! against cold boots, a burst of concurrent creates, pause and resume with 256 MiB of
-//! touched memory, host memory (PSS) per idle sandbox, fork into copies.
+//! touched memory, host memory (PSS) per idle sandbox, fork into copies, create → a
+//! coding agent's first `--version` ([`agents`]).
 //!
 //! On the node directly: cold create → first exec returns, and
 //! the same for creates restored from a template snapshot (unless `--no-snapshots`); the
@@ -19,6 +20,7 @@ use lizard_node::{Node, NodeConfig};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+mod agents;
 mod api;
 mod templates;
 
@@ -71,6 +73,14 @@ struct Args {
     /// the pushed template's size on disk over its base.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pushes: bool,
+    /// API: creates of `--agent-template` timed to its first `--agent-command` (0: skip).
+    #[arg(long, default_value_t = 5)]
+    agent_creates: usize,
+    /// The coding-agent template of the create → `--version` benchmark.
+    #[arg(long, default_value = "claude")]
+    agent_template: String,
+    #[arg(long, default_value = "claude --version")]
+    agent_command: String,
     /// Also time restored creates on a node without sandbox networking, to show what the
     /// network (namespace, links, rules, DNS relay) adds to a create. Needs root.
     #[arg(long)]
@@ -137,6 +147,10 @@ async fn main() -> Result<()> {
     let (node, _dir) = start(false).await?;
     eprintln!("preparing images for {} (first run builds them)…", args.template);
     node.prepare(&args.template).await?;
+    if args.api_creates > 0 && args.agent_creates > 0 {
+        eprintln!("preparing images for {}…", args.agent_template);
+        node.prepare(&args.agent_template).await?;
+    }
     let mut rows = vec![];
     if args.api_creates > 0 {
         rows.extend(api_benchmarks(&args, &image_root).await?);
@@ -283,6 +297,15 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
         rows.push(
             Summary::new(forks).row(&format!("API: fork a running sandbox into {} copies", args.fork_copies), "ms"),
         );
+    }
+    if args.agent_creates > 0 {
+        let (a, cmd) = (&args.agent_template, &args.agent_command);
+        let times = warm.agent_versions(a, cmd, args.agent_creates).await?;
+        rows.push(
+            Summary::new(vec![times.first])
+                .row(&format!("API: first create of `{a}` (makes its snapshot) → `{cmd}`"), "ms"),
+        );
+        rows.push(Summary::new(times.creates).row(&format!("API: create `{a}` → first `{cmd}` returns"), "ms"));
     }
     if args.pushes {
         let image = lizard_image::ImageStore::new(image_root)

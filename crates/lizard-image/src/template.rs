@@ -88,6 +88,10 @@ const BUILTINS: &[Builtin] = &[
         recipe: include_str!("../../../templates/code-interpreter-v1/lizard.template.toml"),
         files: &[],
     },
+    Builtin { name: "claude", recipe: include_str!("../../../templates/claude/lizard.template.toml"), files: &[] },
+    Builtin { name: "codex", recipe: include_str!("../../../templates/codex/lizard.template.toml"), files: &[] },
+    Builtin { name: "opencode", recipe: include_str!("../../../templates/opencode/lizard.template.toml"), files: &[] },
+    Builtin { name: "pi", recipe: include_str!("../../../templates/pi/lizard.template.toml"), files: &[] },
 ];
 
 /// A built-in's build context: its files as a [`Context`], and each content by SHA-256.
@@ -557,7 +561,7 @@ mod tests {
     #[test]
     fn builtin_recipes_parse_and_chain() {
         let names = ImageStore::template_names();
-        assert_eq!(names[..2], ["base", "code-interpreter-v1"]);
+        assert_eq!(names, ["base", "code-interpreter-v1", "claude", "codex", "opencode", "pi"]);
         // Every built-in parses, builds on Debian or an earlier built-in, and its files make
         // a context.
         for (i, name) in names.iter().enumerate() {
@@ -576,6 +580,10 @@ mod tests {
         check_debian_base(debian).unwrap();
         let ci = ImageStore::builtin_recipe("code-interpreter-v1").unwrap();
         assert_eq!(ci.from, Base::Template("base".into()));
+        for agent in ["claude", "codex", "opencode", "pi"] {
+            let recipe = ImageStore::builtin_recipe(agent).unwrap();
+            assert_eq!(recipe.from, Base::Template("code-interpreter-v1".into()), "{agent}");
+        }
         assert!(matches!(ImageStore::builtin_recipe("nope"), Err(ImageError::UnknownTemplate(_))));
     }
 

@@ -1,8 +1,7 @@
 // Every TypeScript/JavaScript example of the SDK reference, as written, against a real server.
 //
-// Lines of the reference are kept verbatim; checks are inserted between them. Where the
-// reference names a template that does not exist yet ('codex': the coding-agent templates
-// come later) the example runs on 'base' — that is the only change.
+// Lines of the reference are kept verbatim; checks are inserted between them. The examples
+// that name 'codex' run on the real 'codex' template.
 
 import { test, before } from 'node:test'
 import assert from 'node:assert/strict'
@@ -10,9 +9,6 @@ import { randomUUID } from 'node:crypto'
 import { Lizard, Sandbox, NotFoundError, ConflictError, PermissionDeniedError } from '../src/index.js'
 import { server, myProject, waitForHttp } from './helpers.js'
 
-const TEMPLATE_NOT_YET = 'base' // stands in for 'codex'
-// The JS volume example runs `pip install`, which `base` lacks: it stands in for 'codex' there.
-const TEMPLATE_WITH_PIP = 'code-interpreter-v1'
 let srv
 let project
 
@@ -78,16 +74,16 @@ test('volumes: the note survives the first sandbox', async () => {
   const lizard = new Lizard({ project: 'my-project' })
   // A volume left by an earlier run would make the check below vacuous.
   await lizard.volumes.delete('agent-scratch').catch((e) => assert.ok(e instanceof NotFoundError, String(e)))
-  // --- reference: volumes (template 'codex' → 'code-interpreter-v1') ---------------------
+  // --- reference: volumes ------------------------------------------------------------------
   const vol = await lizard.volumes.getOrCreate('agent-scratch', { sizeGb: 10 })
-  const first = await lizard.create(TEMPLATE_WITH_PIP, { volumeName: 'agent-scratch' })
+  const first = await lizard.create('codex', { volumeName: 'agent-scratch' })
   // --- reference ------------------------------------------------------------------------------
   await first.process.exec('pip install numpy pandas && echo "notes" > /workspace/notes.txt')
   // --- check: pip reached its index through the guest network and installed both ------------
   const imported = await first.process.exec('python3 -c "import numpy, pandas"')
   assert.equal(imported.exitCode, 0, `pip install in the sandbox did not install numpy and pandas: ${imported.stderr.trim()}`)
   await first.kill() // sandbox gone, /workspace survives
-  const second = await lizard.create(TEMPLATE_WITH_PIP, { volumeName: 'agent-scratch' })
+  const second = await lizard.create('codex', { volumeName: 'agent-scratch' })
   console.log(await second.fs.read('/workspace/notes.txt')) // "notes"
   // --- checks --------------------------------------------------------------------------------
   assert.equal(vol.name, 'agent-scratch')
@@ -103,14 +99,14 @@ test('volumes: the note survives the first sandbox', async () => {
 test('a workspace and a scoped key per user; the CLI in the sandbox runs as that user', async () => {
   const userId = randomUUID().slice(0, 8)
   const db = { users: { saved: {}, async update(id, fields) { this.saved[id] = fields } } }
-  // --- reference: workspaces and scoped keys (template 'codex' → 'base') ------------------
+  // --- reference: workspaces and scoped keys -----------------------------------------------
   const lizard = new Lizard({ apiKey: process.env.LIZARD_API_KEY })
   const ws = await lizard.workspaces.create({ name: `user-${userId}` })
   const prj = await lizard.projects.create({ workspaceId: ws.id, name: 'default' })
   const key = await lizard.apiKeys.create({ name: `user-${userId}`, workspaces: [ws.id] })
   // key.key is returned exactly once. Store it now.
   await db.users.update(userId, { lizardKey: key.key })
-  const sandbox = await Sandbox.create(TEMPLATE_NOT_YET, {
+  const sandbox = await Sandbox.create('codex', {
     projectId: prj.id,
     lizardToken: key.key, // scoped — bounded if it leaks
   })

@@ -1,8 +1,7 @@
 """Every Python example of the SDK reference, as written, against a real server.
 
-Lines of the reference are kept verbatim; checks are inserted between them. Where the
-reference names a template that does not exist yet (``codex``: the coding-agent templates
-come later) the example runs on ``base`` — that is the only change."""
+Lines of the reference are kept verbatim; checks are inserted between them. The examples
+that name ``codex`` run on the real ``codex`` template."""
 
 from __future__ import annotations
 
@@ -12,8 +11,6 @@ import pytest
 
 import lizard as lizard_sdk
 from conftest import Server, wait_for_http
-
-TEMPLATE_NOT_YET = "base"  # stands in for "codex"
 
 
 def test_quickstart_python_http_server(server: Server, my_project: lizard_sdk.Project) -> None:
@@ -62,12 +59,12 @@ def test_volume_survives_the_first_sandbox(server: Server, my_project: lizard_sd
         lizard.volumes.delete("agent-scratch")
     except lizard_sdk.NotFoundError:
         pass
-    # --- reference: volumes (template "codex" → "base") ----------------------------------
+    # --- reference: volumes ---------------------------------------------------------------
     vol = lizard.volumes.get_or_create("agent-scratch", size_gb=10)
-    first = lizard.create(TEMPLATE_NOT_YET, volume_name="agent-scratch")
+    first = lizard.create("codex", volume_name="agent-scratch")
     first.process.exec_('echo "notes" > /workspace/notes.txt')
     first.kill() # sandbox gone, /workspace survives
-    second = lizard.create(TEMPLATE_NOT_YET, volume_name="agent-scratch")
+    second = lizard.create("codex", volume_name="agent-scratch")
     print(second.fs.read("/workspace/notes.txt")) # "notes"
     # --- checks ----------------------------------------------------------------------------
     assert vol.name == "agent-scratch" and vol.project_id == my_project.id
@@ -87,11 +84,11 @@ def test_workspace_per_user_with_scoped_key(server: Server) -> None:
     from lizard import Lizard, Sandbox
     lizard = Lizard()
     user_id = uuid.uuid4().hex[:8]
-    # --- reference: a workspace and a scoped key per user (template "codex" → "base") ----
+    # --- reference: a workspace and a scoped key per user -----------------------------------
     ws = lizard.workspaces.create(name=f"user-{user_id}")
     prj = lizard.projects.create(workspace_id=ws.id, name="default")
     key = lizard.api_keys.create(name=f"user-{user_id}", workspaces=[ws.id])
-    sandbox = Sandbox.create(TEMPLATE_NOT_YET, project_id=prj.id, lizard_token=key.key)
+    sandbox = Sandbox.create("codex", project_id=prj.id, lizard_token=key.key)
     result = sandbox.process.exec_("lizard volume list")
     # --- checks: the CLI in the sandbox ran as that user ----------------------------------
     assert result.exit_code == 0, result
