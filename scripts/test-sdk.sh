@@ -17,7 +17,7 @@ if [ -z "${LIZARD_AGENT_BIN:-}" ]; then
 fi
 cargo build -p lizard-cli >&2
 lizard="$root/target/debug/lizard"
-"$lizard" --data-dir "$LIZARD_TEST_DATA_DIR" images build base code-interpreter-v1 >&2
+"$lizard" --data-dir "$LIZARD_TEST_DATA_DIR" images build >&2
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 data="$(mktemp -d /tmp/lizard-sdk-test.XXXXXX)"

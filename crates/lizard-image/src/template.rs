@@ -62,6 +62,7 @@ const MMDEBSTRAP_OPTIONS: &[&str] = &[
 const RECIPES: &[(&str, &str)] = &[
     ("base", include_str!("../../../templates/base/lizard.template.toml")),
     ("code-interpreter-v1", include_str!("../../../templates/code-interpreter-v1/lizard.template.toml")),
+    ("desktop", include_str!("../../../templates/desktop/lizard.template.toml")),
 ];
 
 /// A finished template root filesystem: a built-in, flattened to one raw image.
