@@ -8,6 +8,7 @@ One sandbox serves the whole module (Chromium's first start under TCG takes a wh
 from __future__ import annotations
 
 import io
+import os
 import time
 from typing import Callable, Iterator, Optional, Tuple
 from urllib.parse import urlsplit
@@ -20,6 +21,9 @@ import lizard as lizard_sdk
 from conftest import Server
 from headless_chromium import Chromium, wait_for_canvas
 
+#: A pushed copy of templates/desktop can stand in (to try a recipe change before rebuilding
+#: the built-in).
+TEMPLATE = os.environ.get("LIZARD_SDK_TEST_DESKTOP_TEMPLATE", "desktop")
 PAGE_PORT = 8000
 BUTTON = (0, 0, 255)  # the button
 CLICKED = (0, 200, 0)  # the button and the page after a click on the button
@@ -87,7 +91,7 @@ def screen_until(desktop: lizard_sdk.Desktop, ok: Callable[[Image.Image], bool],
 @pytest.fixture(scope="module")
 def sandbox(server: Server, my_project: lizard_sdk.Project) -> Iterator[lizard_sdk.Sandbox]:
     client = lizard_sdk.Lizard(project="my-project")
-    sandbox = client.create("desktop", timeout_ms=30 * 60 * 1000)
+    sandbox = client.create(TEMPLATE, timeout_ms=30 * 60 * 1000)
     try:
         sandbox.fs.write("/srv/page/index.html", PAGE)
         sandbox.process.exec_(
@@ -196,7 +200,7 @@ def test_the_live_view_renders_in_a_real_browser_and_needs_its_secret(
 
 def test_resolution_at_create(server: Server, my_project: lizard_sdk.Project) -> None:
     client = lizard_sdk.Lizard(project="my-project")
-    sandbox = client.create("desktop", resolution=(1280, 800), memory_mib=1024, vcpus=1)
+    sandbox = client.create(TEMPLATE, resolution=(1280, 800), memory_mib=1024, vcpus=1)
     try:
         # A size named at create wins over the template's.
         assert (sandbox.info.vcpus, sandbox.info.memory_mib) == (1, 1024)
