@@ -184,7 +184,7 @@ def test_the_live_view_renders_in_a_real_browser_and_needs_its_secret(
     browser = Chromium()
     try:
         session = browser.open(url)
-        probe = wait_for_canvas(browser, session, timeout_s=90)
+        probe = wait_for_canvas(browser, session, timeout_s=180)
         assert (probe["width"], probe["height"]) == (1024, 768), probe
     finally:
         browser.close()
