@@ -18,7 +18,9 @@ struct Server {
 }
 
 impl Server {
-    fn start(data: &Path) -> (Server, Option<String>) {
+    /// The server, and what its first line of output will say: the owner key (a first
+    /// start prints it before listening), or `None` once it exits having printed none.
+    fn start(data: &Path) -> (Server, std::sync::mpsc::Receiver<Option<String>>) {
         let port = free_port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_lizard"))
             .arg("--data-dir")
@@ -30,11 +32,12 @@ impl Server {
             .unwrap();
         // The first start prints the owner key on its first line; later ones print nothing.
         let stdout = child.stdout.take().unwrap();
-        let key = std::thread::spawn(move || {
+        let (key_tx, key_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
             use std::io::BufRead;
             let mut line = String::new();
-            std::io::BufReader::new(stdout).read_line(&mut line).ok()?;
-            line.trim().strip_prefix("LIZARD_API_KEY=").map(str::to_string)
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+            let _ = key_tx.send(line.trim().strip_prefix("LIZARD_API_KEY=").map(str::to_string));
         });
         let url = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -42,8 +45,7 @@ impl Server {
             assert!(Instant::now() < deadline, "lizard server did not listen");
             std::thread::sleep(Duration::from_millis(50));
         }
-        let key = if key.is_finished() { key.join().unwrap() } else { None };
-        (Server { child, url }, key)
+        (Server { child, url }, key_rx)
     }
 
     /// SIGTERM and wait: the graceful path a service manager takes.
@@ -78,8 +80,7 @@ fn a_paused_sandbox_survives_a_server_restart() {
     link_images(data.path());
     copy_accel_verdict(data.path());
     let (server, key) = Server::start(data.path());
-    // The key is printed before the API listens, but read it robustly.
-    let key = key.expect("the first start prints the owner key");
+    let key = key.recv_timeout(Duration::from_secs(60)).ok().flatten().expect("the first start prints the owner key");
     let url = server.url.clone();
     let ws = ok(&url, &key, &["workspace", "create", "w"]).trim().to_string();
     ok(&url, &key, &["project", "create", "--workspace", &ws, "p"]);
@@ -102,7 +103,6 @@ fn a_paused_sandbox_survives_a_server_restart() {
 
     server.stop();
     let (server, again) = Server::start(data.path());
-    assert_eq!(again, None, "the owner key is shown once");
     let url = server.url.clone();
     let got: serde_json::Value = serde_json::from_str(&ok(&url, &key, &["sandbox", "get", &paused, "--json"])).unwrap();
     assert_eq!(got["state"], "paused", "{got}");
@@ -122,6 +122,8 @@ fn a_paused_sandbox_survives_a_server_restart() {
     );
     ok(&url, &key, &["sandbox", "kill", &paused]);
     server.stop();
+    let again = again.recv_timeout(Duration::from_secs(10)).expect("the output ends with the server");
+    assert_eq!(again, None, "the owner key is shown once");
     let left: Vec<_> =
         std::fs::read_dir(data.path().join("server/sandboxes")).unwrap().flatten().map(|e| e.path()).collect();
     assert!(left.is_empty(), "{left:?}");

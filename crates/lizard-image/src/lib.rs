@@ -49,7 +49,7 @@ pub use error::ImageError;
 pub use initramfs::{Initramfs, MODULES_DIR, MODULES_ORDER_PATH};
 pub use kernel::{Kernel, KernelModule, KERNEL_METAPACKAGE};
 pub use modules::WANTED_MODULES;
-pub use template::{BuiltinLock, BuiltinOutcome, DebianImage, TemplateImage, HOST_CA_BUNDLE};
+pub use template::{BuiltinContext, BuiltinLock, BuiltinOutcome, DebianImage, TemplateImage, HOST_CA_BUNDLE};
 
 /// How long a resolved kernel package version is trusted before apt is asked again.
 /// apt's answer only changes after an `apt-get update`, and asking costs ~0.5 s on hosts

@@ -5,27 +5,32 @@
 //! A built-in is built like any pushed template: the node runs its steps in a build
 //! microVM. Only the part with trusted, pinned inputs happens on the host: `mmdebstrap` of
 //! a Debian suite into a temporary tree, sandbox adjustments (host CA bundle, empty
-//! machine-id, hostname, hosts, no apt lists), and `mkfs.ext4 -d` into a sparse image. The
-//! node flattens the finished layers into one raw image, published here:
+//! machine-id, hostname, hosts, no apt lists), and `mkfs.ext4 -d` into a sparse image. A
+//! built-in over the Debian root is flattened into one raw image; one over another built-in
+//! is published as a qcow2 layer backed by its parent's image:
 //!
 //! ```text
 //! <data>/images/debian/<hash>/{rootfs.ext4, debian.json}
-//! <data>/images/templates/<name>/<key>/{rootfs.ext4, template.json}   (json written last)
+//! <data>/images/templates/<name>/<key>/{rootfs.ext4 | rootfs.qcow2, template.json}   (json last)
 //! ```
 //!
+//! A recipe's `copy` steps take the files beside it in `templates/<name>/`, compiled in
+//! ([`BUILTINS`]); their paths, modes and contents are part of the key.
+//!
 //! A Debian image's hash covers the suite, the packages, mmdebstrap's options, the disk
-//! size, the CA bundle and [`TEMPLATE_FORMAT`]; a built-in's key covers its recipe and its
-//! base's hash or key. Editing a recipe or changing the bundle gives a new image while the
+//! size, the CA bundle and [`TEMPLATE_FORMAT`]; a built-in's key covers its recipe, its
+//! files and its base's hash or key. Editing a recipe or changing the bundle gives a new image while the
 //! old one stays usable.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use lizard_recipe::{Base, DebianBase, Recipe, StartSpec, TemplateConfig};
+use lizard_recipe::{Base, Context, ContextLimits, DebianBase, Entry, EntryKind, Recipe, StartSpec, TemplateConfig};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::util::{self, BuildLock, Hasher, Step};
 use crate::{ImageError, ImageStore};
@@ -58,19 +63,63 @@ const MMDEBSTRAP_OPTIONS: &[&str] = &[
     "--dpkgopt=path-include=/usr/share/locale/locale.alias",
 ];
 
-/// The built-in recipes compiled into the binary, by name.
-const RECIPES: &[(&str, &str)] = &[
-    ("base", include_str!("../../../templates/base/lizard.template.toml")),
-    ("code-interpreter-v1", include_str!("../../../templates/code-interpreter-v1/lizard.template.toml")),
-    ("desktop", include_str!("../../../templates/desktop/lizard.template.toml")),
+/// A built-in template compiled into the binary: `templates/<name>/` of the repository.
+struct Builtin {
+    name: &'static str,
+    /// `lizard.template.toml`.
+    recipe: &'static str,
+    /// The files beside the recipe that its `copy` steps take.
+    files: &'static [BuiltinFile],
+}
+
+/// One file of a built-in's build context.
+struct BuiltinFile {
+    /// Relative to the template's directory, `/`-separated.
+    path: &'static str,
+    mode: u32,
+    bytes: &'static [u8],
+}
+
+/// The built-in templates, parents before children.
+const BUILTINS: &[Builtin] = &[
+    Builtin { name: "base", recipe: include_str!("../../../templates/base/lizard.template.toml"), files: &[] },
+    Builtin {
+        name: "code-interpreter-v1",
+        recipe: include_str!("../../../templates/code-interpreter-v1/lizard.template.toml"),
+        files: &[],
+    },
+    Builtin {
+        name: "desktop",
+        recipe: include_str!("../../../templates/desktop/lizard.template.toml"),
+        files: &[
+            BuiltinFile {
+                path: "lizard-desktop.sh",
+                mode: 0o755,
+                bytes: include_bytes!("../../../templates/desktop/lizard-desktop.sh"),
+            },
+            BuiltinFile {
+                path: "stream.py",
+                mode: 0o644,
+                bytes: include_bytes!("../../../templates/desktop/stream.py"),
+            },
+        ],
+    },
 ];
+
+/// A built-in's build context: its files as a [`Context`], and each content by SHA-256.
+pub struct BuiltinContext {
+    pub context: Context,
+    pub contents: Vec<(String, &'static [u8])>,
+}
 
 /// A finished template root filesystem: a built-in, flattened to one raw image.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TemplateImage {
     pub name: String,
-    /// Raw ext4 image (sparse); sandboxes get copy-on-write overlays of it.
+    /// Sandboxes get copy-on-write overlays of it: a raw ext4 image (sparse), or, when
+    /// [`TemplateImage::layered`], a qcow2 layer over its parent built-in's image.
     pub rootfs: PathBuf,
+    pub layered: bool,
     /// The built-in's key: its recipe and everything below it.
     pub hash: String,
     pub disk_gb: u64,
@@ -110,6 +159,9 @@ struct BuiltinMeta {
     config: TemplateConfig,
     start: Option<StartSpec>,
     build_seconds: f64,
+    /// `rootfs.qcow2` over the parent's image, else a flat `rootfs.ext4`.
+    #[serde(default)]
+    layered: bool,
 }
 
 /// What a finished built-in carries besides its disk, for [`ImageStore::publish_builtin`].
@@ -126,18 +178,24 @@ pub struct BuiltinLock(#[allow(dead_code)] BuildLock);
 impl ImageStore {
     /// The names of the templates compiled into this binary.
     pub fn template_names() -> Vec<&'static str> {
-        RECIPES.iter().map(|(name, _)| *name).collect()
+        BUILTINS.iter().map(|b| b.name).collect()
+    }
+
+    fn builtin(name: &str) -> Result<&'static Builtin, ImageError> {
+        BUILTINS.iter().find(|b| b.name == name).ok_or_else(|| ImageError::UnknownTemplate(name.into()))
+    }
+
+    /// The build context of built-in `name`: the files beside its recipe, with the
+    /// directories their paths imply.
+    pub fn builtin_context(name: &str) -> Result<BuiltinContext, ImageError> {
+        context_of(Self::builtin(name)?.files)
+            .map_err(|e| ImageError::Recipe { name: name.into(), reason: e.to_string() })
     }
 
     /// The recipe of built-in `name`.
     pub fn builtin_recipe(name: &str) -> Result<Recipe, ImageError> {
-        let text = RECIPES
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, text)| *text)
-            .ok_or_else(|| ImageError::UnknownTemplate(name.into()))?;
-        let recipe =
-            Recipe::from_toml(text).map_err(|e| ImageError::Recipe { name: name.into(), reason: e.to_string() })?;
+        let recipe = Recipe::from_toml(Self::builtin(name)?.recipe)
+            .map_err(|e| ImageError::Recipe { name: name.into(), reason: e.to_string() })?;
         if recipe.name != name {
             return Err(ImageError::Recipe {
                 name: name.into(),
@@ -216,6 +274,9 @@ impl ImageStore {
         let recipe_json = serde_json::to_string(&recipe).expect("a recipe serializes");
         let mut h = Hasher::default();
         h.part(TEMPLATE_FORMAT.to_le_bytes()).part(below).part(recipe_json);
+        for file in Self::builtin(name)?.files {
+            h.part(file.path).part(file.mode.to_le_bytes()).part(Sha256::digest(file.bytes));
+        }
         Ok(h.hex())
     }
 
@@ -228,13 +289,14 @@ impl ImageStore {
         let key = self.builtin_key(name)?;
         let dir = self.builtin_dir(name, &key);
         let Some(meta) = util::read_meta::<BuiltinMeta>(&dir.join("template.json")) else { return Ok(None) };
-        let rootfs = dir.join("rootfs.ext4");
+        let rootfs = dir.join(if meta.layered { "rootfs.qcow2" } else { "rootfs.ext4" });
         if meta.key != key || meta.format != TEMPLATE_FORMAT || !rootfs.is_file() {
             return Ok(None);
         }
         Ok(Some(TemplateImage {
             name: meta.recipe.name,
             rootfs,
+            layered: meta.layered,
             hash: key,
             disk_gb: meta.recipe.build.disk_gb.into(),
             description: meta.recipe.description,
@@ -250,24 +312,43 @@ impl ImageStore {
     }
 
     /// Publish built-in `name` under `key` from its finished disk (`disk`, a raw or qcow2
-    /// image, flattened here into one sparse raw image).
+    /// image). Over a Debian root it is flattened into one sparse raw image; over another
+    /// built-in (`parent`, the bottom of `disk`'s chain) it keeps only what differs from the
+    /// parent, as a qcow2 layer backed by the parent's image, so each built-in costs only
+    /// its own additions.
     pub fn publish_builtin(
         &self,
         name: &str,
         key: &str,
         disk: &Path,
+        parent: Option<&TemplateImage>,
         outcome: BuiltinOutcome,
     ) -> Result<TemplateImage, ImageError> {
         let recipe = Self::builtin_recipe(name)?;
         let dir = self.builtin_dir(name, key);
-        let parent = dir.parent().expect("a template dir has a parent").to_path_buf();
-        util::remove_stale_temps(&parent);
-        let tmp = util::temp_dir_in(&parent)?;
+        let name_dir = dir.parent().expect("a template dir has a parent").to_path_buf();
+        util::remove_stale_temps(&name_dir);
+        let tmp = util::temp_dir_in(&name_dir)?;
         let out = tmp.path().join("out");
         fs::create_dir(&out).map_err(ImageError::io("create directory", &out))?;
-        let step = Step::start(format!("flattening template {name}"));
         let mut cmd = Command::new("qemu-img");
-        cmd.args(["convert", "-O", "raw"]).arg(disk).arg(out.join("rootfs.ext4"));
+        let step = match parent {
+            None => {
+                cmd.args(["convert", "-O", "raw"]).arg(disk).arg(out.join("rootfs.ext4"));
+                Step::start(format!("flattening template {name}"))
+            }
+            Some(parent) => {
+                // `disk` is the top of a chain of step layers over the parent's image. A copy
+                // of it rebased onto that image (rebase's safe mode writes every cluster the
+                // chain in between changed) holds all the steps' changes; `convert -B` would
+                // keep only the top layer's.
+                let layer = out.join("rootfs.qcow2");
+                fs::copy(disk, &layer).map_err(ImageError::io("copy the top layer", disk))?;
+                let format = if parent.layered { "qcow2" } else { "raw" };
+                cmd.args(["rebase", "-f", "qcow2", "-F", format, "-b"]).arg(&parent.rootfs).arg(&layer);
+                Step::start(format!("writing template {name} as a layer over {}", parent.name))
+            }
+        };
         util::run(&mut cmd, "apt-get install qemu-utils")?;
         step.finish();
         let meta = BuiltinMeta {
@@ -277,6 +358,7 @@ impl ImageStore {
             config: outcome.config,
             start: outcome.start,
             build_seconds: outcome.build_seconds,
+            layered: parent.is_some(),
         };
         util::write_meta(&out.join("template.json"), &meta)?;
         util::publish(&out, &dir)?;
@@ -286,6 +368,25 @@ impl ImageStore {
             reason: "incomplete after build".into(),
         })
     }
+}
+
+fn context_of(files: &'static [BuiltinFile]) -> Result<BuiltinContext, lizard_recipe::ContextError> {
+    let mut entries = BTreeMap::new();
+    let mut contents = Vec::new();
+    for file in files {
+        let sha256 = hex::encode(Sha256::digest(file.bytes));
+        let mut dir = Path::new(file.path).parent();
+        while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
+            let path = d.to_str().expect("built-in paths are UTF-8").to_owned();
+            entries.insert(path.clone(), Entry { path, mode: 0o755, kind: EntryKind::Dir });
+            dir = d.parent();
+        }
+        let kind = EntryKind::File { sha256: sha256.clone(), size: file.bytes.len() as u64 };
+        entries.insert(file.path.to_owned(), Entry { path: file.path.to_owned(), mode: file.mode, kind });
+        contents.push((sha256, file.bytes));
+    }
+    let context = Context::from_manifest(entries.into_values().collect(), ContextLimits::default())?;
+    Ok(BuiltinContext { context, contents })
 }
 
 /// Debian policy: lower-case letters, digits, `+ - .`, at least two characters, starting
@@ -453,8 +554,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_builtins_files_become_a_context_with_their_directories() {
+        static FILES: &[BuiltinFile] = &[
+            BuiltinFile { path: "bin/tools/run.sh", mode: 0o755, bytes: b"#!/bin/sh\n" },
+            BuiltinFile { path: "server.py", mode: 0o644, bytes: b"print(1)\n" },
+        ];
+        let built = context_of(FILES).unwrap();
+        let paths: Vec<(&str, u32)> = built.context.entries.iter().map(|e| (e.path.as_str(), e.mode)).collect();
+        assert_eq!(paths, [("bin", 0o755), ("bin/tools", 0o755), ("bin/tools/run.sh", 0o755), ("server.py", 0o644)]);
+        let copied: Vec<&str> = built.context.select("bin").unwrap().iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(copied, ["bin", "bin/tools", "bin/tools/run.sh"]);
+        let sha = hex::encode(Sha256::digest(b"print(1)\n"));
+        assert!(built.contents.iter().any(|(h, bytes)| *h == sha && *bytes == b"print(1)\n"));
+        assert!(built.context.hashes().contains(&sha.as_str()));
+    }
+
+    #[test]
     fn builtin_recipes_parse_and_chain() {
-        assert_eq!(ImageStore::template_names(), ["base", "code-interpreter-v1"]);
+        let names = ImageStore::template_names();
+        assert_eq!(names[..2], ["base", "code-interpreter-v1"]);
+        // Every built-in parses, builds on Debian or an earlier built-in, and its files make
+        // a context.
+        for (i, name) in names.iter().enumerate() {
+            let recipe = ImageStore::builtin_recipe(name).unwrap();
+            if let Base::Template(parent) = &recipe.from {
+                assert!(names[..i].contains(&parent.as_str()), "{name}: {parent} must come before it");
+            }
+            ImageStore::builtin_context(name).unwrap();
+        }
         let base = ImageStore::builtin_recipe("base").unwrap();
         let Base::Debian(debian) = &base.from else { panic!("base is built from Debian") };
         assert_eq!(debian.debian, "forky", "the suite with Python 3.14");

@@ -62,7 +62,7 @@ impl NodeTemplate {
         NodeTemplate {
             name: image.name,
             disk: image.rootfs,
-            disk_format: DiskFormat::Raw,
+            disk_format: if image.layered { DiskFormat::Qcow2 } else { DiskFormat::Raw },
             hash: image.hash,
             config: image.config,
             start: image.start,

@@ -2,10 +2,11 @@
 //!
 //! A built-in's recipe (compiled into `lizard-image`) starts from a Debian root that the
 //! image store makes on the host (mmdebstrap: trusted, pinned inputs), or from another
-//! built-in. Its steps run in a build VM through the same builder as a pushed template;
-//! the finished layer chain is then flattened into one raw image in the image store
-//! (shared by every node of the machine and kept across data directories, as the test
-//! suite's image cache is), and the layers it took are deleted.
+//! built-in. Its steps run in a build VM through the same builder as a pushed template,
+//! with the files beside its recipe (compiled in) as its build context; the finished layer
+//! chain is then published in the image store (shared by every node of the machine and
+//! kept across data directories, as the test suite's image cache is): flattened over a
+//! Debian root, one qcow2 layer over a parent built-in. The build's layers are deleted.
 
 use super::build::{outcome, BuildTemplate, Scratch};
 use super::Node;
@@ -13,7 +14,7 @@ use crate::templates::{DiskFormat, NodeTemplate};
 use crate::{NodeError, Result};
 use lizard_api::templates::BuildEvent;
 use lizard_image::{BuiltinOutcome, ImageStore};
-use lizard_recipe::{Base, Context};
+use lizard_recipe::Base;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
@@ -83,8 +84,21 @@ impl Node {
             }
             Base::Template(parent) => Box::pin(self.builtin_template(parent, events, cancel)).await?,
         };
+        let parent = match &recipe.from {
+            Base::Debian(_) => None,
+            Base::Template(parent) => self.assets.cached_builtin(parent).await?,
+        };
         let key = images.builtin_key(name)?;
-        let context = Context { entries: vec![] };
+        let files = ImageStore::builtin_context(name)?;
+        let blobs = tempfile::Builder::new()
+            .prefix(".builtin-files-")
+            .tempdir_in(&self.config.data_dir)
+            .map_err(|e| NodeError::io("create a directory for a built-in's files", e))?;
+        for (sha256, bytes) in &files.contents {
+            let path = blobs.path().join(sha256);
+            std::fs::write(&path, bytes).map_err(|e| NodeError::io("write a built-in's file", e))?;
+        }
+        let context = files.context;
         let plan = super::build::plan(&recipe, &base, &context)?
             .map_err(|e| NodeError::io("plan a built-in template", std::io::Error::other(e.to_string())))?;
         let _running = self.build_running();
@@ -95,7 +109,7 @@ impl Node {
             recipe,
             base_ref: base.name.clone(),
             context,
-            blobs: Default::default(),
+            blobs: blobs.path().to_owned(),
         };
         let deadline = started + Duration::from_secs(req.recipe.build.timeout_s.into());
         let mut scratch = Scratch::default();
@@ -107,7 +121,7 @@ impl Node {
                 let top = plan.layers.last().map_or(base.disk.clone(), |l| self.template_layers.path(&l.key));
                 let outcome = BuiltinOutcome { config, start, build_seconds: started.elapsed().as_secs_f64() };
                 let (images, name) = (images.clone(), name.to_owned());
-                tokio::task::spawn_blocking(move || images.publish_builtin(&name, &key, &top, outcome))
+                tokio::task::spawn_blocking(move || images.publish_builtin(&name, &key, &top, parent.as_ref(), outcome))
                     .await
                     .expect("image publish task panicked")
                     .map_err(NodeError::from)

@@ -132,13 +132,30 @@ pub(crate) fn discard_saved(run_dir: &Path) {
     }
 }
 
-/// The agent connection `connect` makes, or the VM killed and the error.
+/// The agent connection `connect` makes, or the VM killed and the error. If this future
+/// is dropped before it ends (a build past its time limit, a cancelled build), the VMM is
+/// killed too: nobody holds it yet, so nobody else could.
 async fn connected<T>(vm: &dyn Vm, connect: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-    match connect.await {
+    let mut unclaimed = KillOnDrop(Some(vm.pid()));
+    let result = connect.await;
+    unclaimed.0 = None;
+    match result {
         Ok(a) => Ok(a),
         Err(e) => {
             let _ = vm.kill().await;
             Err(e)
+        }
+    }
+}
+
+/// SIGKILLs the VMM process it names when dropped (the backend reaps it).
+struct KillOnDrop(Option<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // Pids are at most 2^22 on Linux (pid_max); one that does not fit is no process of ours.
+        if let Some(pid) = self.0.and_then(|pid| i32::try_from(pid).ok()) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
     }
 }
