@@ -2,9 +2,10 @@
 # Debian packages Lizard needs on the host: QEMU (the VMM), qemu-img (disk overlays),
 # mmdebstrap + e2fsprogs (template images), apt's download of the guest kernel; Node.js and
 # python3-venv for the SDK test suites (scripts/test-sdk.sh); iproute2 + nftables (sandbox
-# networks: namespaces, veth/TAP links, NAT and firewall).
+# networks: namespaces, veth/TAP links, NAT and firewall); chromium for the desktop
+# template's live-view test (a real headless browser on the host).
 set -euo pipefail
-need=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs cpio ca-certificates curl python3-venv nodejs iproute2 nftables)
+need=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs cpio ca-certificates curl python3-venv nodejs iproute2 nftables chromium)
 missing=()
 for p in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

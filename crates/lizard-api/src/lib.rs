@@ -117,8 +117,10 @@ pub struct NewSandboxRequest {
     /// An API key placed in the sandbox as `LIZARD_API_KEY`, for the CLI inside.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lizard_token: Option<String>,
+    /// Default: the template's `[sandbox] vcpus`, else 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vcpus: Option<u32>,
+    /// Default: the template's `[sandbox] memory_mib`, else 512.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mib: Option<u32>,
     /// Whether destinations in neither `allowOut` nor `denyOut` are reachable (default

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 mod agents;
 mod api;
+mod desktop;
 mod templates;
 
 #[derive(Parser)]
@@ -85,6 +86,13 @@ struct Args {
     /// network (namespace, links, rules, DNS relay) adds to a create. Needs root.
     #[arg(long)]
     compare_network: bool,
+    /// API: creates of the `desktop` template timed to their first screenshot (0: skip;
+    /// builds the template first if it is not cached).
+    #[arg(long, default_value_t = 0)]
+    desktop_creates: usize,
+    /// API: idle `desktop` sandboxes whose VMM memory (PSS) is measured.
+    #[arg(long, default_value_t = 5)]
+    desktop_idle: usize,
 }
 
 /// A node of its own in a temporary directory, over the shared image cache.
@@ -154,6 +162,11 @@ async fn main() -> Result<()> {
     let mut rows = vec![];
     if args.api_creates > 0 {
         rows.extend(api_benchmarks(&args, &image_root).await?);
+    }
+    if args.desktop_creates > 0 {
+        eprintln!("preparing images for desktop (first run builds them)…");
+        node.prepare("desktop").await?;
+        rows.extend(desktop_benchmarks(&args, &image_root).await?);
     }
     let create = || CreateSandboxRequest { template: args.template.clone(), ..Default::default() };
     let echo = ExecRequest { cmd: Some("echo hi".into()), ..Default::default() };
@@ -249,6 +262,26 @@ async fn main() -> Result<()> {
     println!("{}", Summary::new(write).row("write 64 MiB file", "MiB/s"));
     println!("{}", Summary::new(read).row("read 64 MiB file", "MiB/s"));
     Ok(())
+}
+
+/// The `desktop` scenario through the HTTP API, as table rows.
+async fn desktop_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec<String>> {
+    let bench = api::Bench::start(image_root, true).await?;
+    let d = bench.desktop(args.desktop_creates, args.desktop_idle).await?;
+    let mut rows = vec![
+        Summary::new(vec![d.first_create_ms])
+            .row("API: first create of `desktop` (boots it, starts the desktop, saves its snapshot)", "ms"),
+        Summary::new(d.to_screenshot_ms).row("API: create `desktop` → first screenshot (PNG) returns", "ms"),
+        Summary::new(vec![d.screenshot_kib]).row("… one 1024x768 screenshot", "KiB"),
+    ];
+    if !d.idle_pss_mib.is_empty() {
+        let n = d.idle_pss_mib.len();
+        rows.push(
+            Summary::new(d.idle_pss_mib)
+                .row(&format!("API: VMM memory (PSS) per idle `desktop` sandbox, {n} idle"), "MiB"),
+        );
+    }
+    Ok(rows)
 }
 
 /// The HTTP API benchmarks, as table rows.

@@ -92,6 +92,22 @@ const BUILTINS: &[Builtin] = &[
     Builtin { name: "codex", recipe: include_str!("../../../templates/codex/lizard.template.toml"), files: &[] },
     Builtin { name: "opencode", recipe: include_str!("../../../templates/opencode/lizard.template.toml"), files: &[] },
     Builtin { name: "pi", recipe: include_str!("../../../templates/pi/lizard.template.toml"), files: &[] },
+    Builtin {
+        name: "desktop",
+        recipe: include_str!("../../../templates/desktop/lizard.template.toml"),
+        files: &[
+            BuiltinFile {
+                path: "lizard-desktop.sh",
+                mode: 0o755,
+                bytes: include_bytes!("../../../templates/desktop/lizard-desktop.sh"),
+            },
+            BuiltinFile {
+                path: "stream.py",
+                mode: 0o644,
+                bytes: include_bytes!("../../../templates/desktop/stream.py"),
+            },
+        ],
+    },
 ];
 
 /// A built-in's build context: its files as a [`Context`], and each content by SHA-256.

@@ -103,6 +103,7 @@ pub fn parse(text: &str, name: &str) -> Result<Recipe, RecipeError> {
         description: String::new(),
         from: crate::recipe::Base::Template(from),
         build: BuildVm::default(),
+        sandbox: crate::recipe::SandboxSize::default(),
         steps,
         env: BTreeMap::new(),
         start,

@@ -20,7 +20,9 @@ pub mod recipe;
 pub use actions::{Action, BuildState, Command, StartSpec};
 pub use context::{Context, ContextError, ContextLimits, Entry, EntryKind};
 pub use layers::{plan, LayerPlan, PlannedLayer};
-pub use recipe::{Base, BuildVm, Copy, DebianBase, Ready, Recipe, RecipeError, Start, Step, TemplateConfig};
+pub use recipe::{
+    Base, BuildVm, Copy, DebianBase, Ready, Recipe, RecipeError, SandboxSize, Start, Step, TemplateConfig,
+};
 
 /// The recipe file a pushed directory is read from, before a `Dockerfile`.
 pub const RECIPE_FILE: &str = "lizard.template.toml";

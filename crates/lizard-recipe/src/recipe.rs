@@ -7,6 +7,9 @@
 //! vcpus = 2
 //! memory_mib = 2048
 //! timeout_s = 1800
+//! [sandbox]                          # the size of a sandbox whose create names none
+//! vcpus = 2
+//! memory_mib = 2048
 //! [[steps]]
 //! apt = ["ripgrep", "jq"]
 //! [[steps]]
@@ -42,6 +45,9 @@ pub struct Recipe {
     pub from: Base,
     #[serde(default)]
     pub build: BuildVm,
+    /// The default size of the template's sandboxes (and so of its template snapshot).
+    #[serde(default, skip_serializing_if = "SandboxSize::is_unset")]
+    pub sandbox: SandboxSize,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<Step>,
     /// Environment of every process in the template's sandboxes (after the steps' `env`).
@@ -112,6 +118,28 @@ pub struct BuildVm {
 impl Default for BuildVm {
     fn default() -> Self {
         BuildVm { vcpus: 2, memory_mib: 2048, timeout_s: 1800, disk_gb: 4, internet: true }
+    }
+}
+
+/// `[sandbox]`: the size a create that names none gets. Unset fields fall back to the
+/// base template's, then to the node's defaults; a create that names a size wins.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSize {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpus: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u32>,
+}
+
+impl SandboxSize {
+    fn is_unset(&self) -> bool {
+        *self == SandboxSize::default()
+    }
+
+    /// `self`'s fields where set, else `base`'s.
+    pub fn or(self, base: SandboxSize) -> SandboxSize {
+        SandboxSize { vcpus: self.vcpus.or(base.vcpus), memory_mib: self.memory_mib.or(base.memory_mib) }
     }
 }
 
@@ -189,12 +217,15 @@ impl Default for Ready {
 }
 
 /// What a built template carries besides its disk: the environment, directory and user
-/// its sandboxes' processes start with.
+/// its sandboxes' processes start with, and their default size.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TemplateConfig {
     pub env: BTreeMap<String, String>,
     pub workdir: Option<String>,
     pub user: Option<String>,
+    /// Left out when unset, so that the hashes of templates without one stay as they were.
+    #[serde(default, skip_serializing_if = "SandboxSize::is_unset")]
+    pub size: SandboxSize,
 }
 
 /// A recipe that cannot be built, with the field at fault.
@@ -246,6 +277,12 @@ impl Recipe {
         check_range("build.memory_mib", b.memory_mib, 256, 16384)?;
         check_range("build.timeout_s", b.timeout_s, 10, 4 * 3600)?;
         check_range("build.disk_gb", b.disk_gb, 1, 1024)?;
+        if let Some(vcpus) = self.sandbox.vcpus {
+            check_range("sandbox.vcpus", vcpus, 1, 16)?;
+        }
+        if let Some(memory_mib) = self.sandbox.memory_mib {
+            check_range("sandbox.memory_mib", memory_mib, 128, 16384)?;
+        }
         if self.steps.len() > MAX_STEPS {
             return Err(RecipeError::invalid("steps", format!("{} steps; at most {MAX_STEPS}", self.steps.len())));
         }
@@ -286,6 +323,7 @@ impl Recipe {
             }
         }
         config.env.extend(self.env.clone());
+        config.size = self.sandbox;
         config
     }
 }
@@ -534,6 +572,9 @@ mod tests {
             ("[[steps]]\nrun = \"a\"\napt = [\"b\"]", "steps"),
             ("[[steps]]\nfrobnicate = \"a\"", "frobnicate"),
             ("[build]\nvcpus = 99", "build.vcpus: 99 is outside 1..=16"),
+            ("[sandbox]\nvcpus = 0", "sandbox.vcpus: 0 is outside 1..=16"),
+            ("[sandbox]\nmemory_mib = 64", "sandbox.memory_mib: 64 is outside 128..=16384"),
+            ("[sandbox]\ndisk_gb = 4", "disk_gb"),
             ("[start]\ncmd = \"x\"\nready = { url = \"http://example.test/\" }", "start.ready.url"),
             ("[start]\ncmd = \"x\"\nready = { port = 0 }", "start.ready.port"),
             ("colour = \"blue\"", "colour"),
@@ -544,6 +585,20 @@ mod tests {
         assert!(error("name = \"Bad_Name\"\nfrom = \"base\"").starts_with("name:"));
         assert!(error("name = \"ok\"\nfrom = \"python:3.12\"").starts_with("from:"));
         assert!(error("name = \"ok\"").contains("from"));
+    }
+
+    #[test]
+    fn sandbox_sizes_reach_the_config_and_fall_back_field_by_field() {
+        let r = Recipe::from_toml("name = \"t\"\nfrom = \"base\"\n[sandbox]\nmemory_mib = 2048").unwrap();
+        let size = r.config().size;
+        assert_eq!(size, SandboxSize { vcpus: None, memory_mib: Some(2048) });
+        let base = SandboxSize { vcpus: Some(4), memory_mib: Some(1024) };
+        assert_eq!(size.or(base), SandboxSize { vcpus: Some(4), memory_mib: Some(2048) });
+        assert_eq!(Recipe::from_toml(&r.to_toml().unwrap()).unwrap(), r);
+        // A recipe without one serializes its config as before (template hashes stay put).
+        let plain = Recipe::from_toml("name = \"t\"\nfrom = \"base\"").unwrap();
+        assert!(!serde_json::to_string(&plain.config()).unwrap().contains("size"));
+        assert!(!plain.to_toml().unwrap().contains("sandbox"));
     }
 
     #[test]

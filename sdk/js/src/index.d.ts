@@ -205,6 +205,8 @@ export interface CreateOptions {
   vcpus?: number
   memoryMib?: number
   onTimeout?: 'kill' | 'pause'
+  /** `[width, height]` of a `desktop` sandbox's screen (restarted at that size before create resolves). */
+  resolution?: [number, number]
   /** Bound of the create call itself (ms). */
   requestTimeoutMs?: number
 }
@@ -256,6 +258,8 @@ export class Sandbox {
   readonly state: 'running' | 'paused'
   readonly fs: Filesystem
   readonly process: Process
+  /** Computer use on a `desktop` sandbox's screen. */
+  readonly desktop: Desktop
   static create(template?: string, opts?: SandboxOptions): Promise<Sandbox>
   static connect(sandboxId: string, opts?: ClientOptions & { http?: HttpClient }): Promise<Sandbox>
   static list(opts?: ClientOptions & { projectId?: string; workspaceId?: string; http?: HttpClient }): Promise<SandboxInfo[]>
@@ -342,6 +346,50 @@ export class Lizard {
 }
 
 export class LizardError extends Error {}
+/** A desktop action failed inside the sandbox (the message carries the tool's stderr). */
+export class DesktopError extends LizardError {}
+
+/** `desktop.stream`: the live view, a noVNC page through the sandbox URL (port 6080). */
+export class DesktopStream {
+  /** The running stream's secret (null when none was started by this object). */
+  readonly secret: string | null
+  /** Start the live view with a new secret (a running one is replaced). */
+  start(): Promise<void>
+  /** The noVNC page; `port` is the sandbox-URL proxy's port when not the scheme's default. */
+  getUrl(opts?: { viewOnly?: boolean; port?: number; scheme?: 'http' | 'https' }): string
+  stop(): Promise<void>
+}
+
+export type MouseButton = 'left' | 'middle' | 'right'
+
+/** `sandbox.desktop`: mouse, keyboard, screenshots, apps and the live view. */
+export class Desktop {
+  readonly stream: DesktopStream
+  /** The whole screen as PNG bytes. */
+  screenshot(): Promise<Uint8Array>
+  getScreenSize(): Promise<{ width: number; height: number }>
+  getCursorPosition(): Promise<{ x: number; y: number }>
+  /** Restart the desktop at `width` x `height` (open windows are closed). */
+  setResolution(width: number, height: number): Promise<void>
+  leftClick(x?: number, y?: number): Promise<void>
+  rightClick(x?: number, y?: number): Promise<void>
+  middleClick(x?: number, y?: number): Promise<void>
+  doubleClick(x?: number, y?: number): Promise<void>
+  moveMouse(x: number, y: number): Promise<void>
+  mousePress(button?: MouseButton): Promise<void>
+  mouseRelease(button?: MouseButton): Promise<void>
+  drag(from: [number, number], to: [number, number]): Promise<void>
+  scroll(direction?: 'up' | 'down' | 'left' | 'right', amount?: number): Promise<void>
+  /** Type `text` into the focused window. */
+  write(text: string, opts?: { chunkSize?: number; delayInMs?: number }): Promise<void>
+  /** One key (`'enter'`, `'a'`, `'F5'`) or a chord (`['ctrl', 'c']`). */
+  press(key: string | string[]): Promise<void>
+  /** A URL or file in Chromium. */
+  open(urlOrFile: string): Promise<void>
+  /** A command line, started detached on the desktop. */
+  launch(application: string): Promise<void>
+  wait(ms: number): Promise<void>
+}
 export class APIConnectionError extends LizardError {}
 export class APITimeoutError extends APIConnectionError {}
 /** A directory cannot be pushed as it is (no recipe, a special file, a name not UTF-8). */

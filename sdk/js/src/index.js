@@ -8,6 +8,7 @@ import { Templates } from './templates.js'
 export * from './errors.js'
 export { HttpClient, requestObservers } from './http.js'
 export { Sandbox, Filesystem, Process } from './sandbox.js'
+export { Desktop, DesktopStream, DesktopError } from './desktop.js'
 export { Templates } from './templates.js'
 
 const seg = encodeURIComponent

@@ -3,6 +3,7 @@
 import { HttpClient } from './http.js'
 import { NotFoundError } from './errors.js'
 import { readExecFrames } from './frames.js'
+import { Desktop } from './desktop.js'
 
 /** Creating the first sandbox of a template boots it and saves its snapshot: slow. */
 export const CREATE_TIMEOUT_MS = 600_000
@@ -101,6 +102,7 @@ export class Sandbox {
     this._http = http
     this.fs = new Filesystem(this)
     this.process = new Process(this)
+    this.desktop = new Desktop(this)
   }
 
   get sandboxId() {
@@ -119,7 +121,8 @@ export class Sandbox {
   /**
    * Boot a new microVM from `template` in a project: `project` (id, slug or name) or
    * `projectId` (exact id). `lizardToken` is an API key placed inside as LIZARD_API_KEY for
-   * the `lizard` CLI there; `volumeName` mounts that volume at /workspace.
+   * the `lizard` CLI there; `volumeName` mounts that volume at /workspace. `resolution`
+   * (`[width, height]`) restarts a `desktop` sandbox's screen at that size before resolving.
    */
   static async create(template = 'base', opts = {}) {
     const http = clientFor(opts)
@@ -139,7 +142,9 @@ export class Sandbox {
     for (const [k, v] of Object.entries(fields)) if (v !== undefined) body[k] = v
     const timeoutMs = opts.requestTimeoutMs ?? Math.max(http.timeoutMs, CREATE_TIMEOUT_MS)
     const info = await http.post('/v1/sandboxes', body, { timeoutMs })
-    return new Sandbox(info, http)
+    const sandbox = new Sandbox(info, http)
+    if (opts.resolution) await sandbox.desktop.setResolution(...opts.resolution)
+    return sandbox
   }
 
   /** An existing sandbox by id, resumed if paused. Throws NotFoundError once killed or expired. */

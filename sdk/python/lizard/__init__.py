@@ -45,13 +45,14 @@ from .models import (
     WhoAmI,
     Workspace,
 )
+from .desktop import Desktop, DesktopError, DesktopStream
 from .sandbox import Filesystem, Process, Sandbox
 from .templates import Templates
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Lizard", "Sandbox", "Filesystem", "Process", "HttpClient",
+    "Lizard", "Sandbox", "Filesystem", "Process", "HttpClient", "Desktop", "DesktopStream", "DesktopError",
     "Workspaces", "Projects", "ApiKeys", "Regions", "Volumes", "Billing", "Metrics", "Templates",
     "ApiKey", "FileEntry", "ProcessResult", "Project", "Record", "Region", "SandboxInfo", "Volume", "WhoAmI", "Workspace",
     "TemplateInfo", "TemplateBuildInfo", "BuildStepInfo", "BuildFailure", "BuildEvent",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import quote
 
 from ._http import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, HttpClient
@@ -242,6 +242,7 @@ class Lizard:
         vcpus: Optional[int] = None,
         memory_mib: Optional[int] = None,
         on_timeout: Optional[str] = None,
+        resolution: Optional[Tuple[int, int]] = None,
         request_timeout: Optional[float] = None,
     ) -> Sandbox:
         """Boot a sandbox from ``template`` in the client's project."""
@@ -256,6 +257,7 @@ class Lizard:
             vcpus=vcpus,
             memory_mib=memory_mib,
             on_timeout=on_timeout,
+            resolution=resolution,
             request_timeout=request_timeout,
             http=self.platform,
         )

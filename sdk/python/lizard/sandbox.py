@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import builtins
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 from urllib.parse import quote
 
 from ._http import HttpClient, shared_client
+from .desktop import Desktop
 from .errors import NotFoundError
 from ._frames import read_exec_frames
 from .models import FileEntry, ProcessResult, SandboxInfo
@@ -125,6 +126,7 @@ class Sandbox:
         self._http = http
         self.fs = Filesystem(self)
         self.process = Process(self)
+        self.desktop = Desktop(self)
 
     def __repr__(self) -> str:
         return f"Sandbox({self.sandbox_id!r}, template={self.info.template!r}, state={self.info.state!r})"
@@ -162,6 +164,7 @@ class Sandbox:
         vcpus: Optional[int] = None,
         memory_mib: Optional[int] = None,
         on_timeout: Optional[str] = None,
+        resolution: Optional[Tuple[int, int]] = None,
         request_timeout: Optional[float] = None,
         api_key: Optional[str] = None,
         api_url: Optional[str] = None,
@@ -170,8 +173,9 @@ class Sandbox:
         """Boot a new microVM from ``template`` in a project (``project``: id, slug or name;
         or ``project_id``: its exact id). ``lizard_token`` is an API key placed inside as
         ``LIZARD_API_KEY`` for the ``lizard`` CLI there; ``volume_name`` mounts that volume
-        at ``/workspace``. ``request_timeout`` (seconds) bounds the call itself (default 10
-        minutes: a template's first create boots it)."""
+        at ``/workspace``. ``resolution`` (width, height) restarts a ``desktop`` sandbox's
+        screen at that size before returning. ``request_timeout`` (seconds) bounds the call
+        itself (default 10 minutes: a template's first create boots it)."""
         http = http or shared_client(api_key, api_url)
         body: Dict[str, Any] = {"template": template}
         for key, value in (
@@ -191,7 +195,10 @@ class Sandbox:
         if request_timeout is None:
             request_timeout = max(http.timeout, CREATE_TIMEOUT_S)
         data = http.post("/v1/sandboxes", json=body, timeout=request_timeout)
-        return cls(SandboxInfo.from_json(data), http)
+        sandbox = cls(SandboxInfo.from_json(data), http)
+        if resolution is not None:
+            sandbox.desktop.set_resolution(*resolution)
+        return sandbox
 
     @classmethod
     def connect(

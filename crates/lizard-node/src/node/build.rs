@@ -411,11 +411,11 @@ impl Node {
         Ok(BuiltTemplate { template_ref: req.template_ref.clone(), steps, layer_bytes })
     }
 
-    /// The template snapshot of `template` in the node's default shape.
+    /// The template snapshot of `template` in the size a create that names none gets.
     async fn default_snapshot(&self, template: &NodeTemplate) -> Result<()> {
         let boot = self.assets.boot_files().await?;
-        let machine =
-            Machine::new(&boot, self.config.default_vcpus, self.config.default_memory_mib, self.accel().await?);
+        let (vcpus, memory_mib) = self.sandbox_size(template, None, None)?;
+        let machine = Machine::new(&boot, vcpus, memory_mib, self.accel().await?);
         self.template_snapshot(template, &boot, &machine).await.map(drop)
     }
 
@@ -510,8 +510,8 @@ fn disk_size(recipe: &lizard_recipe::Recipe, base: &NodeTemplate) -> Result<u64>
 }
 
 /// What a template built from `recipe` over `base` gives its sandboxes, once its steps
-/// left `state`: the recipe's env, directory and user over the base's, and its start
-/// command (else the base's).
+/// left `state`: the recipe's env, directory, user and `[sandbox]` size over the base's,
+/// and its start command (else the base's).
 pub(super) fn outcome(
     base: &NodeTemplate,
     recipe: &lizard_recipe::Recipe,
@@ -522,6 +522,7 @@ pub(super) fn outcome(
     config.env.extend(derived.env);
     config.workdir = derived.workdir.or(config.workdir);
     config.user = derived.user.or(config.user);
+    config.size = derived.size.or(config.size);
     let start = match &recipe.start {
         Some(s) => Some(state.start_spec(s, &recipe.env)),
         None => base.start.clone(),

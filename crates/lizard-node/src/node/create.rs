@@ -10,6 +10,7 @@ use crate::vm::{self, BootError, Machine};
 use crate::{snapshot, NodeError, Result};
 use lizard_agent_proto::handshake::Secret;
 use lizard_api::CreateSandboxRequest;
+use lizard_recipe::SandboxSize;
 use lizard_vmm::VmConfig;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,7 +28,28 @@ fn in_range(field: &'static str, got: u32, (min, max): (u32, u32)) -> Result<u32
     }
 }
 
+/// `asked` where set, else the template's, else the node's `(vcpus, memory_mib)` —
+/// checked against the bounds.
+fn size_of(asked: SandboxSize, template: SandboxSize, (vcpus, memory_mib): (u32, u32)) -> Result<(u32, u32)> {
+    let size = asked.or(template);
+    let vcpus = size.vcpus.unwrap_or(vcpus);
+    let memory_mib = size.memory_mib.unwrap_or(memory_mib);
+    Ok((in_range("vcpus", vcpus, VCPUS)?, in_range("memoryMib", memory_mib, MEMORY_MIB)?))
+}
+
 impl Node {
+    /// The size of a sandbox of `template`: what the request names, else the template's
+    /// `[sandbox]` size, else the node's default — checked against the bounds.
+    pub(super) fn sandbox_size(
+        &self,
+        template: &NodeTemplate,
+        vcpus: Option<u32>,
+        memory_mib: Option<u32>,
+    ) -> Result<(u32, u32)> {
+        let asked = SandboxSize { vcpus, memory_mib };
+        size_of(asked, template.config.size, (self.config.default_vcpus, self.config.default_memory_mib))
+    }
+
     /// Boot a new sandbox and wait until its agent answers.
     ///
     /// The work runs in its own task: a caller that goes away mid-boot (a dropped HTTP
@@ -40,11 +62,10 @@ impl Node {
     async fn create_now(self: &Arc<Self>, req: CreateSandboxRequest) -> Result<Arc<Sandbox>> {
         // Checked before anything is made (create_with makes the network from it).
         req.network_policy().parse().map_err(NodeError::BadNetworkPolicy)?;
-        let vcpus = in_range("vcpus", req.vcpus.unwrap_or(self.config.default_vcpus), VCPUS)?;
-        let memory_mib = in_range("memoryMib", req.memory_mib.unwrap_or(self.config.default_memory_mib), MEMORY_MIB)?;
         // Until the sandbox is in the map (or failed), its template cannot be deleted.
         let _claim = self.claim_template(&req.template);
         let template = self.resolve_template(&req.template).await?;
+        let (vcpus, memory_mib) = self.sandbox_size(&template, req.vcpus, req.memory_mib)?;
         let boot = self.assets.boot_files().await?;
         let machine = Machine::new(&boot, vcpus, memory_mib, self.accel().await?);
         let id = sandbox::new_id();
@@ -206,5 +227,32 @@ impl Node {
             boot_timeout: self.config.boot_timeout,
         };
         snapshot::build(spec, &dir).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NODE: (u32, u32) = (1, 512);
+    const NONE: SandboxSize = SandboxSize { vcpus: None, memory_mib: None };
+
+    #[test]
+    fn the_request_wins_then_the_template_then_the_node() {
+        let desktop = SandboxSize { vcpus: Some(2), memory_mib: Some(2048) };
+        assert_eq!(size_of(NONE, NONE, NODE).unwrap(), (1, 512));
+        assert_eq!(size_of(NONE, desktop, NODE).unwrap(), (2, 2048));
+        let asked = SandboxSize { vcpus: None, memory_mib: Some(1024) };
+        assert_eq!(size_of(asked, desktop, NODE).unwrap(), (2, 1024));
+        let half = SandboxSize { vcpus: Some(4), memory_mib: None };
+        assert_eq!(size_of(NONE, half, NODE).unwrap(), (4, 512));
+    }
+
+    #[test]
+    fn out_of_bounds_sizes_are_refused_wherever_they_come_from() {
+        let huge = SandboxSize { vcpus: Some(64), memory_mib: None };
+        assert!(matches!(size_of(huge, NONE, NODE), Err(NodeError::OutOfRange { field: "vcpus", .. })));
+        let tiny = SandboxSize { vcpus: None, memory_mib: Some(64) };
+        assert!(matches!(size_of(NONE, tiny, NODE), Err(NodeError::OutOfRange { field: "memoryMib", .. })));
     }
 }
