@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 from urllib.parse import quote
 
 from ._http import HttpClient, shared_client
+from .code import CodeInterpreter
 from .errors import NotFoundError
 from ._frames import read_exec_frames
 from .models import FileEntry, ProcessResult, SandboxInfo
@@ -116,7 +117,7 @@ class Process:
     exec = exec_
 
 
-class Sandbox:
+class Sandbox(CodeInterpreter):
     """A running (or paused) sandbox. Make one with ``Sandbox.create``, ``Lizard.create`` or
     ``Sandbox.connect``."""
 
