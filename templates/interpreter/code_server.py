@@ -131,8 +131,9 @@ class PythonContext(Context):
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=300)
-        # matplotlib's inline backend: a figure left at the end of a cell becomes a PNG result.
-        self._run_silent("%matplotlib inline")
+        # matplotlib's inline backend: a figure shown or left at the end of a cell becomes a
+        # PNG result, of exactly the figure's size (IPython would crop it to a tight box).
+        self._run_silent("%matplotlib inline\n%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}")
 
     def stop(self) -> None:
         try:

@@ -8,6 +8,7 @@ import { Templates } from './templates.js'
 export * from './errors.js'
 export { HttpClient, requestObservers } from './http.js'
 export { Sandbox, Filesystem, Process } from './sandbox.js'
+export { CodeInterpreter, Execution, ExecutionError, Result, readCodeEvents } from './code.js'
 export { Templates } from './templates.js'
 
 const seg = encodeURIComponent
