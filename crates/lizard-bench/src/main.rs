@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 mod api;
+mod code;
 mod templates;
 
 #[derive(Parser)]
@@ -71,6 +72,10 @@ struct Args {
     /// the pushed template's size on disk over its base.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pushes: bool,
+    /// API: creates of the `interpreter` template, each timed to its first `runCode`
+    /// answering (0: skip; the template must be built).
+    #[arg(long, default_value_t = 0)]
+    code_runs: usize,
     /// Also time restored creates on a node without sandbox networking, to show what the
     /// network (namespace, links, rules, DNS relay) adds to a create. Needs root.
     #[arg(long)]
@@ -283,6 +288,13 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
         rows.push(
             Summary::new(forks).row(&format!("API: fork a running sandbox into {} copies", args.fork_copies), "ms"),
         );
+    }
+    if args.code_runs > 0 {
+        let c = warm.first_run_code(args.code_runs).await?;
+        rows.push(
+            Summary::new(c.create_to_result).row("API: create `interpreter` → first `runCode` (`1 + 1`) answers", "ms"),
+        );
+        rows.push(Summary::new(c.run).row("… a later `runCode` (`1 + 1`) in the same sandbox", "ms"));
     }
     if args.pushes {
         let image = lizard_image::ImageStore::new(image_root)
