@@ -320,8 +320,7 @@ class ProcessContext(Context):
                         if key.data == "events":
                             self.dead = True
                             self._drain(emit)
-                            if interrupted_at is None:
-                                emit(dead_error(f"exit status {self.proc.wait()}"))
+                            emit(dead_error(f"exit status {self.proc.wait()}"))
                             return
                         continue
                     if key.data == "events":
@@ -367,6 +366,15 @@ class BashContext(ProcessContext):
 
     def command(self) -> list[str]:
         return ["bash", "--noprofile", "--norc"]
+
+    def start(self) -> None:
+        super().start()
+        assert self.proc.stdin is not None
+        # A SIGINT trap (not an ignore, which children would inherit): a non-interactive
+        # bash whose foreground child dies of SIGINT would otherwise exit itself, and the
+        # context would lose its state on every timeout.
+        self.proc.stdin.write(b"trap : INT\n")
+        self.proc.stdin.flush()
 
     def send(self, code: str, envs: dict[str, str], timeout_ms: int) -> None:
         assert self.proc.stdin is not None

@@ -186,6 +186,10 @@ def test_bash_context(sandbox: Sandbox) -> None:
     assert "".join(again.logs.stderr) == "to-stderr\n"
     failed = sandbox.run_code("exit_code_test() { return 3; }; exit_code_test", context=ctx)
     assert failed.error is not None and failed.error.value == "exit status 3"
+    # A timeout interrupts the running command, not the context: its variables stay.
+    slow = sandbox.run_code("sleep 60", context=ctx, timeout=2)
+    assert slow.error is not None and slow.error.name == "TimeoutError", slow.error
+    assert sandbox.run_code("echo $GREETING", context=ctx).logs.stdout == ["hello\n"]
     sandbox.remove_code_context(ctx)
 
 
