@@ -55,7 +55,7 @@ def test_python_analysis_csv_pandas_matplotlib_png(sandbox: Sandbox) -> None:
         "ax.plot(df['month'], df['sales'])\n"
         "print(df['sales'].sum())\n"
         "plt.show()\n"
-        "df['sales'].mean()\n"
+        "float(df['sales'].mean())\n"
     )
     execution = sandbox.run_code(code, timeout=240)
     assert execution.error is None, execution.error
