@@ -10,6 +10,7 @@ pub mod network;
 
 pub use lizard_agent_proto::types::{ExitStatus, FileEntry, FileType, WriteResult};
 
+pub mod code;
 pub mod files;
 pub mod routes;
 pub mod templates;
@@ -244,6 +245,9 @@ pub enum ErrorCode {
     /// The account's balance is used up: creating or resuming sandboxes is refused until
     /// credits are added: 402.
     PaymentRequired,
+    /// The sandbox runs no code service (its template is not `interpreter` or built from
+    /// it), or the service stopped answering: 502.
+    CodeServiceUnavailable,
 }
 
 impl ErrorCode {
@@ -261,6 +265,7 @@ impl ErrorCode {
             ErrorCode::AccountScopeRequired => 403,
             ErrorCode::RateLimited => 429,
             ErrorCode::PaymentRequired => 402,
+            ErrorCode::CodeServiceUnavailable => 502,
         }
     }
 }

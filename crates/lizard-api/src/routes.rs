@@ -11,8 +11,8 @@
 //! Path templates use `{name}` for a parameter: the syntax of both OpenAPI and axum.
 
 use crate::ErrorCode::{
-    self, AccountScopeRequired, BootFailed, Conflict, Forbidden, InvalidArgument, NotFound, PaymentRequired,
-    Unauthenticated, Unavailable,
+    self, AccountScopeRequired, BootFailed, CodeServiceUnavailable, Conflict, Forbidden, InvalidArgument, NotFound,
+    PaymentRequired, Unauthenticated, Unavailable,
 };
 
 /// An HTTP method a route answers.
@@ -113,6 +113,10 @@ pub mod path {
     pub const FILES: &str = "/v1/sandboxes/{id}/files";
     pub const FILES_LIST: &str = "/v1/sandboxes/{id}/files/list";
     pub const FILES_MKDIR: &str = "/v1/sandboxes/{id}/files/mkdir";
+    pub const CODE: &str = "/v1/sandboxes/{id}/code";
+    pub const CODE_CONTEXTS: &str = "/v1/sandboxes/{id}/code/contexts";
+    pub const CODE_CONTEXT: &str = "/v1/sandboxes/{id}/code/contexts/{contextId}";
+    pub const CODE_CONTEXT_RESTART: &str = "/v1/sandboxes/{id}/code/contexts/{contextId}/restart";
     pub const WORKSPACES: &str = "/v1/workspaces";
     pub const WORKSPACE: &str = "/v1/workspaces/{id}";
     pub const PROJECTS: &str = "/v1/projects";
@@ -220,6 +224,19 @@ pub const LIST_DIR: Route = get(path::FILES_LIST, JsonList("FileEntry"), &[Unaut
 /// `?path=`: a directory and its parents.
 pub const MAKE_DIR: Route =
     route(Post, path::FILES_MKDIR, Empty, 204, Empty, &[Unauthenticated, NotFound, InvalidArgument]);
+
+// --- code execution (the `interpreter` template's code service) ---------------------------
+/// What every code route can answer besides success.
+const CODE_ERRORS: &[ErrorCode] = &[Unauthenticated, NotFound, InvalidArgument, CodeServiceUnavailable];
+/// Runs code in a context: `CodeEvent`s as the code produces output, ending with `end`.
+pub const RUN_CODE: Route = post(path::CODE, Json("RunCodeRequest"), Ndjson("CodeEvent"), CODE_ERRORS);
+pub const LIST_CODE_CONTEXTS: Route = get(path::CODE_CONTEXTS, JsonList("CodeContext"), CODE_ERRORS);
+pub const CREATE_CODE_CONTEXT: Route =
+    create(path::CODE_CONTEXTS, Json("CreateCodeContextRequest"), Json("CodeContext"), CODE_ERRORS);
+/// Ends the context's interpreter; its state is gone.
+pub const REMOVE_CODE_CONTEXT: Route = delete(path::CODE_CONTEXT, CODE_ERRORS);
+/// A new interpreter for the context (same id, state cleared, counter from 0).
+pub const RESTART_CODE_CONTEXT: Route = post(path::CODE_CONTEXT_RESTART, Empty, Json("CodeContext"), CODE_ERRORS);
 
 // --- tenancy ------------------------------------------------------------------------------
 pub const LIST_WORKSPACES: Route = get(path::WORKSPACES, JsonList("Workspace"), &[Unauthenticated]);
@@ -349,6 +366,11 @@ pub const SERVER: &[Route] = &[
     REMOVE_FILE,
     LIST_DIR,
     MAKE_DIR,
+    RUN_CODE,
+    LIST_CODE_CONTEXTS,
+    CREATE_CODE_CONTEXT,
+    REMOVE_CODE_CONTEXT,
+    RESTART_CODE_CONTEXT,
     LIST_WORKSPACES,
     CREATE_WORKSPACE,
     FIND_WORKSPACE,

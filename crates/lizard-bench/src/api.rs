@@ -68,6 +68,17 @@ impl Bench {
         self.send(route, args, "?project=bench", |req| req.body(bytes)).await
     }
 
+    /// A POST of `body` on `route` whose answer is not one JSON value (NDJSON): its text.
+    pub(crate) async fn post_text(&self, route: &Route, args: &[&str], body: Value) -> Result<String> {
+        let path = route.uri(args);
+        let resp =
+            self.client.post(format!("{}{path}", self.base)).header("x-api-key", &self.key).json(&body).send().await?;
+        let status = resp.status();
+        let text = resp.text().await?;
+        ensure!(status.is_success(), "POST {path}: {status} {text}");
+        Ok(text)
+    }
+
     async fn send(
         &self,
         route: &Route,

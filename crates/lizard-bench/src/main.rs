@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 mod agents;
 mod api;
+mod code;
 mod desktop;
 mod templates;
 
@@ -82,6 +83,10 @@ struct Args {
     agent_template: String,
     #[arg(long, default_value = "claude --version")]
     agent_command: String,
+    /// API: creates of the `interpreter` template, each timed to its first `runCode`
+    /// answering (0: skip; the template must be built).
+    #[arg(long, default_value_t = 0)]
+    code_runs: usize,
     /// Also time restored creates on a node without sandbox networking, to show what the
     /// network (namespace, links, rules, DNS relay) adds to a create. Needs root.
     #[arg(long)]
@@ -339,6 +344,13 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
                 .row(&format!("API: first create of `{a}` (makes its snapshot) → `{cmd}`"), "ms"),
         );
         rows.push(Summary::new(times.creates).row(&format!("API: create `{a}` → first `{cmd}` returns"), "ms"));
+    }
+    if args.code_runs > 0 {
+        let c = warm.first_run_code(args.code_runs).await?;
+        rows.push(
+            Summary::new(c.create_to_result).row("API: create `interpreter` → first `runCode` (`1 + 1`) answers", "ms"),
+        );
+        rows.push(Summary::new(c.run).row("… a later `runCode` (`1 + 1`) in the same sandbox", "ms"));
     }
     if args.pushes {
         let image = lizard_image::ImageStore::new(image_root)

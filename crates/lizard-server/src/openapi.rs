@@ -48,6 +48,8 @@ error_responses! {
     InvalidArgument => "422", "INVALID_ARGUMENT: malformed body, unknown field or bad value";
     /// 402: no credits left.
     PaymentRequired => "402", "PAYMENT_REQUIRED: the account's balance is zero or below";
+    /// 502 from the code routes.
+    CodeServiceUnavailable => "502", "CODE_SERVICE_UNAVAILABLE: the sandbox runs no code service (use the interpreter template), or it stopped answering";
 }
 
 struct Security;
@@ -81,6 +83,7 @@ impl Modify for Security {
         (name = "account", description = "Identity and account"),
         (name = "regions", description = "Where sandboxes can run"),
         (name = "volumes", description = "Disks that outlive sandboxes, mounted at /workspace"),
+        (name = "code", description = "Stateful code execution in the interpreter template: run code, code contexts"),
         (name = "templates", description = "Templates pushed as code (a recipe and a directory), built inside microVMs, and their builds"),
         (name = "billing", description = "The account's balance, ledger and spend (unscoped keys only)"),
         (name = "metrics", description = "Usage per workspace and project, within the key's scope"),
@@ -111,11 +114,23 @@ mod tests {
             AccountScopeRequired,
             RateLimited,
             PaymentRequired,
+            CodeServiceUnavailable,
         ];
         for c in &all {
             match c {
-                InvalidArgument | Unauthenticated | Forbidden | NotFound | Conflict | BootFailed | PortClosed
-                | Unavailable | Internal | AccountScopeRequired | RateLimited | PaymentRequired => {}
+                InvalidArgument
+                | Unauthenticated
+                | Forbidden
+                | NotFound
+                | Conflict
+                | BootFailed
+                | PortClosed
+                | Unavailable
+                | Internal
+                | AccountScopeRequired
+                | RateLimited
+                | PaymentRequired
+                | CodeServiceUnavailable => {}
             }
         }
         all

@@ -9,7 +9,9 @@
 //!
 //! A host that names no running sandbox answers 404; a port nothing listens on, 502
 //! `PORT_CLOSED` — never another sandbox: the id is looked up exactly, and the tunnel
-//! belongs to that sandbox's own agent.
+//! belongs to that sandbox's own agent. The platform's own guest ports
+//! ([`lizard_api::code::RESERVED_GUEST_PORTS`]: the code service, the agent's API forward)
+//! answer 403 before any tunnel is opened: only the authenticated API reaches them.
 
 use crate::error::AppError;
 use crate::ops;
@@ -40,6 +42,17 @@ pub fn parse_host(host: &str, sandbox_domain: &str) -> Option<Target> {
     Some(Target { sandbox_id: id.to_string(), port })
 }
 
+/// Refuse the platform's own guest ports: a sandbox URL must not be a door to them.
+pub fn check_port(target: &Target) -> Result<(), AppError> {
+    if lizard_api::code::is_reserved_guest_port(target.port) {
+        return Err(AppError::forbidden(format!(
+            "port {} is reserved for the platform and is not reachable through a sandbox URL",
+            target.port
+        )));
+    }
+    Ok(())
+}
+
 /// The proxy as an axum router: every path and method is forwarded to its sandbox.
 pub fn router(state: AppState) -> axum::Router {
     axum::Router::new().fallback(proxy).with_state(state)
@@ -63,6 +76,7 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
         .to_string();
     let target = parse_host(&host, &config.sandbox_domain(&config.region))
         .ok_or_else(|| AppError::not_found(format!("{host:?} is not a sandbox host of this region")))?;
+    check_port(&target)?;
     let tunnel = ops::sandboxes::open_port(state, &target.sandbox_id, target.port).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tunnel))
         .await
@@ -126,5 +140,38 @@ mod tests {
         ] {
             assert_eq!(parse_host(bad, d), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn reserved_guest_ports_are_refused_before_any_tunnel() {
+        let d = "sandbox.local.lizard.localhost";
+        for port in [49999, 49171] {
+            let t = parse_host(&format!("abc123-{port}.{d}"), d).unwrap();
+            let e = check_port(&t).unwrap_err();
+            assert_eq!(e.code(), lizard_api::ErrorCode::Forbidden);
+            assert!(e.0.message.contains("reserved"), "{e}");
+        }
+        assert!(check_port(&parse_host(&format!("abc123-3000.{d}"), d).unwrap()).is_ok());
+    }
+
+    #[tokio::test]
+    async fn the_router_refuses_a_reserved_port_with_403() {
+        use tower::ServiceExt;
+        let store = crate::SqliteStore::memory().await.unwrap();
+        let server =
+            crate::open_with_store(crate::ServerConfig::new("/nonexistent"), std::sync::Arc::new(store)).await.unwrap();
+        let nodes = crate::nodes::Nodes::single(
+            crate::nodes::LOCAL_NODE_ID,
+            std::sync::Arc::new(crate::ops::tests::FakeNode::default()),
+        );
+        let state = server.app_state(nodes);
+        let domain = state.server.config.sandbox_domain(&state.server.config.region);
+        let req = axum::http::Request::builder()
+            .uri("/")
+            .header(header::HOST, format!("abc123-49999.{domain}"))
+            .body(Body::empty())
+            .unwrap();
+        let resp = router(state).oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
     }
 }

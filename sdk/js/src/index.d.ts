@@ -272,7 +272,76 @@ export class Sandbox {
   /** `count` copies of this running sandbox (processes, memory and files), each with its own id. */
   fork(count?: number): Promise<Sandbox[]>
   getHost(port: number): string
+  /**
+   * Run code in a context (the `interpreter` template): `context`, or `language`'s default
+   * one (default python), not both. Output streams to the callbacks as it happens; an
+   * exception, a timeout (`TimeoutError`) or a dead interpreter (`DeadKernelError`) is
+   * `execution.error`.
+   */
+  runCode(code: string, opts?: RunCodeOpts): Promise<Execution>
+  createCodeContext(opts?: { language?: CodeLanguage; cwd?: string }): Promise<CodeContext>
+  listCodeContexts(): Promise<CodeContext[]>
+  restartCodeContext(context: CodeContext | string): Promise<CodeContext>
+  removeCodeContext(context: CodeContext | string): Promise<void>
 }
+
+export type CodeLanguage = 'python' | 'javascript' | 'bash'
+export interface CodeContext {
+  id: string
+  language: CodeLanguage
+  cwd: string
+}
+export interface RunCodeOpts {
+  language?: CodeLanguage
+  context?: CodeContext | string
+  onStdout?: (text: string) => void
+  onStderr?: (text: string) => void
+  onResult?: (result: Result) => void
+  onError?: (error: ExecutionError) => void
+  /** Environment for this run only. */
+  envs?: Record<string, string>
+  /** Interrupts the code after this long (default 300 000); the context keeps its state. */
+  timeoutMs?: number
+  /** Bounds the HTTP call (default: timeoutMs + 90 s). */
+  requestTimeoutMs?: number
+}
+/** Something the code displayed; each MIME type of its bundle is a field. */
+export class Result {
+  readonly isMainResult: boolean
+  readonly text?: string
+  readonly html?: string
+  readonly markdown?: string
+  readonly svg?: string
+  /** Base64. */
+  readonly png?: string
+  /** Base64. */
+  readonly jpeg?: string
+  readonly pdf?: string
+  readonly latex?: string
+  readonly json?: unknown
+  readonly javascript?: string
+  /** MIME types without a field of their own. */
+  readonly extra: Record<string, unknown>
+  /** The whole MIME bundle. */
+  readonly data: Record<string, unknown>
+  formats(): string[]
+}
+export class ExecutionError {
+  /** ZeroDivisionError, TypeError, TimeoutError, DeadKernelError, … */
+  readonly name: string
+  readonly value: string
+  readonly traceback: string
+}
+export class Execution {
+  readonly results: Result[]
+  readonly logs: { stdout: string[]; stderr: string[] }
+  readonly error?: ExecutionError
+  readonly executionCount?: number
+  /** The main result's text. */
+  readonly text?: string
+}
+export class CodeInterpreter {}
+export function readCodeEvents(body: AsyncIterable<Uint8Array>, callbacks?: RunCodeOpts): Promise<Execution>
 
 export class Workspaces {
   list(): Promise<Workspace[]>

@@ -9,6 +9,7 @@ export * from './errors.js'
 export { HttpClient, requestObservers } from './http.js'
 export { Sandbox, Filesystem, Process } from './sandbox.js'
 export { Desktop, DesktopStream, DesktopError } from './desktop.js'
+export { CodeInterpreter, Execution, ExecutionError, Result, readCodeEvents } from './code.js'
 export { Templates } from './templates.js'
 
 const seg = encodeURIComponent

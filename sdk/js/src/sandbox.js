@@ -4,6 +4,7 @@ import { HttpClient } from './http.js'
 import { NotFoundError } from './errors.js'
 import { readExecFrames } from './frames.js'
 import { Desktop } from './desktop.js'
+import { CodeInterpreter } from './code.js'
 
 /** Creating the first sandbox of a template boots it and saves its snapshot: slow. */
 export const CREATE_TIMEOUT_MS = 600_000
@@ -96,8 +97,9 @@ export class Process {
 }
 
 /** A running (or paused) sandbox. Make one with `Sandbox.create`, `lizard.create` or `Sandbox.connect`. */
-export class Sandbox {
+export class Sandbox extends CodeInterpreter {
   constructor(info, http) {
+    super()
     this.info = info
     this._http = http
     this.fs = new Filesystem(this)

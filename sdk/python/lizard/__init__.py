@@ -8,6 +8,7 @@
 """
 
 from ._http import HttpClient
+from .code import Context, Execution, ExecutionError, Logs, Result
 from .client import ApiKeys, Billing, Lizard, Metrics, Projects, Regions, Volumes, Workspaces
 from .errors import (
     APIConnectionError,
@@ -53,6 +54,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Lizard", "Sandbox", "Filesystem", "Process", "HttpClient", "Desktop", "DesktopStream", "DesktopError",
+    "Execution", "Result", "Logs", "ExecutionError", "Context",
     "Workspaces", "Projects", "ApiKeys", "Regions", "Volumes", "Billing", "Metrics", "Templates",
     "ApiKey", "FileEntry", "ProcessResult", "Project", "Record", "Region", "SandboxInfo", "Volume", "WhoAmI", "Workspace",
     "TemplateInfo", "TemplateBuildInfo", "BuildStepInfo", "BuildFailure", "BuildEvent",

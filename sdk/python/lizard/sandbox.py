@@ -8,6 +8,7 @@ from urllib.parse import quote
 
 from ._http import HttpClient, shared_client
 from .desktop import Desktop
+from .code import CodeInterpreter
 from .errors import NotFoundError
 from ._frames import read_exec_frames
 from .models import FileEntry, ProcessResult, SandboxInfo
@@ -117,7 +118,7 @@ class Process:
     exec = exec_
 
 
-class Sandbox:
+class Sandbox(CodeInterpreter):
     """A running (or paused) sandbox. Make one with ``Sandbox.create``, ``Lizard.create`` or
     ``Sandbox.connect``."""
 

@@ -9,6 +9,7 @@
 
 pub mod account;
 pub mod billing;
+pub mod code;
 pub mod keys;
 pub mod lifecycle;
 pub mod metrics;
@@ -63,6 +64,10 @@ pub fn all_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(sandboxes::read_file, sandboxes::write_file, sandboxes::remove))
         .routes(routes!(sandboxes::list_dir))
         .routes(routes!(sandboxes::make_dir))
+        .routes(routes!(code::run_code))
+        .routes(routes!(code::list_contexts, code::create_context))
+        .routes(routes!(code::remove_context))
+        .routes(routes!(code::restart_context))
         .routes(routes!(volumes::create, volumes::list))
         .routes(routes!(volumes::get, volumes::delete))
         .routes(routes!(templates::missing_blobs))

@@ -7,6 +7,7 @@
 //! Nodes are reached only through [`crate::nodes::NodeClient`], found by
 //! [`crate::placement`].
 
+pub mod code;
 pub mod hooks;
 pub mod lifecycle;
 pub mod sandboxes;
@@ -15,6 +16,6 @@ pub mod timeouts;
 pub mod volumes;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 #[cfg(test)]
 mod tests_templates;

@@ -35,7 +35,7 @@ pub(super) enum BuildOutcome {
 
 /// A node that runs the sandboxes it is told about, and records what it is asked.
 #[derive(Default)]
-pub(super) struct FakeNode {
+pub(crate) struct FakeNode {
     sandboxes: Mutex<BTreeMap<String, SandboxState>>,
     calls: Mutex<Vec<String>>,
     pub(super) outcome: Mutex<BuildOutcome>,

@@ -1,0 +1,93 @@
+// A JavaScript code context for Lizard's code service (code_server.py): one Node.js process
+// whose global scope persists between cells. Cells come as JSON lines on stdin
+// ({code, envs, timeoutMs}); the cell's own output goes to this process's stdout and stderr
+// (read by the service as it comes); results, errors and the end of each cell are JSON lines
+// on the private pipe LIZARD_EVENTS_FD, so nothing a cell prints can forge them.
+'use strict'
+const fs = require('fs')
+const readline = require('readline')
+const util = require('util')
+const vm = require('vm')
+
+const eventsFd = Number(process.env.LIZARD_EVENTS_FD)
+delete process.env.LIZARD_EVENTS_FD
+const send = (event) => fs.writeSync(eventsFd, JSON.stringify(event) + '\n')
+
+// Cells see what a Node.js module sees.
+globalThis.require = require
+globalThis.module = module
+globalThis.exports = exports
+
+// Background work of an earlier cell must not end the context.
+process.on('uncaughtException', (e) => process.stderr.write(`Uncaught ${util.inspect(e)}\n`))
+process.on('unhandledRejection', (e) => process.stderr.write(`Unhandled rejection: ${util.inspect(e)}\n`))
+
+function errorEvent (e) {
+  if (e instanceof Error || (e && typeof e === 'object' && 'stack' in e)) {
+    return { type: 'error', name: String(e.name || 'Error'), value: String(e.message ?? ''), traceback: String(e.stack || '') }
+  }
+  return { type: 'error', name: 'Error', value: util.inspect(e), traceback: '' }
+}
+
+function resultEvent (value) {
+  const data = { 'text/plain': util.inspect(value, { depth: 4, colors: false }) }
+  return { type: 'result', data, isMainResult: true }
+}
+
+// A cell with top-level `await` cannot be a script: it runs as an async function body,
+// whose declarations stay local and whose last expression is not shown.
+function compile (code) {
+  try {
+    return { script: new vm.Script(code, { filename: 'cell.js' }), wrapped: false }
+  } catch (e) {
+    if (e instanceof SyntaxError && /await/.test(e.message)) {
+      return { script: new vm.Script(`(async () => {\n${code}\n})()`, { filename: 'cell.js' }), wrapped: true }
+    }
+    throw e
+  }
+}
+
+async function runCell ({ code, envs, timeoutMs }) {
+  const saved = {}
+  for (const [k, v] of Object.entries(envs || {})) {
+    saved[k] = process.env[k]
+    process.env[k] = v
+  }
+  try {
+    const { script, wrapped } = compile(code)
+    let value = script.runInThisContext({ timeout: timeoutMs, displayErrors: false })
+    if (value && typeof value.then === 'function') {
+      let timer
+      const expired = new Promise((resolve, reject) => {
+        timer = setTimeout(() => reject(Object.assign(new Error(`execution exceeded its timeout of ${timeoutMs} ms`), { name: 'TimeoutError' })), timeoutMs)
+      })
+      try {
+        value = await Promise.race([value, expired])
+      } finally {
+        clearTimeout(timer)
+      }
+    }
+    if (value !== undefined && !wrapped) send(resultEvent(value))
+  } catch (e) {
+    if (e && e.code === 'ERR_SCRIPT_EXECUTION_TIMEOUT') {
+      send({ type: 'error', name: 'TimeoutError', value: `execution exceeded its timeout of ${timeoutMs} ms; the context was interrupted`, traceback: '' })
+    } else {
+      send(errorEvent(e))
+    }
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k]
+      else process.env[k] = v
+    }
+  }
+  send({ type: 'done' })
+}
+
+// One cell at a time, in order.
+let chain = Promise.resolve()
+readline.createInterface({ input: process.stdin }).on('line', (line) => {
+  const cell = JSON.parse(line)
+  chain = chain.then(() => runCell(cell))
+}).on('close', () => process.exit(0))
+// SIGINT from the service's timeout: the vm timeout already stops synchronous code.
+process.on('SIGINT', () => {})
