@@ -61,6 +61,10 @@ const MMDEBSTRAP_OPTIONS: &[&str] = &[
     "--dpkgopt=path-include=/usr/share/doc/*/copyright",
     "--dpkgopt=path-exclude=/usr/share/locale/*",
     "--dpkgopt=path-include=/usr/share/locale/locale.alias",
+    // A failed build VM is thrown away and a sandbox is disposable: dpkg need not fsync each
+    // file it unpacks (under TCG every sync is a journal commit in the guest and a flush on
+    // the host; the builder syncs once at the end of each step).
+    "--dpkgopt=force-unsafe-io",
 ];
 
 /// A built-in template compiled into the binary: `templates/<name>/` of the repository.
@@ -88,10 +92,22 @@ const BUILTINS: &[Builtin] = &[
         recipe: include_str!("../../../templates/code-interpreter-v1/lizard.template.toml"),
         files: &[],
     },
-    Builtin { name: "claude", recipe: include_str!("../../../templates/claude/lizard.template.toml"), files: &[] },
-    Builtin { name: "codex", recipe: include_str!("../../../templates/codex/lizard.template.toml"), files: &[] },
-    Builtin { name: "opencode", recipe: include_str!("../../../templates/opencode/lizard.template.toml"), files: &[] },
-    Builtin { name: "pi", recipe: include_str!("../../../templates/pi/lizard.template.toml"), files: &[] },
+    Builtin {
+        name: "interpreter",
+        recipe: include_str!("../../../templates/interpreter/lizard.template.toml"),
+        files: &[
+            BuiltinFile {
+                path: "code_server.py",
+                mode: 0o644,
+                bytes: include_bytes!("../../../templates/interpreter/code_server.py"),
+            },
+            BuiltinFile {
+                path: "js_context.js",
+                mode: 0o644,
+                bytes: include_bytes!("../../../templates/interpreter/js_context.js"),
+            },
+        ],
+    },
     Builtin {
         name: "desktop",
         recipe: include_str!("../../../templates/desktop/lizard.template.toml"),
@@ -108,6 +124,10 @@ const BUILTINS: &[Builtin] = &[
             },
         ],
     },
+    Builtin { name: "claude", recipe: include_str!("../../../templates/claude/lizard.template.toml"), files: &[] },
+    Builtin { name: "codex", recipe: include_str!("../../../templates/codex/lizard.template.toml"), files: &[] },
+    Builtin { name: "opencode", recipe: include_str!("../../../templates/opencode/lizard.template.toml"), files: &[] },
+    Builtin { name: "pi", recipe: include_str!("../../../templates/pi/lizard.template.toml"), files: &[] },
 ];
 
 /// A built-in's build context: its files as a [`Context`], and each content by SHA-256.
@@ -577,7 +597,10 @@ mod tests {
     #[test]
     fn builtin_recipes_parse_and_chain() {
         let names = ImageStore::template_names();
-        assert_eq!(names, ["base", "code-interpreter-v1", "claude", "codex", "opencode", "pi"]);
+        assert_eq!(
+            names,
+            ["base", "code-interpreter-v1", "interpreter", "desktop", "claude", "codex", "opencode", "pi"]
+        );
         // Every built-in parses, builds on Debian or an earlier built-in, and its files make
         // a context.
         for (i, name) in names.iter().enumerate() {

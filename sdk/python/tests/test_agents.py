@@ -33,7 +33,7 @@ PROMPT = "create hello.txt containing hi"
 #: A made-up key: the stand-in records the one each request carries.
 KEY = "sk-lizard-test-0123456789"
 #: Agents that run their model loop (opencode is a large native binary) need more than
-#: the default 512 MiB.
+#: the default 512 MiB: each agent template's `[sandbox]` makes 1 GiB its default.
 MEMORY_MIB = 1024
 #: Under TCG on a busy 2-core machine a run took 1–3 minutes (opencode the longest).
 RUN_TIMEOUT_MS = 900_000
@@ -128,12 +128,13 @@ def agent_sandbox(request: pytest.FixtureRequest, lz: Lizard) -> Iterator[tuple]
     started = time.monotonic()
     data = lz.platform.post(
         "/v1/sandboxes",
-        json={"template": agent.template, "project": "my-project", "env": agent.envs, "memoryMib": MEMORY_MIB,
+        json={"template": agent.template, "project": "my-project", "env": agent.envs,
               "allowInternetAccess": False, "timeoutMs": 3_600_000},
         timeout=600,
     )
     sandbox = Sandbox(SandboxInfo.from_json(data), lz.platform)
     try:
+        assert sandbox.info.memory_mib == MEMORY_MIB, "the template's default size"
         yield agent, sandbox, started
     finally:
         sandbox.kill()
