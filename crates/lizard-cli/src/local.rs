@@ -6,6 +6,7 @@ use clap::Args;
 use lizard_node::{Node, NodeConfig};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
@@ -128,6 +129,26 @@ pub async fn connect(data_dir: &Path) -> Result<ApiClient> {
     bail!("the local node did not start; see {}", data_dir.join("node.log").display())
 }
 
+/// The images-build node, once no other `lizard images build` on this data directory
+/// has it (their builds are what the other would wait for anyway).
+async fn start_waiting(config: NodeConfig) -> Result<Arc<Node>> {
+    const LONGEST_WAIT: Duration = Duration::from_secs(3 * 3600);
+    let started = Instant::now();
+    let mut told = false;
+    loop {
+        match Node::start(config.clone()).await {
+            Err(e @ lizard_node::NodeError::DataDirInUse { .. }) if started.elapsed() < LONGEST_WAIT => {
+                if !told {
+                    eprintln!("waiting: {e} (another `lizard images build`?)");
+                    told = true;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
 /// `lizard images build`: kernel, initramfs and built-in templates, in this process.
 /// A built-in that is not cached is built like any template: its Debian root on the host,
 /// its steps in a build VM of a node whose scratch directory is `<data>/images-build`.
@@ -143,7 +164,7 @@ pub async fn build_images(data_dir: PathBuf, templates: Vec<String>, node_opts: 
     config.image_root = data_dir.clone();
     config.snapshots = false;
     node_opts.apply(&mut config);
-    let node = Node::start(config).await?;
+    let node = start_waiting(config).await?;
     // SIGINT/SIGTERM cancel the build, which removes its VM and layers.
     let cancel = tokio_util::sync::CancellationToken::new();
     let on_signal = cancel.clone();

@@ -256,6 +256,10 @@ pub enum NodeError {
     /// The template registry could not be written.
     #[error("template registry: {0}")]
     Registry(#[from] crate::templates::RegistryError),
+    /// Another node process has this data directory: a second one would take its VMs for
+    /// a dead process's leftovers and kill them.
+    #[error("another Lizard node process{} uses {}", .pid.map(|p| format!(" (pid {p})")).unwrap_or_default(), .dir.display())]
+    DataDirInUse { dir: std::path::PathBuf, pid: Option<u32> },
 }
 
 impl NodeError {
@@ -295,7 +299,7 @@ impl NodeError {
                 | BuildError::Cancelled,
             ) => ErrorCode::InvalidArgument,
             NodeError::Start(_) => ErrorCode::BootFailed,
-            NodeError::Registry(_) => ErrorCode::Internal,
+            NodeError::Registry(_) | NodeError::DataDirInUse { .. } => ErrorCode::Internal,
             NodeError::Boot(_) | NodeError::Snapshot(_) | NodeError::Vmm(_) => ErrorCode::BootFailed,
             NodeError::AgentUnavailable(_) => ErrorCode::Unavailable,
             NodeError::Agent(e) => match e.code {

@@ -194,12 +194,14 @@ impl Node {
         .expect("kill task panicked")
     }
 
-    /// Kill every running sandbox (node shutdown). Paused ones stay on disk for the next
-    /// node process.
+    /// Kill every running sandbox (node shutdown) and leave the data directory to the next
+    /// node process; paused sandboxes stay on disk for it.
     pub async fn shutdown(self: &Arc<Self>) {
         let running: Vec<String> = self.sandboxes().values().filter(|s| !s.is_paused()).map(|s| s.id.clone()).collect();
         for id in running {
             let _ = self.kill(&id).await;
         }
+        // The next node process may have the directory now.
+        self.dir_lock.lock().expect("data directory lock poisoned").take();
     }
 }

@@ -39,6 +39,8 @@ const TOMBSTONES: usize = 4096;
 /// One host's sandboxes.
 pub struct Node {
     config: NodeConfig,
+    /// Held until [`Node::shutdown`]: one node process per data directory.
+    dir_lock: Mutex<Option<nix::fcntl::Flock<std::fs::File>>>,
     assets: Assets,
     backend: Arc<dyn Backend>,
     /// Sandbox networking, when configured.
@@ -82,6 +84,35 @@ impl Drop for TemplateClaim<'_> {
     }
 }
 
+/// Lock `<data_dir>/node.lock` for this process (its pid written in it for the message of
+/// a second one), or say which process has it.
+fn lock_data_dir(data_dir: &std::path::Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    use std::io::{Read, Seek, Write};
+    let path = data_dir.join("node.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| NodeError::io(format!("open {}", path.display()), e))?;
+    let mut lock = match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => lock,
+        Err((mut file, _)) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            return Err(NodeError::DataDirInUse { dir: data_dir.to_owned(), pid: pid.trim().parse().ok() });
+        }
+    };
+    let write = |f: &mut std::fs::File| -> std::io::Result<()> {
+        f.set_len(0)?;
+        f.rewind()?;
+        write!(f, "{}", std::process::id())
+    };
+    write(&mut lock).map_err(|e| NodeError::io(format!("write {}", path.display()), e))?;
+    Ok(lock)
+}
+
 impl Node {
     /// Open the node's data directory, cleaning up anything a previous process left.
     pub async fn start(mut config: NodeConfig) -> Result<Arc<Node>> {
@@ -104,11 +135,14 @@ impl Node {
             std::fs::create_dir_all(&dir).map_err(|e| NodeError::io(format!("create {}", dir.display()), e))?;
             let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
         }
+        // Before anything is swept: what looks left over may be another live node's.
+        let dir_lock = lock_data_dir(&config.data_dir)?;
         let network = match &config.network {
             Some(c) => Some(network::Network::start(c.clone()).await?),
             None => None,
         };
         let node = Arc::new(Node {
+            dir_lock: Mutex::new(Some(dir_lock)),
             network,
             assets: Assets::new(
                 ImageStore::new(&config.image_root),
@@ -275,5 +309,27 @@ impl Node {
         if let Some(target) = self.config.api_forward {
             forward::spawn(id.to_string(), agent.clone(), target);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_data_dir_has_one_node_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = lock_data_dir(dir.path()).unwrap();
+        // flock conflicts between open files even within one process: a second node here
+        // is refused, naming the holder.
+        match lock_data_dir(dir.path()) {
+            Err(NodeError::DataDirInUse { dir: d, pid }) => {
+                assert_eq!(d, dir.path());
+                assert_eq!(pid, Some(std::process::id()));
+            }
+            other => panic!("expected DataDirInUse, got {other:?}"),
+        }
+        drop(held);
+        lock_data_dir(dir.path()).expect("free again once the holder is gone");
     }
 }
