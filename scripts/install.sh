@@ -10,7 +10,10 @@ install -m 0755 target/release/lizard /usr/local/bin/lizard
 install -m 0755 target/x86_64-unknown-linux-gnu/release/lizard-agent /usr/local/bin/lizard-agent
 # The static API-client `lizard` every guest gets (found next to the agent).
 install -m 0755 target/x86_64-unknown-linux-gnu/release/lizard /usr/local/bin/lizard-guest
-lizard images build
+# Every built-in by default; LIZARD_TEMPLATES="base code-interpreter-v1" builds only those
+# (the others are then built by `lizard images build NAME`, while the server runs or not).
+# shellcheck disable=SC2086
+lizard images build ${LIZARD_TEMPLATES:-}
 
 data=/var/lib/lizard
 api=http://127.0.0.1:7171
