@@ -128,6 +128,7 @@ const BUILTINS: &[Builtin] = &[
     Builtin { name: "codex", recipe: include_str!("../../../templates/codex/lizard.template.toml"), files: &[] },
     Builtin { name: "opencode", recipe: include_str!("../../../templates/opencode/lizard.template.toml"), files: &[] },
     Builtin { name: "pi", recipe: include_str!("../../../templates/pi/lizard.template.toml"), files: &[] },
+    Builtin { name: "prime", recipe: include_str!("../../../templates/prime/lizard.template.toml"), files: &[] },
 ];
 
 /// A built-in's build context: its files as a [`Context`], and each content by SHA-256.

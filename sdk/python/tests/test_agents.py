@@ -107,6 +107,9 @@ AGENTS = {
         config={"/root/.pi/agent/models.json": PI_MODELS},
         run=f"pi -p --provider standin --model standin {shlex.quote(PROMPT)}",
     ),
+    # Prime Intellect's command line drives its platform; it has no model loop to point
+    # at the stand-in, so its test is the version.
+    "prime": Agent("prime", "prime --version 2>&1", "0.18.0"),
 }
 
 
