@@ -600,7 +600,7 @@ mod tests {
         let names = ImageStore::template_names();
         assert_eq!(
             names,
-            ["base", "code-interpreter-v1", "interpreter", "desktop", "claude", "codex", "opencode", "pi"]
+            ["base", "code-interpreter-v1", "interpreter", "desktop", "claude", "codex", "opencode", "pi", "prime"]
         );
         // Every built-in parses, builds on Debian or an earlier built-in, and its files make
         // a context.
