@@ -57,27 +57,59 @@ export LIZARD_SDK_TEST_PROXY="127.0.0.1:$proxy_port"
 export LIZARD_SDK_TEST_RECORD_DIR="$records"
 
 status=0
+venv="$root/target/sdk-venv"
 for suite in "${suites[@]}"; do
   case "$suite" in
     python)
-      venv="$root/target/sdk-venv"
       [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
       "$venv/bin/pip" install -q "./sdk/python[test]" >&2
       # Type hints throughout: the package passes mypy --strict.
       (cd sdk/python && "$venv/bin/mypy" --strict --cache-dir "$data/mypy" lizard) || status=1
-      # Run from the tests directory against the installed package, as a user would have it.
-      (cd sdk/python/tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider -o testpaths=. --rootdir=. .) || status=1
       ;;
     js)
       # The type declarations against the reference's TypeScript examples.
       (cd sdk/js && npm install --no-audit --no-fund --silent && npm run --silent typecheck) || status=1
-      # One file at a time (Node 18 has no --test-concurrency); zz_contract runs last and
-      # checks what the others sent.
-      for f in sdk/js/test/*.test.js; do
-        (cd sdk/js && node --test "test/$(basename "$f")") || status=1
-      done
       ;;
     *) echo "unknown suite $suite (python|js)" >&2; exit 2 ;;
+  esac
+done
+
+# Test files, Python run from the tests directory against the installed package, as a user
+# would have it; JS one file at a time (Node 18 has no --test-concurrency). The contract
+# tests (test_zz_openapi_contract.py, zz_contract.test.js) come last in each run and check
+# what the files before them sent.
+run_files() {
+  local suite=$1; shift
+  case "$suite" in
+    python)
+      (cd sdk/python/tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider -o testpaths=. --rootdir=. \
+        "$@" test_zz_openapi_contract.py) || status=1
+      ;;
+    js)
+      for f in "$@" zz_contract.test.js; do
+        (cd sdk/js && node --test "test/$f") || status=1
+      done
+      ;;
+  esac
+}
+others() { # $1: directory, $2: glob, $3: the file run first
+  (cd "$1" && for f in $2; do case "$f" in "$3" | *zz*) ;; *) echo "$f" ;; esac; done)
+}
+# The reference's volume examples ask for a 10 GiB volume, which a node admits only with
+# 11 GiB free: both suites' examples run first, before the workload templates' sandboxes
+# and snapshots take their share of the disk.
+for suite in "${suites[@]}"; do
+  case "$suite" in
+    python) run_files python test_examples.py ;;
+    js) run_files js examples.test.js ;;
+  esac
+done
+for suite in "${suites[@]}"; do
+  case "$suite" in
+    # shellcheck disable=SC2046
+    python) run_files python $(others sdk/python/tests 'test_*.py' test_examples.py) ;;
+    # shellcheck disable=SC2046
+    js) run_files js $(others sdk/js/test '*.test.js' examples.test.js) ;;
   esac
 done
 if [ "$status" -ne 0 ]; then

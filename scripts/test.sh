@@ -23,6 +23,11 @@ export LIZARD_TEST_DATA_DIR="${LIZARD_TEST_DATA_DIR:-/var/cache/lizard-test-data
 mkdir -p "$LIZARD_TEST_DATA_DIR"
 phase "guest images into $LIZARD_TEST_DATA_DIR (built once, cached by content hash)"
 cargo build -p lizard-cli
+# CI keeps the cache between runs: images of older recipes go first, or its disk fills up
+# (other clones on a developer's machine may still want theirs, so only when asked).
+if [ "${LIZARD_TEST_PRUNE_IMAGES:-}" = 1 ]; then
+  target/debug/lizard --data-dir "$LIZARD_TEST_DATA_DIR" images prune | tail -1
+fi
 target/debug/lizard --data-dir "$LIZARD_TEST_DATA_DIR" images build
 
 # The API against its own OpenAPI document: no input may produce a 5xx.

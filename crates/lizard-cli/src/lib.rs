@@ -124,6 +124,9 @@ pub enum ImagesCmd {
     },
     /// List the templates this build knows.
     List,
+    /// Delete cached images this build no longer uses (older recipes' templates and
+    /// Debian roots); images being built are left alone.
+    Prune,
 }
 
 /// The client for server mode: `None` without an API URL (local mode). An URL without a
@@ -225,6 +228,16 @@ pub async fn run(cli: Cli) -> Result<i32> {
             for t in lizard_image::ImageStore::template_names() {
                 println!("{t}");
             }
+            Ok(0)
+        }
+        #[cfg(feature = "node")]
+        Command::Images(ImagesCmd::Prune) => {
+            let store = lizard_image::ImageStore::new(&ctx.data_dir);
+            let removed = tokio::task::spawn_blocking(move || store.prune()).await??;
+            for dir in &removed {
+                println!("removed {}", dir.display());
+            }
+            println!("{} image directories removed", removed.len());
             Ok(0)
         }
         #[cfg(feature = "node")]

@@ -331,6 +331,45 @@ impl ImageStore {
         }))
     }
 
+    /// Delete the images no built-in of this build uses: templates of other recipes (older
+    /// keys, names no longer built in) and Debian roots under none of them. Each name is
+    /// pruned holding its build lock, so nothing being built is touched; a running sandbox
+    /// of a deleted image keeps its open file. Returns the directories removed.
+    pub fn prune(&self) -> Result<Vec<PathBuf>, ImageError> {
+        let mut keep_debian = BTreeSet::new();
+        for name in Self::template_names() {
+            let recipe = Self::builtin_recipe(name)?;
+            if let Base::Debian(debian) = &recipe.from {
+                keep_debian.insert(self.debian_hash(debian, recipe.build.disk_gb)?);
+            }
+        }
+        let mut removed = vec![];
+        let templates = self.images_dir().join("templates");
+        for name in subdirs(&templates)? {
+            let current = match Self::builtin(&name) {
+                Ok(_) => Some(self.builtin_key(&name)?),
+                Err(_) => None,
+            };
+            let _lock = self.lock_builtin(&name)?;
+            for key in subdirs(&templates.join(&name))? {
+                if current.as_deref() != Some(key.as_str()) {
+                    removed.push(remove_dir(&templates.join(&name).join(key))?);
+                }
+            }
+            if current.is_none() {
+                removed.push(remove_dir(&templates.join(&name))?);
+            }
+        }
+        let debian = self.images_dir().join("debian");
+        let _lock = BuildLock::acquire(&self.images_dir(), "debian")?;
+        for hash in subdirs(&debian)? {
+            if !keep_debian.contains(&hash) {
+                removed.push(remove_dir(&debian.join(hash))?);
+            }
+        }
+        Ok(removed)
+    }
+
     /// Take the build lock of built-in `name`; re-check [`ImageStore::cached_builtin`] once
     /// it is held.
     pub fn lock_builtin(&self, name: &str) -> Result<BuiltinLock, ImageError> {
@@ -394,6 +433,27 @@ impl ImageStore {
             reason: "incomplete after build".into(),
         })
     }
+}
+
+/// Names of the directories in `dir` (none if it does not exist), leaving out hidden ones
+/// (temporary directories of a publish under way).
+fn subdirs(dir: &Path) -> Result<Vec<String>, ImageError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(ImageError::io("read directory", dir)(e)),
+    };
+    Ok(entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| !name.starts_with('.'))
+        .collect())
+}
+
+fn remove_dir(dir: &Path) -> Result<PathBuf, ImageError> {
+    fs::remove_dir_all(dir).map_err(ImageError::io("remove directory", dir))?;
+    Ok(dir.to_owned())
 }
 
 fn context_of(files: &'static [BuiltinFile]) -> Result<BuiltinContext, lizard_recipe::ContextError> {
@@ -641,6 +701,41 @@ mod tests {
         assert_ne!(base, store.builtin_key("base").unwrap(), "the CA bundle is an input");
         assert_ne!(ci, store.builtin_key("code-interpreter-v1").unwrap(), "a base change reaches its children");
         assert!(store.cached_builtin("base").unwrap().is_none());
+    }
+
+    #[test]
+    fn prune_keeps_only_the_current_recipes_images() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("bundle.pem");
+        fs::write(&bundle, "one").unwrap();
+        let store = ImageStore::new(dir.path().join("data")).with_ca_bundle(Some(bundle));
+        let images = store.images_dir();
+        let base = store.builtin_key("base").unwrap();
+        let recipe = ImageStore::builtin_recipe("base").unwrap();
+        let Base::Debian(debian) = &recipe.from else { panic!("base is built from Debian") };
+        let root = store.debian_hash(debian, recipe.build.disk_gb).unwrap();
+        let kept = [
+            images.join("templates/base").join(&base),
+            images.join("debian").join(&root),
+            images.join("templates/base/.tmp-publish"),
+        ];
+        let gone = [images.join("templates/base/0ld"), images.join("templates/retired/k1"), images.join("debian/0ld")];
+        for d in kept.iter().chain(&gone) {
+            fs::create_dir_all(d).unwrap();
+            fs::write(d.join("rootfs.ext4"), "x").unwrap();
+        }
+        let mut removed = store.prune().unwrap();
+        removed.sort();
+        let mut expected = vec![gone[0].clone(), gone[1].clone(), images.join("templates/retired"), gone[2].clone()];
+        expected.sort();
+        assert_eq!(removed, expected);
+        for d in &kept {
+            assert!(d.join("rootfs.ext4").is_file(), "{} was removed", d.display());
+        }
+        for d in &gone {
+            assert!(!d.exists(), "{} is still there", d.display());
+        }
+        assert!(store.prune().unwrap().is_empty(), "nothing left to prune");
     }
 
     #[test]
