@@ -84,51 +84,33 @@ struct BuiltinFile {
     bytes: &'static [u8],
 }
 
+/// A [`Builtin`] from `templates/<name>/`: its recipe, and the files beside it (path and
+/// mode) that its `copy` steps take.
+macro_rules! builtin {
+    ($name:literal $(, $path:literal => $mode:literal)* $(,)?) => {
+        Builtin {
+            name: $name,
+            recipe: include_str!(concat!("../../../templates/", $name, "/lizard.template.toml")),
+            files: &[$(BuiltinFile {
+                path: $path,
+                mode: $mode,
+                bytes: include_bytes!(concat!("../../../templates/", $name, "/", $path)),
+            }),*],
+        }
+    };
+}
+
 /// The built-in templates, parents before children.
 const BUILTINS: &[Builtin] = &[
-    Builtin { name: "base", recipe: include_str!("../../../templates/base/lizard.template.toml"), files: &[] },
-    Builtin {
-        name: "code-interpreter-v1",
-        recipe: include_str!("../../../templates/code-interpreter-v1/lizard.template.toml"),
-        files: &[],
-    },
-    Builtin {
-        name: "interpreter",
-        recipe: include_str!("../../../templates/interpreter/lizard.template.toml"),
-        files: &[
-            BuiltinFile {
-                path: "code_server.py",
-                mode: 0o644,
-                bytes: include_bytes!("../../../templates/interpreter/code_server.py"),
-            },
-            BuiltinFile {
-                path: "js_context.js",
-                mode: 0o644,
-                bytes: include_bytes!("../../../templates/interpreter/js_context.js"),
-            },
-        ],
-    },
-    Builtin {
-        name: "desktop",
-        recipe: include_str!("../../../templates/desktop/lizard.template.toml"),
-        files: &[
-            BuiltinFile {
-                path: "lizard-desktop.sh",
-                mode: 0o755,
-                bytes: include_bytes!("../../../templates/desktop/lizard-desktop.sh"),
-            },
-            BuiltinFile {
-                path: "stream.py",
-                mode: 0o644,
-                bytes: include_bytes!("../../../templates/desktop/stream.py"),
-            },
-        ],
-    },
-    Builtin { name: "claude", recipe: include_str!("../../../templates/claude/lizard.template.toml"), files: &[] },
-    Builtin { name: "codex", recipe: include_str!("../../../templates/codex/lizard.template.toml"), files: &[] },
-    Builtin { name: "opencode", recipe: include_str!("../../../templates/opencode/lizard.template.toml"), files: &[] },
-    Builtin { name: "pi", recipe: include_str!("../../../templates/pi/lizard.template.toml"), files: &[] },
-    Builtin { name: "prime", recipe: include_str!("../../../templates/prime/lizard.template.toml"), files: &[] },
+    builtin!("base"),
+    builtin!("code-interpreter-v1"),
+    builtin!("interpreter", "code_server.py" => 0o644, "js_context.js" => 0o644),
+    builtin!("desktop", "lizard-desktop.sh" => 0o755, "stream.py" => 0o644),
+    builtin!("claude"),
+    builtin!("codex"),
+    builtin!("opencode"),
+    builtin!("pi"),
+    builtin!("prime"),
 ];
 
 /// A built-in's build context: its files as a [`Context`], and each content by SHA-256.
