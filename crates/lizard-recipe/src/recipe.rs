@@ -133,6 +133,10 @@ pub struct SandboxSize {
 }
 
 impl SandboxSize {
+    /// Bounds of a sandbox's vCPUs and memory (MiB), wherever its size comes from.
+    pub const VCPUS: (u32, u32) = (1, 16);
+    pub const MEMORY_MIB: (u32, u32) = (128, 16384);
+
     fn is_unset(&self) -> bool {
         *self == SandboxSize::default()
     }
@@ -278,10 +282,12 @@ impl Recipe {
         check_range("build.timeout_s", b.timeout_s, 10, 4 * 3600)?;
         check_range("build.disk_gb", b.disk_gb, 1, 1024)?;
         if let Some(vcpus) = self.sandbox.vcpus {
-            check_range("sandbox.vcpus", vcpus, 1, 16)?;
+            let (min, max) = SandboxSize::VCPUS;
+            check_range("sandbox.vcpus", vcpus, min, max)?;
         }
         if let Some(memory_mib) = self.sandbox.memory_mib {
-            check_range("sandbox.memory_mib", memory_mib, 128, 16384)?;
+            let (min, max) = SandboxSize::MEMORY_MIB;
+            check_range("sandbox.memory_mib", memory_mib, min, max)?;
         }
         if self.steps.len() > MAX_STEPS {
             return Err(RecipeError::invalid("steps", format!("{} steps; at most {MAX_STEPS}", self.steps.len())));

@@ -15,10 +15,6 @@ use lizard_vmm::VmConfig;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// Bounds of a sandbox's shape.
-const VCPUS: (u32, u32) = (1, 16);
-const MEMORY_MIB: (u32, u32) = (128, 16384);
-
 /// `got` if it lies in `bounds`, else the error naming `field`.
 fn in_range(field: &'static str, got: u32, (min, max): (u32, u32)) -> Result<u32> {
     if (min..=max).contains(&got) {
@@ -34,7 +30,7 @@ fn size_of(asked: SandboxSize, template: SandboxSize, (vcpus, memory_mib): (u32,
     let size = asked.or(template);
     let vcpus = size.vcpus.unwrap_or(vcpus);
     let memory_mib = size.memory_mib.unwrap_or(memory_mib);
-    Ok((in_range("vcpus", vcpus, VCPUS)?, in_range("memoryMib", memory_mib, MEMORY_MIB)?))
+    Ok((in_range("vcpus", vcpus, SandboxSize::VCPUS)?, in_range("memoryMib", memory_mib, SandboxSize::MEMORY_MIB)?))
 }
 
 impl Node {
