@@ -36,6 +36,16 @@ pub struct NodeConfig {
     /// Where connections to the guest's API address ([`lizard_agent_proto::routes::FORWARD_GUEST_URL`])
     /// go: the control plane's API. `None`: guests cannot reach any API.
     pub api_forward: Option<std::net::SocketAddr>,
+    /// VMM processes started ahead of demand and waiting for a snapshot's state, per
+    /// template snapshot and shape that sandboxes were created from (the few most
+    /// recently used): a create then skips QEMU's start. 0: none.
+    pub prespawn: u32,
+    /// Templates whose sandboxes are kept restored ahead of demand, and how many of
+    /// each (unclaimed: no identity, closed network, not billed).
+    pub warm_pool: std::collections::BTreeMap<String, u32>,
+    /// Restores (and pool refills) that run at once; more wait their turn in order, so
+    /// that a burst does not thrash the CPUs. Default: the host's CPU count.
+    pub max_concurrent_restores: usize,
 }
 
 impl NodeConfig {
@@ -55,6 +65,9 @@ impl NodeConfig {
             network: nix::unistd::geteuid().is_root().then(network::NetworkConfig::default),
             guest_cli: default_guest_cli(),
             api_forward: None,
+            prespawn: 0,
+            warm_pool: Default::default(),
+            max_concurrent_restores: std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get),
         }
     }
 }

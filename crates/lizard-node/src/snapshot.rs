@@ -75,6 +75,10 @@ impl TemplateSnapshot {
     pub fn disk(&self) -> PathBuf {
         self.dir.join("disk.qcow2")
     }
+    /// Its key: the name of its directory.
+    pub fn key(&self) -> String {
+        self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    }
 
     /// The snapshot in `dir`, if it is complete and of this format.
     pub fn load(dir: &Path) -> Option<TemplateSnapshot> {

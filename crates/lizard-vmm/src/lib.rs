@@ -157,7 +157,18 @@ pub trait Backend: Send + Sync {
     /// Cold-boot a VM.
     async fn boot(&self, config: &VmConfig) -> Result<Box<dyn Vm>>;
     /// Start a VM from a snapshot; it runs when this returns.
-    async fn restore(&self, config: &VmConfig, snapshot: &Snapshot, memory: MemoryMapping) -> Result<Box<dyn Vm>>;
+    async fn restore(&self, config: &VmConfig, snapshot: &Snapshot, memory: MemoryMapping) -> Result<Box<dyn Vm>> {
+        self.spawn_for_restore(config, &snapshot.memory, memory).await?.restore(&snapshot.vmstate).await
+    }
+    /// Start the VMM process of a VM to be restored from a snapshot whose memory is
+    /// `memory`, without its device state yet: the costly part of a restore (the process,
+    /// its devices, mapping the memory), done ahead of demand.
+    async fn spawn_for_restore(
+        &self,
+        config: &VmConfig,
+        memory: &Path,
+        mapping: MemoryMapping,
+    ) -> Result<Box<dyn PendingVm>>;
     /// Start a VM from a full save ([`Vm::save_all`]): guest memory comes out of `state`
     /// into the VM's own memory file ([`VmConfig::memory_file`], replaced), so that the
     /// VM can later be snapshotted without copying memory. It runs when this returns.
@@ -199,6 +210,19 @@ pub trait Vm: Send + Sync {
     async fn wait(&self) -> VmExit;
     /// True while the VMM process is alive.
     fn is_running(&self) -> bool;
+}
+
+/// A VMM process started by [`Backend::spawn_for_restore`], waiting for device state.
+#[async_trait::async_trait]
+pub trait PendingVm: Send + Sync {
+    fn config(&self) -> &VmConfig;
+    /// Host pid of the VMM process.
+    fn pid(&self) -> u32;
+    /// Load the device state in `vmstate` (saved from a VM whose memory is the file this
+    /// one maps) and run. On failure the process is killed.
+    async fn restore(self: Box<Self>, vmstate: &Path) -> Result<Box<dyn Vm>>;
+    /// Stop the waiting process now (SIGKILL) and reap it.
+    async fn kill(&self) -> Result<VmExit>;
 }
 
 /// The last `max` bytes of a text file, lossily decoded; empty when missing.

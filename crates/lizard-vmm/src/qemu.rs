@@ -7,7 +7,7 @@
 //! is a Unix socket QEMU listens on; virtio-serial is migratable, vhost-user is not.
 
 use crate::qmp::Qmp;
-use crate::{Accel, Backend, MemoryMapping, Result, Snapshot, Vm, VmConfig, VmExit, VmmError};
+use crate::{Accel, Backend, MemoryMapping, PendingVm, Result, Snapshot, Vm, VmConfig, VmExit, VmmError};
 use serde_json::json;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -250,10 +250,13 @@ impl Backend for QemuBackend {
         Ok(Box::new(self.spawn(config, Memory::Own, false).await?))
     }
 
-    async fn restore(&self, config: &VmConfig, snapshot: &Snapshot, memory: MemoryMapping) -> Result<Box<dyn Vm>> {
-        let vm = self.spawn(config, Memory::Snapshot(&snapshot.memory, memory), true).await?;
-        vm.incoming(&snapshot.vmstate, true).await?;
-        Ok(Box::new(vm))
+    async fn spawn_for_restore(
+        &self,
+        config: &VmConfig,
+        memory: &Path,
+        mapping: MemoryMapping,
+    ) -> Result<Box<dyn PendingVm>> {
+        Ok(Box::new(Incoming(self.spawn(config, Memory::Snapshot(memory, mapping), true).await?)))
     }
 
     async fn load(&self, config: &VmConfig, state: &Path) -> Result<Box<dyn Vm>> {
@@ -267,6 +270,30 @@ impl Backend for QemuBackend {
         let vm = self.spawn(config, Memory::Own, true).await?;
         vm.incoming(state, false).await?;
         Ok(Box::new(vm))
+    }
+}
+
+/// A `qemu-system-x86_64 -incoming defer` process waiting for a snapshot's device state.
+struct Incoming(QemuVm);
+
+#[async_trait::async_trait]
+impl PendingVm for Incoming {
+    fn config(&self) -> &VmConfig {
+        &self.0.config
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.pid
+    }
+
+    async fn restore(self: Box<Self>, vmstate: &Path) -> Result<Box<dyn Vm>> {
+        // The shared memory file (if any) holds RAM: the stream carries device state only.
+        self.0.incoming(vmstate, true).await?;
+        Ok(Box::new(self.0))
+    }
+
+    async fn kill(&self) -> Result<VmExit> {
+        Vm::kill(&self.0).await
     }
 }
 

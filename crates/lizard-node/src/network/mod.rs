@@ -156,7 +156,9 @@ impl Network {
             self.names.teardown(slot);
         }
         // From here on, dropping `net` undoes whatever part was made.
-        let mut net = SandboxNet { slot, names: self.names.clone(), lock: Some(lock), relay: None };
+        let ns_addr = self.slots.addrs(slot).1;
+        let mut net =
+            SandboxNet { slot, names: self.names.clone(), pool: self.pool(), ns_addr, lock: Some(lock), relay: None };
         net.relay = Some(self.build(slot, policy).await?);
         Ok(net)
     }
@@ -179,6 +181,9 @@ impl Network {
 pub struct SandboxNet {
     slot: u32,
     names: Arc<Names>,
+    /// The node's pool and the slot's namespace address, which its rules name.
+    pool: String,
+    ns_addr: Ipv4Addr,
     /// Ownership of the slot; dropped last, once nothing of it is left.
     lock: Option<SlotLock>,
     /// The DNS relay's tasks: aborting them closes the sockets inside the namespace.
@@ -189,6 +194,13 @@ impl SandboxNet {
     /// What the VMM needs: the namespace to run in and the TAP device.
     pub fn attachment(&self) -> lizard_vmm::NetAttachment {
         lizard_vmm::NetAttachment { netns: self.names.netns_path(self.slot), tap: TAP_IF.into(), mac: GUEST_MAC.into() }
+    }
+
+    /// Replace the firewall's policy in one transaction: no packet sees neither or both.
+    pub async fn set_policy(&self, policy: &ParsedPolicy) -> Result<()> {
+        let ruleset =
+            format!("delete table inet lizard\n{}", firewall::sandbox_ruleset(&self.pool, self.ns_addr, policy));
+        links::run("nft", &["-f", "-"], Some(&ruleset), Some(&self.names.netns_path(self.slot))).await
     }
 
     /// Its namespace, under /run/netns.

@@ -478,6 +478,7 @@ impl Node {
     /// Delete the template snapshots made of `template_ref` (running clones keep their
     /// open files).
     fn remove_snapshots_of(&self, template_ref: &str) {
+        self.pool.drain_template(template_ref);
         let Ok(entries) = std::fs::read_dir(self.snapshots_dir()) else { return };
         for entry in entries.flatten() {
             if let Some(snap) = crate::snapshot::TemplateSnapshot::load(&entry.path()) {

@@ -2,13 +2,14 @@
 //! its VM — a clone of the template's snapshot (made now, by one cold boot, if there is
 //! none yet) or, when that is off or fails, a cold boot.
 
-use super::Node;
+use super::{pool, Node};
 use crate::assets::BootFiles;
 use crate::sandbox::{self, Identity, Live, Sandbox, State};
 use crate::templates::NodeTemplate;
 use crate::vm::{self, BootError, Machine};
 use crate::{snapshot, NodeError, Result};
 use lizard_agent_proto::handshake::Secret;
+use lizard_api::network::ParsedPolicy;
 use lizard_api::CreateSandboxRequest;
 use lizard_recipe::SandboxSize;
 use lizard_vmm::VmConfig;
@@ -57,24 +58,73 @@ impl Node {
 
     async fn create_now(self: &Arc<Self>, req: CreateSandboxRequest) -> Result<Arc<Sandbox>> {
         // Checked before anything is made (create_with makes the network from it).
-        req.network_policy().parse().map_err(NodeError::BadNetworkPolicy)?;
+        let policy = req.network_policy().parse().map_err(NodeError::BadNetworkPolicy)?;
+        let _under_way = self.pool.create_under_way();
         // Until the sandbox is in the map (or failed), its template cannot be deleted.
         let _claim = self.claim_template(&req.template);
         let template = self.resolve_template(&req.template).await?;
         let (vcpus, memory_mib) = self.sandbox_size(&template, req.vcpus, req.memory_mib)?;
         let boot = self.assets.boot_files().await?;
         let machine = Machine::new(&boot, vcpus, memory_mib, self.accel().await?);
+        let snap = if self.config.snapshots {
+            match self.template_snapshot(&template, &boot, &machine).await {
+                Ok(snap) => Some(snap),
+                Err(e) => {
+                    tracing::warn!(template = %template.name, "no template snapshot, cold-booting: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        // A machine made ahead of demand, when one is ready (a volume is attached at
+        // VMM start, so creates with one never take one).
+        if let (Some(snap), None) = (&snap, &req.volume) {
+            let key = snap.key();
+            let ready = self.pool.take(&key);
+            self.keep_ready(&key, &template.name, snap, &machine);
+            if let Some(ready) = ready {
+                match self.create_from_pool(ready, req.clone(), &policy, &template, snap).await {
+                    Ok(sandbox) => return Ok(sandbox),
+                    Err(e) => tracing::warn!(template = %template.name, "a pool machine failed its claim: {e}"),
+                }
+            }
+        }
         let id = sandbox::new_id();
         let volume = req.volume.clone();
         let volume_disk = match &volume {
             Some(v) => Some(self.claim_volume(v, &id)?),
             None => None,
         };
-        let result = self.create_with(req, id.clone(), volume_disk, &template, &boot, &machine).await;
+        let result = self.create_with(req, id.clone(), volume_disk, &template, snap.as_ref(), &machine).await;
         if result.is_err() {
             self.release_volume(volume.as_deref(), &id);
         }
         result
+    }
+
+    /// A sandbox from the pool's `ready` machine: the request's network policy and the
+    /// guest's identity, then the same admission as any create.
+    async fn create_from_pool(
+        self: &Arc<Self>,
+        mut ready: pool::Ready,
+        req: CreateSandboxRequest,
+        policy: &ParsedPolicy,
+        template: &NodeTemplate,
+        snap: &snapshot::TemplateSnapshot,
+    ) -> Result<Arc<Sandbox>> {
+        let started = self.claim(&mut ready, policy, snap).await.map(|launched| {
+            let who = Identity::created(req, &ready.config, template, true);
+            let config = ready.config.clone();
+            // Its memory is a copy-on-write mapping of the snapshot's, as for any clone.
+            let state = State { live: Some(Arc::new(Live::new(launched))), config, own_memory: false, layers: vec![] };
+            let sandbox = Sandbox::new(who, ready.secret.clone(), state);
+            sandbox.set_network(ready.net.take());
+            sandbox
+        });
+        let sandbox = self.admit(started, &ready.config.run_dir)?;
+        tracing::info!(id = %sandbox.id, template = %sandbox.template, "sandbox running (from the pool)");
+        Ok(sandbox)
     }
 
     async fn create_with(
@@ -83,7 +133,7 @@ impl Node {
         id: String,
         volume_disk: Option<PathBuf>,
         template: &NodeTemplate,
-        boot: &BootFiles,
+        snap: Option<&snapshot::TemplateSnapshot>,
         machine: &Machine,
     ) -> Result<Arc<Sandbox>> {
         let secret = Secret::generate();
@@ -93,16 +143,14 @@ impl Node {
         let config = vm::sandbox_vm(&id, run_dir.clone(), machine, volume_disk, net.as_ref().map(|n| n.attachment()));
         let with_volume = req.volume.is_some();
         let mut restored = None;
-        if self.config.snapshots {
-            match self.template_snapshot(template, boot, machine).await {
-                Ok(snap) => match self.clone_template(&config, &snap, &secret, with_volume).await {
-                    Ok(launched) => restored = Some(launched),
-                    Err(e) => {
-                        tracing::warn!(%id, template = %template.name, "restore from the template snapshot failed, cold-booting: {e}");
-                        let _ = std::fs::remove_dir_all(&run_dir);
-                    }
-                },
-                Err(e) => tracing::warn!(template = %template.name, "no template snapshot, cold-booting: {e}"),
+        if let Some(snap) = snap {
+            let _permit = self.restores.acquire().await.expect("the restore semaphore is never closed");
+            match self.clone_template(&config, snap, &secret, with_volume).await {
+                Ok(launched) => restored = Some(launched),
+                Err(e) => {
+                    tracing::warn!(%id, template = %template.name, "restore from the template snapshot failed, cold-booting: {e}");
+                    let _ = std::fs::remove_dir_all(&run_dir);
+                }
             }
         }
         let from_snapshot = restored.is_some();

@@ -4,6 +4,7 @@
 //!   behind (tombstones), lookups, the accelerator, per-sandbox networks.
 //! - [`create`]: create a sandbox (cold boot, or a clone of the template's snapshot).
 //! - [`lifecycle`]: pause, resume, kill, shutdown, and watching VMs that die.
+//! - [`pool`]: machines made ahead of demand (pre-spawned VMMs, warm pools).
 //! - [`fork`]: copies of a running sandbox, and the frozen disk layers they share.
 //! - [`restart`]: what a node takes back from, or sweeps after, an earlier node process.
 //! - [`volumes`]: volume disks and which sandbox holds each.
@@ -14,6 +15,7 @@ mod builtin;
 mod create;
 mod fork;
 mod lifecycle;
+mod pool;
 mod restart;
 mod volumes;
 
@@ -64,6 +66,11 @@ pub struct Node {
     /// Templates that creates and builds under way use (name → how many), before any
     /// sandbox of theirs is in the map: a delete refuses while one is.
     template_claims: Mutex<HashMap<String, usize>>,
+    /// Machines made ahead of demand.
+    pool: pool::Pool,
+    /// Restores that may run at once ([`NodeConfig::max_concurrent_restores`]); a tokio
+    /// semaphore serves waiters in order.
+    restores: tokio::sync::Semaphore,
 }
 
 /// A create or build under way that uses a template (released on drop).
@@ -159,6 +166,8 @@ impl Node {
             template_layers: LayerStore::new(config.data_dir.join("template-layers")),
             builds_running: std::sync::atomic::AtomicUsize::new(0),
             template_claims: Mutex::new(HashMap::new()),
+            pool: pool::Pool::new(),
+            restores: tokio::sync::Semaphore::new(config.max_concurrent_restores.max(1)),
             config,
         });
         node.adopt_or_sweep();
@@ -166,6 +175,7 @@ impl Node {
         node.collect_template_layers();
         snapshot::sweep(&node.snapshots_dir());
         crate::volumes::sweep(&node.volumes_dir());
+        node.start_warm_pools();
         Ok(node)
     }
 
@@ -204,6 +214,11 @@ impl Node {
 
     pub fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
         self.sandboxes().get(id).cloned().ok_or_else(|| self.not_found(id))
+    }
+
+    /// How many machines of `template` are ready in the pool (pre-spawned or warm).
+    pub fn pool_ready(&self, template: &str) -> usize {
+        self.pool.ready_of(template)
     }
 
     pub fn list(&self) -> Vec<SandboxInfo> {

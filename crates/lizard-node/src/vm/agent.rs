@@ -94,9 +94,17 @@ pub(crate) async fn give_identity(
     secret: &Secret,
     deadline: Duration,
 ) -> Result<AgentClient> {
-    use rand::RngCore;
     let start = Instant::now();
     let first = connect_agent(vm, saved_secret, deadline, Some(RESTORED_HANDSHAKE)).await?;
+    tracing::debug!(%id, handshake = ?start.elapsed(), "restored guest answered");
+    send_identity(&first, id, secret, deadline.saturating_sub(start.elapsed())).await?;
+    Ok(first)
+}
+
+/// Give the guest behind the open session `agent` its own identity (id, secret,
+/// hostname, entropy, clock) within `limit`.
+pub(crate) async fn send_identity(agent: &AgentClient, id: &str, secret: &Secret, limit: Duration) -> Result<()> {
+    use rand::RngCore;
     let mut entropy = [0u8; lizard_agent_proto::types::IDENTITY_ENTROPY_BYTES];
     rand::rngs::OsRng.fill_bytes(&mut entropy);
     let since_epoch = SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -109,12 +117,10 @@ pub(crate) async fn give_identity(
         entropy: hex::encode(entropy),
         unix_time_ms,
     };
-    tracing::debug!(%id, handshake = ?start.elapsed(), "restored guest answered");
-    let left = deadline.saturating_sub(start.elapsed());
-    match tokio::time::timeout(left, first.identity(&identity)).await {
-        Ok(Ok(_)) => Ok(first),
+    match tokio::time::timeout(limit, agent.identity(&identity)).await {
+        Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(BootError::Identity(e).into()),
-        Err(_) => Err(BootError::IdentityTimeout(deadline).into()),
+        Err(_) => Err(BootError::IdentityTimeout(limit).into()),
     }
 }
 

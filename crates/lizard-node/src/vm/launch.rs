@@ -3,13 +3,13 @@
 //! into its run directory. Each start ends with an authenticated agent connection; on
 //! failure the VM is killed (the caller removes the run directory).
 
-use super::agent::{connect_agent, give_identity, mount_volume};
+use super::agent::{connect_agent, give_identity, mount_volume, send_identity, RESTORED_HANDSHAKE};
 use super::disk::create_overlay;
 use super::run_dir::{self, FULL_STATE, VMSTATE};
 use crate::Result;
 use lizard_agent_client::AgentClient;
 use lizard_agent_proto::handshake::Secret;
-use lizard_vmm::{Backend, MemoryMapping, Snapshot, Vm, VmConfig, VmmError};
+use lizard_vmm::{Backend, MemoryMapping, PendingVm, Snapshot, Vm, VmConfig, VmmError};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -56,18 +56,59 @@ pub(crate) async fn clone_template(
     secret: &Secret,
     deadline: Duration,
 ) -> Result<Launched> {
+    let t = Instant::now();
+    let pending = spawn_clone(backend, config, disk, &saved.memory, secret).await?;
+    let vmm = t.elapsed();
+    let launched = restore_clone(pending, &saved.vmstate, saved_secret, Some(secret), deadline).await?;
+    tracing::debug!(id = %config.id, ?vmm, total = ?t.elapsed(), "restored");
+    Ok(launched)
+}
+
+/// The first half of [`clone_template`], which can run ahead of demand: the run
+/// directory, a new overlay over the snapshot's frozen `disk`, and a VMM process that
+/// maps the snapshot's `memory` copy-on-write and waits for its device state.
+pub(crate) async fn spawn_clone(
+    backend: &dyn Backend,
+    config: &VmConfig,
+    disk: &Path,
+    memory: &Path,
+    secret: &Secret,
+) -> Result<Box<dyn PendingVm>> {
     // Same devices as the template VM, the fw_cfg item included; a restored guest does
     // not read it again: its secret arrives with the identity.
-    let t = Instant::now();
     run_dir::prepare(config, secret)?;
     create_overlay(disk, "qcow2", &config.root_disk).await?;
-    let disk_ready = t.elapsed();
-    let vm = backend.restore(config, saved, MemoryMapping::CopyOnWrite).await?;
-    let vmm = t.elapsed();
-    let identity = give_identity(vm.as_ref(), &config.id, saved_secret, secret, deadline);
-    let agent = connected(vm.as_ref(), identity).await?;
-    tracing::debug!(id = %config.id, disk = ?disk_ready, ?vmm, total = ?t.elapsed(), "restored");
+    Ok(backend.spawn_for_restore(config, memory, MemoryMapping::CopyOnWrite).await?)
+}
+
+/// The second half of [`clone_template`]: load the snapshot's device state into
+/// `pending`, run it, and authenticate with the snapshot's secret; with `secret`, give
+/// the guest its own identity at once (without: a warm pool's machine, which gets it
+/// when claimed, through [`identify`]).
+pub(crate) async fn restore_clone(
+    pending: Box<dyn PendingVm>,
+    vmstate: &Path,
+    saved_secret: &Secret,
+    secret: Option<&Secret>,
+    deadline: Duration,
+) -> Result<Launched> {
+    let mut unclaimed = KillOnDrop(Some(pending.pid()));
+    let vm = pending.restore(vmstate).await?;
+    unclaimed.0 = None;
+    let agent = match secret {
+        Some(secret) => give_identity(vm.as_ref(), &vm.config().id, saved_secret, secret, deadline).await,
+        None => connect_agent(vm.as_ref(), saved_secret, deadline, Some(RESTORED_HANDSHAKE)).await,
+    };
+    let agent = connected(vm.as_ref(), std::future::ready(agent)).await?;
     Ok(Launched { vm, agent })
+}
+
+/// Give a restored guest whose session is open (a warm pool's machine) its own identity;
+/// on failure the VM is killed.
+pub(crate) async fn identify(launched: Launched, secret: &Secret, deadline: Duration) -> Result<Launched> {
+    let vm = launched.vm.as_ref();
+    connected(vm, send_identity(&launched.agent, &vm.config().id, secret, deadline)).await?;
+    Ok(launched)
 }
 
 /// Start `config` as a copy of a fork's source: a new overlay on the frozen `layer`, the

@@ -1,0 +1,330 @@
+//! Machines made ahead of demand, so that a create does only what must wait for it.
+//!
+//! For each template snapshot (template, shape, kernel: one snapshot key) that sandboxes
+//! were created from, the node keeps a shelf of ready machines, refilled in the
+//! background while no create is under way:
+//!
+//! - **pre-spawned** ([`NodeConfig::prespawn`](crate::NodeConfig) per shelf, for the most
+//!   recently used shelves): the run directory, the root overlay, a closed network and a
+//!   QEMU process that maps the snapshot's memory and waits for its device state. A claim
+//!   loads the state, runs it and gives the guest its identity.
+//! - **warm** ([`NodeConfig::warm_pool`](crate::NodeConfig), per template, filled from
+//!   node start): restored and running, the agent's session open with the snapshot's
+//!   secret. A claim only gives the guest its identity.
+//!
+//! Either way a machine on a shelf is nobody's: it has no secret of its own yet (the
+//! guest knows only the template's; the new one reaches it with the identity, which also
+//! reseeds its RNG, names it and sets its clock), its network is closed (no route out,
+//! the policy of the create replaces it at claim), it is not in the sandbox map, so it is
+//! never listed, billed or reachable through the API. A machine that fails its claim is
+//! discarded and the create goes the ordinary way.
+//!
+//! Pool machines live in `<data>/sandboxes/<id>` like any sandbox (QEMU holds paths
+//! there; a rename would break later disk reopens), with no `sandbox.json`: a node
+//! restart finds them without a record and sweeps them.
+
+use super::Node;
+use crate::network::SandboxNet;
+use crate::snapshot::TemplateSnapshot;
+use crate::vm::{self, Launched, Machine};
+use crate::Result;
+use lizard_agent_proto::handshake::Secret;
+use lizard_vmm::{PendingVm, VmConfig};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Shelves of pre-spawned machines kept at most (the most recently used snapshot keys):
+/// each waiting QEMU holds a network slot and some memory.
+const MAX_PRESPAWN_SHELVES: usize = 4;
+
+/// A machine on a shelf.
+pub(crate) struct Ready {
+    /// The sandbox's secret, to be given to the guest at claim (the run dir's copy is
+    /// the fw_cfg item every VM has; a restored guest never reads it again).
+    pub secret: Secret,
+    pub config: VmConfig,
+    pub net: Option<SandboxNet>,
+    /// Taken by the claim: from then on the VM and its directory are the sandbox's.
+    pub stage: Option<Stage>,
+}
+
+pub(crate) enum Stage {
+    /// A QEMU process waiting for the snapshot's device state.
+    Spawned(Box<dyn PendingVm>),
+    /// Restored and answering with the snapshot's secret; no identity yet.
+    Warm(Launched),
+}
+
+impl Drop for Ready {
+    /// A machine nobody claimed: its VMM is killed (the backend reaps it), its directory
+    /// removed; its network goes with the struct.
+    fn drop(&mut self) {
+        let Some(stage) = &self.stage else { return };
+        let pid = match stage {
+            Stage::Spawned(p) => p.pid(),
+            Stage::Warm(l) => l.vm.pid(),
+        };
+        // Pids are at most 2^22 on Linux (pid_max), and a live child's is never 0.
+        if let Ok(pid) = i32::try_from(pid) {
+            if pid > 0 {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.config.run_dir);
+    }
+}
+
+/// One snapshot key's machines.
+struct Shelf {
+    template: String,
+    snap: TemplateSnapshot,
+    machine: Machine,
+    warm: bool,
+    /// How many machines it keeps.
+    target: usize,
+    ready: VecDeque<Ready>,
+    /// A refill task is at work on it.
+    filling: bool,
+    last_used: Instant,
+}
+
+/// All shelves of a node, and what creates are under way (refills wait for none).
+pub(crate) struct Pool {
+    shelves: Mutex<HashMap<String, Shelf>>,
+    creates: tokio::sync::watch::Sender<usize>,
+}
+
+/// A create under way, counted while it lives: refills stay out of its way.
+pub(crate) struct CreateUnderWay<'a>(&'a Pool);
+
+impl Drop for CreateUnderWay<'_> {
+    fn drop(&mut self) {
+        self.0.creates.send_modify(|n| *n -= 1);
+    }
+}
+
+impl Pool {
+    pub fn new() -> Pool {
+        Pool { shelves: Mutex::new(HashMap::new()), creates: tokio::sync::watch::Sender::new(0) }
+    }
+
+    fn shelves(&self) -> std::sync::MutexGuard<'_, HashMap<String, Shelf>> {
+        self.shelves.lock().expect("pool poisoned")
+    }
+
+    pub fn create_under_way(&self) -> CreateUnderWay<'_> {
+        self.creates.send_modify(|n| *n += 1);
+        CreateUnderWay(self)
+    }
+
+    /// A machine of snapshot `key`, if one is ready.
+    pub fn take(&self, key: &str) -> Option<Ready> {
+        let mut shelves = self.shelves();
+        let shelf = shelves.get_mut(key)?;
+        shelf.last_used = Instant::now();
+        shelf.ready.pop_front()
+    }
+
+    /// How many machines of `template` are ready (all shapes), for tests and the bench.
+    pub fn ready_of(&self, template: &str) -> usize {
+        self.shelves().values().filter(|s| s.template == template).map(|s| s.ready.len()).sum()
+    }
+
+    /// Discard every machine made from `template`'s snapshots (it is being deleted).
+    pub fn drain_template(&self, template: &str) {
+        let removed: Vec<Shelf> = {
+            let mut shelves = self.shelves();
+            let keys: Vec<String> =
+                shelves.iter().filter(|(_, s)| s.template == template).map(|(k, _)| k.clone()).collect();
+            keys.iter().filter_map(|k| shelves.remove(k)).collect()
+        };
+        drop(removed);
+    }
+
+    /// Discard every machine (node shutdown).
+    pub fn drain(&self) {
+        let all: Vec<Shelf> = self.shelves().drain().map(|(_, s)| s).collect();
+        drop(all);
+    }
+
+    /// Make sure a shelf for `snap` exists, keeping `target` machines (`warm`: restored),
+    /// and evict the least recently used pre-spawn shelves beyond the bound. Returns
+    /// whether it needs a refill.
+    fn want(
+        &self,
+        key: &str,
+        template: &str,
+        snap: &TemplateSnapshot,
+        machine: &Machine,
+        warm: bool,
+        target: usize,
+    ) -> bool {
+        let evicted: Vec<Shelf>;
+        let needs;
+        {
+            let mut shelves = self.shelves();
+            let shelf = shelves.entry(key.to_owned()).or_insert_with(|| Shelf {
+                template: template.to_owned(),
+                snap: snap.clone(),
+                machine: machine.clone(),
+                warm,
+                target,
+                ready: VecDeque::new(),
+                filling: false,
+                last_used: Instant::now(),
+            });
+            shelf.last_used = Instant::now();
+            needs = !shelf.filling && shelf.ready.len() < shelf.target;
+            let mut spawned: Vec<(Instant, String)> =
+                shelves.iter().filter(|(_, s)| !s.warm).map(|(k, s)| (s.last_used, k.clone())).collect();
+            spawned.sort();
+            let excess = spawned.len().saturating_sub(MAX_PRESPAWN_SHELVES);
+            evicted = spawned.iter().take(excess).filter_map(|(_, k)| shelves.remove(k)).collect();
+        }
+        drop(evicted);
+        needs
+    }
+}
+
+impl Node {
+    /// Keep machines of `snap` ready from now on (a create of it just happened), and start
+    /// refilling its shelf if it is short.
+    pub(super) fn keep_ready(self: &Arc<Self>, key: &str, template: &str, snap: &TemplateSnapshot, machine: &Machine) {
+        let warm = self.config.warm_pool.get(template).copied().unwrap_or(0);
+        let (is_warm, target) = if warm > 0 { (true, warm) } else { (false, self.config.prespawn) };
+        let Ok(target) = usize::try_from(target) else { return };
+        if target == 0 {
+            return;
+        }
+        if self.pool.want(key, template, snap, machine, is_warm, target) {
+            self.spawn_refill(key.to_owned());
+        }
+    }
+
+    fn spawn_refill(self: &Arc<Self>, key: String) {
+        {
+            let mut shelves = self.pool.shelves();
+            let Some(shelf) = shelves.get_mut(&key) else { return };
+            if shelf.filling {
+                return;
+            }
+            shelf.filling = true;
+        }
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(node) = node.upgrade() else { return };
+                // Creates come first: a refill waits until none is under way.
+                let mut creates = node.pool.creates.subscribe();
+                let _ = creates.wait_for(|n| *n == 0).await;
+                let job = {
+                    let mut shelves = node.pool.shelves();
+                    let Some(shelf) = shelves.get_mut(&key) else { return };
+                    if shelf.ready.len() >= shelf.target {
+                        shelf.filling = false;
+                        return;
+                    }
+                    (shelf.snap.clone(), shelf.machine.clone(), shelf.warm, shelf.template.clone())
+                };
+                let (snap, machine, warm, template) = job;
+                let made = node.make_ready(&snap, &machine, warm).await;
+                let mut shelves = node.pool.shelves();
+                // A shelf drained meanwhile (template deleted, evicted) drops the machine.
+                let Some(shelf) = shelves.get_mut(&key) else { return };
+                match made {
+                    Ok(ready) => shelf.ready.push_back(ready),
+                    Err(e) => {
+                        tracing::warn!(%template, "pool: could not make a machine ready: {e}");
+                        shelf.filling = false;
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// One machine of `snap`: pre-spawned, and with `warm` restored too.
+    async fn make_ready(&self, snap: &TemplateSnapshot, machine: &Machine, warm: bool) -> Result<Ready> {
+        let _permit = self.restores.acquire().await.expect("the restore semaphore is never closed");
+        let closed =
+            lizard_api::network::ParsedPolicy { allow_internet_access: false, allow_out: vec![], deny_out: vec![] };
+        let net = match &self.network {
+            Some(n) => Some(n.attach(&closed).await?),
+            None => None,
+        };
+        let id = crate::sandbox::new_id();
+        let run_dir = self.sandboxes_dir().join(&id);
+        let config = vm::sandbox_vm(&id, run_dir.clone(), machine, None, net.as_ref().map(|n| n.attachment()));
+        let secret = Secret::generate();
+        let pending =
+            match vm::spawn_clone(self.backend.as_ref(), &config, &snap.disk(), &snap.vm_snapshot().memory, &secret)
+                .await
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&run_dir);
+                    return Err(e);
+                }
+            };
+        let stage = if warm {
+            let vmstate = snap.vm_snapshot().vmstate;
+            match vm::restore_clone(pending, &vmstate, &snap.secret, None, self.config.boot_timeout).await {
+                Ok(l) => Stage::Warm(l),
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&run_dir);
+                    return Err(e);
+                }
+            }
+        } else {
+            Stage::Spawned(pending)
+        };
+        Ok(Ready { secret, config, net, stage: Some(stage) })
+    }
+
+    /// Fill the warm pools the config names, from node start (each template's default
+    /// shape; its snapshot is made first if there is none).
+    pub(super) fn start_warm_pools(self: &Arc<Self>) {
+        for template in self.config.warm_pool.keys() {
+            let (node, template) = (self.clone(), template.clone());
+            tokio::spawn(async move {
+                let ready = async {
+                    let t = node.resolve_template(&template).await?;
+                    let (vcpus, memory_mib) = node.sandbox_size(&t, None, None)?;
+                    let boot = node.assets.boot_files().await?;
+                    let machine = Machine::new(&boot, vcpus, memory_mib, node.accel().await?);
+                    let snap = node.template_snapshot(&t, &boot, &machine).await?;
+                    let key = snap.key();
+                    node.keep_ready(&key, &t.name, &snap, &machine);
+                    Ok::<(), crate::NodeError>(())
+                };
+                if let Err(e) = ready.await {
+                    tracing::warn!(%template, "warm pool not started: {e}");
+                }
+            });
+        }
+    }
+
+    /// Turn a machine from the shelf into a sandbox's running VM: its network gets the
+    /// create's policy, its guest the sandbox's identity.
+    pub(super) async fn claim(
+        &self,
+        ready: &mut Ready,
+        policy: &lizard_api::network::ParsedPolicy,
+        snap: &TemplateSnapshot,
+    ) -> Result<Launched> {
+        if let Some(net) = &ready.net {
+            net.set_policy(policy).await?;
+        }
+        let deadline = self.config.boot_timeout;
+        // The VM is killed on failure; the caller removes the directory.
+        match ready.stage.take().expect("a machine on the shelf has a stage") {
+            Stage::Spawned(pending) => {
+                let _permit = self.restores.acquire().await.expect("the restore semaphore is never closed");
+                let vmstate = snap.vm_snapshot().vmstate;
+                vm::restore_clone(pending, &vmstate, &snap.secret, Some(&ready.secret), deadline).await
+            }
+            Stage::Warm(launched) => vm::identify(launched, &ready.secret, deadline).await,
+        }
+    }
+}
