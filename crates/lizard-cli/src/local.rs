@@ -35,12 +35,24 @@ pub struct NodeOpts {
     /// leftovers with its prefixes at start. At most 10 of [a-z0-9-].
     #[arg(long, value_name = "PREFIX", env = "LIZARD_NET_PREFIX")]
     pub net_prefix: Option<String>,
+    /// VMM processes kept started and waiting for a template snapshot's state, per template
+    /// and size that sandboxes were created from (the 4 most recently used): a create then
+    /// skips QEMU's start. 0 turns it off.
+    #[arg(long, value_name = "N", default_value_t = 2, env = "LIZARD_PRESPAWN")]
+    pub prespawn: u32,
+    /// Keep N sandboxes of TEMPLATE restored ahead of demand (e.g. `--warm-pool base=4`;
+    /// repeat or separate with commas). They belong to nobody until a create claims one:
+    /// no identity, closed network, not billed.
+    #[arg(long, value_name = "TEMPLATE=N", value_parser = parse_warm_pool, value_delimiter = ',', env = "LIZARD_WARM_POOL")]
+    pub warm_pool: Vec<(String, u32)>,
 }
 
 impl NodeOpts {
     pub fn apply(&self, config: &mut NodeConfig) {
         config.accel = self.accel;
         config.boot_timeout = Duration::from_secs(self.boot_timeout);
+        config.prespawn = self.prespawn;
+        config.warm_pool = self.warm_pool.iter().cloned().collect();
         if let Some(a) = &self.agent {
             config.agent_bin = a.clone();
         }
@@ -49,6 +61,16 @@ impl NodeOpts {
             net.link_prefix = prefix.clone();
         }
     }
+}
+
+/// `TEMPLATE=N`, N of 1..=64.
+fn parse_warm_pool(s: &str) -> Result<(String, u32), String> {
+    let (template, n) = s.split_once('=').ok_or_else(|| format!("expected TEMPLATE=N, got {s:?}"))?;
+    let n: u32 = n.parse().map_err(|_| format!("expected a count after {template}=, got {n:?}"))?;
+    if template.is_empty() || !(1..=64).contains(&n) {
+        return Err(format!("expected TEMPLATE=N with N in 1..=64, got {s:?}"));
+    }
+    Ok((template.to_owned(), n))
 }
 
 fn parse_accel(s: &str) -> Result<lizard_node::Accel, String> {
@@ -193,4 +215,17 @@ pub async fn build_images(data_dir: PathBuf, templates: Vec<String>, node_opts: 
     }
     node.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_warm_pool;
+
+    #[test]
+    fn warm_pool_sizes_are_template_equals_count() {
+        assert_eq!(parse_warm_pool("base=4"), Ok(("base".to_owned(), 4)));
+        for bad in ["base", "=4", "base=0", "base=65", "base=x"] {
+            assert!(parse_warm_pool(bad).is_err(), "{bad} was accepted");
+        }
+    }
 }
