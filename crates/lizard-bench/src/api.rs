@@ -23,6 +23,15 @@ pub struct Bench {
 
 impl Bench {
     pub async fn start(image_root: &Path, snapshots: bool) -> Result<Bench> {
+        Self::start_with(image_root, snapshots, |_| {}).await
+    }
+
+    /// [`Bench::start`], with `tweak` applied to the node's config (pools).
+    pub async fn start_with(
+        image_root: &Path,
+        snapshots: bool,
+        tweak: impl FnOnce(&mut lizard_node::NodeConfig),
+    ) -> Result<Bench> {
         let dir = tempfile::Builder::new().prefix("lizard-bench-api-").tempdir()?;
         let mut config = lizard_server::ServerConfig::new(dir.path());
         config.listen = "127.0.0.1:0".parse()?;
@@ -31,6 +40,7 @@ impl Bench {
         let mut node_config = lizard_node::NodeConfig::new(dir.path().join("node"));
         node_config.image_root = image_root.to_path_buf();
         node_config.snapshots = snapshots;
+        tweak(&mut node_config);
         let node = lizard_node::Node::start(node_config).await?;
         let state = server.app_state(lizard_server::nodes::Nodes::local(node.clone()));
         let listener = server.bind().await?;
@@ -42,6 +52,11 @@ impl Bench {
         let ws = b.call(&routes::CREATE_WORKSPACE, &[], Some(json!({"name": "bench"}))).await?;
         b.call(&routes::CREATE_PROJECT, &[], Some(json!({"workspaceId": ws["id"], "name": "bench"}))).await?;
         Ok(b)
+    }
+
+    /// Shut the node down: its pool's machines are killed with it.
+    pub async fn stop(self) {
+        self.node.shutdown().await;
     }
 
     /// One request on `route` (method and path from the route table), `args` filling its
@@ -135,8 +150,39 @@ impl Bench {
         Ok(times)
     }
 
+    /// create → first `echo hi` returns, `n` times, each create started once `template`'s
+    /// pool holds `ready` machines again (waiting untimed, at most 2 minutes): what a
+    /// create costs while the pool has one.
+    pub async fn pooled_creates(&self, template: &str, n: usize, ready: usize, what: &str) -> Result<Vec<f64>> {
+        let mut times = vec![];
+        for _ in 0..n {
+            self.wait_pool(template, ready, Duration::from_secs(120)).await?;
+            times.extend(self.creates(template, 1, what).await?);
+        }
+        Ok(times)
+    }
+
+    /// Wait until `template`'s pool holds `ready` machines; how long that took (ms).
+    pub async fn wait_pool(&self, template: &str, ready: usize, limit: Duration) -> Result<f64> {
+        let start = Instant::now();
+        while self.node.pool_ready(template) < ready {
+            ensure!(start.elapsed() < limit, "the pool of {template} did not refill in {limit:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(ms(start.elapsed()))
+    }
+
     /// `n` creates at once, each timed from the burst's start to its own first `echo hi`.
     pub async fn burst(&self, template: &str, n: usize) -> Result<Vec<f64>> {
+        let (times, ids) = self.burst_keep(template, n).await?;
+        for id in ids {
+            self.kill(&id).await?;
+        }
+        Ok(times)
+    }
+
+    /// [`Bench::burst`], leaving the sandboxes running: their times and ids.
+    pub async fn burst_keep(&self, template: &str, n: usize) -> Result<(Vec<f64>, Vec<String>)> {
         let start = Instant::now();
         let runs = (0..n).map(|_| async {
             let id = self.create(template).await?;
@@ -145,13 +191,13 @@ impl Bench {
             anyhow::Ok((id, ms(start.elapsed())))
         });
         let results = futures_util::future::join_all(runs).await;
-        let mut times = vec![];
+        let (mut times, mut ids) = (vec![], vec![]);
         for r in results {
             let (id, t) = r?;
             times.push(t);
-            self.kill(&id).await?;
+            ids.push(id);
         }
-        Ok(times)
+        Ok((times, ids))
     }
 
     /// A sandbox with `mib` MiB of non-zero memory held by a running process; then

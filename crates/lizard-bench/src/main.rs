@@ -57,6 +57,12 @@ struct Args {
     /// API: concurrent creates in one burst.
     #[arg(long, default_value_t = 20)]
     burst: usize,
+    /// API: creates timed with pre-spawned VMMs, and claimed from a warm pool of
+    /// `--warm-pool` (0: skip).
+    #[arg(long, default_value_t = 50)]
+    pool_creates: usize,
+    #[arg(long, default_value_t = 4)]
+    warm_pool: u32,
     /// API: pause/resume cycles of one sandbox holding `--pause-mib` MiB.
     #[arg(long, default_value_t = 10)]
     pause_cycles: usize,
@@ -289,6 +295,57 @@ async fn desktop_benchmarks(args: &Args, image_root: &std::path::Path) -> Result
     Ok(rows)
 }
 
+/// Creates and bursts with machines made ahead of demand, as table rows: pre-spawned VMMs
+/// (2 per shelf, as `lizard server` keeps by default), then a warm pool.
+async fn pool_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec<String>> {
+    let t = &args.template;
+    let mut rows = vec![];
+    let spawned = api::Bench::start_with(image_root, true, |c| c.prespawn = 2).await?;
+    spawned.creates(t, 1, "API first create (registers the shelf)").await?;
+    let times = spawned.pooled_creates(t, args.pool_creates, 2, "API create, pre-spawned VMM").await?;
+    rows.push(
+        Summary::new(times)
+            .row("API: create (snapshot restore into a pre-spawned VMM) → first `echo hi` returns", "ms"),
+    );
+    if args.burst > 0 {
+        spawned.wait_pool(t, 2, Duration::from_secs(120)).await?;
+        let burst = spawned.burst(t, args.burst).await?;
+        rows.push(Summary::new(burst).row(
+            &format!("API: burst of {} concurrent creates, pre-spawned VMMs, each to its first `echo hi`", args.burst),
+            "ms",
+        ));
+    }
+    spawned.stop().await;
+    if args.warm_pool > 0 {
+        let n = args.warm_pool;
+        let warm = api::Bench::start_with(image_root, true, |c| {
+            c.warm_pool.insert(t.clone(), n);
+        })
+        .await?;
+        let ready = usize::try_from(n)?;
+        warm.wait_pool(t, ready, Duration::from_secs(300)).await?;
+        let times = warm.pooled_creates(t, args.pool_creates, ready, "API create, warm pool").await?;
+        rows.push(
+            Summary::new(times)
+                .row(&format!("API: create (claimed from a warm pool of {n}) → first `echo hi` returns"), "ms"),
+        );
+        if args.burst > 0 {
+            let burst = warm.burst(t, args.burst).await?;
+            rows.push(Summary::new(burst).row(
+                &format!(
+                    "API: burst of {} concurrent creates over a warm pool of {n}, each to its first `echo hi`",
+                    args.burst
+                ),
+                "ms",
+            ));
+            let refill = warm.wait_pool(t, ready, Duration::from_secs(300)).await?;
+            rows.push(Summary::new(vec![refill]).row(&format!("… until the warm pool holds {n} again"), "ms"));
+        }
+        warm.stop().await;
+    }
+    Ok(rows)
+}
+
 /// The HTTP API benchmarks, as table rows.
 async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec<String>> {
     let t = &args.template;
@@ -311,6 +368,9 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
             Summary::new(burst)
                 .row(&format!("API: burst of {} concurrent creates, each to its first `echo hi`", args.burst), "ms"),
         );
+    }
+    if args.pool_creates > 0 {
+        rows.extend(pool_benchmarks(args, image_root).await?);
     }
     if args.pause_cycles > 1 {
         let p = warm.pause_resume(t, args.pause_mib, args.pause_cycles).await?;

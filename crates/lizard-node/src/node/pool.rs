@@ -313,18 +313,38 @@ impl Node {
         policy: &lizard_api::network::ParsedPolicy,
         snap: &TemplateSnapshot,
     ) -> Result<Launched> {
-        if let Some(net) = &ready.net {
-            net.set_policy(policy).await?;
-        }
+        let start = Instant::now();
         let deadline = self.config.boot_timeout;
-        // The VM is killed on failure; the caller removes the directory.
-        match ready.stage.take().expect("a machine on the shelf has a stage") {
-            Stage::Spawned(pending) => {
-                let _permit = self.restores.acquire().await.expect("the restore semaphore is never closed");
-                let vmstate = snap.vm_snapshot().vmstate;
-                vm::restore_clone(pending, &vmstate, &snap.secret, Some(&ready.secret), deadline).await
+        // The network's policy and the guest's identity are independent: both at once.
+        // Nothing of the guest goes out before the claim returns, and on failure the VM
+        // is killed (the caller removes the directory and the network).
+        let policy_set = async {
+            match &ready.net {
+                Some(net) => net.set_policy(policy).await.map_err(crate::NodeError::from),
+                None => Ok(()),
             }
-            Stage::Warm(launched) => vm::identify(launched, &ready.secret, deadline).await,
-        }
+        };
+        let stage = ready.stage.take().expect("a machine on the shelf has a stage");
+        let (secret, vmstate) = (&ready.secret, snap.vm_snapshot().vmstate);
+        let started = async {
+            match stage {
+                Stage::Spawned(pending) => {
+                    let _permit = self.restores.acquire().await.expect("the restore semaphore is never closed");
+                    vm::restore_clone(pending, &vmstate, &snap.secret, Some(secret), deadline).await
+                }
+                Stage::Warm(launched) => vm::identify(launched, secret, deadline).await,
+            }
+        };
+        let (policy_set, started) = tokio::join!(policy_set, started);
+        let launched = match (policy_set, started) {
+            (Ok(()), Ok(launched)) => launched,
+            (Err(e), Ok(launched)) => {
+                let _ = launched.vm.kill().await;
+                return Err(e);
+            }
+            (_, Err(e)) => return Err(e),
+        };
+        tracing::debug!(id = %ready.config.id, took = ?start.elapsed(), "pool machine claimed");
+        Ok(launched)
     }
 }
