@@ -93,6 +93,11 @@ async fn prespawned_vmms_serve_the_next_creates() {
     let waiting: HashSet<i32> =
         common::vmm_processes(t.dir.path()).into_iter().filter(|p| *p != pid_of(&first)).collect();
     assert_eq!(waiting.len(), 2);
+    for pid in &waiting {
+        let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
+        let pss = rollup.lines().find(|l| l.starts_with("Pss:")).unwrap_or_default().to_string();
+        eprintln!("a waiting VMM: {pss}");
+    }
 
     let second = t.node.create(base()).await.unwrap();
     assert!(waiting.contains(&pid_of(&second)), "the create did not take a waiting VMM");
