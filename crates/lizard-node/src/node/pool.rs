@@ -38,6 +38,9 @@ use std::time::Instant;
 /// each waiting QEMU holds a network slot and some memory.
 const MAX_PRESPAWN_SHELVES: usize = 4;
 
+/// How long no create must have been under way before a refill makes a machine.
+const REFILL_QUIET: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// A machine on a shelf.
 pub(crate) struct Ready {
     /// The sandbox's secret, to be given to the guest at claim (the run dir's copy is
@@ -215,9 +218,15 @@ impl Node {
         tokio::spawn(async move {
             loop {
                 let Some(node) = node.upgrade() else { return };
-                // Creates come first: a refill waits until none is under way.
+                // Creates come first: a refill waits until none has been under way for a
+                // moment (a just-created sandbox's first commands run in that moment).
                 let mut creates = node.pool.creates.subscribe();
                 let _ = creates.wait_for(|n| *n == 0).await;
+                creates.mark_unchanged();
+                tokio::select! {
+                    _ = tokio::time::sleep(REFILL_QUIET) => {}
+                    _ = creates.changed() => continue,
+                }
                 let job = {
                     let mut shelves = node.pool.shelves();
                     let Some(shelf) = shelves.get_mut(&key) else { return };
