@@ -23,6 +23,7 @@
 pub mod frame;
 pub mod handshake;
 pub mod routes;
+pub mod staging;
 pub mod types;
 
 /// Name of the virtio-serial port the agent listens on (`/dev/virtio-ports/<name>` in the guest).

@@ -1,0 +1,299 @@
+//! Staged file routes: writes and reads whose data goes through the staging disk
+//! ([`crate::staging_disk`]), while the request carries only window notices (the protocol
+//! is in `lizard_agent_proto::staging`).
+//!
+//! Each transfer runs on a blocking thread of its own, which owns the file and the slot;
+//! the async side only turns body lines into notices for it and its notices into answer
+//! lines. The checks and the atomic replace are those of the plain routes in
+//! [`crate::files`], so both paths answer the same errors with the same codes.
+
+use crate::files::{FileQuery, FilesError, WriteTarget};
+use crate::server::AppError;
+use crate::staging_disk::{AlignedBuf, StagingError, StagingSlot};
+use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::Query;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use lizard_agent_proto::staging::{self, AgentMsg, HostMsg, LineBuffer, WINDOW, WINDOWS_PER_SLOT};
+use lizard_agent_proto::types::{AgentError, ErrorCode, WriteResult};
+use serde::Deserialize;
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use tokio::sync::mpsc as tokio_mpsc;
+
+/// Response header on every answer of these routes, so that the host can tell "this agent
+/// has no staged routes" (an older agent's 404) from an error of the transfer.
+pub const STAGED_HEADER: &str = "x-lizard-staged";
+
+/// Why a staged transfer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StagedError {
+    /// `slot` is missing or not a number.
+    #[error("bad query: {0}")]
+    Query(String),
+    /// The file side failed; same codes as the plain routes.
+    #[error(transparent)]
+    Files(#[from] FilesError),
+    /// The staging disk is missing or failed.
+    #[error(transparent)]
+    Staging(#[from] StagingError),
+    /// The host broke the protocol (a notice out of order, a wrong total).
+    #[error("staging protocol: {0}")]
+    Protocol(String),
+}
+
+impl From<StagedError> for AgentError {
+    fn from(e: StagedError) -> AgentError {
+        match e {
+            StagedError::Files(e) => e.into(),
+            StagedError::Query(_) | StagedError::Protocol(_) | StagedError::Staging(StagingError::Layout(_)) => {
+                AgentError::new(ErrorCode::InvalidArgument, e.to_string())
+            }
+            StagedError::Staging(_) => AgentError::new(ErrorCode::Internal, e.to_string()),
+        }
+    }
+}
+
+/// `slot` beside the usual `path` and `mode`.
+#[derive(Debug, Deserialize)]
+pub struct SlotQuery {
+    slot: u64,
+}
+
+/// An answer of these routes: an error before the transfer started (with the usual status
+/// and code; 503 when there is no staging disk), or the stream of notices.
+fn answer(result: Result<Response, StagedError>) -> Response {
+    let mut resp = match result {
+        Ok(resp) => resp,
+        Err(StagedError::Staging(StagingError::Missing)) => {
+            let e = AgentError::new(ErrorCode::Internal, StagingError::Missing.to_string());
+            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(e)).into_response()
+        }
+        Err(e) => AppError::from(e).into_response(),
+    };
+    resp.headers_mut().insert(STAGED_HEADER, HeaderValue::from_static("1"));
+    resp
+}
+
+fn parse(
+    q: Result<Query<FileQuery>, QueryRejection>,
+    slot: Result<Query<SlotQuery>, QueryRejection>,
+) -> Result<(PathBuf, Option<String>, u64), StagedError> {
+    let (path, mode) = FileQuery::from(q)?;
+    let Query(slot) = slot.map_err(|e| StagedError::Query(e.body_text()))?;
+    Ok((path, mode, slot.slot))
+}
+
+/// The notices a transfer thread sends, as the answer's body.
+fn notice_body(rx: tokio_mpsc::UnboundedReceiver<AgentMsg>) -> Response {
+    let lines = tokio_stream_of(rx).map(|m| Ok::<_, io::Error>(staging::encode(&m)));
+    ([(CONTENT_TYPE, staging::CONTENT_TYPE)], Body::from_stream(lines)).into_response()
+}
+
+fn tokio_stream_of<T: Send + 'static>(rx: tokio_mpsc::UnboundedReceiver<T>) -> impl futures_util::Stream<Item = T> {
+    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) })
+}
+
+/// Forward the host's notices from the request body to the transfer thread. A body that
+/// fails or ends early just ends the forwarding: the thread sees its channel close and
+/// gives up.
+fn forward_notices(body: Body, tx: mpsc::Sender<HostMsg>) {
+    tokio::spawn(async move {
+        let mut data = body.into_data_stream();
+        let mut lines = LineBuffer::default();
+        while let Some(Ok(chunk)) = data.next().await {
+            lines.push(&chunk);
+            loop {
+                match lines.next::<HostMsg>() {
+                    Ok(Some(msg)) => {
+                        if tx.send(msg).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => break,
+                    // A garbled notice ends the transfer like a dropped connection.
+                    Err(_) => return,
+                }
+            }
+        }
+    });
+}
+
+/// `POST /v1/files/staged/write?path=&mode=&slot=`.
+pub async fn write(
+    q: Result<Query<FileQuery>, QueryRejection>,
+    slot: Result<Query<SlotQuery>, QueryRejection>,
+    body: Body,
+) -> Response {
+    answer(start_write(q, slot, body).await)
+}
+
+async fn start_write(
+    q: Result<Query<FileQuery>, QueryRejection>,
+    slot: Result<Query<SlotQuery>, QueryRejection>,
+    body: Body,
+) -> Result<Response, StagedError> {
+    let (path, mode, slot) = parse(q, slot)?;
+    let target = WriteTarget::prepare(path, mode.as_deref()).await?;
+    let staging = tokio::task::spawn_blocking(move || StagingSlot::open(slot))
+        .await
+        .map_err(|e| StagedError::Protocol(e.to_string()))??;
+    let file = target.create_tmp()?;
+    let (notices, from_host) = mpsc::channel();
+    let (to_host, answers) = tokio_mpsc::unbounded_channel();
+    forward_notices(body, notices);
+    tokio::task::spawn_blocking(move || {
+        let result = receive(&staging, file, &target, &from_host, &to_host);
+        let last = match result {
+            Ok(Some(bytes)) => AgentMsg::Written(WriteResult { path: target.shown.clone(), bytes_written: bytes }),
+            // The host went away: nobody to tell.
+            Ok(None) => {
+                target.discard();
+                return;
+            }
+            Err(e) => {
+                target.discard();
+                AgentMsg::Error(e.into())
+            }
+        };
+        let _ = to_host.send(last);
+    });
+    Ok(notice_body(answers))
+}
+
+/// Copy each window the host announces into `file`, then commit it. `None`: the host
+/// left before the end.
+fn receive(
+    staging: &StagingSlot,
+    mut file: std::fs::File,
+    target: &WriteTarget,
+    from_host: &mpsc::Receiver<HostMsg>,
+    to_host: &tokio_mpsc::UnboundedSender<AgentMsg>,
+) -> Result<Option<u64>, StagedError> {
+    let mut buf = AlignedBuf::window();
+    let mut written = 0u64;
+    loop {
+        let Ok(msg) = from_host.recv() else { return Ok(None) };
+        match msg {
+            HostMsg::Chunk { window, len } => {
+                staging.read_window(window, len, buf.as_mut())?;
+                // The window is ours now: the host may fill it again while we write.
+                let _ = to_host.send(AgentMsg::Ack { window });
+                let n = usize::try_from(len).map_err(|_| StagedError::Protocol(format!("chunk of {len} bytes")))?;
+                file.write_all(&buf.as_ref()[..n]).map_err(FilesError::io(&target.tmp))?;
+                written += len;
+            }
+            HostMsg::End { bytes } if bytes == written => {
+                target.commit(file)?;
+                return Ok(Some(written));
+            }
+            HostMsg::End { bytes } => {
+                return Err(StagedError::Protocol(format!("host sent {written} bytes but announced {bytes}")))
+            }
+            HostMsg::Ack { .. } => return Err(StagedError::Protocol("an ack during a write".into())),
+        }
+    }
+}
+
+/// `POST /v1/files/staged/read?path=&slot=`.
+pub async fn read(
+    q: Result<Query<FileQuery>, QueryRejection>,
+    slot: Result<Query<SlotQuery>, QueryRejection>,
+    body: Body,
+) -> Response {
+    answer(start_read(q, slot, body).await)
+}
+
+async fn start_read(
+    q: Result<Query<FileQuery>, QueryRejection>,
+    slot: Result<Query<SlotQuery>, QueryRejection>,
+    body: Body,
+) -> Result<Response, StagedError> {
+    let (path, _, slot) = parse(q, slot)?;
+    let file = std::fs::File::open(&path).map_err(FilesError::io(&path))?;
+    let meta = file.metadata().map_err(FilesError::io(&path))?;
+    if meta.is_dir() {
+        return Err(FilesError::IsADirectory(path.display().to_string()).into());
+    }
+    // Files in /proc and /sys report size 0 but have content: those go to EOF.
+    let length = (meta.is_file() && meta.len() > 0).then_some(meta.len());
+    let staging = tokio::task::spawn_blocking(move || StagingSlot::open(slot))
+        .await
+        .map_err(|e| StagedError::Protocol(e.to_string()))??;
+    let (acks, from_host) = mpsc::channel();
+    let (to_host, answers) = tokio_mpsc::unbounded_channel();
+    forward_notices(body, acks);
+    tokio::task::spawn_blocking(move || {
+        let result = send(&staging, file, length, &path, &from_host, &to_host);
+        if let Err(e) = result {
+            let _ = to_host.send(AgentMsg::Error(e.into()));
+        }
+    });
+    let mut resp = notice_body(answers);
+    if let Some(len) = length {
+        resp.headers_mut().insert(staging::LENGTH_HEADER, HeaderValue::from(len));
+    }
+    Ok(resp)
+}
+
+/// Fill the slot's windows with the file in turn, each once the host has copied it out,
+/// then announce the end. Never more than `length` bytes, even if the file grows.
+fn send(
+    staging: &StagingSlot,
+    file: std::fs::File,
+    length: Option<u64>,
+    path: &std::path::Path,
+    from_host: &mpsc::Receiver<HostMsg>,
+    to_host: &tokio_mpsc::UnboundedSender<AgentMsg>,
+) -> Result<(), StagedError> {
+    let mut file = file.take(length.unwrap_or(u64::MAX));
+    let mut buf = AlignedBuf::window();
+    let mut busy = [false; WINDOWS_PER_SLOT as usize];
+    let (mut window, mut sent) = (0usize, 0u64);
+    loop {
+        while busy[window] {
+            match from_host.recv() {
+                Ok(HostMsg::Ack { window: w }) => match busy.get_mut(usize::try_from(w).unwrap_or(usize::MAX)) {
+                    Some(b) => *b = false,
+                    None => return Err(StagedError::Protocol(format!("ack of window {w}"))),
+                },
+                Ok(other) => return Err(StagedError::Protocol(format!("{other:?} during a read"))),
+                // The host went away.
+                Err(_) => return Ok(()),
+            }
+        }
+        let n = fill(&mut file, buf.as_mut()).map_err(FilesError::io(path))?;
+        if n == 0 {
+            let _ = to_host.send(AgentMsg::End { bytes: sent });
+            return Ok(());
+        }
+        let len = n as u64;
+        let w = window as u64;
+        staging.write_window(w, len, buf.as_ref())?;
+        if to_host.send(AgentMsg::Chunk { window: w, len }).is_err() {
+            return Ok(());
+        }
+        sent += len;
+        busy[window] = true;
+        window = (window + 1) % busy.len();
+    }
+}
+
+/// Read until `buf` is full or the file ends; the count read.
+fn fill(file: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    debug_assert!(buf.len() as u64 <= WINDOW);
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
