@@ -10,7 +10,7 @@
 //! The staged path is skipped, before any data moved, when the VM has no staging file,
 //! every slot is busy, or the agent has no staging disk or staged routes.
 
-use crate::staging_file::{Slot, StagingFile};
+use crate::staging_file::{Slot, StagingFile, StagingFileError};
 use crate::{error_of, AgentClient, ClientError, ReadFile, ReqBody, WriteResult};
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
@@ -153,7 +153,7 @@ impl AgentClient {
                 }
             }
             let len = data.len() as u64;
-            slot.put(window as u64, data).await.map_err(|e| ClientError::Io(std::io::Error::other(e)))?;
+            slot.put(window as u64, data).await.map_err(host_side)?;
             send(&tx, &HostMsg::Chunk { window: window as u64, len })?;
             free[window] = false;
             window = (window + 1) % free.len();
@@ -218,6 +218,18 @@ fn claim(staging: Option<&StagingFile>) -> Option<Slot> {
 async fn release(slot: &Slot) {
     if let Err(e) = slot.release_space().await {
         tracing::debug!("staging file: {e}");
+    }
+}
+
+/// A failure on the staging file: the operator's log gets the cause (it names a host
+/// path), the error only what kind of failure it was, since it may reach a client.
+fn host_side(e: StagingFileError) -> ClientError {
+    match e {
+        StagingFileError::Layout(e) => ClientError::Protocol(e.to_string()),
+        StagingFileError::Io { ref source, .. } => {
+            tracing::error!("{e}");
+            ClientError::Io(std::io::Error::new(source.kind(), "the staging file of the transfer failed"))
+        }
     }
 }
 
@@ -293,10 +305,7 @@ impl ReadState {
                 if self.content_length.is_some_and(|n| self.received + len > n) {
                     return Err(ClientError::Protocol("the agent sent more than the file's length".into()));
                 }
-                let data = self.slot.take(window, len).await.map_err(|e| match e {
-                    crate::StagingFileError::Layout(e) => ClientError::Protocol(e.to_string()),
-                    e => ClientError::Io(std::io::Error::other(e)),
-                })?;
+                let data = self.slot.take(window, len).await.map_err(host_side)?;
                 send(&self.tx, &HostMsg::Ack { window })?;
                 self.received += len;
                 Ok(Some(data))

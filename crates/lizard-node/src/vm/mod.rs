@@ -19,6 +19,6 @@ pub(crate) use disk::{create_overlay, create_overlay_naming, virtual_size};
 pub(crate) use launch::{
     clone_template, cold_boot, discard_saved, load_copy, resume_in_place, save_in_place, saved_in_place, Launched,
 };
-pub(crate) use run_dir::{vmm_pid_of, PLACEHOLDER_DISK};
+pub(crate) use run_dir::{vmm_pid_of, PLACEHOLDER_DISK, STAGING_DISK};
 
 pub use crate::error::{BootCause, BootError};
