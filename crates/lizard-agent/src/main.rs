@@ -1,6 +1,7 @@
 //! `lizard-agent`: PID 1 of a Lizard guest, or (`serve`) the same service on a Unix
 //! socket on the host, for development and tests.
 
+mod direct;
 mod exec;
 mod files;
 mod forward;

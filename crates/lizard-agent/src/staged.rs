@@ -7,6 +7,7 @@
 //! lines. The checks and the atomic replace are those of the plain routes in
 //! [`crate::files`], so both paths answer the same errors with the same codes.
 
+use crate::direct::DirectFile;
 use crate::files::{FileQuery, FilesError, WriteTarget};
 use crate::server::AppError;
 use crate::staging_disk::{AlignedBuf, StagingError, StagingSlot};
@@ -17,10 +18,10 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
-use lizard_agent_proto::staging::{self, AgentMsg, HostMsg, LineBuffer, WINDOW, WINDOWS_PER_SLOT};
+use lizard_agent_proto::staging::{self, AgentMsg, HostMsg, LineBuffer, WINDOWS_PER_SLOT};
 use lizard_agent_proto::types::{AgentError, ErrorCode, WriteResult};
 use serde::Deserialize;
-use std::io::{self, Read, Write};
+use std::io;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use tokio::sync::mpsc as tokio_mpsc;
@@ -169,11 +170,12 @@ async fn start_write(
 /// left before the end.
 fn receive(
     staging: &StagingSlot,
-    mut file: std::fs::File,
+    file: std::fs::File,
     target: &WriteTarget,
     from_host: &mpsc::Receiver<HostMsg>,
     to_host: &tokio_mpsc::UnboundedSender<AgentMsg>,
 ) -> Result<Option<u64>, StagedError> {
+    let mut file = DirectFile::new(file);
     let mut buf = AlignedBuf::window();
     let mut written = 0u64;
     loop {
@@ -188,7 +190,7 @@ fn receive(
                 written += len;
             }
             HostMsg::End { bytes } if bytes == written => {
-                target.commit(file)?;
+                target.commit(file.into_inner())?;
                 return Ok(Some(written));
             }
             HostMsg::End { bytes } => {
@@ -250,7 +252,8 @@ fn send(
     from_host: &mpsc::Receiver<HostMsg>,
     to_host: &tokio_mpsc::UnboundedSender<AgentMsg>,
 ) -> Result<(), StagedError> {
-    let mut file = file.take(length.unwrap_or(u64::MAX));
+    // Only regular files of known size go direct; /proc and the like never do.
+    let mut file = if length.is_some() { DirectFile::new(file) } else { DirectFile::buffered(file) };
     let mut buf = AlignedBuf::window();
     let mut busy = [false; WINDOWS_PER_SLOT as usize];
     let (mut window, mut sent) = (0usize, 0u64);
@@ -266,7 +269,10 @@ fn send(
                 Err(_) => return Ok(()),
             }
         }
-        let n = fill(&mut file, buf.as_mut()).map_err(FilesError::io(path))?;
+        let mut n = file.fill(buf.as_mut()).map_err(FilesError::io(path))?;
+        if let Some(length) = length {
+            n = n.min(usize::try_from(length - sent).unwrap_or(usize::MAX));
+        }
         if n == 0 {
             let _ = to_host.send(AgentMsg::End { bytes: sent });
             return Ok(());
@@ -281,19 +287,4 @@ fn send(
         busy[window] = true;
         window = (window + 1) % busy.len();
     }
-}
-
-/// Read until `buf` is full or the file ends; the count read.
-fn fill(file: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    debug_assert!(buf.len() as u64 <= WINDOW);
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
