@@ -128,7 +128,7 @@ impl AgentClient {
             return Ok(Attempt::Unavailable(body));
         };
         let mut answers = Notices::new(resp.into_body(), self);
-        let mut free = [true; WINDOWS_PER_SLOT as usize];
+        let mut free = [true; WINDOWS_PER_SLOT];
         let (mut window, mut total) = (0usize, 0u64);
         let mut pending = BytesMut::new();
         let mut source_done = false;
@@ -270,7 +270,7 @@ impl Notices {
     /// The next notice; a body that ends without one is a lost connection.
     async fn next(&mut self) -> Result<AgentMsg, ClientError> {
         loop {
-            if let Some(msg) = self.lines.next().map_err(|e| ClientError::Protocol(e.to_string()))? {
+            if let Some(msg) = self.lines.next_message().map_err(|e| ClientError::Protocol(e.to_string()))? {
                 return Ok(msg);
             }
             match self.body.frame().await {

@@ -120,7 +120,7 @@ impl Slot {
     /// again); the contents do not matter between transfers.
     pub async fn release_space(&self) -> Result<(), StagingFileError> {
         let at = window_offset(self.slot, 0, 0)?;
-        let len = aligned(lizard_agent_proto::staging::WINDOW * lizard_agent_proto::staging::WINDOWS_PER_SLOT);
+        let len = aligned(lizard_agent_proto::staging::WINDOW * lizard_agent_proto::staging::WINDOWS_PER_SLOT as u64);
         let (file, path) = (self.file.clone(), self.path.clone());
         blocking(&path, move || {
             let (at, len) = (
@@ -168,7 +168,7 @@ mod tests {
         a.put(1, bytes::Bytes::from_static(b"hello")).await.unwrap();
         assert_eq!(&a.take(1, 5).await.unwrap()[..], b"hello");
         assert_eq!(c.take(1, 5).await.unwrap(), vec![0u8; 5], "slots share windows");
-        assert!(matches!(a.take(WINDOWS_PER_SLOT, 1).await, Err(StagingFileError::Layout(_))));
+        assert!(matches!(a.take(WINDOWS_PER_SLOT as u64, 1).await, Err(StagingFileError::Layout(_))));
         assert!(matches!(a.take(0, WINDOW + 1).await, Err(StagingFileError::Layout(_))));
         a.release_space().await.unwrap();
         assert_eq!(a.take(1, 5).await.unwrap(), vec![0u8; 5]);

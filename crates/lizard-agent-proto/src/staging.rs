@@ -48,14 +48,14 @@ pub const HEADER_LEN: u64 = 4096;
 /// Bytes of one window: large, so that notices are few, and a multiple of 4 KiB.
 pub const WINDOW: u64 = 4 << 20;
 /// Windows per slot (double-buffered).
-pub const WINDOWS_PER_SLOT: u64 = 2;
+pub const WINDOWS_PER_SLOT: usize = 2;
 /// Transfers that can use the disk at once; more run over the agent channel.
 pub const SLOTS: u64 = 2;
 /// Alignment of the agent's direct I/O (the guest's logical block size divides it).
-pub const ALIGN: u64 = 4096;
+pub const ALIGN: usize = 4096;
 /// The disk's size. Part of the VM's device state, so fixed: a snapshot's clones see the
 /// same size.
-pub const DISK_LEN: u64 = HEADER_LEN + SLOTS * WINDOWS_PER_SLOT * WINDOW;
+pub const DISK_LEN: u64 = HEADER_LEN + SLOTS * WINDOWS_PER_SLOT as u64 * WINDOW;
 
 /// Why a slot or window number is out of range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -77,18 +77,18 @@ pub fn window_offset(slot: u64, window: u64, len: u64) -> Result<u64, LayoutErro
     if slot >= SLOTS {
         return Err(LayoutError::Slot(slot));
     }
-    if window >= WINDOWS_PER_SLOT {
+    if window >= WINDOWS_PER_SLOT as u64 {
         return Err(LayoutError::Window(window));
     }
     if len > WINDOW {
         return Err(LayoutError::Length(len));
     }
-    Ok(HEADER_LEN + (slot * WINDOWS_PER_SLOT + window) * WINDOW)
+    Ok(HEADER_LEN + (slot * WINDOWS_PER_SLOT as u64 + window) * WINDOW)
 }
 
 /// `len` rounded up to [`ALIGN`] (what a direct write of `len` bytes covers).
 pub fn aligned(len: u64) -> u64 {
-    len.div_ceil(ALIGN) * ALIGN
+    len.div_ceil(ALIGN as u64) * ALIGN as u64
 }
 
 /// A notice from the host.
@@ -151,7 +151,7 @@ impl LineBuffer {
     }
 
     /// The next complete message, if one has arrived.
-    pub fn next<T: serde::de::DeserializeOwned>(&mut self) -> Result<Option<T>, LineError> {
+    pub fn next_message<T: serde::de::DeserializeOwned>(&mut self) -> Result<Option<T>, LineError> {
         match self.buf.iter().position(|b| *b == b'\n') {
             Some(end) => {
                 let line = self.buf.split_to(end + 1);
@@ -171,15 +171,15 @@ mod tests {
     fn windows_are_disjoint_aligned_and_inside_the_disk() {
         let mut seen = vec![];
         for slot in 0..SLOTS {
-            for w in 0..WINDOWS_PER_SLOT {
+            for w in 0..WINDOWS_PER_SLOT as u64 {
                 let at = window_offset(slot, w, WINDOW).unwrap();
-                assert_eq!(at % ALIGN, 0);
+                assert_eq!(at % ALIGN as u64, 0);
                 assert!(at >= HEADER_LEN && at + WINDOW <= DISK_LEN);
                 seen.push(at);
             }
         }
         seen.dedup();
-        assert_eq!(seen.len() as u64, SLOTS * WINDOWS_PER_SLOT);
+        assert_eq!(seen.len() as u64, SLOTS * WINDOWS_PER_SLOT as u64);
         assert_eq!(window_offset(SLOTS, 0, 1), Err(LayoutError::Slot(SLOTS)));
         assert_eq!(window_offset(0, 2, 1), Err(LayoutError::Window(2)));
         assert_eq!(window_offset(0, 0, WINDOW + 1), Err(LayoutError::Length(WINDOW + 1)));
@@ -195,16 +195,16 @@ mod tests {
         let mut got: Vec<HostMsg> = vec![];
         for b in &wire {
             lines.push(&[*b]);
-            while let Some(m) = lines.next().unwrap() {
+            while let Some(m) = lines.next_message().unwrap() {
                 got.push(m);
             }
         }
         assert_eq!(got, vec![HostMsg::Chunk { window: 1, len: 5 }, HostMsg::End { bytes: 5 }]);
         let mut bad = LineBuffer::default();
         bad.push(b"{\"bogus\":1}\n");
-        assert!(bad.next::<HostMsg>().is_err());
+        assert!(bad.next_message::<HostMsg>().is_err());
         let mut long = LineBuffer::default();
         long.push(&vec![b'x'; MAX_LINE + 1]);
-        assert!(matches!(long.next::<HostMsg>(), Err(LineError::TooLong)));
+        assert!(matches!(long.next_message::<HostMsg>(), Err(LineError::TooLong)));
     }
 }

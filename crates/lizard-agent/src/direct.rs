@@ -13,8 +13,7 @@ use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 
-/// Alignment direct I/O needs here (buffer, offset and length).
-const ALIGN: usize = lizard_agent_proto::staging::ALIGN as usize;
+use lizard_agent_proto::staging::ALIGN;
 
 /// A file read or written directly while that works, buffered after.
 pub struct DirectFile {
@@ -56,7 +55,7 @@ impl DirectFile {
     /// stay aligned, buffered from the first one that is not (or once the file system
     /// refuses).
     pub fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
-        if data.len() % ALIGN != 0 {
+        if !data.len().is_multiple_of(ALIGN) {
             self.go_buffered()?;
         }
         let mut done = 0;
@@ -66,7 +65,7 @@ impl DirectFile {
                 Ok(n) => {
                     done += n;
                     // A short direct write leaves the rest unaligned.
-                    if done < data.len() && n % ALIGN != 0 {
+                    if done < data.len() && !n.is_multiple_of(ALIGN) {
                         self.go_buffered()?;
                     }
                 }
@@ -87,7 +86,7 @@ impl DirectFile {
                 Ok(0) => break,
                 Ok(k) => {
                     n += k;
-                    if n < buf.len() && k % ALIGN != 0 {
+                    if n < buf.len() && !k.is_multiple_of(ALIGN) {
                         self.go_buffered()?;
                     }
                 }
@@ -119,7 +118,7 @@ mod tests {
         let path = dir.path().join("f");
         let mut buf = AlignedBuf::window();
         for (i, b) in buf.as_mut().iter_mut().enumerate() {
-            *b = (i % 251) as u8;
+            *b = u8::try_from(i % 251).unwrap();
         }
         let mut f = DirectFile::new(std::fs::File::create(&path).unwrap());
         f.write_all(&buf.as_ref()[..2 * ALIGN]).unwrap();

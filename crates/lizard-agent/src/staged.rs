@@ -109,7 +109,7 @@ fn forward_notices(body: Body, tx: mpsc::Sender<HostMsg>) {
         while let Some(Ok(chunk)) = data.next().await {
             lines.push(&chunk);
             loop {
-                match lines.next::<HostMsg>() {
+                match lines.next_message::<HostMsg>() {
                     Ok(Some(msg)) => {
                         if tx.send(msg).is_err() {
                             return;
@@ -255,7 +255,7 @@ fn send(
     // Only regular files of known size go direct; /proc and the like never do.
     let mut file = if length.is_some() { DirectFile::new(file) } else { DirectFile::buffered(file) };
     let mut buf = AlignedBuf::window();
-    let mut busy = [false; WINDOWS_PER_SLOT as usize];
+    let mut busy = [false; WINDOWS_PER_SLOT];
     let (mut window, mut sent) = (0usize, 0u64);
     loop {
         while busy[window] {

@@ -118,7 +118,7 @@ impl AlignedBuf {
     pub fn new(len: u64) -> AlignedBuf {
         // Both constants are a few MiB at most.
         #[allow(clippy::cast_possible_truncation)]
-        let (len, align) = (len.min(WINDOW) as usize, ALIGN as usize);
+        let (len, align) = (len.min(WINDOW) as usize, ALIGN);
         let raw = vec![0u8; len + align];
         let start = raw.as_ptr().align_offset(align);
         AlignedBuf { raw, start, len }
@@ -158,7 +158,7 @@ mod tests {
     fn buffers_are_aligned() {
         let mut b = AlignedBuf::window();
         assert_eq!(b.as_mut().len() as u64, WINDOW);
-        assert_eq!(b.as_mut().as_ptr() as usize % ALIGN as usize, 0);
+        assert_eq!(b.as_mut().as_ptr() as usize % ALIGN, 0);
         assert_eq!(AlignedBuf::new(WINDOW * 2).as_ref().len() as u64, WINDOW);
     }
 

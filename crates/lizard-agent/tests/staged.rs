@@ -31,7 +31,7 @@ fn pattern(len: usize, chunk: usize) -> (Vec<Bytes>, Vec<u8>) {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        all.push((x >> 24) as u8);
+        all.push(x.to_le_bytes()[3]);
     }
     let chunks = all.chunks(chunk).map(Bytes::copy_from_slice).collect();
     (chunks, all)

@@ -14,7 +14,7 @@ pub async fn api_transfers(bench: &Bench, template: &str, n: usize) -> Result<(V
     let id = bench.create(template).await?;
     let (client, base, key) = bench.http();
     let uri = format!("{base}{}?path=/root/bench-api.bin", routes::WRITE_FILE.uri(&[&id]));
-    let data = bytes::Bytes::from((0..SIZE).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+    let data = bytes::Bytes::from((0..SIZE).map(|i| (i % 251).to_le_bytes()[0]).collect::<Vec<u8>>());
     let (mut write, mut read) = (vec![], vec![]);
     for i in 0..n {
         let t = std::time::Instant::now();
