@@ -2,13 +2,33 @@
 //!
 //! Every VM has a staging disk (`staging.img` in its run directory, see
 //! `lizard_agent_proto::staging`) through which file contents move in 4 MiB windows by
-//! virtio-blk, while the agent channel carries one notice per window. Measured under TCG
-//! on the 2-core development machine, node level, 64 MiB (see the README's performance
-//! section for the command): through the agent channel (virtio-serial, 4 KiB per
-//! interrupt into the guest) writes ran at 36 MiB/s and reads at 43 MiB/s; through the
-//! staging disk see the numbers in the README. The channel stays the fallback: for VMs
-//! without the disk (paused before it existed), when both slots are busy, or when the
-//! guest cannot find the disk. The counts let tests see which path was used.
+//! virtio-blk, while the agent channel carries one notice per window; in the guest the
+//! agent moves them between that disk and the file with `O_DIRECT`, so the guest's CPU
+//! copies nothing (under TCG a CPU copy is emulated: a buffered 64 MiB write into ext4
+//! ran at ≈70 MB/s with its fsync, a direct one at ≈375 MB/s).
+//!
+//! Measured under TCG on the 2-core development machine shared with other builds (load
+//! average 5–7), 64 MiB, p50 of 5, MiB/s, all in one run of a debug build of
+//! `lizard-bench --creates 1 --execs 5 --transfers 5 --api-creates 1 --api-cold-creates 1
+//! --burst 0 --pause-cycles 0 --idle 0 --fork-rounds 0 --pushes false --agent-creates 0
+//! --api-transfers 5 --no-snapshots`:
+//!
+//! | path | write | read |
+//! |---|---|---|
+//! | agent channel alone (virtio-serial; the baseline) | 53 | 73 |
+//! | staging disk, node level | 536 | 1050 |
+//! | staging disk, through the HTTP API | 309 | 662 |
+//!
+//! The 256 MiB VM test (`tests/transfer.rs`) saw 310 / 685 MiB/s. The channel is bound by
+//! QEMU handing the guest 4 KiB per read of its socket, one interrupt each; reads out of
+//! the guest (32 KiB guest buffers) fare a little better. Other options were not built:
+//! several virtio-serial ports would still move 4 KiB per interrupt each, and a TCP
+//! connection over the sandbox's virtio-net needs sandbox networking and a per-transfer
+//! authentication, where the staging disk works in every VM and migrates with it.
+//!
+//! The channel stays the fallback: for VMs without the disk (paused before it existed),
+//! when both slots are busy, or when the guest cannot find the disk. The counts let tests
+//! see which path was used.
 
 use lizard_agent_client::{StagingFile, TransferPath};
 use std::path::Path;
