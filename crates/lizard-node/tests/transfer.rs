@@ -141,3 +141,20 @@ async fn staged_errors_keep_their_codes() {
     assert_eq!(sbx.transfer_stats().staged, before.staged + 1);
     t.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cold_boots_and_fork_copies_use_the_staging_disk() {
+    let t = common::node_with(|c| c.snapshots = false).await;
+    let sbx = t.node.create(CreateSandboxRequest { template: "base".into(), ..Default::default() }).await.unwrap();
+    assert!(!sbx.from_snapshot());
+    let (want, _, _) = write_pattern(&sbx, "/root/before-fork.bin", 9).await;
+    let copies = t.node.fork(&sbx.id, 1).await.unwrap();
+    for s in [&sbx, &copies[0]] {
+        assert_eq!(read_hash(s, "/root/before-fork.bin").await.0, want);
+        let (mine, _, _) = write_pattern(s, "/root/after-fork.bin", 5).await;
+        assert_eq!(guest_hash(s, "/root/after-fork.bin").await, mine);
+    }
+    assert_eq!(sbx.transfer_stats(), TransferStats { staged: 3, channel: 0 });
+    assert_eq!(copies[0].transfer_stats(), TransferStats { staged: 2, channel: 0 });
+    t.finish().await;
+}
