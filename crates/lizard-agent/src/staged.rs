@@ -139,10 +139,12 @@ async fn start_write(
     body: Body,
 ) -> Result<Response, StagedError> {
     let (path, mode, slot) = parse(q, slot)?;
-    let target = WriteTarget::prepare(path, mode.as_deref()).await?;
+    // The disk first: without one the host falls back, and nothing may have changed
+    // (parents created) by then.
     let staging = tokio::task::spawn_blocking(move || StagingSlot::open(slot))
         .await
         .map_err(|e| StagedError::Protocol(e.to_string()))??;
+    let target = WriteTarget::prepare(path, mode.as_deref()).await?;
     let file = target.create_tmp()?;
     let (notices, from_host) = mpsc::channel();
     let (to_host, answers) = tokio_mpsc::unbounded_channel();
