@@ -3,7 +3,9 @@
 //!
 //! Reads and writes stream: a write goes chunk by chunk into a temporary file next to the
 //! target, is fsynced and then renamed over it (readers never see half a file); a read
-//! streams the file with its length. Neither holds a whole file in memory.
+//! streams the file with its length. Neither holds a whole file in memory. The staged
+//! routes ([`crate::staged`]) move file contents through the staging disk instead of the
+//! channel, with the same checks and the same atomic replace ([`WriteTarget`]).
 
 use crate::server::AppError;
 use axum::body::Body;

@@ -139,6 +139,24 @@ async fn staged_errors_keep_their_codes() {
     let before = sbx.transfer_stats();
     sbx.write_file("/root/ok", None, body()).await.unwrap();
     assert_eq!(sbx.transfer_stats().staged, before.staged + 1);
+
+    // A pause in the middle of a read: the pause goes ahead, the read fails, and after
+    // the resume both slots are free again.
+    let (want, _, _) = write_pattern(&sbx, "/root/mid.bin", 20).await;
+    let (_, mut interrupted) = sbx.read_file("/root/mid.bin").await.unwrap();
+    assert!(interrupted.next().await.unwrap().is_ok());
+    t.node.pause(&sbx.id).await.unwrap();
+    t.node.resume(&sbx.id).await.unwrap();
+    let mut failed = false;
+    while let Some(c) = interrupted.next().await {
+        failed |= c.is_err();
+    }
+    assert!(failed, "a read cut by a pause ended as if complete");
+    drop(interrupted);
+    let before = sbx.transfer_stats();
+    let (a, b) = tokio::join!(read_hash(&sbx, "/root/mid.bin"), read_hash(&sbx, "/root/mid.bin"));
+    assert_eq!((a.0, b.0), (want.clone(), want));
+    assert_eq!(sbx.transfer_stats().staged, before.staged + 2);
     t.finish().await;
 }
 
