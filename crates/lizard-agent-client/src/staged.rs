@@ -154,12 +154,16 @@ impl AgentClient {
             }
             let len = data.len() as u64;
             slot.put(window as u64, data).await.map_err(host_side)?;
-            send(&tx, &HostMsg::Chunk { window: window as u64, len })?;
+            if send(&tx, &HostMsg::Chunk { window: window as u64, len }).is_err() {
+                return Err(answers.why_closed().await);
+            }
             free[window] = false;
             window = (window + 1) % free.len();
             total += len;
         }
-        send(&tx, &HostMsg::End { bytes: total })?;
+        if send(&tx, &HostMsg::End { bytes: total }).is_err() {
+            return Err(answers.why_closed().await);
+        }
         loop {
             match answers.next().await? {
                 AgentMsg::Ack { window: w } => mark_free(&mut free, w)?,
@@ -267,6 +271,14 @@ impl Notices {
         Notices { body, lines: LineBuffer::default(), conn: client.conn.clone() }
     }
 
+    /// Why the agent stopped reading the request: the error it sent, if any.
+    async fn why_closed(&mut self) -> ClientError {
+        match self.next().await {
+            Ok(msg) => unexpected(msg),
+            Err(e) => e,
+        }
+    }
+
     /// The next notice; a body that ends without one is a lost connection.
     async fn next(&mut self) -> Result<AgentMsg, ClientError> {
         loop {
@@ -306,7 +318,9 @@ impl ReadState {
                     return Err(ClientError::Protocol("the agent sent more than the file's length".into()));
                 }
                 let data = self.slot.take(window, len).await.map_err(host_side)?;
-                send(&self.tx, &HostMsg::Ack { window })?;
+                // An agent that stopped reading acks needs none: if it did, its answer
+                // ends without `End`, which fails the read below.
+                let _ = send(&self.tx, &HostMsg::Ack { window });
                 self.received += len;
                 Ok(Some(data))
             }

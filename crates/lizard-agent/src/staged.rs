@@ -290,3 +290,93 @@ fn send(
         window = (window + 1) % busy.len();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    fn slot(dir: &std::path::Path) -> StagingSlot {
+        let path = dir.join("staging.img");
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(staging::DISK_LEN).unwrap();
+        f.write_all_at(staging::MAGIC, 0).unwrap();
+        StagingSlot::open_file(&path, 0)
+    }
+
+    async fn target(dir: &std::path::Path) -> WriteTarget {
+        WriteTarget::prepare(dir.join("out"), None).await.unwrap()
+    }
+
+    /// Run `receive` on `notices`; its result and what it answered.
+    async fn run_receive(notices: Vec<HostMsg>) -> (Result<Option<u64>, StagedError>, Vec<AgentMsg>, bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let (staging, target) = (slot(dir.path()), target(dir.path()).await);
+        let file = target.create_tmp().unwrap();
+        let (tx, rx) = mpsc::channel();
+        for n in notices {
+            tx.send(n).unwrap();
+        }
+        drop(tx);
+        let (to_host, mut answers) = tokio_mpsc::unbounded_channel();
+        let result = receive(&staging, file, &target, &rx, &to_host);
+        drop(to_host);
+        let mut got = vec![];
+        while let Some(m) = answers.recv().await {
+            got.push(m);
+        }
+        (result, got, target.path.exists())
+    }
+
+    #[tokio::test]
+    async fn a_write_checks_the_hosts_notices() {
+        let (r, answers, exists) =
+            run_receive(vec![HostMsg::Chunk { window: 1, len: 3 }, HostMsg::End { bytes: 3 }]).await;
+        assert_eq!((r.unwrap(), answers, exists), (Some(3), vec![AgentMsg::Ack { window: 1 }], true));
+        // A total that does not match, an ack, a window outside the slot: refused.
+        let (r, _, exists) = run_receive(vec![HostMsg::Chunk { window: 0, len: 3 }, HostMsg::End { bytes: 4 }]).await;
+        assert!(matches!(r, Err(StagedError::Protocol(_))) && !exists);
+        let (r, _, _) = run_receive(vec![HostMsg::Ack { window: 0 }]).await;
+        assert!(matches!(r, Err(StagedError::Protocol(_))));
+        let (r, _, _) = run_receive(vec![HostMsg::Chunk { window: 2, len: 3 }]).await;
+        assert_eq!(AgentError::from(r.unwrap_err()).code, ErrorCode::InvalidArgument);
+        // The host leaving midway is no error, and replaces nothing.
+        let (r, _, exists) = run_receive(vec![HostMsg::Chunk { window: 0, len: 3 }]).await;
+        assert!(matches!(r, Ok(None)) && !exists);
+    }
+
+    #[tokio::test]
+    async fn a_read_checks_the_hosts_acks() {
+        let dir = tempfile::tempdir().unwrap();
+        let staging = slot(dir.path());
+        // Three windows' worth: the third waits for an ack.
+        let data = dir.path().join("data");
+        std::fs::write(&data, vec![7u8; usize::try_from(2 * staging::WINDOW + 5).unwrap()]).unwrap();
+        let run = |acks: Vec<HostMsg>| {
+            let (tx, rx) = mpsc::channel();
+            for a in acks {
+                tx.send(a).unwrap();
+            }
+            drop(tx);
+            let (to_host, mut answers) = tokio_mpsc::unbounded_channel();
+            let file = std::fs::File::open(&data).unwrap();
+            let r = send(&staging, file, Some(2 * staging::WINDOW + 5), &data, &rx, &to_host);
+            drop(to_host);
+            let mut got = vec![];
+            while let Ok(m) = answers.try_recv() {
+                got.push(m);
+            }
+            (r, got)
+        };
+        let (r, got) = run(vec![HostMsg::Ack { window: 0 }, HostMsg::Ack { window: 1 }]);
+        assert!(r.is_ok());
+        let total: u64 = got.iter().map(|m| if let AgentMsg::Chunk { len, .. } = m { *len } else { 0 }).sum();
+        assert_eq!(total, 2 * staging::WINDOW + 5);
+        assert_eq!(got.last(), Some(&AgentMsg::End { bytes: total }));
+        assert!(matches!(run(vec![HostMsg::Ack { window: 9 }]).0, Err(StagedError::Protocol(_))));
+        assert!(matches!(run(vec![HostMsg::End { bytes: 1 }]).0, Err(StagedError::Protocol(_))));
+        // The host leaving midway ends the read quietly.
+        let (r, got) = run(vec![]);
+        assert!(r.is_ok() && got.len() == 2, "{got:?}");
+    }
+}

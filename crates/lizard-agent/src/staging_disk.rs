@@ -54,6 +54,12 @@ impl StagingSlot {
         Ok(StagingSlot { disk, slot })
     }
 
+    /// `slot` of the staging file at `path` (handler tests).
+    #[cfg(test)]
+    pub fn open_file(path: &Path, slot: u64) -> StagingSlot {
+        StagingSlot { disk: open_checked(path, false).unwrap().unwrap(), slot }
+    }
+
     /// Read `len` bytes of `window` into `buf` (an [`AlignedBuf`]'s window).
     pub fn read_window(&self, window: u64, len: u64, buf: &mut [u8]) -> Result<(), StagingError> {
         let at = window_offset(self.slot, window, len)?;
