@@ -19,9 +19,13 @@
 //! | staging disk, node level | 536 | 1050 |
 //! | staging disk, through the HTTP API | 309 | 662 |
 //!
-//! The 256 MiB VM test (`tests/transfer.rs`) saw 310 / 685 MiB/s. The channel is bound by
-//! QEMU handing the guest 4 KiB per read of its socket, one interrupt each; reads out of
-//! the guest (32 KiB guest buffers) fare a little better. Other options were not built:
+//! The 256 MiB VM test (`tests/transfer.rs`) saw 134–310 / 421–685 MiB/s over several
+//! runs. The first staged version, which copied through the guest's page cache, reached
+//! only 47–61 MiB/s writing (the buffered write and its fsync) and 136–280 reading: the
+//! guest's CPU copies, not the channel's 4 KiB buffers, were what remained. (That the
+//! channel moves 4 KiB per interrupt into the guest comes from the virtio-serial driver's
+//! page-sized receive buffers; a raw `dd` through the port was not measured apart, since
+//! the port belongs to the agent.) Other options were not built:
 //! several virtio-serial ports would still move 4 KiB per interrupt each, and a TCP
 //! connection over the sandbox's virtio-net needs sandbox networking and a per-transfer
 //! authentication, where the staging disk works in every VM and migrates with it.
