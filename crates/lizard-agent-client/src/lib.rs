@@ -13,6 +13,8 @@
 
 mod error;
 mod exec;
+mod staged;
+mod staging_file;
 mod tunnel;
 
 pub use error::ClientError;
@@ -21,6 +23,8 @@ pub use lizard_agent_proto::handshake::Secret;
 pub use lizard_agent_proto::types::{
     AgentError, ErrorCode, ExecRequest, ExitStatus, FileEntry, FileType, Health, WriteResult,
 };
+pub use staged::TransferPath;
+pub use staging_file::{StagingFile, StagingFileError};
 pub use tunnel::TcpTunnel;
 
 use bytes::Bytes;
@@ -333,22 +337,23 @@ impl AgentClient {
 
     /// Send a built request; a non-success answer becomes [`ClientError::Agent`].
     async fn send(&self, req: Request<ReqBody>) -> Result<Response<Incoming>, ClientError> {
+        let resp = self.send_raw(req).await?;
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        Err(error_of(resp).await)
+    }
+
+    /// Send a built request and return whatever the agent answered.
+    async fn send_raw(&self, req: Request<ReqBody>) -> Result<Response<Incoming>, ClientError> {
         let mut tx = self.tx.clone();
         if let Err(e) = tx.ready().await {
             return Err(self.conn.classify(e).await);
         }
-        let resp = match tx.send_request(req).await {
-            Ok(r) => r,
-            Err(e) => return Err(self.conn.classify(e).await),
-        };
-        if resp.status().is_success() {
-            return Ok(resp);
+        match tx.send_request(req).await {
+            Ok(r) => Ok(r),
+            Err(e) => Err(self.conn.classify(e).await),
         }
-        let status = resp.status();
-        Err(match Limited::new(resp.into_body(), MAX_ERROR_BODY).collect().await {
-            Ok(body) => error_from_body(status, &body.to_bytes()),
-            Err(e) => ClientError::Protocol(format!("HTTP {status}, unreadable body: {e}")),
-        })
     }
 
     /// Read a whole (small) JSON answer.
@@ -375,6 +380,15 @@ fn stdin_frames(chunk: Bytes) -> Vec<Bytes> {
         .step_by(MAX_FRAME)
         .map(|at| Frame::new(FrameKind::Stdin, chunk.slice(at..chunk.len().min(at + MAX_FRAME))).to_bytes())
         .collect()
+}
+
+/// The error an unsuccessful answer carries.
+async fn error_of(resp: Response<Incoming>) -> ClientError {
+    let status = resp.status();
+    match Limited::new(resp.into_body(), MAX_ERROR_BODY).collect().await {
+        Ok(body) => error_from_body(status, &body.to_bytes()),
+        Err(e) => ClientError::Protocol(format!("HTTP {status}, unreadable body: {e}")),
+    }
 }
 
 fn error_from_body(status: StatusCode, body: &[u8]) -> ClientError {

@@ -14,7 +14,8 @@
 //!    100 MB files stream without being buffered whole on either side.
 //! 4. **Operations**: the routes in [`routes`], JSON types in [`types`], and the framed
 //!    exec stream in [`frame`]; TCP tunnels to ports in the guest are HTTP/2 `CONNECT`
-//!    streams ([`routes`] walks through them).
+//!    streams ([`routes`] walks through them). File contents can bypass the channel
+//!    through the staging disk ([`staging`]), with only notices on the channel.
 //!
 //! After a snapshot restore the host side of the transport is a new connection: the agent
 //! sees the old session end, drops it, and waits for the next handshake. Nothing in the
@@ -23,6 +24,7 @@
 pub mod frame;
 pub mod handshake;
 pub mod routes;
+pub mod staging;
 pub mod types;
 
 /// Name of the virtio-serial port the agent listens on (`/dev/virtio-ports/<name>` in the guest).

@@ -9,6 +9,8 @@
 //! | DELETE | [`FILES`]`?path=`   | –                           | – (204), recursive       |
 //! | GET    | [`FILES_LIST`]`?path=` | –                        | `[FileEntry]`            |
 //! | POST   | [`FILES_MKDIR`]`?path=` | –                       | – (204), with parents    |
+//! | POST   | [`crate::staging::STAGED_WRITE`]`?path=&mode=&slot=` | notices (JSON lines) | notices, then `Written` |
+//! | POST   | [`crate::staging::STAGED_READ`]`?path=&slot=` | acks (JSON lines) | notices, then `End`      |
 //! | POST   | [`IDENTITY`]        | [`crate::types::Identity`]  | – (204)                  |
 //! | POST   | [`VOLUME_MOUNT`]    | [`crate::types::VolumeMount`] | – (204)                |
 //! | POST   | [`VOLUME_SYNC`]     | –                           | – (204)                  |

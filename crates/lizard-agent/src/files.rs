@@ -3,7 +3,9 @@
 //!
 //! Reads and writes stream: a write goes chunk by chunk into a temporary file next to the
 //! target, is fsynced and then renamed over it (readers never see half a file); a read
-//! streams the file with its length. Neither holds a whole file in memory.
+//! streams the file with its length. Neither holds a whole file in memory. The staged
+//! routes ([`crate::staged`]) move file contents through the staging disk instead of the
+//! channel, with the same checks and the same atomic replace ([`WriteTarget`]).
 
 use crate::server::AppError;
 use axum::body::Body;
@@ -17,7 +19,7 @@ use futures_util::StreamExt;
 use lizard_agent_proto::types::{AgentError, ErrorCode, FileEntry, FileType, WriteResult};
 use serde::Deserialize;
 use std::io;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::UNIX_EPOCH;
@@ -53,7 +55,7 @@ pub enum FilesError {
 }
 
 impl FilesError {
-    fn io(path: &Path) -> impl FnOnce(io::Error) -> FilesError + '_ {
+    pub(crate) fn io(path: &Path) -> impl FnOnce(io::Error) -> FilesError + '_ {
         move |source| FilesError::Io { path: path.display().to_string(), source }
     }
 }
@@ -80,7 +82,7 @@ pub struct FileQuery {
 }
 
 impl FileQuery {
-    fn from(q: Result<Query<FileQuery>, QueryRejection>) -> Result<(PathBuf, Option<String>), FilesError> {
+    pub(crate) fn from(q: Result<Query<FileQuery>, QueryRejection>) -> Result<(PathBuf, Option<String>), FilesError> {
         let Query(q) = q.map_err(|e| FilesError::Query(e.body_text()))?;
         if !q.path.starts_with('/') {
             return Err(FilesError::Relative(q.path));
@@ -105,53 +107,89 @@ fn temp_path(target: &Path) -> PathBuf {
     target.with_file_name(format!(".{name}.lizard-{}-{n}.tmp", std::process::id()))
 }
 
+/// Where a write goes: the target, its temporary file beside it, and the mode it gets.
+#[derive(Debug, Clone)]
+pub(crate) struct WriteTarget {
+    pub path: PathBuf,
+    pub tmp: PathBuf,
+    pub mode: u32,
+    /// The path as the answer names it.
+    pub shown: String,
+}
+
+impl WriteTarget {
+    /// Check the target before any data moves (a directory there fails now, not after the
+    /// upload), create its parents, and pick its mode: `mode` (octal text), else the
+    /// existing file's, else [`DEFAULT_MODE`].
+    pub(crate) async fn prepare(path: PathBuf, mode: Option<&str>) -> Result<WriteTarget, FilesError> {
+        let mode = mode.map(parse_mode).transpose()?;
+        let shown = path.display().to_string();
+        let Some(parent) = path.parent() else { return Err(FilesError::IsADirectory(shown)) };
+        let existing = match tokio::fs::metadata(&path).await {
+            Ok(m) if m.is_dir() => return Err(FilesError::IsADirectory(shown)),
+            Ok(m) => Some(m.permissions().mode() & 0o7777),
+            Err(_) => None,
+        };
+        tokio::fs::create_dir_all(parent)
+            .await
+            // EEXIST here means some ancestor exists but is not a directory.
+            .map_err(|e| if e.kind() == io::ErrorKind::AlreadyExists { io::ErrorKind::NotADirectory.into() } else { e })
+            .map_err(FilesError::io(parent))?;
+        let tmp = temp_path(&path);
+        Ok(WriteTarget { mode: mode.or(existing).unwrap_or(DEFAULT_MODE), tmp, path, shown })
+    }
+
+    /// Create the temporary file (owner-only until it is complete).
+    pub(crate) fn create_tmp(&self) -> Result<std::fs::File, FilesError> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&self.tmp)
+            .map_err(FilesError::io(&self.tmp))
+    }
+
+    /// Give the complete temporary file its mode, sync it and rename it over the target.
+    pub(crate) fn commit(&self, file: std::fs::File) -> Result<(), FilesError> {
+        // Set exactly the requested bits, whatever the umask.
+        file.set_permissions(std::fs::Permissions::from_mode(self.mode)).map_err(FilesError::io(&self.tmp))?;
+        file.sync_all().map_err(FilesError::io(&self.tmp))?;
+        drop(file);
+        std::fs::rename(&self.tmp, &self.path).map_err(FilesError::io(&self.path))
+    }
+
+    /// Remove the temporary file of a write that failed.
+    pub(crate) fn discard(&self) {
+        let _ = std::fs::remove_file(&self.tmp);
+    }
+}
+
 /// `PUT /v1/files?path=&mode=`: stream the body into the file, atomically.
 pub async fn write(q: Result<Query<FileQuery>, QueryRejection>, body: Body) -> Result<Json<WriteResult>, AppError> {
     let (path, mode) = FileQuery::from(q)?;
-    let mode = mode.as_deref().map(parse_mode).transpose()?;
-    let shown = path.display().to_string();
-    let Some(parent) = path.parent() else { return Err(FilesError::IsADirectory(shown).into()) };
-    // Fail before the upload, not after it.
-    let existing = match tokio::fs::metadata(&path).await {
-        Ok(m) if m.is_dir() => return Err(FilesError::IsADirectory(shown).into()),
-        Ok(m) => Some(m.permissions().mode() & 0o7777),
-        Err(_) => None,
-    };
-    tokio::fs::create_dir_all(parent)
-        .await
-        // EEXIST here means some ancestor exists but is not a directory.
-        .map_err(|e| if e.kind() == io::ErrorKind::AlreadyExists { io::ErrorKind::NotADirectory.into() } else { e })
-        .map_err(FilesError::io(parent))?;
-    let tmp = temp_path(&path);
-    let result = write_via(&tmp, &path, mode.or(existing).unwrap_or(DEFAULT_MODE), body).await;
+    let target = WriteTarget::prepare(path, mode.as_deref()).await?;
+    let result = write_via(&target, body).await;
     if result.is_err() {
-        let _ = tokio::fs::remove_file(&tmp).await;
+        target.discard();
     }
-    Ok(Json(WriteResult { path: shown, bytes_written: result? }))
+    Ok(Json(WriteResult { path: target.shown.clone(), bytes_written: result? }))
 }
 
-async fn write_via(tmp: &Path, path: &Path, mode: u32, body: Body) -> Result<u64, FilesError> {
-    let mut file = tokio::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(tmp)
-        .await
-        .map_err(FilesError::io(tmp))?;
+async fn write_via(target: &WriteTarget, body: Body) -> Result<u64, FilesError> {
+    let mut file = tokio::fs::File::from_std(target.create_tmp()?);
     let mut written = 0u64;
     let mut data = body.into_data_stream();
     while let Some(chunk) = data.next().await {
-        let chunk =
-            chunk.map_err(|e| FilesError::Io { path: path.display().to_string(), source: io::Error::other(e) })?;
-        file.write_all(&chunk).await.map_err(FilesError::io(tmp))?;
+        let chunk = chunk.map_err(|e| FilesError::Io { path: target.shown.clone(), source: io::Error::other(e) })?;
+        file.write_all(&chunk).await.map_err(FilesError::io(&target.tmp))?;
         written += chunk.len() as u64;
     }
-    file.flush().await.map_err(FilesError::io(tmp))?;
-    // Set exactly the requested bits, whatever the umask.
-    file.set_permissions(std::fs::Permissions::from_mode(mode)).await.map_err(FilesError::io(tmp))?;
-    file.sync_all().await.map_err(FilesError::io(tmp))?;
-    drop(file);
-    tokio::fs::rename(tmp, path).await.map_err(FilesError::io(path))?;
+    file.flush().await.map_err(FilesError::io(&target.tmp))?;
+    let file = file.into_std().await;
+    let t = target.clone();
+    tokio::task::spawn_blocking(move || t.commit(file))
+        .await
+        .map_err(|e| FilesError::Io { path: target.shown.clone(), source: io::Error::other(e) })??;
     Ok(written)
 }
 

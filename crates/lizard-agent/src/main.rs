@@ -1,6 +1,7 @@
 //! `lizard-agent`: PID 1 of a Lizard guest, or (`serve`) the same service on a Unix
 //! socket on the host, for development and tests.
 
+mod direct;
 mod exec;
 mod files;
 mod forward;
@@ -9,6 +10,8 @@ mod init;
 mod net;
 mod reaper;
 mod server;
+mod staged;
+mod staging_disk;
 mod transport;
 mod tunnel;
 mod users;
@@ -40,6 +43,10 @@ enum Command {
         /// does on 127.0.0.1:49171.
         #[arg(long, value_name = "ADDR")]
         forward_listen: Option<String>,
+        /// Use this file as the staging disk of staged file transfers (in a guest, the
+        /// disk is found by its header).
+        #[arg(long, value_name = "FILE")]
+        staging: Option<PathBuf>,
     },
 }
 
@@ -64,7 +71,10 @@ fn main() {
     if nix::unistd::getpid().as_raw() == 1 {
         init::run();
     }
-    let Command::Serve { unix, secret_file, forward_listen } = Cli::parse().command;
+    let Command::Serve { unix, secret_file, forward_listen, staging } = Cli::parse().command;
+    if let Some(file) = staging {
+        staging_disk::use_file(file);
+    }
     if let Err(e) = serve(unix, secret_file, forward_listen) {
         eprintln!("lizard-agent: {e}");
         std::process::exit(1);

@@ -6,7 +6,7 @@
 //! in the hyper connection and is dropped with it, so a host that reconnects (after a
 //! snapshot restore, say) starts from a clean slate.
 
-use crate::{exec, files, forward, identity, tunnel, volume};
+use crate::{exec, files, forward, identity, staged, tunnel, volume};
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -88,6 +88,8 @@ pub fn router(state: AppState) -> Router {
         .route(routes::FILES, put(files::write).get(files::read).delete(files::remove))
         .route(routes::FILES_LIST, get(files::list))
         .route(routes::FILES_MKDIR, post(files::mkdir))
+        .route(lizard_agent_proto::staging::STAGED_WRITE, post(staged::write))
+        .route(lizard_agent_proto::staging::STAGED_READ, post(staged::read))
         .route(routes::IDENTITY, post(identity::handle))
         .route(routes::VOLUME_MOUNT, post(volume::mount))
         .route(routes::VOLUME_SYNC, post(volume::sync))

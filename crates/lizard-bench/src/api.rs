@@ -112,6 +112,11 @@ impl Bench {
         Ok(if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes)? })
     }
 
+    /// The HTTP client, base URL and API key, for rows that make their own requests.
+    pub(crate) fn http(&self) -> (&reqwest::Client, &str, &str) {
+        (&self.client, &self.base, &self.key)
+    }
+
     pub async fn create(&self, template: &str) -> Result<String> {
         let body = json!({"template": template, "project": "bench", "timeoutMs": 3_600_000});
         let s = self.call(&routes::CREATE_SANDBOX, &[], Some(body)).await?;

@@ -25,6 +25,7 @@ mod api;
 mod code;
 mod desktop;
 mod templates;
+mod transfer;
 
 #[derive(Parser)]
 struct Args {
@@ -48,6 +49,9 @@ struct Args {
     /// 64 MiB transfers to time in each direction.
     #[arg(long, default_value_t = 3)]
     transfers: usize,
+    /// API: 64 MiB transfers through the HTTP API, each direction (0: skip).
+    #[arg(long, default_value_t = 3)]
+    api_transfers: usize,
     /// API: creates from the template snapshot, create → first `echo hi` (0: skip the API benchmarks).
     #[arg(long, default_value_t = 100)]
     api_creates: usize,
@@ -253,6 +257,7 @@ async fn main() -> Result<()> {
         anyhow::ensure!(n == SIZE, "read {n} bytes");
         read.push(SIZE as f64 / 1048576.0 / t.elapsed().as_secs_f64());
     }
+    let (channel_write, channel_read) = transfer::channel_transfers(&sbx, args.transfers).await?;
     node.shutdown().await;
 
     println!("| measurement | n | min | p50 | p90 | p99 | max | unit |");
@@ -272,6 +277,8 @@ async fn main() -> Result<()> {
     println!("{}", Summary::new(guest).row("… of which the guest's spawn-to-exit", "ms"));
     println!("{}", Summary::new(write).row("write 64 MiB file", "MiB/s"));
     println!("{}", Summary::new(read).row("read 64 MiB file", "MiB/s"));
+    println!("{}", Summary::new(channel_write).row("… write 64 MiB over the agent channel alone (baseline)", "MiB/s"));
+    println!("{}", Summary::new(channel_read).row("… read 64 MiB over the agent channel alone (baseline)", "MiB/s"));
     Ok(())
 }
 
@@ -368,6 +375,11 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
     let restored = warm.creates(t, args.api_creates, "API restored create").await?;
     rows.push(Summary::new(restored).row("API: create (snapshot restore) → first `echo hi` returns", "ms"));
     rows.push(Summary::new(cold_times).row("API: create (cold boot) → first `echo hi` returns", "ms"));
+    if args.api_transfers > 0 {
+        let (write, read) = transfer::api_transfers(&warm, t, args.api_transfers).await?;
+        rows.push(Summary::new(write).row("API: write 64 MiB file", "MiB/s"));
+        rows.push(Summary::new(read).row("API: read 64 MiB file", "MiB/s"));
+    }
     rows.push(Summary::new(vec![first]).row("API: first create of a template (makes its snapshot)", "ms"));
     if args.burst > 0 {
         let burst = warm.burst(t, args.burst).await?;

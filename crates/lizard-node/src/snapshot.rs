@@ -29,11 +29,12 @@ use std::time::{Duration, Instant};
 
 /// Bumped whenever what a snapshot directory holds, or how it is made, changes — and
 /// whenever the VM's device set changes, since a snapshot restores only into a VM with
-/// the same devices. 2: a second virtio-blk disk (volume or placeholder); 3: a NIC.
-pub const FORMAT: u32 = 3;
+/// the same devices. 2: a second virtio-blk disk (volume or placeholder); 3: a NIC; 4: a
+/// third virtio-blk disk (the staging disk of file transfers).
+pub const FORMAT: u32 = 4;
 
 /// The VM's device set, part of the key beside [`FORMAT`]. Bump when devices change.
-pub const DEVICE_LAYOUT: &str = "serial+blk2+rng+fwcfg/net-v1";
+pub const DEVICE_LAYOUT: &str = "serial+blk3+rng+fwcfg/net-v2";
 
 /// Prefix of directories being built; anything with it at node start is a leftover.
 pub(crate) const TMP_PREFIX: &str = ".tmp-";
@@ -186,7 +187,7 @@ pub(crate) async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<Templ
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
-    for f in ["secret", "agent.sock", "qmp.sock", "vmm.pid", vm::PLACEHOLDER_DISK] {
+    for f in ["secret", "agent.sock", "qmp.sock", "vmm.pid", vm::PLACEHOLDER_DISK, vm::STAGING_DISK] {
         let _ = std::fs::remove_file(tmp.join(f));
     }
     let meta = SnapshotMeta {

@@ -107,8 +107,9 @@ async fn the_template_secret_is_refused_after_identity() {
     config.secret_file = Some(run_dir.join("secret"));
     config.run_dir = run_dir.clone();
     // An empty volume slot of its own: the node's sandbox holds (and QEMU locks) its own.
-    config.extra_disks = vec![run_dir.join("no-volume.img")];
+    config.extra_disks = vec![run_dir.join("no-volume.img"), run_dir.join("staging.img")];
     std::fs::write(&config.extra_disks[0], b"").unwrap();
+    lizard_agent_client::StagingFile::create(&config.extra_disks[1]).unwrap();
     std::fs::write(run_dir.join("secret"), snap.secret.to_hex()).unwrap();
     // The sandbox's TAP is taken by its own VM: the clone gets one in a namespace of its
     // own (same NIC, so the snapshot still fits).

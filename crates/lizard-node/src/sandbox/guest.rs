@@ -1,7 +1,7 @@
 //! Operations inside a sandbox's guest, through its agent: commands, files and TCP
 //! tunnels to guest ports.
 
-use super::Sandbox;
+use super::{transfer, Sandbox};
 use crate::{NodeError, Result};
 use lizard_agent_proto::frame::{Frame, FrameKind};
 use std::sync::Arc;
@@ -101,23 +101,39 @@ impl Sandbox {
         }))
     }
 
-    /// Stream a file out of the guest: its length (when known) and its bytes.
+    /// Stream a file out of the guest: its length (when known) and its bytes. The bytes
+    /// come through the staging disk where they can (see [`super::transfer`]).
     pub async fn read_file(
         &self,
         path: &str,
     ) -> Result<(Option<u64>, futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>)> {
         use futures_util::StreamExt;
-        let file = self.live()?.agent().read_file(path).await.map_err(|e| self.agent_error(e))?;
+        let staging = transfer::staging_file(&self.run_dir);
+        let agent = self.live()?.agent();
+        let (file, how) = agent.read_file_via(Some(&staging), path).await.map_err(|e| self.agent_error(e))?;
+        self.transfers.record(how);
         let len = file.content_length();
         Ok((len, file.map(|r| r.map_err(std::io::Error::other)).boxed()))
     }
 
-    /// Stream `body` into a file in the guest (parents created, replaced atomically).
+    /// Stream `body` into a file in the guest (parents created, replaced atomically),
+    /// through the staging disk where it can.
     pub async fn write_file<S>(&self, path: &str, mode: Option<u32>, body: S) -> Result<lizard_api::WriteResult>
     where
         S: futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
     {
-        self.live()?.agent().write_file(path, mode, body).await.map_err(|e| self.agent_error(e))
+        let staging = transfer::staging_file(&self.run_dir);
+        let agent = self.live()?.agent();
+        let (result, how) =
+            agent.write_file_via(Some(&staging), path, mode, Box::pin(body)).await.map_err(|e| self.agent_error(e))?;
+        self.transfers.record(how);
+        Ok(result)
+    }
+
+    /// How many of its file transfers went through the staging disk and how many over
+    /// the agent channel.
+    pub fn transfer_stats(&self) -> super::TransferStats {
+        self.transfers.stats()
     }
 
     pub async fn list_dir(&self, path: &str) -> Result<Vec<lizard_api::FileEntry>> {

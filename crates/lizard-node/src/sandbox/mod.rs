@@ -9,6 +9,9 @@
 
 mod guest;
 mod record;
+mod transfer;
+
+pub use transfer::TransferStats;
 
 use crate::network::SandboxNet;
 use crate::templates::NodeTemplate;
@@ -178,6 +181,8 @@ pub struct Sandbox {
     /// A pause is under way: new operations are refused as if it were paused, and ones
     /// whose channel the pause closes fail the same way.
     pub(crate) pausing: AtomicBool,
+    /// Which path its file transfers took.
+    transfers: transfer::TransferCounts,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -214,6 +219,7 @@ impl Sandbox {
             state: Mutex::new(state),
             transition: tokio::sync::Mutex::new(()),
             pausing: AtomicBool::new(false),
+            transfers: transfer::TransferCounts::default(),
         }
     }
 

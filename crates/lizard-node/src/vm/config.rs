@@ -1,7 +1,7 @@
 //! The shape of a VM ([`VmConfig`]) and its kernel command line: the one place that says
 //! what devices and files a sandbox's VM, a template VM and the accelerator probe get.
 
-use super::run_dir::{PLACEHOLDER_DISK, ROOT_DISK, SECRET};
+use super::run_dir::{PLACEHOLDER_DISK, ROOT_DISK, SECRET, STAGING_DISK};
 use crate::assets::BootFiles;
 use lizard_vmm::{Accel, NetAttachment, VmConfig};
 use std::path::PathBuf;
@@ -56,7 +56,8 @@ impl Machine {
 
 /// The VM `id` in `run_dir`: a root overlay, always a second disk (the volume, or an
 /// empty placeholder, so that every VM — template VMs included — has the same devices and
-/// a template snapshot restores into any of them), the secret file, and the NIC if any.
+/// a template snapshot restores into any of them), always the staging disk of file
+/// transfers as the third, the secret file, and the NIC if any.
 pub(crate) fn sandbox_vm(
     id: &str,
     run_dir: PathBuf,
@@ -72,7 +73,7 @@ pub(crate) fn sandbox_vm(
         initramfs: machine.initramfs.clone(),
         cmdline: cmdline(id),
         root_disk: run_dir.join(ROOT_DISK),
-        extra_disks: vec![volume.unwrap_or_else(|| run_dir.join(PLACEHOLDER_DISK))],
+        extra_disks: vec![volume.unwrap_or_else(|| run_dir.join(PLACEHOLDER_DISK)), run_dir.join(STAGING_DISK)],
         secret_file: Some(run_dir.join(SECRET)),
         run_dir,
         accel: machine.accel,
@@ -115,10 +116,16 @@ mod tests {
         let machine =
             Machine { vcpus: 2, memory_mib: 256, kernel: "/k".into(), initramfs: "/i".into(), accel: Accel::Tcg };
         let c = sandbox_vm("s1", "/run/s1".into(), &machine, None, None);
-        assert_eq!(c.extra_disks, vec![PathBuf::from("/run/s1").join(PLACEHOLDER_DISK)]);
+        assert_eq!(
+            c.extra_disks,
+            vec![PathBuf::from("/run/s1").join(PLACEHOLDER_DISK), PathBuf::from("/run/s1").join(STAGING_DISK)]
+        );
         assert_eq!(c.root_disk, PathBuf::from("/run/s1/root.qcow2"));
         assert_eq!(c.secret_file, Some(PathBuf::from("/run/s1/secret")));
         let v = sandbox_vm("s2", "/run/s2".into(), &Machine::of(&c), Some("/v/x.img".into()), None);
-        assert_eq!((v.vcpus, v.memory_mib, v.extra_disks), (2, 256, vec![PathBuf::from("/v/x.img")]));
+        assert_eq!(
+            (v.vcpus, v.memory_mib, v.extra_disks),
+            (2, 256, vec![PathBuf::from("/v/x.img"), PathBuf::from("/run/s2").join(STAGING_DISK)])
+        );
     }
 }

@@ -20,6 +20,6 @@ pub(crate) use launch::{
     clone_template, cold_boot, discard_saved, identify, load_copy, restore_clone, resume_in_place, save_in_place,
     saved_in_place, spawn_clone, Launched,
 };
-pub(crate) use run_dir::{vmm_pid_of, PLACEHOLDER_DISK};
+pub(crate) use run_dir::{vmm_pid_of, PLACEHOLDER_DISK, STAGING_DISK};
 
 pub use crate::error::{BootCause, BootError};

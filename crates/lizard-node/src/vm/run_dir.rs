@@ -13,6 +13,8 @@ pub(crate) const ROOT_DISK: &str = "root.qcow2";
 pub(crate) const SECRET: &str = "secret";
 /// The empty disk that stands in for a volume.
 pub(crate) const PLACEHOLDER_DISK: &str = "no-volume.img";
+/// The staging disk of fast file transfers (`lizard_agent_proto::staging`).
+pub(crate) const STAGING_DISK: &str = "staging.img";
 /// Device state of a paused VM whose memory is its own file.
 pub(crate) const VMSTATE: &str = "vmstate";
 /// Full save (device state and memory) of a paused template clone.
@@ -20,11 +22,17 @@ pub(crate) const FULL_STATE: &str = "state";
 /// The VMM's pid, written by the backend.
 const VMM_PID: &str = "vmm.pid";
 
-/// The run directory with its secret file in it, and the empty placeholder disk when
-/// the VM has no volume.
+/// The run directory with its secret file in it, the empty placeholder disk when the
+/// VM has no volume, and the staging disk.
 pub(crate) fn prepare(config: &VmConfig, secret: &Secret) -> Result<()> {
     std::fs::create_dir_all(&config.run_dir).map_err(|e| NodeError::io("create sandbox dir", e))?;
     for disk in config.extra_disks.iter().filter(|d| d.starts_with(&config.run_dir)) {
+        if disk.file_name().is_some_and(|n| n == STAGING_DISK) {
+            let _ = std::fs::remove_file(disk);
+            lizard_agent_client::StagingFile::create(disk)
+                .map_err(|e| NodeError::io(format!("create {}", disk.display()), std::io::Error::other(e)))?;
+            continue;
+        }
         std::fs::File::create(disk).map_err(|e| NodeError::io(format!("create {}", disk.display()), e))?;
     }
     match &config.secret_file {
