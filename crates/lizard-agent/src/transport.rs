@@ -3,11 +3,15 @@
 //! [`server::serve_connection`].
 //!
 //! virtio-serial has one peer at a time and no "accept": while the host side is not
-//! connected, `read` returns 0 and `poll` reports POLLHUP at once. The agent therefore
-//! polls the port every few milliseconds until POLLHUP clears (the host connected), runs
-//! one session on it, closes the port (the kernel then discards whatever the old session
-//! left unread) and starts over. After a snapshot restore that loop is exactly what picks
-//! up the new host connection.
+//! connected, `read` returns 0 and `poll` reports POLLHUP at once, so a level-triggered
+//! wait would spin. But Linux's virtio_console wakes the port's wait queue when the host
+//! connects (the VIRTIO_CONSOLE_PORT_OPEN control message; `port_fops_poll` waits on that
+//! queue), and an edge-triggered epoll registration (tokio's) turns each wake-up into one
+//! event. The agent therefore sleeps in epoll until the port's state changes, checks
+//! whether POLLHUP cleared (the host connected), runs one session on it, closes the port
+//! (the kernel then discards whatever the old session left unread) and starts over. After
+//! a snapshot restore the host's connect is exactly what wakes it, and an idle agent
+//! makes no timer wake-ups at all.
 
 use crate::server::{self, AppState};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
@@ -22,9 +26,6 @@ use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// How often the serial port is checked for a host while none is connected. Short, since
-/// it bounds how fast a restored snapshot answers.
-const HOST_POLL_INTERVAL: Duration = Duration::from_millis(2);
 /// How long to wait for the serial port device to appear at boot.
 const PORT_WAIT: Duration = Duration::from_secs(10);
 
@@ -53,6 +54,11 @@ impl FdStream {
     /// `fd` must already be non-blocking.
     pub fn new(fd: OwnedFd) -> io::Result<FdStream> {
         Ok(FdStream(register(fd)?))
+    }
+
+    /// A descriptor already registered with the reactor.
+    fn from_registered(fd: AsyncFd<OwnedFd>) -> FdStream {
+        FdStream(fd)
     }
 }
 
@@ -192,18 +198,27 @@ pub async fn serve_serial(state: AppState) -> Result<Infallible, TransportError>
         .map_err(|e| TransportError::Io { what: format!("open {}", port.display()), source: e.into() })?;
         // SAFETY: open just returned this descriptor; nothing else owns it.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        wait_for_host(&fd).await;
-        let stream = FdStream::new(fd).map_err(TransportError::io("register serial port"))?;
+        let fd = register(fd).map_err(TransportError::io("register serial port"))?;
+        wait_for_host(&fd).await.map_err(TransportError::io("wait for the host"))?;
+        let stream = FdStream::from_registered(fd);
         if let Err(e) = server::serve_connection(stream, state.clone()).await {
             eprintln!("lizard-agent: session ended: {e}");
         }
     }
 }
 
-/// Sleep-poll until the host side of the port is connected (POLLHUP clears).
-async fn wait_for_host(fd: &OwnedFd) {
-    while hung_up(fd) {
-        tokio::time::sleep(HOST_POLL_INTERVAL).await;
+/// Sleep until the host side of the port is connected (POLLHUP clears). Each wake-up of
+/// the port's wait queue (the host connecting, or anything else) is one edge; readiness
+/// is cleared before the check, so a connect that lands between check and sleep still
+/// wakes the next sleep.
+async fn wait_for_host(fd: &AsyncFd<OwnedFd>) -> io::Result<()> {
+    loop {
+        // POLLHUP shows as "read closed", which counts as readable.
+        let mut guard = fd.readable().await?;
+        guard.clear_ready();
+        if !hung_up(fd.get_ref()) {
+            return Ok(());
+        }
     }
 }
 
