@@ -156,7 +156,14 @@ impl Network {
             self.names.teardown(slot);
         }
         // From here on, dropping `net` undoes whatever part was made.
-        let mut net = SandboxNet { slot, names: self.names.clone(), lock: Some(lock), relay: None };
+        let mut net = SandboxNet {
+            slot,
+            names: self.names.clone(),
+            pool: self.pool(),
+            ns_addr: self.slots.addrs(slot).1,
+            lock: Some(lock),
+            relay: None,
+        };
         net.relay = Some(self.build(slot, policy).await?);
         Ok(net)
     }
@@ -179,6 +186,9 @@ impl Network {
 pub struct SandboxNet {
     slot: u32,
     names: Arc<Names>,
+    /// The node's pool and the slot's namespace-side address, which its ruleset names.
+    pool: String,
+    ns_addr: Ipv4Addr,
     /// Ownership of the slot; dropped last, once nothing of it is left.
     lock: Option<SlotLock>,
     /// The DNS relay's tasks: aborting them closes the sockets inside the namespace.
@@ -199,6 +209,16 @@ impl SandboxNet {
     /// Its link in the host's namespace.
     pub fn host_link(&self) -> String {
         self.names.link(self.slot)
+    }
+
+    /// Replace the sandbox's firewall policy in place, in one atomic nftables transaction:
+    /// the old rules and lists are gone and the new ones in force once this returns (on
+    /// error the old ones stay). Flows already open are held to the new policy too: only
+    /// replies into the sandbox pass on connection state. A warm pool attaches a closed
+    /// network ahead of demand and opens it at claim.
+    pub async fn set_policy(&self, policy: &ParsedPolicy) -> Result<()> {
+        let ruleset = firewall::sandbox_ruleset(&self.pool, self.ns_addr, policy);
+        links::run("nft", &["-f", "-"], Some(&ruleset), Some(&self.names.netns_path(self.slot))).await
     }
 
     /// Remove the namespace, its links (the TAP goes with the namespace) and its rules,
