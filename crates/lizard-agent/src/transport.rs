@@ -24,6 +24,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// How long to wait for the serial port device to appear at boot.
@@ -213,8 +214,9 @@ pub async fn serve_serial(state: AppState) -> Result<Infallible, TransportError>
 /// wakes the next sleep.
 async fn wait_for_host(fd: &AsyncFd<OwnedFd>) -> io::Result<()> {
     loop {
-        // POLLHUP shows as "read closed", which counts as readable.
-        let mut guard = fd.readable().await?;
+        // Any readiness: while the host is away the port reports POLLHUP (read and write
+        // closed); once it connects, typically only POLLOUT (room to write).
+        let mut guard = fd.ready(Interest::READABLE | Interest::WRITABLE).await?;
         guard.clear_ready();
         if !hung_up(fd.get_ref()) {
             return Ok(());
