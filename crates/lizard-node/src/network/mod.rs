@@ -21,7 +21,9 @@
 //! Guests cannot reach the host's resolver (a private address here), so the node relays
 //! their DNS queries from inside each namespace.
 //!
-//! - [`links`]: slots, namespaces, the veth pair and the TAP device, teardown.
+//! - [`links`]: slots and their names, running `nft` (in a namespace).
+//! - [`netlink`]: namespaces, the veth pair and the TAP device, teardown, through
+//!   rtnetlink (no `ip` processes).
 //! - [`firewall`]: the host's and each namespace's nftables rules.
 //! - [`dns`]: the per-sandbox DNS relay.
 //! - this file: the node's [`Network`] and a sandbox's [`SandboxNet`], tying them together.
@@ -29,6 +31,7 @@
 mod dns;
 mod firewall;
 mod links;
+mod netlink;
 
 pub use firewall::PLATFORM_DENY;
 pub use links::{HOST_IF_PREFIX, NETNS_PREFIX};
@@ -77,7 +80,10 @@ impl Default for NetworkConfig {
 pub enum NetError {
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
-    /// An `ip` or `nft` command failed.
+    /// A netlink request failed.
+    #[error("{what}: {source}")]
+    Netlink { what: String, source: rtnetlink::Error },
+    /// An `nft` command failed.
     #[error("{command} failed: {stderr}")]
     Command { command: String, stderr: String },
     #[error("every network slot of the pool is in use")]
@@ -107,6 +113,8 @@ pub struct Network {
     names: Arc<Names>,
     resolvers: Arc<Vec<SocketAddr>>,
     slots: Slots,
+    /// Netlink in the node's own namespace, for the host ends of the links.
+    netlink: netlink::Netlink,
 }
 
 impl Network {
@@ -135,6 +143,7 @@ impl Network {
             }),
             resolvers: Arc::new(resolvers),
             slots: Slots::new(config.pool, config.pool_prefix, config.state_dir.clone()),
+            netlink: netlink::Netlink::open()?,
             config,
         });
         let table = format!("lizard_{}", net.config.link_prefix.replace('-', "_"));
@@ -171,7 +180,7 @@ impl Network {
     /// Links and addresses, then the namespace's firewall, then the DNS relay.
     async fn build(&self, slot: u32, policy: &ParsedPolicy) -> Result<JoinSet<()>> {
         let addrs = self.slots.addrs(slot);
-        links::create(&self.names, slot, addrs).await?;
+        links::create(&self.netlink, &self.names, slot, addrs).await?;
         let ns_path = self.names.netns_path(slot);
         let ruleset = firewall::sandbox_ruleset(&self.pool(), addrs.1, policy);
         links::run("nft", &["-f", "-"], Some(&ruleset), Some(&ns_path)).await?;
