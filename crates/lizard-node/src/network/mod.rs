@@ -160,6 +160,7 @@ impl Network {
 
     /// Make a sandbox's network, with `policy`, ready for a VM to attach to.
     pub async fn attach(&self, policy: &ParsedPolicy) -> Result<SandboxNet> {
+        let start = std::time::Instant::now();
         let (slot, lock) = self.slots.allocate()?;
         if self.names.leftovers(slot) {
             self.names.teardown(slot);
@@ -174,6 +175,7 @@ impl Network {
             relay: None,
         };
         net.relay = Some(self.build(slot, policy).await?);
+        tracing::debug!(slot, took = ?start.elapsed(), "sandbox network ready");
         Ok(net)
     }
 
