@@ -61,10 +61,8 @@ async fn connect_with(
                         // The new secret opened the session: the guest did take the
                         // identity; give it one again for a clock that is current.
                         (Some(identity), Auth::Plain(new)) => {
-                            return match client.identity(&new_identity(&identity.sandbox_id, new)).await {
-                                Ok(()) => Ok(client),
-                                Err(e) => Err(BootError::Identity(e).into()),
-                            }
+                            let left = deadline.saturating_sub(start.elapsed());
+                            return send_identity(&client, &identity.sandbox_id, new, left).await.map(|()| client);
                         }
                         _ => return Ok(client),
                     },
@@ -149,6 +147,17 @@ pub(crate) async fn give_identity(
     let agent = connect_with(vm, auth, deadline, Some(RESTORED_HANDSHAKE)).await?;
     tracing::debug!(%id, handshake = ?start.elapsed(), "restored guest took its identity");
     Ok(agent)
+}
+
+/// Give the guest behind the open session `agent` its own identity (id, secret,
+/// hostname, entropy, clock) within `limit`, as a call on that session: for a guest whose
+/// session is already open (a warm pool's, claimed), where the handshake cannot carry it.
+pub(crate) async fn send_identity(agent: &AgentClient, id: &str, secret: &Secret, limit: Duration) -> Result<()> {
+    match tokio::time::timeout(limit, agent.identity(&new_identity(id, secret))).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(BootError::Identity(e).into()),
+        Err(_) => Err(BootError::IdentityTimeout(limit).into()),
+    }
 }
 
 /// A fresh identity for sandbox `id`: its name, `secret`, host entropy and clock.
