@@ -181,14 +181,18 @@ impl Network {
 
     /// Links and addresses, then the namespace's firewall, then the DNS relay.
     async fn build(&self, slot: u32, policy: &ParsedPolicy) -> Result<JoinSet<()>> {
+        let start = std::time::Instant::now();
         let addrs = self.slots.addrs(slot);
         links::create(&self.netlink, &self.names, slot, addrs).await?;
+        let linked = start.elapsed();
         let ns_path = self.names.netns_path(slot);
         let ruleset = firewall::sandbox_ruleset(&self.pool(), addrs.1, policy);
         links::run("nft", &["-f", "-"], Some(&ruleset), Some(&ns_path)).await?;
+        let ruled = start.elapsed();
         let sockets = tokio::task::spawn_blocking(move || links::in_namespace(&ns_path, dns::bind))
             .await
             .expect("namespace setup panicked")?;
+        tracing::debug!(slot, ?linked, ?ruled, relay = ?start.elapsed(), "sandbox network steps");
         dns::start(sockets, self.resolvers.clone())
     }
 }
