@@ -111,6 +111,31 @@ impl AgentClient {
     {
         handshake::host_connect(&mut stream, secret).await?;
         tracing::debug!("agent handshake done");
+        Self::open_session(stream).await
+    }
+
+    /// Authenticate to a guest restored from a snapshot with the secret it was saved with,
+    /// giving it `identity` in the same message (one round trip instead of a handshake and
+    /// an [`AgentClient::identity`] call). Once this returns, the guest has applied the
+    /// identity and only `identity.secret` opens later sessions; this one carries on.
+    pub async fn connect_with_identity<S>(
+        mut stream: S,
+        saved_secret: &Secret,
+        identity: &lizard_agent_proto::types::Identity,
+    ) -> Result<AgentClient, ClientError>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        handshake::host_connect_with_identity(&mut stream, saved_secret, identity).await?;
+        tracing::debug!("agent handshake with identity done");
+        Self::open_session(stream).await
+    }
+
+    /// The HTTP/2 session over an authenticated stream.
+    async fn open_session<S>(stream: S) -> Result<AgentClient, ClientError>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
         let (tx, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)

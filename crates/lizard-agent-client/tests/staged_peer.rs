@@ -20,7 +20,9 @@ async fn fake_agent(answer: fn(&Request<Incoming>) -> Response<Full<Bytes>>) -> 
     let (host, mut guest) = tokio::io::duplex(1 << 20);
     let s2 = secret.clone();
     tokio::spawn(async move {
-        lizard_agent_proto::handshake::agent_accept(&mut guest, &s2).await.unwrap();
+        lizard_agent_proto::handshake::agent_accept(&mut guest, &s2, |_| Err::<(), &str>("no identity expected"))
+            .await
+            .unwrap();
         let service = hyper::service::service_fn(move |req: Request<Incoming>| async move {
             Ok::<_, std::convert::Infallible>(answer(&req))
         });

@@ -1,16 +1,28 @@
-//! Challenge-response authentication that opens every session.
+//! Challenge-response authentication that opens every session, optionally carrying the
+//! guest's new identity in the host's one message.
 //!
 //! ```text
 //! agent → host   LIZARD/1 CHALLENGE <64 hex chars: 32 random bytes>\n
-//! host  → agent  LIZARD/1 AUTH <hex HMAC-SHA256(secret, challenge bytes)>\n
-//! agent → host   LIZARD/1 READY\n        (or LIZARD/1 DENIED\n, then the session ends)
+//! host  → agent  LIZARD/1 AUTH <hex HMAC-SHA256(secret, challenge)>\n
+//!          or    LIZARD/1 AUTH <hex HMAC-SHA256(secret, challenge ‖ identity)> <identity>\n
+//! agent → host   LIZARD/1 READY\n        (LIZARD/1 DENIED\n: wrong proof;
+//!                                          LIZARD/1 FAILED\n: the identity was not applied)
 //! ```
+//!
+//! `<identity>` is an [`Identity`] as compact JSON (one line: JSON escapes newlines). A
+//! guest restored from a snapshot is thus made a machine of its own in the same round trip
+//! that authenticates the host: the agent checks the proof with the secret it has (the
+//! template's), applies the identity (new secret, hostname, entropy, clock) and only then
+//! answers READY. The proof covers the agent's fresh challenge, so a recorded AUTH line is
+//! useless in any later session, and a wrong proof is refused before the identity is even
+//! parsed.
 //!
 //! Both sides read one byte at a time so that no byte of the HTTP/2 stream that follows
 //! is swallowed by a buffer. Lines that do not start with the expected prefix are skipped
 //! (bounded): after a snapshot restore, stale bytes from the previous session may still be
 //! in flight on a virtio-serial port.
 
+use crate::types::Identity;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -19,8 +31,9 @@ const CHALLENGE: &str = "LIZARD/1 CHALLENGE ";
 const AUTH: &str = "LIZARD/1 AUTH ";
 const READY: &str = "LIZARD/1 READY";
 const DENIED: &str = "LIZARD/1 DENIED";
-/// Longest line either side accepts.
-const MAX_LINE: usize = 512;
+const FAILED: &str = "LIZARD/1 FAILED";
+/// Longest line either side accepts (an AUTH line with an identity is ≈ 400 bytes).
+const MAX_LINE: usize = 4096;
 /// How many bytes of unrelated lines either side skips before giving up.
 const MAX_SKIP: usize = 1 << 20;
 
@@ -39,6 +52,10 @@ pub enum HandshakeError {
     /// The agent rejected the host's answer: the secret is wrong.
     #[error("the agent rejected the credentials")]
     Denied,
+    /// The proof was right but the agent could not apply the identity it carried (the
+    /// agent's console says why); the guest keeps its old secret.
+    #[error("the agent could not apply the identity")]
+    IdentityFailed,
 }
 
 /// A per-sandbox secret: 32 random bytes.
@@ -62,9 +79,12 @@ impl Secret {
     pub fn to_hex(&self) -> String {
         hex::encode(self.0)
     }
-    fn answer(&self, challenge: &[u8]) -> Hmac<Sha256> {
+    /// The proof for `challenge` and the identity line that goes with it (empty: none).
+    fn answer(&self, challenge: &[u8], identity: &[u8]) -> Hmac<Sha256> {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        // The challenge has a fixed length, so challenge ‖ identity is unambiguous.
         mac.update(challenge);
+        mac.update(identity);
         mac
     }
 }
@@ -107,26 +127,39 @@ async fn read_expected<R: AsyncRead + Unpin>(r: &mut R, prefixes: &[&str]) -> Re
     }
 }
 
-/// Agent side: challenge the host and accept only a correct answer.
-pub async fn agent_accept<S: AsyncRead + AsyncWrite + Unpin>(
-    stream: &mut S,
-    secret: &Secret,
-) -> Result<(), HandshakeError> {
+/// Agent side: challenge the host and accept only a correct answer. An identity that
+/// comes with a correct answer is handed to `apply` before the host hears READY; if
+/// `apply` fails the host hears FAILED and the session ends. A wrong answer is DENIED
+/// without `apply` ever being called.
+pub async fn agent_accept<S, F, E>(stream: &mut S, secret: &Secret, apply: F) -> Result<(), HandshakeError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    F: FnOnce(Identity) -> Result<(), E>,
+    E: std::fmt::Display,
+{
     let mut challenge = [0u8; 32];
     rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut challenge);
     stream.write_all(format!("{CHALLENGE}{}\n", hex::encode(challenge)).as_bytes()).await?;
     stream.flush().await?;
     let line = read_expected(stream, &[AUTH]).await?;
-    let answer = hex::decode(&line[AUTH.len()..]).unwrap_or_default();
+    let (proof, identity) = line[AUTH.len()..].split_once(' ').unwrap_or((&line[AUTH.len()..], ""));
+    let proof = hex::decode(proof).unwrap_or_default();
     // verify_slice compares in constant time.
-    if secret.answer(&challenge).verify_slice(&answer).is_err() {
-        stream.write_all(format!("{DENIED}\n").as_bytes()).await?;
-        stream.flush().await?;
+    if secret.answer(&challenge, identity.as_bytes()).verify_slice(&proof).is_err() {
+        send_line(stream, DENIED).await?;
         return Err(HandshakeError::Denied);
     }
-    stream.write_all(format!("{READY}\n").as_bytes()).await?;
-    stream.flush().await?;
-    Ok(())
+    if !identity.is_empty() {
+        let applied = serde_json::from_str::<Identity>(identity)
+            .map_err(|e| e.to_string())
+            .and_then(|id| apply(id).map_err(|e| e.to_string()));
+        if let Err(e) = applied {
+            eprintln!("lizard-agent: identity from the handshake not applied: {e}");
+            send_line(stream, FAILED).await?;
+            return Err(HandshakeError::IdentityFailed);
+        }
+    }
+    send_line(stream, READY).await
 }
 
 /// Host side: answer the agent's challenge with the sandbox's secret.
@@ -134,21 +167,176 @@ pub async fn host_connect<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     secret: &Secret,
 ) -> Result<(), HandshakeError> {
+    host_answer(stream, secret, None).await
+}
+
+/// Host side, for a guest restored from a snapshot: authenticate with the secret it was
+/// saved with and give it `identity` in the same message. Once this returns Ok the guest
+/// has applied it, and only `identity.secret` opens later sessions.
+pub async fn host_connect_with_identity<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    secret: &Secret,
+    identity: &Identity,
+) -> Result<(), HandshakeError> {
+    let json = serde_json::to_string(identity).map_err(|e| HandshakeError::Protocol(e.to_string()))?;
+    host_answer(stream, secret, Some(&json)).await
+}
+
+async fn host_answer<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    secret: &Secret,
+    identity: Option<&str>,
+) -> Result<(), HandshakeError> {
     let line = read_expected(stream, &[CHALLENGE]).await?;
     let challenge =
         hex::decode(&line[CHALLENGE.len()..]).map_err(|_| HandshakeError::Protocol("challenge is not hex".into()))?;
-    let answer = hex::encode(secret.answer(&challenge).finalize().into_bytes());
-    stream.write_all(format!("{AUTH}{answer}\n").as_bytes()).await?;
-    stream.flush().await?;
-    match read_expected(stream, &[READY, DENIED]).await?.as_str() {
+    send_line(stream, &auth_line(secret, &challenge, identity)).await?;
+    match read_expected(stream, &[READY, DENIED, FAILED]).await?.as_str() {
         READY => Ok(()),
+        FAILED => Err(HandshakeError::IdentityFailed),
         _ => Err(HandshakeError::Denied),
     }
+}
+
+/// The host's AUTH line (without its newline) for `challenge`.
+fn auth_line(secret: &Secret, challenge: &[u8], identity: Option<&str>) -> String {
+    let identity = identity.unwrap_or("");
+    let proof = hex::encode(secret.answer(challenge, identity.as_bytes()).finalize().into_bytes());
+    if identity.is_empty() {
+        format!("{AUTH}{proof}")
+    } else {
+        format!("{AUTH}{proof} {identity}")
+    }
+}
+
+async fn send_line<S: AsyncWrite + Unpin>(stream: &mut S, line: &str) -> Result<(), HandshakeError> {
+    stream.write_all(format!("{line}\n").as_bytes()).await?;
+    stream.flush().await?;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
+
+    fn no_identity(_: Identity) -> Result<(), String> {
+        panic!("no identity was sent")
+    }
+
+    fn identity() -> Identity {
+        Identity {
+            sandbox_id: "sbx-1".into(),
+            hostname: "sbx 1\nwith a newline".into(),
+            secret: Secret::generate().to_hex(),
+            entropy: hex::encode([9u8; crate::types::IDENTITY_ENTROPY_BYTES]),
+            unix_time_ms: 1_760_000_000_000,
+        }
+    }
+
+    type Applied = Arc<Mutex<Vec<Identity>>>;
+    type AgentTask = tokio::task::JoinHandle<Result<(), HandshakeError>>;
+
+    /// An agent on `a` that records the identities it applies; `fail` makes applying fail.
+    fn agent(mut a: tokio::io::DuplexStream, secret: Secret, fail: bool) -> (Applied, AgentTask) {
+        let applied = Arc::new(Mutex::new(Vec::new()));
+        let record = applied.clone();
+        let task = tokio::spawn(async move {
+            agent_accept(&mut a, &secret, |id| {
+                if fail {
+                    return Err("no");
+                }
+                record.lock().unwrap().push(id);
+                Ok(())
+            })
+            .await
+        });
+        (applied, task)
+    }
+
+    #[tokio::test]
+    async fn identity_arrives_with_the_proof() {
+        let secret = Secret::generate();
+        let (a, mut h) = tokio::io::duplex(8192);
+        let (applied, task) = agent(a, secret.clone(), false);
+        let id = identity();
+        host_connect_with_identity(&mut h, &secret, &id).await.unwrap();
+        task.await.unwrap().unwrap();
+        assert_eq!(*applied.lock().unwrap(), vec![id]);
+    }
+
+    #[tokio::test]
+    async fn wrong_proof_is_refused_and_changes_nothing() {
+        let (a, mut h) = tokio::io::duplex(8192);
+        let (applied, task) = agent(a, Secret::generate(), false);
+        let r = host_connect_with_identity(&mut h, &Secret::generate(), &identity()).await;
+        assert!(matches!(r, Err(HandshakeError::Denied)), "{r:?}");
+        assert!(matches!(task.await.unwrap(), Err(HandshakeError::Denied)));
+        assert!(applied.lock().unwrap().is_empty());
+    }
+
+    /// The proof covers the identity: a changed identity under a valid proof is refused.
+    #[tokio::test]
+    async fn tampered_identity_is_refused() {
+        let secret = Secret::generate();
+        let (a, mut h) = tokio::io::duplex(8192);
+        let (applied, task) = agent(a, secret.clone(), false);
+        let line = read_expected(&mut h, &[CHALLENGE]).await.unwrap();
+        let challenge = hex::decode(&line[CHALLENGE.len()..]).unwrap();
+        let genuine = serde_json::to_string(&identity()).unwrap();
+        let forged = serde_json::to_string(&Identity { hostname: "other".into(), ..identity() }).unwrap();
+        let auth = auth_line(&secret, &challenge, Some(&genuine)).replace(&genuine, &forged);
+        send_line(&mut h, &auth).await.unwrap();
+        assert_eq!(read_line(&mut h).await.unwrap(), DENIED);
+        assert!(matches!(task.await.unwrap(), Err(HandshakeError::Denied)));
+        assert!(applied.lock().unwrap().is_empty());
+    }
+
+    /// An AUTH line recorded from one session opens no later one: each has its challenge.
+    #[tokio::test]
+    async fn replayed_first_message_is_refused() {
+        let secret = Secret::generate();
+        let json = serde_json::to_string(&identity()).unwrap();
+        let (a, mut h) = tokio::io::duplex(8192);
+        let (applied, task) = agent(a, secret.clone(), false);
+        let line = read_expected(&mut h, &[CHALLENGE]).await.unwrap();
+        let recorded = auth_line(&secret, &hex::decode(&line[CHALLENGE.len()..]).unwrap(), Some(&json));
+        send_line(&mut h, &recorded).await.unwrap();
+        assert_eq!(read_line(&mut h).await.unwrap(), READY);
+        task.await.unwrap().unwrap();
+        assert_eq!(applied.lock().unwrap().len(), 1);
+
+        let (a, mut h) = tokio::io::duplex(8192);
+        let (applied, task) = agent(a, secret, false);
+        read_expected(&mut h, &[CHALLENGE]).await.unwrap();
+        send_line(&mut h, &recorded).await.unwrap();
+        assert_eq!(read_line(&mut h).await.unwrap(), DENIED);
+        assert!(matches!(task.await.unwrap(), Err(HandshakeError::Denied)));
+        assert!(applied.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn identity_that_cannot_be_applied_fails_the_handshake() {
+        let secret = Secret::generate();
+        let (a, mut h) = tokio::io::duplex(8192);
+        let (_, task) = agent(a, secret.clone(), true);
+        let r = host_connect_with_identity(&mut h, &secret, &identity()).await;
+        assert!(matches!(r, Err(HandshakeError::IdentityFailed)), "{r:?}");
+        assert!(matches!(task.await.unwrap(), Err(HandshakeError::IdentityFailed)));
+    }
+
+    #[tokio::test]
+    async fn identity_that_is_not_json_fails_the_handshake() {
+        let secret = Secret::generate();
+        let (a, mut h) = tokio::io::duplex(8192);
+        let (applied, task) = agent(a, secret.clone(), false);
+        let line = read_expected(&mut h, &[CHALLENGE]).await.unwrap();
+        let challenge = hex::decode(&line[CHALLENGE.len()..]).unwrap();
+        send_line(&mut h, &auth_line(&secret, &challenge, Some("{not json"))).await.unwrap();
+        assert_eq!(read_line(&mut h).await.unwrap(), FAILED);
+        assert!(matches!(task.await.unwrap(), Err(HandshakeError::IdentityFailed)));
+        assert!(applied.lock().unwrap().is_empty());
+    }
 
     #[tokio::test]
     async fn right_secret_is_accepted_and_stream_stays_aligned() {
@@ -156,7 +344,7 @@ mod tests {
         let (mut a, mut h) = tokio::io::duplex(1024);
         let s2 = secret.clone();
         let agent = tokio::spawn(async move {
-            agent_accept(&mut a, &s2).await.unwrap();
+            agent_accept(&mut a, &s2, no_identity).await.unwrap();
             a.write_all(b"after").await.unwrap();
         });
         // Stale bytes from an earlier session must be skipped.
@@ -170,7 +358,7 @@ mod tests {
     #[tokio::test]
     async fn wrong_secret_is_denied() {
         let (mut a, mut h) = tokio::io::duplex(1024);
-        let agent = tokio::spawn(async move { agent_accept(&mut a, &Secret::generate()).await });
+        let agent = tokio::spawn(async move { agent_accept(&mut a, &Secret::generate(), no_identity).await });
         let r = host_connect(&mut h, &Secret::generate()).await;
         assert!(matches!(r, Err(HandshakeError::Denied)));
         assert!(matches!(agent.await.unwrap(), Err(HandshakeError::Denied)));
@@ -182,7 +370,7 @@ mod tests {
         let (mut a, mut h) = tokio::io::duplex(4096);
         a.write_all(b"\x00\x01stale bytes\nmore junk\n").await.unwrap();
         let s2 = secret.clone();
-        let agent = tokio::spawn(async move { agent_accept(&mut a, &s2).await });
+        let agent = tokio::spawn(async move { agent_accept(&mut a, &s2, no_identity).await });
         host_connect(&mut h, &secret).await.unwrap();
         agent.await.unwrap().unwrap();
     }

@@ -1,10 +1,13 @@
-//! `POST /v1/identity`: turn a guest restored from a template snapshot into a machine of
-//! its own (see [`lizard_agent_proto::types::Identity`]).
+//! Turn a guest restored from a template snapshot into a machine of its own (see
+//! [`lizard_agent_proto::types::Identity`]).
 //!
 //! Every clone of one snapshot wakes up with the same kernel RNG state, hostname, agent
 //! secret and a wall clock stopped at snapshot time. The host sends a fresh identity
-//! right after the restore; the agent applies it before answering, so that by the time
-//! the host sees the answer no command could run with the template's state.
+//! right after the restore, in the first message of the handshake ([`apply`], called by
+//! the handshake before it answers READY), or as `POST /v1/identity` on a session that is
+//! already open ([`handle`]: a restored guest that waited, connected, in a warm pool).
+//! Either way the agent applies it before answering, so that by the time the host sees
+//! the answer no command could run with the template's state.
 //!
 //! The boot id (`/proc/sys/kernel/random/boot_id`) needs nothing: Linux makes it on first
 //! read, and the agent never reads it, so the template never fixed it.
@@ -45,6 +48,12 @@ pub fn parse(id: Identity) -> Result<Parsed, AgentError> {
 }
 
 pub async fn handle(State(state): State<AppState>, Json(id): Json<Identity>) -> Result<StatusCode, AppError> {
+    apply(&state, id)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Check `id`, apply it to the system (as PID 1) and switch to its secret.
+pub fn apply(state: &AppState, id: Identity) -> Result<(), AgentError> {
     let parsed = parse(id)?;
     if state.pid1 {
         // A few non-blocking syscalls: run them here rather than wake a blocking-pool
@@ -55,14 +64,18 @@ pub async fn handle(State(state): State<AppState>, Json(id): Json<Identity>) -> 
     }
     // Last: a failure above leaves the old secret, and the host falls back to a cold boot.
     *state.secret.write().unwrap_or_else(|e| e.into_inner()) = parsed.secret;
-    Ok(StatusCode::NO_CONTENT)
+    Ok(())
 }
 
 /// Hostname, RNG and clock: only as PID 1 of a guest, never in dev mode on a host.
 fn apply_to_system(hostname: &str, entropy: &[u8], unix_time_ms: u64) -> io::Result<()> {
     let ctx = |what: &'static str| move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
     add_entropy(entropy).map_err(ctx("add entropy"))?;
-    let ts = nix::sys::time::TimeSpec::new((unix_time_ms / 1000) as i64, ((unix_time_ms % 1000) * 1_000_000) as i64);
+    let secs = i64::try_from(unix_time_ms / 1000).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // Below 1000 × 1e6: fits any i64.
+    let nanos =
+        i64::try_from((unix_time_ms % 1000) * 1_000_000).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let ts = nix::sys::time::TimeSpec::new(secs, nanos);
     nix::time::clock_settime(nix::time::ClockId::CLOCK_REALTIME, ts).map_err(|e| ctx("clock_settime")(e.into()))?;
     nix::unistd::sethostname(hostname).map_err(|e| ctx("sethostname")(e.into()))?;
     Ok(())
@@ -76,10 +89,10 @@ const RNDRESEEDCRNG: libc::c_ulong = 0x5207;
 /// Mix `bytes` into the input pool, credit them as entropy, and reseed the CRNG now: a
 /// credit alone would leave the clones' shared CRNG key in place until the next
 /// scheduled reseed (up to a minute), so their first random bytes would still match.
+/// (RNDADDENTROPY mixes as well as credits: a plain write before it would only hash the
+/// same bytes twice, which costs under emulation.)
 fn add_entropy(bytes: &[u8]) -> io::Result<()> {
     let urandom = std::fs::OpenOptions::new().write(true).open("/dev/urandom")?;
-    // A plain write mixes without crediting; harmless, and it works without the ioctl.
-    io::Write::write_all(&mut &urandom, bytes)?;
     // struct rand_pool_info { int entropy_count; int buf_size; __u32 buf[]; }, as u32
     // words so that the buffer is aligned for it.
     let words = bytes.len().div_ceil(4);
@@ -116,6 +129,49 @@ mod tests {
             secret: Secret::generate().to_hex(),
             entropy: hex::encode([7u8; IDENTITY_ENTROPY_BYTES]),
             unix_time_ms: 1_760_000_000_000,
+        }
+    }
+
+    fn state() -> AppState {
+        AppState { secret: std::sync::Arc::new(std::sync::RwLock::new(Secret::generate())), pid1: false }
+    }
+
+    /// A bad identity changes nothing, not even the secret.
+    #[test]
+    fn bad_identity_keeps_the_secret() {
+        let state = state();
+        let before = state.secret.read().unwrap().clone();
+        let err = apply(&state, Identity { entropy: "00".into(), ..identity() }).unwrap_err();
+        assert_eq!(err.code, ErrorCode::InvalidArgument);
+        assert_eq!(*state.secret.read().unwrap(), before);
+    }
+
+    /// Through the handshake: a wrong proof leaves the secret, a right one switches it.
+    #[tokio::test]
+    async fn handshake_identity_switches_the_secret_only_with_the_right_proof() {
+        use lizard_agent_proto::handshake::{agent_accept, host_connect_with_identity, HandshakeError};
+        let state = state();
+        let old = state.secret.read().unwrap().clone();
+        let id = identity();
+        let new = Secret::from_hex(&id.secret).unwrap();
+        for (host_secret, expect_new) in [(Secret::generate(), false), (old.clone(), true)] {
+            let (mut a, mut h) = tokio::io::duplex(8192);
+            let st = state.clone();
+            let agent = tokio::spawn(async move {
+                let secret = st.secret.read().unwrap().clone();
+                agent_accept(&mut a, &secret, |id| apply(&st, id)).await
+            });
+            let r = host_connect_with_identity(&mut h, &host_secret, &id).await;
+            let agent = agent.await.unwrap();
+            if expect_new {
+                r.unwrap();
+                agent.unwrap();
+                assert_eq!(*state.secret.read().unwrap(), new);
+            } else {
+                assert!(matches!(r, Err(HandshakeError::Denied)));
+                assert!(matches!(agent, Err(HandshakeError::Denied)));
+                assert_eq!(*state.secret.read().unwrap(), old);
+            }
         }
     }
 

@@ -65,7 +65,8 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let secret = state.secret.read().unwrap_or_else(|e| e.into_inner()).clone();
-    tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake::agent_accept(&mut io, &secret))
+    let apply_identity = |id| identity::apply(&state, id);
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake::agent_accept(&mut io, &secret, apply_identity))
         .await
         .map_err(|_| SessionError::HandshakeTimeout)??;
     let service = TowerToHyperService::new(router(state));

@@ -3,14 +3,19 @@
 //! [`server::serve_connection`].
 //!
 //! virtio-serial has one peer at a time and no "accept": while the host side is not
-//! connected, `read` returns 0 and `poll` reports POLLHUP at once. The agent therefore
-//! polls the port every few milliseconds until POLLHUP clears (the host connected), runs
-//! one session on it, closes the port (the kernel then discards whatever the old session
-//! left unread) and starts over. After a snapshot restore that loop is exactly what picks
-//! up the new host connection.
+//! connected, `read` returns 0 and `poll` reports POLLHUP at once, so a level-triggered
+//! wait would spin. But Linux's virtio_console wakes the port's wait queue when the host
+//! connects (the VIRTIO_CONSOLE_PORT_OPEN control message; `port_fops_poll` waits on that
+//! queue), and an edge-triggered epoll registration turns each wake-up into one event
+//! (see [`wait_for_host`]). The agent therefore sleeps in epoll until the port's state changes, checks
+//! whether POLLHUP cleared (the host connected), runs one session on it, closes the port
+//! (the kernel then discards whatever the old session left unread) and starts over. After
+//! a snapshot restore the host's connect is exactly what wakes it, and an idle agent
+//! makes no timer wake-ups at all.
 
 use crate::server::{self, AppState};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::socket::{self, AddressFamily, Backlog, SockFlag, SockType, VsockAddr};
 use std::convert::Infallible;
 use std::io;
@@ -22,9 +27,6 @@ use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// How often the serial port is checked for a host while none is connected. Short, since
-/// it bounds how fast a restored snapshot answers.
-const HOST_POLL_INTERVAL: Duration = Duration::from_millis(2);
 /// How long to wait for the serial port device to appear at boot.
 const PORT_WAIT: Duration = Duration::from_secs(10);
 
@@ -192,7 +194,7 @@ pub async fn serve_serial(state: AppState) -> Result<Infallible, TransportError>
         .map_err(|e| TransportError::Io { what: format!("open {}", port.display()), source: e.into() })?;
         // SAFETY: open just returned this descriptor; nothing else owns it.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        wait_for_host(&fd).await;
+        wait_for_host(&fd).await.map_err(TransportError::io("wait for the host"))?;
         let stream = FdStream::new(fd).map_err(TransportError::io("register serial port"))?;
         if let Err(e) = server::serve_connection(stream, state.clone()).await {
             eprintln!("lizard-agent: session ended: {e}");
@@ -200,10 +202,29 @@ pub async fn serve_serial(state: AppState) -> Result<Infallible, TransportError>
     }
 }
 
-/// Sleep-poll until the host side of the port is connected (POLLHUP clears).
-async fn wait_for_host(fd: &OwnedFd) {
-    while hung_up(fd) {
-        tokio::time::sleep(HOST_POLL_INTERVAL).await;
+/// Sleep until the host side of the port is connected (POLLHUP clears), without a timer.
+///
+/// tokio cannot watch this by itself: it keeps "closed" (POLLHUP) as a final state, so
+/// once the port hung up it would report it ready for good and a wait loop would spin. An
+/// epoll instance of our own, with the port registered edge-triggered, turns each wake-up
+/// of the port's wait queue (the host connecting among them) into one event; tokio
+/// watches that instance, which is readable exactly while it holds undrained events.
+/// Each round drains it first and checks the port after, so a connect that lands between
+/// the check and the sleep still wakes the next sleep.
+async fn wait_for_host(port: &OwnedFd) -> io::Result<()> {
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(io::Error::from)?;
+    let all = EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT | EpollFlags::EPOLLHUP | EpollFlags::EPOLLET;
+    epoll.add(port.as_fd(), EpollEvent::new(all, 0)).map_err(io::Error::from)?;
+    let watch = register(epoll.0.try_clone()?)?;
+    let mut events = [EpollEvent::empty(); 4];
+    loop {
+        if !hung_up(port) {
+            return Ok(());
+        }
+        let mut guard = watch.readable().await?;
+        guard.clear_ready();
+        // Drain: each wake-up reports once (edge-triggered), then the instance is quiet.
+        while epoll.wait(&mut events, 0u8).map_err(io::Error::from)? > 0 {}
     }
 }
 
@@ -251,6 +272,47 @@ mod tests {
         assert!(wait_for_port(&dev, &sys, Duration::from_millis(30)).await.is_err());
         std::fs::write(dev.join("vport0p1"), "").unwrap();
         assert_eq!(wait_for_port(&dev, &sys, Duration::ZERO).await.unwrap(), dev.join("vport0p1"));
+    }
+
+    /// A FIFO stands in for the port: its reader sees POLLHUP once the writer left, and a
+    /// writer's return clears it and wakes the reader's wait queue. (A connected port
+    /// reports POLLOUT; a FIFO's reader has no such state, so this "host" also sends a
+    /// byte, which makes the wake-up visible as POLLIN.)
+    #[tokio::test]
+    async fn waits_for_the_host_without_spinning_and_wakes_on_its_return() {
+        use nix::fcntl::OFlag;
+        use nix::time::{clock_gettime, ClockId};
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("port");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let open = |flags| {
+            let fd = nix::fcntl::open(&fifo, flags | OFlag::O_NONBLOCK, nix::sys::stat::Mode::empty()).unwrap();
+            // SAFETY: open just returned this descriptor; nothing else owns it.
+            unsafe { OwnedFd::from_raw_fd(fd) }
+        };
+        let port = open(OFlag::O_RDONLY);
+        drop(open(OFlag::O_WRONLY));
+        assert!(hung_up(&port), "a FIFO whose writer left must report POLLHUP");
+
+        // This runtime has one thread: the waiter and this test share it, so its CPU
+        // time over the wait says whether the waiter spun.
+        let cpu = || clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).unwrap();
+        let before = cpu();
+        let (woke_tx, mut woke) = tokio::sync::oneshot::channel();
+        let waiter = tokio::spawn(async move {
+            wait_for_host(&port).await.unwrap();
+            let _ = woke_tx.send(());
+            port
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(woke.try_recv().is_err(), "returned while the host was away");
+        let used = Duration::from(cpu() - before);
+        assert!(used < Duration::from_millis(30), "waiting used {used:?} of CPU in 300 ms");
+
+        let host = open(OFlag::O_WRONLY);
+        nix::unistd::write(&host, b"x").unwrap();
+        let port = tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("not woken").unwrap();
+        assert!(!hung_up(&port));
     }
 
     #[tokio::test]

@@ -246,6 +246,11 @@ impl Bench {
         Ok(out)
     }
 
+    /// The VMM process of a running sandbox.
+    pub(crate) fn vmm_pid(&self, id: &str) -> Result<u32> {
+        Ok(self.node.get(id)?.live()?.vm().pid())
+    }
+
     fn sandbox_dir(&self, id: &str) -> PathBuf {
         self.dir.path().join("node/sandboxes").join(id)
     }
@@ -308,7 +313,7 @@ pub struct PauseTimes {
 }
 
 /// `Pss:` of /proc/PID/smaps_rollup, in MiB.
-fn pss_mib(pid: u32) -> Result<f64> {
+pub(crate) fn pss_mib(pid: u32) -> Result<f64> {
     let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))?;
     let kib: f64 = rollup
         .lines()

@@ -24,6 +24,7 @@ mod agents;
 mod api;
 mod code;
 mod desktop;
+mod idle;
 mod templates;
 mod transfer;
 
@@ -72,9 +73,20 @@ struct Args {
     pause_cycles: usize,
     #[arg(long, default_value_t = 256)]
     pause_mib: u32,
-    /// API: idle sandboxes whose VMM memory (PSS) is measured.
+    /// API: idle sandboxes whose VMM memory (PSS) and CPU are measured.
     #[arg(long, default_value_t = 50)]
     idle: usize,
+    /// API: seconds over which idle sandboxes' CPU is measured.
+    #[arg(long, default_value_t = 30)]
+    idle_cpu_window: u64,
+    /// API: density, the most idle sandboxes to add (0: skip); see `--density-step`.
+    #[arg(long, default_value_t = 0)]
+    density_max: usize,
+    /// API: idle sandboxes added per density step, each followed by `--density-probes` timed creates.
+    #[arg(long, default_value_t = 25)]
+    density_step: usize,
+    #[arg(long, default_value_t = 5)]
+    density_probes: usize,
     /// API: copies per fork.
     #[arg(long, default_value_t = 5)]
     fork_copies: u32,
@@ -406,8 +418,27 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
         rows.push(Summary::new(vec![p.state_mib]).row("… a paused sandbox's files on disk", "MiB"));
     }
     if args.idle > 0 {
-        let pss = warm.idle_pss(t, args.idle).await?;
-        rows.push(Summary::new(pss).row(&format!("API: VMM memory (PSS) per idle sandbox, {} idle", args.idle), "MiB"));
+        let window = std::time::Duration::from_secs(args.idle_cpu_window);
+        let cost = warm.idle_cost(t, args.idle, window).await?;
+        rows.push(
+            Summary::new(cost.pss_mib)
+                .row(&format!("API: VMM memory (PSS) per idle sandbox, {} idle", args.idle), "MiB"),
+        );
+        rows.push(Summary::new(cost.cpu_pct).row(
+            &format!("API: VMM CPU per idle sandbox, {} idle, over {} s", args.idle, args.idle_cpu_window),
+            "% of a core",
+        ));
+    }
+    if args.density_max > 0 {
+        let d = warm.density(t, args.density_step, args.density_max, args.density_probes).await?;
+        rows.push(Summary::new(d.empty_ms).row("API: density: create → first `echo hi`, empty node", "ms"));
+        rows.push(
+            Summary::new(d.held_ms)
+                .row(&format!("API: density: the same with {} idle sandboxes (the most within 2×)", d.held), "ms"),
+        );
+        rows.push(
+            Summary::new(vec![d.held as f64]).row(&format!("API: density: idle sandboxes held ({})", d.stop), "count"),
+        );
     }
     if args.fork_rounds > 0 {
         let forks = warm.forks(t, args.fork_copies, args.fork_rounds).await?;

@@ -491,3 +491,93 @@ async fn a_restarted_node_sweeps_networks_a_dead_one_left() {
     t2.finish().await;
     drop_host_rules(&net.link_prefix);
 }
+
+/// From a stand-in guest's namespace: does `addr:PORT` answer `token`?
+fn guest_reaches(guest_ns: &str, addr: Ipv4Addr, token: &str) -> bool {
+    use std::io::{Read, Write};
+    in_netns(guest_ns, || {
+        let Ok(mut s) = std::net::TcpStream::connect_timeout(&(addr, PORT).into(), Duration::from_secs(2)) else {
+            return false;
+        };
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut out = String::new();
+        s.write_all(b"GET / HTTP/1.0\r\n\r\n").is_ok() && s.read_to_string(&mut out).is_ok() && out.ends_with(token)
+    })
+}
+
+/// `SandboxNet::set_policy` replaces a live sandbox's firewall in place: a network
+/// attached closed (as a warm pool does ahead of demand) is opened to one host, then the
+/// policy is replaced again and the old allow list is gone. No VM: the sandbox's TAP is
+/// swapped for a veth named like it, whose far end is a guest namespace of the test's own
+/// with the guest's address, so the rules (which match on interface names) see the same
+/// packets a guest would send.
+#[tokio::test(flavor = "multi_thread")]
+async fn set_policy_replaces_a_live_sandboxs_rules() {
+    use lizard_agent_proto::net::{GATEWAY, GUEST_ADDR, PREFIX_LEN};
+    use lizard_api::network::ParsedPolicy;
+    let state = tempfile::tempdir().unwrap();
+    let mut config = NetworkConfig { state_dir: state.path().to_path_buf(), ..Default::default() };
+    own_prefixes(&mut config);
+    let link_prefix = config.link_prefix.clone();
+    let net = lizard_node::network::Network::start(config).await.unwrap();
+    let token = format!("lizard-policy-{}", rand::random::<u64>());
+    let hosts = FakeHosts::new(&token);
+
+    let closed = ParsedPolicy { allow_internet_access: false, allow_out: vec![], deny_out: vec![] };
+    let sbx = net.attach(&closed).await.unwrap();
+    let ns = sbx.netns_name();
+    let guest = format!("{ns}-guest");
+    ip(&format!("netns add {guest}"));
+    ip(&format!("-n {ns} link del tap0"));
+    ip(&format!("-n {ns} link add tap0 type veth peer name eth0 netns {guest}"));
+    ip(&format!("-n {ns} addr add {GATEWAY}/{PREFIX_LEN} dev tap0"));
+    ip(&format!("-n {ns} link set tap0 up"));
+    ip(&format!("-n {guest} link set lo up"));
+    ip(&format!("-n {guest} addr add {GUEST_ADDR}/{PREFIX_LEN} dev eth0"));
+    ip(&format!("-n {guest} link set eth0 up"));
+    ip(&format!("-n {guest} route add default via {GATEWAY}"));
+    let public = hosts.public;
+    let private = hosts.private[1];
+    let reach = |addr| {
+        let (guest, token) = (guest.clone(), token.clone());
+        tokio::task::spawn_blocking(move || guest_reaches(&guest, addr, &token))
+    };
+    let ruleset = || {
+        let out = Command::new("ip").args(["netns", "exec", &ns, "nft", "list", "table", "inet", "lizard"]).output();
+        String::from_utf8_lossy(&out.unwrap().stdout).into_owned()
+    };
+
+    assert!(!reach(public).await.unwrap(), "a closed network reached {public}");
+
+    // Opened to one host: it answers; private ranges stay closed whatever the list says.
+    let one: ParsedPolicy = ParsedPolicy {
+        allow_internet_access: false,
+        allow_out: vec![format!("{public}/32").parse().unwrap(), format!("{private}/32").parse().unwrap()],
+        deny_out: vec![],
+    };
+    sbx.set_policy(&one).await.unwrap();
+    assert!(reach(public).await.unwrap(), "the allowed host {public} is not reachable after set_policy");
+    assert!(!reach(private).await.unwrap(), "the platform's deny list lost to set_policy");
+    assert!(ruleset().contains(&public.to_string()));
+
+    // Replaced: internet on, that host denied. The old allow list is gone, not merged.
+    let other = ParsedPolicy {
+        allow_internet_access: true,
+        allow_out: vec![],
+        deny_out: vec![format!("{public}/32").parse().unwrap()],
+    };
+    sbx.set_policy(&other).await.unwrap();
+    assert!(!reach(public).await.unwrap(), "a denied host is reachable: the old rules survived");
+    let rules = ruleset();
+    assert!(!rules.contains("user_allow"), "the old allow list is still there:\n{rules}");
+    assert_eq!(rules.matches("chain forward").count(), 1, "{rules}");
+
+    // And closed again.
+    sbx.set_policy(&closed).await.unwrap();
+    assert!(!reach(public).await.unwrap());
+
+    sbx.release();
+    ip(&format!("netns del {guest}"));
+    drop(hosts);
+    drop_host_rules(&link_prefix);
+}

@@ -46,6 +46,9 @@ pub(super) fn host_ruleset(table: &str, link_prefix: &str, pool: &str) -> String
 /// the namespace itself; what it forwards passes the platform's deny list, then the
 /// user's lists, then the internet switch; everything leaving is SNATed to the slot's
 /// address.
+/// The script first makes sure the table exists, then deletes it and makes it anew, all
+/// in one transaction: the same text sets up a fresh namespace and replaces a live one's
+/// policy, leaving nothing of the old rules.
 pub(super) fn sandbox_ruleset(pool: &str, ns_addr: Ipv4Addr, policy: &ParsedPolicy) -> String {
     let mut deny: Vec<String> = PLATFORM_DENY.iter().map(|s| s.to_string()).collect();
     deny.push(pool.to_string());
@@ -78,7 +81,7 @@ pub(super) fn sandbox_ruleset(pool: &str, ns_addr: Ipv4Addr, policy: &ParsedPoli
     forward.push(if policy.allow_internet_access { "accept" } else { "drop" }.into());
     let forward: String = forward.iter().map(|r| format!("\t\t{r}\n")).collect();
     format!(
-        "table inet lizard {{\n{}{}{}\
+        "table inet lizard\ndelete table inet lizard\ntable inet lizard {{\n{}{}{}\
          \tchain input {{ type filter hook input priority filter; policy drop;\n\
          \t\tiif \"lo\" accept\n\
          \t\tct state established,related accept\n\
@@ -139,6 +142,7 @@ mod tests {
         assert!(r.contains("169.254.0.0/16"));
         assert!(!r.contains("2001:db8"), "IPv6 is not forwarded at all: {r}");
         assert!(r.contains("snat ip to 10.200.0.2"));
+        assert!(r.starts_with("table inet lizard\ndelete table inet lizard\ntable inet lizard {"), "{r}");
         assert!(r.trim_end().ends_with("}\n}") || r.contains("\t\tdrop\n\t}"), "internet off ends in drop: {r}");
         let open = sandbox_ruleset(
             pool,

@@ -2,8 +2,8 @@
 //! host-wide `flock`), the namespace, the veth pair to the host and the VM's TAP device,
 //! their addresses, and removing all of it again.
 
+use super::netlink::Netlink;
 use super::{io_err, NetError, Result};
-use lizard_agent_proto::net::{GATEWAY, GATEWAY_MAC, PREFIX_LEN};
 use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -98,33 +98,10 @@ impl Slots {
 
 /// Make slot `slot`'s namespace: the veth pair with the host (`host_addr` on the host's
 /// end, `ns_addr` inside), the default route, and the TAP device the VM attaches to, on
-/// the guests' gateway address. IPv6 is off on the host's end.
-pub(super) async fn create(names: &Names, slot: u32, (host_addr, ns_addr): (Ipv4Addr, Ipv4Addr)) -> Result<()> {
-    let ns = names.netns(slot);
-    let host_if = names.link(slot);
-    let root = format!(
-        "netns add {ns}\n\
-         link add {host_if} type veth peer name {NS_IF} netns {ns}\n\
-         addr add {host_addr}/30 dev {host_if}\n\
-         link set {host_if} up\n"
-    );
-    run("ip", &["-batch", "-"], Some(&root), None).await?;
-    // Nothing of a sandbox speaks IPv6, its host link included.
-    let v6 = format!("/proc/sys/net/ipv6/conf/{host_if}/disable_ipv6");
-    if Path::new(&v6).exists() {
-        std::fs::write(&v6, "1").map_err(io_err(format!("write {v6}")))?;
-    }
-    let inside = format!(
-        "link set lo up\n\
-         addr add {ns_addr}/30 dev {NS_IF}\n\
-         link set {NS_IF} up\n\
-         route add default via {host_addr}\n\
-         tuntap add dev {TAP_IF} mode tap\n\
-         link set {TAP_IF} address {GATEWAY_MAC}\n\
-         addr add {GATEWAY}/{PREFIX_LEN} dev {TAP_IF}\n\
-         link set {TAP_IF} up\n"
-    );
-    run("ip", &["-n", &ns, "-batch", "-"], Some(&inside), None).await
+/// the guests' gateway address. IPv6 is off on the host's end. Through netlink (see
+/// [`super::netlink`]); `host` is the node's connection.
+pub(super) async fn create(host: &Netlink, names: &Names, slot: u32, addrs: (Ipv4Addr, Ipv4Addr)) -> Result<()> {
+    super::netlink::create(host, &names.netns_path(slot), &names.link(slot), addrs).await
 }
 
 /// Run `f` on a thread of its own inside the namespace at `ns_path` (`setns` moves only
@@ -180,31 +157,8 @@ impl Names {
     /// Delete a slot's host link (and with it its peer) and its namespace (and with it
     /// the TAP and the namespace's rules). Blocking: it runs at kill, after the VM is gone.
     pub fn teardown(&self, slot: u32) {
-        let mut batch = String::new();
-        if Path::new("/sys/class/net").join(self.link(slot)).exists() {
-            batch += &format!("link del {}\n", self.link(slot));
-        }
-        if self.netns_path(slot).exists() {
-            batch += &format!("netns del {}\n", self.netns(slot));
-        }
-        if batch.is_empty() {
-            return;
-        }
-        let out = std::process::Command::new("ip")
-            .args(["-force", "-batch", "-"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .and_then(|mut c| {
-                use std::io::Write;
-                c.stdin.take().expect("piped").write_all(batch.as_bytes())?;
-                c.wait_with_output()
-            });
-        match out {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => tracing::warn!(slot, "network teardown: {}", String::from_utf8_lossy(&o.stderr).trim()),
-            Err(e) => tracing::warn!(slot, "network teardown: {e}"),
+        if let Err(e) = super::netlink::teardown(&self.link(slot), &self.netns_path(slot)) {
+            tracing::warn!(slot, "network teardown: {e}");
         }
     }
 }

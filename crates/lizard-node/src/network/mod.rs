@@ -21,7 +21,9 @@
 //! Guests cannot reach the host's resolver (a private address here), so the node relays
 //! their DNS queries from inside each namespace.
 //!
-//! - [`links`]: slots, namespaces, the veth pair and the TAP device, teardown.
+//! - [`links`]: slots and their names, running `nft` (in a namespace).
+//! - [`netlink`]: namespaces, the veth pair and the TAP device, teardown, through
+//!   rtnetlink (no `ip` processes).
 //! - [`firewall`]: the host's and each namespace's nftables rules.
 //! - [`dns`]: the per-sandbox DNS relay.
 //! - this file: the node's [`Network`] and a sandbox's [`SandboxNet`], tying them together.
@@ -29,6 +31,7 @@
 mod dns;
 mod firewall;
 mod links;
+mod netlink;
 
 pub use firewall::PLATFORM_DENY;
 pub use links::{HOST_IF_PREFIX, NETNS_PREFIX};
@@ -77,7 +80,10 @@ impl Default for NetworkConfig {
 pub enum NetError {
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
-    /// An `ip` or `nft` command failed.
+    /// A netlink request failed.
+    #[error("{what}: {source}")]
+    Netlink { what: String, source: rtnetlink::Error },
+    /// An `nft` command failed.
     #[error("{command} failed: {stderr}")]
     Command { command: String, stderr: String },
     #[error("every network slot of the pool is in use")]
@@ -107,6 +113,8 @@ pub struct Network {
     names: Arc<Names>,
     resolvers: Arc<Vec<SocketAddr>>,
     slots: Slots,
+    /// Netlink in the node's own namespace, for the host ends of the links.
+    netlink: netlink::Netlink,
 }
 
 impl Network {
@@ -135,6 +143,7 @@ impl Network {
             }),
             resolvers: Arc::new(resolvers),
             slots: Slots::new(config.pool, config.pool_prefix, config.state_dir.clone()),
+            netlink: netlink::Netlink::open()?,
             config,
         });
         let table = format!("lizard_{}", net.config.link_prefix.replace('-', "_"));
@@ -151,28 +160,39 @@ impl Network {
 
     /// Make a sandbox's network, with `policy`, ready for a VM to attach to.
     pub async fn attach(&self, policy: &ParsedPolicy) -> Result<SandboxNet> {
+        let start = std::time::Instant::now();
         let (slot, lock) = self.slots.allocate()?;
         if self.names.leftovers(slot) {
             self.names.teardown(slot);
         }
         // From here on, dropping `net` undoes whatever part was made.
-        let ns_addr = self.slots.addrs(slot).1;
-        let mut net =
-            SandboxNet { slot, names: self.names.clone(), pool: self.pool(), ns_addr, lock: Some(lock), relay: None };
+        let mut net = SandboxNet {
+            slot,
+            names: self.names.clone(),
+            pool: self.pool(),
+            ns_addr: self.slots.addrs(slot).1,
+            lock: Some(lock),
+            relay: None,
+        };
         net.relay = Some(self.build(slot, policy).await?);
+        tracing::debug!(slot, took = ?start.elapsed(), "sandbox network ready");
         Ok(net)
     }
 
     /// Links and addresses, then the namespace's firewall, then the DNS relay.
     async fn build(&self, slot: u32, policy: &ParsedPolicy) -> Result<JoinSet<()>> {
+        let start = std::time::Instant::now();
         let addrs = self.slots.addrs(slot);
-        links::create(&self.names, slot, addrs).await?;
+        links::create(&self.netlink, &self.names, slot, addrs).await?;
+        let linked = start.elapsed();
         let ns_path = self.names.netns_path(slot);
         let ruleset = firewall::sandbox_ruleset(&self.pool(), addrs.1, policy);
         links::run("nft", &["-f", "-"], Some(&ruleset), Some(&ns_path)).await?;
+        let ruled = start.elapsed();
         let sockets = tokio::task::spawn_blocking(move || links::in_namespace(&ns_path, dns::bind))
             .await
             .expect("namespace setup panicked")?;
+        tracing::debug!(slot, ?linked, ?ruled, relay = ?start.elapsed(), "sandbox network steps");
         dns::start(sockets, self.resolvers.clone())
     }
 }
@@ -181,7 +201,7 @@ impl Network {
 pub struct SandboxNet {
     slot: u32,
     names: Arc<Names>,
-    /// The node's pool and the slot's namespace address, which its rules name.
+    /// The node's pool and the slot's namespace-side address, which its ruleset names.
     pool: String,
     ns_addr: Ipv4Addr,
     /// Ownership of the slot; dropped last, once nothing of it is left.
@@ -196,13 +216,6 @@ impl SandboxNet {
         lizard_vmm::NetAttachment { netns: self.names.netns_path(self.slot), tap: TAP_IF.into(), mac: GUEST_MAC.into() }
     }
 
-    /// Replace the firewall's policy in one transaction: no packet sees neither or both.
-    pub async fn set_policy(&self, policy: &ParsedPolicy) -> Result<()> {
-        let ruleset =
-            format!("delete table inet lizard\n{}", firewall::sandbox_ruleset(&self.pool, self.ns_addr, policy));
-        links::run("nft", &["-f", "-"], Some(&ruleset), Some(&self.names.netns_path(self.slot))).await
-    }
-
     /// Its namespace, under /run/netns.
     pub fn netns_name(&self) -> String {
         self.names.netns(self.slot)
@@ -211,6 +224,16 @@ impl SandboxNet {
     /// Its link in the host's namespace.
     pub fn host_link(&self) -> String {
         self.names.link(self.slot)
+    }
+
+    /// Replace the sandbox's firewall policy in place, in one atomic nftables transaction:
+    /// the old rules and lists are gone and the new ones in force once this returns (on
+    /// error the old ones stay). Flows already open are held to the new policy too: only
+    /// replies into the sandbox pass on connection state. A warm pool attaches a closed
+    /// network ahead of demand and opens it at claim.
+    pub async fn set_policy(&self, policy: &ParsedPolicy) -> Result<()> {
+        let ruleset = firewall::sandbox_ruleset(&self.pool, self.ns_addr, policy);
+        links::run("nft", &["-f", "-"], Some(&ruleset), Some(&self.names.netns_path(self.slot))).await
     }
 
     /// Remove the namespace, its links (the TAP goes with the namespace) and its rules,

@@ -4,7 +4,8 @@
 use super::{BootCause, BootError};
 use crate::{NodeError, Result};
 use lizard_agent_client::{AgentClient, ClientError};
-use lizard_agent_proto::handshake::Secret;
+use lizard_agent_proto::handshake::{HandshakeError, Secret};
+use lizard_agent_proto::types::Identity;
 use lizard_vmm::Vm;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -17,6 +18,16 @@ pub(crate) const RESTORED_HANDSHAKE: Duration = Duration::from_secs(2);
 /// How long a mount may take (a restored guest first waits for the resize notice).
 const VOLUME_MOUNT_LIMIT: Duration = Duration::from_secs(20);
 
+/// How a connection authenticates.
+#[derive(Clone, Copy)]
+enum Auth<'a> {
+    /// With the guest's current secret.
+    Plain(&'a Secret),
+    /// With the secret a restored guest was saved with, giving it a new identity in the
+    /// same message.
+    WithIdentity { saved: &'a Secret, identity: &'a Identity, new: &'a Secret },
+}
+
 /// Connect to the agent's socket and run the handshake, retrying until the guest is up.
 /// `attempt` bounds the first handshake, each later one twice as long as the one before
 /// (None: a booting guest answers when it is ready). A wrong secret fails at once.
@@ -26,21 +37,49 @@ pub(crate) async fn connect_agent(
     deadline: Duration,
     attempt: Option<Duration>,
 ) -> Result<AgentClient> {
+    connect_with(vm, Auth::Plain(secret), deadline, attempt).await
+}
+
+async fn connect_with(
+    vm: &dyn Vm,
+    auth: Auth<'_>,
+    deadline: Duration,
+    attempt: Option<Duration>,
+) -> Result<AgentClient> {
     let start = Instant::now();
     let socket = vm.config().agent_socket();
     let mut limit = attempt;
+    let mut auth = auth;
+    // Set when an attempt that carried the identity was cut off: the guest may have taken
+    // it (and its new secret) without its answer reaching us.
+    let mut identity_maybe_taken: Option<&Identity> = None;
     let attempt = async {
         loop {
             match tokio::net::UnixStream::connect(&socket).await {
-                Ok(stream) => match with_limit(limit, AgentClient::connect(stream, secret)).await {
-                    Ok(client) => return Ok(client),
-                    Err(ClientError::Handshake(lizard_agent_proto::handshake::HandshakeError::Denied)) => {
-                        return Err(NodeError::from(BootError::SecretRefused))
+                Ok(stream) => match with_limit(limit, handshake(stream, auth)).await {
+                    Ok(client) => match (identity_maybe_taken, auth) {
+                        // The new secret opened the session: the guest did take the
+                        // identity; give it one again for a clock that is current.
+                        (Some(identity), Auth::Plain(new)) => {
+                            let left = deadline.saturating_sub(start.elapsed());
+                            return send_identity(&client, &identity.sandbox_id, new, left).await.map(|()| client);
+                        }
+                        _ => return Ok(client),
+                    },
+                    Err(ClientError::Handshake(HandshakeError::Denied)) => match (auth, identity_maybe_taken) {
+                        (Auth::WithIdentity { new, .. }, Some(_)) => auth = Auth::Plain(new),
+                        _ => return Err(NodeError::from(BootError::SecretRefused)),
+                    },
+                    Err(e @ ClientError::Handshake(HandshakeError::IdentityFailed)) => {
+                        return Err(BootError::Identity(e).into())
                     }
                     // The channel closed before the guest answered: it is still
                     // booting, or the VMM is gone (checked below).
                     Err(e) => {
                         tracing::debug!("agent handshake: {e}");
+                        if let Auth::WithIdentity { identity, saved, new } = auth {
+                            identity_maybe_taken = (saved != new).then_some(identity);
+                        }
                         limit = limit.map(|l| l * 2);
                     }
                 },
@@ -58,6 +97,14 @@ pub(crate) async fn connect_agent(
         _ = tokio::time::sleep(deadline.saturating_sub(start.elapsed())) => {
             Err(boot_failure(vm, BootCause::AgentTimeout(deadline)))
         }
+    }
+}
+
+/// One handshake on `stream`.
+async fn handshake(stream: tokio::net::UnixStream, auth: Auth<'_>) -> Result<AgentClient, ClientError> {
+    match auth {
+        Auth::Plain(secret) => AgentClient::connect(stream, secret).await,
+        Auth::WithIdentity { saved, identity, .. } => AgentClient::connect_with_identity(stream, saved, identity).await,
     }
 }
 
@@ -83,10 +130,10 @@ fn boot_failure(vm: &dyn Vm, cause: BootCause) -> NodeError {
 }
 
 /// Authenticate to a just-restored guest with the secret it was saved with and give it
-/// its own identity (id, secret, hostname, entropy, clock). The agent answers only once
-/// it has switched: from then on only the new secret opens a session, while this one,
-/// already authenticated, carries on (a reconnect to prove the switch cost ≈100 ms per
-/// create under TCG; the snapshot tests prove it instead).
+/// its own identity (id, secret, hostname, entropy, clock) in the same message. The agent
+/// answers only once it has switched: from then on only the new secret opens a session,
+/// while this one, already authenticated, carries on (a reconnect to prove the switch
+/// cost ≈100 ms per create under TCG; the snapshot tests prove it instead).
 pub(crate) async fn give_identity(
     vm: &dyn Vm,
     id: &str,
@@ -95,32 +142,38 @@ pub(crate) async fn give_identity(
     deadline: Duration,
 ) -> Result<AgentClient> {
     let start = Instant::now();
-    let first = connect_agent(vm, saved_secret, deadline, Some(RESTORED_HANDSHAKE)).await?;
-    tracing::debug!(%id, handshake = ?start.elapsed(), "restored guest answered");
-    send_identity(&first, id, secret, deadline.saturating_sub(start.elapsed())).await?;
-    Ok(first)
+    let identity = new_identity(id, secret);
+    let auth = Auth::WithIdentity { saved: saved_secret, identity: &identity, new: secret };
+    let agent = connect_with(vm, auth, deadline, Some(RESTORED_HANDSHAKE)).await?;
+    tracing::debug!(%id, handshake = ?start.elapsed(), "restored guest took its identity");
+    Ok(agent)
 }
 
 /// Give the guest behind the open session `agent` its own identity (id, secret,
-/// hostname, entropy, clock) within `limit`.
+/// hostname, entropy, clock) within `limit`, as a call on that session: for a guest whose
+/// session is already open (a warm pool's, claimed), where the handshake cannot carry it.
 pub(crate) async fn send_identity(agent: &AgentClient, id: &str, secret: &Secret, limit: Duration) -> Result<()> {
+    match tokio::time::timeout(limit, agent.identity(&new_identity(id, secret))).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(BootError::Identity(e).into()),
+        Err(_) => Err(BootError::IdentityTimeout(limit).into()),
+    }
+}
+
+/// A fresh identity for sandbox `id`: its name, `secret`, host entropy and clock.
+fn new_identity(id: &str, secret: &Secret) -> Identity {
     use rand::RngCore;
     let mut entropy = [0u8; lizard_agent_proto::types::IDENTITY_ENTROPY_BYTES];
     rand::rngs::OsRng.fill_bytes(&mut entropy);
     let since_epoch = SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     // Milliseconds since 1970 fit a u64 for the next 500 million years.
     let unix_time_ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
-    let identity = lizard_agent_proto::types::Identity {
+    Identity {
         sandbox_id: id.to_string(),
         hostname: id.to_string(),
         secret: secret.to_hex(),
         entropy: hex::encode(entropy),
         unix_time_ms,
-    };
-    match tokio::time::timeout(limit, agent.identity(&identity)).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(BootError::Identity(e).into()),
-        Err(_) => Err(BootError::IdentityTimeout(limit).into()),
     }
 }
 
