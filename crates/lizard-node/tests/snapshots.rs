@@ -89,51 +89,11 @@ async fn the_template_secret_is_refused_after_identity() {
     let t = common::node().await;
     let sbx = t.node.create(base()).await.unwrap();
     assert!(sbx.from_snapshot());
-    let snaps = t.dir.path().join("snapshots");
-    let dir = std::fs::read_dir(&snaps)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.is_dir() && !p.file_name().unwrap().to_string_lossy().starts_with('.'))
-        .expect("a snapshot directory");
-    let snap = TemplateSnapshot::load(&dir).expect("a complete snapshot");
-
     // A clone of our own, beside the node's, with the node's VM layout.
-    let run_dir = t.dir.path().join("manual-clone");
-    std::fs::create_dir_all(&run_dir).unwrap();
-    let mut config = sbx.live().unwrap().vm().config().clone();
-    config.id = "manualclone".into();
-    config.root_disk = run_dir.join("root.qcow2");
-    config.secret_file = Some(run_dir.join("secret"));
-    config.run_dir = run_dir.clone();
-    // An empty volume slot of its own: the node's sandbox holds (and QEMU locks) its own.
-    config.extra_disks = vec![run_dir.join("no-volume.img"), run_dir.join("staging.img")];
-    std::fs::write(&config.extra_disks[0], b"").unwrap();
-    lizard_agent_client::StagingFile::create(&config.extra_disks[1]).unwrap();
-    std::fs::write(run_dir.join("secret"), snap.secret.to_hex()).unwrap();
-    // The sandbox's TAP is taken by its own VM: the clone gets one in a namespace of its
-    // own (same NIC, so the snapshot still fits).
-    let clone_ns = format!("lizard-manualclone-{}", rand::random::<u32>());
-    if let Some(net) = &mut config.net {
-        let ip = |args: &str| {
-            assert!(std::process::Command::new("ip").args(args.split_whitespace()).status().unwrap().success())
-        };
-        ip(&format!("netns add {clone_ns}"));
-        ip(&format!("-n {clone_ns} tuntap add dev {} mode tap", net.tap));
-        net.netns = std::path::Path::new("/run/netns").join(&clone_ns);
-    }
-    let st = std::process::Command::new("qemu-img")
-        .args(["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b"])
-        .arg(snap.disk())
-        .arg(&config.root_disk)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let backend = lizard_vmm::qemu::QemuBackend::default();
-    let vm = backend.restore(&config, &snap.vm_snapshot(), MemoryMapping::CopyOnWrite).await.unwrap();
-
+    let clone = ManualClone::restore(&t, &sbx, "manualclone").await;
+    let snap = clone.snap.clone();
     let connect = |secret: Secret| {
-        let sock = config.agent_socket();
+        let sock = clone.config.agent_socket();
         async move {
             let stream = tokio::net::UnixStream::connect(&sock).await.unwrap();
             tokio::time::timeout(Duration::from_secs(10), AgentClient::connect(stream, &secret))
@@ -171,11 +131,7 @@ async fn the_template_secret_is_refused_after_identity() {
     assert!(again.health().await.is_ok());
     drop(again);
 
-    vm.kill().await.unwrap();
-    std::fs::remove_dir_all(&run_dir).unwrap();
-    if config.net.is_some() {
-        let _ = std::process::Command::new("ip").args(["netns", "del", &clone_ns]).status();
-    }
+    clone.remove().await;
     t.finish().await;
 }
 
@@ -219,8 +175,10 @@ impl ManualClone {
         config.root_disk = run_dir.join("root.qcow2");
         config.secret_file = Some(run_dir.join("secret"));
         config.run_dir = run_dir.clone();
-        config.extra_disks = vec![run_dir.join("no-volume.img")];
+        // The same devices as the node's VMs: an empty volume slot and a staging disk.
+        config.extra_disks = vec![run_dir.join("no-volume.img"), run_dir.join("staging.img")];
         std::fs::write(&config.extra_disks[0], b"").unwrap();
+        lizard_agent_client::StagingFile::create(&config.extra_disks[1]).unwrap();
         std::fs::write(run_dir.join("secret"), snap.secret.to_hex()).unwrap();
         let mut netns = None;
         if let Some(net) = &mut config.net {
