@@ -52,7 +52,8 @@ impl Node {
         let _ = tokio::time::timeout(Duration::from_secs(2), live.agent().shutdown()).await;
         tokio::time::sleep(AGENT_SETTLE).await;
         let vm = live.vm();
-        if let Err(e) = vm::save_in_place(vm, own_memory).await {
+        let saved = vm::save_in_place(vm, own_memory).await;
+        if let Err(e) = saved {
             // Not paused after all: run on, with a new session.
             let _ = vm.resume().await;
             let deadline = self.config.boot_timeout;
@@ -73,7 +74,7 @@ impl Node {
         let recorded = sandbox.write_record();
         let _ = vm.kill().await;
         recorded?;
-        tracing::info!(id = %sandbox.id, full = !own_memory, "sandbox paused");
+        tracing::info!(id = %sandbox.id, form = ?saved, "sandbox paused");
         Ok(())
     }
 
@@ -106,13 +107,13 @@ impl Node {
             sandbox.state().config.net = config.net.clone();
         }
         let deadline = self.config.boot_timeout;
-        let launched =
+        let (launched, own_memory) =
             vm::resume_in_place(self.backend.as_ref(), &config, own_memory, &sandbox.secret, deadline).await?;
         let live = Arc::new(Live::new(launched));
         {
             let mut st = sandbox.state();
             st.live = Some(live.clone());
-            st.own_memory = true;
+            st.own_memory = own_memory;
         }
         vm::discard_saved(&sandbox.run_dir);
         self.watch(sandbox.clone(), live);

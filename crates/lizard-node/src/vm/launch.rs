@@ -6,11 +6,12 @@
 use super::agent::{connect_agent, give_identity, mount_volume};
 use super::disk::create_overlay;
 use super::run_dir::{self, FULL_STATE, VMSTATE};
+use super::saved::{self, SavedForm};
 use crate::Result;
 use lizard_agent_client::AgentClient;
 use lizard_agent_proto::handshake::Secret;
-use lizard_vmm::{Backend, MemoryMapping, Snapshot, Vm, VmConfig, VmmError};
-use std::path::{Path, PathBuf};
+use lizard_vmm::{Backend, DeltaSnapshot, MemoryMapping, Snapshot, Vm, VmConfig, VmmError};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// A VMM process and the authenticated connection to its agent.
@@ -61,8 +62,17 @@ pub(crate) async fn clone_template(
     let t = Instant::now();
     run_dir::prepare(config, secret)?;
     create_overlay(disk, "qcow2", &config.root_disk).await?;
+    // The clone maps a link to the template's memory in its own directory: pausing it
+    // writes only the pages it changed, and its resume needs that file, not the template.
+    let saved = match saved::link_base(&saved.memory, &config.run_dir) {
+        Ok(memory) => Snapshot { memory, ..saved.clone() },
+        Err(e) => {
+            tracing::warn!(id = %config.id, "cannot link the template's memory (its pauses save all of memory): {e}");
+            saved.clone()
+        }
+    };
     let disk_ready = t.elapsed();
-    let vm = backend.restore(config, saved, MemoryMapping::CopyOnWrite).await?;
+    let vm = backend.restore(config, &saved, MemoryMapping::CopyOnWrite).await?;
     let vmm = t.elapsed();
     let identity = give_identity(vm.as_ref(), &config.id, saved_secret, secret, deadline);
     let agent = connected(vm.as_ref(), identity).await?;
@@ -88,48 +98,58 @@ pub(crate) async fn load_copy(
     Ok(Launched { vm, agent })
 }
 
-/// Stop `vm`'s vCPUs and save it into its run directory: device state only when guest
-/// memory is its own file (`own_memory`), else device state and all of memory.
-pub(crate) async fn save_in_place(vm: &dyn Vm, own_memory: bool) -> Result<(), VmmError> {
+/// Start `config` as a copy of a fork's source that is a copy-on-write clone: a new
+/// overlay on the frozen `layer`, the source's base memory linked into the copy's run
+/// directory and mapped copy-on-write, the source's delta (`saved`) applied, and a new
+/// identity.
+pub(crate) async fn delta_copy(
+    backend: &dyn Backend,
+    config: &VmConfig,
+    layer: &Path,
+    saved: &DeltaSnapshot,
+    source_secret: &Secret,
+    secret: &Secret,
+    deadline: Duration,
+) -> Result<Launched> {
+    run_dir::prepare(config, secret)?;
+    create_overlay(layer, "qcow2", &config.root_disk).await?;
+    let base = saved::link_base(&saved.base, &config.run_dir)
+        .map_err(|e| crate::NodeError::io("link the source's base memory", e))?;
+    let vm = backend.restore_delta(config, &DeltaSnapshot { base, ..saved.clone() }).await?;
+    let agent = connected(vm.as_ref(), give_identity(vm.as_ref(), &config.id, source_secret, secret, deadline)).await?;
+    Ok(Launched { vm, agent })
+}
+
+/// Stop `vm`'s vCPUs and save it into its run directory (see [`saved::save_paused`]).
+pub(crate) async fn save_in_place(vm: &dyn Vm, own_memory: bool) -> Result<SavedForm, VmmError> {
     vm.pause().await?;
-    let config = vm.config();
-    if own_memory {
-        vm.snapshot(&Snapshot { vmstate: config.run_dir.join(VMSTATE), memory: config.memory_file() }).await
-    } else {
-        vm.save_all(&config.run_dir.join(FULL_STATE)).await
-    }
+    saved::save_paused(vm, own_memory).await
 }
 
-/// The file [`save_in_place`] wrote, which must exist to resume.
-pub(crate) fn saved_in_place(run_dir: &Path, own_memory: bool) -> PathBuf {
-    run_dir.join(if own_memory { VMSTATE } else { FULL_STATE })
-}
-
-/// Start the VM [`save_in_place`] saved, where it stopped. Guest memory ends up in the
-/// VM's own file either way. The identity call sets the guest's clock, which stood still
-/// while it was saved (and adds entropy); the guest keeps its name and `secret`.
+/// Start the VM [`save_in_place`] saved, where it stopped; also true when its guest
+/// memory is now its own file (a full save loads into one; a delta save restores a
+/// copy-on-write clone again). The identity call sets the guest's clock, which stood
+/// still while it was saved (and adds entropy); the guest keeps its name and `secret`.
 pub(crate) async fn resume_in_place(
     backend: &dyn Backend,
     config: &VmConfig,
     own_memory: bool,
     secret: &Secret,
     deadline: Duration,
-) -> Result<Launched> {
-    let vm = if own_memory {
-        let saved = Snapshot { vmstate: config.run_dir.join(VMSTATE), memory: config.memory_file() };
-        backend.restore(config, &saved, MemoryMapping::Shared).await?
-    } else {
-        backend.load(config, &config.run_dir.join(FULL_STATE)).await?
+) -> Result<(Launched, bool)> {
+    // With no complete save at all, the restore names the file that is missing.
+    let default = if own_memory { SavedForm::DeviceState } else { SavedForm::Delta };
+    let form = saved::saved_form(&config.run_dir, own_memory).unwrap_or(default);
+    let vm = match form {
+        SavedForm::DeviceState => {
+            let saved = Snapshot { vmstate: config.run_dir.join(VMSTATE), memory: config.memory_file() };
+            backend.restore(config, &saved, MemoryMapping::Shared).await?
+        }
+        SavedForm::Delta => backend.restore_delta(config, &saved::delta_snapshot(&config.run_dir)).await?,
+        SavedForm::Full => backend.load(config, &config.run_dir.join(FULL_STATE)).await?,
     };
     let agent = connected(vm.as_ref(), give_identity(vm.as_ref(), &config.id, secret, secret, deadline)).await?;
-    Ok(Launched { vm, agent })
-}
-
-/// Remove what [`save_in_place`] wrote, once the VM runs again.
-pub(crate) fn discard_saved(run_dir: &Path) {
-    for f in [FULL_STATE, VMSTATE] {
-        let _ = std::fs::remove_file(run_dir.join(f));
-    }
+    Ok((Launched { vm, agent }, form != SavedForm::Delta))
 }
 
 /// The agent connection `connect` makes, or the VM killed and the error. If this future
