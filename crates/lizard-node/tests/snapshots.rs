@@ -263,14 +263,12 @@ async fn a_paused_clone_keeps_only_the_pages_it_dirtied() {
         let differing = |a: &[u8], b: &[u8]| a.chunks(4096).zip(b.chunks(4096)).filter(|(x, y)| x != y).count();
         let before = differing(&rebuilt, &ram);
         assert!(before >= (DIRTIED_MIB as usize) * 256, "the base alone differs in only {before} pages");
-        lizard_vmm::delta::read_delta(&delta, len, |pages, data| {
+        for (pages, data) in lizard_vmm::delta::load(&delta, len).unwrap().batches() {
             for (p, page) in pages.iter().zip(data.chunks(4096)) {
                 let at = usize::try_from(*p).unwrap() * 4096;
                 rebuilt[at..at + 4096].copy_from_slice(page);
             }
-            Ok(())
-        })
-        .unwrap();
+        }
         assert_eq!(differing(&rebuilt, &ram), 0, "base + delta is not the VM's memory");
         eprintln!("delta: {} pages, {} bytes; {before} pages differ from the base", stats.pages, stats.bytes);
         vm.resume().await.unwrap();

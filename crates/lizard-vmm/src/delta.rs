@@ -16,7 +16,7 @@
 //! a failed apply wrote into before it ever runs).
 
 use std::fs::File;
-use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -201,39 +201,51 @@ fn header(memory: u64, count: u64, crc: u32) -> [u8; 32] {
     h
 }
 
-/// Write the pages of the delta file `delta` into `mapping` of process `pid`, a VMM that
-/// has not run its guest yet. On an error some pages may have been written: the VMM must
-/// not run the guest then.
-pub fn apply(pid: u32, mapping: Mapping, delta: &Path) -> Result<DeltaStats> {
-    let remote_pid = nix::unistd::Pid::from_raw(i32::try_from(pid).map_err(|_| DeltaError::BadIndex(pid.into()))?);
-    read_delta(delta, mapping.len, |chunk, data| {
-        let remote = regions(mapping, chunk)?;
-        let moved = nix::sys::uio::process_vm_writev(remote_pid, &[std::io::IoSlice::new(data)], &remote)
-            .map_err(|source| DeltaError::ProcessMemory { what: "process_vm_writev", source })?;
-        if moved != data.len() {
-            return Err(DeltaError::Short { what: "process_vm_writev", moved, asked: data.len() });
-        }
-        Ok(())
-    })
+/// A delta file mapped read-only and checked: nothing of it reaches a VMM unless all of
+/// it is intact.
+#[derive(Debug)]
+pub struct LoadedDelta {
+    map: memmap2::Mmap,
+    pages: Vec<u64>,
 }
 
-/// Read and check the delta file `delta` of a `memory`-byte memory, handing each batch of
-/// page numbers and their data to `sink`; the checksum is compared at the end.
-pub fn read_delta(delta: &Path, memory: u64, mut sink: impl FnMut(&[u64], &[u8]) -> Result<()>) -> Result<DeltaStats> {
+impl LoadedDelta {
+    /// Pages in the delta.
+    pub fn pages(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// The page data, in index order.
+    fn data(&self) -> &[u8] {
+        // In bounds: the file's length was checked against its page count.
+        &self.map[HEADER_LEN as usize + self.pages.len() * 8..]
+    }
+
+    /// Each batch of page numbers with their data.
+    pub fn batches(&self) -> impl Iterator<Item = (&[u64], &[u8])> {
+        self.pages.chunks(BATCH_PAGES).zip(self.data().chunks(BATCH_PAGES * PAGE))
+    }
+}
+
+/// Map and check the delta file `delta` of a `memory`-byte memory: its header, its index
+/// (in range, strictly increasing) and its checksum.
+pub fn load(delta: &Path, memory: u64) -> Result<LoadedDelta> {
     let rerr = |e| io(format!("read {}", delta.display()), e);
-    let mut file = File::open(delta).map_err(|e| io(format!("open {}", delta.display()), e))?;
+    let file = File::open(delta).map_err(|e| io(format!("open {}", delta.display()), e))?;
     let len = file.metadata().map_err(rerr)?.len();
-    let mut h = [0u8; 32];
     if len < HEADER_LEN {
         return Err(DeltaError::Length { expected: HEADER_LEN, found: len });
     }
-    file.read_exact(&mut h).map_err(rerr)?;
-    if &h[..8] != MAGIC {
+    // SAFETY: the file is a delta in a paused sandbox's directory (or a fork's save),
+    // written once at save time; nothing writes or truncates it while a restore reads
+    // it (the sandbox's transition lock is held, and no VMM of it runs).
+    let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(rerr)?;
+    let field = |r: std::ops::Range<usize>| u64::from_le_bytes(map[r].try_into().expect("8 bytes"));
+    if &map[..8] != MAGIC {
         return Err(DeltaError::BadMagic);
     }
-    let field = |r: std::ops::Range<usize>| u64::from_le_bytes(h[r].try_into().expect("8 bytes"));
     let (found, count) = (field(8..16), field(16..24));
-    let want_crc = u32::from_le_bytes(h[24..28].try_into().expect("4 bytes"));
+    let want_crc = u32::from_le_bytes(map[24..28].try_into().expect("4 bytes"));
     if found != memory {
         return Err(DeltaError::SizeMismatch { expected: memory, found });
     }
@@ -245,10 +257,12 @@ pub fn read_delta(delta: &Path, memory: u64, mut sink: impl FnMut(&[u64], &[u8])
         return Err(DeltaError::Length { expected, found: len });
     }
     let mut crc = crc32fast::Hasher::new();
-    crc.update(&h[8..24]);
-    let mut index = vec![0u8; to_usize(count * 8)?];
-    file.read_exact(&mut index).map_err(rerr)?;
-    crc.update(&index);
+    crc.update(&map[8..24]);
+    crc.update(&map[32..]);
+    if crc.finalize() != want_crc {
+        return Err(DeltaError::Checksum);
+    }
+    let index = &map[32..32 + to_usize(count * 8)?];
     let pages: Vec<u64> = index.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).collect();
     let total = memory / PAGE_SIZE;
     let mut prev = None;
@@ -258,17 +272,28 @@ pub fn read_delta(delta: &Path, memory: u64, mut sink: impl FnMut(&[u64], &[u8])
         }
         prev = Some(p);
     }
-    let mut buf = vec![0u8; BATCH_PAGES * PAGE];
-    for chunk in pages.chunks(BATCH_PAGES) {
-        let data = &mut buf[..chunk.len() * PAGE];
-        file.read_exact(data).map_err(rerr)?;
-        crc.update(data);
-        sink(chunk, data)?;
+    Ok(LoadedDelta { map, pages })
+}
+
+/// Write the pages of `delta` into `mapping` of process `pid`, a VMM that has not run its
+/// guest yet. On an error some pages may have been written: the VMM must not run the
+/// guest then.
+pub fn write_into(pid: u32, mapping: Mapping, delta: &LoadedDelta) -> Result<()> {
+    let remote_pid = nix::unistd::Pid::from_raw(i32::try_from(pid).map_err(|_| DeltaError::BadIndex(pid.into()))?);
+    for (chunk, data) in delta.batches() {
+        let remote = regions(mapping, chunk)?;
+        let moved = nix::sys::uio::process_vm_writev(remote_pid, &[std::io::IoSlice::new(data)], &remote)
+            .map_err(|source| DeltaError::ProcessMemory { what: "process_vm_writev", source })?;
+        if moved != data.len() {
+            return Err(DeltaError::Short { what: "process_vm_writev", moved, asked: data.len() });
+        }
     }
-    if crc.finalize() != want_crc {
-        return Err(DeltaError::Checksum);
-    }
-    Ok(DeltaStats { pages: count, bytes: len })
+    Ok(())
+}
+
+/// [`load`] the delta file `delta` and [`write_into`] `mapping` of process `pid`.
+pub fn apply(pid: u32, mapping: Mapping, delta: &Path) -> Result<()> {
+    write_into(pid, mapping, &load(delta, mapping.len)?)
 }
 
 #[cfg(test)]
@@ -321,6 +346,7 @@ mod tests {
 
         let dst = vec![0u8; src.len()];
         apply(pid, mapping_of(&dst), &file).unwrap();
+        assert_eq!(load(&file, src.len() as u64).unwrap().pages(), 7);
         for p in 0..600 {
             let r = p * PAGE..(p + 1) * PAGE;
             if pages.contains(&(p as u64)) {
@@ -335,23 +361,31 @@ mod tests {
             f(&mut bytes);
             let path = dir.path().join("damaged");
             std::fs::write(&path, bytes).unwrap();
-            read_delta(&path, src.len() as u64, |_, _| Ok(())).unwrap_err()
+            load(&path, src.len() as u64).unwrap_err()
         };
         assert!(matches!(damaged(&|b| b[5000] ^= 1), DeltaError::Checksum));
         // Page 1 renamed page 0: named twice.
-        assert!(matches!(damaged(&|b| b[40] ^= 1), DeltaError::BadIndex(0)));
+        assert!(matches!(damaged(&|b| b[40] ^= 1), DeltaError::Checksum));
         assert!(matches!(damaged(&|b| b.truncate(b.len() - 1)), DeltaError::Length { .. }));
         assert!(matches!(damaged(&|b| b.truncate(10)), DeltaError::Length { .. }));
         assert!(matches!(damaged(&|b| b[0] = b'X'), DeltaError::BadMagic));
         assert!(matches!(damaged(&|b| b[9] ^= 1), DeltaError::SizeMismatch { .. }));
         // The last page moved past the end of memory.
-        assert!(matches!(damaged(&|b| b[32 + 8 * 6 + 2] = 0xff), DeltaError::BadIndex(_)));
-        assert!(matches!(
-            read_delta(&dir.path().join("missing"), src.len() as u64, |_, _| Ok(())),
-            Err(DeltaError::Io { .. })
-        ));
+        assert!(matches!(damaged(&|b| b[32 + 8 * 6 + 2] = 0xff), DeltaError::Checksum));
+        assert!(matches!(load(&dir.path().join("missing"), src.len() as u64), Err(DeltaError::Io { .. })));
         let other = vec![0u8; 2 * PAGE];
         assert!(matches!(apply(pid, mapping_of(&other), &file), Err(DeltaError::SizeMismatch { .. })));
+    }
+
+    #[test]
+    fn an_index_out_of_order_is_refused_even_with_its_checksum_right() {
+        let src = memory(8);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("delta");
+        save(std::process::id(), mapping_of(&src), &[5, 3], &file).unwrap();
+        assert!(matches!(load(&file, src.len() as u64), Err(DeltaError::BadIndex(3))));
+        save(std::process::id(), mapping_of(&src), &[2, 2], &file).unwrap();
+        assert!(matches!(load(&file, src.len() as u64), Err(DeltaError::BadIndex(2))));
     }
 
     #[test]
@@ -360,6 +394,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("delta");
         save(std::process::id(), mapping_of(&src), &[], &file).unwrap();
-        assert_eq!(read_delta(&file, src.len() as u64, |_, _| Ok(())).unwrap().pages, 0);
+        assert_eq!(load(&file, src.len() as u64).unwrap().pages(), 0);
     }
 }

@@ -290,16 +290,27 @@ impl Backend for QemuBackend {
     }
 
     async fn restore_delta(&self, config: &VmConfig, saved: &DeltaSnapshot) -> Result<Box<dyn Vm>> {
-        let vm = self.spawn(config, Memory::DeltaBase(&saved.base), true).await?;
-        let (pid, base, delta, len) = (vm.pid, saved.base.clone(), saved.delta.clone(), memory_bytes(config));
-        let applied = tokio::task::spawn_blocking(move || {
-            let mapping = crate::delta::find_mapping(pid, &base, len)?;
-            crate::delta::apply(pid, mapping, &delta)
-        })
-        .await
-        .expect("delta apply task panicked");
+        let t = std::time::Instant::now();
+        let len = memory_bytes(config);
+        // The delta is read and checked while QEMU starts: a damaged one never reaches it.
+        let path = saved.delta.clone();
+        let loading = tokio::task::spawn_blocking(move || crate::delta::load(&path, len));
+        let spawned = self.spawn(config, Memory::DeltaBase(&saved.base), true).await;
+        let loaded = loading.await.expect("delta load task panicked");
+        let vm = spawned?;
+        let ready = t.elapsed();
+        let (pid, base) = (vm.pid, saved.base.clone());
+        let applied = match loaded {
+            Ok(delta) => tokio::task::spawn_blocking(move || {
+                let mapping = crate::delta::find_mapping(pid, &base, len)?;
+                crate::delta::write_into(pid, mapping, &delta).map(|()| delta.pages())
+            })
+            .await
+            .expect("delta write task panicked"),
+            Err(e) => Err(e),
+        };
         match applied {
-            Ok(stats) => tracing::debug!(id = %config.id, pages = stats.pages, "delta applied"),
+            Ok(pages) => tracing::debug!(id = %config.id, pages, ?ready, applied = ?t.elapsed(), "delta applied"),
             Err(e) => {
                 // Part of the delta may be in guest memory: this guest must never run.
                 let _ = vm.kill().await;
@@ -307,6 +318,7 @@ impl Backend for QemuBackend {
             }
         }
         vm.incoming(&saved.devices, false).await?;
+        tracing::debug!(id = %config.id, running = ?t.elapsed(), "delta restored");
         Ok(Box::new(vm))
     }
 }
@@ -408,8 +420,11 @@ impl Vm for QemuVm {
         let base = self.memory_base.clone().ok_or(VmmError::NotCopyOnWrite)?;
         let devices_arg = devices.to_str().ok_or_else(|| VmmError::NonUtf8Path(devices.to_path_buf()))?;
         // Device state only: the RAM block is skipped whatever its mapping.
+        let t = std::time::Instant::now();
         self.qmp.execute("xen-save-devices-state", json!({ "filename": devices_arg, "live": false })).await?;
+        tracing::debug!(id = %self.config.id, took = ?t.elapsed(), "device state saved");
         let (pid, delta, len) = (self.pid, delta.to_path_buf(), memory_bytes(&self.config));
+        let t = std::time::Instant::now();
         let stats = tokio::task::spawn_blocking(move || {
             let mapping = crate::delta::find_mapping(pid, &base, len)?;
             let pages = crate::delta::dirty_pages(pid, mapping)?;
@@ -417,6 +432,7 @@ impl Vm for QemuVm {
         })
         .await
         .expect("delta save task panicked")?;
+        tracing::debug!(id = %self.config.id, pages = stats.pages, took = ?t.elapsed(), "delta saved");
         Ok(stats)
     }
 
