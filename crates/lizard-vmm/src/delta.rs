@@ -28,6 +28,8 @@ const PAGE: usize = 4096;
 pub const MAGIC: &[u8; 8] = b"LZDELTA1";
 /// Bytes before the index.
 const HEADER_LEN: u64 = 32;
+/// The same, as an offset in memory.
+const HEADER: usize = 32;
 /// Pages moved per `process_vm_readv`/`process_vm_writev` call (1 MiB; well below the
 /// kernel's IOV_MAX of 1024 regions, even when no two pages are adjacent).
 const BATCH_PAGES: usize = 256;
@@ -218,7 +220,7 @@ impl LoadedDelta {
     /// The page data, in index order.
     fn data(&self) -> &[u8] {
         // In bounds: the file's length was checked against its page count.
-        &self.map[HEADER_LEN as usize + self.pages.len() * 8..]
+        &self.map[HEADER + self.pages.len() * 8..]
     }
 
     /// Each batch of page numbers with their data.
