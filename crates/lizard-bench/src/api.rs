@@ -156,7 +156,8 @@ impl Bench {
 
     /// A sandbox with `mib` MiB of non-zero memory held by a running process; then
     /// `cycles` × (pause, resume), each timed by its HTTP call. The first pause of a template
-    /// clone saves all of memory and is reported apart.
+    /// clone (its first memory delta) is reported apart. At the end the sandbox is paused once
+    /// more and its directory measured.
     pub async fn pause_resume(&self, template: &str, mib: u32, cycles: usize) -> Result<PauseTimes> {
         let id = self.create(template).await?;
         let hold = format!(
@@ -189,8 +190,8 @@ impl Bench {
             }
             eprintln!("pause/resume {}/{cycles}: {pause:.0} / {resume:.0} ms", i + 1);
         }
-        let state = self.sandbox_dir(&id);
-        out.state_mib = dir_mib(&state);
+        self.post(&id, &routes::PAUSE, json!({})).await?;
+        out.state_mib = dir_mib(&self.sandbox_dir(&id));
         self.kill(&id).await?;
         Ok(out)
     }
@@ -252,7 +253,8 @@ pub struct PauseTimes {
     pub first_resume: f64,
     pub pause: Vec<f64>,
     pub resume: Vec<f64>,
-    /// What the paused sandbox's directory held at the end (disk overlay, memory file).
+    /// What the paused sandbox's directory held at the end (disk overlay, memory delta and
+    /// device state), without the link to the template's memory that all its clones share.
     pub state_mib: f64,
 }
 
@@ -267,11 +269,18 @@ fn pss_mib(pid: u32) -> Result<f64> {
     Ok(kib / 1024.0)
 }
 
-/// Allocated (not apparent) size of the files in a directory, in MiB.
+/// Allocated (not apparent) size of the files in a sandbox's directory, in MiB, without
+/// `base-memory`: a hard link to the template's memory, which every clone shares.
 fn dir_mib(dir: &Path) -> f64 {
     use std::os::unix::fs::MetadataExt;
     let blocks: u64 = std::fs::read_dir(dir)
-        .map(|d| d.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.blocks()).sum())
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name() != "base-memory")
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.blocks())
+                .sum()
+        })
         .unwrap_or(0);
     blocks as f64 * 512.0 / 1048576.0
 }
