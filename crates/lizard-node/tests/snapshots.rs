@@ -373,3 +373,45 @@ async fn a_clone_forks_into_five_distinct_copies() {
     assert_eq!(pattern_hash(&copies[0]).await, h1);
     t.finish().await;
 }
+
+/// A clone paused by a node from before memory deltas (one full save, `state`) is taken
+/// back after a restart and resumes; from then on its memory is a file of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clone_paused_to_a_full_save_still_resumes() {
+    let t = common::node().await;
+    let sbx = t.node.create(base()).await.unwrap();
+    let h1 = start_pattern(&sbx, 16).await;
+    out(&sbx, "sync").await;
+    let dir = t.dir.path().join("sandboxes").join(&sbx.id);
+    // The full save an older node made of a paused clone (from the clone's own VMM, as it
+    // did); the guest then idles until the node pauses it, which leaves a delta that is
+    // removed below: only the full save stays.
+    {
+        let live = sbx.live().unwrap();
+        live.vm().pause().await.unwrap();
+        live.vm().save_all(&dir.join("state")).await.unwrap();
+        live.vm().resume().await.unwrap();
+    }
+    t.node.pause(&sbx.id).await.unwrap();
+    let id = sbx.id.clone();
+    drop(sbx);
+    t.node.shutdown().await;
+    for f in ["memory.delta", "devices"] {
+        std::fs::remove_file(dir.join(f)).unwrap();
+    }
+
+    let node = lizard_node::Node::start(t.node.config().clone()).await.unwrap();
+    let back = node.get(&id).expect("the paused sandbox is back");
+    node.resume(&id).await.unwrap();
+    assert_eq!(pattern_hash(&back).await, h1);
+    assert!(dir.join("memory").is_file(), "a full save loads into a memory file of the sandbox's own");
+    assert!(!dir.join("state").exists());
+    // Its later pauses save device state beside that file.
+    node.pause(&id).await.unwrap();
+    assert!(dir.join("vmstate").is_file() && !dir.join("memory.delta").exists());
+    node.resume(&id).await.unwrap();
+    assert_eq!(pattern_hash(&back).await, h1);
+    node.kill(&id).await.unwrap();
+    node.shutdown().await;
+    common::assert_no_leftovers(t.dir.path());
+}

@@ -139,7 +139,9 @@ pub enum Memory<'a> {
     Snapshot(&'a Path, MemoryMapping),
     /// A delta restore's base file, mapped copy-on-write; QEMU starts stopped (`-S`), so
     /// that the guest runs only once the delta is in, and loads device state saved without
-    /// a configuration section (`xen-save-devices-state` writes none).
+    /// a configuration section (`xen-save-devices-state` writes none). Such a VM is saved
+    /// by [`Vm::save_delta`] only: a migration stream it wrote would lack that section too,
+    /// and only a `DeltaBase` QEMU could load it.
     DeltaBase(&'a Path),
 }
 
