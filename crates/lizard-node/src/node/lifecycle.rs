@@ -3,10 +3,12 @@
 //!
 //! A paused sandbox has no VMM process. Its directory holds everything it is: the root
 //! disk overlay, the secret, `sandbox.json`, and its saved VM — either device state only
-//! beside a memory file of its own, or, for a template clone whose memory is a private
-//! copy-on-write mapping of the template's, one full save with all of memory. Resuming a
-//! full save loads it into a memory file of the sandbox's own, so every later pause only
-//! saves device state (see [`crate::vm`]'s `save_in_place`).
+//! beside a memory file of its own (a cold boot), or, for a clone whose memory is a
+//! private copy-on-write mapping of a template's (or a fork's) memory, the pages it
+//! changed and its device state beside a hard link to that memory. A clone resumes a
+//! clone: its pauses write what it changed, its files stay ∝ that. A full save left by an
+//! older node loads into a memory file of the sandbox's own (see [`crate::vm`]'s
+//! `save_in_place`).
 
 use super::Node;
 use crate::error::EndReason;

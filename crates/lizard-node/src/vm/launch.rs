@@ -1,6 +1,7 @@
-//! Starting VMs, the four ways a node does it — cold boot, clone of a template snapshot,
-//! copy of a fork's full save, resume of a paused VM in place — and saving a paused VM
-//! into its run directory. Each start ends with an authenticated agent connection; on
+//! Starting VMs, the ways a node does it — cold boot, clone of a template snapshot, copy
+//! of a fork's source (its full save, or its memory delta over the base it maps), resume
+//! of a paused VM in place — and saving a paused VM into its run directory
+//! ([`super::saved`] has the forms a save takes). Each start ends with an authenticated agent connection; on
 //! failure the VM is killed (the caller removes the run directory).
 
 use super::agent::{connect_agent, give_identity, mount_volume};
