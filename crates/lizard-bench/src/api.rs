@@ -161,7 +161,7 @@ impl Bench {
     pub async fn pause_resume(&self, template: &str, mib: u32, cycles: usize) -> Result<PauseTimes> {
         let id = self.create(template).await?;
         let hold = format!(
-            "nohup node -e \"const b=Buffer.alloc({mib}*1048576,0xa5); require('fs').writeFileSync('/tmp/held','ok'); setInterval(()=>b[0]++,1000)\" >/dev/null 2>&1 &"
+            "nohup node -e \"const b=Buffer.alloc({mib}*1048576,0xa5); require('fs').writeFileSync('/tmp/held.pid',String(process.pid)); require('fs').writeFileSync('/tmp/held','ok'); setInterval(()=>b[0]++,1000)\" >/dev/null 2>&1 &"
         );
         self.exec(&id, &hold).await?;
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -169,7 +169,7 @@ impl Bench {
             ensure!(Instant::now() < deadline, "the memory holder did not start");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let rss = self.exec(&id, "grep VmRSS /proc/$(pgrep -x node)/status").await?;
+        let rss = self.exec(&id, "grep VmRSS /proc/$(cat /tmp/held.pid)/status").await?;
         eprintln!("memory holder: {}", rss.trim());
         let mut out = PauseTimes::default();
         for i in 0..cycles {
@@ -180,7 +180,7 @@ impl Bench {
             self.post(&id, &routes::RESUME, json!({})).await?;
             let resume = ms(t.elapsed());
             // The holder is still there, with its memory.
-            self.exec(&id, "kill -0 $(pgrep -x node)").await?;
+            self.exec(&id, "kill -0 $(cat /tmp/held.pid)").await?;
             if i == 0 {
                 out.first_pause = pause;
                 out.first_resume = resume;
