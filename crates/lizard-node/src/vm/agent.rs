@@ -93,10 +93,11 @@ pub(crate) async fn give_identity(
     saved_secret: &Secret,
     secret: &Secret,
     deadline: Duration,
+    first_attempt: Duration,
 ) -> Result<AgentClient> {
     use rand::RngCore;
     let start = Instant::now();
-    let first = connect_agent(vm, saved_secret, deadline, Some(RESTORED_HANDSHAKE)).await?;
+    let first = connect_agent(vm, saved_secret, deadline, Some(first_attempt)).await?;
     let mut entropy = [0u8; lizard_agent_proto::types::IDENTITY_ENTROPY_BYTES];
     rand::rngs::OsRng.fill_bytes(&mut entropy);
     let since_epoch = SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();

@@ -4,7 +4,7 @@
 //! ([`super::saved`] has the forms a save takes). Each start ends with an authenticated agent connection; on
 //! failure the VM is killed (the caller removes the run directory).
 
-use super::agent::{connect_agent, give_identity, mount_volume};
+use super::agent::{connect_agent, give_identity, mount_volume, RESTORED_HANDSHAKE};
 use super::disk::create_overlay;
 use super::run_dir::{self, FULL_STATE, VMSTATE};
 use super::saved::{self, SavedForm};
@@ -14,6 +14,12 @@ use lizard_agent_proto::handshake::Secret;
 use lizard_vmm::{Backend, DeltaSnapshot, MemoryMapping, Snapshot, Vm, VmConfig, VmmError};
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// The first handshake's limit for a fork's copy. The source's agent session was open when
+/// it was saved, so a copy's agent first serves a host that is gone: the first handshake
+/// cannot succeed, and only its giving up ends that session. Short, so that it gives up
+/// soon (each retry doubles it, for a guest that is merely slow).
+const FORK_COPY_HANDSHAKE: Duration = Duration::from_millis(200);
 
 /// A VMM process and the authenticated connection to its agent.
 pub(crate) struct Launched {
@@ -75,7 +81,7 @@ pub(crate) async fn clone_template(
     let disk_ready = t.elapsed();
     let vm = backend.restore(config, &saved, MemoryMapping::CopyOnWrite).await?;
     let vmm = t.elapsed();
-    let identity = give_identity(vm.as_ref(), &config.id, saved_secret, secret, deadline);
+    let identity = give_identity(vm.as_ref(), &config.id, saved_secret, secret, deadline, RESTORED_HANDSHAKE);
     let agent = connected(vm.as_ref(), identity).await?;
     tracing::debug!(id = %config.id, disk = ?disk_ready, ?vmm, total = ?t.elapsed(), "restored");
     Ok(Launched { vm, agent })
@@ -95,7 +101,8 @@ pub(crate) async fn load_copy(
     run_dir::prepare(config, secret)?;
     create_overlay(layer, "qcow2", &config.root_disk).await?;
     let vm = backend.load(config, state_file).await?;
-    let agent = connected(vm.as_ref(), give_identity(vm.as_ref(), &config.id, source_secret, secret, deadline)).await?;
+    let identity = give_identity(vm.as_ref(), &config.id, source_secret, secret, deadline, FORK_COPY_HANDSHAKE);
+    let agent = connected(vm.as_ref(), identity).await?;
     Ok(Launched { vm, agent })
 }
 
@@ -117,7 +124,8 @@ pub(crate) async fn delta_copy(
     let base = saved::link_base(&saved.base, &config.run_dir)
         .map_err(|e| crate::NodeError::io("link the source's base memory", e))?;
     let vm = backend.restore_delta(config, &DeltaSnapshot { base, ..saved.clone() }).await?;
-    let agent = connected(vm.as_ref(), give_identity(vm.as_ref(), &config.id, source_secret, secret, deadline)).await?;
+    let identity = give_identity(vm.as_ref(), &config.id, source_secret, secret, deadline, FORK_COPY_HANDSHAKE);
+    let agent = connected(vm.as_ref(), identity).await?;
     Ok(Launched { vm, agent })
 }
 
@@ -149,7 +157,8 @@ pub(crate) async fn resume_in_place(
         SavedForm::Delta => backend.restore_delta(config, &saved::delta_snapshot(&config.run_dir)).await?,
         SavedForm::Full => backend.load(config, &config.run_dir.join(FULL_STATE)).await?,
     };
-    let agent = connected(vm.as_ref(), give_identity(vm.as_ref(), &config.id, secret, secret, deadline)).await?;
+    let identity = give_identity(vm.as_ref(), &config.id, secret, secret, deadline, RESTORED_HANDSHAKE);
+    let agent = connected(vm.as_ref(), identity).await?;
     Ok((Launched { vm, agent }, form != SavedForm::Delta))
 }
 
