@@ -121,6 +121,9 @@ pub(crate) async fn delta_copy(
 ) -> Result<Launched> {
     run_dir::prepare(config, secret)?;
     create_overlay(layer, "qcow2", &config.root_disk).await?;
+    // No fallback to mapping the source's base where it is: a VM restored from a delta
+    // can only be saved as a delta (see lizard_vmm's `Memory::DeltaBase`), which needs
+    // the link.
     let base = saved::link_base(&saved.base, &config.run_dir)
         .map_err(|e| crate::NodeError::io("link the source's base memory", e))?;
     let vm = backend.restore_delta(config, &DeltaSnapshot { base, ..saved.clone() }).await?;
