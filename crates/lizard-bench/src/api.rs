@@ -207,11 +207,12 @@ impl Bench {
 
     /// A sandbox with `mib` MiB of non-zero memory held by a running process; then
     /// `cycles` × (pause, resume), each timed by its HTTP call. The first pause of a template
-    /// clone saves all of memory and is reported apart.
+    /// clone (its first memory delta) is reported apart. At the end the sandbox is paused once
+    /// more and its directory measured.
     pub async fn pause_resume(&self, template: &str, mib: u32, cycles: usize) -> Result<PauseTimes> {
         let id = self.create(template).await?;
         let hold = format!(
-            "nohup node -e \"const b=Buffer.alloc({mib}*1048576,0xa5); require('fs').writeFileSync('/tmp/held','ok'); setInterval(()=>b[0]++,1000)\" >/dev/null 2>&1 &"
+            "nohup node -e \"const b=Buffer.alloc({mib}*1048576,0xa5); require('fs').writeFileSync('/tmp/held.pid',String(process.pid)); require('fs').writeFileSync('/tmp/held','ok'); setInterval(()=>b[0]++,1000)\" >/dev/null 2>&1 &"
         );
         self.exec(&id, &hold).await?;
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -219,7 +220,7 @@ impl Bench {
             ensure!(Instant::now() < deadline, "the memory holder did not start");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let rss = self.exec(&id, "grep VmRSS /proc/$(pgrep -x node)/status").await?;
+        let rss = self.exec(&id, "grep VmRSS /proc/$(cat /tmp/held.pid)/status").await?;
         eprintln!("memory holder: {}", rss.trim());
         let mut out = PauseTimes::default();
         for i in 0..cycles {
@@ -230,7 +231,7 @@ impl Bench {
             self.post(&id, &routes::RESUME, json!({})).await?;
             let resume = ms(t.elapsed());
             // The holder is still there, with its memory.
-            self.exec(&id, "kill -0 $(pgrep -x node)").await?;
+            self.exec(&id, "kill -0 $(cat /tmp/held.pid)").await?;
             if i == 0 {
                 out.first_pause = pause;
                 out.first_resume = resume;
@@ -240,8 +241,8 @@ impl Bench {
             }
             eprintln!("pause/resume {}/{cycles}: {pause:.0} / {resume:.0} ms", i + 1);
         }
-        let state = self.sandbox_dir(&id);
-        out.state_mib = dir_mib(&state);
+        self.post(&id, &routes::PAUSE, json!({})).await?;
+        out.state_mib = dir_mib(&self.sandbox_dir(&id));
         self.kill(&id).await?;
         Ok(out)
     }
@@ -308,7 +309,8 @@ pub struct PauseTimes {
     pub first_resume: f64,
     pub pause: Vec<f64>,
     pub resume: Vec<f64>,
-    /// What the paused sandbox's directory held at the end (disk overlay, memory file).
+    /// What the paused sandbox's directory held at the end (disk overlay, memory delta and
+    /// device state), without the link to the template's memory that all its clones share.
     pub state_mib: f64,
 }
 
@@ -323,11 +325,18 @@ pub(crate) fn pss_mib(pid: u32) -> Result<f64> {
     Ok(kib / 1024.0)
 }
 
-/// Allocated (not apparent) size of the files in a directory, in MiB.
+/// Allocated (not apparent) size of the files in a sandbox's directory, in MiB, without
+/// `base-memory`: a hard link to the template's memory, which every clone shares.
 fn dir_mib(dir: &Path) -> f64 {
     use std::os::unix::fs::MetadataExt;
     let blocks: u64 = std::fs::read_dir(dir)
-        .map(|d| d.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.blocks()).sum())
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name() != "base-memory")
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.blocks())
+                .sum()
+        })
         .unwrap_or(0);
     blocks as f64 * 512.0 / 1048576.0
 }

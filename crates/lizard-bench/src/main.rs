@@ -408,10 +408,11 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
         let mib = args.pause_mib;
         rows.push(
             Summary::new(vec![p.first_pause])
-                .row(&format!("API: first pause, {mib} MiB touched (saves all memory)"), "ms"),
+                .row(&format!("API: first pause, {mib} MiB touched (saves the pages it dirtied)"), "ms"),
         );
         rows.push(
-            Summary::new(vec![p.first_resume]).row(&format!("API: first resume, {mib} MiB touched (loads it)"), "ms"),
+            Summary::new(vec![p.first_resume])
+                .row(&format!("API: first resume, {mib} MiB touched (applies them)"), "ms"),
         );
         rows.push(Summary::new(p.pause).row(&format!("API: pause, {mib} MiB touched"), "ms"));
         rows.push(Summary::new(p.resume).row(&format!("API: resume, {mib} MiB touched"), "ms"));

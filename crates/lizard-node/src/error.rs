@@ -393,7 +393,8 @@ fn vmm_summary(e: &VmmError) -> String {
         VmmError::ExitedAtStart { .. } => "the VMM exited at start".into(),
         VmmError::Exited(exit) => format!("the VMM process exited ({exit:?})"),
         VmmError::Timeout(what) => format!("{what} timed out"),
-        VmmError::ForeignMemoryFile | VmmError::NonUtf8Path(_) | VmmError::NoSuchDisk(_) => {
+        VmmError::Delta(_) => "the sandbox's saved memory is damaged or missing".into(),
+        VmmError::ForeignMemoryFile | VmmError::NonUtf8Path(_) | VmmError::NoSuchDisk(_) | VmmError::NotCopyOnWrite => {
             "the VM was set up wrongly".into()
         }
     }

@@ -296,3 +296,226 @@ async fn identity_in_the_handshake_and_an_idle_agent() {
     clone.remove().await;
     t.finish().await;
 }
+/// A guest process that fills `mib` MiB with random bytes and keeps them; it writes their
+/// SHA-256 to /tmp/h1 at once and to /tmp/h2 on SIGUSR1. Returns the first hash.
+async fn start_pattern(sbx: &Sandbox, mib: u32) -> String {
+    let script = "const c=require('crypto'),fs=require('fs');\
+        const b=Buffer.allocUnsafe(Number(process.argv[2])*1048576);c.randomFillSync(b);\
+        const h=()=>c.createHash('sha256').update(b).digest('hex');\
+        process.on('SIGUSR1',()=>fs.writeFileSync('/tmp/h2.tmp',h())||fs.renameSync('/tmp/h2.tmp','/tmp/h2'));\
+        fs.writeFileSync('/tmp/h1.tmp',h());fs.renameSync('/tmp/h1.tmp','/tmp/h1');setInterval(()=>{},1000);";
+    out(sbx, &format!("cat > /tmp/pattern.js <<'EOF'\n{script}\nEOF")).await;
+    out(sbx, &format!("nohup node /tmp/pattern.js {mib} >/tmp/pattern.log 2>&1 & echo $! > /tmp/pattern.pid")).await;
+    wait_for_file(sbx, "/tmp/h1").await
+}
+
+async fn wait_for_file(sbx: &Sandbox, path: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let h = out(sbx, &format!("cat {path} 2>/dev/null || true")).await;
+        if h.len() == 64 {
+            return h;
+        }
+        assert!(Instant::now() < deadline, "no {path}: {}", out(sbx, "cat /tmp/pattern.log").await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The pattern process's memory hashed now (it must still be the same process).
+async fn pattern_hash(sbx: &Sandbox) -> String {
+    out(sbx, "rm -f /tmp/h2 && kill -USR1 $(cat /tmp/pattern.pid)").await;
+    wait_for_file(sbx, "/tmp/h2").await
+}
+
+fn run_dir(t: &common::TestNode, sbx: &Sandbox) -> std::path::PathBuf {
+    t.dir.path().join("sandboxes").join(&sbx.id)
+}
+
+fn mib(path: &std::path::Path) -> f64 {
+    std::fs::metadata(path).unwrap().len() as f64 / 1048576.0
+}
+
+/// A template clone pauses to the pages it dirtied (a delta over the template's memory,
+/// linked into its directory), which rebuild its memory byte for byte; a process's
+/// memory survives pause and resume, twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_clone_keeps_only_the_pages_it_dirtied() {
+    let t = common::node().await;
+    let sbx = t.node.create(base()).await.unwrap();
+    assert!(sbx.from_snapshot());
+    const DIRTIED_MIB: u32 = 128;
+    let h1 = start_pattern(&sbx, DIRTIED_MIB).await;
+
+    // The delta over the base is the stopped VM's memory, byte for byte.
+    {
+        let live = sbx.live().unwrap();
+        let vm = live.vm();
+        vm.pause().await.unwrap();
+        let base = vm.memory_base().expect("a clone's memory is copy-on-write").to_path_buf();
+        assert_eq!(base, run_dir(&t, &sbx).join("base-memory"), "the clone maps the template's memory by a link");
+        let len = u64::from(vm.config().memory_mib) << 20;
+        let tmp = tempfile::tempdir().unwrap();
+        let (delta, devices) = (tmp.path().join("delta"), tmp.path().join("devices"));
+        let stats = vm.save_delta(&delta, &devices).await.unwrap();
+        assert!(devices.is_file());
+        let mapping = lizard_vmm::delta::find_mapping(vm.pid(), &base, len).unwrap();
+        let mut ram = vec![0u8; usize::try_from(len).unwrap()];
+        use std::os::unix::fs::FileExt;
+        let mem = std::fs::File::open(format!("/proc/{}/mem", vm.pid())).unwrap();
+        mem.read_exact_at(&mut ram, mapping.start).unwrap();
+        let mut rebuilt = std::fs::read(&base).unwrap();
+        let differing = |a: &[u8], b: &[u8]| a.chunks(4096).zip(b.chunks(4096)).filter(|(x, y)| x != y).count();
+        let before = differing(&rebuilt, &ram);
+        assert!(before >= (DIRTIED_MIB as usize) * 256, "the base alone differs in only {before} pages");
+        for (pages, data) in lizard_vmm::delta::load(&delta, len).unwrap().batches() {
+            for (p, page) in pages.iter().zip(data.chunks(4096)) {
+                let at = usize::try_from(*p).unwrap() * 4096;
+                rebuilt[at..at + 4096].copy_from_slice(page);
+            }
+        }
+        assert_eq!(differing(&rebuilt, &ram), 0, "base + delta is not the VM's memory");
+        eprintln!("delta: {} pages, {} bytes; {before} pages differ from the base", stats.pages, stats.bytes);
+        vm.resume().await.unwrap();
+    }
+
+    for round in 0..2 {
+        let t0 = Instant::now();
+        t.node.pause(&sbx.id).await.unwrap();
+        let paused = t0.elapsed();
+        let dir = run_dir(&t, &sbx);
+        let delta = mib(&dir.join("memory.delta"));
+        eprintln!("round {round}: pause {paused:?}, delta {delta:.1} MiB");
+        assert!(
+            delta >= f64::from(DIRTIED_MIB) && delta < f64::from(DIRTIED_MIB) + 160.0,
+            "a delta of {delta:.1} MiB after dirtying {DIRTIED_MIB} MiB"
+        );
+        for gone in ["state", "memory"] {
+            assert!(!dir.join(gone).exists(), "a paused clone has a {gone} file");
+        }
+        let t0 = Instant::now();
+        t.node.resume(&sbx.id).await.unwrap();
+        eprintln!("round {round}: resume {:?}", t0.elapsed());
+        assert_eq!(pattern_hash(&sbx).await, h1, "round {round}: the process's memory changed");
+        assert!(!dir.join("memory.delta").exists(), "the delta outlived the resume");
+    }
+    t.finish().await;
+}
+
+/// A damaged or missing delta fails the resume with a stable error, and the sandbox stays
+/// paused with its files; put right, it resumes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_damaged_or_missing_delta_fails_the_resume_and_keeps_the_sandbox() {
+    let t = common::node().await;
+    let sbx = t.node.create(base()).await.unwrap();
+    let h1 = start_pattern(&sbx, 16).await;
+    t.node.pause(&sbx.id).await.unwrap();
+    let dir = run_dir(&t, &sbx);
+    let delta = dir.join("memory.delta");
+    let good = std::fs::read(&delta).unwrap();
+
+    let mut damaged = good.clone();
+    let n = damaged.len();
+    damaged[n - 100] ^= 0x40;
+    std::fs::write(&delta, &damaged).unwrap();
+    let check_refused = |what: &str, e: lizard_node::NodeError| {
+        let api = e.to_api();
+        assert_eq!(api.code, lizard_api::ErrorCode::BootFailed, "{what}: {e}");
+        assert!(api.message.contains("saved memory is damaged or missing"), "{what}: {}", api.message);
+        assert!(!api.message.contains(dir.to_str().unwrap()), "{what}: a host path in {}", api.message);
+        assert_eq!(sbx.info().state, lizard_api::SandboxState::Paused, "{what}");
+        assert_eq!(common::vmm_processes(t.dir.path()), Vec::<i32>::new(), "{what}: a VMM runs on");
+        for f in ["sandbox.json", "devices", "base-memory", "root.qcow2"] {
+            assert!(dir.join(f).is_file(), "{what}: {f} is gone");
+        }
+    };
+    check_refused("damaged", t.node.resume(&sbx.id).await.unwrap_err());
+    std::fs::remove_file(&delta).unwrap();
+    check_refused("missing", t.node.resume(&sbx.id).await.unwrap_err());
+    std::fs::write(&delta, &damaged[..n / 2]).unwrap();
+    check_refused("truncated", t.node.resume(&sbx.id).await.unwrap_err());
+
+    std::fs::write(&delta, &good).unwrap();
+    t.node.resume(&sbx.id).await.unwrap();
+    assert_eq!(pattern_hash(&sbx).await, h1);
+    t.finish().await;
+}
+
+/// Five copies of a running clone: each has the source's memory (a process's pattern),
+/// its own identity and RNG, and its own writes; a copy pauses and resumes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clone_forks_into_five_distinct_copies() {
+    let t = common::node().await;
+    let src = t.node.create(base()).await.unwrap();
+    let h1 = start_pattern(&src, 32).await;
+    let t0 = Instant::now();
+    let copies = t.node.fork(&src.id, 5).await.unwrap();
+    eprintln!("fork ×5 of a clone: {:?}", t0.elapsed());
+    assert_eq!(copies.len(), 5);
+    let rand = "head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'";
+    let boot_id = "cat /proc/sys/kernel/random/boot_id";
+    let mut randoms = vec![out(&src, rand).await];
+    for (i, c) in copies.iter().enumerate() {
+        assert_eq!(out(c, "hostname").await, c.id);
+        assert_eq!(pattern_hash(c).await, h1, "copy {i} lost the source's memory");
+        randoms.push(out(c, rand).await);
+        out(c, &format!("echo copy{i} > /root/who")).await;
+        assert_ne!(out(c, boot_id).await, "", "copy {i}");
+    }
+    randoms.sort();
+    randoms.dedup();
+    assert_eq!(randoms.len(), 6, "copies share RNG output");
+    for (i, c) in copies.iter().enumerate() {
+        assert_eq!(out(c, "cat /root/who").await, format!("copy{i}"));
+    }
+    assert_ne!(src.exec_collect(sh("cat /root/who")).await.unwrap().exit_code, 0, "the source sees a copy's file");
+    assert_eq!(pattern_hash(&src).await, h1);
+
+    // The source goes first; a copy still pauses and resumes over its own link.
+    t.node.kill(&src.id).await.unwrap();
+    t.node.pause(&copies[0].id).await.unwrap();
+    t.node.resume(&copies[0].id).await.unwrap();
+    assert_eq!(pattern_hash(&copies[0]).await, h1);
+    t.finish().await;
+}
+
+/// A clone paused by a node from before memory deltas (one full save, `state`) is taken
+/// back after a restart and resumes; from then on its memory is a file of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clone_paused_to_a_full_save_still_resumes() {
+    let t = common::node().await;
+    let sbx = t.node.create(base()).await.unwrap();
+    let h1 = start_pattern(&sbx, 16).await;
+    out(&sbx, "sync").await;
+    let dir = t.dir.path().join("sandboxes").join(&sbx.id);
+    // The full save an older node made of a paused clone (from the clone's own VMM, as it
+    // did); the guest then idles until the node pauses it, which leaves a delta that is
+    // removed below: only the full save stays.
+    {
+        let live = sbx.live().unwrap();
+        live.vm().pause().await.unwrap();
+        live.vm().save_all(&dir.join("state")).await.unwrap();
+        live.vm().resume().await.unwrap();
+    }
+    t.node.pause(&sbx.id).await.unwrap();
+    let id = sbx.id.clone();
+    drop(sbx);
+    t.node.shutdown().await;
+    for f in ["memory.delta", "devices"] {
+        std::fs::remove_file(dir.join(f)).unwrap();
+    }
+
+    let node = lizard_node::Node::start(t.node.config().clone()).await.unwrap();
+    let back = node.get(&id).expect("the paused sandbox is back");
+    node.resume(&id).await.unwrap();
+    assert_eq!(pattern_hash(&back).await, h1);
+    assert!(dir.join("memory").is_file(), "a full save loads into a memory file of the sandbox's own");
+    assert!(!dir.join("state").exists());
+    // Its later pauses save device state beside that file.
+    node.pause(&id).await.unwrap();
+    assert!(dir.join("vmstate").is_file() && !dir.join("memory.delta").exists());
+    node.resume(&id).await.unwrap();
+    assert_eq!(pattern_hash(&back).await, h1);
+    node.kill(&id).await.unwrap();
+    node.shutdown().await;
+    common::assert_no_leftovers(t.dir.path());
+}

@@ -9,6 +9,7 @@
 //! whose other end is the agent's transport (a virtio-serial port under QEMU).
 
 pub mod accel;
+pub mod delta;
 pub mod netns;
 pub mod qemu;
 mod qmp;
@@ -16,6 +17,7 @@ mod qmp;
 use std::path::{Path, PathBuf};
 
 pub use accel::Accel;
+pub use delta::{DeltaError, DeltaStats};
 pub use qmp::QmpError;
 
 /// Everything that shapes one VM. Pure data: runtime state lives in the [`Vm`].
@@ -99,6 +101,15 @@ impl Snapshot {
     }
 }
 
+/// A paused copy-on-write clone saved as a delta: the base memory file it maps private,
+/// the pages it changed ([`delta`]) and its device state (no RAM).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeltaSnapshot {
+    pub base: PathBuf,
+    pub delta: PathBuf,
+    pub devices: PathBuf,
+}
+
 /// How a VMM process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VmExit {
@@ -133,6 +144,12 @@ pub enum VmmError {
     /// The VM has no extra disk of that index.
     #[error("the VM has no extra disk {0}")]
     NoSuchDisk(usize),
+    /// A memory delta could not be saved or applied (damaged, missing, not this VM's).
+    #[error("memory delta: {0}")]
+    Delta(#[from] DeltaError),
+    /// A delta save of a VM whose memory is no copy-on-write mapping of a base file.
+    #[error("the VM's memory is not a copy-on-write mapping")]
+    NotCopyOnWrite,
     /// The VMM process is gone.
     #[error("the VMM process exited ({0:?})")]
     Exited(VmExit),
@@ -173,6 +190,11 @@ pub trait Backend: Send + Sync {
     /// into the VM's own memory file ([`VmConfig::memory_file`], replaced), so that the
     /// VM can later be snapshotted without copying memory. It runs when this returns.
     async fn load(&self, config: &VmConfig, state: &Path) -> Result<Box<dyn Vm>>;
+    /// Start a VM from a delta save ([`Vm::save_delta`]): `saved.base` mapped
+    /// copy-on-write, the delta's pages written into it and the device state loaded before
+    /// the guest runs. A damaged or missing delta fails here, the VMM killed. It runs when
+    /// this returns, still a copy-on-write clone of `saved.base`.
+    async fn restore_delta(&self, config: &VmConfig, saved: &DeltaSnapshot) -> Result<Box<dyn Vm>>;
 }
 
 /// One running VMM process.
@@ -196,6 +218,12 @@ pub trait Vm: Send + Sync {
     /// memory is not a file of its own (a copy-on-write clone), and for copies of a VM that
     /// keeps running.
     async fn save_all(&self, state: &Path) -> Result<()>;
+    /// The file this VM's memory is a private copy-on-write mapping of, if it is one.
+    fn memory_base(&self) -> Option<&Path>;
+    /// Save, while paused, what a copy-on-write clone changed: the guest pages that are no
+    /// longer its base file's to `delta`, and device state without RAM to `devices`
+    /// (both replaced). For VMs with a [`Vm::memory_base`] only.
+    async fn save_delta(&self, delta: &Path, devices: &Path) -> Result<DeltaStats>;
     /// Freeze the root disk as it is now: the empty overlay `new_top`, a qcow2 file the
     /// caller made over (a link to) the current disk, takes the VM's writes from here on.
     /// Call while paused.

@@ -7,7 +7,10 @@
 //! is a Unix socket QEMU listens on; virtio-serial is migratable, vhost-user is not.
 
 use crate::qmp::Qmp;
-use crate::{Accel, Backend, MemoryMapping, PendingVm, Result, Snapshot, Vm, VmConfig, VmExit, VmmError};
+use crate::{
+    Accel, Backend, DeltaSnapshot, DeltaStats, MemoryMapping, PendingVm, Result, Snapshot, Vm, VmConfig, VmExit,
+    VmmError,
+};
 use serde_json::json;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -113,7 +116,8 @@ impl QemuBackend {
                 return Err(e);
             }
         };
-        Ok(QemuVm { config: config.clone(), pid, qmp, exit: rx, running })
+        let memory_base = memory.copy_on_write_base().map(Path::to_path_buf);
+        Ok(QemuVm { config: config.clone(), pid, qmp, exit: rx, running, memory_base })
     }
 }
 
@@ -134,6 +138,22 @@ pub enum Memory<'a> {
     Own,
     /// A snapshot's memory file, mapped as given.
     Snapshot(&'a Path, MemoryMapping),
+    /// A delta restore's base file, mapped copy-on-write; QEMU starts stopped (`-S`), so
+    /// that the guest runs only once the delta is in, and loads device state saved without
+    /// a configuration section (`xen-save-devices-state` writes none). Such a VM is saved
+    /// by [`Vm::save_delta`] only: a migration stream it wrote would lack that section too,
+    /// and only a `DeltaBase` QEMU could load it.
+    DeltaBase(&'a Path),
+}
+
+impl Memory<'_> {
+    /// The file mapped private copy-on-write, if any.
+    fn copy_on_write_base(&self) -> Option<&Path> {
+        match self {
+            Memory::Snapshot(path, MemoryMapping::CopyOnWrite) | Memory::DeltaBase(path) => Some(path),
+            Memory::Own | Memory::Snapshot(_, MemoryMapping::Shared) => None,
+        }
+    }
 }
 
 /// The QEMU command line for `config`; with `incoming`, QEMU waits for a migration stream.
@@ -141,7 +161,7 @@ pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool) -> Ve
     let (mem_path, share) = match memory {
         Memory::Own => (config.memory_file(), true),
         Memory::Snapshot(path, MemoryMapping::Shared) => (path.to_path_buf(), true),
-        Memory::Snapshot(path, MemoryMapping::CopyOnWrite) => (path.to_path_buf(), false),
+        Memory::Snapshot(path, MemoryMapping::CopyOnWrite) | Memory::DeltaBase(path) => (path.to_path_buf(), false),
     };
     let accel = match config.accel {
         Accel::Kvm => "kvm",
@@ -201,6 +221,9 @@ pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool) -> Ve
     push(&["-qmp", &format!("unix:{},server=on,wait=off", qmp_socket(config).display())]);
     if incoming {
         push(&["-incoming", "defer"]);
+    }
+    if let Memory::DeltaBase(_) = memory {
+        push(&["-S", "-global", "migration.send-configuration=off"]);
     }
     a
 }
@@ -271,6 +294,44 @@ impl Backend for QemuBackend {
         vm.incoming(state, false).await?;
         Ok(Box::new(vm))
     }
+
+    async fn restore_delta(&self, config: &VmConfig, saved: &DeltaSnapshot) -> Result<Box<dyn Vm>> {
+        let t = std::time::Instant::now();
+        let len = memory_bytes(config);
+        // The delta is read and checked while QEMU starts: a damaged one never reaches it.
+        let path = saved.delta.clone();
+        let loading = tokio::task::spawn_blocking(move || crate::delta::load(&path, len));
+        let spawned = self.spawn(config, Memory::DeltaBase(&saved.base), true).await;
+        let loaded = loading.await.expect("delta load task panicked");
+        let vm = spawned?;
+        let ready = t.elapsed();
+        let (pid, base) = (vm.pid, saved.base.clone());
+        let applied = match loaded {
+            Ok(delta) => tokio::task::spawn_blocking(move || {
+                let mapping = crate::delta::find_mapping(pid, &base, len)?;
+                crate::delta::write_into(pid, mapping, &delta).map(|()| delta.pages())
+            })
+            .await
+            .expect("delta write task panicked"),
+            Err(e) => Err(e),
+        };
+        match applied {
+            Ok(pages) => tracing::debug!(id = %config.id, pages, ?ready, applied = ?t.elapsed(), "delta applied"),
+            Err(e) => {
+                // Part of the delta may be in guest memory: this guest must never run.
+                let _ = vm.kill().await;
+                return Err(e.into());
+            }
+        }
+        vm.incoming(&saved.devices, false).await?;
+        tracing::debug!(id = %config.id, running = ?t.elapsed(), "delta restored");
+        Ok(Box::new(vm))
+    }
+}
+
+/// Guest memory size in bytes.
+fn memory_bytes(config: &VmConfig) -> u64 {
+    u64::from(config.memory_mib) << 20
 }
 
 /// A `qemu-system-x86_64 -incoming defer` process waiting for a snapshot's device state.
@@ -304,6 +365,8 @@ pub struct QemuVm {
     qmp: Qmp,
     exit: watch::Receiver<Option<VmExit>>,
     running: Arc<AtomicBool>,
+    /// The file guest memory is a private copy-on-write mapping of, if it is one.
+    memory_base: Option<PathBuf>,
 }
 
 impl QemuVm {
@@ -377,6 +440,30 @@ impl Vm for QemuVm {
 
     async fn save_all(&self, state: &Path) -> Result<()> {
         self.save(state, false).await
+    }
+
+    fn memory_base(&self) -> Option<&Path> {
+        self.memory_base.as_deref()
+    }
+
+    async fn save_delta(&self, delta: &Path, devices: &Path) -> Result<DeltaStats> {
+        let base = self.memory_base.clone().ok_or(VmmError::NotCopyOnWrite)?;
+        let devices_arg = devices.to_str().ok_or_else(|| VmmError::NonUtf8Path(devices.to_path_buf()))?;
+        // Device state only: the RAM block is skipped whatever its mapping.
+        let t = std::time::Instant::now();
+        self.qmp.execute("xen-save-devices-state", json!({ "filename": devices_arg, "live": false })).await?;
+        tracing::debug!(id = %self.config.id, took = ?t.elapsed(), "device state saved");
+        let (pid, delta, len) = (self.pid, delta.to_path_buf(), memory_bytes(&self.config));
+        let t = std::time::Instant::now();
+        let stats = tokio::task::spawn_blocking(move || {
+            let mapping = crate::delta::find_mapping(pid, &base, len)?;
+            let pages = crate::delta::dirty_pages(pid, mapping)?;
+            crate::delta::save(pid, mapping, &pages, &delta)
+        })
+        .await
+        .expect("delta save task panicked")?;
+        tracing::debug!(id = %self.config.id, pages = stats.pages, took = ?t.elapsed(), "delta saved");
+        Ok(stats)
     }
 
     async fn freeze_disk(&self, new_top: &Path) -> Result<()> {
@@ -480,6 +567,15 @@ mod tests {
             .join(" ");
         assert!(a.contains("mem-path=/t/memory,share=off"), "{a}");
         assert!(a.ends_with("-incoming defer"));
+    }
+
+    #[test]
+    fn a_delta_restore_starts_stopped_over_its_base() {
+        let a = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory")), true).join(" ");
+        assert!(a.contains("mem-path=/s/base-memory,share=off"), "{a}");
+        assert!(a.ends_with("-incoming defer -S -global migration.send-configuration=off"), "{a}");
+        assert_eq!(Memory::DeltaBase(Path::new("/b")).copy_on_write_base(), Some(Path::new("/b")));
+        assert_eq!(Memory::Own.copy_on_write_base(), None);
     }
 
     #[test]

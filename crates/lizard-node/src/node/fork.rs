@@ -1,21 +1,46 @@
 //! Forks: copies of a running sandbox, processes and memory included.
 //!
 //! A fork freezes the source's root disk into a layer under `<data>/layers` (the source
-//! goes on in a new overlay above it), saves the source VM in full once, and loads that
-//! save into each copy, over a new overlay on the same layer. Layers are deleted with the
-//! last sandbox whose disk they back.
+//! goes on in a new overlay above it) and saves the source VM once, then starts each copy
+//! from that save over a new overlay on the same layer. A source whose memory is a
+//! copy-on-write clone (of a template, or an earlier fork) saves only the pages it changed
+//! and its device state; each copy maps the same base copy-on-write and gets those pages,
+//! and the source runs on untouched. A cold-booted source (memory its own file) saves all
+//! of memory, which each copy loads. Layers are deleted with the last sandbox whose disk
+//! they back.
 
 use super::Node;
 use crate::sandbox::{self, Identity, Live, Sandbox, State};
 use crate::vm::{self, Machine};
 use crate::{NodeError, Result};
 use lizard_agent_proto::handshake::Secret;
+use lizard_vmm::DeltaSnapshot;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Most copies one fork call makes.
 pub const MAX_FORKS: u32 = 16;
+
+/// The source VM as saved for its copies.
+enum SourceSave {
+    /// Device state and all of memory (a cold-booted source).
+    Full(PathBuf),
+    /// What a copy-on-write source changed over its base.
+    Delta(DeltaSnapshot),
+}
+
+impl SourceSave {
+    fn remove(&self) {
+        let files = match self {
+            SourceSave::Full(state) => vec![state],
+            SourceSave::Delta(d) => vec![&d.delta, &d.devices],
+        };
+        for f in files {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
 
 impl Node {
     /// `count` copies of a running sandbox, processes and memory included, each with its
@@ -42,28 +67,41 @@ impl Node {
         std::fs::create_dir_all(&layers_dir).map_err(|e| NodeError::io("create the layers dir", e))?;
         let token = sandbox::new_id();
         let layer = layers_dir.join(format!("{token}.qcow2"));
-        let state_file = layers_dir.join(format!("{token}.state"));
         let new_top = source.run_dir.join(format!("root-{token}.qcow2"));
+        let vm = live.vm();
+        let save = match vm.memory_base() {
+            Some(base) if !source.state().own_memory => SourceSave::Delta(DeltaSnapshot {
+                base: base.to_path_buf(),
+                delta: layers_dir.join(format!("{token}.delta")),
+                devices: layers_dir.join(format!("{token}.devices")),
+            }),
+            _ => SourceSave::Full(layers_dir.join(format!("{token}.state"))),
+        };
 
         // Freeze the disk and save the VM at one instant (vCPUs stopped), then let the
         // source go on in a new overlay.
-        let vm = live.vm();
+        let t = std::time::Instant::now();
         vm.pause().await?;
         let frozen: Result<()> = async {
             std::fs::hard_link(&old_top, &layer).map_err(|e| NodeError::io("link the frozen disk", e))?;
             vm::create_overlay(&layer, "qcow2", &new_top).await?;
             vm.freeze_disk(&new_top).await?;
-            vm.save_all(&state_file).await?;
+            match &save {
+                SourceSave::Full(state) => vm.save_all(state).await?,
+                SourceSave::Delta(d) => drop(vm.save_delta(&d.delta, &d.devices).await?),
+            }
             Ok(())
         }
         .await;
         let resumed = vm.resume().await;
         if let Err(e) = frozen.and(resumed.map_err(NodeError::from)) {
-            for f in [&layer, &state_file, &new_top] {
+            for f in [&layer, &new_top] {
                 let _ = std::fs::remove_file(f);
             }
+            save.remove();
             return Err(e);
         }
+        tracing::debug!(id = %source.id, saved = ?t.elapsed(), "fork source saved");
         let (base, layers) = {
             let mut st = source.state();
             st.config.root_disk = new_top;
@@ -74,11 +112,10 @@ impl Node {
         let _ = std::fs::remove_file(&old_top);
         source.write_record()?;
 
-        let copies = futures_util::future::join_all(
-            (0..count).map(|_| self.fork_one(source, &base, &layers, &layer, &state_file)),
-        )
-        .await;
-        let _ = std::fs::remove_file(&state_file);
+        let copies =
+            futures_util::future::join_all((0..count).map(|_| self.fork_one(source, &base, &layers, &layer, &save)))
+                .await;
+        save.remove();
         let mut made = Vec::with_capacity(copies.len());
         let mut failure = None;
         for copy in copies {
@@ -97,16 +134,17 @@ impl Node {
         Ok(made)
     }
 
-    /// One copy for [`Node::fork`]: a new overlay on the frozen `layer`, the source's full
-    /// save loaded into a memory file of its own, a network of its own with the source's
-    /// policy, and a new identity.
+    /// One copy for [`Node::fork`]: a new overlay on the frozen `layer`, the source's save
+    /// (a full one loaded into a memory file of its own, or a delta over the source's base
+    /// mapped copy-on-write), a network of its own with the source's policy, and a new
+    /// identity.
     async fn fork_one(
         self: &Arc<Self>,
         source: &Sandbox,
         machine: &Machine,
         layers: &[PathBuf],
         layer: &Path,
-        state_file: &Path,
+        save: &SourceSave,
     ) -> Result<Arc<Sandbox>> {
         let id = sandbox::new_id();
         let secret = Secret::generate();
@@ -116,11 +154,18 @@ impl Node {
         // The source has no volume (it could not be forked): a placeholder of its own.
         let config = vm::sandbox_vm(&id, run_dir.clone(), machine, None, net.as_ref().map(|n| n.attachment()));
         let deadline = self.config.boot_timeout;
-        let launched =
-            vm::load_copy(self.backend.as_ref(), &config, layer, state_file, &source.secret, &secret, deadline).await;
+        let backend = self.backend.as_ref();
+        let (launched, own_memory) = match save {
+            SourceSave::Full(state) => {
+                (vm::load_copy(backend, &config, layer, state, &source.secret, &secret, deadline).await, true)
+            }
+            SourceSave::Delta(d) => {
+                (vm::delta_copy(backend, &config, layer, d, &source.secret, &secret, deadline).await, false)
+            }
+        };
         let started = launched.map(|launched| {
-            let state =
-                State { live: Some(Arc::new(Live::new(launched))), config, own_memory: true, layers: layers.to_vec() };
+            let live = Some(Arc::new(Live::new(launched)));
+            let state = State { live, config, own_memory, layers: layers.to_vec() };
             Sandbox::new(Identity::fork_of(source, id), secret, state)
         });
         // On failure the network is dropped with the closure, which removes it.

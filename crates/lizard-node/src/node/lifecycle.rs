@@ -3,10 +3,12 @@
 //!
 //! A paused sandbox has no VMM process. Its directory holds everything it is: the root
 //! disk overlay, the secret, `sandbox.json`, and its saved VM — either device state only
-//! beside a memory file of its own, or, for a template clone whose memory is a private
-//! copy-on-write mapping of the template's, one full save with all of memory. Resuming a
-//! full save loads it into a memory file of the sandbox's own, so every later pause only
-//! saves device state (see [`crate::vm`]'s `save_in_place`).
+//! beside a memory file of its own (a cold boot), or, for a clone whose memory is a
+//! private copy-on-write mapping of a template's (or a fork's) memory, the pages it
+//! changed and its device state beside a hard link to that memory. A clone resumes a
+//! clone: its pauses write what it changed, its files stay ∝ that. A full save left by an
+//! older node loads into a memory file of the sandbox's own (see [`crate::vm`]'s
+//! `save_in_place`).
 
 use super::Node;
 use crate::error::EndReason;
@@ -52,7 +54,8 @@ impl Node {
         let _ = tokio::time::timeout(Duration::from_secs(2), live.agent().shutdown()).await;
         tokio::time::sleep(AGENT_SETTLE).await;
         let vm = live.vm();
-        if let Err(e) = vm::save_in_place(vm, own_memory).await {
+        let saved = vm::save_in_place(vm, own_memory).await;
+        if let Err(e) = saved {
             // Not paused after all: run on, with a new session.
             let _ = vm.resume().await;
             let deadline = self.config.boot_timeout;
@@ -73,7 +76,7 @@ impl Node {
         let recorded = sandbox.write_record();
         let _ = vm.kill().await;
         recorded?;
-        tracing::info!(id = %sandbox.id, full = !own_memory, "sandbox paused");
+        tracing::info!(id = %sandbox.id, form = ?saved, "sandbox paused");
         Ok(())
     }
 
@@ -106,13 +109,13 @@ impl Node {
             sandbox.state().config.net = config.net.clone();
         }
         let deadline = self.config.boot_timeout;
-        let launched =
+        let (launched, own_memory) =
             vm::resume_in_place(self.backend.as_ref(), &config, own_memory, &sandbox.secret, deadline).await?;
         let live = Arc::new(Live::new(launched));
         {
             let mut st = sandbox.state();
             st.live = Some(live.clone());
-            st.own_memory = true;
+            st.own_memory = own_memory;
         }
         vm::discard_saved(&sandbox.run_dir);
         self.watch(sandbox.clone(), live);

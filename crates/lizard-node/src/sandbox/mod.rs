@@ -80,8 +80,9 @@ pub(crate) struct State {
     /// The VM's shape now (a fork gives the sandbox a new root disk overlay).
     pub config: VmConfig,
     /// Guest memory is the VM's own file (cold boot, or loaded from a full save), so a
-    /// pause saves only device state; else (a template clone, whose memory is a private
-    /// copy-on-write mapping of the template's) a pause saves all of memory.
+    /// pause saves only device state; else (a clone, whose memory is a private
+    /// copy-on-write mapping of a template's or a fork's) a pause saves the pages it
+    /// changed (a memory delta).
     pub own_memory: bool,
     /// Frozen disk layers (under `<data>/layers`) that the root disk is backed by.
     pub layers: Vec<PathBuf>,

@@ -2,7 +2,7 @@
 //! back after the node restarts.
 
 use super::{Identity, Sandbox, State};
-use crate::vm::saved_in_place;
+use crate::vm::saved_form;
 use crate::{NodeError, Result};
 use lizard_agent_proto::handshake::Secret;
 use lizard_vmm::VmConfig;
@@ -76,8 +76,8 @@ impl Sandbox {
     /// A paused sandbox from its directory, if the directory holds a complete one.
     pub(crate) fn adopt(dir: &Path) -> Option<Sandbox> {
         let record: Record = serde_json::from_slice(&std::fs::read(dir.join(RECORD)).ok()?).ok()?;
-        let saved = saved_in_place(dir, record.own_memory);
-        if !record.paused || record.config.run_dir != dir || !saved.exists() || !record.config.root_disk.exists() {
+        let saved = saved_form(dir, record.own_memory);
+        if !record.paused || record.config.run_dir != dir || saved.is_none() || !record.config.root_disk.exists() {
             return None;
         }
         let secret_file = record.config.secret_file.as_ref()?;

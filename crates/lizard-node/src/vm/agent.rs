@@ -140,11 +140,12 @@ pub(crate) async fn give_identity(
     saved_secret: &Secret,
     secret: &Secret,
     deadline: Duration,
+    first_attempt: Duration,
 ) -> Result<AgentClient> {
     let start = Instant::now();
     let identity = new_identity(id, secret);
     let auth = Auth::WithIdentity { saved: saved_secret, identity: &identity, new: secret };
-    let agent = connect_with(vm, auth, deadline, Some(RESTORED_HANDSHAKE)).await?;
+    let agent = connect_with(vm, auth, deadline, Some(first_attempt)).await?;
     tracing::debug!(%id, handshake = ?start.elapsed(), "restored guest took its identity");
     Ok(agent)
 }

@@ -1,17 +1,25 @@
-//! Starting VMs, the four ways a node does it — cold boot, clone of a template snapshot,
-//! copy of a fork's full save, resume of a paused VM in place — and saving a paused VM
-//! into its run directory. Each start ends with an authenticated agent connection; on
+//! Starting VMs, the ways a node does it — cold boot, clone of a template snapshot, copy
+//! of a fork's source (its full save, or its memory delta over the base it maps), resume
+//! of a paused VM in place — and saving a paused VM into its run directory
+//! ([`super::saved`] has the forms a save takes). Each start ends with an authenticated agent connection; on
 //! failure the VM is killed (the caller removes the run directory).
 
 use super::agent::{connect_agent, give_identity, mount_volume, send_identity, RESTORED_HANDSHAKE};
 use super::disk::create_overlay;
 use super::run_dir::{self, FULL_STATE, VMSTATE};
+use super::saved::{self, SavedForm};
 use crate::Result;
 use lizard_agent_client::AgentClient;
 use lizard_agent_proto::handshake::Secret;
-use lizard_vmm::{Backend, MemoryMapping, PendingVm, Snapshot, Vm, VmConfig, VmmError};
-use std::path::{Path, PathBuf};
+use lizard_vmm::{Backend, DeltaSnapshot, MemoryMapping, PendingVm, Snapshot, Vm, VmConfig, VmmError};
+use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// The first handshake's limit for a fork's copy. The source's agent session was open when
+/// it was saved, so a copy's agent first serves a host that is gone: the first handshake
+/// cannot succeed, and only its giving up ends that session. Short, so that it gives up
+/// soon (each retry doubles it, for a guest that is merely slow).
+const FORK_COPY_HANDSHAKE: Duration = Duration::from_millis(200);
 
 /// A VMM process and the authenticated connection to its agent.
 pub(crate) struct Launched {
@@ -78,7 +86,16 @@ pub(crate) async fn spawn_clone(
     // not read it again: its secret arrives with the identity.
     run_dir::prepare(config, secret)?;
     create_overlay(disk, "qcow2", &config.root_disk).await?;
-    Ok(backend.spawn_for_restore(config, memory, MemoryMapping::CopyOnWrite).await?)
+    // The clone maps a link to the template's memory in its own directory: pausing it
+    // writes only the pages it changed, and its resume needs that file, not the template.
+    let memory = match saved::link_base(memory, &config.run_dir) {
+        Ok(linked) => linked,
+        Err(e) => {
+            tracing::warn!(id = %config.id, "cannot link the template's memory (its pauses save all of memory): {e}");
+            memory.to_path_buf()
+        }
+    };
+    Ok(backend.spawn_for_restore(config, &memory, MemoryMapping::CopyOnWrite).await?)
 }
 
 /// The second half of [`clone_template`]: load the snapshot's device state into
@@ -95,8 +112,9 @@ pub(crate) async fn restore_clone(
     let mut unclaimed = KillOnDrop(Some(pending.pid()));
     let vm = pending.restore(vmstate).await?;
     unclaimed.0 = None;
+    let id = vm.config().id.clone();
     let agent = match secret {
-        Some(secret) => give_identity(vm.as_ref(), &vm.config().id, saved_secret, secret, deadline).await,
+        Some(secret) => give_identity(vm.as_ref(), &id, saved_secret, secret, deadline, RESTORED_HANDSHAKE).await,
         None => connect_agent(vm.as_ref(), saved_secret, deadline, Some(RESTORED_HANDSHAKE)).await,
     };
     let agent = connected(vm.as_ref(), std::future::ready(agent)).await?;
@@ -125,52 +143,68 @@ pub(crate) async fn load_copy(
     run_dir::prepare(config, secret)?;
     create_overlay(layer, "qcow2", &config.root_disk).await?;
     let vm = backend.load(config, state_file).await?;
-    let agent = connected(vm.as_ref(), give_identity(vm.as_ref(), &config.id, source_secret, secret, deadline)).await?;
+    let identity = give_identity(vm.as_ref(), &config.id, source_secret, secret, deadline, FORK_COPY_HANDSHAKE);
+    let agent = connected(vm.as_ref(), identity).await?;
     Ok(Launched { vm, agent })
 }
 
-/// Stop `vm`'s vCPUs and save it into its run directory: device state only when guest
-/// memory is its own file (`own_memory`), else device state and all of memory.
-pub(crate) async fn save_in_place(vm: &dyn Vm, own_memory: bool) -> Result<(), VmmError> {
+/// Start `config` as a copy of a fork's source that is a copy-on-write clone: a new
+/// overlay on the frozen `layer`, the source's base memory linked into the copy's run
+/// directory and mapped copy-on-write, the source's delta (`saved`) applied, and a new
+/// identity.
+pub(crate) async fn delta_copy(
+    backend: &dyn Backend,
+    config: &VmConfig,
+    layer: &Path,
+    saved: &DeltaSnapshot,
+    source_secret: &Secret,
+    secret: &Secret,
+    deadline: Duration,
+) -> Result<Launched> {
+    run_dir::prepare(config, secret)?;
+    create_overlay(layer, "qcow2", &config.root_disk).await?;
+    // No fallback to mapping the source's base where it is: a VM restored from a delta
+    // can only be saved as a delta (see lizard_vmm's `Memory::DeltaBase`), which needs
+    // the link.
+    let base = saved::link_base(&saved.base, &config.run_dir)
+        .map_err(|e| crate::NodeError::io("link the source's base memory", e))?;
+    let vm = backend.restore_delta(config, &DeltaSnapshot { base, ..saved.clone() }).await?;
+    let identity = give_identity(vm.as_ref(), &config.id, source_secret, secret, deadline, FORK_COPY_HANDSHAKE);
+    let agent = connected(vm.as_ref(), identity).await?;
+    Ok(Launched { vm, agent })
+}
+
+/// Stop `vm`'s vCPUs and save it into its run directory (see [`saved::save_paused`]).
+pub(crate) async fn save_in_place(vm: &dyn Vm, own_memory: bool) -> Result<SavedForm, VmmError> {
     vm.pause().await?;
-    let config = vm.config();
-    if own_memory {
-        vm.snapshot(&Snapshot { vmstate: config.run_dir.join(VMSTATE), memory: config.memory_file() }).await
-    } else {
-        vm.save_all(&config.run_dir.join(FULL_STATE)).await
-    }
+    saved::save_paused(vm, own_memory).await
 }
 
-/// The file [`save_in_place`] wrote, which must exist to resume.
-pub(crate) fn saved_in_place(run_dir: &Path, own_memory: bool) -> PathBuf {
-    run_dir.join(if own_memory { VMSTATE } else { FULL_STATE })
-}
-
-/// Start the VM [`save_in_place`] saved, where it stopped. Guest memory ends up in the
-/// VM's own file either way. The identity call sets the guest's clock, which stood still
-/// while it was saved (and adds entropy); the guest keeps its name and `secret`.
+/// Start the VM [`save_in_place`] saved, where it stopped; also true when its guest
+/// memory is now its own file (a full save loads into one; a delta save restores a
+/// copy-on-write clone again). The identity call sets the guest's clock, which stood
+/// still while it was saved (and adds entropy); the guest keeps its name and `secret`.
 pub(crate) async fn resume_in_place(
     backend: &dyn Backend,
     config: &VmConfig,
     own_memory: bool,
     secret: &Secret,
     deadline: Duration,
-) -> Result<Launched> {
-    let vm = if own_memory {
-        let saved = Snapshot { vmstate: config.run_dir.join(VMSTATE), memory: config.memory_file() };
-        backend.restore(config, &saved, MemoryMapping::Shared).await?
-    } else {
-        backend.load(config, &config.run_dir.join(FULL_STATE)).await?
+) -> Result<(Launched, bool)> {
+    // With no complete save at all, the restore names the file that is missing.
+    let default = if own_memory { SavedForm::DeviceState } else { SavedForm::Delta };
+    let form = saved::saved_form(&config.run_dir, own_memory).unwrap_or(default);
+    let vm = match form {
+        SavedForm::DeviceState => {
+            let saved = Snapshot { vmstate: config.run_dir.join(VMSTATE), memory: config.memory_file() };
+            backend.restore(config, &saved, MemoryMapping::Shared).await?
+        }
+        SavedForm::Delta => backend.restore_delta(config, &saved::delta_snapshot(&config.run_dir)).await?,
+        SavedForm::Full => backend.load(config, &config.run_dir.join(FULL_STATE)).await?,
     };
-    let agent = connected(vm.as_ref(), give_identity(vm.as_ref(), &config.id, secret, secret, deadline)).await?;
-    Ok(Launched { vm, agent })
-}
-
-/// Remove what [`save_in_place`] wrote, once the VM runs again.
-pub(crate) fn discard_saved(run_dir: &Path) {
-    for f in [FULL_STATE, VMSTATE] {
-        let _ = std::fs::remove_file(run_dir.join(f));
-    }
+    let identity = give_identity(vm.as_ref(), &config.id, secret, secret, deadline, RESTORED_HANDSHAKE);
+    let agent = connected(vm.as_ref(), identity).await?;
+    Ok((Launched { vm, agent }, form != SavedForm::Delta))
 }
 
 /// The agent connection `connect` makes, or the VM killed and the error. If this future

@@ -12,14 +12,16 @@ mod disk;
 mod launch;
 mod qcow2;
 mod run_dir;
+mod saved;
 
 pub(crate) use agent::{connect_agent, RESTORED_HANDSHAKE};
 pub(crate) use config::{probe_vm, sandbox_vm, Machine};
 pub(crate) use disk::{create_overlay, create_overlay_naming, virtual_size};
 pub(crate) use launch::{
-    clone_template, cold_boot, discard_saved, identify, load_copy, restore_clone, resume_in_place, save_in_place,
-    saved_in_place, spawn_clone, Launched,
+    clone_template, cold_boot, delta_copy, identify, load_copy, restore_clone, resume_in_place, save_in_place,
+    spawn_clone, Launched,
 };
 pub(crate) use run_dir::{vmm_pid_of, PLACEHOLDER_DISK, STAGING_DISK};
+pub(crate) use saved::{discard_saved, saved_form};
 
 pub use crate::error::{BootCause, BootError};
