@@ -190,6 +190,25 @@ impl Pool {
     }
 }
 
+/// Run one short command in a warm machine. Under TCG a new VMM process translates each
+/// guest code path the first time it runs (a restored guest's first command takes ≈150 ms,
+/// later ones ≈35): this way the claimant's first command does not pay for it. What it
+/// leaves is a finished process; a failure only means a slower first command.
+async fn warm_up(launched: &Launched) {
+    let req = lizard_agent_proto::types::ExecRequest {
+        argv: Some(vec!["/bin/sh".into(), "-c".into(), "true".into()]),
+        ..Default::default()
+    };
+    match tokio::time::timeout(WARM_UP_LIMIT, launched.agent.exec_collect(req)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::debug!("pool: warm-up command failed: {e}"),
+        Err(_) => tracing::debug!("pool: warm-up command timed out"),
+    }
+}
+
+/// How long the warm-up command may take.
+const WARM_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Node {
     /// Keep machines of `snap` ready from now on (a create of it just happened), and start
     /// refilling its shelf if it is short.
@@ -279,7 +298,10 @@ impl Node {
         let stage = if warm {
             let vmstate = snap.vm_snapshot().vmstate;
             match vm::restore_clone(pending, &vmstate, &snap.secret, None, self.config.boot_timeout).await {
-                Ok(l) => Stage::Warm(l),
+                Ok(l) => {
+                    warm_up(&l).await;
+                    Stage::Warm(l)
+                }
                 Err(e) => {
                     let _ = std::fs::remove_dir_all(&run_dir);
                     return Err(e);
