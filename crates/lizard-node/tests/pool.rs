@@ -110,6 +110,32 @@ async fn prespawned_vmms_serve_the_next_creates() {
     t.finish().await;
 }
 
+/// A pool machine whose VMM died while it waited fails its claim; the create goes the
+/// ordinary way and nothing of the dead machine is left.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_pool_machine_falls_back_to_an_ordinary_restore() {
+    let t = common::node_with(|c| c.prespawn = 1).await;
+    let first = t.node.create(base()).await.unwrap();
+    wait_ready(&t.node, 1, Duration::from_secs(60)).await;
+    let waiting: Vec<i32> = common::vmm_processes(t.dir.path()).into_iter().filter(|p| *p != pid_of(&first)).collect();
+    assert_eq!(waiting.len(), 1);
+    let dead_dir = std::fs::read_dir(t.dir.path().join("sandboxes"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|d| !d.ends_with(&first.id))
+        .expect("the pool machine's directory");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(waiting[0]), nix::sys::signal::Signal::SIGKILL).unwrap();
+
+    let second = t.node.create(base()).await.unwrap();
+    assert_ne!(pid_of(&second), waiting[0]);
+    assert_eq!(out(&second, "echo hi").await, "hi");
+    assert!(!dead_dir.exists(), "the dead pool machine's directory is left: {}", dead_dir.display());
+    t.node.kill(&second.id).await.unwrap();
+    t.node.kill(&first.id).await.unwrap();
+    t.finish().await;
+}
+
 /// A claimed machine's network gets the create's policy (pool machines wait with a
 /// closed one).
 #[tokio::test(flavor = "multi_thread")]
