@@ -141,12 +141,9 @@ pub(crate) async fn load_copy(
     secret: &Secret,
     deadline: Duration,
 ) -> Result<Launched> {
-    run_dir::prepare(config, secret)?;
-    create_overlay(layer, "qcow2", &config.root_disk).await?;
+    prepare_copy(config, layer, secret).await?;
     let vm = backend.load(config, state_file).await?;
-    let identity = give_identity(vm.as_ref(), &config.id, source_secret, secret, deadline, FORK_COPY_HANDSHAKE);
-    let agent = connected(vm.as_ref(), identity).await?;
-    Ok(Launched { vm, agent })
+    identify_copy(vm, source_secret, secret, deadline).await
 }
 
 /// Start `config` as a copy of a fork's source that is a copy-on-write clone: a new
@@ -162,15 +159,32 @@ pub(crate) async fn delta_copy(
     secret: &Secret,
     deadline: Duration,
 ) -> Result<Launched> {
-    run_dir::prepare(config, secret)?;
-    create_overlay(layer, "qcow2", &config.root_disk).await?;
+    prepare_copy(config, layer, secret).await?;
     // No fallback to mapping the source's base where it is: a VM restored from a delta
     // can only be saved as a delta (see lizard_vmm's `Memory::DeltaBase`), which needs
     // the link.
     let base = saved::link_base(&saved.base, &config.run_dir)
         .map_err(|e| crate::NodeError::io("link the source's base memory", e))?;
     let vm = backend.restore_delta(config, &DeltaSnapshot { base, ..saved.clone() }).await?;
-    let identity = give_identity(vm.as_ref(), &config.id, source_secret, secret, deadline, FORK_COPY_HANDSHAKE);
+    identify_copy(vm, source_secret, secret, deadline).await
+}
+
+/// A fork copy's run directory and its overlay on the frozen `layer`.
+async fn prepare_copy(config: &VmConfig, layer: &Path, secret: &Secret) -> Result<()> {
+    run_dir::prepare(config, secret)?;
+    create_overlay(layer, "qcow2", &config.root_disk).await
+}
+
+/// A fork copy's new identity, through a handshake that first outwaits the source's
+/// stale session; on failure the VM is killed.
+async fn identify_copy(
+    vm: Box<dyn Vm>,
+    source_secret: &Secret,
+    secret: &Secret,
+    deadline: Duration,
+) -> Result<Launched> {
+    let id = vm.config().id.clone();
+    let identity = give_identity(vm.as_ref(), &id, source_secret, secret, deadline, FORK_COPY_HANDSHAKE);
     let agent = connected(vm.as_ref(), identity).await?;
     Ok(Launched { vm, agent })
 }
