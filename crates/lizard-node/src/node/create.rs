@@ -80,9 +80,8 @@ impl Node {
         // A machine made ahead of demand, when one is ready (a volume is attached at
         // VMM start, so creates with one never take one).
         if let (Some(snap), None) = (&snap, &req.volume) {
-            let key = snap.key();
-            let ready = self.pool.take(&key);
-            self.keep_ready(&key, &template.name, snap, &machine);
+            let ready = self.pool.take(&snap.key());
+            self.keep_ready(snap, &machine);
             if let Some(ready) = ready {
                 match self.create_from_pool(ready, req.clone(), &policy, &template, snap).await {
                     Ok(sandbox) => return Ok(sandbox),

@@ -80,7 +80,7 @@ impl Drop for Ready {
 
 /// One snapshot key's machines.
 struct Shelf {
-    template: String,
+    /// Its template is `snap.meta.template`, its key the snapshot's.
     snap: TemplateSnapshot,
     machine: Machine,
     warm: bool,
@@ -131,7 +131,7 @@ impl Pool {
 
     /// How many machines of `template` are ready (all shapes), for tests and the bench.
     pub fn ready_of(&self, template: &str) -> usize {
-        self.shelves().values().filter(|s| s.template == template).map(|s| s.ready.len()).sum()
+        self.shelves().values().filter(|s| s.snap.meta.template == template).map(|s| s.ready.len()).sum()
     }
 
     /// Discard every machine made from `template`'s snapshots (it is being deleted).
@@ -139,7 +139,7 @@ impl Pool {
         let removed: Vec<Shelf> = {
             let mut shelves = self.shelves();
             let keys: Vec<String> =
-                shelves.iter().filter(|(_, s)| s.template == template).map(|(k, _)| k.clone()).collect();
+                shelves.iter().filter(|(_, s)| s.snap.meta.template == template).map(|(k, _)| k.clone()).collect();
             keys.iter().filter_map(|k| shelves.remove(k)).collect()
         };
         drop(removed);
@@ -154,21 +154,12 @@ impl Pool {
     /// Make sure a shelf for `snap` exists, keeping `target` machines (`warm`: restored),
     /// and evict the least recently used pre-spawn shelves beyond the bound. Returns
     /// whether it needs a refill.
-    fn want(
-        &self,
-        key: &str,
-        template: &str,
-        snap: &TemplateSnapshot,
-        machine: &Machine,
-        warm: bool,
-        target: usize,
-    ) -> bool {
+    fn want(&self, snap: &TemplateSnapshot, machine: &Machine, warm: bool, target: usize) -> bool {
         let evicted: Vec<Shelf>;
         let needs;
         {
             let mut shelves = self.shelves();
-            let shelf = shelves.entry(key.to_owned()).or_insert_with(|| Shelf {
-                template: template.to_owned(),
+            let shelf = shelves.entry(snap.key()).or_insert_with(|| Shelf {
                 snap: snap.clone(),
                 machine: machine.clone(),
                 warm,
@@ -212,15 +203,15 @@ const WARM_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 impl Node {
     /// Keep machines of `snap` ready from now on (a create of it just happened), and start
     /// refilling its shelf if it is short.
-    pub(super) fn keep_ready(self: &Arc<Self>, key: &str, template: &str, snap: &TemplateSnapshot, machine: &Machine) {
-        let warm = self.config.warm_pool.get(template).copied().unwrap_or(0);
+    pub(super) fn keep_ready(self: &Arc<Self>, snap: &TemplateSnapshot, machine: &Machine) {
+        let warm = self.config.warm_pool.get(&snap.meta.template).copied().unwrap_or(0);
         let (is_warm, target) = if warm > 0 { (true, warm) } else { (false, self.config.prespawn) };
         let Ok(target) = usize::try_from(target) else { return };
         if target == 0 {
             return;
         }
-        if self.pool.want(key, template, snap, machine, is_warm, target) {
-            self.spawn_refill(key.to_owned());
+        if self.pool.want(snap, machine, is_warm, target) {
+            self.spawn_refill(snap.key());
         }
     }
 
@@ -253,7 +244,7 @@ impl Node {
                         shelf.filling = false;
                         return;
                     }
-                    (shelf.snap.clone(), shelf.machine.clone(), shelf.warm, shelf.template.clone())
+                    (shelf.snap.clone(), shelf.machine.clone(), shelf.warm, shelf.snap.meta.template.clone())
                 };
                 let (snap, machine, warm, template) = job;
                 let made = node.make_ready(&snap, &machine, warm).await;
@@ -325,8 +316,7 @@ impl Node {
                     let boot = node.assets.boot_files().await?;
                     let machine = Machine::new(&boot, vcpus, memory_mib, node.accel().await?);
                     let snap = node.template_snapshot(&t, &boot, &machine).await?;
-                    let key = snap.key();
-                    node.keep_ready(&key, &t.name, &snap, &machine);
+                    node.keep_ready(&snap, &machine);
                     Ok::<(), crate::NodeError>(())
                 };
                 if let Err(e) = ready.await {
