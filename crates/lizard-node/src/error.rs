@@ -256,6 +256,9 @@ pub enum NodeError {
     /// The template registry could not be written.
     #[error("template registry: {0}")]
     Registry(#[from] crate::templates::RegistryError),
+    /// The node's sealing key could not be read or made.
+    #[error("seal key: {0}")]
+    Seal(#[from] crate::sealed::SealError),
     /// Another node process has this data directory: a second one would take its VMs for
     /// a dead process's leftovers and kill them.
     #[error("another Lizard node process{} uses {}", .pid.map(|p| format!(" (pid {p})")).unwrap_or_default(), .dir.display())]
@@ -299,7 +302,7 @@ impl NodeError {
                 | BuildError::Cancelled,
             ) => ErrorCode::InvalidArgument,
             NodeError::Start(_) => ErrorCode::BootFailed,
-            NodeError::Registry(_) | NodeError::DataDirInUse { .. } => ErrorCode::Internal,
+            NodeError::Registry(_) | NodeError::DataDirInUse { .. } | NodeError::Seal(_) => ErrorCode::Internal,
             NodeError::Boot(_) | NodeError::Snapshot(_) | NodeError::Vmm(_) => ErrorCode::BootFailed,
             NodeError::AgentUnavailable(_) => ErrorCode::Unavailable,
             NodeError::Agent(e) => match e.code {
@@ -329,7 +332,7 @@ impl NodeError {
             NodeError::Io { .. } => format!("internal error on the node {SEE_LOG}"),
             NodeError::Network(NetError::Exhausted) => self.to_string(),
             NodeError::Network(_) => format!("network: the sandbox's network could not be made {SEE_LOG}"),
-            NodeError::Registry(_) => format!("internal error on the node {SEE_LOG}"),
+            NodeError::Registry(_) | NodeError::Seal(_) => format!("internal error on the node {SEE_LOG}"),
             NodeError::Start(StartError::Agent(_))
             | NodeError::Build(BuildError::StartNotReady(StartError::Agent(_))) => {
                 format!("start command: the guest agent failed {SEE_LOG}")

@@ -24,6 +24,7 @@
 //! - [`volumes`]: volume disk images. [`assets`]: kernel, initramfs and template images.
 //! - `guest_steps`: a build step inside the build VM (commands, copies, sync).
 //! - `forward`: guest → control-plane API connections.
+//! - `sealed`: the node's key for what it keeps on disk but never in plain text.
 //! - `config`: [`NodeConfig`] and its defaults.
 //! - `error`: [`NodeError`] and the typed errors it wraps, with their API codes.
 
@@ -37,6 +38,7 @@ mod layer_store;
 pub mod network;
 mod node;
 mod sandbox;
+mod sealed;
 pub mod snapshot;
 mod start;
 pub mod templates;

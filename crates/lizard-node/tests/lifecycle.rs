@@ -185,13 +185,26 @@ async fn forks_are_independent_copies_with_their_processes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_paused_sandbox_survives_a_node_restart() {
     let t = common::node().await;
-    let sbx = base(&t).await;
+    // Its environment carries a key, which waits on the host as long as the pause lasts.
+    const KEY: &str = "lz_sealedSecretValue123";
+    let env = [("LIZARD_API_KEY".to_string(), KEY.to_string())].into();
+    let sbx = t.node.create(CreateSandboxRequest { template: "base".into(), env, ..Default::default() }).await.unwrap();
     let running = base(&t).await;
     run(&sbx, COUNTER).await;
     run(&sbx, "echo kept > /root/note.txt").await;
     let before = counter(&sbx).await;
     t.node.pause(&sbx.id).await.unwrap();
     let id = sbx.id.clone();
+    // Nothing in the paused sandbox's directory but guest memory holds the key in plain text.
+    let dir = t.node.config().data_dir.join("sandboxes").join(&id);
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let guest_memory = ["memory", "base-memory", "memory.delta", "state"].contains(&name.as_str());
+        if entry.file_type().unwrap().is_file() && !guest_memory {
+            let bytes = std::fs::read(entry.path()).unwrap();
+            assert!(!bytes.windows(KEY.len()).any(|w| w == KEY.as_bytes()), "{name} holds the key in plain text");
+        }
+    }
     drop(sbx);
 
     // A new node process on the same directory: the paused one is back, the running one
@@ -206,6 +219,7 @@ async fn a_paused_sandbox_survives_a_node_restart() {
     node.resume(&id).await.unwrap();
     assert_counter_continues(&back, before).await;
     assert_eq!(run(&back, "cat /root/note.txt").await, "kept\n");
+    assert_eq!(run(&back, "echo $LIZARD_API_KEY").await, format!("{KEY}\n"), "the sealed environment opened");
     node.kill(&id).await.unwrap();
     node.shutdown().await;
     common::assert_no_leftovers(t.dir.path());

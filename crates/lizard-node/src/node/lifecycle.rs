@@ -73,7 +73,7 @@ impl Node {
         // out of the state first tells its monitor that its exit is no crash.
         sandbox.state().live = None;
         sandbox.pausing.store(false, Ordering::SeqCst);
-        let recorded = sandbox.write_record();
+        let recorded = sandbox.write_record(&self.seal);
         let _ = vm.kill().await;
         recorded?;
         tracing::info!(id = %sandbox.id, form = ?saved, "sandbox paused");
@@ -119,7 +119,7 @@ impl Node {
         }
         vm::discard_saved(&sandbox.run_dir);
         self.watch(sandbox.clone(), live);
-        sandbox.write_record()?;
+        sandbox.write_record(&self.seal)?;
         tracing::info!(id = %sandbox.id, "sandbox resumed");
         Ok(())
     }
@@ -134,7 +134,7 @@ impl Node {
                 return Err(e);
             }
         };
-        if let Err(e) = sandbox.write_record() {
+        if let Err(e) = sandbox.write_record(&self.seal) {
             if let Ok(live) = sandbox.live() {
                 tokio::spawn(async move { live.vm().kill().await });
             }

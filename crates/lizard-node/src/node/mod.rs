@@ -71,6 +71,8 @@ pub struct Node {
     /// Restores that may run at once ([`NodeConfig::max_concurrent_restores`]); a tokio
     /// semaphore serves waiters in order.
     restores: tokio::sync::Semaphore,
+    /// Seals what sandbox records keep of their environment.
+    seal: crate::sealed::SealKey,
 }
 
 /// A create or build under way that uses a template (released on drop).
@@ -144,6 +146,7 @@ impl Node {
         }
         // Before anything is swept: what looks left over may be another live node's.
         let dir_lock = lock_data_dir(&config.data_dir)?;
+        let seal = crate::sealed::SealKey::load_or_create(&config.data_dir)?;
         let network = match &config.network {
             Some(c) => Some(network::Network::start(c.clone()).await?),
             None => None,
@@ -168,6 +171,7 @@ impl Node {
             template_claims: Mutex::new(HashMap::new()),
             pool: pool::Pool::new(),
             restores: tokio::sync::Semaphore::new(config.max_concurrent_restores.max(1)),
+            seal,
             config,
         });
         node.adopt_or_sweep();

@@ -19,8 +19,12 @@ impl Node {
                 if let Some(pid) = vm::vmm_pid_of(&dir, &id) {
                     tracing::warn!(%id, pid, "killing VMM left by a previous node process");
                     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-                } else if let Some(sandbox) = Sandbox::adopt(&dir) {
+                } else if let Some(sandbox) = Sandbox::adopt(&dir, &self.seal) {
                     tracing::info!(%id, "paused sandbox taken back");
+                    // A record from before sealing holds its environment in plain text.
+                    if let Err(e) = sandbox.write_record(&self.seal) {
+                        tracing::warn!(%id, "cannot rewrite the record of a taken-back sandbox: {e}");
+                    }
                     if let Some(volume) = &sandbox.volume {
                         self.hold_volume(volume, &id);
                     }

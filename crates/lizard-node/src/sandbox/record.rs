@@ -2,6 +2,7 @@
 //! back after the node restarts.
 
 use super::{Identity, Sandbox, State};
+use crate::sealed::SealKey;
 use crate::vm::saved_form;
 use crate::{NodeError, Result};
 use lizard_agent_proto::handshake::Secret;
@@ -23,7 +24,14 @@ struct Record {
     memory_mib: u32,
     started_at_ms: u64,
     metadata: BTreeMap<String, String>,
-    env: BTreeMap<String, String>,
+    /// The environment as JSON, sealed with the node's key ([`crate::sealed`]): it holds
+    /// API keys and the user's secrets.
+    #[serde(default)]
+    env_sealed: Option<String>,
+    /// The environment in plain text, as records written before sealing have it: read,
+    /// never written (the next write seals it).
+    #[serde(default, skip_serializing)]
+    env: Option<BTreeMap<String, String>>,
     #[serde(default)]
     workdir: Option<String>,
     #[serde(default)]
@@ -41,8 +49,9 @@ struct Record {
 }
 
 impl Sandbox {
-    /// Write `sandbox.json` (replacing it atomically).
-    pub(crate) fn write_record(&self) -> Result<()> {
+    /// Write `sandbox.json` (replacing it atomically and durably: a pause reports success
+    /// only once its record would survive a host crash).
+    pub(crate) fn write_record(&self, seal: &SealKey) -> Result<()> {
         let record = {
             let st = self.state();
             let since_epoch = self.started_at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
@@ -54,7 +63,8 @@ impl Sandbox {
                 // Milliseconds since 1970 fit a u64 for the next 500 million years.
                 started_at_ms: u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX),
                 metadata: self.metadata.clone(),
-                env: self.env.clone(),
+                env_sealed: Some(seal.seal(&serde_json::to_vec(&self.env).expect("maps of strings serialize"))),
+                env: None,
                 workdir: self.workdir.clone(),
                 user: self.user.clone(),
                 from_snapshot: self.from_snapshot(),
@@ -68,13 +78,20 @@ impl Sandbox {
         };
         let tmp = self.run_dir.join(format!("{RECORD}.tmp"));
         let json = serde_json::to_vec_pretty(&record).expect("records serialize");
-        std::fs::write(&tmp, json)
-            .and_then(|_| std::fs::rename(&tmp, self.run_dir.join(RECORD)))
-            .map_err(|e| NodeError::io(format!("write {}/{RECORD}", self.run_dir.display()), e))
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut file = std::fs::File::create(&tmp)?;
+            file.write_all(&json)?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, self.run_dir.join(RECORD))?;
+            std::fs::File::open(&self.run_dir)?.sync_all()
+        };
+        write().map_err(|e| NodeError::io(format!("write {}/{RECORD}", self.run_dir.display()), e))
     }
 
-    /// A paused sandbox from its directory, if the directory holds a complete one.
-    pub(crate) fn adopt(dir: &Path) -> Option<Sandbox> {
+    /// A paused sandbox from its directory, if the directory holds a complete one whose
+    /// environment opens with `seal`.
+    pub(crate) fn adopt(dir: &Path, seal: &SealKey) -> Option<Sandbox> {
         let record: Record = serde_json::from_slice(&std::fs::read(dir.join(RECORD)).ok()?).ok()?;
         let saved = saved_form(dir, record.own_memory);
         if !record.paused || record.config.run_dir != dir || saved.is_none() || !record.config.root_disk.exists() {
@@ -82,6 +99,16 @@ impl Sandbox {
         }
         let secret_file = record.config.secret_file.as_ref()?;
         let secret = Secret::from_hex(std::fs::read_to_string(secret_file).ok()?.trim()).ok()?;
+        let env = match (&record.env_sealed, record.env) {
+            (Some(sealed), _) => match seal.open(sealed).map(|json| serde_json::from_slice(&json)) {
+                Ok(Ok(env)) => env,
+                Ok(Err(_)) | Err(_) => {
+                    tracing::warn!(id = %record.id, "the sealed environment in {} does not open", dir.display());
+                    return None;
+                }
+            },
+            (None, env) => env.unwrap_or_default(),
+        };
         let who = Identity {
             id: record.id,
             template: record.template,
@@ -89,7 +116,7 @@ impl Sandbox {
             memory_mib: record.memory_mib,
             started_at: SystemTime::UNIX_EPOCH + Duration::from_millis(record.started_at_ms),
             metadata: record.metadata,
-            env: record.env,
+            env,
             workdir: record.workdir,
             user: record.user,
             from_snapshot: record.from_snapshot,

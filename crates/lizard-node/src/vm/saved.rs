@@ -17,6 +17,8 @@ pub(crate) const BASE_MEMORY: &str = "base-memory";
 pub(crate) const MEMORY_DELTA: &str = "memory.delta";
 /// Device state, without RAM, of a paused copy-on-write clone.
 pub(crate) const DEVICE_STATE: &str = "devices";
+/// A VM's own memory file ([`lizard_vmm::VmConfig::memory_file`]).
+const OWN_MEMORY: &str = "memory";
 
 /// How a paused VM was saved into its run directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,8 +63,37 @@ pub(crate) fn link_base(base: &Path, run_dir: &Path) -> std::io::Result<PathBuf>
 
 /// Save paused `vm` into its run directory: device state only when guest memory is its
 /// own file (`own_memory`); else the pages it changed over its base (linked into the
-/// run directory) — or, when the base cannot be linked, all of memory.
+/// run directory) — or, when the base cannot be linked, all of memory. Returns once what
+/// it saved is on the disk (fsync): a pause reported done survives a host crash.
 pub(crate) async fn save_paused(vm: &dyn Vm, own_memory: bool) -> Result<SavedForm, VmmError> {
+    let form = save(vm, own_memory).await?;
+    let run_dir = vm.config().run_dir.clone();
+    tokio::task::spawn_blocking(move || persist(&run_dir, form))
+        .await
+        .expect("persist task panicked")
+        .map_err(|source| VmmError::Io { context: "sync the saved VM to disk".into(), source })?;
+    Ok(form)
+}
+
+/// The files a save of `form` consists of.
+fn files_of(form: SavedForm) -> &'static [&'static str] {
+    match form {
+        // Guest memory is the VM's own file, mapped shared: its pages are the save too.
+        SavedForm::DeviceState => &[VMSTATE, OWN_MEMORY],
+        SavedForm::Delta => &[MEMORY_DELTA, DEVICE_STATE, BASE_MEMORY],
+        SavedForm::Full => &[FULL_STATE],
+    }
+}
+
+/// fsync the files of a save of `form` in `run_dir`, then the directory (their names).
+fn persist(run_dir: &Path, form: SavedForm) -> std::io::Result<()> {
+    for name in files_of(form) {
+        std::fs::File::open(run_dir.join(name))?.sync_all()?;
+    }
+    std::fs::File::open(run_dir)?.sync_all()
+}
+
+async fn save(vm: &dyn Vm, own_memory: bool) -> Result<SavedForm, VmmError> {
     let run_dir = vm.config().run_dir.clone();
     if own_memory {
         let saved = Snapshot { vmstate: run_dir.join(VMSTATE), memory: vm.config().memory_file() };
@@ -130,6 +161,19 @@ mod tests {
         discard_saved(d);
         assert!(d.join(BASE_MEMORY).exists(), "the base link went with the save");
         assert_eq!(saved_form(d, false), None);
+    }
+
+    #[test]
+    fn persisting_a_save_needs_all_of_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for form in [SavedForm::DeviceState, SavedForm::Delta, SavedForm::Full] {
+            assert!(persist(d, form).is_err(), "{form:?} persisted without its files");
+            for f in files_of(form) {
+                std::fs::write(d.join(f), b"x").unwrap();
+            }
+            persist(d, form).unwrap();
+        }
     }
 
     #[test]
