@@ -1,0 +1,210 @@
+//! A tenant against another: keys scoped to one workspace, or to one project, aimed at
+//! every route of the API with the ids of another workspace's and another project's
+//! sandbox, volume, workspace, project and key. Nothing may answer with success, and
+//! afterwards the victims are exactly as they were.
+
+#![allow(clippy::unwrap_used)]
+
+use lizard_api::routes::{Body, Method as RouteMethod, SERVER};
+use lizard_attacks::system::System;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+/// The ids an attack aims at.
+struct Victims {
+    sandbox: String,
+    volume: String,
+    workspace: String,
+    project: String,
+    key: String,
+}
+
+async fn created(system: &System, path: &str, body: Value) -> Value {
+    let (status, v) = system.call(Method::POST, path, Some(body)).await;
+    assert_eq!(status, 201, "POST {path}: {v}");
+    v
+}
+
+/// A request body the route accepts, so that what stops the attack is the key's scope
+/// and not a malformed request.
+fn body_for(request: Body) -> Option<Value> {
+    match request {
+        Body::Json("SetTimeoutRequest") => Some(json!({"timeoutMs": 1000})),
+        Body::Json("ForkRequest") => Some(json!({"count": 1})),
+        Body::Json("ExecRequest") => Some(json!({"cmd": "touch /root/pwned"})),
+        Body::Json("RunCodeRequest") => Some(json!({"code": "open('/root/pwned', 'w')"})),
+        Body::Json("CreateCodeContextRequest") => Some(json!({})),
+        Body::Json("UpdateProjectRequest") => Some(json!({"name": "pwned"})),
+        _ => None,
+    }
+}
+
+/// Every route that names one resource, with the victim's id in it; template and blob
+/// routes name resources no victim has here (built-ins are shared by design).
+fn aimed_requests(v: &Victims) -> Vec<(RouteMethod, String, Body)> {
+    let mut out = vec![];
+    for route in SERVER {
+        let params: Vec<&str> = route.params().collect();
+        if params.is_empty() || route.path.starts_with("/v1/templates") {
+            continue;
+        }
+        let args: Vec<&str> = params
+            .iter()
+            .map(|p| match (*p, route.path) {
+                ("id", path) if path.starts_with("/v1/sandboxes") => v.sandbox.as_str(),
+                ("id", path) if path.starts_with("/v1/workspaces") => v.workspace.as_str(),
+                ("id", path) if path.starts_with("/v1/projects") => v.project.as_str(),
+                ("id", path) if path.starts_with("/v1/api-keys") => v.key.as_str(),
+                ("contextId", _) => "default",
+                ("nameOrId", _) => v.volume.as_str(),
+                (p, path) => panic!("{path}: no victim for parameter {p}: extend the attack"),
+            })
+            .collect();
+        let mut uri = route.uri(&args);
+        if route.path.contains("/files") {
+            uri.push_str("?path=/root/victim.txt");
+        }
+        out.push((route.method, uri, route.request));
+    }
+    out
+}
+
+async fn attack(system: &System, key: &str, victims: &Victims) {
+    for (method, uri, request) in aimed_requests(victims) {
+        let mut req = system.request_as(key, Method::from_bytes(method.as_str().as_bytes()).unwrap(), &uri);
+        req = match (request, body_for(request)) {
+            (_, Some(body)) => req.json(&body),
+            (Body::Bytes, _) => req.body("pwned"),
+            _ => req,
+        };
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let body = resp.text().await.unwrap();
+        assert!(
+            status == 403 || status == 404,
+            "{} {uri} with another tenant's id answered {status}: {body}",
+            method.as_str()
+        );
+    }
+    // Lists and creates that name the victim's workspace or project.
+    for query in [format!("projectId={}", victims.project), format!("workspaceId={}", victims.workspace)] {
+        let (status, list) = system.call_as(key, Method::GET, &format!("/v1/sandboxes?{query}"), None).await;
+        assert!(status == 403 || status == 404 || list == json!([]), "sandboxes?{query}: {status} {list}");
+    }
+    let (status, _) = system
+        .call_as(key, Method::POST, "/v1/sandboxes", Some(json!({"template": "base", "projectId": victims.project})))
+        .await;
+    assert!(status == 403 || status == 404, "a create in the victim's project answered {status}");
+    let (status, _) = system
+        .call_as(key, Method::POST, "/v1/volumes", Some(json!({"name": "intruder", "project": victims.project})))
+        .await;
+    assert!(status == 403 || status == 404, "a volume in the victim's project answered {status}");
+}
+
+/// The victims are as they were: running, their file and volume intact, nothing written.
+async fn assert_untouched(system: &System, v: &Victims) {
+    let (status, info) = system.call(Method::GET, &format!("/v1/sandboxes/{}", v.sandbox), None).await;
+    assert_eq!((status, info["state"].as_str()), (200, Some("running")), "{info}");
+    let (code, out, _) = system.exec(&v.sandbox, "cat /root/victim.txt; test -e /root/pwned && echo PWNED; true").await;
+    assert_eq!((code, out.as_str()), (0, "victim\n"));
+    for path in [
+        format!("/v1/volumes/{}", v.volume),
+        format!("/v1/workspaces/{}", v.workspace),
+        format!("/v1/projects/{}", v.project),
+    ] {
+        let (status, body) = system.call(Method::GET, &path, None).await;
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    let (_, project) = system.call(Method::GET, &format!("/v1/projects/{}", v.project), None).await;
+    assert_ne!(project["name"], "pwned");
+    let (_, keys) = system.call(Method::GET, "/v1/api-keys", None).await;
+    assert!(keys.as_array().unwrap().iter().any(|k| k["id"] == v.key.as_str()), "{keys}");
+}
+
+async fn victims_in(system: &System, workspace: &str, project: &str) -> Victims {
+    let sandbox = {
+        let (status, info) =
+            system.call(Method::POST, "/v1/sandboxes", Some(json!({"template": "base", "projectId": project}))).await;
+        assert_eq!(status, 201, "{info}");
+        info["sandboxId"].as_str().unwrap().to_string()
+    };
+    system.exec(&sandbox, "echo victim > /root/victim.txt").await;
+    let volume = created(
+        system,
+        "/v1/volumes",
+        json!({"name": format!("vol-{}", &project[project.len() - 6..]), "project": project}),
+    )
+    .await;
+    let key = created(system, "/v1/api-keys", json!({"name": "victim", "projects": [project]})).await;
+    Victims {
+        sandbox,
+        volume: volume["id"].as_str().unwrap().to_string(),
+        workspace: workspace.to_string(),
+        project: project.to_string(),
+        key: key["id"].as_str().unwrap().to_string(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scoped_keys_reach_nothing_of_another_workspace_or_project() {
+    let system = System::start(&[]).await;
+    let (_, own) = system.call(Method::GET, &format!("/v1/projects/{}", system.project), None).await;
+    let own_workspace = own["workspaceId"].as_str().unwrap().to_string();
+    // Another project in the attacker's own workspace, and another workspace.
+    let sibling = created(&system, "/v1/projects", json!({"workspaceId": own_workspace, "name": "sibling"})).await;
+    let other_ws = created(&system, "/v1/workspaces", json!({"name": "victim"})).await;
+    let other_ws = other_ws["id"].as_str().unwrap().to_string();
+    let other_project = created(&system, "/v1/projects", json!({"workspaceId": other_ws, "name": "victim"})).await;
+
+    let across_workspaces = victims_in(&system, &other_ws, other_project["id"].as_str().unwrap()).await;
+    let across_projects = victims_in(&system, &own_workspace, sibling["id"].as_str().unwrap()).await;
+
+    let workspace_key = created(&system, "/v1/api-keys", json!({"name": "ws", "workspaces": [own_workspace]})).await;
+    let project_key = created(&system, "/v1/api-keys", json!({"name": "p", "projects": [system.project]})).await;
+    let workspace_key = workspace_key["key"].as_str().unwrap();
+    let project_key = project_key["key"].as_str().unwrap();
+
+    // The keys work where they are meant to: the attack is stopped by scope, not by a dead key.
+    for key in [workspace_key, project_key] {
+        let (status, list) =
+            system.call_as(key, Method::GET, &format!("/v1/sandboxes?projectId={}", system.project), None).await;
+        assert_eq!(status, 200, "{list}");
+    }
+
+    attack(&system, workspace_key, &across_workspaces).await;
+    attack(&system, project_key, &across_workspaces).await;
+    attack(&system, project_key, &across_projects).await;
+    assert_untouched(&system, &across_workspaces).await;
+    assert_untouched(&system, &across_projects).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn path_tricks_in_names_and_file_paths_stay_inside_their_sandbox() {
+    let system = System::start(&[]).await;
+    let id = system.create_sandbox("base", json!({})).await;
+    // Names that would be paths on the host are refused with a stable code.
+    for name in ["../../etc", "a/b", "..", ".", "vol\u{0}x", "%2e%2e"] {
+        let (status, body) =
+            system.call(Method::POST, "/v1/volumes", Some(json!({"name": name, "project": system.project}))).await;
+        assert_eq!((status, body["code"].as_str()), (422, Some("INVALID_ARGUMENT")), "volume {name:?}: {body}");
+    }
+    for id in ["..", "..%2F..%2Fetc", "%2e%2e", "x%00y"] {
+        let (status, body) = system.call(Method::GET, &format!("/v1/sandboxes/{id}"), None).await;
+        assert!(status == 404 || status == 422, "sandbox id {id:?}: {status} {body}");
+    }
+    // A file path that climbs out of / is the guest's own root: its hostname, not the host's.
+    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    let (_, guest, _) = system.exec(&id, "cat /etc/hostname").await;
+    for path in ["/../../../../etc/hostname", "/proc/1/root/etc/hostname", "//etc/./hostname"] {
+        let resp = system
+            .request(Method::GET, &format!("/v1/sandboxes/{id}/files"))
+            .query(&[("path", path)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let text = resp.text().await.unwrap();
+        assert_eq!(text, guest, "{path}");
+        assert!(host.is_empty() || text != host || host == guest, "{path} read the host's file");
+    }
+}
