@@ -35,6 +35,8 @@ fn server_binary() -> PathBuf {
 
 /// A running `lizard server`.
 pub struct System {
+    /// Its command line (for a restart).
+    args: Vec<std::ffi::OsString>,
     child: Option<Child>,
     data: tempfile::TempDir,
     /// Base URL of the API, e.g. `http://127.0.0.1:40123`.
@@ -64,29 +66,8 @@ impl System {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let net_prefix = format!("lza{}-{}", std::process::id() % 10_000, NEXT.fetch_add(1, Ordering::SeqCst) % 100);
         let (api_port, proxy_port) = (free_port(), free_port());
-        let mut cmd = Command::new(server_binary());
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("LIZARD_") {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.arg("--data-dir").arg(data.path()).args([
-            "server",
-            "--listen",
-            &format!("127.0.0.1:{api_port}"),
-            "--proxy-listen",
-            &format!("127.0.0.1:{proxy_port}"),
-            "--net-prefix",
-            &net_prefix,
-            "--prespawn",
-            "0",
-        ]);
-        if let Some(agent) = std::env::var_os("LIZARD_AGENT_BIN") {
-            cmd.arg("--agent").arg(agent);
-        }
-        cmd.args(extra);
-        let log = std::fs::File::create(data.path().join("server.log")).expect("create server.log");
-        let mut child = cmd.stdout(Stdio::piped()).stderr(log).spawn().expect("start lizard-under-attack");
+        let args = server_args(data.path(), api_port, proxy_port, &net_prefix, extra);
+        let mut child = spawn(data.path(), &args);
         let stdout = child.stdout.take().expect("piped stdout");
         let key = tokio::task::spawn_blocking(move || {
             use std::io::BufRead;
@@ -100,12 +81,9 @@ impl System {
             .expect("reader thread")
             .expect("the first start prints the owner key");
         let api = format!("http://127.0.0.1:{api_port}");
-        let deadline = Instant::now() + LISTEN_DEADLINE;
-        while tokio::net::TcpStream::connect(("127.0.0.1", api_port)).await.is_err() {
-            assert!(Instant::now() < deadline, "lizard server did not listen");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_listening(api_port).await;
         let mut system = System {
+            args,
             child: Some(child),
             data,
             api,
@@ -191,6 +169,66 @@ impl System {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Start the server again (after [`System::kill9`] or with it still running: then
+    /// SIGKILL first), on the same data directory, ports and arguments.
+    pub async fn restart(&mut self) {
+        self.kill9();
+        self.child = Some(spawn(self.data.path(), &self.args));
+        let port = self.api.rsplit(':').next().and_then(|p| p.parse().ok()).expect("the API URL has a port");
+        wait_listening(port).await;
+    }
+}
+
+/// The server's command line.
+fn server_args(
+    data: &Path,
+    api_port: u16,
+    proxy_port: u16,
+    net_prefix: &str,
+    extra: &[&str],
+) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = vec!["--data-dir".into(), data.into(), "server".into()];
+    for a in [
+        "--listen",
+        &format!("127.0.0.1:{api_port}"),
+        "--proxy-listen",
+        &format!("127.0.0.1:{proxy_port}"),
+        "--net-prefix",
+        net_prefix,
+        "--prespawn",
+        "0",
+    ] {
+        args.push(a.into());
+    }
+    if let Some(agent) = std::env::var_os("LIZARD_AGENT_BIN") {
+        args.push("--agent".into());
+        args.push(agent);
+    }
+    args.extend(extra.iter().map(Into::into));
+    args
+}
+
+/// The server process, with none of the caller's LIZARD_* variables, its stderr
+/// appended to `server.log` in `data`.
+fn spawn(data: &Path, args: &[std::ffi::OsString]) -> Child {
+    let mut cmd = Command::new(server_binary());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("LIZARD_") {
+            cmd.env_remove(k);
+        }
+    }
+    let log =
+        std::fs::OpenOptions::new().create(true).append(true).open(data.join("server.log")).expect("open server.log");
+    cmd.args(args).stdout(Stdio::piped()).stderr(log).spawn().expect("start lizard-under-attack")
+}
+
+async fn wait_listening(port: u16) {
+    let deadline = Instant::now() + LISTEN_DEADLINE;
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(Instant::now() < deadline, "lizard server did not listen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

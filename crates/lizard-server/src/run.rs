@@ -6,9 +6,10 @@
 //! opens, the node starts, and the background jobs (metering, timeouts) run beside the
 //! API and the sandbox-URL proxy until shutdown.
 //!
-//! Sandboxes do not outlive the process: on shutdown the node kills them and their
-//! records are ended ("server stopped"); records a crashed process left running are ended
-//! at the next start ("lost: the server restarted") while the node sweeps their VMs.
+//! On shutdown the node kills running sandboxes and their records are ended ("server
+//! stopped"). A crashed process's running sandboxes run on in their VMM processes: the
+//! next start takes them back, billed from the last metering tick; those it cannot take
+//! back are ended ("lost: the server restarted") and their meters closed at that tick.
 
 use crate::nodes::Nodes;
 use crate::ops;
@@ -57,8 +58,15 @@ pub async fn run(
     })?;
     let state = server.app_state(Nodes::local(node.clone()));
     // Sandboxes a dead process left running were billed up to its last metering tick:
-    // close their meters there (never billing its downtime), then end their records.
-    match state.server.store.close_meters_at_watermark().await {
+    // close their meters there (never billing its downtime), then end their records —
+    // unless the node took their VMs back (they ran all along and are billed on).
+    let taken_back: Vec<String> = node
+        .list()
+        .into_iter()
+        .filter(|s| s.state == lizard_api::SandboxState::Running)
+        .map(|s| s.sandbox_id)
+        .collect();
+    match state.server.store.close_meters_at_watermark(&taken_back).await {
         Ok(0) => {}
         Ok(n) => tracing::warn!(sandboxes = n, "closed the meters of sandboxes a previous process left running"),
         Err(e) => tracing::warn!("cannot close leftover meters: {e}"),

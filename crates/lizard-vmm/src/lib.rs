@@ -10,6 +10,7 @@
 
 pub mod accel;
 pub mod delta;
+pub mod exit_watch;
 pub mod netns;
 pub mod qemu;
 mod qmp;
@@ -195,6 +196,10 @@ pub trait Backend: Send + Sync {
     /// the guest runs. A damaged or missing delta fails here, the VMM killed. It runs when
     /// this returns, still a copy-on-write clone of `saved.base`.
     async fn restore_delta(&self, config: &VmConfig, saved: &DeltaSnapshot) -> Result<Box<dyn Vm>>;
+    /// Take back the running VMM process `pid` of `config`, which an earlier process of
+    /// the caller started (a node restart): its control channel is reconnected and its
+    /// exit watched; the VM runs on untouched. Its exit status will not be known.
+    async fn adopt(&self, config: &VmConfig, pid: u32) -> Result<Box<dyn Vm>>;
 }
 
 /// One running VMM process.

@@ -327,6 +327,45 @@ impl Backend for QemuBackend {
         tracing::debug!(id = %config.id, running = ?t.elapsed(), "delta restored");
         Ok(Box::new(vm))
     }
+
+    async fn adopt(&self, config: &VmConfig, pid: u32) -> Result<Box<dyn Vm>> {
+        let exit_watch =
+            crate::exit_watch::ExitWatch::open(pid).map_err(|e| VmmError::io(format!("watch VMM pid {pid}"), e))?;
+        let args = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map_err(|e| VmmError::io(format!("read the command line of pid {pid}"), e))?;
+        let args: Vec<String> = args.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let memory_base = copy_on_write_base_of(&args);
+        let qmp = Qmp::connect(&qmp_socket(config), QMP_DEADLINE).await?;
+        let (tx, rx) = watch::channel(None);
+        let running = Arc::new(AtomicBool::new(true));
+        let r2 = running.clone();
+        tokio::spawn(async move {
+            let exit = exit_watch.ended().await;
+            r2.store(false, Ordering::SeqCst);
+            let _ = tx.send(Some(exit));
+        });
+        Ok(Box::new(QemuVm { config: config.clone(), pid, qmp, exit: rx, running, memory_base }))
+    }
+}
+
+/// The file guest memory is a private copy-on-write mapping of, read from a QEMU command
+/// line ([`command_line`]'s `memory-backend-file`, `share=off`).
+fn copy_on_write_base_of(args: &[String]) -> Option<PathBuf> {
+    let backend = args.iter().find(|a| a.starts_with("memory-backend-file,"))?;
+    let mut path = None;
+    let mut shared = true;
+    for option in backend.split(',') {
+        match option.split_once('=') {
+            Some(("mem-path", p)) => path = Some(PathBuf::from(p)),
+            Some(("share", s)) => shared = s == "on",
+            _ => {}
+        }
+    }
+    if shared {
+        None
+    } else {
+        path
+    }
 }
 
 /// Guest memory size in bytes.
@@ -576,6 +615,16 @@ mod tests {
         assert!(a.ends_with("-incoming defer -S -global migration.send-configuration=off"), "{a}");
         assert_eq!(Memory::DeltaBase(Path::new("/b")).copy_on_write_base(), Some(Path::new("/b")));
         assert_eq!(Memory::Own.copy_on_write_base(), None);
+    }
+
+    #[test]
+    fn an_adopted_vm_finds_its_copy_on_write_base_in_its_command_line() {
+        let clone = command_line(&config(), Memory::Snapshot(Path::new("/t/memory"), MemoryMapping::CopyOnWrite), true);
+        assert_eq!(copy_on_write_base_of(&clone), Some(PathBuf::from("/t/memory")));
+        let delta = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory")), true);
+        assert_eq!(copy_on_write_base_of(&delta), Some(PathBuf::from("/s/base-memory")));
+        assert_eq!(copy_on_write_base_of(&command_line(&config(), Memory::Own, false)), None);
+        assert_eq!(copy_on_write_base_of(&["qemu".to_string()]), None);
     }
 
     #[test]

@@ -50,7 +50,7 @@ impl Slots {
     }
 
     /// Take slot `slot` if no live process holds it.
-    fn try_lock(&self, slot: u32) -> Option<SlotLock> {
+    pub fn try_lock(&self, slot: u32) -> Option<SlotLock> {
         let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(self.lock_path(slot)).ok()?;
         nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).ok()
     }
@@ -152,6 +152,11 @@ impl Names {
 
     pub fn leftovers(&self, slot: u32) -> bool {
         self.netns_path(slot).exists() || Path::new("/sys/class/net").join(self.link(slot)).exists()
+    }
+
+    /// Both the namespace and the host link of `slot` are there.
+    pub fn complete(&self, slot: u32) -> bool {
+        self.netns_path(slot).exists() && Path::new("/sys/class/net").join(self.link(slot)).exists()
     }
 
     /// Delete a slot's host link (and with it its peer) and its namespace (and with it

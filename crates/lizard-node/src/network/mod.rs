@@ -88,6 +88,9 @@ pub enum NetError {
     Command { command: String, stderr: String },
     #[error("every network slot of the pool is in use")]
     Exhausted,
+    /// A dead node process's network that [`Network::adopt`] could not take back.
+    #[error("network not taken back: {0}")]
+    NotTakenBack(String),
     /// The pool is not an IPv4 network of prefix 8..=28.
     #[error("bad network pool {pool}/{prefix}")]
     BadPool { pool: Ipv4Addr, prefix: u8 },
@@ -118,8 +121,9 @@ pub struct Network {
 }
 
 impl Network {
-    /// Check the tools, enable forwarding, install the host's rules and sweep what dead
-    /// nodes left.
+    /// Check the tools, enable forwarding and install the host's rules. What dead node
+    /// processes left is swept by [`Network::sweep`], once the caller took back what it
+    /// still uses ([`Network::adopt`]).
     pub async fn start(config: NetworkConfig) -> Result<Arc<Network>> {
         if !(8..=28).contains(&config.pool_prefix) || u32::from(config.pool) & !mask(config.pool_prefix) != 0 {
             return Err(NetError::BadPool { pool: config.pool, prefix: config.pool_prefix });
@@ -149,7 +153,54 @@ impl Network {
         let table = format!("lizard_{}", net.config.link_prefix.replace('-', "_"));
         let rules = firewall::host_ruleset(&table, &net.config.link_prefix, &net.pool());
         links::run("nft", &["-f", "-"], Some(&rules), None).await?;
-        net.slots.sweep(&net.names);
+        Ok(net)
+    }
+
+    /// Remove the namespaces and links with this node's prefixes whose slot no live
+    /// process holds (a dead node process's).
+    pub fn sweep(&self) {
+        self.slots.sweep(&self.names);
+    }
+
+    /// Take back the network a previous node process made for a VM that still runs in
+    /// it (`attachment`, from the sandbox's record): the slot's lock, the namespace's
+    /// firewall set to `policy` again and a new DNS relay (the old one died with that
+    /// process). Fails, changing nothing, when the slot is held or its namespace is gone.
+    pub async fn adopt(&self, attachment: &lizard_vmm::NetAttachment, policy: &ParsedPolicy) -> Result<SandboxNet> {
+        let slot = attachment
+            .netns
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix(self.names.netns_prefix.as_str()))
+            .and_then(|s| s.parse::<u32>().ok())
+            .filter(|slot| self.names.netns_path(*slot) == attachment.netns)
+            .ok_or_else(|| {
+                NetError::NotTakenBack(format!("{} is no namespace of this node", attachment.netns.display()))
+            })?;
+        let lock = self
+            .slots
+            .try_lock(slot)
+            .ok_or_else(|| NetError::NotTakenBack(format!("slot {slot} is held by a live process")))?;
+        if !self.names.complete(slot) {
+            return Err(NetError::NotTakenBack(format!("slot {slot}'s namespace or host link is gone")));
+        }
+        let mut net = SandboxNet {
+            slot,
+            names: self.names.clone(),
+            pool: self.pool(),
+            ns_addr: self.slots.addrs(slot).1,
+            lock: None,
+            relay: None,
+        };
+        net.set_policy(policy).await?;
+        let ns_path = self.names.netns_path(slot);
+        let sockets = tokio::task::spawn_blocking(move || links::in_namespace(&ns_path, dns::bind))
+            .await
+            .expect("namespace setup panicked")?;
+        net.relay = Some(dns::start(sockets, self.resolvers.clone())?);
+        // Only now does dropping `net` tear the namespace down: a failed take-back above
+        // leaves it to the caller, who kills the VM and sweeps.
+        net.lock = Some(lock);
         Ok(net)
     }
 

@@ -110,7 +110,7 @@ impl Node {
         };
         // The source's old overlay lives on as the layer (same file).
         let _ = std::fs::remove_file(&old_top);
-        source.write_record(&self.seal)?;
+        source.write_record(&self.seal, crate::sandbox::Durability::Synced)?;
 
         let copies =
             futures_util::future::join_all((0..count).map(|_| self.fork_one(source, &base, &layers, &layer, &save)))

@@ -12,7 +12,7 @@
 
 use super::Node;
 use crate::error::EndReason;
-use crate::sandbox::{Live, Sandbox};
+use crate::sandbox::{Durability, Live, Sandbox};
 use crate::{vm, NodeError, Result};
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -73,7 +73,7 @@ impl Node {
         // out of the state first tells its monitor that its exit is no crash.
         sandbox.state().live = None;
         sandbox.pausing.store(false, Ordering::SeqCst);
-        let recorded = sandbox.write_record(&self.seal);
+        let recorded = sandbox.write_record(&self.seal, Durability::Synced);
         let _ = vm.kill().await;
         recorded?;
         tracing::info!(id = %sandbox.id, form = ?saved, "sandbox paused");
@@ -119,7 +119,7 @@ impl Node {
         }
         vm::discard_saved(&sandbox.run_dir);
         self.watch(sandbox.clone(), live);
-        sandbox.write_record(&self.seal)?;
+        sandbox.write_record(&self.seal, Durability::Cached)?;
         tracing::info!(id = %sandbox.id, "sandbox resumed");
         Ok(())
     }
@@ -134,7 +134,7 @@ impl Node {
                 return Err(e);
             }
         };
-        if let Err(e) = sandbox.write_record(&self.seal) {
+        if let Err(e) = sandbox.write_record(&self.seal, Durability::Cached) {
             if let Ok(live) = sandbox.live() {
                 tokio::spawn(async move { live.vm().kill().await });
             }
@@ -150,7 +150,7 @@ impl Node {
 
     /// Clean up after a VMM that exits by itself (crash, guest power-off, OOM kill). A VM
     /// that a pause ended is no longer the sandbox's live one, and is left alone.
-    fn watch(self: &Arc<Self>, sandbox: Arc<Sandbox>, live: Arc<Live>) {
+    pub(super) fn watch(self: &Arc<Self>, sandbox: Arc<Sandbox>, live: Arc<Live>) {
         // Every live VM (created, resumed, forked) gets its guest's API connections carried.
         self.forward_api(&sandbox.id, &live.agent());
         let node = Arc::downgrade(self);

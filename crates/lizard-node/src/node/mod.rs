@@ -174,7 +174,7 @@ impl Node {
             seal,
             config,
         });
-        node.adopt_or_sweep();
+        node.take_back_or_sweep().await;
         node.drop_broken_templates();
         node.collect_template_layers();
         snapshot::sweep(&node.snapshots_dir());

@@ -1,39 +1,32 @@
 //! What a node finds from an earlier node process at start: paused sandboxes it takes
-//! back, and running ones (their VMM processes and directories), which are lost.
+//! back from their files, running ones it takes back with their VMM processes (which run
+//! in process groups of their own and outlive the node: a node restart or crash costs a
+//! running sandbox nothing), and leftovers it removes.
 
 use super::Node;
 use crate::error::EndReason;
-use crate::sandbox::Sandbox;
-use crate::vm;
+use crate::sandbox::{Durability, Live, Recorded, Sandbox};
+use crate::{vm, NodeError, Result};
+use std::path::Path;
 use std::sync::Arc;
 
 impl Node {
-    /// Take back the paused sandboxes an earlier node process left; kill VMM processes
-    /// and delete directories of the rest (recorded as lost), and delete layers nothing
-    /// uses any more.
-    pub(super) fn adopt_or_sweep(self: &Arc<Self>) {
+    /// Take back the paused and running sandboxes an earlier node process left; kill VMM
+    /// processes and delete directories of the rest (recorded as lost); then sweep the
+    /// networks and layers nothing uses any more.
+    pub(super) async fn take_back_or_sweep(self: &Arc<Self>) {
         if let Ok(entries) = std::fs::read_dir(self.sandboxes_dir()) {
             for entry in entries.flatten() {
                 let id = entry.file_name().to_string_lossy().into_owned();
                 let dir = entry.path();
-                if let Some(pid) = vm::vmm_pid_of(&dir, &id) {
-                    tracing::warn!(%id, pid, "killing VMM left by a previous node process");
-                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-                } else if let Some(sandbox) = Sandbox::adopt(&dir, &self.seal) {
-                    tracing::info!(%id, "paused sandbox taken back");
-                    // A record from before sealing holds its environment in plain text.
-                    if let Err(e) = sandbox.write_record(&self.seal) {
-                        tracing::warn!(%id, "cannot rewrite the record of a taken-back sandbox: {e}");
-                    }
-                    if let Some(volume) = &sandbox.volume {
-                        self.hold_volume(volume, &id);
-                    }
-                    self.sandboxes_mut().insert(id, Arc::new(sandbox));
-                    continue;
+                if !self.take_back(&id, &dir).await {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    self.bury(&id, EndReason::Lost);
                 }
-                let _ = std::fs::remove_dir_all(&dir);
-                self.bury(&id, EndReason::Lost);
             }
+        }
+        if let Some(network) = &self.network {
+            network.sweep();
         }
         let in_use = self.layers_in_use();
         if let Ok(entries) = std::fs::read_dir(self.layers_dir()) {
@@ -44,4 +37,68 @@ impl Node {
             }
         }
     }
+
+    /// Take back the sandbox in `dir` if its record and (for a running one) its VMM
+    /// allow; false when it is lost (its VMM, if any, killed).
+    async fn take_back(self: &Arc<Self>, id: &str, dir: &Path) -> bool {
+        let pid = vm::vmm_pid_of(dir, id);
+        let sandbox = match (Sandbox::from_record(dir, &self.seal), pid) {
+            (Some(Recorded::Paused(sandbox)), None) => {
+                tracing::info!(%id, "paused sandbox taken back");
+                sandbox
+            }
+            (Some(Recorded::Running(sandbox)), Some(pid)) => match self.take_back_running(&sandbox, pid).await {
+                Ok(()) => {
+                    tracing::info!(%id, pid, "running sandbox taken back with its VMM");
+                    sandbox
+                }
+                Err(e) => {
+                    tracing::warn!(%id, pid, "cannot take back a running sandbox, killing its VMM: {e}");
+                    kill(pid);
+                    return false;
+                }
+            },
+            (_, Some(pid)) => {
+                tracing::warn!(%id, pid, "killing a VMM left by a previous node process without a record to run it by");
+                kill(pid);
+                return false;
+            }
+            (_, None) => return false,
+        };
+        // A record from before sealing holds its environment in plain text.
+        if let Err(e) = sandbox.write_record(&self.seal, Durability::Cached) {
+            tracing::warn!(%id, "cannot rewrite the record of a taken-back sandbox: {e}");
+        }
+        if let Some(volume) = &sandbox.volume {
+            self.hold_volume(volume, id);
+        }
+        let sandbox = Arc::new(sandbox);
+        let live = sandbox.live().ok();
+        self.sandboxes_mut().insert(id.to_string(), sandbox.clone());
+        if let Some(live) = live {
+            self.watch(sandbox, live);
+        }
+        true
+    }
+
+    /// Reconnect to a running sandbox's VMM `pid`, its network and its agent (which went
+    /// back to waiting for a host when the old process's channel closed).
+    async fn take_back_running(&self, sandbox: &Sandbox, pid: i32) -> Result<()> {
+        let config = sandbox.state().config.clone();
+        let pid = u32::try_from(pid).map_err(|_| NodeError::io("VMM pid", std::io::ErrorKind::InvalidData.into()))?;
+        let vm = self.backend.adopt(&config, pid).await?;
+        if let (Some(network), Some(attachment)) = (&self.network, &config.net) {
+            let policy = sandbox.network_policy.parse().map_err(NodeError::BadNetworkPolicy)?;
+            sandbox.set_network(Some(network.adopt(attachment, &policy).await?));
+        }
+        let agent =
+            vm::connect_agent(vm.as_ref(), &sandbox.secret, self.config.boot_timeout, Some(vm::RESTORED_HANDSHAKE))
+                .await?;
+        sandbox.state().live = Some(Arc::new(Live::new(vm::Launched { vm, agent })));
+        Ok(())
+    }
+}
+
+fn kill(pid: i32) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
 }

@@ -242,10 +242,13 @@ pub trait BillingStore: Send + Sync + 'static {
     /// one transaction. Returns the number of entries written.
     async fn bill_meters(&self, now: i64) -> Result<u64>;
 
-    /// Close every running meter at its watermark without billing further (start-up: the
-    /// VMs of a process that died ran unobserved since its last tick, and died with it).
-    /// Paused meters stay open: a paused sandbox is a file that survives a restart.
-    async fn close_meters_at_watermark(&self) -> Result<u64>;
+    /// Close every running meter but those of `running` (sandbox ids) at its watermark
+    /// without billing further (start-up: the VMs of a process that died ran unobserved
+    /// since its last tick, and died with it). Paused meters stay open: a paused sandbox
+    /// is a file that survives a restart; so do the meters of `running`, sandboxes whose
+    /// VMs outlived the process and were taken back — they ran all along, and their next
+    /// tick bills from the watermark.
+    async fn close_meters_at_watermark(&self, running: &[String]) -> Result<u64>;
 
     /// Meters not ended, of one account or all.
     async fn open_meters(&self, account_id: Option<&str>) -> Result<Vec<MeterRecord>>;

@@ -349,11 +349,16 @@ impl BillingStore for SqliteStore {
         Ok(written)
     }
 
-    async fn close_meters_at_watermark(&self) -> Result<u64> {
-        let r = sqlx::query("UPDATE sandbox_meters SET state = 'ended', billed_until = NULL WHERE state = 'running'")
-            .execute(&self.pool)
-            .await
-            .map_err(backend)?;
+    async fn close_meters_at_watermark(&self, running: &[String]) -> Result<u64> {
+        let running = serde_json::to_string(running).expect("a list of strings serializes");
+        let r = sqlx::query(
+            "UPDATE sandbox_meters SET state = 'ended', billed_until = NULL WHERE state = 'running' \
+             AND sandbox_id NOT IN (SELECT value FROM json_each(?))",
+        )
+        .bind(running)
+        .execute(&self.pool)
+        .await
+        .map_err(backend)?;
         Ok(r.rows_affected())
     }
 
@@ -594,12 +599,22 @@ mod tests {
         s.grant_signup_credits(1_000_000_000, 0).await.unwrap();
         s.insert_sandbox(&sbx("sbx_1", "prj_a", 1_000, 0)).await.unwrap();
         s.insert_sandbox(&sbx("sbx_paused", "prj_a", 1_000, 10)).await.unwrap();
+        s.insert_sandbox(&sbx("sbx_kept", "prj_a", 1_000, 20)).await.unwrap();
         s.set_sandbox_state("sbx_paused", SandboxState::Paused).await.unwrap();
         s.bill_meters(6_000).await.unwrap();
-        assert_eq!(s.close_meters_at_watermark().await.unwrap(), 1, "running ones only");
+        let kept = ["sbx_kept".to_string()];
+        assert_eq!(s.close_meters_at_watermark(&kept).await.unwrap(), 1, "running ones not taken back only");
         let open = s.open_meters(None).await.unwrap();
-        assert_eq!(open.len(), 1, "a paused sandbox survives a restart, and so does its meter");
-        assert_eq!(open[0].state, MeterState::Paused);
+        let states: Vec<_> = open.iter().map(|m| (m.sandbox_id.as_str(), m.state)).collect();
+        assert_eq!(
+            states,
+            [("sbx_kept", MeterState::Running), ("sbx_paused", MeterState::Paused)],
+            "a paused sandbox survives a restart, and so does a running one taken back, with their meters"
+        );
+        // The one taken back ran all along: its next tick bills the downtime too.
+        s.bill_meters(16_000).await.unwrap();
+        let kept_usage = usage_of(&s, "sbx_kept").await;
+        assert_eq!(kept_usage.iter().map(|e| e.quantity_ms.unwrap()).sum::<i64>(), 15_000);
         // The records are ended at the restart's time; nothing more is billed.
         s.end_sandbox("sbx_1", 60_000, "lost: the server restarted").await.unwrap();
         s.bill_meters(90_000).await.unwrap();
