@@ -73,3 +73,74 @@ async fn a_guest_reaches_no_host_service_no_metadata_and_no_neighbour() {
 fn lizard_api_gateway() -> Ipv4Addr {
     Ipv4Addr::new(10, 0, 2, 1)
 }
+
+/// A private network on this host (a namespace of the test's own, routed from the host):
+/// no sandbox reaches it — not with the internet on, not with its range in `allowOut`.
+#[tokio::test(flavor = "multi_thread")]
+async fn private_targets_stay_unreachable_even_when_allowed_out() {
+    let tag = std::process::id() % 10_000;
+    let ns = format!("lzatk-priv-{tag}");
+    let host_if = format!("lzatkp{tag}");
+    let run = |args: &str| {
+        let o = std::process::Command::new("ip").args(args.split_whitespace()).output().unwrap();
+        assert!(o.status.success(), "ip {args}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    // Host 192.168.231.1/30 <-> namespace 192.168.231.2/30, where a web server listens.
+    let _ = std::process::Command::new("ip").args(["netns", "del", &ns]).output();
+    run(&format!("netns add {ns}"));
+    let cleanup = Cleanup(ns.clone());
+    run(&format!("link add {host_if} type veth peer name eth0 netns {ns}"));
+    run(&format!("addr add 192.168.231.1/30 dev {host_if}"));
+    run(&format!("link set {host_if} up"));
+    run(&format!("-n {ns} addr add 192.168.231.2/30 dev eth0"));
+    run(&format!("-n {ns} link set eth0 up"));
+    run(&format!("-n {ns} link set lo up"));
+    let mut server = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns, "python3", "-m", "http.server", "8731", "--bind", "192.168.231.2"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The positive control: from the host, the private server answers.
+    let mut answered = false;
+    for _ in 0..50 {
+        if std::net::TcpStream::connect_timeout(
+            &"192.168.231.2:8731".parse().unwrap(),
+            std::time::Duration::from_secs(1),
+        )
+        .is_ok()
+        {
+            answered = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(answered, "the test's private server does not answer the host");
+
+    let system = System::start(&[]).await;
+    let open = system.create_sandbox("base", serde_json::json!({})).await;
+    let allowed = system
+        .create_sandbox("base", serde_json::json!({"allowInternetAccess": false, "allowOut": ["192.168.231.0/24"]}))
+        .await;
+    let allowed_wide = system.create_sandbox("base", serde_json::json!({"allowOut": ["192.168.0.0/16"]})).await;
+    for id in [&open, &allowed, &allowed_wide] {
+        assert_ne!(guest_curl(&system, id, "http://192.168.231.2:8731/").await, 0, "{id} reached a private target");
+        assert_ne!(
+            guest_curl(&system, id, "http://192.168.231.1:8731/").await,
+            0,
+            "{id} reached the host's private end"
+        );
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    drop(cleanup);
+}
+
+/// Removes the test's namespace (and with it the veth pair) however the test ends.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
