@@ -9,7 +9,9 @@
 //! whose other end is the agent's transport (a virtio-serial port under QEMU).
 
 pub mod accel;
+mod console;
 pub mod delta;
+pub mod jail;
 pub mod netns;
 pub mod qemu;
 mod qmp;
@@ -153,6 +155,9 @@ pub enum VmmError {
     /// The VMM process is gone.
     #[error("the VMM process exited ({0:?})")]
     Exited(VmExit),
+    /// The VMM could not be confined.
+    #[error("confine the VMM: {0}")]
+    Jail(#[from] jail::JailError),
     /// An operation did not finish in time.
     #[error("{0} timed out")]
     Timeout(&'static str),

@@ -6,6 +6,7 @@
 //! from one template snapshot. The agent channel is a virtio-serial port whose host end
 //! is a Unix socket QEMU listens on; virtio-serial is migratable, vhost-user is not.
 
+use crate::jail::{Jail, JailPolicy};
 use crate::qmp::Qmp;
 use crate::{
     Accel, Backend, DeltaSnapshot, DeltaStats, MemoryMapping, PendingVm, Result, Snapshot, Vm, VmConfig, VmExit,
@@ -31,17 +32,25 @@ const MIGRATION_DEADLINE: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct QemuBackend {
     binary: PathBuf,
+    /// How each QEMU is confined; `None`: it runs as the node does (root), unconfined.
+    jail: Option<Arc<JailPolicy>>,
 }
 
 impl Default for QemuBackend {
     fn default() -> Self {
-        QemuBackend { binary: PathBuf::from("qemu-system-x86_64") }
+        QemuBackend { binary: PathBuf::from("qemu-system-x86_64"), jail: None }
     }
 }
 
 impl QemuBackend {
     pub fn with_binary(binary: impl Into<PathBuf>) -> Self {
-        QemuBackend { binary: binary.into() }
+        QemuBackend { binary: binary.into(), jail: None }
+    }
+
+    /// Confine every QEMU this backend starts (boots, restores, pre-spawns alike) by `policy`.
+    pub fn confined(mut self, policy: JailPolicy) -> Self {
+        self.jail = Some(Arc::new(policy));
+        self
     }
 
     /// Start QEMU; with `incoming` it waits for a migration stream instead of booting.
@@ -51,7 +60,11 @@ impl QemuBackend {
         for sock in [config.agent_socket(), qmp_socket(config)] {
             let _ = std::fs::remove_file(sock);
         }
-        let args = command_line(config, memory, incoming);
+        let jail = match &self.jail {
+            Some(policy) => Some(policy.enter(config, memory.copy_on_write_base())?),
+            None => None,
+        };
+        let args = command_line(config, memory, incoming, jail.is_some());
         tracing::debug!(id = %config.id, "qemu {}", args.join(" "));
         let mut cmd = tokio::process::Command::new(&self.binary);
         cmd.args(&args)
@@ -75,10 +88,29 @@ impl QemuBackend {
         if let Some(ns) = &netns {
             crate::netns::enter_before_exec(&mut cmd, ns);
         }
-        let mut child =
-            cmd.spawn().map_err(|source| VmmError::Spawn { binary: self.binary.display().to_string(), source })?;
+        let jail = jail.map(|(jail, mut setup)| {
+            // Opened by the child after it joined the namespace the TAP lives in.
+            setup.tap = config.net.as_ref().and_then(|n| crate::jail::child::ifreq_name(&n.tap));
+            // SAFETY: `apply` makes only system calls on data prepared before the fork
+            // (see jail::child); it runs after the namespace change registered above.
+            unsafe { cmd.pre_exec(move || setup.apply()) };
+            jail
+        });
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(source) => {
+                if let Some(jail) = jail {
+                    jail.release();
+                }
+                return Err(VmmError::Spawn { binary: self.binary.display().to_string(), source });
+            }
+        };
         drop(netns);
         let pid = child.id().expect("a just-spawned child has a pid");
+        let uid = jail.as_ref().map(Jail::uid);
+        if let Some(jail) = &jail {
+            tracing::debug!(id = %config.id, pid, uid = jail.uid(), cgroups = ?jail.cgroup_dirs(), "VMM confined");
+        }
         std::fs::write(config.run_dir.join("vmm.pid"), pid.to_string())
             .map_err(|e| VmmError::io("write vmm.pid", e))?;
 
@@ -94,8 +126,13 @@ impl QemuBackend {
                 Err(_) => VmExit { code: None, signal: None },
             };
             r2.store(false, Ordering::SeqCst);
+            // Before anyone hears of the exit: its uid and cgroups are free once it has.
+            if let Some(jail) = jail {
+                jail.release();
+            }
             let _ = tx.send(Some(exit));
         });
+        tokio::spawn(crate::console::cap(config.console_log(), running.clone()));
 
         let mut exited = rx.clone();
         let qmp_path = qmp_socket(config);
@@ -117,7 +154,7 @@ impl QemuBackend {
             }
         };
         let memory_base = memory.copy_on_write_base().map(Path::to_path_buf);
-        Ok(QemuVm { config: config.clone(), pid, qmp, exit: rx, running, memory_base })
+        Ok(QemuVm { config: config.clone(), pid, qmp, exit: rx, running, memory_base, uid })
     }
 }
 
@@ -157,7 +194,9 @@ impl Memory<'_> {
 }
 
 /// The QEMU command line for `config`; with `incoming`, QEMU waits for a migration stream.
-pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool) -> Vec<String> {
+/// `confined`: QEMU runs jailed ([`crate::jail`]): its seccomp filter on, and its TAP
+/// device opened for it (it has no right to open one by name).
+pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool, confined: bool) -> Vec<String> {
     let (mem_path, share) = match memory {
         Memory::Own => (config.memory_file(), true),
         Memory::Snapshot(path, MemoryMapping::Shared) => (path.to_path_buf(), true),
@@ -197,7 +236,8 @@ pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool) -> Ve
     push(&["-kernel", &config.kernel.display().to_string()]);
     push(&["-initrd", &config.initramfs.display().to_string()]);
     push(&["-append", &kernel_cmdline(config)]);
-    push(&["-chardev", &format!("file,id=console,path={}", config.console_log().display())]);
+    // Appended to, so that the node can cut it short while QEMU writes (crate::console).
+    push(&["-chardev", &format!("file,id=console,path={},append=on", config.console_log().display())]);
     push(&["-serial", "chardev:console"]);
     push(&["-device", "virtio-serial-device,max_ports=2"]);
     push(&["-chardev", &format!("socket,id=agent,path={},server=on,wait=off", config.agent_socket().display())]);
@@ -212,7 +252,11 @@ pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool) -> Ve
     }
     push(&["-object", "rng-random,id=rng,filename=/dev/urandom", "-device", "virtio-rng-device,rng=rng"]);
     if let Some(net) = &config.net {
-        push(&["-netdev", &format!("tap,id=net0,ifname={},script=no,downscript=no", net.tap)]);
+        if confined {
+            push(&["-netdev", &format!("tap,id=net0,fd={}", crate::jail::child::TAP_FD)]);
+        } else {
+            push(&["-netdev", &format!("tap,id=net0,ifname={},script=no,downscript=no", net.tap)]);
+        }
         push(&["-device", &format!("virtio-net-device,netdev=net0,mac={}", net.mac)]);
     }
     if let Some(secret) = &config.secret_file {
@@ -224,6 +268,11 @@ pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool) -> Ve
     }
     if let Memory::DeltaBase(_) = memory {
         push(&["-S", "-global", "migration.send-configuration=off"]);
+    }
+    if confined {
+        // Seccomp: no obsolete system calls, no setuid/setgid, no fork/exec, no changes
+        // to scheduling or CPU affinity.
+        push(&["-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"]);
     }
     a
 }
@@ -367,6 +416,8 @@ pub struct QemuVm {
     running: Arc<AtomicBool>,
     /// The file guest memory is a private copy-on-write mapping of, if it is one.
     memory_base: Option<PathBuf>,
+    /// The VMM's own uid when it is confined: files it must write later are handed to it.
+    uid: Option<u32>,
 }
 
 impl QemuVm {
@@ -468,6 +519,10 @@ impl Vm for QemuVm {
 
     async fn freeze_disk(&self, new_top: &Path) -> Result<()> {
         let file = new_top.to_str().ok_or_else(|| VmmError::NonUtf8Path(new_top.to_path_buf()))?;
+        if let Some(uid) = self.uid {
+            std::os::unix::fs::chown(new_top, Some(uid), Some(uid))
+                .map_err(|e| VmmError::io(format!("give {} to the VMM", new_top.display()), e))?;
+        }
         // `existing`: the caller made the overlay, naming the backing file it wants in its
         // header (QEMU would name the path it opened the disk by).
         let args = json!({ "device": "disk0", "snapshot-file": file, "format": "qcow2", "mode": "existing" });
@@ -538,20 +593,36 @@ mod tests {
     #[test]
     fn a_nic_is_a_tap_in_the_namespace() {
         let mut c = config();
-        assert!(!command_line(&c, Memory::Own, false).join(" ").contains("-netdev"));
+        assert!(!command_line(&c, Memory::Own, false, false).join(" ").contains("-netdev"));
         c.net = Some(crate::NetAttachment {
             netns: "/run/netns/x".into(),
             tap: "tap0".into(),
             mac: "02:00:00:00:00:02".into(),
         });
-        let a = command_line(&c, Memory::Own, false).join(" ");
+        let a = command_line(&c, Memory::Own, false, false).join(" ");
         assert!(a.contains("-netdev tap,id=net0,ifname=tap0,script=no,downscript=no"), "{a}");
         assert!(a.contains("-device virtio-net-device,netdev=net0,mac=02:00:00:00:00:02"), "{a}");
+        assert!(!a.contains("-sandbox"), "{a}");
+    }
+
+    #[test]
+    fn a_confined_qemu_gets_seccomp_and_its_tap_as_a_descriptor() {
+        let mut c = config();
+        c.net = Some(crate::NetAttachment {
+            netns: "/run/netns/x".into(),
+            tap: "tap0".into(),
+            mac: "02:00:00:00:00:02".into(),
+        });
+        let a = command_line(&c, Memory::Own, false, true).join(" ");
+        assert!(a.contains("-netdev tap,id=net0,fd=100 "), "{a}");
+        assert!(!a.contains("ifname="), "{a}");
+        assert!(a.contains("-sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"), "{a}");
+        assert!(a.contains("console.log,append=on"), "{a}");
     }
 
     #[test]
     fn cold_boot_maps_own_memory_shared() {
-        let a = command_line(&config(), Memory::Own, false).join(" ");
+        let a = command_line(&config(), Memory::Own, false, false).join(" ");
         assert!(a.contains("mem-path=/run/sbx1/memory,share=on"), "{a}");
         assert!(a.contains("-smp 2 -m 512M"));
         assert!(a.contains("file=/r/root.qcow2,format=qcow2"));
@@ -563,15 +634,16 @@ mod tests {
 
     #[test]
     fn clone_maps_snapshot_memory_private() {
-        let a = command_line(&config(), Memory::Snapshot(Path::new("/t/memory"), MemoryMapping::CopyOnWrite), true)
-            .join(" ");
+        let a =
+            command_line(&config(), Memory::Snapshot(Path::new("/t/memory"), MemoryMapping::CopyOnWrite), true, false)
+                .join(" ");
         assert!(a.contains("mem-path=/t/memory,share=off"), "{a}");
         assert!(a.ends_with("-incoming defer"));
     }
 
     #[test]
     fn a_delta_restore_starts_stopped_over_its_base() {
-        let a = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory")), true).join(" ");
+        let a = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory")), true, false).join(" ");
         assert!(a.contains("mem-path=/s/base-memory,share=off"), "{a}");
         assert!(a.ends_with("-incoming defer -S -global migration.send-configuration=off"), "{a}");
         assert_eq!(Memory::DeltaBase(Path::new("/b")).copy_on_write_base(), Some(Path::new("/b")));
