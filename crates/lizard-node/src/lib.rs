@@ -24,11 +24,13 @@
 //! - [`volumes`]: volume disk images. [`assets`]: kernel, initramfs and template images.
 //! - `guest_steps`: a build step inside the build VM (commands, copies, sync).
 //! - `forward`: guest → control-plane API connections.
+//! - [`confine`]: whether VMMs run jailed, admission by CPUs and memory, sandbox sizes.
 //! - `config`: [`NodeConfig`] and its defaults.
 //! - `error`: [`NodeError`] and the typed errors it wraps, with their API codes.
 
 pub mod assets;
 mod config;
+pub mod confine;
 mod error;
 mod forward;
 mod guest_steps;

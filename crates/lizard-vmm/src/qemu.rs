@@ -500,9 +500,20 @@ impl Vm for QemuVm {
     async fn save_delta(&self, delta: &Path, devices: &Path) -> Result<DeltaStats> {
         let base = self.memory_base.clone().ok_or(VmmError::NotCopyOnWrite)?;
         let devices_arg = devices.to_str().ok_or_else(|| VmmError::NonUtf8Path(devices.to_path_buf()))?;
+        // QEMU writes this file itself: a confined one may not create files outside its
+        // run directory, so the file is made for it (and given back to root after).
+        if let Some(uid) = self.uid {
+            std::fs::File::create(devices).map_err(|e| VmmError::io(format!("create {}", devices.display()), e))?;
+            std::os::unix::fs::chown(devices, Some(uid), Some(uid))
+                .map_err(|e| VmmError::io(format!("give {} to the VMM", devices.display()), e))?;
+        }
         // Device state only: the RAM block is skipped whatever its mapping.
         let t = std::time::Instant::now();
-        self.qmp.execute("xen-save-devices-state", json!({ "filename": devices_arg, "live": false })).await?;
+        let saved = self.qmp.execute("xen-save-devices-state", json!({ "filename": devices_arg, "live": false })).await;
+        if self.uid.is_some() {
+            let _ = std::os::unix::fs::chown(devices, Some(0), Some(0));
+        }
+        saved?;
         tracing::debug!(id = %self.config.id, took = ?t.elapsed(), "device state saved");
         let (pid, delta, len) = (self.pid, delta.to_path_buf(), memory_bytes(&self.config));
         let t = std::time::Instant::now();
