@@ -42,6 +42,19 @@ pub fn share_memory(path: &Path, shared_gid: u32) -> std::io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
 }
 
+/// Make `path`, a file every VMM only reads (kernel, initramfs), readable to them: when
+/// the others may not read it, it goes to `shared_gid` with the group's read bit.
+pub fn share_readable(path: &Path, shared_gid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path)?;
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o004 != 0 || (meta.gid() == shared_gid && mode & 0o040 != 0) {
+        return Ok(());
+    }
+    std::os::unix::fs::chown(path, None, Some(shared_gid))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode | 0o040))
+}
+
 /// Give root what `uid` owns in `run_dir` (and `run_dir` itself), and each of `writable`.
 pub fn take_back(run_dir: &Path, writable: &[&Path], uid: u32) {
     let give_back = |path: &Path| {

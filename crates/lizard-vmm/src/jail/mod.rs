@@ -96,6 +96,10 @@ impl JailPolicy {
             let refs: Vec<&Path> = jail.writable.iter().map(PathBuf::as_path).collect();
             files::hand_over(&config.run_dir, &refs, uid, uid)
                 .map_err(|source| JailError::Files { path: config.run_dir.clone(), source })?;
+            for input in [&config.kernel, &config.initramfs] {
+                files::share_readable(input, self.shared_gid)
+                    .map_err(|source| JailError::Files { path: input.clone(), source })?;
+            }
             if let Some(memory) = shared_memory {
                 files::share_memory(memory, self.shared_gid)
                     .map_err(|source| JailError::Files { path: memory.to_owned(), source })?;
