@@ -82,3 +82,20 @@ pub fn dir_names(dir: &std::path::Path) -> Vec<String> {
     names.sort();
     names
 }
+
+/// CPU time (user + system) the process `pid` has used, from `/proc/<pid>/stat`.
+pub fn cpu_time(pid: u32) -> std::time::Duration {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at state, field 3.
+    let rest = text.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .and_then(|h| u64::try_from(h).ok())
+        .unwrap_or(100)
+        .max(1);
+    // utime and stime are fields 14 and 15: indexes 11 and 12 from field 3.
+    std::time::Duration::from_millis((ticks(11) + ticks(12)) * 1000 / hz)
+}

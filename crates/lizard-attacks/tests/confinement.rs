@@ -7,7 +7,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use lizard_attacks::confine::{cgroup_value, cgroups, dir_names, host_tasks, limits, median, status, vmm_pid};
+use lizard_attacks::confine::{
+    cgroup_value, cgroups, cpu_time, dir_names, host_tasks, limits, median, status, vmm_pid,
+};
 use lizard_attacks::leftovers;
 use lizard_attacks::system::System;
 use reqwest::Method;
@@ -96,7 +98,8 @@ async fn a_sandbox_beyond_the_nodes_cpus_and_memory_is_refused_and_leaves_nothin
     assert_eq!(err["code"], "UNAVAILABLE", "{err}");
     let message = err["message"].as_str().unwrap();
     assert!(message.contains("16 vCPUs") && message.contains("promised"), "{message}");
-    assert!(!message.contains('/'), "no host path reaches the client: {message}");
+    let data_dir = system.data_dir().to_string_lossy().into_owned();
+    assert!(!message.contains(&data_dir) && !message.contains("/sys/"), "no host path reaches the client: {message}");
     assert_eq!(leftovers::vmm_pids(system.data_dir()).len(), vmms, "a VMM was started");
     assert_eq!(leftovers::sandbox_dirs(&system.node_dir()), dirs, "a run directory was left");
     // The running one is untouched.
@@ -152,7 +155,7 @@ async fn a_cpu_spinner_and_a_fork_bomb_leave_a_neighbour_responsive_and_the_host
     let neighbour = system.create_sandbox("base", json!({})).await;
     let spinner = system.create_sandbox("base", json!({"vcpus": 2})).await;
     let bomber = system.create_sandbox("base", json!({})).await;
-    let baseline = exec_latency(&system, &neighbour, 15).await;
+    let baseline = exec_latency(&system, &neighbour, 25).await;
     let tasks_before = host_tasks();
 
     // Every vCPU of the spinner busy, and a fork bomb in the other, both bounded in time.
@@ -162,18 +165,28 @@ async fn a_cpu_spinner_and_a_fork_bomb_leave_a_neighbour_responsive_and_the_host
     system.exec(&bomber, bomb).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
 
-    let loaded = exec_latency(&system, &neighbour, 15).await;
+    let spinner_pid = vmm_pid(&spinner).expect("the spinner's QEMU runs");
+    let (spun_before, t) = (cpu_time(spinner_pid), Instant::now());
+    let loaded = exec_latency(&system, &neighbour, 25).await;
+    let spun = cpu_time(spinner_pid) - spun_before;
+    let window = t.elapsed();
     let bomber_pid = vmm_pid(&bomber).expect("the fork bomb's QEMU runs");
     let bomber_tasks: u32 = status(bomber_pid)["Threads"].parse().unwrap();
     let tasks_during = host_tasks();
     eprintln!(
         "exec echo median: {baseline:?} alone, {loaded:?} beside a 2-vCPU spinner and a fork bomb; \
-         host tasks {tasks_before} → {tasks_during}; the bomber's QEMU has {bomber_tasks} threads"
+         host tasks {tasks_before} → {tasks_during}; the bomber's QEMU has {bomber_tasks} threads; \
+         the spinner used {spun:?} of CPU in {window:?}"
     );
+    // The attack was real: the spinner took what CPU it could get beside the others on
+    // this 2-core host (measured: 0.5–1 CPU), and no more than its 2-CPU quota.
+    assert!(spun >= window.mul_f64(0.25), "the spinner used only {spun:?} in {window:?}");
+    assert!(spun <= window.mul_f64(2.2), "the spinner used {spun:?} in {window:?}, beyond its 2-CPU quota");
     // The fork bomb runs in the guest: the host sees only its VMM's threads, which its
     // pids limit bounds.
     assert!(bomber_tasks <= 256, "the bomber's VMM has {bomber_tasks} threads");
     let pids = cgroups(bomber_pid)["pids"].clone();
+    assert!(pids.to_string_lossy().contains("/lizard/vmm-"), "the bomber's VMM has no pids cgroup of its own");
     let current: u32 = cgroup_value(&pids, "pids.current").parse().unwrap();
     assert!(current <= 256, "pids.current {current}");
     assert!(tasks_during <= tasks_before + 2 * 256, "host tasks {tasks_before} → {tasks_during}");
@@ -183,6 +196,11 @@ async fn a_cpu_spinner_and_a_fork_bomb_leave_a_neighbour_responsive_and_the_host
     // before cgroups).
     let bound = (baseline * 4).max(Duration::from_millis(600));
     assert!(loaded <= bound, "exec echo {loaded:?} beside the spinner and the bomb (alone {baseline:?})");
+    for id in [&neighbour, &spinner, &bomber] {
+        let memory = cgroups(vmm_pid(id).unwrap())["memory"].clone();
+        let peak: u64 = cgroup_value(&memory, "memory.max_usage_in_bytes").parse().unwrap_or(0);
+        eprintln!("{id}: peak memory of its VMM's cgroup {} MiB", peak >> 20);
+    }
     for id in [&spinner, &bomber] {
         let _ = system.call(Method::DELETE, &format!("/v1/sandboxes/{id}"), None).await;
     }
