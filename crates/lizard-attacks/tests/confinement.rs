@@ -161,23 +161,25 @@ async fn a_cpu_spinner_and_a_fork_bomb_leave_a_neighbour_responsive_and_the_host
     // Every vCPU of the spinner busy, and a fork bomb in the other, both bounded in time.
     let spin = "for i in 1 2 3 4; do setsid timeout 90 sh -c 'while :; do :; done' >/dev/null 2>&1 </dev/null & done";
     system.exec(&spinner, spin).await;
-    let bomb = "setsid timeout 90 sh -c ':(){ :|:& };:' >/dev/null 2>&1 </dev/null &";
+    let bomb = "setsid timeout 90 bash -c ':(){ :|:& };:' >/dev/null 2>&1 </dev/null &";
     system.exec(&bomber, bomb).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
 
     let spinner_pid = vmm_pid(&spinner).expect("the spinner's QEMU runs");
-    let (spun_before, t) = (cpu_time(spinner_pid), Instant::now());
+    let bomber_pid = vmm_pid(&bomber).expect("the fork bomb's QEMU runs");
+    let (spun_before, bombed_before, t) = (cpu_time(spinner_pid), cpu_time(bomber_pid), Instant::now());
     let loaded = exec_latency(&system, &neighbour, 25).await;
     let spun = cpu_time(spinner_pid) - spun_before;
+    let bombed = cpu_time(bomber_pid) - bombed_before;
     let window = t.elapsed();
-    let bomber_pid = vmm_pid(&bomber).expect("the fork bomb's QEMU runs");
     let bomber_tasks: u32 = status(bomber_pid)["Threads"].parse().unwrap();
     let tasks_during = host_tasks();
     eprintln!(
         "exec echo median: {baseline:?} alone, {loaded:?} beside a 2-vCPU spinner and a fork bomb; \
          host tasks {tasks_before} → {tasks_during}; the bomber's QEMU has {bomber_tasks} threads; \
-         the spinner used {spun:?} of CPU in {window:?}"
+         the spinner used {spun:?} and the bomber {bombed:?} of CPU in {window:?}"
     );
+    assert!(bombed >= window.mul_f64(0.25), "the fork bomb used only {bombed:?} in {window:?}");
     // The attack was real: the spinner took what CPU it could get beside the others on
     // this 2-core host (measured: 0.5–1 CPU), and no more than its 2-CPU quota.
     assert!(spun >= window.mul_f64(0.25), "the spinner used only {spun:?} in {window:?}");
