@@ -207,3 +207,26 @@ async fn a_cpu_spinner_and_a_fork_bomb_leave_a_neighbour_responsive_and_the_host
         let _ = system.call(Method::DELETE, &format!("/v1/sandboxes/{id}"), None).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_that_cannot_confine_refuses_sandboxes_unless_told_to_run_them_insecure() {
+    // Uid 0 cannot be a VMM's: the range is unusable, so nothing can be confined.
+    let refusing = System::start(&["--vmm-uids", "0:16"]).await;
+    let body = json!({"template": "base", "projectId": refusing.project});
+    let (code, err) = refusing.call(Method::POST, "/v1/sandboxes", Some(body)).await;
+    assert_eq!(code, 503, "{err}");
+    assert_eq!(err["code"], "UNAVAILABLE");
+    let message = err["message"].as_str().unwrap();
+    assert!(message.contains("cannot confine") && message.contains("uid range"), "{message}");
+    assert!(message.contains("--insecure-no-confine"), "{message}");
+    assert!(leftovers::vmm_pids(refusing.data_dir()).is_empty(), "a VMM was started");
+    assert!(refusing.log().contains("cannot confine VMMs"), "the operator's log says why");
+    drop(refusing);
+
+    let insecure = System::start(&["--vmm-uids", "0:16", "--insecure-no-confine"]).await;
+    let id = insecure.create_sandbox("base", json!({})).await;
+    assert_eq!(insecure.exec(&id, "echo ok").await.1, "ok\n");
+    let st = status(vmm_pid(&id).unwrap());
+    assert!(st["Uid"].starts_with("0\t"), "unconfined as asked: {}", st["Uid"]);
+    assert!(insecure.log().contains("INSECURE"), "the log says so loudly");
+}

@@ -60,6 +60,17 @@ pub struct NodeOpts {
     /// Memory a VMM may use beyond its guest's (its cgroup's limit is the sum).
     #[arg(long, value_name = "MIB", default_value_t = 512, env = "LIZARD_VMM_MEMORY_OVERHEAD_MIB")]
     pub vmm_memory_overhead_mib: u32,
+    /// Host uids (and gids) for VMM processes, one per running VMM, as FIRST:COUNT; the
+    /// gid FIRST-1 is the group they share. Must be the same for every node of the host.
+    #[arg(long, value_name = "FIRST:COUNT", default_value = "1500000:65536", value_parser = parse_uid_range, env = "LIZARD_VMM_UIDS")]
+    pub vmm_uids: lizard_node::confine::UidRange,
+}
+
+/// `FIRST:COUNT`.
+fn parse_uid_range(s: &str) -> Result<lizard_node::confine::UidRange, String> {
+    let (first, count) = s.split_once(':').ok_or_else(|| format!("expected FIRST:COUNT, got {s:?}"))?;
+    let number = |n: &str| n.parse::<u32>().map_err(|_| format!("expected FIRST:COUNT, got {s:?}"));
+    Ok(lizard_node::confine::UidRange { first: number(first)?, count: number(count)? })
 }
 
 impl NodeOpts {
@@ -72,6 +83,7 @@ impl NodeOpts {
         config.confine.cpu_overcommit = self.cpu_overcommit;
         config.confine.memory_overcommit = self.memory_overcommit;
         config.confine.memory_overhead_mib = self.vmm_memory_overhead_mib;
+        config.confine.uids = self.vmm_uids;
         if let Some(a) = &self.agent {
             config.agent_bin = a.clone();
         }

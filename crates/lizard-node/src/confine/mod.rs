@@ -12,10 +12,11 @@
 pub mod admission;
 pub mod sizes;
 
-use lizard_vmm::jail::{CgroupTree, JailPolicy, UidRange};
+use lizard_vmm::jail::{CgroupTree, JailPolicy};
 use std::path::PathBuf;
 
 pub use admission::{Capacity, CapacityExhausted, Reservation};
+pub use lizard_vmm::jail::UidRange;
 pub use sizes::UnsupportedSize;
 
 /// How the node confines VMMs and admits sandboxes.
