@@ -93,6 +93,8 @@ pub struct Confinement {
     pub status: ConfineStatus,
     capacity: Capacity,
     admission: admission::Admission,
+    /// The policy VMMs are jailed by (its cgroups swept at start), when they are.
+    policy: Option<JailPolicy>,
 }
 
 impl Confinement {
@@ -126,7 +128,20 @@ impl Confinement {
                 }
             }
         };
-        (Confinement { status, capacity, admission: Default::default() }, policy)
+        (Confinement { status, capacity, admission: Default::default(), policy: policy.clone() }, policy)
+    }
+
+    /// Remove, once they are dead, the cgroups of VMMs an earlier node process left
+    /// running (the node has just killed them; the kernel frees a group only after).
+    pub fn sweep_later(&self) {
+        let Some(policy) = self.policy.clone() else { return };
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+            let swept = tokio::task::spawn_blocking(move || policy.sweep()).await.unwrap_or(0);
+            if swept > 0 {
+                tracing::info!(swept, "removed cgroups of VMMs an earlier node process left");
+            }
+        });
     }
 
     /// Whether sandboxes may start here at all.
@@ -178,12 +193,12 @@ fn probe(config: &ConfineConfig) -> Result<JailPolicy, Vec<String>> {
     };
     match cgroups {
         Some(tree) if missing.is_empty() => {
-            let swept = tree.sweep();
+            let mut policy = JailPolicy::new(config.uids, config.claims_dir.clone(), tree, MAX_FILE_BYTES);
+            policy.memory_overhead_mib = config.memory_overhead_mib;
+            let swept = policy.sweep();
             if swept > 0 {
                 tracing::info!(swept, "removed cgroups of VMMs that ended");
             }
-            let mut policy = JailPolicy::new(config.uids, config.claims_dir.clone(), tree, MAX_FILE_BYTES);
-            policy.memory_overhead_mib = config.memory_overhead_mib;
             Ok(policy)
         }
         _ => Err(missing),

@@ -184,6 +184,7 @@ impl Node {
             config,
         });
         node.adopt_or_sweep();
+        node.confinement.sweep_later();
         node.drop_broken_templates();
         node.collect_template_layers();
         snapshot::sweep(&node.snapshots_dir());

@@ -119,9 +119,10 @@ impl CgroupTree {
         }
     }
 
-    /// Remove the empty VMM groups that dead VMMs left (a group with a live VMM in it is
-    /// busy and stays).
-    pub fn sweep(&self) -> usize {
+    /// Remove the empty VMM groups that dead VMMs left, for uids whose claim `claim` can
+    /// take (and holds while the group goes): a group being made for a VMM about to join
+    /// it is empty too, but its uid is claimed; a group with a live VMM in it is busy.
+    pub fn sweep<G>(&self, claim: impl Fn(u32) -> Option<G>) -> usize {
         let parents = match self {
             CgroupTree::V1 { parents } => parents.clone(),
             CgroupTree::V2 { parent } => vec![parent.clone()],
@@ -130,9 +131,10 @@ impl CgroupTree {
         for parent in parents {
             let Ok(entries) = std::fs::read_dir(&parent) else { continue };
             for entry in entries.flatten() {
-                if entry.file_name().to_string_lossy().starts_with(GROUP_PREFIX)
-                    && std::fs::remove_dir(entry.path()).is_ok()
-                {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let Some(uid) = name.strip_prefix(GROUP_PREFIX).and_then(|u| u.parse().ok()) else { continue };
+                let Some(_held) = claim(uid) else { continue };
+                if std::fs::remove_dir(entry.path()).is_ok() {
                     removed += 1;
                 }
             }

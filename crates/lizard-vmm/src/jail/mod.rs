@@ -72,6 +72,12 @@ impl JailPolicy {
         }
     }
 
+    /// Remove the cgroups that VMMs which have ended left (a node that died never removed
+    /// theirs); groups of uids someone holds stay.
+    pub fn sweep(&self) -> usize {
+        self.cgroups.sweep(|uid| uids::try_claim(uid, &self.claims_dir))
+    }
+
     /// Confine the VMM of `config`: claim a uid, make its cgroups, hand it its files
     /// (`shared_memory`: the file it maps copy-on-write, shared with other VMs). The
     /// returned setup runs in the child; the jail is released when the VMM ends.
@@ -112,10 +118,19 @@ impl JailPolicy {
         }
         let largest_disk = jail.writable.iter().filter_map(|d| std::fs::metadata(d).ok()).map(|m| m.len()).max();
         let file_size = self.max_file_bytes.max(memory_bytes).max(largest_disk.unwrap_or(0));
+        let mut groups = vec![self.shared_gid];
+        if config.accel == crate::Accel::Kvm {
+            // /dev/kvm is its group's (usually `kvm`): without it KVM would fail and the
+            // accelerator probe would settle for TCG.
+            use std::os::unix::fs::MetadataExt;
+            if let Ok(kvm) = std::fs::metadata("/dev/kvm") {
+                groups.push(kvm.gid());
+            }
+        }
         let setup = child::ChildSetup {
             uid,
             gid: uid,
-            groups: vec![self.shared_gid],
+            groups,
             cgroup_procs: jail.cgroup.procs_files(),
             tap: None,
             claim_fd: jail.claim.fd(),

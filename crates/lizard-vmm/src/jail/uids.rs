@@ -97,6 +97,14 @@ pub fn claim(range: UidRange, dir: &Path) -> Result<UidClaim, UidError> {
     Err(UidError::Exhausted { first: range.first, count: range.count })
 }
 
+/// `uid`'s claim under `dir`, if nobody holds it now.
+pub fn try_claim(uid: u32, dir: &Path) -> Option<UidClaim> {
+    let path = dir.join(format!("uid-{uid}.lock"));
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(path).ok()?;
+    let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).ok()?;
+    Some(UidClaim { uid, lock })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,7 +121,9 @@ mod tests {
         assert_eq!(uids, [2_000_000, 2_000_001, 2_000_002]);
         assert!(matches!(claim(range, dir.path()), Err(UidError::Exhausted { .. })));
         let freed = b.uid;
+        assert!(try_claim(freed, dir.path()).is_none());
         drop(b);
+        assert!(try_claim(freed, dir.path()).is_some());
         assert_eq!(claim(range, dir.path()).unwrap().uid, freed);
     }
 
