@@ -104,6 +104,14 @@ async fn a_sandbox_beyond_the_nodes_cpus_and_memory_is_refused_and_leaves_nothin
     assert_eq!(leftovers::sandbox_dirs(&system.node_dir()), dirs, "a run directory was left");
     // The running one is untouched.
     assert_eq!(system.exec(&running, "echo ok").await.1, "ok\n");
+    drop(system);
+
+    // With a lower ratio the node refuses it even with nothing running: 16 > 2 × 4.
+    let strict = System::start(&["--cpu-overcommit", "4"]).await;
+    let body = json!({"template": "base", "projectId": strict.project, "vcpus": 16, "memoryMib": 16384});
+    let (code, err) = strict.call(Method::POST, "/v1/sandboxes", Some(body)).await;
+    assert_eq!((code, err["code"].as_str()), (503, Some("UNAVAILABLE")), "{err}");
+    assert!(leftovers::vmm_pids(strict.data_dir()).is_empty(), "a VMM was started");
 }
 
 #[tokio::test(flavor = "multi_thread")]
