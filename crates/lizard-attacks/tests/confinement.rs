@@ -62,6 +62,15 @@ async fn every_vmm_runs_as_its_own_uid_without_privileges_in_cgroups_of_its_own(
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let run_dir = std::fs::metadata(system.node_dir().join("sandboxes").join(id)).unwrap();
         assert_eq!((run_dir.uid(), run_dir.permissions().mode() & 0o777), (uid[0], 0o700));
+        // Its own mount namespace, in which the host's other trees are empty.
+        let ns = |p: &str| std::fs::read_link(p).unwrap();
+        assert_ne!(ns(&format!("/proc/{pid}/ns/mnt")), ns("/proc/self/ns/mnt"), "QEMU shares the node's mounts");
+        for hidden in ["root", "home", "run", "srv", "opt"] {
+            if std::path::Path::new("/").join(hidden).is_dir() {
+                let seen = std::fs::read_dir(format!("/proc/{pid}/root/{hidden}")).unwrap().count();
+                assert_eq!(seen, 0, "QEMU sees /{hidden}");
+            }
+        }
         // Its work still runs: the guest answers.
         assert_eq!(system.exec(id, "echo ok").await.1, "ok\n");
     }

@@ -61,7 +61,7 @@ impl QemuBackend {
             let _ = std::fs::remove_file(sock);
         }
         let jail = match &self.jail {
-            Some(policy) => Some(policy.enter(config, memory.copy_on_write_base())?),
+            Some(policy) => Some(policy.enter(config, memory.copy_on_write_base(), &self.binary)?),
             None => None,
         };
         let args = command_line(config, memory, incoming, jail.is_some());

@@ -38,6 +38,9 @@ pub struct ChildSetup {
     pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
     /// The highest capability number this kernel knows.
     pub last_cap: libc::c_ulong,
+    /// Directories covered by an empty tmpfs in the VMM's own mount namespace
+    /// ([`super::view`]).
+    pub hide: Vec<CString>,
 }
 
 #[repr(C)]
@@ -132,6 +135,30 @@ impl ChildSetup {
                 check(unsafe { libc::dup2(tun, TAP_FD) })?;
                 // SAFETY: closes the now duplicated original.
                 unsafe { libc::close(tun) };
+            }
+        }
+        if !self.hide.is_empty() {
+            // SAFETY: plain system calls on static strings and paths made before the fork.
+            unsafe {
+                check(libc::unshare(libc::CLONE_NEWNS))?;
+                // Nothing mounted here propagates back to the host's namespace.
+                check(libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ))?;
+                for dir in &self.hide {
+                    let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+                    check(libc::mount(
+                        c"lizard-hidden".as_ptr(),
+                        dir.as_ptr(),
+                        c"tmpfs".as_ptr(),
+                        flags,
+                        c"size=4k,mode=0555".as_ptr().cast(),
+                    ))?;
+                }
             }
         }
         for &(resource, value) in &self.rlimits {

@@ -11,6 +11,7 @@ pub mod cgroup;
 pub mod child;
 pub mod files;
 pub mod uids;
+pub mod view;
 
 pub use cgroup::{CgroupError, CgroupLimits, CgroupTree};
 pub use uids::{UidError, UidRange};
@@ -85,6 +86,7 @@ impl JailPolicy {
         &self,
         config: &VmConfig,
         shared_memory: Option<&Path>,
+        binary: &Path,
     ) -> Result<(Jail, child::ChildSetup), JailError> {
         let claim = uids::claim(self.uids, &self.claims_dir)?;
         let uid = claim.uid;
@@ -127,6 +129,11 @@ impl JailPolicy {
                 groups.push(kvm.gid());
             }
         }
+        let mut needed: Vec<PathBuf> = vec![config.run_dir.clone(), config.kernel.clone(), config.initramfs.clone()];
+        needed.extend(view::backing_chain(&config.root_disk));
+        needed.extend(config.extra_disks.iter().cloned());
+        needed.extend(shared_memory.map(Path::to_path_buf));
+        needed.extend(view::executable(binary));
         let setup = child::ChildSetup {
             uid,
             gid: uid,
@@ -141,6 +148,7 @@ impl JailPolicy {
                 (libc::RLIMIT_FSIZE, file_size),
             ],
             last_cap: child::last_cap(),
+            hide: view::hidden_dirs(&needed),
         };
         Ok((jail, setup))
     }
