@@ -228,7 +228,8 @@ async fn a_cpu_spinner_and_a_fork_bomb_leave_a_neighbour_responsive_and_the_host
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_that_cannot_confine_refuses_sandboxes_unless_told_to_run_them_insecure() {
     // Uid 0 cannot be a VMM's: the range is unusable, so nothing can be confined.
-    let refusing = System::start(&["--vmm-uids", "0:16"]).await;
+    // A warm pool would start VMMs by itself: none may start either.
+    let refusing = System::start(&["--vmm-uids", "0:16", "--warm-pool", "base=1"]).await;
     let body = json!({"template": "base", "projectId": refusing.project});
     let (code, err) = refusing.call(Method::POST, "/v1/sandboxes", Some(body)).await;
     assert_eq!(code, 503, "{err}");
@@ -236,6 +237,7 @@ async fn a_node_that_cannot_confine_refuses_sandboxes_unless_told_to_run_them_in
     let message = err["message"].as_str().unwrap();
     assert!(message.contains("cannot confine") && message.contains("uid range"), "{message}");
     assert!(message.contains("--insecure-no-confine"), "{message}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(leftovers::vmm_pids(refusing.data_dir()).is_empty(), "a VMM was started");
     assert!(refusing.log().contains("cannot confine VMMs"), "the operator's log says why");
     drop(refusing);

@@ -401,7 +401,7 @@ fn vmm_summary(e: &VmmError) -> String {
         VmmError::Exited(exit) => format!("the VMM process exited ({exit:?})"),
         VmmError::Timeout(what) => format!("{what} timed out"),
         VmmError::Delta(_) => "the sandbox's saved memory is damaged or missing".into(),
-        VmmError::Jail(_) => "the VMM could not be confined".into(),
+        VmmError::Jail(_) | VmmError::Unconfined(_) => "the VMM could not be confined".into(),
         VmmError::ForeignMemoryFile | VmmError::NonUtf8Path(_) | VmmError::NoSuchDisk(_) | VmmError::NotCopyOnWrite => {
             "the VM was set up wrongly".into()
         }

@@ -158,6 +158,9 @@ pub enum VmmError {
     /// The VMM could not be confined.
     #[error("confine the VMM: {0}")]
     Jail(#[from] jail::JailError),
+    /// No VMM may start: the host cannot confine them (what it lacks).
+    #[error("VMMs cannot be confined on this host ({0})")]
+    Unconfined(String),
     /// An operation did not finish in time.
     #[error("{0} timed out")]
     Timeout(&'static str),

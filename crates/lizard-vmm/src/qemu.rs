@@ -34,22 +34,32 @@ pub struct QemuBackend {
     binary: PathBuf,
     /// How each QEMU is confined; `None`: it runs as the node does (root), unconfined.
     jail: Option<Arc<JailPolicy>>,
+    /// Why no QEMU may start at all (the host cannot confine them and running them
+    /// unconfined was not allowed).
+    refused: Option<String>,
 }
 
 impl Default for QemuBackend {
     fn default() -> Self {
-        QemuBackend { binary: PathBuf::from("qemu-system-x86_64"), jail: None }
+        QemuBackend { binary: PathBuf::from("qemu-system-x86_64"), jail: None, refused: None }
     }
 }
 
 impl QemuBackend {
     pub fn with_binary(binary: impl Into<PathBuf>) -> Self {
-        QemuBackend { binary: binary.into(), jail: None }
+        QemuBackend { binary: binary.into(), jail: None, refused: None }
     }
 
     /// Confine every QEMU this backend starts (boots, restores, pre-spawns alike) by `policy`.
     pub fn confined(mut self, policy: JailPolicy) -> Self {
         self.jail = Some(Arc::new(policy));
+        self
+    }
+
+    /// Start no QEMU at all, because of `why` (what the host lacks to confine them): a
+    /// node that cannot confine its VMMs runs none, pre-spawned and build VMs included.
+    pub fn refusing(mut self, why: impl Into<String>) -> Self {
+        self.refused = Some(why.into());
         self
     }
 
@@ -59,6 +69,9 @@ impl QemuBackend {
             .map_err(|e| VmmError::io(format!("create {}", config.run_dir.display()), e))?;
         for sock in [config.agent_socket(), qmp_socket(config)] {
             let _ = std::fs::remove_file(sock);
+        }
+        if let Some(why) = &self.refused {
+            return Err(VmmError::Unconfined(why.clone()));
         }
         let jail = match &self.jail {
             Some(policy) => Some(policy.enter(config, memory.copy_on_write_base(), &self.binary)?),

@@ -153,6 +153,8 @@ impl Node {
         let mut backend = lizard_vmm::qemu::QemuBackend::with_binary(&config.qemu_binary);
         if let Some(policy) = jail {
             backend = backend.confined(policy);
+        } else if let crate::confine::ConfineStatus::Refused { missing } = &confinement.status {
+            backend = backend.refusing(missing.join(", "));
         }
         // Before anything is swept: what looks left over may be another live node's.
         let dir_lock = lock_data_dir(&config.data_dir)?;
