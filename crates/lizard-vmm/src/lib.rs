@@ -5,6 +5,10 @@
 //! touches VMM command lines or control sockets itself, so Firecracker can slot in
 //! beside [`qemu::QemuBackend`] without changes above this crate.
 //!
+//! Every QEMU the backend starts can be confined ([`jail`]): its own uid, no
+//! capabilities, seccomp, cgroups, rlimits and a mount namespace; one spawn path serves
+//! boots, restores and pre-spawned VMMs alike.
+//!
 //! The host↔guest channel is part of the config: [`Vm::agent_socket`] is a Unix socket
 //! whose other end is the agent's transport (a virtio-serial port under QEMU).
 
