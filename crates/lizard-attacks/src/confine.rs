@@ -99,3 +99,14 @@ pub fn cpu_time(pid: u32) -> std::time::Duration {
     // utime and stime are fields 14 and 15: indexes 11 and 12 from field 3.
     std::time::Duration::from_millis((ticks(11) + ticks(12)) * 1000 / hz)
 }
+
+/// The VMM cgroups (`…/lizard/vmm-<uid>`) in this process's memory hierarchy: nodes
+/// started by a test make theirs there, so after a fault this says whether any leaked.
+pub fn vmm_cgroups() -> Vec<PathBuf> {
+    let Some(memory) = cgroups(std::process::id()).remove("memory") else { return vec![] };
+    dir_names(&memory.join("lizard"))
+        .into_iter()
+        .filter(|n| n.starts_with("vmm-"))
+        .map(|n| memory.join("lizard").join(n))
+        .collect()
+}

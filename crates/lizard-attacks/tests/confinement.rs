@@ -90,6 +90,7 @@ async fn every_vmm_runs_as_its_own_uid_without_privileges_in_cgroups_of_its_own(
             assert!(!dir.exists(), "{controller} cgroup {} left behind", dir.display());
         }
     }
+    assert!(!lizard_attacks::confine::vmm_cgroups().contains(&groups["memory"]), "the census still lists it");
 }
 
 #[tokio::test(flavor = "multi_thread")]
