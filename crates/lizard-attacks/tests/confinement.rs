@@ -79,6 +79,7 @@ async fn every_vmm_runs_as_its_own_uid_without_privileges_in_cgroups_of_its_own(
     // Killed: its cgroups go with it, and its files are root's again.
     let pid = vmm_pid(&b).unwrap();
     let groups = cgroups(pid);
+    assert!(lizard_attacks::confine::vmm_cgroups().contains(&groups["memory"]), "the census lists it");
     let (status_code, _) = system.call(Method::DELETE, &format!("/v1/sandboxes/{b}"), None).await;
     assert!(status_code < 300, "kill: {status_code}");
     let deadline = Instant::now() + Duration::from_secs(10);
