@@ -5,8 +5,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-use lizard_attacks::leftovers;
 use lizard_attacks::system::System;
+use lizard_attacks::{confine, leftovers};
 use reqwest::Method;
 use serde_json::json;
 use std::time::Duration;
@@ -30,6 +30,8 @@ async fn running_sandboxes_survive_a_server_crash_and_are_billed_on() {
     assert!(metered(&system, &id).await.is_some(), "billed before the crash");
     let vmms = leftovers::vmm_pids(system.data_dir());
     assert_eq!(vmms.len(), 1, "{vmms:?}");
+    let jail = (confine::status(vmms[0])["Uid"].clone(), confine::cgroups(vmms[0]));
+    assert!(jail.1["memory"].to_string_lossy().contains("/lizard/vmm-"), "{jail:?}");
 
     system.kill9();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -39,6 +41,7 @@ async fn running_sandboxes_survive_a_server_crash_and_are_billed_on() {
     let (status, info) = system.call(Method::GET, &format!("/v1/sandboxes/{id}"), None).await;
     assert_eq!((status, info["state"].as_str()), (200, Some("running")), "{info}");
     assert_eq!(leftovers::vmm_pids(system.data_dir()), vmms, "the same VMM, not a new one");
+    assert_eq!((confine::status(vmms[0])["Uid"].clone(), confine::cgroups(vmms[0])), jail, "still in its jail");
     // Its processes, files and environment, and its way to the API, are as they were.
     assert_eq!(system.exec(&id, "pgrep -x sleep").await.1, sleeper);
     assert_eq!(system.exec(&id, "cat /root/note.txt").await.1, "kept\n");
@@ -56,4 +59,5 @@ async fn running_sandboxes_survive_a_server_crash_and_are_billed_on() {
     assert!(leftovers::vmm_pids(system.data_dir()).is_empty());
     assert!(leftovers::netns(&system.net_prefix).is_empty(), "{:?}", leftovers::netns(&system.net_prefix));
     assert!(leftovers::sandbox_dirs(&system.node_dir()).is_empty());
+    assert!(!jail.1["memory"].exists(), "the taken-back VMM's cgroup outlived it");
 }

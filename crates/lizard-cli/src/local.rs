@@ -45,6 +45,32 @@ pub struct NodeOpts {
     /// no identity, closed network, not billed.
     #[arg(long, value_name = "TEMPLATE=N", value_parser = parse_warm_pool, value_delimiter = ',', env = "LIZARD_WARM_POOL")]
     pub warm_pool: Vec<(String, u32)>,
+    /// Run VMMs unconfined (as root: no own uid, no seccomp, no cgroups) when the host
+    /// cannot confine them, instead of refusing sandboxes. Development hosts only: one
+    /// emulator bug is then host root.
+    #[arg(long, env = "LIZARD_INSECURE_NO_CONFINE")]
+    pub insecure_no_confine: bool,
+    /// vCPUs the node promises per host CPU: a create beyond that is refused (503).
+    #[arg(long, value_name = "RATIO", default_value_t = 8.0, env = "LIZARD_CPU_OVERCOMMIT")]
+    pub cpu_overcommit: f64,
+    /// Guest memory the node promises per byte of host memory: a create beyond that is
+    /// refused (503).
+    #[arg(long, value_name = "RATIO", default_value_t = 1.5, env = "LIZARD_MEMORY_OVERCOMMIT")]
+    pub memory_overcommit: f64,
+    /// Memory a VMM may use beyond its guest's (its cgroup's limit is the sum).
+    #[arg(long, value_name = "MIB", default_value_t = 512, env = "LIZARD_VMM_MEMORY_OVERHEAD_MIB")]
+    pub vmm_memory_overhead_mib: u32,
+    /// Host uids (and gids) for VMM processes, one per running VMM, as FIRST:COUNT; the
+    /// gid FIRST-1 is the group they share. Must be the same for every node of the host.
+    #[arg(long, value_name = "FIRST:COUNT", default_value = "1500000:65536", value_parser = parse_uid_range, env = "LIZARD_VMM_UIDS")]
+    pub vmm_uids: lizard_node::confine::UidRange,
+}
+
+/// `FIRST:COUNT`.
+fn parse_uid_range(s: &str) -> Result<lizard_node::confine::UidRange, String> {
+    let (first, count) = s.split_once(':').ok_or_else(|| format!("expected FIRST:COUNT, got {s:?}"))?;
+    let number = |n: &str| n.parse::<u32>().map_err(|_| format!("expected FIRST:COUNT, got {s:?}"));
+    Ok(lizard_node::confine::UidRange { first: number(first)?, count: number(count)? })
 }
 
 impl NodeOpts {
@@ -53,6 +79,11 @@ impl NodeOpts {
         config.boot_timeout = Duration::from_secs(self.boot_timeout);
         config.prespawn = self.prespawn;
         config.warm_pool = self.warm_pool.iter().cloned().collect();
+        config.confine.insecure_no_confine = self.insecure_no_confine;
+        config.confine.cpu_overcommit = self.cpu_overcommit;
+        config.confine.memory_overcommit = self.memory_overcommit;
+        config.confine.memory_overhead_mib = self.vmm_memory_overhead_mib;
+        config.confine.uids = self.vmm_uids;
         if let Some(a) = &self.agent {
             config.agent_bin = a.clone();
         }

@@ -46,6 +46,8 @@ pub struct NodeConfig {
     /// Restores (and pool refills) that run at once; more wait their turn in order, so
     /// that a burst does not thrash the CPUs. Default: the host's CPU count.
     pub max_concurrent_restores: usize,
+    /// How VMMs are confined and sandboxes admitted.
+    pub confine: crate::confine::ConfineConfig,
 }
 
 impl NodeConfig {
@@ -68,6 +70,7 @@ impl NodeConfig {
             prespawn: 0,
             warm_pool: Default::default(),
             max_concurrent_restores: std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get),
+            confine: Default::default(),
         }
     }
 }

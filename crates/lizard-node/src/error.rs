@@ -263,6 +263,10 @@ pub enum NodeError {
     /// a dead process's leftovers and kill them.
     #[error("another Lizard node process{} uses {}", .pid.map(|p| format!(" (pid {p})")).unwrap_or_default(), .dir.display())]
     DataDirInUse { dir: std::path::PathBuf, pid: Option<u32> },
+    /// The node cannot confine the sandbox's VMM, has no room for it, or its size is not
+    /// one the node runs.
+    #[error(transparent)]
+    Confine(#[from] crate::confine::ConfineError),
 }
 
 impl NodeError {
@@ -315,6 +319,9 @@ impl NodeError {
                 A::Internal => ErrorCode::Internal,
             },
             NodeError::Network(NetError::Exhausted) => ErrorCode::Unavailable,
+            NodeError::Confine(crate::confine::ConfineError::Size(_)) => ErrorCode::InvalidArgument,
+            // Another node (or this one, later) may have room or be able to confine.
+            NodeError::Confine(_) => ErrorCode::Unavailable,
             NodeError::Image(_) | NodeError::Io { .. } | NodeError::Network(_) => ErrorCode::Internal,
         }
     }
@@ -397,6 +404,7 @@ fn vmm_summary(e: &VmmError) -> String {
         VmmError::Exited(exit) => format!("the VMM process exited ({exit:?})"),
         VmmError::Timeout(what) => format!("{what} timed out"),
         VmmError::Delta(_) => "the sandbox's saved memory is damaged or missing".into(),
+        VmmError::Jail(_) | VmmError::Unconfined(_) => "the VMM could not be confined".into(),
         VmmError::ForeignMemoryFile | VmmError::NonUtf8Path(_) | VmmError::NoSuchDisk(_) | VmmError::NotCopyOnWrite => {
             "the VM was set up wrongly".into()
         }

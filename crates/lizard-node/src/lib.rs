@@ -25,11 +25,13 @@
 //! - `guest_steps`: a build step inside the build VM (commands, copies, sync).
 //! - `forward`: guest → control-plane API connections.
 //! - `sealed`: the node's key for what it keeps on disk but never in plain text.
+//! - [`confine`]: whether VMMs run jailed, admission by CPUs and memory, sandbox sizes.
 //! - `config`: [`NodeConfig`] and its defaults.
 //! - `error`: [`NodeError`] and the typed errors it wraps, with their API codes.
 
 pub mod assets;
 mod config;
+pub mod confine;
 mod error;
 mod forward;
 mod guest_steps;

@@ -215,6 +215,9 @@ pub(crate) async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<Templ
             perm.set_readonly(true);
             std::fs::set_permissions(&p, perm)?;
         }
+        // Clones' VMMs pass through to the disk their overlays are backed by (the VM's
+        // run directory was its own, then root's and owner-only).
+        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o711))?;
         std::fs::rename(&tmp, final_dir)
     };
     if let Err(e) = finish() {

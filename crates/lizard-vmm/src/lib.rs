@@ -5,12 +5,18 @@
 //! touches VMM command lines or control sockets itself, so Firecracker can slot in
 //! beside [`qemu::QemuBackend`] without changes above this crate.
 //!
+//! Every QEMU the backend starts can be confined ([`jail`]): its own uid, no
+//! capabilities, seccomp, cgroups, rlimits and a mount namespace; one spawn path serves
+//! boots, restores and pre-spawned VMMs alike.
+//!
 //! The host↔guest channel is part of the config: [`Vm::agent_socket`] is a Unix socket
 //! whose other end is the agent's transport (a virtio-serial port under QEMU).
 
 pub mod accel;
+mod console;
 pub mod delta;
 pub mod exit_watch;
+pub mod jail;
 pub mod netns;
 pub mod qemu;
 mod qmp;
@@ -154,6 +160,12 @@ pub enum VmmError {
     /// The VMM process is gone.
     #[error("the VMM process exited ({0:?})")]
     Exited(VmExit),
+    /// The VMM could not be confined.
+    #[error("confine the VMM: {0}")]
+    Jail(#[from] jail::JailError),
+    /// No VMM may start: the host cannot confine them (what it lacks).
+    #[error("VMMs cannot be confined on this host ({0})")]
+    Unconfined(String),
     /// An operation did not finish in time.
     #[error("{0} timed out")]
     Timeout(&'static str),

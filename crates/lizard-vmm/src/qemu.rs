@@ -6,6 +6,7 @@
 //! from one template snapshot. The agent channel is a virtio-serial port whose host end
 //! is a Unix socket QEMU listens on; virtio-serial is migratable, vhost-user is not.
 
+use crate::jail::{Jail, JailPolicy};
 use crate::qmp::Qmp;
 use crate::{
     Accel, Backend, DeltaSnapshot, DeltaStats, MemoryMapping, PendingVm, Result, Snapshot, Vm, VmConfig, VmExit,
@@ -31,17 +32,35 @@ const MIGRATION_DEADLINE: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct QemuBackend {
     binary: PathBuf,
+    /// How each QEMU is confined; `None`: it runs as the node does (root), unconfined.
+    jail: Option<Arc<JailPolicy>>,
+    /// Why no QEMU may start at all (the host cannot confine them and running them
+    /// unconfined was not allowed).
+    refused: Option<String>,
 }
 
 impl Default for QemuBackend {
     fn default() -> Self {
-        QemuBackend { binary: PathBuf::from("qemu-system-x86_64") }
+        QemuBackend { binary: PathBuf::from("qemu-system-x86_64"), jail: None, refused: None }
     }
 }
 
 impl QemuBackend {
     pub fn with_binary(binary: impl Into<PathBuf>) -> Self {
-        QemuBackend { binary: binary.into() }
+        QemuBackend { binary: binary.into(), jail: None, refused: None }
+    }
+
+    /// Confine every QEMU this backend starts (boots, restores, pre-spawns alike) by `policy`.
+    pub fn confined(mut self, policy: JailPolicy) -> Self {
+        self.jail = Some(Arc::new(policy));
+        self
+    }
+
+    /// Start no QEMU at all, because of `why` (what the host lacks to confine them): a
+    /// node that cannot confine its VMMs runs none, pre-spawned and build VMs included.
+    pub fn refusing(mut self, why: impl Into<String>) -> Self {
+        self.refused = Some(why.into());
+        self
     }
 
     /// Start QEMU; with `incoming` it waits for a migration stream instead of booting.
@@ -51,7 +70,14 @@ impl QemuBackend {
         for sock in [config.agent_socket(), qmp_socket(config)] {
             let _ = std::fs::remove_file(sock);
         }
-        let args = command_line(config, memory, incoming);
+        if let Some(why) = &self.refused {
+            return Err(VmmError::Unconfined(why.clone()));
+        }
+        let jail = match &self.jail {
+            Some(policy) => Some(policy.enter(config, memory.copy_on_write_base(), &self.binary)?),
+            None => None,
+        };
+        let args = command_line(config, memory, incoming, jail.is_some());
         tracing::debug!(id = %config.id, "qemu {}", args.join(" "));
         let mut cmd = tokio::process::Command::new(&self.binary);
         cmd.args(&args)
@@ -75,10 +101,29 @@ impl QemuBackend {
         if let Some(ns) = &netns {
             crate::netns::enter_before_exec(&mut cmd, ns);
         }
-        let mut child =
-            cmd.spawn().map_err(|source| VmmError::Spawn { binary: self.binary.display().to_string(), source })?;
+        let jail = jail.map(|(jail, mut setup)| {
+            // Opened by the child after it joined the namespace the TAP lives in.
+            setup.tap = config.net.as_ref().and_then(|n| crate::jail::child::ifreq_name(&n.tap));
+            // SAFETY: `apply` makes only system calls on data prepared before the fork
+            // (see jail::child); it runs after the namespace change registered above.
+            unsafe { cmd.pre_exec(move || setup.apply()) };
+            jail
+        });
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(source) => {
+                if let Some(jail) = jail {
+                    jail.release();
+                }
+                return Err(VmmError::Spawn { binary: self.binary.display().to_string(), source });
+            }
+        };
         drop(netns);
         let pid = child.id().expect("a just-spawned child has a pid");
+        let uid = jail.as_ref().map(Jail::uid);
+        if let Some(jail) = &jail {
+            tracing::debug!(id = %config.id, pid, uid = jail.uid(), cgroups = ?jail.cgroup_dirs(), "VMM confined");
+        }
         std::fs::write(config.run_dir.join("vmm.pid"), pid.to_string())
             .map_err(|e| VmmError::io("write vmm.pid", e))?;
 
@@ -94,8 +139,13 @@ impl QemuBackend {
                 Err(_) => VmExit { code: None, signal: None },
             };
             r2.store(false, Ordering::SeqCst);
+            // Before anyone hears of the exit: its uid and cgroups are free once it has.
+            if let Some(jail) = jail {
+                jail.release();
+            }
             let _ = tx.send(Some(exit));
         });
+        tokio::spawn(crate::console::cap(config.console_log(), running.clone()));
 
         let mut exited = rx.clone();
         let qmp_path = qmp_socket(config);
@@ -117,7 +167,7 @@ impl QemuBackend {
             }
         };
         let memory_base = memory.copy_on_write_base().map(Path::to_path_buf);
-        Ok(QemuVm { config: config.clone(), pid, qmp, exit: rx, running, memory_base })
+        Ok(QemuVm { config: config.clone(), pid, qmp, exit: rx, running, memory_base, uid })
     }
 }
 
@@ -157,7 +207,9 @@ impl Memory<'_> {
 }
 
 /// The QEMU command line for `config`; with `incoming`, QEMU waits for a migration stream.
-pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool) -> Vec<String> {
+/// `confined`: QEMU runs jailed ([`crate::jail`]): its seccomp filter on, and its TAP
+/// device opened for it (it has no right to open one by name).
+pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool, confined: bool) -> Vec<String> {
     let (mem_path, share) = match memory {
         Memory::Own => (config.memory_file(), true),
         Memory::Snapshot(path, MemoryMapping::Shared) => (path.to_path_buf(), true),
@@ -197,7 +249,8 @@ pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool) -> Ve
     push(&["-kernel", &config.kernel.display().to_string()]);
     push(&["-initrd", &config.initramfs.display().to_string()]);
     push(&["-append", &kernel_cmdline(config)]);
-    push(&["-chardev", &format!("file,id=console,path={}", config.console_log().display())]);
+    // Appended to, so that the node can cut it short while QEMU writes (crate::console).
+    push(&["-chardev", &format!("file,id=console,path={},append=on", config.console_log().display())]);
     push(&["-serial", "chardev:console"]);
     push(&["-device", "virtio-serial-device,max_ports=2"]);
     push(&["-chardev", &format!("socket,id=agent,path={},server=on,wait=off", config.agent_socket().display())]);
@@ -212,7 +265,11 @@ pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool) -> Ve
     }
     push(&["-object", "rng-random,id=rng,filename=/dev/urandom", "-device", "virtio-rng-device,rng=rng"]);
     if let Some(net) = &config.net {
-        push(&["-netdev", &format!("tap,id=net0,ifname={},script=no,downscript=no", net.tap)]);
+        if confined {
+            push(&["-netdev", &format!("tap,id=net0,fd={}", crate::jail::child::TAP_FD)]);
+        } else {
+            push(&["-netdev", &format!("tap,id=net0,ifname={},script=no,downscript=no", net.tap)]);
+        }
         push(&["-device", &format!("virtio-net-device,netdev=net0,mac={}", net.mac)]);
     }
     if let Some(secret) = &config.secret_file {
@@ -224,6 +281,11 @@ pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool) -> Ve
     }
     if let Memory::DeltaBase(_) = memory {
         push(&["-S", "-global", "migration.send-configuration=off"]);
+    }
+    if confined {
+        // Seccomp: no obsolete system calls, no setuid/setgid, no fork/exec, no changes
+        // to scheduling or CPU affinity.
+        push(&["-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"]);
     }
     a
 }
@@ -331,6 +393,14 @@ impl Backend for QemuBackend {
     async fn adopt(&self, config: &VmConfig, pid: u32) -> Result<Box<dyn Vm>> {
         let exit_watch =
             crate::exit_watch::ExitWatch::open(pid).map_err(|e| VmmError::io(format!("watch VMM pid {pid}"), e))?;
+        // A confining node takes back only VMMs confined by its policy.
+        let uid =
+            match &self.jail {
+                Some(policy) => Some(policy.uid_of(pid).ok_or_else(|| {
+                    VmmError::Unconfined(format!("VMM pid {pid} runs as no uid of this node's range"))
+                })?),
+                None => None,
+            };
         let args = std::fs::read(format!("/proc/{pid}/cmdline"))
             .map_err(|e| VmmError::io(format!("read the command line of pid {pid}"), e))?;
         let args: Vec<String> = args.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
@@ -339,12 +409,17 @@ impl Backend for QemuBackend {
         let (tx, rx) = watch::channel(None);
         let running = Arc::new(AtomicBool::new(true));
         let r2 = running.clone();
+        let (jail, jailed) = (self.jail.clone(), config.clone());
         tokio::spawn(async move {
             let exit = exit_watch.ended().await;
             r2.store(false, Ordering::SeqCst);
+            if let (Some(policy), Some(uid)) = (jail, uid) {
+                policy.release_taken_back(&jailed, uid);
+            }
             let _ = tx.send(Some(exit));
         });
-        Ok(Box::new(QemuVm { config: config.clone(), pid, qmp, exit: rx, running, memory_base }))
+        tokio::spawn(crate::console::cap(config.console_log(), running.clone()));
+        Ok(Box::new(QemuVm { config: config.clone(), pid, qmp, exit: rx, running, memory_base, uid }))
     }
 }
 
@@ -406,6 +481,8 @@ pub struct QemuVm {
     running: Arc<AtomicBool>,
     /// The file guest memory is a private copy-on-write mapping of, if it is one.
     memory_base: Option<PathBuf>,
+    /// The VMM's own uid when it is confined: files it must write later are handed to it.
+    uid: Option<u32>,
 }
 
 impl QemuVm {
@@ -488,9 +565,20 @@ impl Vm for QemuVm {
     async fn save_delta(&self, delta: &Path, devices: &Path) -> Result<DeltaStats> {
         let base = self.memory_base.clone().ok_or(VmmError::NotCopyOnWrite)?;
         let devices_arg = devices.to_str().ok_or_else(|| VmmError::NonUtf8Path(devices.to_path_buf()))?;
+        // QEMU writes this file itself: a confined one may not create files outside its
+        // run directory, so the file is made for it (and given back to root after).
+        if let Some(uid) = self.uid {
+            std::fs::File::create(devices).map_err(|e| VmmError::io(format!("create {}", devices.display()), e))?;
+            std::os::unix::fs::chown(devices, Some(uid), Some(uid))
+                .map_err(|e| VmmError::io(format!("give {} to the VMM", devices.display()), e))?;
+        }
         // Device state only: the RAM block is skipped whatever its mapping.
         let t = std::time::Instant::now();
-        self.qmp.execute("xen-save-devices-state", json!({ "filename": devices_arg, "live": false })).await?;
+        let saved = self.qmp.execute("xen-save-devices-state", json!({ "filename": devices_arg, "live": false })).await;
+        if self.uid.is_some() {
+            let _ = std::os::unix::fs::chown(devices, Some(0), Some(0));
+        }
+        saved?;
         tracing::debug!(id = %self.config.id, took = ?t.elapsed(), "device state saved");
         let (pid, delta, len) = (self.pid, delta.to_path_buf(), memory_bytes(&self.config));
         let t = std::time::Instant::now();
@@ -507,6 +595,10 @@ impl Vm for QemuVm {
 
     async fn freeze_disk(&self, new_top: &Path) -> Result<()> {
         let file = new_top.to_str().ok_or_else(|| VmmError::NonUtf8Path(new_top.to_path_buf()))?;
+        if let Some(uid) = self.uid {
+            std::os::unix::fs::chown(new_top, Some(uid), Some(uid))
+                .map_err(|e| VmmError::io(format!("give {} to the VMM", new_top.display()), e))?;
+        }
         // `existing`: the caller made the overlay, naming the backing file it wants in its
         // header (QEMU would name the path it opened the disk by).
         let args = json!({ "device": "disk0", "snapshot-file": file, "format": "qcow2", "mode": "existing" });
@@ -577,20 +669,36 @@ mod tests {
     #[test]
     fn a_nic_is_a_tap_in_the_namespace() {
         let mut c = config();
-        assert!(!command_line(&c, Memory::Own, false).join(" ").contains("-netdev"));
+        assert!(!command_line(&c, Memory::Own, false, false).join(" ").contains("-netdev"));
         c.net = Some(crate::NetAttachment {
             netns: "/run/netns/x".into(),
             tap: "tap0".into(),
             mac: "02:00:00:00:00:02".into(),
         });
-        let a = command_line(&c, Memory::Own, false).join(" ");
+        let a = command_line(&c, Memory::Own, false, false).join(" ");
         assert!(a.contains("-netdev tap,id=net0,ifname=tap0,script=no,downscript=no"), "{a}");
         assert!(a.contains("-device virtio-net-device,netdev=net0,mac=02:00:00:00:00:02"), "{a}");
+        assert!(!a.contains("-sandbox"), "{a}");
+    }
+
+    #[test]
+    fn a_confined_qemu_gets_seccomp_and_its_tap_as_a_descriptor() {
+        let mut c = config();
+        c.net = Some(crate::NetAttachment {
+            netns: "/run/netns/x".into(),
+            tap: "tap0".into(),
+            mac: "02:00:00:00:00:02".into(),
+        });
+        let a = command_line(&c, Memory::Own, false, true).join(" ");
+        assert!(a.contains("-netdev tap,id=net0,fd=100 "), "{a}");
+        assert!(!a.contains("ifname="), "{a}");
+        assert!(a.contains("-sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"), "{a}");
+        assert!(a.contains("console.log,append=on"), "{a}");
     }
 
     #[test]
     fn cold_boot_maps_own_memory_shared() {
-        let a = command_line(&config(), Memory::Own, false).join(" ");
+        let a = command_line(&config(), Memory::Own, false, false).join(" ");
         assert!(a.contains("mem-path=/run/sbx1/memory,share=on"), "{a}");
         assert!(a.contains("-smp 2 -m 512M"));
         assert!(a.contains("file=/r/root.qcow2,format=qcow2"));
@@ -602,15 +710,16 @@ mod tests {
 
     #[test]
     fn clone_maps_snapshot_memory_private() {
-        let a = command_line(&config(), Memory::Snapshot(Path::new("/t/memory"), MemoryMapping::CopyOnWrite), true)
-            .join(" ");
+        let a =
+            command_line(&config(), Memory::Snapshot(Path::new("/t/memory"), MemoryMapping::CopyOnWrite), true, false)
+                .join(" ");
         assert!(a.contains("mem-path=/t/memory,share=off"), "{a}");
         assert!(a.ends_with("-incoming defer"));
     }
 
     #[test]
     fn a_delta_restore_starts_stopped_over_its_base() {
-        let a = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory")), true).join(" ");
+        let a = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory")), true, false).join(" ");
         assert!(a.contains("mem-path=/s/base-memory,share=off"), "{a}");
         assert!(a.ends_with("-incoming defer -S -global migration.send-configuration=off"), "{a}");
         assert_eq!(Memory::DeltaBase(Path::new("/b")).copy_on_write_base(), Some(Path::new("/b")));

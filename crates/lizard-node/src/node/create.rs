@@ -44,7 +44,9 @@ impl Node {
         memory_mib: Option<u32>,
     ) -> Result<(u32, u32)> {
         let asked = SandboxSize { vcpus, memory_mib };
-        size_of(asked, template.config.size, (self.config.default_vcpus, self.config.default_memory_mib))
+        let (vcpus, memory_mib) =
+            size_of(asked, template.config.size, (self.config.default_vcpus, self.config.default_memory_mib))?;
+        Ok(crate::confine::sizes::check(vcpus, memory_mib).map_err(crate::confine::ConfineError::from)?)
     }
 
     /// Boot a new sandbox and wait until its agent answers.
@@ -64,6 +66,8 @@ impl Node {
         let _claim = self.claim_template(&req.template);
         let template = self.resolve_template(&req.template).await?;
         let (vcpus, memory_mib) = self.sandbox_size(&template, req.vcpus, req.memory_mib)?;
+        // Held until the sandbox is in the map (and counted there) or failed.
+        let _reservation = self.reserve(1, vcpus, memory_mib)?;
         let boot = self.assets.boot_files().await?;
         let machine = Machine::new(&boot, vcpus, memory_mib, self.accel().await?);
         let snap = if self.config.snapshots {

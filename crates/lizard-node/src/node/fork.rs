@@ -59,6 +59,8 @@ impl Node {
         let _transition = source.transition.lock().await;
         self.get(&source.id)?;
         let live = source.live()?;
+        // Held until the copies are in the map (and counted there) or failed.
+        let _reservation = self.reserve(count, source.vcpus, source.memory_mib)?;
         let old_top = source.state().config.root_disk.clone();
         if source.volume.is_some() {
             return Err(NodeError::ForkWithVolume { id: source.id.clone() });
@@ -108,7 +110,9 @@ impl Node {
             st.layers.push(layer.clone());
             (Machine::of(&st.config), st.layers.clone())
         };
-        // The source's old overlay lives on as the layer (same file).
+        // The source's old overlay lives on as the layer (same file), read-only to every
+        // VMM from here on: root's, whichever VMM uid wrote it.
+        let _ = std::os::unix::fs::chown(&layer, Some(0), Some(0));
         let _ = std::fs::remove_file(&old_top);
         source.write_record(&self.seal, crate::sandbox::Durability::Synced)?;
 

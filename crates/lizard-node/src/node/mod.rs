@@ -73,6 +73,8 @@ pub struct Node {
     restores: tokio::sync::Semaphore,
     /// Seals what sandbox records keep of their environment.
     seal: crate::sealed::SealKey,
+    /// Whether VMMs run jailed, and admission by CPUs and memory.
+    confinement: crate::confine::Confinement,
 }
 
 /// A create or build under way that uses a template (released on drop).
@@ -140,9 +142,21 @@ impl Node {
             Some("templates"),
             Some("template-layers"),
         ];
+        let (confinement, jail) = crate::confine::Confinement::start(&config.confine);
+        // Jailed VMMs pass through these (never list them) to their own directories.
+        let mode = if jail.is_some() { 0o711 } else { 0o700 };
         for dir in dirs.into_iter().flatten().map(|d| config.data_dir.join(d)) {
             std::fs::create_dir_all(&dir).map_err(|e| NodeError::io(format!("create {}", dir.display()), e))?;
-            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode));
+        }
+        if jail.is_some() {
+            crate::confine::let_vmms_pass(&[&config.data_dir, &config.image_root]);
+        }
+        let mut backend = lizard_vmm::qemu::QemuBackend::with_binary(&config.qemu_binary);
+        if let Some(policy) = jail {
+            backend = backend.confined(policy);
+        } else if let crate::confine::ConfineStatus::Refused { missing } = &confinement.status {
+            backend = backend.refusing(missing.join(", "));
         }
         // Before anything is swept: what looks left over may be another live node's.
         let dir_lock = lock_data_dir(&config.data_dir)?;
@@ -159,7 +173,7 @@ impl Node {
                 config.agent_bin.clone(),
                 config.guest_cli.clone(),
             ),
-            backend: Arc::new(lizard_vmm::qemu::QemuBackend::with_binary(&config.qemu_binary)),
+            backend: Arc::new(backend),
             accel: tokio::sync::OnceCell::new(),
             sandboxes: RwLock::new(HashMap::new()),
             tombstones: Mutex::new(VecDeque::new()),
@@ -172,9 +186,11 @@ impl Node {
             pool: pool::Pool::new(),
             restores: tokio::sync::Semaphore::new(config.max_concurrent_restores.max(1)),
             seal,
+            confinement,
             config,
         });
         node.take_back_or_sweep().await;
+        node.confinement.sweep_later();
         node.drop_broken_templates();
         node.collect_template_layers();
         snapshot::sweep(&node.snapshots_dir());
@@ -185,6 +201,24 @@ impl Node {
 
     pub fn config(&self) -> &NodeConfig {
         &self.config
+    }
+
+    /// Whether this node's VMMs run confined (for status and health).
+    pub fn confinement(&self) -> &crate::confine::ConfineStatus {
+        &self.confinement.status
+    }
+
+    /// Reserve CPUs and memory for `count` sandboxes of `vcpus` and `memory_mib` beside
+    /// the running ones, or the refusal (nothing was started).
+    pub(crate) fn reserve(&self, count: u32, vcpus: u32, memory_mib: u32) -> Result<crate::confine::Reservation> {
+        let running = self
+            .sandboxes()
+            .values()
+            .filter(|s| s.state().live.is_some())
+            .fold((0u64, 0u64), |(c, m), s| (c + u64::from(s.vcpus), m + u64::from(s.memory_mib)));
+        let want_vcpus = vcpus.saturating_mul(count);
+        let want_memory = u64::from(memory_mib) * u64::from(count);
+        Ok(self.confinement.admit(running, want_vcpus, want_memory)?)
     }
 
     fn sandboxes_dir(&self) -> PathBuf {

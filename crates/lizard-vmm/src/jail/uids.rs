@@ -1,0 +1,137 @@
+//! Host uids for VMM processes: one per running VMM, taken from a configured range and
+//! owned through a `flock` on a file under a host-wide directory (shared by every node of
+//! the host, as network slots are).
+//!
+//! The lock's open file is inherited by the VMM itself ([`UidClaim::fd`] is passed to the
+//! child), so the claim lasts exactly as long as the VMM process: a node that dies leaves
+//! its VMMs' uids claimed until they end, and a VMM killed by anyone frees its uid.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A range of host uids (and equal gids) that belong to VMM processes only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UidRange {
+    pub first: u32,
+    pub count: u32,
+}
+
+impl UidRange {
+    /// 65 536 ids from 1 500 000: far above the ids distributions hand out, and below
+    /// the 2^31 that some tools take for signed.
+    pub const DEFAULT: UidRange = UidRange { first: 1_500_000, count: 65_536 };
+
+    pub fn contains(&self, uid: u32) -> bool {
+        uid.checked_sub(self.first).is_some_and(|i| i < self.count)
+    }
+}
+
+/// Why no uid could be claimed.
+#[derive(Debug, thiserror::Error)]
+pub enum UidError {
+    /// The claims directory cannot be made.
+    #[error("uid claims directory {}: {source}", .dir.display())]
+    Dir { dir: PathBuf, source: std::io::Error },
+    /// Every uid of the range is held by a live VMM.
+    #[error("all {count} VMM uids from {first} are in use")]
+    Exhausted { first: u32, count: u32 },
+    /// The range wraps past u32::MAX or is empty.
+    #[error("uid range {first}+{count} is empty or overflows")]
+    BadRange { first: u32, count: u32 },
+}
+
+/// One uid, held while the lock file is open (here or in the VMM that inherited it).
+#[derive(Debug)]
+pub struct UidClaim {
+    pub uid: u32,
+    lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl UidClaim {
+    /// The locked file's descriptor, for the child to inherit.
+    pub fn fd(&self) -> RawFd {
+        self.lock.as_raw_fd()
+    }
+}
+
+/// Where allocation starts next: spread over the range so that uids are seldom reused
+/// soon (files a VMM left behind stay unreadable to the next ones for longer) and nodes
+/// sharing the range rarely race for the same id.
+static CURSOR: AtomicU32 = AtomicU32::new(u32::MAX);
+
+fn start_cursor(count: u32) -> u32 {
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos())
+        ^ std::process::id().rotate_left(16);
+    seed % count.max(1)
+}
+
+/// Check `range` and make `dir`, the host-wide claims directory (root only).
+pub fn check(range: UidRange, dir: &Path) -> Result<(), UidError> {
+    if range.count == 0 || range.first.checked_add(range.count).is_none() || range.first == 0 {
+        return Err(UidError::BadRange { first: range.first, count: range.count });
+    }
+    std::fs::create_dir_all(dir).map_err(|source| UidError::Dir { dir: dir.to_owned(), source })?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|source| UidError::Dir { dir: dir.to_owned(), source })
+}
+
+/// Claim a free uid of `range` under `dir`.
+pub fn claim(range: UidRange, dir: &Path) -> Result<UidClaim, UidError> {
+    check(range, dir)?;
+    let _ = CURSOR.compare_exchange(u32::MAX, start_cursor(range.count), Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..range.count {
+        let offset = CURSOR.fetch_add(1, Ordering::Relaxed) % range.count;
+        let uid = range.first + offset;
+        debug_assert!(range.contains(uid));
+        let path = dir.join(format!("uid-{uid}.lock"));
+        let Ok(file) = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path)
+        else {
+            continue;
+        };
+        if let Ok(lock) = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            return Ok(UidClaim { uid, lock });
+        }
+    }
+    Err(UidError::Exhausted { first: range.first, count: range.count })
+}
+
+/// `uid`'s claim under `dir`, if nobody holds it now.
+pub fn try_claim(uid: u32, dir: &Path) -> Option<UidClaim> {
+    let path = dir.join(format!("uid-{uid}.lock"));
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(path).ok()?;
+    let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).ok()?;
+    Some(UidClaim { uid, lock })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_are_distinct_while_held_and_free_once_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let range = UidRange { first: 2_000_000, count: 3 };
+        let a = claim(range, dir.path()).unwrap();
+        let b = claim(range, dir.path()).unwrap();
+        let c = claim(range, dir.path()).unwrap();
+        let mut uids = [a.uid, b.uid, c.uid];
+        uids.sort_unstable();
+        assert_eq!(uids, [2_000_000, 2_000_001, 2_000_002]);
+        assert!(matches!(claim(range, dir.path()), Err(UidError::Exhausted { .. })));
+        let freed = b.uid;
+        assert!(try_claim(freed, dir.path()).is_none());
+        drop(b);
+        assert!(try_claim(freed, dir.path()).is_some());
+        assert_eq!(claim(range, dir.path()).unwrap().uid, freed);
+    }
+
+    #[test]
+    fn empty_or_wrapping_ranges_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(check(UidRange { first: 5, count: 0 }, dir.path()), Err(UidError::BadRange { .. })));
+        assert!(matches!(check(UidRange { first: u32::MAX, count: 2 }, dir.path()), Err(UidError::BadRange { .. })));
+        assert!(matches!(check(UidRange { first: 0, count: 2 }, dir.path()), Err(UidError::BadRange { .. })));
+    }
+}
