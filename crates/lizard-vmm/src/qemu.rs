@@ -728,11 +728,12 @@ mod tests {
 
     #[test]
     fn an_adopted_vm_finds_its_copy_on_write_base_in_its_command_line() {
-        let clone = command_line(&config(), Memory::Snapshot(Path::new("/t/memory"), MemoryMapping::CopyOnWrite), true);
+        let clone =
+            command_line(&config(), Memory::Snapshot(Path::new("/t/memory"), MemoryMapping::CopyOnWrite), true, true);
         assert_eq!(copy_on_write_base_of(&clone), Some(PathBuf::from("/t/memory")));
-        let delta = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory")), true);
+        let delta = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory")), true, false);
         assert_eq!(copy_on_write_base_of(&delta), Some(PathBuf::from("/s/base-memory")));
-        assert_eq!(copy_on_write_base_of(&command_line(&config(), Memory::Own, false)), None);
+        assert_eq!(copy_on_write_base_of(&command_line(&config(), Memory::Own, false, false)), None);
         assert_eq!(copy_on_write_base_of(&["qemu".to_string()]), None);
     }
 
