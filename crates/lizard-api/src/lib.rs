@@ -64,6 +64,8 @@ impl CreateSandboxRequest {
 pub enum SandboxState {
     Running,
     Paused,
+    /// Killed, timed out or its VM stopped: only a record (usage, history) shows it.
+    Ended,
 }
 
 /// A sandbox as the API shows it.

@@ -6,5 +6,6 @@
 //!
 //! Network rule: attacks send packets only to loopback and to namespaces a test creates.
 
+pub mod control;
 pub mod leftovers;
 pub mod system;

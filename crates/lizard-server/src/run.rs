@@ -56,6 +56,8 @@ pub async fn run(
         source: std::io::Error::other(e.to_string()),
     })?;
     let state = server.app_state(Nodes::local(node.clone()));
+    // Before any record is ended below or any sandbox starts: a VM that dies is ended at once.
+    let node_events = ops::node_events::follow(&state);
     // Sandboxes a dead process left running were billed up to its last metering tick:
     // close their meters there (never billing its downtime), then end their records.
     match state.server.store.close_meters_at_watermark().await {
@@ -103,6 +105,7 @@ pub async fn run(
     }
     reaper.abort();
     metering.abort();
+    node_events.iter().for_each(|t| t.abort());
     // Builds in flight stop with the node (their VMs, layers and networks go).
     state.builds.cancel_all();
     node.shutdown().await;

@@ -10,6 +10,7 @@
 pub mod code;
 pub mod hooks;
 pub mod lifecycle;
+pub mod node_events;
 pub mod sandboxes;
 pub mod templates;
 pub mod timeouts;

@@ -144,6 +144,7 @@ pub fn sandbox_state_name(state: SandboxState) -> &'static str {
     match state {
         SandboxState::Running => "running",
         SandboxState::Paused => "paused",
+        SandboxState::Ended => "ended",
     }
 }
 
@@ -152,6 +153,7 @@ pub fn parse_sandbox_state(value: &str) -> Result<SandboxState> {
     match value {
         "running" => Ok(SandboxState::Running),
         "paused" => Ok(SandboxState::Paused),
+        "ended" => Ok(SandboxState::Ended),
         other => Err(StoreError::UnknownValue { what: "sandbox state", value: other.into() }),
     }
 }

@@ -743,7 +743,7 @@ impl Store for SqliteStore {
             None => Err(StoreError::NotFound(format!("sandbox {sandbox_id}"))),
             Some(Some(_)) => Ok(false),
             Some(None) => {
-                sqlx::query("UPDATE sandboxes SET ended_at = ?, end_reason = ? WHERE id = ?")
+                sqlx::query("UPDATE sandboxes SET ended_at = ?, end_reason = ?, state = 'ended' WHERE id = ?")
                     .bind(at)
                     .bind(reason)
                     .bind(sandbox_id)

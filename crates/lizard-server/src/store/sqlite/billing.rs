@@ -205,6 +205,7 @@ pub(super) fn meter_state_of(sandbox_state: SandboxState) -> MeterState {
     match sandbox_state {
         SandboxState::Paused => MeterState::Paused,
         SandboxState::Running => MeterState::Running,
+        SandboxState::Ended => MeterState::Ended,
     }
 }
 
