@@ -12,7 +12,7 @@
 
 use crate::ErrorCode::{
     self, AccountScopeRequired, BootFailed, CodeServiceUnavailable, Conflict, Forbidden, InvalidArgument, NotFound,
-    PaymentRequired, Unauthenticated, Unavailable,
+    OutputTooLarge, PaymentRequired, Unauthenticated, Unavailable,
 };
 
 /// An HTTP method a route answers.
@@ -210,8 +210,13 @@ pub const FORK: Route = create(
     &[Unauthenticated, NotFound, Conflict, InvalidArgument, PaymentRequired],
 );
 /// Buffered: a `ProcessResult`. `?stream=true`: exec frames as the command runs.
-pub const EXEC: Route =
-    post(path::SANDBOX_EXEC, Json("ExecRequest"), Json("ProcessResult"), &[Unauthenticated, NotFound, InvalidArgument]);
+/// Without `?stream=true`, output past 16 MiB answers `OUTPUT_TOO_LARGE` (422).
+pub const EXEC: Route = post(
+    path::SANDBOX_EXEC,
+    Json("ExecRequest"),
+    Json("ProcessResult"),
+    &[Unauthenticated, NotFound, InvalidArgument, OutputTooLarge],
+);
 /// `?path=`: the file's bytes.
 pub const READ_FILE: Route = get(path::FILES, Bytes, &[Unauthenticated, NotFound, InvalidArgument]);
 /// `?path=&mode=` ([`crate::FileMode`]): the body becomes the file, replaced atomically.

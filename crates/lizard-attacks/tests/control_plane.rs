@@ -96,3 +96,39 @@ async fn a_sandbox_whose_vmm_is_killed_stops_being_billed_at_once() {
     assert!(control::listed(&system).await.is_empty());
     control::assert_balance_is_ledger_sum(&system).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn client_and_guest_sized_buffers_are_bounded() {
+    let system = System::start(&[]).await;
+    // A 1.5 MB env value used to be accepted, then made every exec fail in a handler.
+    let huge = "x".repeat(1_500_000);
+    let body = serde_json::json!({"template": "base", "projectId": system.project, "env": {"BIG": huge}});
+    let (status, e) = system.call(Method::POST, "/v1/sandboxes", Some(body)).await;
+    assert_eq!((status, e["code"].as_str()), (422, Some("INVALID_ARGUMENT")), "{e}");
+    let body =
+        serde_json::json!({"template": "base", "projectId": system.project, "metadata": {"k": "v".repeat(5000)}});
+    let (status, e) = system.call(Method::POST, "/v1/sandboxes", Some(body)).await;
+    assert_eq!((status, e["code"].as_str()), (422, Some("INVALID_ARGUMENT")), "{e}");
+    assert!(leftovers::vmm_pids(system.data_dir()).is_empty(), "a refused create starts nothing");
+
+    let id = system.create_sandbox("base", serde_json::json!({})).await;
+    // 20 MiB of output, not streamed: refused with a code that points to streaming.
+    let exec = format!("/v1/sandboxes/{id}/exec");
+    let (status, e) =
+        system.call(Method::POST, &exec, Some(serde_json::json!({"cmd": "head -c 20971520 /dev/zero"}))).await;
+    assert_eq!((status, e["code"].as_str()), (422, Some("OUTPUT_TOO_LARGE")), "{e}");
+    assert!(e["message"].as_str().unwrap().contains("stream=true"), "{e}");
+    // Streamed, the same output arrives whole.
+    let streamed = system
+        .request(Method::POST, &format!("{exec}?stream=true"))
+        .json(&serde_json::json!({"cmd": "head -c 20971520 /dev/zero"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(streamed.status(), 200);
+    assert!(streamed.bytes().await.unwrap().len() > 20 * 1024 * 1024);
+    // An exec's own fields are bounded too; the sandbox still answers.
+    let (status, e) = system.call(Method::POST, &exec, Some(serde_json::json!({"cmd": huge}))).await;
+    assert_eq!((status, e["code"].as_str()), (422, Some("INVALID_ARGUMENT")), "{e}");
+    assert_eq!(system.exec(&id, "echo ok").await.1, "ok\n");
+}

@@ -50,6 +50,7 @@ pub mod config;
 pub mod error;
 pub mod ids;
 pub mod keys;
+pub mod limits;
 pub mod nodes;
 pub mod openapi;
 pub mod ops;

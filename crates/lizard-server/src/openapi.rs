@@ -115,6 +115,8 @@ mod tests {
             RateLimited,
             PaymentRequired,
             CodeServiceUnavailable,
+            OutputTooLarge,
+            IdempotencyKeyReused,
         ];
         for c in &all {
             match c {
@@ -130,7 +132,9 @@ mod tests {
                 | AccountScopeRequired
                 | RateLimited
                 | PaymentRequired
-                | CodeServiceUnavailable => {}
+                | CodeServiceUnavailable
+                | OutputTooLarge
+                | IdempotencyKeyReused => {}
             }
         }
         all

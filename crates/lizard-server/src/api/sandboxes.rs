@@ -58,6 +58,8 @@ pub async fn create(
             return Err(AppError::invalid("a project is required: pass project (id, slug or name) or projectId"))
         }
     };
+    crate::limits::check_env(&req.env)?;
+    crate::limits::check_metadata(&req.metadata)?;
     let timeout_ms = req.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
     let timeout_at = ops::timeout_end(timeout_ms)?;
     let mut env = req.env;
@@ -191,7 +193,9 @@ pub struct ExecQuery {
     stream: bool,
 }
 
-/// Run a command and wait for it (or stream its output).
+/// Run a command and wait for it (or stream its output). Waiting, its output is
+/// collected up to 16 MiB (stdout and stderr together); past that: `OUTPUT_TOO_LARGE`
+/// (422) — stream it instead.
 #[utoipa::path(
     post,
     path = lizard_api::routes::EXEC.path,
@@ -208,13 +212,14 @@ pub async fn exec(
     ApiQuery(q): ApiQuery<ExecQuery>,
     ApiJson(req): ApiJson<ExecRequest>,
 ) -> ApiResult<Response> {
+    crate::limits::check_exec(&req)?;
     let sandbox = running(&state, &p, &id).await?;
+    let frames = sandbox.node.exec_stream(sandbox.id(), req).await?;
     if q.stream {
-        let frames = sandbox.node.exec_stream(sandbox.id(), req).await?;
         let body = Body::from_stream(frames.map_ok(|f| f.to_bytes()));
         Ok(([(header::CONTENT_TYPE, lizard_agent_proto::routes::FRAMES_CONTENT_TYPE)], body).into_response())
     } else {
-        Ok(Json(sandbox.node.exec(sandbox.id(), req).await?).into_response())
+        Ok(Json(crate::ops::exec::collect(frames).await?).into_response())
     }
 }
 

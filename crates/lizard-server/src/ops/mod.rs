@@ -8,6 +8,7 @@
 //! [`crate::placement`].
 
 pub mod code;
+pub mod exec;
 pub mod hooks;
 pub mod lifecycle;
 pub mod node_events;
