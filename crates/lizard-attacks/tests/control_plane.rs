@@ -132,3 +132,93 @@ async fn client_and_guest_sized_buffers_are_bounded() {
     assert_eq!((status, e["code"].as_str()), (422, Some("INVALID_ARGUMENT")), "{e}");
     assert_eq!(system.exec(&id, "echo ok").await.1, "ok\n");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slowloris_client_is_cut_off_and_blocks_nobody() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let system = System::start(&["--header-read-timeout-ms", "1000", "--max-connections", "8"]).await;
+    let addr = system.api.strip_prefix("http://").unwrap().to_string();
+    // Every connection slot taken by a client that never finishes its request's head.
+    let mut slow = Vec::new();
+    for _ in 0..8 {
+        let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        conn.write_all(b"GET /health HTTP/1.1\r\nHost: lizard\r\nX-Slow: ").await.unwrap();
+        slow.push(conn);
+    }
+    // Another client still gets its answer: the slow ones are cut off after a second.
+    let started = std::time::Instant::now();
+    let (status, _) = tokio::time::timeout(Duration::from_secs(10), system.call(Method::GET, "/health", None))
+        .await
+        .expect("a normal request is answered while slow clients hold every slot");
+    assert_eq!(status, 200);
+    assert!(started.elapsed() < Duration::from_secs(5), "answered after {:?}", started.elapsed());
+    for mut conn in slow {
+        let mut buf = Vec::new();
+        let cut = tokio::time::timeout(Duration::from_secs(3), conn.read_to_end(&mut buf)).await;
+        assert!(cut.is_ok(), "a slow client still holds its connection 3 s after its head was due");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_from_one_key_is_rate_limited_and_another_key_is_not() {
+    let system = System::start(&["--rate-limit", "5", "--rate-burst", "10"]).await;
+    let (status, other) = system.call(Method::POST, "/v1/api-keys", Some(serde_json::json!({"name": "other"}))).await;
+    assert_eq!(status, 201, "{other}");
+    let other = other["key"].as_str().unwrap().to_string();
+    let flood: Vec<_> = (0..40).map(|_| tokio::spawn(system.request(Method::GET, "/v1/workspaces").send())).collect();
+    let mut limited = Vec::new();
+    for answer in flood {
+        let answer = answer.await.unwrap().unwrap();
+        if answer.status() == 429 {
+            limited.push(answer);
+        }
+    }
+    assert!(limited.len() >= 25, "{} of 40 requests over a burst of 10 were limited", limited.len());
+    // The other key, right after: not slowed, not limited.
+    let started = std::time::Instant::now();
+    let (status, _) = system.call_as(&other, Method::GET, "/v1/workspaces", None).await;
+    assert_eq!(status, 200);
+    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    let first = limited.remove(0);
+    let retry_after = first.headers().get("retry-after").expect("Retry-After on a 429").to_str().unwrap().to_string();
+    assert!(retry_after.parse::<u64>().unwrap() >= 1, "{retry_after}");
+    let e: serde_json::Value = first.json().await.unwrap();
+    assert_eq!(e["code"], "RATE_LIMITED", "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_internal_failure_answers_a_request_id_and_no_host_detail() {
+    let system = System::start(&[]).await;
+    // Another process holds the database's write lock: the server's next write fails inside.
+    let db = system.data_dir().join("lizard.db");
+    let script = "import sqlite3, sys, time\n\
+                  c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+                  c.execute('BEGIN EXCLUSIVE')\n\
+                  print('locked', flush=True)\n\
+                  time.sleep(60)\n";
+    let mut locker = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&db)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut locked = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(locker.stdout.take().unwrap()), &mut locked).unwrap();
+    assert_eq!(locked.trim(), "locked");
+    let resp =
+        system.request(Method::POST, "/v1/workspaces").json(&serde_json::json!({"name": "w2"})).send().await.unwrap();
+    let _ = locker.kill();
+    let _ = locker.wait();
+    let status = resp.status().as_u16();
+    let request_id = resp.headers().get("x-request-id").expect("X-Request-Id").to_str().unwrap().to_string();
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!((status, body["code"].as_str()), (500, Some("INTERNAL")), "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(!message.contains('/') && !message.contains("lizard.db"), "no host detail reaches the client: {message}");
+    assert!(!message.contains("locked"), "the cause stays in the operator's log: {message}");
+    assert!(message.contains(&request_id), "the answer names its request id: {message}");
+    let log = system.log();
+    let line = log.lines().find(|l| l.contains(&request_id) && l.contains("internal error"));
+    let line = line.unwrap_or_else(|| panic!("the operator's log has the cause under {request_id}:\n{log}"));
+    assert!(line.contains("locked"), "{line}");
+}

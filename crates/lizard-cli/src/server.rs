@@ -37,6 +37,8 @@ pub struct ServerArgs {
     #[command(flatten)]
     pub billing: BillingOpts,
     #[command(flatten)]
+    pub traffic: crate::traffic::TrafficOpts,
+    #[command(flatten)]
     pub node: NodeOpts,
 }
 
@@ -96,6 +98,7 @@ impl BillingOpts {
 pub fn options(data_dir: &Path, args: &ServerArgs) -> Result<RunOptions> {
     let mut server = ServerConfig::new(data_dir);
     server.billing = args.billing.config()?;
+    server.traffic = args.traffic.limits();
     if let Some(l) = args.listen {
         server.listen = l;
     }

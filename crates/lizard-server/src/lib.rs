@@ -47,7 +47,10 @@ pub mod billing;
 pub mod blobs;
 pub mod builds;
 pub mod config;
+pub mod connections;
 pub mod error;
+pub mod front_door;
+pub mod guard;
 pub mod ids;
 pub mod keys;
 pub mod limits;
@@ -56,6 +59,7 @@ pub mod openapi;
 pub mod ops;
 pub mod placement;
 pub mod proxy;
+pub mod request_id;
 pub mod run;
 pub mod scope;
 pub mod state;
@@ -170,16 +174,26 @@ impl Server {
     }
 }
 
-/// Serve `router` on `listener` until `shutdown` resolves.
+/// Serve `router` on `listener` until `shutdown` resolves, within the default
+/// [`config::TrafficLimits`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|source| ServerError::Io { context: "serve".into(), source })
+    serve_within(listener, router, shutdown, &config::TrafficLimits::default()).await
+}
+
+/// Serve `router` on `listener` until `shutdown` resolves: at most
+/// `limits.max_connections` at once, request heads within `limits.header_read`.
+pub async fn serve_within(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    limits: &config::TrafficLimits,
+) -> Result<(), ServerError> {
+    connections::serve(listener, router, shutdown, limits).await;
+    Ok(())
 }
 
 /// The tenancy API with `/health` and `/openapi.json`.
@@ -200,10 +214,12 @@ where
         .routes(routes!(system::openapi_json))
         .merge(api)
         .split_for_parts();
+    let server = ServerState::from_ref(&state);
     routes
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::no_route)
         .layer(Extension(Arc::new(doc)))
+        .layer(axum::middleware::from_fn_with_state(server, front_door::front_door))
         .with_state(state)
 }
 

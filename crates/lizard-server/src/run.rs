@@ -96,10 +96,13 @@ pub async fn run(
                 addr.port()
             );
         }
-        tokio::spawn(crate::serve(l, crate::proxy::router(state.clone()), stopped(stop_rx.clone())))
+        let traffic = state.server.config.traffic.clone();
+        let router = crate::proxy::router(state.clone());
+        let stop = stopped(stop_rx.clone());
+        tokio::spawn(async move { crate::serve_within(l, router, stop, &traffic).await })
     });
     let router = crate::build_router(state.clone(), crate::api::all_routes());
-    let result = crate::serve(listener, router, stopped(stop_rx)).await;
+    let result = crate::serve_within(listener, router, stopped(stop_rx), &state.server.config.traffic).await;
     if let Some(p) = proxy {
         let _ = p.await;
     }

@@ -148,6 +148,9 @@ pub async fn create(state: &AppState, spec: NewSandboxSpec) -> ApiResult<LiveSan
 pub(crate) async fn run_to_completion<T: Send + 'static>(
     work: impl std::future::Future<Output = ApiResult<T>> + Send + 'static,
 ) -> ApiResult<T> {
+    use tracing::Instrument;
+    // The task carries on the request's id and log span (its errors name them).
+    let work = crate::request_id::scope(crate::request_id::current(), work).instrument(tracing::Span::current());
     tokio::spawn(work).await.map_err(|e| AppError::internal(format!("an operation's task failed: {e}")))?
 }
 
