@@ -222,3 +222,62 @@ async fn an_internal_failure_answers_a_request_id_and_no_host_detail() {
     let line = line.unwrap_or_else(|| panic!("the operator's log has the cause under {request_id}:\n{log}"));
     assert!(line.contains("locked"), "{line}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_with_an_idempotency_key_runs_nothing_twice() {
+    let system = System::start(&[]).await;
+    // A create whose client vanished, retried with its key: one sandbox, the first's.
+    let body = serde_json::json!({"template": "base", "projectId": system.project}).to_string();
+    let raw = format!(
+        "POST /v1/sandboxes HTTP/1.1\r\nHost: lizard\r\nX-API-Key: {}\r\nIdempotency-Key: create-1\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        system.key,
+        body.len()
+    );
+    control::send_and_vanish(&system, &raw, Duration::from_millis(100)).await;
+    let retry = || async {
+        let r = system
+            .request(Method::POST, "/v1/sandboxes")
+            .header("idempotency-key", "create-1")
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        let replayed = r.headers().get("idempotency-replayed").is_some();
+        (r.status().as_u16(), replayed, r.json::<serde_json::Value>().await.unwrap())
+    };
+    let mut answer = retry().await;
+    for _ in 0..600 {
+        if answer.0 != 409 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        answer = retry().await;
+    }
+    let (status, replayed, info) = answer;
+    assert_eq!((status, replayed), (201, true), "the retry gets the first create's answer: {info}");
+    let id = info["sandboxId"].as_str().unwrap().to_string();
+    assert_eq!(control::listed(&system).await, std::slice::from_ref(&id), "one sandbox for two requests");
+
+    // An exec retried with its key: the command ran once, the retry gets its output.
+    let exec = format!("/v1/sandboxes/{id}/exec");
+    let cmd = serde_json::json!({"cmd": "echo run >> /tmp/runs; wc -l < /tmp/runs"});
+    let run = |cmd: serde_json::Value| {
+        let req = system.request(Method::POST, &exec).header("idempotency-key", "exec-1").json(&cmd);
+        async move {
+            let r = req.send().await.unwrap();
+            let replayed = r.headers().get("idempotency-replayed").is_some();
+            (r.status().as_u16(), replayed, r.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let first = run(cmd.clone()).await;
+    assert_eq!((first.0, first.1, first.2["stdout"].as_str()), (200, false, Some("1\n")), "{:?}", first.2);
+    let again = run(cmd.clone()).await;
+    assert_eq!((again.0, again.1, &again.2), (200, true, &first.2), "replayed, not run again");
+    assert_eq!(system.exec(&id, "wc -l < /tmp/runs").await.1, "1\n", "the command ran once");
+    let other = run(serde_json::json!({"cmd": "echo other"})).await;
+    assert_eq!((other.0, other.2["code"].as_str()), (422, Some("IDEMPOTENCY_KEY_REUSED")), "{:?}", other.2);
+    // Without a key nothing is kept: each call runs.
+    assert_eq!(system.exec(&id, "echo run >> /tmp/runs; wc -l < /tmp/runs").await.1, "2\n");
+}

@@ -51,6 +51,7 @@ pub mod connections;
 pub mod error;
 pub mod front_door;
 pub mod guard;
+pub mod idempotency;
 pub mod ids;
 pub mod keys;
 pub mod limits;
@@ -219,6 +220,7 @@ where
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::no_route)
         .layer(Extension(Arc::new(doc)))
+        .layer(axum::middleware::from_fn_with_state(server.clone(), idempotency::layer))
         .layer(axum::middleware::from_fn_with_state(server, front_door::front_door))
         .with_state(state)
 }

@@ -6,7 +6,7 @@
 use crate::auth::{self, Principal};
 use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError};
 use crate::ids;
-use crate::openapi::{InvalidArgument, NotFound, PaymentRequired, Unauthenticated};
+use crate::openapi::{Conflict, InvalidArgument, NotFound, PaymentRequired, Unauthenticated};
 use crate::ops::sandboxes::{self as ops, LiveSandbox, NewSandboxSpec, DEFAULT_TIMEOUT_MS};
 use crate::state::AppState;
 use crate::store::SandboxFilter;
@@ -43,7 +43,7 @@ pub(crate) async fn running(state: &AppState, p: &Principal, id: &str) -> ApiRes
     tag = "sandboxes",
     security(("apiKey" = [])),
     request_body = NewSandboxRequest,
-    responses((status = 201, description = "The running sandbox", body = SandboxInfo), Unauthenticated, NotFound, InvalidArgument, PaymentRequired)
+    responses((status = 201, description = "The running sandbox", body = SandboxInfo), Unauthenticated, NotFound, InvalidArgument, PaymentRequired, Conflict)
 )]
 pub async fn create(
     State(state): State<AppState>,
@@ -203,7 +203,7 @@ pub struct ExecQuery {
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id"), ExecQuery),
     request_body = ExecRequest,
-    responses((status = 200, description = "How the command ended", body = lizard_api::ProcessResult), Unauthenticated, NotFound, InvalidArgument)
+    responses((status = 200, description = "How the command ended", body = lizard_api::ProcessResult), Unauthenticated, NotFound, InvalidArgument, Conflict)
 )]
 pub async fn exec(
     State(state): State<AppState>,

@@ -16,11 +16,13 @@
 pub mod billing;
 #[cfg(test)]
 pub(crate) mod fixture;
+pub mod idempotency;
 pub mod sqlite;
 pub mod templates;
 pub mod volumes;
 
 pub use billing::{BillingStore, MeterSpec, MeterState};
+pub use idempotency::IdempotencyStore;
 pub use lizard_api::{OnTimeout, SandboxState};
 
 use crate::scope::Scope;
@@ -207,7 +209,7 @@ pub struct Removed {
 /// The control plane's persistent state. Object-safe: handlers hold `Arc<dyn Store>`.
 /// Billing (the ledger, the meters) is its [`BillingStore`] half.
 #[async_trait]
-pub trait Store: VolumeStore + TemplateStore + BillingStore + Send + Sync + 'static {
+pub trait Store: VolumeStore + TemplateStore + BillingStore + IdempotencyStore + Send + Sync + 'static {
     // --- accounts -------------------------------------------------------------------
 
     /// First start: insert `account` and its first `key` in one transaction, but only if

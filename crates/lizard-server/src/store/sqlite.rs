@@ -37,9 +37,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (3, "volumes", include_str!("../../migrations/0003_volumes.sql")),
     (4, "lifecycle", include_str!("../../migrations/0004_lifecycle.sql")),
     (5, "templates", include_str!("../../migrations/0005_templates.sql")),
+    (6, "idempotency", include_str!("../../migrations/0006_idempotency.sql")),
 ];
 
 mod billing;
+mod idempotency;
 mod templates;
 mod volumes;
 pub use billing::SIGNUP_CREDIT_KEY;
