@@ -9,9 +9,12 @@
 //! 409 `CONFLICT`. Entries are kept [`RETENTION`].
 //!
 //! The request is served in a task of its own, so a client that goes away still leaves
-//! its answer for its retry. A 5xx answer is not kept (the claim is released): the retry
-//! runs again. An answer that cannot be replayed (a streamed exec, or one larger than
-//! [`MAX_STORED_ANSWER`]) is recorded as given: a retry gets 409 saying so.
+//! its answer for its retry. Every answer the handler gives is kept, failures included
+//! (a 503 from an exec whose agent channel dropped may come after the command ran: its
+//! retry must not run it again); a new attempt takes a new key. An answer that cannot be
+//! replayed (a streamed exec, or one larger than [`MAX_STORED_ANSWER`]) is recorded as
+//! given: a retry gets 409 saying so. Requests refused before their handler (bad key,
+//! rate limit) claim nothing.
 
 use crate::auth::Principal;
 use crate::error::AppError;
@@ -73,15 +76,11 @@ pub async fn layer(State(state): State<ServerState>, req: Request, next: Next) -
         Ok(None) => {}
     }
     let req = Request::from_parts(parts, Body::from(body));
-    let store = state.store.clone();
+    let (store, claimed) = (state.store.clone(), id.clone());
     let work = async move {
         let response = next.run(req).await;
         let (response, answer) = keep(response).await;
-        let recorded = match answer {
-            Some(answer) => store.finish_idempotent(&id, &answer).await,
-            None => store.release_idempotent(&id).await,
-        };
-        if let Err(e) = recorded {
+        if let Err(e) = store.finish_idempotent(&id, &answer).await {
             tracing::error!(route = %id.route, "cannot record an idempotent answer: {e}");
         }
         response
@@ -90,7 +89,13 @@ pub async fn layer(State(state): State<ServerState>, req: Request, next: Next) -
     let work = tracing::Instrument::instrument(work, tracing::Span::current());
     match tokio::spawn(work).await {
         Ok(response) => response,
-        Err(e) => AppError::internal(format!("an idempotent request's task failed: {e}")).into_response(),
+        Err(e) => {
+            // Its handler panicked: nothing to replay, and a retry may try again.
+            if let Err(e) = state.store.release_idempotent(&claimed).await {
+                tracing::error!(route = %claimed.route, "cannot release an idempotency claim: {e}");
+            }
+            AppError::internal(format!("an idempotent request's task failed: {e}")).into_response()
+        }
     }
 }
 
@@ -152,18 +157,15 @@ fn replay(answer: StoredAnswer) -> Response {
     response
 }
 
-/// The response to send now, and what to keep of it (`None`: a 5xx, not kept).
-async fn keep(response: Response) -> (Response, Option<StoredAnswer>) {
+/// The response to send now, and what to keep of it.
+async fn keep(response: Response) -> (Response, StoredAnswer) {
     let status = response.status();
-    if status.is_server_error() {
-        return (response, None);
-    }
     let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let json = content_type.as_deref().is_some_and(|c| c.starts_with("application/json"));
     let not_kept = StoredAnswer { status: status.as_u16(), content_type: Some(NOT_KEPT.into()), body: Vec::new() };
     if !json && status != StatusCode::NO_CONTENT {
         // A stream (exec output): sent as it comes, not kept.
-        return (response, Some(not_kept));
+        return (response, not_kept);
     }
     let (parts, body) = response.into_parts();
     // JSON answers are built in memory already: collecting them holds nothing new.
@@ -171,7 +173,7 @@ async fn keep(response: Response) -> (Response, Option<StoredAnswer>) {
         Ok(b) => b,
         Err(e) => {
             tracing::warn!("an idempotent answer's body failed: {e}");
-            return (Response::from_parts(parts, Body::empty()), Some(not_kept));
+            return (Response::from_parts(parts, Body::empty()), not_kept);
         }
     };
     let answer = if bytes.len() <= MAX_STORED_ANSWER {
@@ -179,7 +181,7 @@ async fn keep(response: Response) -> (Response, Option<StoredAnswer>) {
     } else {
         not_kept
     };
-    (Response::from_parts(parts, Body::from(bytes)), Some(answer))
+    (Response::from_parts(parts, Body::from(bytes)), answer)
 }
 
 #[cfg(test)]

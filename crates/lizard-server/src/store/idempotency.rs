@@ -45,6 +45,6 @@ pub trait IdempotencyStore: Send + Sync {
     ) -> Result<Option<IdempotencyEntry>>;
     /// Record the answer of a claimed request.
     async fn finish_idempotent(&self, id: &IdempotencyId, answer: &StoredAnswer) -> Result<()>;
-    /// Forget a claim (its request failed in a way a retry may repeat).
+    /// Forget a claim (its request was not served: a retry may run it).
     async fn release_idempotent(&self, id: &IdempotencyId) -> Result<()>;
 }
