@@ -6,7 +6,7 @@
 //! is stored; a retry with the same key and the same request gets that answer again
 //! (`Idempotency-Replayed: true`) without running anything. The same key with another
 //! request answers 422 `IDEMPOTENCY_KEY_REUSED`; while the first is still being served,
-//! 409 `CONFLICT`. Entries are kept [`RETENTION`].
+//! 409 `CONFLICT` with `Retry-After: 1`. Entries are kept [`RETENTION`].
 //!
 //! The request is served in a task of its own, so a client that goes away still leaves
 //! its answer for its retry. Every answer the handler gives is kept, failures included
@@ -133,7 +133,12 @@ fn answer_existing(entry: IdempotencyEntry, hash: &[u8]) -> Response {
     };
     match entry {
         IdempotencyEntry::InProgress { request_hash } if request_hash == hash => {
-            AppError::conflict("a request with this Idempotency-Key is still being served; retry later").into_response()
+            // Retry-After tells clients this conflict passes (the SDKs wait and retry).
+            let mut response =
+                AppError::conflict("a request with this Idempotency-Key is still being served; retry later")
+                    .into_response();
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
         }
         IdempotencyEntry::Done { request_hash, answer } if request_hash == hash => replay(answer),
         _ => reused(),
