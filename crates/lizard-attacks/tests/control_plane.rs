@@ -281,3 +281,53 @@ async fn a_retry_with_an_idempotency_key_runs_nothing_twice() {
     // Without a key nothing is kept: each call runs.
     assert_eq!(system.exec(&id, "echo run >> /tmp/runs; wc -l < /tmp/runs").await.1, "2\n");
 }
+
+/// Open descriptors of process `pid`.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_cannot_exhaust_the_servers_descriptors_through_its_api_endpoint() {
+    let system = System::start(&[]).await;
+    let id = system.create_sandbox("base", serde_json::json!({})).await;
+    let hold = "import socket, time\n\
+                held = []\n\
+                for _ in range(300):\n\
+                \x20   c = socket.socket()\n\
+                \x20   c.settimeout(2)\n\
+                \x20   try:\n\
+                \x20       c.connect(('127.0.0.1', 49171))\n\
+                \x20   except OSError:\n\
+                \x20       break\n\
+                \x20   held.append(c)\n\
+                print(len(held), flush=True)\n\
+                time.sleep(20)\n";
+    let put = system
+        .request(Method::PUT, &format!("/v1/sandboxes/{id}/files?path=/tmp/hold.py"))
+        .body(hold.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let server = system.pid().unwrap();
+    let before = open_fds(server);
+    system.exec(&id, "nohup python3 /tmp/hold.py >/tmp/hold.out 2>&1 &").await;
+    // Wait until the guest holds its connections.
+    let held = control::eventually(Duration::from_secs(30), || async {
+        !system.exec(&id, "cat /tmp/hold.out").await.1.trim().is_empty()
+    })
+    .await;
+    assert!(held, "the guest opened its connections");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let grown = open_fds(server).saturating_sub(before);
+    let opened = system.exec(&id, "cat /tmp/hold.out").await.1;
+    // Each carried connection costs the server two descriptors (guest side and API side).
+    assert!(
+        grown <= 2 * 64 + 32,
+        "the guest opened {} connections and the server holds {grown} more descriptors",
+        opened.trim()
+    );
+    let (status, _) = system.call(Method::GET, "/v1/sandboxes", None).await;
+    assert_eq!(status, 200, "the API still answers");
+}
