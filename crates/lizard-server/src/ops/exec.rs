@@ -18,7 +18,10 @@ pub async fn collect(frames: FrameStream) -> ApiResult<ProcessResult> {
 async fn collect_capped(mut frames: FrameStream, cap: usize) -> ApiResult<ProcessResult> {
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     while let Some(frame) = frames.next().await {
-        let frame = frame.map_err(|e| AppError::new(ErrorCode::Unavailable, format!("the exec stream broke: {e}")))?;
+        let frame = frame.map_err(|e| {
+            tracing::warn!("an exec's output stream broke: {e}");
+            AppError::new(ErrorCode::Unavailable, "the command's output stream broke")
+        })?;
         match frame.kind {
             FrameKind::Stdout | FrameKind::Stderr => {
                 if stdout.len() + stderr.len() + frame.data.len() > cap {

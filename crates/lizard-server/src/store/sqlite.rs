@@ -71,6 +71,27 @@ fn json_err(e: serde_json::Error) -> StoreError {
     StoreError::Backend(Box::new(e))
 }
 
+/// The pool of a database file. A connection still inside a transaction when it comes
+/// back (its COMMIT or ROLLBACK failed, e.g. on a full disk) is closed instead of being
+/// reused: reused, every later transaction on it failed ("non-zero transaction depth")
+/// and the server answered 500s and missed billing ticks until it was restarted.
+fn file_pool_options() -> SqlitePoolOptions {
+    use sqlx::Connection;
+    SqlitePoolOptions::new()
+        .max_connections(4)
+        .after_release(|conn, _| {
+            let clean = !conn.is_in_transaction();
+            if !clean {
+                tracing::warn!("closing a database connection left inside a failed transaction");
+            }
+            Box::pin(async move { Ok(clean) })
+        })
+        .before_acquire(|conn, _| {
+            let clean = !conn.is_in_transaction();
+            Box::pin(async move { Ok(clean) })
+        })
+}
+
 impl SqliteStore {
     /// Open (creating if needed) `<data_dir>/lizard.db` and apply pending migrations.
     pub async fn open(data_dir: &Path) -> Result<Self> {
@@ -93,7 +114,7 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await.map_err(backend)?;
+        let pool = file_pool_options().connect_with(options).await.map_err(backend)?;
         let store = SqliteStore { pool };
         store.migrate().await?;
         Ok(store)
@@ -842,6 +863,24 @@ mod tests {
         assert!(!s.bootstrap(&acc(), &k("key_other", None)).await.unwrap());
         assert_eq!(s.list_keys("acc_1").await.unwrap().len(), 1);
         assert_eq!(s.schema_version().await.unwrap(), MIGRATIONS.last().unwrap().0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_left_inside_a_transaction_is_not_reused() {
+        use sqlx::Connection;
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(dir.path()).await.unwrap();
+        for _ in 0..4 {
+            let mut conn = s.pool.acquire().await.unwrap();
+            // A transaction whose end never reached the database (as when COMMIT and
+            // ROLLBACK fail on a full disk): the connection goes back still inside it.
+            std::mem::forget(conn.begin().await.unwrap());
+            drop(conn);
+            // The pool takes it back in a task of its own.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let (a, key) = (acc(), k("key_1", None));
+        s.bootstrap(&a, &key).await.expect("the next transaction gets a clean connection");
     }
 
     #[tokio::test]
