@@ -331,3 +331,30 @@ async fn a_guest_cannot_exhaust_the_servers_descriptors_through_its_api_endpoint
     let (status, _) = system.call(Method::GET, "/v1/sandboxes", None).await;
     assert_eq!(status, 200, "the API still answers");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fork_whose_client_vanishes_leaves_only_recorded_and_billed_copies() {
+    let system = System::start(&[]).await;
+    let source = system.create_sandbox("base", serde_json::json!({})).await;
+    let body = serde_json::json!({"count": 2}).to_string();
+    let raw = format!(
+        "POST /v1/sandboxes/{source}/fork HTTP/1.1\r\nHost: lizard\r\nX-API-Key: {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        system.key,
+        body.len()
+    );
+    control::send_and_vanish(&system, &raw, Duration::from_millis(100)).await;
+    let forked =
+        control::eventually(Duration::from_secs(120), || async { control::listed(&system).await.len() == 3 }).await;
+    let vmms = leftovers::vmm_pids(system.data_dir()).len();
+    assert!(
+        forked,
+        "copies run unrecorded after their client went away: {vmms} VMMs, {:?} listed",
+        control::listed(&system).await
+    );
+    // Settled: every VMM is a listed, billed sandbox.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let listed = control::listed(&system).await;
+    assert_eq!(leftovers::vmm_pids(system.data_dir()).len(), listed.len());
+    assert_eq!(control::billed(&system).await, listed);
+}

@@ -12,11 +12,18 @@
 //!                                                              └─ LocalNode: the in-process lizard_node
 //! ```
 //!
-//! Layers, each importing only those below it (no circles): `ids`, `keys`, `scope` →
-//! `store` → `error` → `billing` → `config`; `nodes` (no imports from this crate),
-//! `blobs` (pushed files by hash), `builds` (template builds in flight) → `state` →
-//! `auth`, `placement` → `ops` → `openapi` (response docs), `api`, `proxy` → `run`, with
-//! [`open`], [`Server`] and the router builders at the root.
+//! Layers, each importing only those below it (no circles): `ids`, `keys`, `scope`,
+//! `request_id` → `store` → `error`, `limits` → `billing` → `config` → `guard` (per-key
+//! rate and concurrency), `connections` (listener limits); `nodes` (no imports from this
+//! crate), `blobs` (pushed files by hash), `builds` (template builds in flight) → `state`
+//! → `auth`, `placement` → `front_door` (request id, per-key limits), `idempotency` →
+//! `ops` → `openapi` (response docs), `api`, `proxy` → `run`, with [`open`], [`Server`]
+//! and the router builders at the root.
+//!
+//! Every API request passes [`front_door::front_door`] (an `X-Request-Id`, a log span,
+//! the key's rate limit) and [`idempotency::layer`] (the `Idempotency-Key` of creates and
+//! execs) before its handler; listeners cap connections and slow clients
+//! ([`connections`]).
 //!
 //! Start with [`open`]: it opens `<data_dir>/lizard.db`, applies migrations and, on the
 //! very first start only, creates the owner account and an unscoped key, which
