@@ -9,6 +9,10 @@
 //! route cannot be served, documented or called without being in this table.
 //!
 //! Path templates use `{name}` for a parameter: the syntax of both OpenAPI and axum.
+//!
+//! Every route that takes a key (those listing `UNAUTHENTICATED`) may also answer 429
+//! `RATE_LIMITED` with `Retry-After` (the key's rate or requests in flight); the document
+//! lists it on each of them.
 
 use crate::ErrorCode::{
     self, AccountScopeRequired, BootFailed, CodeServiceUnavailable, Conflict, Forbidden, IdempotencyKeyReused,

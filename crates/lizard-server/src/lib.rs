@@ -222,6 +222,8 @@ where
         .routes(routes!(system::openapi_json))
         .merge(api)
         .split_for_parts();
+    let mut doc = doc;
+    openapi::add_rate_limited(&mut doc);
     let server = ServerState::from_ref(&state);
     routes
         .fallback(error::no_route)
@@ -238,11 +240,13 @@ pub fn openapi_document<S>(api: OpenApiRouter<S>) -> utoipa::openapi::OpenApi
 where
     S: Clone + Send + Sync + 'static,
 {
-    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+    let mut doc = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(system::health))
         .routes(routes!(system::openapi_json))
         .merge(api)
-        .into_openapi()
+        .into_openapi();
+    openapi::add_rate_limited(&mut doc);
+    doc
 }
 
 /// Unauthenticated routes.
