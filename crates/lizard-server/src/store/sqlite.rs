@@ -38,6 +38,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (4, "lifecycle", include_str!("../../migrations/0004_lifecycle.sql")),
     (5, "templates", include_str!("../../migrations/0005_templates.sql")),
     (6, "idempotency", include_str!("../../migrations/0006_idempotency.sql")),
+    (7, "volume billing", include_str!("../../migrations/0007_volume_billing.sql")),
 ];
 
 mod billing;
@@ -419,13 +420,17 @@ impl Store for SqliteStore {
         .fetch_all(&mut *tx)
         .await
         .map_err(backend)?;
+        // Their storage is billed up to here, then their meters go.
+        let now = crate::ids::now_ms();
+        for v in &vols {
+            billing::close_volume_meter_tx(&mut tx, &v.id, now).await?;
+        }
         sqlx::query("DELETE FROM volumes WHERE project_id IN (SELECT id FROM projects WHERE workspace_id = ?)")
             .bind(workspace_id)
             .execute(&mut *tx)
             .await
             .map_err(backend)?;
         // The live ones stop now: bill them up to here and close their meters.
-        let now = crate::ids::now_ms();
         for s in &live {
             billing::transition_tx(&mut tx, &s.id, MeterState::Ended, now).await?;
         }
@@ -881,6 +886,52 @@ mod tests {
         }
         let (a, key) = (acc(), k("key_1", None));
         s.bootstrap(&a, &key).await.expect("the next transaction gets a clean connection");
+    }
+
+    #[tokio::test]
+    async fn the_ledger_keeps_its_rows_balances_and_guards_through_migration_7() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(DB_FILE);
+        {
+            // A database as migration 6 left it, with an account and ledger rows.
+            let options = SqliteConnectOptions::new().filename(&path).create_if_missing(true).foreign_keys(true);
+            let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap();
+            sqlx::raw_sql(
+                "CREATE TABLE lizard_schema (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)",
+            )
+            .execute(&pool)
+            .await
+            .unwrap();
+            for &(version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 <= 6) {
+                sqlx::raw_sql(sql).execute(&pool).await.unwrap();
+                sqlx::query("INSERT INTO lizard_schema VALUES (?, ?, 0)")
+                    .bind(version)
+                    .bind(name)
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+            sqlx::raw_sql(
+                "INSERT INTO accounts (id, email, plan, created_at) VALUES ('acc_1', 'o@x', 'free', 1); \
+                 INSERT INTO ledger (id, account_id, kind, amount_nanos, description, created_at) \
+                 VALUES ('txn_1', 'acc_1', 'credit', 1000, 'c', 1), ('txn_2', 'acc_1', 'usage', -300, 'u', 2);",
+            )
+            .execute(&pool)
+            .await
+            .unwrap();
+            pool.close().await;
+        }
+        let s = SqliteStore::open(dir.path()).await.unwrap();
+        assert_eq!(s.schema_version().await.unwrap(), 7);
+        assert_eq!((s.balance("acc_1").await.unwrap().balance_nanos, s.ledger_sum("acc_1").await.unwrap()), (700, 700));
+        let page = s.ledger_page("acc_1", None, 10, true).await.unwrap();
+        assert_eq!(page.iter().map(|e| (e.seq, e.id.as_str())).collect::<Vec<_>>(), [(2, "txn_2"), (1, "txn_1")]);
+        assert!(sqlx::query("UPDATE ledger SET amount_nanos = 0").execute(&s.pool).await.is_err(), "still append-only");
+        assert!(sqlx::query("DELETE FROM ledger").execute(&s.pool).await.is_err(), "still append-only");
+        s.grant_signup_credits(50, 3).await.unwrap();
+        assert_eq!(s.balance("acc_1").await.unwrap().balance_nanos, 750, "the balance trigger is back");
+        let next = s.ledger_page("acc_1", None, 1, true).await.unwrap();
+        assert_eq!(next[0].seq, 3, "seq goes on where it was");
     }
 
     #[tokio::test]
