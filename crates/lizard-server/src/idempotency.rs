@@ -17,7 +17,7 @@
 //! rate limit) claim nothing.
 
 use crate::auth::Principal;
-use crate::error::AppError;
+use crate::error::{AppError, BodyReadTimeout};
 use crate::ids;
 use crate::state::ServerState;
 use crate::store::idempotency::{IdempotencyEntry, IdempotencyId, StoredAnswer};
@@ -61,10 +61,14 @@ pub async fn layer(State(state): State<ServerState>, req: Request, next: Next) -
                 .into_response()
         }
     };
+    let limit = req.extensions().get::<BodyReadTimeout>().map_or(Duration::from_secs(60), |t| t.0);
     let (parts, body) = req.into_parts();
-    let body = match axum::body::to_bytes(body, MAX_REQUEST_BODY).await {
-        Ok(b) => b,
-        Err(e) => return AppError::invalid(format!("could not read request body: {e}")).into_response(),
+    let body = match tokio::time::timeout(limit, axum::body::to_bytes(body, MAX_REQUEST_BODY)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => return AppError::invalid(format!("could not read request body: {e}")).into_response(),
+        Err(_) => {
+            return AppError::invalid(format!("the request body did not arrive within {limit:?}")).into_response()
+        }
     };
     let hash = request_hash(parts.uri.path(), parts.uri.query(), &body);
     let id = IdempotencyId { key_id: principal.key_id, route, idem_key };
