@@ -101,6 +101,8 @@ pub enum UsageKind {
     Compute,
     /// A paused sandbox's saved state.
     PausedStorage,
+    /// A volume's disk, from its create to its delete (`--volume-price`).
+    VolumeStorage,
 }
 
 /// One ledger entry. Entries are never changed or removed.

@@ -64,6 +64,8 @@ impl CreateSandboxRequest {
 pub enum SandboxState {
     Running,
     Paused,
+    /// Killed, timed out or its VM stopped: only a record (usage, history) shows it.
+    Ended,
 }
 
 /// A sandbox as the API shows it.
@@ -240,7 +242,7 @@ pub enum ErrorCode {
     /// The route is account-wide (billing, account usage, account details) and the key is
     /// scoped to workspaces or projects: 403.
     AccountScopeRequired,
-    /// Too many requests; retry later. Reserved: 429.
+    /// Too many requests from this key; retry after the `Retry-After` seconds: 429.
     RateLimited,
     /// The account's balance is used up: creating or resuming sandboxes is refused until
     /// credits are added: 402.
@@ -248,6 +250,11 @@ pub enum ErrorCode {
     /// The sandbox runs no code service (its template is not `interpreter` or built from
     /// it), or the service stopped answering: 502.
     CodeServiceUnavailable,
+    /// A non-streamed exec's output (stdout + stderr) passed the server's cap (16 MiB):
+    /// run it with `?stream=true`, which has no cap. 422.
+    OutputTooLarge,
+    /// An `Idempotency-Key` was used before with another request (route or body): 422.
+    IdempotencyKeyReused,
 }
 
 impl ErrorCode {
@@ -266,6 +273,8 @@ impl ErrorCode {
             ErrorCode::RateLimited => 429,
             ErrorCode::PaymentRequired => 402,
             ErrorCode::CodeServiceUnavailable => 502,
+            ErrorCode::OutputTooLarge => 422,
+            ErrorCode::IdempotencyKeyReused => 422,
         }
     }
 }

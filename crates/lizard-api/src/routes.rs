@@ -9,10 +9,14 @@
 //! route cannot be served, documented or called without being in this table.
 //!
 //! Path templates use `{name}` for a parameter: the syntax of both OpenAPI and axum.
+//!
+//! Every route that takes a key (those listing `UNAUTHENTICATED`) may also answer 429
+//! `RATE_LIMITED` with `Retry-After` (the key's rate or requests in flight); the document
+//! lists it on each of them.
 
 use crate::ErrorCode::{
-    self, AccountScopeRequired, BootFailed, CodeServiceUnavailable, Conflict, Forbidden, InvalidArgument, NotFound,
-    PaymentRequired, Unauthenticated, Unavailable,
+    self, AccountScopeRequired, BootFailed, CodeServiceUnavailable, Conflict, Forbidden, IdempotencyKeyReused,
+    InvalidArgument, NotFound, OutputTooLarge, PaymentRequired, Unauthenticated, Unavailable,
 };
 
 /// An HTTP method a route answers.
@@ -182,11 +186,14 @@ pub const HEALTH: Route = get(path::HEALTH, Text, &[]);
 pub const OPENAPI: Route = get(path::OPENAPI, Json("OpenApi"), &[]);
 
 // --- sandboxes (control plane) ------------------------------------------------------------
+/// With an `Idempotency-Key`: a retry gets the first answer; the same key with another
+/// request `IDEMPOTENCY_KEY_REUSED` (422); while the first is served, `CONFLICT` (409).
+/// The same holds for [`EXEC`], [`FORK`] and [`CREATE_VOLUME`].
 pub const CREATE_SANDBOX: Route = create(
     path::SANDBOXES,
     Json("NewSandboxRequest"),
     Json("SandboxInfo"),
-    &[Unauthenticated, NotFound, InvalidArgument, PaymentRequired],
+    &[Unauthenticated, NotFound, InvalidArgument, PaymentRequired, Conflict, IdempotencyKeyReused],
 );
 pub const LIST_SANDBOXES: Route = get(path::SANDBOXES, JsonList("SandboxInfo"), &[Unauthenticated, InvalidArgument]);
 pub const GET_SANDBOX: Route = get(path::SANDBOX, Json("SandboxInfo"), &[Unauthenticated, NotFound]);
@@ -207,11 +214,16 @@ pub const FORK: Route = create(
     path::SANDBOX_FORK,
     Json("ForkRequest"),
     JsonList("SandboxInfo"),
-    &[Unauthenticated, NotFound, Conflict, InvalidArgument, PaymentRequired],
+    &[Unauthenticated, NotFound, Conflict, InvalidArgument, PaymentRequired, IdempotencyKeyReused],
 );
 /// Buffered: a `ProcessResult`. `?stream=true`: exec frames as the command runs.
-pub const EXEC: Route =
-    post(path::SANDBOX_EXEC, Json("ExecRequest"), Json("ProcessResult"), &[Unauthenticated, NotFound, InvalidArgument]);
+/// Without `?stream=true`, output past 16 MiB answers `OUTPUT_TOO_LARGE` (422).
+pub const EXEC: Route = post(
+    path::SANDBOX_EXEC,
+    Json("ExecRequest"),
+    Json("ProcessResult"),
+    &[Unauthenticated, NotFound, InvalidArgument, OutputTooLarge, Conflict, IdempotencyKeyReused],
+);
 /// `?path=`: the file's bytes.
 pub const READ_FILE: Route = get(path::FILES, Bytes, &[Unauthenticated, NotFound, InvalidArgument]);
 /// `?path=&mode=` ([`crate::FileMode`]): the body becomes the file, replaced atomically.
@@ -299,7 +311,7 @@ pub const CREATE_VOLUME: Route = create(
     path::VOLUMES,
     Json("CreateVolumeRequest"),
     Json("Volume"),
-    &[Unauthenticated, NotFound, Conflict, InvalidArgument],
+    &[Unauthenticated, NotFound, Conflict, InvalidArgument, IdempotencyKeyReused],
 );
 /// `?project=` or `?projectId=` for one project.
 pub const LIST_VOLUMES: Route = get(path::VOLUMES, JsonList("Volume"), &[Unauthenticated, NotFound, InvalidArgument]);

@@ -7,5 +7,6 @@
 //! Network rule: attacks send packets only to loopback and to namespaces a test creates.
 
 pub mod confine;
+pub mod control;
 pub mod leftovers;
 pub mod system;

@@ -37,6 +37,8 @@ pub struct ServerArgs {
     #[command(flatten)]
     pub billing: BillingOpts,
     #[command(flatten)]
+    pub traffic: crate::traffic::TrafficOpts,
+    #[command(flatten)]
     pub node: NodeOpts,
 }
 
@@ -53,7 +55,7 @@ pub struct BillingOpts {
     /// Nano-dollars per GiB of memory per second while paused (its saved state).
     #[arg(long, value_name = "NANOS", default_value_t = 0)]
     pub paused_memory_price: i64,
-    /// Nano-dollars per GiB of volume per second (volumes are not metered yet: 0 only).
+    /// Nano-dollars per GiB of volume per second, from its create to its delete.
     #[arg(long, value_name = "NANOS", default_value_t = 0)]
     pub volume_price: i64,
     /// Free credits of a new account, in dollars.
@@ -96,6 +98,7 @@ impl BillingOpts {
 pub fn options(data_dir: &Path, args: &ServerArgs) -> Result<RunOptions> {
     let mut server = ServerConfig::new(data_dir);
     server.billing = args.billing.config()?;
+    server.traffic = args.traffic.limits();
     if let Some(l) = args.listen {
         server.listen = l;
     }

@@ -11,23 +11,36 @@ use tokio::net::TcpStream;
 
 /// Guest connections picked up at once; more wait in the agent's queue.
 const WAITERS: usize = 4;
+/// Guest connections open at once per sandbox (each holds two of the server's file
+/// descriptors); more wait in the agent's queue until one closes, so one guest cannot
+/// exhaust the control plane's descriptors.
+pub const MAX_OPEN_PER_SANDBOX: usize = 64;
 /// How long connecting to the target may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serve `agent`'s forwarded connections until its channel closes.
 pub fn spawn(id: String, agent: AgentClient, target: SocketAddr) {
+    let open = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_OPEN_PER_SANDBOX));
     for _ in 0..WAITERS {
         let agent = agent.clone();
         let id = id.clone();
+        let open = open.clone();
         tokio::spawn(async move {
             loop {
+                let slot = tokio::select! {
+                    s = open.clone().acquire_owned() => s.expect("the semaphore is never closed"),
+                    _ = agent.closed() => return,
+                };
                 let tunnel = tokio::select! {
                     t = agent.accept_forward() => t,
                     _ = agent.closed() => return,
                 };
                 match tunnel {
                     Ok(t) => {
-                        tokio::spawn(pipe(t, target));
+                        tokio::spawn(async move {
+                            pipe(t, target).await;
+                            drop(slot);
+                        });
                     }
                     Err(ClientError::Closed) => return,
                     Err(e) => {

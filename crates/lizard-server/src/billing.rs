@@ -32,8 +32,7 @@ pub struct Pricing {
     pub gib_nanos_per_second: i64,
     /// Per GiB of memory per second while paused (its saved state). Default 0.
     pub paused_gib_nanos_per_second: i64,
-    /// Per GiB of volume per second. Default 0. (Volumes are not metered yet: only a
-    /// zero price is accepted.)
+    /// Per GiB of volume per second, from a volume's create to its delete. Default 0.
     pub volume_gib_nanos_per_second: i64,
 }
 
@@ -63,6 +62,11 @@ impl Pricing {
         per_mib(self.paused_gib_nanos_per_second, memory_mib)
     }
 
+    /// Nano-dollars a second for a volume of `size_gb`.
+    pub fn volume_rate(&self, size_gb: u32) -> i64 {
+        i64::from(size_gb).saturating_mul(self.volume_gib_nanos_per_second)
+    }
+
     /// The meter of a new sandbox of this size.
     pub fn meter(&self, vcpus: u32, memory_mib: u32) -> MeterSpec {
         MeterSpec {
@@ -73,7 +77,7 @@ impl Pricing {
         }
     }
 
-    /// Refuse negative prices and unmetered volume prices.
+    /// Refuse negative prices.
     pub fn validate(&self) -> Result<(), String> {
         for (name, v) in [
             ("vcpu", self.vcpu_nanos_per_second),
@@ -84,9 +88,6 @@ impl Pricing {
             if v < 0 {
                 return Err(format!("the {name} price must not be negative, got {v}"));
             }
-        }
-        if self.volume_gib_nanos_per_second != 0 {
-            return Err("volume storage is not metered yet; its price must be 0".into());
         }
         Ok(())
     }
@@ -217,7 +218,9 @@ mod tests {
         assert_eq!(p.paused_rate(512), 50);
         assert!(p.validate().is_ok());
         assert!(Pricing { vcpu_nanos_per_second: -1, ..p }.validate().is_err());
-        assert!(Pricing { volume_gib_nanos_per_second: 1, ..p }.validate().is_err());
+        assert!(Pricing { volume_gib_nanos_per_second: 1, ..p }.validate().is_ok());
+        assert!(Pricing { volume_gib_nanos_per_second: -1, ..p }.validate().is_err());
+        assert_eq!(Pricing { volume_gib_nanos_per_second: 7, ..p }.volume_rate(3), 21);
     }
 
     fn meter(id: &str, account: &str, state: MeterState) -> MeterRecord {

@@ -26,6 +26,42 @@ pub struct ServerConfig {
     pub billing: crate::billing::BillingConfig,
     /// How long a paused sandbox is kept before it is killed.
     pub paused_retention_ms: u64,
+    /// What one key, one connection and all clients together may take of the server.
+    pub traffic: TrafficLimits,
+}
+
+/// Limits on clients: per key (request rate, requests in flight) and per listener
+/// (connections, how long a request's head and body may take to arrive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrafficLimits {
+    /// Requests per second one key may make, sustained (its token bucket's refill).
+    pub rate_per_sec: u32,
+    /// Requests one key may make at once above the rate (the bucket's size).
+    pub burst: u32,
+    /// Requests of one key being served at the same time.
+    pub concurrent_per_key: u32,
+    /// Connections one listener holds at once; more wait to be accepted.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's head — also how long an idle
+    /// keep-alive connection is kept (slowloris clients are cut off after it).
+    pub header_read: std::time::Duration,
+    /// How long a client may take to send a JSON request body.
+    pub body_read: std::time::Duration,
+}
+
+impl Default for TrafficLimits {
+    /// Far above what a client, the SDK suites or the test suite do, far below what
+    /// exhausts the server.
+    fn default() -> Self {
+        TrafficLimits {
+            rate_per_sec: 100,
+            burst: 1000,
+            concurrent_per_key: 256,
+            max_connections: 2048,
+            header_read: std::time::Duration::from_secs(30),
+            body_read: std::time::Duration::from_secs(60),
+        }
+    }
 }
 
 /// Default [`ServerConfig::paused_retention_ms`]: 7 days.
@@ -48,6 +84,7 @@ impl ServerConfig {
             owner_plan: "free".into(),
             billing: crate::billing::BillingConfig::default(),
             paused_retention_ms: DEFAULT_PAUSED_RETENTION_MS,
+            traffic: TrafficLimits::default(),
         }
     }
 

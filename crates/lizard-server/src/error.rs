@@ -45,10 +45,11 @@ impl AppError {
             "this endpoint is account-wide and needs an unscoped API key; this key is scoped to workspaces or projects",
         )
     }
-    /// Log `cause` and answer 500 without it.
+    /// Log `cause` and answer 500 without it, naming the request id under which the
+    /// operator's log has it.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
         tracing::error!(%cause, "internal error");
-        Self::new(ErrorCode::Internal, "internal error")
+        Self::new(ErrorCode::Internal, internal_message())
     }
     pub fn code(&self) -> ErrorCode {
         self.0.code
@@ -63,8 +64,22 @@ impl std::fmt::Display for AppError {
 
 impl std::error::Error for AppError {}
 
+/// What a client is told of an internal failure: nothing of its cause, and the request
+/// id to quote to the operator.
+fn internal_message() -> String {
+    match crate::request_id::current() {
+        Some(id) => format!("internal error (request id {id}; the operator's log has the cause)"),
+        None => "internal error".into(),
+    }
+}
+
 impl From<ApiError> for AppError {
+    /// A node's answer. Its internal failures were logged by the node with their cause
+    /// (inside this request's span); the client gets the safe message and the request id.
     fn from(e: ApiError) -> Self {
+        if e.code == ErrorCode::Internal {
+            return AppError::new(ErrorCode::Internal, internal_message());
+        }
         AppError(e)
     }
 }
@@ -101,13 +116,24 @@ pub type ApiResult<T> = std::result::Result<T, AppError>;
 /// whatever the `Content-Type`: clients that forget the header still get a useful answer.
 pub struct ApiJson<T>(pub T);
 
+/// How long a JSON body may take to arrive, when the front door sets it (a client that
+/// trickles its body would otherwise hold its connection and handler forever).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyReadTimeout(pub std::time::Duration);
+
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = axum::body::Bytes::from_request(req, state)
-            .await
-            .map_err(|e| AppError::invalid(format!("could not read request body: {e}")))?;
+        let limit = req.extensions().get::<BodyReadTimeout>().map(|t| t.0);
+        let read = axum::body::Bytes::from_request(req, state);
+        let read = match limit {
+            Some(limit) => tokio::time::timeout(limit, read)
+                .await
+                .map_err(|_| AppError::invalid(format!("the request body did not arrive within {limit:?}")))?,
+            None => read.await,
+        };
+        let bytes = read.map_err(|e| AppError::invalid(format!("could not read request body: {e}")))?;
         serde_json::from_slice(&bytes).map(ApiJson).map_err(|e| AppError::invalid(format!("invalid request body: {e}")))
     }
 }

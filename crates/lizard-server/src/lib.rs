@@ -12,11 +12,18 @@
 //!                                                              └─ LocalNode: the in-process lizard_node
 //! ```
 //!
-//! Layers, each importing only those below it (no circles): `ids`, `keys`, `scope` →
-//! `store` → `error` → `billing` → `config`; `nodes` (no imports from this crate),
-//! `blobs` (pushed files by hash), `builds` (template builds in flight) → `state` →
-//! `auth`, `placement` → `ops` → `openapi` (response docs), `api`, `proxy` → `run`, with
-//! [`open`], [`Server`] and the router builders at the root.
+//! Layers, each importing only those below it (no circles): `ids`, `keys`, `scope`,
+//! `request_id` → `store` → `error`, `limits` → `billing` → `config` → `guard` (per-key
+//! rate and concurrency), `connections` (listener limits); `nodes` (no imports from this
+//! crate), `blobs` (pushed files by hash), `builds` (template builds in flight) → `state`
+//! → `auth`, `placement` → `front_door` (request id, per-key limits), `idempotency` →
+//! `ops` → `openapi` (response docs), `api`, `proxy` → `run`, with [`open`], [`Server`]
+//! and the router builders at the root.
+//!
+//! Every API request passes [`front_door::front_door`] (an `X-Request-Id`, a log span,
+//! the key's rate limit) and [`idempotency::layer`] (the `Idempotency-Key` of creates and
+//! execs) before its handler; listeners cap connections and slow clients
+//! ([`connections`]).
 //!
 //! Start with [`open`]: it opens `<data_dir>/lizard.db`, applies migrations and, on the
 //! very first start only, creates the owner account and an unscoped key, which
@@ -47,14 +54,20 @@ pub mod billing;
 pub mod blobs;
 pub mod builds;
 pub mod config;
+pub mod connections;
 pub mod error;
+pub mod front_door;
+pub mod guard;
+pub mod idempotency;
 pub mod ids;
 pub mod keys;
+pub mod limits;
 pub mod nodes;
 pub mod openapi;
 pub mod ops;
 pub mod placement;
 pub mod proxy;
+pub mod request_id;
 pub mod run;
 pub mod scope;
 pub mod state;
@@ -169,16 +182,26 @@ impl Server {
     }
 }
 
-/// Serve `router` on `listener` until `shutdown` resolves.
+/// Serve `router` on `listener` until `shutdown` resolves, within the default
+/// [`config::TrafficLimits`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|source| ServerError::Io { context: "serve".into(), source })
+    serve_within(listener, router, shutdown, &config::TrafficLimits::default()).await
+}
+
+/// Serve `router` on `listener` until `shutdown` resolves: at most
+/// `limits.max_connections` at once, request heads within `limits.header_read`.
+pub async fn serve_within(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    limits: &config::TrafficLimits,
+) -> Result<(), ServerError> {
+    connections::serve(listener, router, shutdown, limits).await;
+    Ok(())
 }
 
 /// The tenancy API with `/health` and `/openapi.json`.
@@ -199,10 +222,15 @@ where
         .routes(routes!(system::openapi_json))
         .merge(api)
         .split_for_parts();
+    let mut doc = doc;
+    openapi::add_rate_limited(&mut doc);
+    let server = ServerState::from_ref(&state);
     routes
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::no_route)
         .layer(Extension(Arc::new(doc)))
+        .layer(axum::middleware::from_fn_with_state(server.clone(), idempotency::layer))
+        .layer(axum::middleware::from_fn_with_state(server, front_door::front_door))
         .with_state(state)
 }
 
@@ -212,11 +240,13 @@ pub fn openapi_document<S>(api: OpenApiRouter<S>) -> utoipa::openapi::OpenApi
 where
     S: Clone + Send + Sync + 'static,
 {
-    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+    let mut doc = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(system::health))
         .routes(routes!(system::openapi_json))
         .merge(api)
-        .into_openapi()
+        .into_openapi();
+    openapi::add_rate_limited(&mut doc);
+    doc
 }
 
 /// Unauthenticated routes.

@@ -67,6 +67,24 @@ impl Modify for Security {
     }
 }
 
+/// Document 429 `RATE_LIMITED` on every operation that takes a key: the front door
+/// ([`crate::front_door`]) can answer it before any handler. Run on the finished document
+/// (paths are added as routes are registered, after [`ApiDoc`]'s modifiers).
+pub fn add_rate_limited(doc: &mut utoipa::openapi::OpenApi) {
+    for item in doc.paths.paths.values_mut() {
+        let ops = [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
+        for op in ops.into_iter().flatten() {
+            if op.security.as_ref().is_some_and(|s| !s.is_empty()) {
+                op.responses.responses.entry("429".into()).or_insert_with(|| {
+                    error_response(
+                        "RATE_LIMITED: this key's request rate or requests in flight; retry after Retry-After",
+                    )
+                });
+            }
+        }
+    }
+}
+
 /// The document's frame; paths are added as routes are registered.
 #[derive(OpenApi)]
 #[openapi(
@@ -115,6 +133,8 @@ mod tests {
             RateLimited,
             PaymentRequired,
             CodeServiceUnavailable,
+            OutputTooLarge,
+            IdempotencyKeyReused,
         ];
         for c in &all {
             match c {
@@ -130,7 +150,9 @@ mod tests {
                 | AccountScopeRequired
                 | RateLimited
                 | PaymentRequired
-                | CodeServiceUnavailable => {}
+                | CodeServiceUnavailable
+                | OutputTooLarge
+                | IdempotencyKeyReused => {}
             }
         }
         all

@@ -57,6 +57,8 @@ pub async fn run(
         source: std::io::Error::other(e.to_string()),
     })?;
     let state = server.app_state(Nodes::local(node.clone()));
+    // Before any record is ended below or any sandbox starts: a VM that dies is ended at once.
+    let node_events = ops::node_events::follow(&state);
     // Sandboxes a dead process left running were billed up to its last metering tick:
     // close their meters there (never billing its downtime), then end their records —
     // unless the node took their VMs back (they ran all along and are billed on).
@@ -72,6 +74,18 @@ pub async fn run(
         Err(e) => tracing::warn!("cannot close leftover meters: {e}"),
     }
     ops::sandboxes::end_unrun(&state, "lost: the server restarted").await;
+    // A VM the node took back whose create the dead process never recorded (it died
+    // in between) would run unbilled: it goes.
+    for unrecorded in node.list().into_iter().map(|s| s.sandbox_id) {
+        match state.server.store.get_sandbox(&unrecorded).await {
+            Ok(Some(record)) if record.is_live() => {}
+            Ok(_) => {
+                tracing::warn!(id = %unrecorded, "killing a sandbox the previous process left unrecorded or ended");
+                let _ = node.kill(&unrecorded).await;
+            }
+            Err(e) => tracing::warn!(id = %unrecorded, "cannot check the record of a sandbox taken back: {e}"),
+        }
+    }
     ops::templates::fail_unfinished(&state).await;
     match state.server.store.release_stale_attachments().await {
         Ok(0) => {}
@@ -102,15 +116,19 @@ pub async fn run(
                 addr.port()
             );
         }
-        tokio::spawn(crate::serve(l, crate::proxy::router(state.clone()), stopped(stop_rx.clone())))
+        let traffic = state.server.config.traffic.clone();
+        let router = crate::proxy::router(state.clone());
+        let stop = stopped(stop_rx.clone());
+        tokio::spawn(async move { crate::serve_within(l, router, stop, &traffic).await })
     });
     let router = crate::build_router(state.clone(), crate::api::all_routes());
-    let result = crate::serve(listener, router, stopped(stop_rx)).await;
+    let result = crate::serve_within(listener, router, stopped(stop_rx), &state.server.config.traffic).await;
     if let Some(p) = proxy {
         let _ = p.await;
     }
     reaper.abort();
     metering.abort();
+    node_events.iter().for_each(|t| t.abort());
     // Builds in flight stop with the node (their VMs, layers and networks go).
     state.builds.cancel_all();
     node.shutdown().await;

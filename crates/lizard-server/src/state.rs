@@ -66,11 +66,14 @@ pub struct ServerState {
     pub store: Arc<dyn Store>,
     pub config: Arc<ServerConfig>,
     pub reaper: Arc<dyn SandboxReaper>,
+    /// Each key's request rate and requests in flight.
+    pub guard: Arc<crate::guard::Guard>,
 }
 
 impl ServerState {
     pub fn new(store: Arc<dyn Store>, config: ServerConfig) -> Self {
-        ServerState { store, config: Arc::new(config), reaper: Arc::new(NoReaper) }
+        let guard = Arc::new(crate::guard::Guard::new(config.traffic.clone()));
+        ServerState { store, config: Arc::new(config), reaper: Arc::new(NoReaper), guard }
     }
 
     /// Install the hook that kills sandboxes removed by a forced workspace delete.

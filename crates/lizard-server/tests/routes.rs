@@ -104,6 +104,10 @@ fn disagreements(doc: &Value, r: &Route) -> Vec<String> {
     let documented: BTreeSet<u16> = responses.keys().filter_map(|k| k.parse().ok()).collect();
     let mut expected: BTreeSet<u16> = r.errors.iter().map(|e| e.status()).collect();
     expected.insert(r.status);
+    // Every route that takes a key may be refused by its rate limit.
+    if r.errors.contains(&lizard_api::ErrorCode::Unauthenticated) {
+        expected.insert(lizard_api::ErrorCode::RateLimited.status());
+    }
     if documented != expected {
         wrong.push(format!("{}: statuses {expected:?} in the table, {documented:?} documented", name(r)));
     }

@@ -1,7 +1,15 @@
 // The HTTP client under every call: Node's built-in fetch (undici keeps connections alive
 // and reuses them), a timeout on every request, and retries with exponential backoff where a
-// retry cannot do anything twice: idempotent methods on network failures and 502/503/504,
-// and any method on 429 and 503 (the server refused before doing anything).
+// retry cannot do anything twice.
+//
+// A call is safe to retry when its method is idempotent (GET, HEAD, PUT, DELETE, OPTIONS) or
+// it carries an Idempotency-Key — which the client adds to the calls that create or run
+// something (create sandbox, exec, fork, create volume), one key per call, the same on each
+// of its retries, so that the server answers a retry with the first answer instead of doing
+// the work again. Safe calls are retried on network failures, timeouts and 502/503/504;
+// every call on 429 (refused before anything was done, after its Retry-After); a keyed call
+// also on 409 with Retry-After (its first attempt is still being served). A replayed answer
+// (Idempotency-Replayed) is final.
 
 import { errorFor, APIConnectionError, APITimeoutError } from './errors.js'
 
@@ -9,9 +17,36 @@ export const DEFAULT_API_URL = 'http://127.0.0.1:7171'
 export const DEFAULT_TIMEOUT_MS = 60_000
 export const DEFAULT_MAX_RETRIES = 3
 
+import { randomUUID } from 'node:crypto'
+
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'PUT', 'DELETE', 'OPTIONS'])
-const RETRY_ANY = new Set([429, 503])
-const RETRY_IDEMPOTENT = new Set([502, 504])
+/** Retried whatever the call: the server refused before doing anything. */
+const RETRY_ANY = new Set([429])
+/** Retried for calls safe to repeat (idempotent method or idempotency key). */
+const RETRY_SAFE = new Set([502, 503, 504])
+
+/** The header that makes a POST safe to retry. */
+export const IDEMPOTENCY_HEADER = 'Idempotency-Key'
+/** POST routes that create or run something: each call gets its own idempotency key. */
+const KEYED_POSTS = [/^\/v1\/sandboxes$/, /^\/v1\/sandboxes\/[^/]+\/(exec|fork)$/, /^\/v1\/volumes$/]
+
+/** `headers` plus a fresh Idempotency-Key when `method path` creates or runs something and
+ * the caller did not set one. */
+export function withIdempotencyKey(method, path, headers = {}) {
+  const out = { ...headers }
+  const keyed = Object.keys(out).some((k) => k.toLowerCase() === IDEMPOTENCY_HEADER.toLowerCase())
+  if (method === 'POST' && !keyed && KEYED_POSTS.some((p) => p.test(path))) {
+    out[IDEMPOTENCY_HEADER] = randomUUID()
+  }
+  return out
+}
+
+/** Whether an error answer may be retried (see the top of this file). */
+function retryable(resp, idempotent, keyed) {
+  if (resp.headers.get('idempotency-replayed')) return false
+  const inProgress = keyed && resp.status === 409 && resp.headers.has('retry-after')
+  return RETRY_ANY.has(resp.status) || (idempotent && RETRY_SAFE.has(resp.status)) || inProgress
+}
 
 /** Observers of every request any client sends; the OpenAPI contract tests use them. */
 export const requestObservers = []
@@ -55,7 +90,8 @@ export class HttpClient {
     for (const observe of requestObservers) observe(method, path, query, opts.json, this.apiUrl)
     const qs = new URLSearchParams(query).toString()
     const url = `${this.apiUrl}${path}${qs ? `?${qs}` : ''}`
-    const headers = { 'User-Agent': 'lizard-sdk-js/0.1.0', ...(opts.headers ?? {}) }
+    const headers = withIdempotencyKey(method, path, { 'User-Agent': 'lizard-sdk-js/0.1.0', ...(opts.headers ?? {}) })
+    const keyed = Object.keys(headers).some((k) => k.toLowerCase() === IDEMPOTENCY_HEADER.toLowerCase())
     if (this.apiKey) headers['X-API-Key'] = this.apiKey
     let body = opts.body
     if (opts.json !== undefined) {
@@ -63,7 +99,7 @@ export class HttpClient {
       body = JSON.stringify(opts.json)
     }
     const timeoutMs = opts.timeoutMs ?? this.timeoutMs
-    const idempotent = IDEMPOTENT.has(method)
+    const idempotent = IDEMPOTENT.has(method) || keyed
     for (let attempt = 0; ; attempt++) {
       const canRetry = attempt < this.maxRetries
       let resp
@@ -80,8 +116,7 @@ export class HttpClient {
         throw new APIConnectionError(`${method} ${path}: ${e?.cause?.message ?? e?.message ?? e}`, { cause: e })
       }
       if (resp.status < 400) return resp
-      const retryable = RETRY_ANY.has(resp.status) || (idempotent && RETRY_IDEMPOTENT.has(resp.status))
-      if (retryable && canRetry) {
+      if (retryable(resp, idempotent, keyed) && canRetry) {
         await resp.body?.cancel()
         await sleep(retryAfterMs(resp) ?? backoffMs(attempt + 1))
         continue

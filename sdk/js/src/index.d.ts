@@ -7,7 +7,8 @@ export interface ClientOptions {
   apiUrl?: string
   /** Bound of each HTTP call in ms (default 60 000; create and exec allow longer). */
   timeoutMs?: number
-  /** Retries of idempotent calls and of 429/503 answers (default 3). */
+  /** Retries of calls that cannot run twice (idempotent, or carrying an Idempotency-Key:
+   * creates and execs) and of 429 answers (default 3). */
   maxRetries?: number
 }
 

@@ -169,8 +169,9 @@ export class Metrics {
 /**
  * A client pinned to one project (id, slug or name: resolved to an id on first use and
  * cached). `apiKey` defaults to LIZARD_API_KEY, `apiUrl` to LIZARD_API_URL. `timeoutMs`
- * bounds each call; idempotent calls and 429/503 answers are retried up to `maxRetries`
- * times with backoff.
+ * bounds each call; calls that cannot run twice (idempotent ones, and creates and execs,
+ * which carry an Idempotency-Key) and 429 answers are retried up to `maxRetries` times
+ * with backoff.
  */
 export class Lizard {
   #projectId

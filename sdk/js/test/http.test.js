@@ -16,6 +16,7 @@ import {
   APIConnectionError,
   APITimeoutError,
 } from '../src/index.js'
+import { IDEMPOTENCY_HEADER, withIdempotencyKey } from '../src/http.js'
 
 /** A server answering each request with `answer(req, n)` → [status, body]; records requests. */
 async function withServer(answer, fn) {
@@ -26,8 +27,8 @@ async function withServer(answer, fn) {
     req.on('data', (c) => chunks.push(c))
     req.on('end', () => {
       seen.push({ method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks).toString(), port: req.socket.remotePort })
-      const [status, body] = answer(req, seen.length)
-      res.writeHead(status, { 'Content-Type': 'application/json' })
+      const [status, body, headers] = answer(req, seen.length)
+      res.writeHead(status, { 'Content-Type': 'application/json', ...(headers ?? {}) })
       res.end(body === undefined ? '' : JSON.stringify(body))
     })
   })
@@ -65,9 +66,10 @@ test('the key header, JSON body and query', async () => {
   })
 })
 
-test('429 and 503 are retried for any method, then raised', async () => {
+test('429 is retried for any call, 503 only for calls safe to repeat', async () => {
   await withServer((req, n) => (n < 3 ? [n === 1 ? 429 : 503, { code: 'RATE_LIMITED', message: 'm' }] : [201, { id: 'x' }]), async (url, seen) => {
     const c = new HttpClient({ apiUrl: url })
+    // A create carries an idempotency key: safe to retry on 503.
     assert.deepEqual(await c.post('/v1/sandboxes', { template: 'base' }), { id: 'x' })
     assert.deepEqual(seen.map((s) => s.method), ['POST', 'POST', 'POST'])
   })
@@ -76,19 +78,56 @@ test('429 and 503 are retried for any method, then raised', async () => {
     await assert.rejects(c.get('/v1/x'), RateLimitError)
     assert.equal(seen.length, 3)
   })
+  // A POST without a key (a pause) is not retried on 503: it may have been done.
+  await withServer(() => [503, { code: 'UNAVAILABLE', message: 'm' }], async (url, seen) => {
+    const c = new HttpClient({ apiUrl: url })
+    await assert.rejects(c.post('/v1/sandboxes/x/pause'))
+    assert.equal(seen.length, 1)
+  })
 })
 
-test('non-idempotent calls are not retried on 502; idempotent ones are', async () => {
+test('creates and execs carry one idempotency key across their retries', async () => {
+  await withServer((req, n) => (n === 1 ? [503, { code: 'UNAVAILABLE', message: 'm' }] : [200, { exitCode: 0 }]), async (url, seen) => {
+    const c = new HttpClient({ apiUrl: url })
+    assert.deepEqual(await c.post('/v1/sandboxes/s/exec', { cmd: 'echo run >> /tmp/runs' }), { exitCode: 0 })
+    const keys = seen.map((s) => s.headers['idempotency-key'])
+    assert.equal(keys.length, 2)
+    assert.ok(keys[0] && keys[0] === keys[1], String(keys))
+  })
+  for (const path of ['/v1/sandboxes', '/v1/sandboxes/s/fork', '/v1/volumes']) {
+    assert.ok(withIdempotencyKey('POST', path)[IDEMPOTENCY_HEADER], path)
+  }
+  assert.deepEqual(withIdempotencyKey('POST', '/v1/sandboxes/s/pause'), {})
+  assert.deepEqual(withIdempotencyKey('POST', '/v1/sandboxes', { 'idempotency-key': 'mine' }), { 'idempotency-key': 'mine' })
+})
+
+test('a replayed failure is final; a keyed call in progress is waited for', async () => {
+  await withServer(() => [503, { code: 'UNAVAILABLE', message: 'm' }, { 'Idempotency-Replayed': 'true' }], async (url, seen) => {
+    const c = new HttpClient({ apiUrl: url })
+    await assert.rejects(c.post('/v1/sandboxes/s/exec', { cmd: 'x' }))
+    assert.equal(seen.length, 1)
+  })
+  await withServer(
+    (req, n) => (n === 1 ? [409, { code: 'CONFLICT', message: 'still served' }, { 'Retry-After': '0' }] : [201, { sandboxId: 's' }]),
+    async (url, seen) => {
+      const c = new HttpClient({ apiUrl: url })
+      assert.deepEqual(await c.post('/v1/sandboxes', { template: 'base' }), { sandboxId: 's' })
+      assert.equal(seen.length, 2)
+    },
+  )
+})
+
+test('calls not safe to repeat are not retried on 502; idempotent ones are', async () => {
   await withServer(() => [502, { code: 'BOOT_FAILED', message: 'm' }], async (url, seen) => {
     const c = new HttpClient({ apiUrl: url })
-    await assert.rejects(c.post('/v1/sandboxes', { template: 'base' }), BadGatewayError)
+    await assert.rejects(c.post('/v1/sandboxes/x/resume'), BadGatewayError)
     assert.equal(seen.length, 1)
     await assert.rejects(c.get('/v1/sandboxes'), BadGatewayError)
     assert.equal(seen.length, 1 + 4)
   })
 })
 
-test('connection failures: POST fails at once, DELETE is retried', async () => {
+test('connection failures: a POST not safe to repeat fails at once, DELETE is retried', async () => {
   // A port with nothing listening: bind, note it, close.
   const port = await new Promise((r) => {
     const s = net.createServer().listen(0, '127.0.0.1', () => {
@@ -98,7 +137,7 @@ test('connection failures: POST fails at once, DELETE is retried', async () => {
   })
   const c = new HttpClient({ apiUrl: `http://127.0.0.1:${port}`, maxRetries: 2 })
   let t = Date.now()
-  await assert.rejects(c.post('/v1/sandboxes/x/exec', { cmd: 'true' }), APIConnectionError)
+  await assert.rejects(c.post('/v1/sandboxes/x/pause'), APIConnectionError)
   const once = Date.now() - t
   t = Date.now()
   await assert.rejects(c.delete('/v1/sandboxes/x'), APIConnectionError)

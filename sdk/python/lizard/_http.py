@@ -1,15 +1,25 @@
 """The HTTP client under every call: one pooled ``httpx.Client`` per ``Lizard`` (connections
 are reused), a timeout on every request, and retries with exponential backoff where a
-retry cannot do anything twice: idempotent methods on connection failures and 502/503/504,
-and any method on 429 and 503 (the server refused before doing anything)."""
+retry cannot do anything twice.
+
+A call is safe to retry when its method is idempotent (GET, HEAD, PUT, DELETE, OPTIONS) or
+it carries an ``Idempotency-Key`` — which the client adds to the calls that create
+something or run something (create sandbox, exec, fork, create volume), one key per call,
+the same on each of its retries, so that the server answers a retry with the first
+answer instead of doing the work again. Safe calls are retried on connection failures,
+timeouts and 502/503/504; every call on 429 (the server refused before doing anything,
+after its ``Retry-After``); a keyed call also on 409 with ``Retry-After`` (its first
+attempt is still being served). A replayed answer (``Idempotency-Replayed``) is final."""
 
 from __future__ import annotations
 
 import os
 import contextlib
 import random
+import re
 import threading
 import time
+import uuid
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import httpx
@@ -21,10 +31,27 @@ DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MAX_RETRIES = 3
 
 _IDEMPOTENT = {"GET", "HEAD", "PUT", "DELETE", "OPTIONS"}
-#: Statuses retried whatever the method: the server did nothing.
-_RETRY_ANY = {429, 503}
-#: Statuses retried for idempotent methods only.
-_RETRY_IDEMPOTENT = {502, 504}
+#: Statuses retried whatever the call: the server refused before doing anything.
+_RETRY_ANY = {429}
+#: Statuses retried for calls safe to repeat (idempotent method or idempotency key).
+_RETRY_SAFE = {502, 503, 504}
+
+#: The header that makes a POST safe to retry.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: POST routes that create or run something: each call gets its own idempotency key.
+_KEYED_POSTS = [
+    re.compile(p) for p in (r"^/v1/sandboxes$", r"^/v1/sandboxes/[^/]+/(exec|fork)$", r"^/v1/volumes$")
+]
+
+
+def with_idempotency_key(method: str, path: str, headers: Optional[Dict[str, str]]) -> Dict[str, str]:
+    """``headers`` plus a fresh ``Idempotency-Key`` when ``method path`` creates or runs
+    something and the caller did not set one."""
+    headers = dict(headers or {})
+    keyed = any(k.lower() == IDEMPOTENCY_HEADER.lower() for k in headers)
+    if method == "POST" and not keyed and any(p.match(path) for p in _KEYED_POSTS):
+        headers[IDEMPOTENCY_HEADER] = uuid.uuid4().hex
+    return headers
 
 #: Observers of every request any client sends: ``f(api_url, method, path, params, json_body)``.
 #: The OpenAPI contract tests use it; it costs nothing when empty.
@@ -82,7 +109,9 @@ class HttpClient:
         params = {k: _query_value(v) for k, v in (params or {}).items() if v is not None}
         for observe in request_observers:
             observe(self.api_url, method, path, params, json)
-        idempotent = method in _IDEMPOTENT
+        headers = with_idempotency_key(method, path, headers)
+        keyed = any(k.lower() == IDEMPOTENCY_HEADER.lower() for k in headers)
+        idempotent = method in _IDEMPOTENT or keyed
         attempt = 0
         while True:
             try:
@@ -109,7 +138,7 @@ class HttpClient:
                 raise APIConnectionError(f"{method} {path}: {e}") from e
             if resp.status_code < 400:
                 return resp
-            retryable = resp.status_code in _RETRY_ANY or (idempotent and resp.status_code in _RETRY_IDEMPOTENT)
+            retryable = _retryable(resp, idempotent, keyed)
             if retryable and attempt < self.max_retries:
                 attempt += 1
                 time.sleep(_retry_after(resp) or _backoff(attempt))
@@ -174,6 +203,15 @@ def shared_client(api_key: Optional[str] = None, api_url: Optional[str] = None) 
         if client is None:
             client = _shared[key] = HttpClient(api_key=key[0], api_url=key[1])
         return client
+
+
+def _retryable(resp: httpx.Response, idempotent: bool, keyed: bool) -> bool:
+    """Whether an error answer may be retried (see the module doc)."""
+    if resp.headers.get("idempotency-replayed"):
+        return False
+    status = resp.status_code
+    in_progress = keyed and status == 409 and "retry-after" in resp.headers
+    return status in _RETRY_ANY or (idempotent and status in _RETRY_SAFE) or in_progress
 
 
 def _query_value(v: Any) -> Any:

@@ -189,7 +189,8 @@ class Metrics:
 class Lizard:
     """A client pinned to one project (its id, slug or name: resolved to an id on first use
     and cached). ``api_key`` defaults to ``LIZARD_API_KEY``, ``api_url`` to
-    ``LIZARD_API_URL``. ``timeout`` (seconds) bounds each call; idempotent calls and 429/503
+    ``LIZARD_API_URL``. ``timeout`` (seconds) bounds each call; calls that cannot run twice
+    (idempotent ones, and creates and execs, which carry an ``Idempotency-Key``) and 429
     answers are retried up to ``max_retries`` times with backoff."""
 
     def __init__(

@@ -59,7 +59,7 @@ def test_key_header_and_json() -> None:
     assert seen[0].content == b'{"a":1}' or seen[0].content == b'{"a": 1}'
 
 
-def test_429_and_503_are_retried_for_any_method_then_raised() -> None:
+def test_429_is_retried_for_any_call_503_only_for_calls_safe_to_repeat() -> None:
     calls = []
 
     def handler(req: httpx.Request) -> httpx.Response:
@@ -68,6 +68,7 @@ def test_429_and_503_are_retried_for_any_method_then_raised() -> None:
             return httpx.Response(429 if len(calls) == 1 else 503, json={"code": "RATE_LIMITED", "message": "slow"})
         return httpx.Response(201, json={"id": "x"})
 
+    # A create carries an idempotency key: safe to retry on 503.
     assert client(handler).post("/v1/sandboxes", {"template": "base"}) == {"id": "x"}
     assert calls == ["POST", "POST", "POST"]
 
@@ -77,8 +78,58 @@ def test_429_and_503_are_retried_for_any_method_then_raised() -> None:
         always.get("/v1/x")
     assert len(calls) == 3  # one try and two retries, then the typed error
 
+    # A POST without a key (a pause) is not retried on 503: it may have been done.
+    calls.clear()
+    unavailable = client(lambda req: (calls.append(1), httpx.Response(503, json={"code": "UNAVAILABLE", "message": "m"}))[1])
+    with pytest.raises(UnavailableError):
+        unavailable.post("/v1/sandboxes/x/pause")
+    assert len(calls) == 1
 
-def test_non_idempotent_calls_are_not_retried_on_502_or_connection_errors() -> None:
+
+def test_creates_and_execs_carry_one_idempotency_key_across_their_retries() -> None:
+    keys: List[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        keys.append(req.headers.get("idempotency-key", ""))
+        if len(keys) == 1:
+            raise httpx.ConnectError("reset", request=req)
+        return httpx.Response(200, json={"stdout": "1\n", "stderr": "", "exitCode": 0})
+
+    assert client(handler).post("/v1/sandboxes/s/exec", {"cmd": "echo run >> /tmp/runs"})["exitCode"] == 0
+    assert len(keys) == 2 and keys[0] and keys[0] == keys[1], keys
+    keys.clear()
+    client(handler).post("/v1/sandboxes/s/exec", {"cmd": "x"})
+    assert keys[0] != "" and len(set(keys)) == 1
+    for path in ("/v1/sandboxes", "/v1/sandboxes/s/fork", "/v1/volumes"):
+        assert _http.with_idempotency_key("POST", path, None)[_http.IDEMPOTENCY_HEADER]
+    assert _http.with_idempotency_key("POST", "/v1/sandboxes/s/pause", None) == {}
+    assert _http.with_idempotency_key("POST", "/v1/sandboxes", {"Idempotency-Key": "mine"}) == {"Idempotency-Key": "mine"}
+
+
+def test_a_replayed_failure_is_final_and_a_call_in_progress_is_waited_for() -> None:
+    calls = []
+
+    def replayed(req: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        return httpx.Response(503, json={"code": "UNAVAILABLE", "message": "m"}, headers={"Idempotency-Replayed": "true"})
+
+    with pytest.raises(UnavailableError):
+        client(replayed).post("/v1/sandboxes/s/exec", {"cmd": "x"})
+    assert len(calls) == 1
+
+    calls.clear()
+
+    def in_progress(req: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) == 1:
+            return httpx.Response(409, json={"code": "CONFLICT", "message": "still served"}, headers={"Retry-After": "0"})
+        return httpx.Response(201, json={"sandboxId": "s"})
+
+    assert client(in_progress).post("/v1/sandboxes", {"template": "base"}) == {"sandboxId": "s"}
+    assert len(calls) == 2
+
+
+def test_calls_not_safe_to_repeat_are_not_retried_on_502_or_connection_errors() -> None:
     calls = []
 
     def bad_gateway(req: httpx.Request) -> httpx.Response:
@@ -86,7 +137,7 @@ def test_non_idempotent_calls_are_not_retried_on_502_or_connection_errors() -> N
         return httpx.Response(502, json={"code": "BOOT_FAILED", "message": "m"})
 
     with pytest.raises(Exception):
-        client(bad_gateway).post("/v1/sandboxes", {"template": "base"})
+        client(bad_gateway).post("/v1/sandboxes/x/resume")
     assert calls == ["POST"]
     calls.clear()
     with pytest.raises(Exception):
@@ -100,7 +151,7 @@ def test_non_idempotent_calls_are_not_retried_on_502_or_connection_errors() -> N
         raise httpx.ConnectError("refused", request=req)
 
     with pytest.raises(APIConnectionError):
-        client(refused).post("/v1/sandboxes/x/exec", {"cmd": "rm -rf /tmp/a"})
+        client(refused).post("/v1/sandboxes/x/pause")
     assert calls == ["POST"]
     calls.clear()
     with pytest.raises(APIConnectionError):

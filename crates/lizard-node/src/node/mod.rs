@@ -37,6 +37,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 
 /// How many ended sandboxes the node remembers, to say why an id is gone.
 const TOMBSTONES: usize = 4096;
+/// How many ends a slow [`Node::ended_sandboxes`] subscriber may fall behind before it
+/// is told it lagged (and must look at every sandbox again).
+const ENDS_BUFFERED: usize = 1024;
 
 /// One host's sandboxes.
 pub struct Node {
@@ -51,6 +54,9 @@ pub struct Node {
     sandboxes: RwLock<HashMap<String, Arc<Sandbox>>>,
     /// Ended sandboxes and why, newest last.
     tombstones: Mutex<VecDeque<(String, EndReason)>>,
+    /// Every end as it happens ([`Node::ended_sandboxes`]): the control plane stops a
+    /// dead VM's meter at once instead of at the next call that touches it.
+    ends: tokio::sync::broadcast::Sender<(String, EndReason)>,
     /// One lock per snapshot key: the first create of a template builds its snapshot,
     /// the ones behind it wait for it.
     snapshot_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -177,6 +183,7 @@ impl Node {
             accel: tokio::sync::OnceCell::new(),
             sandboxes: RwLock::new(HashMap::new()),
             tombstones: Mutex::new(VecDeque::new()),
+            ends: tokio::sync::broadcast::Sender::new(ENDS_BUFFERED),
             snapshot_locks: Mutex::new(HashMap::new()),
             volume_holders: Mutex::new(HashMap::new()),
             templates: Registry::open(&config.data_dir.join("templates")),
@@ -279,7 +286,16 @@ impl Node {
         if t.len() >= TOMBSTONES {
             t.pop_front();
         }
+        // No subscriber is no error: nobody needs to hear of it.
+        let _ = self.ends.send((id.to_string(), why.clone()));
         t.push_back((id.to_string(), why));
+    }
+
+    /// Each sandbox that ends from now on (killed, crashed, lost), with why, as it
+    /// happens. A receiver that falls behind gets `Lagged` and should check the
+    /// sandboxes it cares about with [`Node::get`].
+    pub fn ended_sandboxes(&self) -> tokio::sync::broadcast::Receiver<(String, EndReason)> {
+        self.ends.subscribe()
     }
 
     fn not_found(&self, id: &str) -> NodeError {

@@ -73,6 +73,7 @@ pub fn transaction_json(e: LedgerEntry) -> Transaction {
         sandbox_id: e.sandbox_id,
         usage_kind: e.usage_kind.as_deref().map(|k| match k {
             "paused_storage" => UsageKind::PausedStorage,
+            "volume_storage" => UsageKind::VolumeStorage,
             _ => UsageKind::Compute,
         }),
         period_start: e.period_start.map(ids::rfc3339),

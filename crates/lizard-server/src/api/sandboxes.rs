@@ -6,7 +6,7 @@
 use crate::auth::{self, Principal};
 use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError};
 use crate::ids;
-use crate::openapi::{InvalidArgument, NotFound, PaymentRequired, Unauthenticated};
+use crate::openapi::{Conflict, InvalidArgument, NotFound, PaymentRequired, Unauthenticated};
 use crate::ops::sandboxes::{self as ops, LiveSandbox, NewSandboxSpec, DEFAULT_TIMEOUT_MS};
 use crate::state::AppState;
 use crate::store::SandboxFilter;
@@ -43,7 +43,7 @@ pub(crate) async fn running(state: &AppState, p: &Principal, id: &str) -> ApiRes
     tag = "sandboxes",
     security(("apiKey" = [])),
     request_body = NewSandboxRequest,
-    responses((status = 201, description = "The running sandbox", body = SandboxInfo), Unauthenticated, NotFound, InvalidArgument, PaymentRequired)
+    responses((status = 201, description = "The running sandbox", body = SandboxInfo), Unauthenticated, NotFound, InvalidArgument, PaymentRequired, Conflict)
 )]
 pub async fn create(
     State(state): State<AppState>,
@@ -58,6 +58,8 @@ pub async fn create(
             return Err(AppError::invalid("a project is required: pass project (id, slug or name) or projectId"))
         }
     };
+    crate::limits::check_env(&req.env)?;
+    crate::limits::check_metadata(&req.metadata)?;
     let timeout_ms = req.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
     let timeout_at = ops::timeout_end(timeout_ms)?;
     let mut env = req.env;
@@ -191,7 +193,9 @@ pub struct ExecQuery {
     stream: bool,
 }
 
-/// Run a command and wait for it (or stream its output).
+/// Run a command and wait for it (or stream its output). Waiting, its output is
+/// collected up to 16 MiB (stdout and stderr together); past that: `OUTPUT_TOO_LARGE`
+/// (422) — stream it instead.
 #[utoipa::path(
     post,
     path = lizard_api::routes::EXEC.path,
@@ -199,7 +203,7 @@ pub struct ExecQuery {
     security(("apiKey" = [])),
     params(("id" = String, Path, description = "Sandbox id"), ExecQuery),
     request_body = ExecRequest,
-    responses((status = 200, description = "How the command ended", body = lizard_api::ProcessResult), Unauthenticated, NotFound, InvalidArgument)
+    responses((status = 200, description = "How the command ended", body = lizard_api::ProcessResult), Unauthenticated, NotFound, InvalidArgument, Conflict)
 )]
 pub async fn exec(
     State(state): State<AppState>,
@@ -208,13 +212,14 @@ pub async fn exec(
     ApiQuery(q): ApiQuery<ExecQuery>,
     ApiJson(req): ApiJson<ExecRequest>,
 ) -> ApiResult<Response> {
+    crate::limits::check_exec(&req)?;
     let sandbox = running(&state, &p, &id).await?;
+    let frames = sandbox.node.exec_stream(sandbox.id(), req).await?;
     if q.stream {
-        let frames = sandbox.node.exec_stream(sandbox.id(), req).await?;
         let body = Body::from_stream(frames.map_ok(|f| f.to_bytes()));
         Ok(([(header::CONTENT_TYPE, lizard_agent_proto::routes::FRAMES_CONTENT_TYPE)], body).into_response())
     } else {
-        Ok(Json(sandbox.node.exec(sandbox.id(), req).await?).into_response())
+        Ok(Json(crate::ops::exec::collect(frames).await?).into_response())
     }
 }
 

@@ -3,13 +3,13 @@
 
 use super::{
     BuildError, BuildTemplate, BuiltTemplate, BuiltinTemplate, ByteStream, FileRead, FrameStream, NodeClient,
-    NodeResult, Tunnel,
+    NodeEvent, NodeResult, Tunnel,
 };
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use lizard_api::templates::BuildEvent;
 use lizard_api::{CreateSandboxRequest, ExecRequest, FileEntry, ProcessResult, SandboxInfo, WriteResult};
-use lizard_node::{Node, NodeError};
+use lizard_node::{EndReason, Node, NodeError};
 use std::sync::Arc;
 
 /// The in-process node.
@@ -35,6 +35,23 @@ fn api(e: NodeError) -> lizard_api::ApiError {
 impl NodeClient for LocalNode {
     fn forwards_api(&self) -> bool {
         self.0.config().api_forward.is_some()
+    }
+
+    fn events(&self) -> futures_util::stream::BoxStream<'static, NodeEvent> {
+        use tokio::sync::broadcast::error::RecvError;
+        let ends = self.0.ended_sandboxes();
+        futures_util::stream::unfold(ends, |mut ends| async move {
+            loop {
+                let event = match ends.recv().await {
+                    Ok((_, EndReason::Killed)) => continue,
+                    Ok((id, reason)) => NodeEvent::Ended { id, reason: reason.to_string() },
+                    Err(RecvError::Lagged(_)) => NodeEvent::Lagged,
+                    Err(RecvError::Closed) => return None,
+                };
+                return Some((event, ends));
+            }
+        })
+        .boxed()
     }
 
     async fn create_sandbox(&self, req: CreateSandboxRequest) -> NodeResult<SandboxInfo> {

@@ -73,6 +73,16 @@ pub enum BuildError {
     Refused(ApiError),
 }
 
+/// What a node says when one of its sandboxes ends without the control plane asking.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeEvent {
+    /// Its VM ended by itself (a VMM crash or kill, a guest power-off, lost at a node
+    /// restart); `reason` is safe to show its owner.
+    Ended { id: String, reason: String },
+    /// Events were missed: every sandbox the caller tracks must be checked again.
+    Lagged,
+}
+
 /// A node: the host that runs sandboxes and keeps volume disks. Sandboxes are named by id;
 /// a node answers `NOT_FOUND` (with why, when it knows) for one it does not run.
 #[async_trait]
@@ -80,6 +90,10 @@ pub trait NodeClient: Send + Sync + 'static {
     /// Whether the node forwards guests' API calls to this server (their agents then
     /// serve it at a guest-local URL).
     fn forwards_api(&self) -> bool;
+
+    /// Sandboxes ending by themselves from now on (not those killed on request: whoever
+    /// asked records those), until the node stops.
+    fn events(&self) -> BoxStream<'static, NodeEvent>;
 
     /// Boot a sandbox; answers as it runs.
     async fn create_sandbox(&self, req: CreateSandboxRequest) -> NodeResult<SandboxInfo>;

@@ -7,7 +7,7 @@
 use crate::error::{ApiResult, AppError};
 use crate::ids;
 use crate::nodes::MAX_FORKS;
-use crate::ops::sandboxes::{lifetime_end, LiveSandbox};
+use crate::ops::sandboxes::{lifetime_end, run_to_completion, LiveSandbox};
 use crate::placement;
 use crate::state::AppState;
 use crate::store::{NewSandbox, SandboxState};
@@ -42,8 +42,16 @@ pub fn check_fork_count(count: u32) -> ApiResult<()> {
 
 /// `count` copies of a running sandbox, processes and memory included, recorded in its
 /// project with its lifetime. Nothing runs unrecorded: copies not recorded are killed.
+///
+/// Runs in its own task (see [`crate::ops::sandboxes::create`]): a client that goes away
+/// cannot leave copies running unrecorded.
 pub async fn fork(state: &AppState, source: &LiveSandbox, count: u32) -> ApiResult<Vec<LiveSandbox>> {
     check_fork_count(count)?;
+    let (state, source) = (state.clone(), source.clone());
+    run_to_completion(async move { fork_now(&state, &source, count).await }).await
+}
+
+async fn fork_now(state: &AppState, source: &LiveSandbox, count: u32) -> ApiResult<Vec<LiveSandbox>> {
     let copies = source.node.fork(source.id(), count).await?;
     let store = state.server.store.as_ref();
     let timeout_at = lifetime_end(source.record.timeout_ms)?;

@@ -8,8 +8,10 @@
 //! [`crate::placement`].
 
 pub mod code;
+pub mod exec;
 pub mod hooks;
 pub mod lifecycle;
+pub mod node_events;
 pub mod sandboxes;
 pub mod templates;
 pub mod timeouts;

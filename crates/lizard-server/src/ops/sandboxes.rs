@@ -41,6 +41,7 @@ pub fn lifetime_end(timeout_ms: Option<i64>) -> ApiResult<i64> {
 
 /// A sandbox both the store and its node know: its record, the node's view of it, and
 /// the node that runs it.
+#[derive(Clone)]
 pub struct LiveSandbox {
     pub record: SandboxRecord,
     pub info: SandboxInfo,
@@ -134,7 +135,26 @@ pub struct NewSandboxSpec {
 /// Boot a sandbox and record it. Its volume is held (reserved in the store) before it
 /// boots, so two creates cannot both get it, and it runs on the volume's node. Nothing
 /// runs unrecorded: a failed record kills the VM.
+///
+/// The whole operation runs in its own task, which the caller only awaits: a client that
+/// goes away mid-create (its handler dropped) cannot stop it between the boot and the
+/// record, so the sandbox ends up recorded and billed, or undone.
 pub async fn create(state: &AppState, spec: NewSandboxSpec) -> ApiResult<LiveSandbox> {
+    let state = state.clone();
+    run_to_completion(async move { create_now(&state, spec).await }).await
+}
+
+/// Run `work` in a task of its own and await it: dropping the caller does not cancel it.
+pub(crate) async fn run_to_completion<T: Send + 'static>(
+    work: impl std::future::Future<Output = ApiResult<T>> + Send + 'static,
+) -> ApiResult<T> {
+    use tracing::Instrument;
+    // The task carries on the request's id and log span (its errors name them).
+    let work = crate::request_id::scope(crate::request_id::current(), work).instrument(tracing::Span::current());
+    tokio::spawn(work).await.map_err(|e| AppError::internal(format!("an operation's task failed: {e}")))?
+}
+
+async fn create_now(state: &AppState, spec: NewSandboxSpec) -> ApiResult<LiveSandbox> {
     let store = state.server.store.as_ref();
     let attachment = match spec.volume {
         Some(v) => Some(volumes::reserve(state, &spec.account_id, v).await?),
@@ -208,7 +228,22 @@ pub async fn create(state: &AppState, spec: NewSandboxSpec) -> ApiResult<LiveSan
         });
     }
     let record = store.get_sandbox(&id).await?.ok_or_else(|| AppError::internal("sandbox record vanished"))?;
+    ended_while_recorded(state, &node, &id).await?;
     Ok(LiveSandbox { record, info, node })
+}
+
+/// A VM that died between its boot and its record was reported before the record
+/// existed: end the record now (its meter stops) and answer as the node does.
+async fn ended_while_recorded(state: &AppState, node: &Arc<dyn NodeClient>, id: &str) -> ApiResult<()> {
+    match node.sandbox(id).await {
+        Ok(_) => Ok(()),
+        Err(gone) => {
+            let prefix = format!("sandbox {id} not found: ");
+            let reason = gone.message.strip_prefix(&prefix).unwrap_or("its VM stopped").to_owned();
+            state.server.store.end_sandbox(id, ids::now_ms(), &reason).await?;
+            Err(AppError::from(gone))
+        }
+    }
 }
 
 /// Stop a sandbox, delete everything in it, and end its record with `reason`.

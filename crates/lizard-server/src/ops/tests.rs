@@ -1,11 +1,11 @@
 //! The operations over a fake node (no VM, no root): what the timeout reaper, the billing
 //! pauser and a lookup do to the store and ask of the node.
 
-use super::{hooks, lifecycle, sandboxes, timeouts};
+use super::{hooks, lifecycle, node_events, sandboxes, timeouts};
 use crate::billing::SandboxPauser;
 use crate::nodes::{
     BuildError, BuildTemplate, BuiltTemplate, BuiltinTemplate, ByteStream, FileRead, FrameStream, NodeClient,
-    NodeResult, Nodes, Tunnel, LOCAL_NODE_ID,
+    NodeEvent, NodeResult, Nodes, Tunnel, LOCAL_NODE_ID,
 };
 use crate::state::{AppState, ServerState};
 use crate::store::fixture::seeded_store;
@@ -39,11 +39,21 @@ pub(crate) struct FakeNode {
     sandboxes: Mutex<BTreeMap<String, SandboxState>>,
     calls: Mutex<Vec<String>>,
     pub(super) outcome: Mutex<BuildOutcome>,
+    /// Subscribers to [`NodeClient::events`].
+    events: Mutex<Vec<UnboundedSender<NodeEvent>>>,
 }
 
 impl FakeNode {
     fn running(&self, id: &str) {
         self.sandboxes.lock().unwrap().insert(id.into(), SandboxState::Running);
+    }
+
+    /// Its VM dies by itself: gone from the node, and reported.
+    fn crash(&self, id: &str) {
+        self.sandboxes.lock().unwrap().remove(id);
+        for tx in self.events.lock().unwrap().iter() {
+            let _ = tx.send(NodeEvent::Ended { id: id.into(), reason: "its VM stopped unexpectedly".into() });
+        }
     }
 
     pub(super) fn calls(&self) -> Vec<String> {
@@ -94,6 +104,13 @@ fn not_here<T>() -> NodeResult<T> {
 impl NodeClient for FakeNode {
     fn forwards_api(&self) -> bool {
         false
+    }
+    fn events(&self) -> futures_util::stream::BoxStream<'static, NodeEvent> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.events.lock().unwrap().push(tx);
+        futures_util::StreamExt::boxed(futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|e| (e, rx))
+        }))
     }
     async fn create_sandbox(&self, _: CreateSandboxRequest) -> NodeResult<SandboxInfo> {
         not_here()
@@ -287,4 +304,32 @@ async fn a_record_whose_vm_is_gone_ends_with_the_nodes_reason() {
     // Later lookups answer from the record, without asking the node.
     let e = sandboxes::live(&state, ended).await.err().expect("ended");
     assert!(e.0.message.contains("its VM died"), "{}", e.0.message);
+}
+
+#[tokio::test]
+async fn a_vm_that_dies_ends_its_record_and_meter_at_once() {
+    let node = Arc::new(FakeNode::default());
+    let state = app(node.clone()).await;
+    let followers = node_events::follow(&state);
+    record(&state, &node, "sb", OnTimeout::Kill).await;
+    state.server.store.set_sandbox_timeout("sb", None).await.unwrap();
+    let before = crate::ids::now_ms();
+    node.crash("sb");
+    let store = &state.server.store;
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            let r = store.get_sandbox("sb").await.unwrap().unwrap();
+            if r.ended_at.is_some() {
+                return r;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the record ends without any call touching it");
+    assert_eq!(ended.state, SandboxState::Ended, "a record no longer says running once it ended");
+    assert_eq!(ended.end_reason.as_deref(), Some("its VM stopped unexpectedly"));
+    assert!(ended.ended_at.unwrap() >= before && ended.ended_at.unwrap() <= crate::ids::now_ms());
+    assert!(node.calls().is_empty(), "nothing asked of the node");
+    followers.iter().for_each(|f| f.abort());
 }

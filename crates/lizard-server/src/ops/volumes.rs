@@ -63,6 +63,7 @@ pub async fn create(
         node_id: placed.at.node_id,
         region: placed.at.region,
         created_at: ids::now_ms(),
+        nanos_per_sec: state.server.config.billing.pricing.volume_rate(size_gb),
     };
     store.insert_volume(&new).await.map_err(|e| match e {
         StoreError::NotFound(_) => AppError::not_found(format!("project {} not found", project.id)),

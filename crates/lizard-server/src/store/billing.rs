@@ -133,7 +133,7 @@ pub struct LedgerEntry {
     pub workspace_id: Option<String>,
     pub project_id: Option<String>,
     pub sandbox_id: Option<String>,
-    /// `compute` or `paused_storage` for usage.
+    /// `compute`, `paused_storage` or `volume_storage` for usage.
     pub usage_kind: Option<String>,
     pub period_start: Option<i64>,
     pub period_end: Option<i64>,

@@ -16,11 +16,13 @@
 pub mod billing;
 #[cfg(test)]
 pub(crate) mod fixture;
+pub mod idempotency;
 pub mod sqlite;
 pub mod templates;
 pub mod volumes;
 
 pub use billing::{BillingStore, MeterSpec, MeterState};
+pub use idempotency::IdempotencyStore;
 pub use lizard_api::{OnTimeout, SandboxState};
 
 use crate::scope::Scope;
@@ -144,6 +146,7 @@ pub fn sandbox_state_name(state: SandboxState) -> &'static str {
     match state {
         SandboxState::Running => "running",
         SandboxState::Paused => "paused",
+        SandboxState::Ended => "ended",
     }
 }
 
@@ -152,6 +155,7 @@ pub fn parse_sandbox_state(value: &str) -> Result<SandboxState> {
     match value {
         "running" => Ok(SandboxState::Running),
         "paused" => Ok(SandboxState::Paused),
+        "ended" => Ok(SandboxState::Ended),
         other => Err(StoreError::UnknownValue { what: "sandbox state", value: other.into() }),
     }
 }
@@ -205,7 +209,7 @@ pub struct Removed {
 /// The control plane's persistent state. Object-safe: handlers hold `Arc<dyn Store>`.
 /// Billing (the ledger, the meters) is its [`BillingStore`] half.
 #[async_trait]
-pub trait Store: VolumeStore + TemplateStore + BillingStore + Send + Sync + 'static {
+pub trait Store: VolumeStore + TemplateStore + BillingStore + IdempotencyStore + Send + Sync + 'static {
     // --- accounts -------------------------------------------------------------------
 
     /// First start: insert `account` and its first `key` in one transaction, but only if

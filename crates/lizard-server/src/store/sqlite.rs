@@ -37,9 +37,12 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (3, "volumes", include_str!("../../migrations/0003_volumes.sql")),
     (4, "lifecycle", include_str!("../../migrations/0004_lifecycle.sql")),
     (5, "templates", include_str!("../../migrations/0005_templates.sql")),
+    (6, "idempotency", include_str!("../../migrations/0006_idempotency.sql")),
+    (7, "volume billing", include_str!("../../migrations/0007_volume_billing.sql")),
 ];
 
 mod billing;
+mod idempotency;
 mod templates;
 mod volumes;
 pub use billing::SIGNUP_CREDIT_KEY;
@@ -69,6 +72,27 @@ fn json_err(e: serde_json::Error) -> StoreError {
     StoreError::Backend(Box::new(e))
 }
 
+/// The pool of a database file. A connection still inside a transaction when it comes
+/// back (its COMMIT or ROLLBACK failed, e.g. on a full disk) is closed instead of being
+/// reused: reused, every later transaction on it failed ("non-zero transaction depth")
+/// and the server answered 500s and missed billing ticks until it was restarted.
+fn file_pool_options() -> SqlitePoolOptions {
+    use sqlx::Connection;
+    SqlitePoolOptions::new()
+        .max_connections(4)
+        .after_release(|conn, _| {
+            let clean = !conn.is_in_transaction();
+            if !clean {
+                tracing::warn!("closing a database connection left inside a failed transaction");
+            }
+            Box::pin(async move { Ok(clean) })
+        })
+        .before_acquire(|conn, _| {
+            let clean = !conn.is_in_transaction();
+            Box::pin(async move { Ok(clean) })
+        })
+}
+
 impl SqliteStore {
     /// Open (creating if needed) `<data_dir>/lizard.db` and apply pending migrations.
     pub async fn open(data_dir: &Path) -> Result<Self> {
@@ -91,7 +115,7 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await.map_err(backend)?;
+        let pool = file_pool_options().connect_with(options).await.map_err(backend)?;
         let store = SqliteStore { pool };
         store.migrate().await?;
         Ok(store)
@@ -396,13 +420,17 @@ impl Store for SqliteStore {
         .fetch_all(&mut *tx)
         .await
         .map_err(backend)?;
+        // Their storage is billed up to here, then their meters go.
+        let now = crate::ids::now_ms();
+        for v in &vols {
+            billing::close_volume_meter_tx(&mut tx, &v.id, now).await?;
+        }
         sqlx::query("DELETE FROM volumes WHERE project_id IN (SELECT id FROM projects WHERE workspace_id = ?)")
             .bind(workspace_id)
             .execute(&mut *tx)
             .await
             .map_err(backend)?;
         // The live ones stop now: bill them up to here and close their meters.
-        let now = crate::ids::now_ms();
         for s in &live {
             billing::transition_tx(&mut tx, &s.id, MeterState::Ended, now).await?;
         }
@@ -743,7 +771,7 @@ impl Store for SqliteStore {
             None => Err(StoreError::NotFound(format!("sandbox {sandbox_id}"))),
             Some(Some(_)) => Ok(false),
             Some(None) => {
-                sqlx::query("UPDATE sandboxes SET ended_at = ?, end_reason = ? WHERE id = ?")
+                sqlx::query("UPDATE sandboxes SET ended_at = ?, end_reason = ?, state = 'ended' WHERE id = ?")
                     .bind(at)
                     .bind(reason)
                     .bind(sandbox_id)
@@ -840,6 +868,70 @@ mod tests {
         assert!(!s.bootstrap(&acc(), &k("key_other", None)).await.unwrap());
         assert_eq!(s.list_keys("acc_1").await.unwrap().len(), 1);
         assert_eq!(s.schema_version().await.unwrap(), MIGRATIONS.last().unwrap().0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_left_inside_a_transaction_is_not_reused() {
+        use sqlx::Connection;
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(dir.path()).await.unwrap();
+        for _ in 0..4 {
+            let mut conn = s.pool.acquire().await.unwrap();
+            // A transaction whose end never reached the database (as when COMMIT and
+            // ROLLBACK fail on a full disk): the connection goes back still inside it.
+            std::mem::forget(conn.begin().await.unwrap());
+            drop(conn);
+            // The pool takes it back in a task of its own.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let (a, key) = (acc(), k("key_1", None));
+        s.bootstrap(&a, &key).await.expect("the next transaction gets a clean connection");
+    }
+
+    #[tokio::test]
+    async fn the_ledger_keeps_its_rows_balances_and_guards_through_migration_7() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(DB_FILE);
+        {
+            // A database as migration 6 left it, with an account and ledger rows.
+            let options = SqliteConnectOptions::new().filename(&path).create_if_missing(true).foreign_keys(true);
+            let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap();
+            sqlx::raw_sql(
+                "CREATE TABLE lizard_schema (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)",
+            )
+            .execute(&pool)
+            .await
+            .unwrap();
+            for &(version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 <= 6) {
+                sqlx::raw_sql(sql).execute(&pool).await.unwrap();
+                sqlx::query("INSERT INTO lizard_schema VALUES (?, ?, 0)")
+                    .bind(version)
+                    .bind(name)
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+            sqlx::raw_sql(
+                "INSERT INTO accounts (id, email, plan, created_at) VALUES ('acc_1', 'o@x', 'free', 1); \
+                 INSERT INTO ledger (id, account_id, kind, amount_nanos, description, created_at) \
+                 VALUES ('txn_1', 'acc_1', 'credit', 1000, 'c', 1), ('txn_2', 'acc_1', 'usage', -300, 'u', 2);",
+            )
+            .execute(&pool)
+            .await
+            .unwrap();
+            pool.close().await;
+        }
+        let s = SqliteStore::open(dir.path()).await.unwrap();
+        assert_eq!(s.schema_version().await.unwrap(), 7);
+        assert_eq!((s.balance("acc_1").await.unwrap().balance_nanos, s.ledger_sum("acc_1").await.unwrap()), (700, 700));
+        let page = s.ledger_page("acc_1", None, 10, true).await.unwrap();
+        assert_eq!(page.iter().map(|e| (e.seq, e.id.as_str())).collect::<Vec<_>>(), [(2, "txn_2"), (1, "txn_1")]);
+        assert!(sqlx::query("UPDATE ledger SET amount_nanos = 0").execute(&s.pool).await.is_err(), "still append-only");
+        assert!(sqlx::query("DELETE FROM ledger").execute(&s.pool).await.is_err(), "still append-only");
+        s.grant_signup_credits(50, 3).await.unwrap();
+        assert_eq!(s.balance("acc_1").await.unwrap().balance_nanos, 750, "the balance trigger is back");
+        let next = s.ledger_page("acc_1", None, 1, true).await.unwrap();
+        assert_eq!(next[0].seq, 3, "seq goes on where it was");
     }
 
     #[tokio::test]

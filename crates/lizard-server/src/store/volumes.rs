@@ -38,6 +38,8 @@ pub struct NewVolume {
     pub node_id: String,
     pub region: String,
     pub created_at: i64,
+    /// What its storage costs a second (its meter runs from `created_at` to its delete).
+    pub nanos_per_sec: i64,
 }
 
 /// A recorded volume, with where it lives in the tenancy tree (for scope checks).

@@ -159,6 +159,119 @@ async fn bill_tx(tx: &mut Transaction<'static, Sqlite>, m: &MeterRecord, until: 
     Ok(write)
 }
 
+/// Open a volume's storage meter from its `created_at` (inside `insert_volume`'s
+/// transaction).
+pub(super) async fn open_volume_meter_tx(
+    tx: &mut Transaction<'static, Sqlite>,
+    v: &crate::store::NewVolume,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO volume_meters (volume_id, account_id, workspace_id, project_id, size_gb, nanos_per_sec, \
+         billed_until) SELECT ?, w.account_id, p.workspace_id, p.id, ?, ?, ? \
+         FROM projects p JOIN workspaces w ON w.id = p.workspace_id WHERE p.id = ?",
+    )
+    .bind(&v.id)
+    .bind(i64::from(v.size_gb))
+    .bind(v.nanos_per_sec)
+    .bind(v.created_at)
+    .bind(&v.project_id)
+    .execute(&mut **tx)
+    .await
+    .map_err(backend)?;
+    Ok(())
+}
+
+/// A volume's meter as stored.
+struct VolumeMeter {
+    volume_id: String,
+    account_id: String,
+    workspace_id: String,
+    project_id: String,
+    size_gb: i64,
+    nanos_per_sec: i64,
+    billed_until: i64,
+    carry: i64,
+}
+
+const VOLUME_METER_COLUMNS: &str =
+    "volume_id, account_id, workspace_id, project_id, size_gb, nanos_per_sec, billed_until, carry";
+
+fn volume_meter(r: &SqliteRow) -> Result<VolumeMeter> {
+    Ok(VolumeMeter {
+        volume_id: r.try_get("volume_id").map_err(backend)?,
+        account_id: r.try_get("account_id").map_err(backend)?,
+        workspace_id: r.try_get("workspace_id").map_err(backend)?,
+        project_id: r.try_get("project_id").map_err(backend)?,
+        size_gb: r.try_get("size_gb").map_err(backend)?,
+        nanos_per_sec: r.try_get("nanos_per_sec").map_err(backend)?,
+        billed_until: r.try_get("billed_until").map_err(backend)?,
+        carry: r.try_get("carry").map_err(backend)?,
+    })
+}
+
+/// Append the storage entry of `[billed_until, until)` of a volume (none when nothing
+/// accrued: a free volume leaves no trace) and move its watermark. Whether it wrote one.
+async fn bill_volume_tx(tx: &mut Transaction<'static, Sqlite>, m: &VolumeMeter, until: i64) -> Result<bool> {
+    if until <= m.billed_until {
+        return Ok(false);
+    }
+    let ms = until - m.billed_until;
+    let total = i128::from(ms) * i128::from(m.nanos_per_sec) + i128::from(m.carry);
+    let amount = i64::try_from(total / 1000).unwrap_or(i64::MAX);
+    let carry = i64::try_from(total % 1000).expect("a remainder of a division by 1000 fits");
+    if amount > 0 {
+        sqlx::query(
+            "INSERT INTO ledger (id, account_id, kind, amount_nanos, description, workspace_id, project_id, \
+             usage_kind, period_start, period_end, quantity_ms, nanos_per_second, created_at) \
+             VALUES (?, ?, 'usage', ?, ?, ?, ?, 'volume_storage', ?, ?, ?, ?, ?)",
+        )
+        .bind(crate::ids::new_id("txn"))
+        .bind(&m.account_id)
+        .bind(-amount)
+        .bind(format!("storage of volume {} ({} GiB), {}.{:03} s", m.volume_id, m.size_gb, ms / 1000, ms % 1000))
+        .bind(&m.workspace_id)
+        .bind(&m.project_id)
+        .bind(m.billed_until)
+        .bind(until)
+        .bind(ms)
+        .bind(m.nanos_per_sec)
+        .bind(until)
+        .execute(&mut **tx)
+        .await
+        .map_err(backend)?;
+    }
+    sqlx::query("UPDATE volume_meters SET billed_until = ?, carry = ? WHERE volume_id = ?")
+        .bind(until)
+        .bind(carry)
+        .bind(&m.volume_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(backend)?;
+    Ok(amount > 0)
+}
+
+/// Bill a volume's storage up to `at` and remove its meter (inside its delete).
+pub(super) async fn close_volume_meter_tx(
+    tx: &mut Transaction<'static, Sqlite>,
+    volume_id: &str,
+    at: i64,
+) -> Result<()> {
+    let row = sqlx::query(&format!("SELECT {VOLUME_METER_COLUMNS} FROM volume_meters WHERE volume_id = ?"))
+        .bind(volume_id)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(backend)?;
+    if let Some(m) = row.as_ref().map(volume_meter).transpose()? {
+        bill_volume_tx(tx, &m, at).await?;
+        sqlx::query("DELETE FROM volume_meters WHERE volume_id = ?")
+            .bind(volume_id)
+            .execute(&mut **tx)
+            .await
+            .map_err(backend)?;
+    }
+    Ok(())
+}
+
 /// Bill a sandbox's meter up to `at`, then put it in `state` from `at` on (ended: closed
 /// for good). A sandbox without a meter (recorded before billing existed) is left alone;
 /// an ended meter never reopens.
@@ -205,6 +318,7 @@ pub(super) fn meter_state_of(sandbox_state: SandboxState) -> MeterState {
     match sandbox_state {
         SandboxState::Paused => MeterState::Paused,
         SandboxState::Running => MeterState::Running,
+        SandboxState::Ended => MeterState::Ended,
     }
 }
 
@@ -342,6 +456,21 @@ impl BillingStore for SqliteStore {
         let mut written = 0;
         for m in &open {
             if bill_tx(&mut tx, m, now).await? {
+                written += 1;
+            }
+        }
+        let volumes = sqlx::query(&format!(
+            "SELECT {VOLUME_METER_COLUMNS} FROM volume_meters WHERE billed_until < ? ORDER BY volume_id"
+        ))
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(volume_meter)
+        .collect::<Result<Vec<_>>>()?;
+        for m in &volumes {
+            if bill_volume_tx(&mut tx, m, now).await? {
                 written += 1;
             }
         }
@@ -633,6 +762,58 @@ mod tests {
         assert_eq!(u.len(), 1);
         assert!((3_000..5_000).contains(&u[0].quantity_ms.unwrap()));
         assert!(s.open_meters(None).await.unwrap().is_empty(), "the meter closed with the sandbox row");
+    }
+
+    fn volume(id: &str, project: &str, at: i64, nanos_per_sec: i64) -> crate::store::NewVolume {
+        crate::store::NewVolume {
+            id: id.into(),
+            project_id: project.into(),
+            name: id.into(),
+            size_gb: 2,
+            node_id: "node_1".into(),
+            region: "local".into(),
+            created_at: at,
+            nanos_per_sec,
+        }
+    }
+
+    async fn volume_usage(s: &SqliteStore) -> Vec<LedgerEntry> {
+        let mut all = s.ledger_page("acc_1", None, 1000, true).await.unwrap();
+        all.retain(|e| e.usage_kind.as_deref() == Some("volume_storage"));
+        all.reverse();
+        all
+    }
+
+    #[tokio::test]
+    async fn volumes_are_billed_for_storage_from_create_to_delete() {
+        use crate::store::{NodeRecord, VolumeStore};
+        let s = seeded().await;
+        s.grant_signup_credits(1_000_000_000, 0).await.unwrap();
+        s.upsert_node(&NodeRecord { id: "node_1".into(), region: "local".into(), created_at: 1 }).await.unwrap();
+        let start = crate::ids::now_ms() - 10_000;
+        // 2 GiB at 1 500 n$ per GiB-second: 3 000 n$ a second.
+        s.insert_volume(&volume("vol_1", "prj_a", start, 3_000)).await.unwrap();
+        s.insert_volume(&volume("vol_free", "prj_a", start, 0)).await.unwrap();
+        s.bill_meters(start + 1_500).await.unwrap();
+        let u = volume_usage(&s).await;
+        assert_eq!(u.len(), 1, "a free volume leaves no trace");
+        assert_eq!((u[0].amount_nanos, u[0].quantity_ms, u[0].sandbox_id.as_deref()), (-4_500, Some(1_500), None));
+        s.bill_meters(start + 1_500).await.unwrap();
+        assert_eq!(volume_usage(&s).await.len(), 1, "each millisecond once");
+        s.delete_volume("acc_1", "vol_1").await.unwrap();
+        let u = volume_usage(&s).await;
+        assert_eq!(u.len(), 2, "billed up to its delete");
+        let billed_ms: i64 = u.iter().map(|e| e.quantity_ms.unwrap()).sum();
+        assert!((10_000..12_000).contains(&billed_ms), "{billed_ms}");
+        s.bill_meters(crate::ids::now_ms() + 60_000).await.unwrap();
+        assert_eq!(volume_usage(&s).await.len(), 2, "a deleted volume costs nothing more");
+        // A forced workspace delete bills its volumes up to the delete too.
+        s.insert_volume(&volume("vol_2", "prj_a", crate::ids::now_ms() - 2_000, 3_000)).await.unwrap();
+        s.delete_workspace("acc_1", "ws_a", true).await.unwrap();
+        assert_eq!(volume_usage(&s).await.len(), 3);
+        s.bill_meters(crate::ids::now_ms() + 60_000).await.unwrap();
+        assert_eq!(volume_usage(&s).await.len(), 3);
+        assert_balanced(&s).await;
     }
 
     #[tokio::test]

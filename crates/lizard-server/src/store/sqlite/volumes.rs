@@ -85,6 +85,7 @@ impl VolumeStore for SqliteStore {
     }
 
     async fn insert_volume(&self, v: &NewVolume) -> Result<()> {
+        let mut tx = self.write().await?;
         sqlx::query(
             "INSERT INTO volumes (id, project_id, name, size_gb, node_id, region, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
         )
@@ -95,7 +96,7 @@ impl VolumeStore for SqliteStore {
         .bind(&v.node_id)
         .bind(&v.region)
         .bind(v.created_at)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| match &e {
             sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
@@ -103,6 +104,8 @@ impl VolumeStore for SqliteStore {
             }
             _ => conflict_or_backend(e, || format!("a volume named {:?} already exists in this project", v.name)),
         })?;
+        super::billing::open_volume_meter_tx(&mut tx, v).await?;
+        tx.commit().await.map_err(backend)?;
         Ok(())
     }
 
@@ -153,6 +156,7 @@ impl VolumeStore for SqliteStore {
         if let Some(holder) = &v.attached_to {
             return Err(in_use(&v.name, holder));
         }
+        super::billing::close_volume_meter_tx(&mut tx, volume_id, crate::ids::now_ms()).await?;
         sqlx::query("DELETE FROM volumes WHERE id = ?").bind(volume_id).execute(&mut *tx).await.map_err(backend)?;
         tx.commit().await.map_err(backend)?;
         Ok(v)
@@ -238,6 +242,7 @@ mod tests {
             node_id: "node_1".into(),
             region: "local".into(),
             created_at: 2,
+            nanos_per_sec: 0,
         }
     }
 

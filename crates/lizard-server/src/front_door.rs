@@ -1,0 +1,65 @@
+//! The front door every API request passes, before its handler:
+//!
+//! 1. it gets a request id (`X-Request-Id` on the answer) and a log span carrying it, so
+//!    an internal error's log line (with its cause) and the answer (without it) meet;
+//! 2. a request with a valid key is counted against that key ([`crate::guard`]); past its
+//!    rate or its requests in flight it answers 429 `RATE_LIMITED` with `Retry-After`.
+//!    The key's [`Principal`] is handed to the handler, which does not look it up again.
+//!
+//! Requests without a valid key pass untouched: their handler answers 401.
+
+use crate::auth::{self, Principal, API_KEY_HEADER};
+use crate::error::{AppError, BodyReadTimeout};
+use crate::guard::Refusal;
+use crate::request_id;
+use crate::state::ServerState;
+use axum::extract::{Request, State};
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use lizard_api::ErrorCode;
+use std::time::Duration;
+use tracing::Instrument;
+
+/// The middleware (see the module doc).
+pub async fn front_door(State(state): State<ServerState>, mut req: Request, next: Next) -> Response {
+    let id = request_id::new();
+    let span = tracing::info_span!("request", id = %id, method = %req.method(), path = %req.uri().path());
+    let header = HeaderValue::from_str(&id).ok();
+    let work = async move {
+        req.extensions_mut().insert(BodyReadTimeout(state.config.traffic.body_read));
+        let mut permit = None;
+        if let Some(key) = req.headers().get(API_KEY_HEADER).and_then(|v| v.to_str().ok()).map(str::trim) {
+            if let Ok(principal) = auth::authenticate(state.store.as_ref(), key).await {
+                match state.guard.admit(&principal.key_id) {
+                    Ok(p) => permit = Some(p),
+                    Err(refusal) => return refused(&principal, refusal),
+                }
+                req.extensions_mut().insert::<Principal>(principal);
+            }
+        }
+        let response = next.run(req).await;
+        drop(permit);
+        if response.status().is_server_error() {
+            tracing::warn!(status = response.status().as_u16(), "answered with a server error");
+        }
+        response
+    };
+    let mut response = request_id::scope(Some(id), work.instrument(span)).await;
+    if let Some(h) = header {
+        response.headers_mut().insert(request_id::HEADER, h);
+    }
+    response
+}
+
+fn refused(principal: &Principal, refusal: Refusal) -> Response {
+    let (wait, why) = match refusal {
+        Refusal::Rate(wait) => (wait, "this API key sends requests faster than its rate limit"),
+        Refusal::Concurrency => (Duration::from_secs(1), "this API key has too many requests in flight"),
+    };
+    tracing::debug!(key = %principal.key_id, "{why}");
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let mut response = AppError::new(ErrorCode::RateLimited, format!("{why}; retry after {secs} s")).into_response();
+    response.headers_mut().insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    response
+}

@@ -1,0 +1,46 @@
+//! What the control plane does when a node reports a sandbox that ended by itself (its
+//! VMM crashed or was killed, the guest powered off): the record ends at once, with the
+//! node's reason, and its meter stops then — a dead VM is never billed until some later
+//! call or its timeout notices.
+
+use crate::ids;
+use crate::nodes::NodeEvent;
+use crate::ops::sandboxes;
+use crate::state::AppState;
+use crate::store::StoreError;
+use futures_util::StreamExt;
+
+/// Follow every node's events until the process ends (spawn it). Subscribe before
+/// anything can start sandboxes.
+pub fn follow(state: &AppState) -> Vec<tokio::task::JoinHandle<()>> {
+    state
+        .nodes
+        .iter()
+        .map(|(_, node)| {
+            let state = state.clone();
+            let mut events = node.events();
+            tokio::spawn(async move {
+                while let Some(event) = events.next().await {
+                    handle(&state, event).await;
+                }
+            })
+        })
+        .collect()
+}
+
+/// Apply one node event to the store.
+pub async fn handle(state: &AppState, event: NodeEvent) {
+    match event {
+        NodeEvent::Ended { id, reason } => match state.server.store.end_sandbox(&id, ids::now_ms(), &reason).await {
+            Ok(true) => tracing::warn!(%id, "sandbox ended by itself: {reason}"),
+            // Already ended by whoever stopped it, or never recorded (a create that is
+            // still recording checks its VM once recorded).
+            Ok(false) | Err(StoreError::NotFound(_)) => {}
+            Err(e) => tracing::error!(%id, "cannot end the record of a sandbox whose VM ended: {e}"),
+        },
+        NodeEvent::Lagged => {
+            tracing::warn!("missed node events: checking every live sandbox");
+            sandboxes::end_unrun(state, "its VM stopped unexpectedly").await;
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! [`IdempotencyStore`] on SQLite.
+
+use super::{backend, SqliteStore};
+use crate::store::idempotency::*;
+use crate::store::Result;
+use async_trait::async_trait;
+use sqlx::Row;
+
+#[async_trait]
+impl IdempotencyStore for SqliteStore {
+    async fn claim_idempotent(
+        &self,
+        id: &IdempotencyId,
+        request_hash: &[u8],
+        now: i64,
+        expired_before: i64,
+    ) -> Result<Option<IdempotencyEntry>> {
+        let mut tx = self.write().await?;
+        sqlx::query("DELETE FROM idempotency WHERE created_at < ?")
+            .bind(expired_before)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        let row = sqlx::query(
+            "SELECT request_hash, status, content_type, body FROM idempotency \
+             WHERE key_id = ? AND route = ? AND idem_key = ?",
+        )
+        .bind(&id.key_id)
+        .bind(&id.route)
+        .bind(&id.idem_key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let entry = match row {
+            Some(r) => {
+                let request_hash: Vec<u8> = r.try_get("request_hash").map_err(backend)?;
+                let status: Option<i64> = r.try_get("status").map_err(backend)?;
+                Some(match status {
+                    None => IdempotencyEntry::InProgress { request_hash },
+                    Some(status) => IdempotencyEntry::Done {
+                        request_hash,
+                        answer: StoredAnswer {
+                            status: u16::try_from(status)
+                                .map_err(|e| crate::store::StoreError::Backend(Box::new(e)))?,
+                            content_type: r.try_get("content_type").map_err(backend)?,
+                            body: r.try_get::<Option<Vec<u8>>, _>("body").map_err(backend)?.unwrap_or_default(),
+                        },
+                    },
+                })
+            }
+            None => {
+                sqlx::query(
+                    "INSERT INTO idempotency (key_id, route, idem_key, request_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+                )
+                .bind(&id.key_id)
+                .bind(&id.route)
+                .bind(&id.idem_key)
+                .bind(request_hash)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+                None
+            }
+        };
+        tx.commit().await.map_err(backend)?;
+        Ok(entry)
+    }
+
+    async fn finish_idempotent(&self, id: &IdempotencyId, answer: &StoredAnswer) -> Result<()> {
+        sqlx::query(
+            "UPDATE idempotency SET status = ?, content_type = ?, body = ? \
+             WHERE key_id = ? AND route = ? AND idem_key = ?",
+        )
+        .bind(i64::from(answer.status))
+        .bind(&answer.content_type)
+        .bind(&answer.body)
+        .bind(&id.key_id)
+        .bind(&id.route)
+        .bind(&id.idem_key)
+        .execute(&self.pool)
+        .await
+        .map_err(backend)?;
+        Ok(())
+    }
+
+    async fn release_idempotent(&self, id: &IdempotencyId) -> Result<()> {
+        sqlx::query("DELETE FROM idempotency WHERE key_id = ? AND route = ? AND idem_key = ? AND status IS NULL")
+            .bind(&id.key_id)
+            .bind(&id.route)
+            .bind(&id.idem_key)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_claim_is_answered_once_then_replayed_until_it_expires() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).await.unwrap();
+        let id = IdempotencyId { key_id: "key_1".into(), route: "POST /v1/sandboxes".into(), idem_key: "k".into() };
+        assert_eq!(store.claim_idempotent(&id, b"h", 100, 0).await.unwrap(), None, "first: claimed");
+        let again = store.claim_idempotent(&id, b"h", 101, 0).await.unwrap();
+        assert_eq!(again, Some(IdempotencyEntry::InProgress { request_hash: b"h".to_vec() }));
+        let answer = StoredAnswer { status: 201, content_type: Some("application/json".into()), body: b"{}".to_vec() };
+        store.finish_idempotent(&id, &answer).await.unwrap();
+        let done = store.claim_idempotent(&id, b"other", 102, 0).await.unwrap();
+        assert_eq!(done, Some(IdempotencyEntry::Done { request_hash: b"h".to_vec(), answer }));
+        let other_key = IdempotencyId { key_id: "key_2".into(), ..id.clone() };
+        assert_eq!(store.claim_idempotent(&other_key, b"h", 103, 0).await.unwrap(), None, "keys never share");
+        store.release_idempotent(&other_key).await.unwrap();
+        assert_eq!(store.claim_idempotent(&other_key, b"h", 104, 0).await.unwrap(), None, "released: claimable");
+        assert_eq!(store.claim_idempotent(&id, b"h", 200, 150).await.unwrap(), None, "expired: claimable again");
+    }
+}
