@@ -69,8 +69,8 @@ async fn a_server_killed_mid_create_leaves_only_what_it_recorded_after_its_resta
         leftovers::netns(&system.net_prefix),
         leftovers::sandbox_dirs(&system.node_dir())
     );
-    assert_eq!(control::listed(&system).await, [before.clone()], "only the recorded sandbox runs");
-    assert_eq!(control::billed(&system).await, [before.clone()], "only the recorded sandbox is billed");
+    assert_eq!(control::listed(&system).await, std::slice::from_ref(&before), "only the recorded sandbox runs");
+    assert_eq!(control::billed(&system).await, std::slice::from_ref(&before), "only the recorded sandbox is billed");
     let (status, got) = system.call(Method::GET, &format!("/v1/sandboxes/{before}"), None).await;
     assert_eq!((status, got["state"].as_str()), (200, Some("running")), "{got}");
     // Ended, it leaves nothing.
