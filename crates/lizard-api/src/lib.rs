@@ -89,6 +89,11 @@ pub struct SandboxInfo {
     /// Suffix of its public hosts: port P is served at `{sandboxId}-{P}.{domain}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
+    /// Only in the answer to a create with `publicUrls: false` (shown once, stored hashed):
+    /// the token every request to its URLs must carry, in the `X-Lizard-Access-Token`
+    /// header or the `lizardAccessToken` query parameter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_token: Option<String>,
 }
 
 /// `POST /v1/sandboxes` on the control plane.
@@ -139,6 +144,10 @@ pub struct NewSandboxRequest {
     /// sandbox then runs on the volume's node, in its region.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_name: Option<String>,
+    /// Whether anyone may use the sandbox's URLs (default true). `false`: every request
+    /// through them must carry the access token the create answers with (`accessToken`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_urls: Option<bool>,
 }
 
 impl NewSandboxRequest {

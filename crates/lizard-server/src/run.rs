@@ -23,6 +23,8 @@ pub struct RunOptions {
     pub node: lizard_node::NodeConfig,
     /// Where the sandbox-URL proxy listens (`None`: no proxy).
     pub proxy_listen: Option<SocketAddr>,
+    /// Bounds of the sandbox-URL proxy's listener.
+    pub proxy_limits: crate::proxy::Limits,
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, ServerError> {
@@ -94,7 +96,7 @@ pub async fn run(
                 addr.port()
             );
         }
-        tokio::spawn(crate::serve(l, crate::proxy::router(state.clone()), stopped(stop_rx.clone())))
+        tokio::spawn(crate::proxy::serve(l, state.clone(), opts.proxy_limits, stopped(stop_rx.clone())))
     });
     let router = crate::build_router(state.clone(), crate::api::all_routes());
     let result = crate::serve(listener, router, stopped(stop_rx)).await;

@@ -278,6 +278,7 @@ impl Sandbox {
             project_id: None,
             end_at: None,
             domain: None,
+            access_token: None,
         }
     }
 

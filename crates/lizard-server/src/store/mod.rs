@@ -13,6 +13,7 @@
 //!
 //! Timestamps are milliseconds since the Unix epoch.
 
+pub mod access;
 pub mod billing;
 #[cfg(test)]
 pub(crate) mod fixture;
@@ -20,6 +21,7 @@ pub mod sqlite;
 pub mod templates;
 pub mod volumes;
 
+pub use access::AccessStore;
 pub use billing::{BillingStore, MeterSpec, MeterState};
 pub use lizard_api::{OnTimeout, SandboxState};
 
@@ -205,7 +207,7 @@ pub struct Removed {
 /// The control plane's persistent state. Object-safe: handlers hold `Arc<dyn Store>`.
 /// Billing (the ledger, the meters) is its [`BillingStore`] half.
 #[async_trait]
-pub trait Store: VolumeStore + TemplateStore + BillingStore + Send + Sync + 'static {
+pub trait Store: VolumeStore + TemplateStore + BillingStore + AccessStore + Send + Sync + 'static {
     // --- accounts -------------------------------------------------------------------
 
     /// First start: insert `account` and its first `key` in one transaction, but only if

@@ -37,8 +37,10 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (3, "volumes", include_str!("../../migrations/0003_volumes.sql")),
     (4, "lifecycle", include_str!("../../migrations/0004_lifecycle.sql")),
     (5, "templates", include_str!("../../migrations/0005_templates.sql")),
+    (6, "sandbox access", include_str!("../../migrations/0006_sandbox_access.sql")),
 ];
 
+mod access;
 mod billing;
 mod templates;
 mod volumes;
