@@ -166,6 +166,7 @@ impl Network {
             self.names.teardown(slot);
         }
         // From here on, dropping `net` undoes whatever part was made.
+        let dns_gate = Arc::new(dns::Gate::new(policy));
         let mut net = SandboxNet {
             slot,
             names: self.names.clone(),
@@ -173,14 +174,15 @@ impl Network {
             ns_addr: self.slots.addrs(slot).1,
             lock: Some(lock),
             relay: None,
+            dns_gate: dns_gate.clone(),
         };
-        net.relay = Some(self.build(slot, policy).await?);
+        net.relay = Some(self.build(slot, policy, dns_gate).await?);
         tracing::debug!(slot, took = ?start.elapsed(), "sandbox network ready");
         Ok(net)
     }
 
     /// Links and addresses, then the namespace's firewall, then the DNS relay.
-    async fn build(&self, slot: u32, policy: &ParsedPolicy) -> Result<JoinSet<()>> {
+    async fn build(&self, slot: u32, policy: &ParsedPolicy, dns_gate: Arc<dns::Gate>) -> Result<JoinSet<()>> {
         let start = std::time::Instant::now();
         let addrs = self.slots.addrs(slot);
         links::create(&self.netlink, &self.names, slot, addrs).await?;
@@ -193,7 +195,7 @@ impl Network {
             .await
             .expect("namespace setup panicked")?;
         tracing::debug!(slot, ?linked, ?ruled, relay = ?start.elapsed(), "sandbox network steps");
-        dns::start(sockets, self.resolvers.clone())
+        dns::start(sockets, self.resolvers.clone(), dns_gate)
     }
 }
 
@@ -208,6 +210,8 @@ pub struct SandboxNet {
     lock: Option<SlotLock>,
     /// The DNS relay's tasks: aborting them closes the sockets inside the namespace.
     relay: Option<JoinSet<()>>,
+    /// What the relay answers this sandbox (follows [`SandboxNet::set_policy`]).
+    dns_gate: Arc<dns::Gate>,
 }
 
 impl SandboxNet {
@@ -233,7 +237,9 @@ impl SandboxNet {
     /// network ahead of demand and opens it at claim.
     pub async fn set_policy(&self, policy: &ParsedPolicy) -> Result<()> {
         let ruleset = firewall::sandbox_ruleset(&self.pool, self.ns_addr, policy);
-        links::run("nft", &["-f", "-"], Some(&ruleset), Some(&self.names.netns_path(self.slot))).await
+        links::run("nft", &["-f", "-"], Some(&ruleset), Some(&self.names.netns_path(self.slot))).await?;
+        self.dns_gate.set_policy(policy);
+        Ok(())
     }
 
     /// Remove the namespace, its links (the TAP goes with the namespace) and its rules,
