@@ -7,4 +7,5 @@
 //! Network rule: attacks send packets only to loopback and to namespaces a test creates.
 
 pub mod leftovers;
+pub mod net;
 pub mod system;

@@ -45,6 +45,10 @@ pub struct NodeOpts {
     /// no identity, closed network, not billed.
     #[arg(long, value_name = "TEMPLATE=N", value_parser = parse_warm_pool, value_delimiter = ',', env = "LIZARD_WARM_POOL")]
     pub warm_pool: Vec<(String, u32)>,
+    /// A DNS resolver (ADDR:PORT) that guests' queries are relayed to; repeat for more
+    /// [default: the nameservers of the host's /etc/resolv.conf].
+    #[arg(long = "dns-resolver", value_name = "ADDR")]
+    pub dns_resolvers: Vec<std::net::SocketAddr>,
 }
 
 impl NodeOpts {
@@ -59,6 +63,9 @@ impl NodeOpts {
         if let (Some(prefix), Some(net)) = (&self.net_prefix, config.network.as_mut()) {
             net.netns_prefix = prefix.clone();
             net.link_prefix = prefix.clone();
+        }
+        if let (false, Some(net)) = (self.dns_resolvers.is_empty(), config.network.as_mut()) {
+            net.resolvers = self.dns_resolvers.clone();
         }
     }
 }

@@ -1,0 +1,163 @@
+//! A guest against the node's DNS relay: it cannot flood the resolver behind it, cannot
+//! use the relay's TCP side as a pipe to that resolver, and without internet access it
+//! resolves no name at all.
+//!
+//! The relay points at a resolver this test runs in a namespace of its own
+//! ([`lizard_attacks::net`]), never at the machine's resolver; it answers every question
+//! with 192.0.2.7 and counts what reached it.
+
+#![allow(clippy::unwrap_used)]
+
+use lizard_attacks::net::{TestNamespace, TestResolver};
+use lizard_attacks::system::System;
+use serde_json::json;
+use std::net::Ipv4Addr;
+
+/// What the test resolver answers.
+const ANSWER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 7);
+
+/// A DNS client in the guest, talking to the gateway's relay (10.0.2.1:53):
+/// `one NAME` (UDP), `tcp NAME` (one framed query over TCP), `junk` (HTTP over the TCP
+/// port), `flood N` (N UDP queries as fast as it can). Prints what it got.
+const CLIENT: &str = r#"cat > /tmp/dnsq.py <<'EOF'
+import socket, struct, sys, time
+RELAY = ('10.0.2.1', 53)
+def query(name, qid):
+    q = struct.pack('>HHHHHH', qid, 0x0100, 1, 0, 0, 0)
+    for label in name.split('.'):
+        if label:
+            q += bytes([len(label)]) + label.encode()
+    return q + b'\0' + struct.pack('>HH', 1, 1)
+def show(data):
+    ancount = struct.unpack('>H', data[6:8])[0]
+    ip = '.'.join(str(b) for b in data[-4:]) if ancount else '-'
+    print('rcode=%d ip=%s' % (data[3] & 15, ip))
+mode = sys.argv[1]
+if mode == 'one':
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(3)
+    s.sendto(query(sys.argv[2], 4242), RELAY)
+    try:
+        show(s.recv(4096))
+    except socket.timeout:
+        print('timeout')
+elif mode == 'tcp':
+    s = socket.create_connection(RELAY, timeout=3)
+    q = query(sys.argv[2], 4343)
+    s.sendall(struct.pack('>H', len(q)) + q)
+    data = b''
+    try:
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+            if len(data) >= 2 and len(data) >= 2 + struct.unpack('>H', data[:2])[0]:
+                break
+    except socket.timeout:
+        pass
+    show(data[2:]) if len(data) > 14 else print('nothing')
+elif mode == 'junk':
+    s = socket.create_connection(RELAY, timeout=3)
+    s.sendall(b'\x00\x40GET / HTTP/1.1\r\nHost: resolver\r\nX-Smuggled: yes\r\n\r\n' + b'x' * 64)
+    try:
+        print('answered=%d' % len(s.recv(4096)))
+    except (socket.timeout, ConnectionResetError):
+        print('answered=0')
+elif mode == 'flood':
+    n = int(sys.argv[2])
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setblocking(False)
+    sent = answered = 0
+    start = time.time()
+    def drain():
+        global answered
+        while True:
+            try:
+                s.recv(4096)
+                answered += 1
+            except BlockingIOError:
+                return
+    while sent < n:
+        try:
+            s.sendto(query('flood%d.test' % sent, sent & 0xffff), RELAY)
+            sent += 1
+        except BlockingIOError:
+            pass
+        drain()
+    secs = time.time() - start
+    time.sleep(1)
+    drain()
+    print('sent=%d answered=%d secs=%.2f' % (sent, answered, secs))
+EOF
+echo ready"#;
+
+async fn with_client(system: &System, id: &str) {
+    let (code, out, err) = system.exec(id, CLIENT).await;
+    assert_eq!((code, out.trim()), (0, "ready"), "{err}");
+}
+
+async fn dns(system: &System, id: &str, args: &str) -> String {
+    let (code, out, err) = system.exec(id, &format!("python3 /tmp/dnsq.py {args}")).await;
+    assert_eq!(code, 0, "dnsq {args}: {err}");
+    out.trim().to_string()
+}
+
+/// A server whose sandboxes' DNS goes to a resolver in a namespace of the test's own.
+async fn system_with_resolver() -> (System, TestResolver, TestNamespace) {
+    let ns = TestNamespace::new();
+    let resolver = TestResolver::start(&ns, ANSWER);
+    let system = System::start(&["--dns-resolver", &resolver.addr.to_string()]).await;
+    (system, resolver, ns)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_flooding_the_dns_relay_is_held_to_its_budget_and_a_neighbour_still_resolves() {
+    let (system, resolver, _ns) = system_with_resolver().await;
+    let flooder = system.create_sandbox("base", json!({})).await;
+    let neighbour = system.create_sandbox("base", json!({})).await;
+    with_client(&system, &flooder).await;
+    with_client(&system, &neighbour).await;
+    // The positive control: one query, answered by the test's resolver.
+    assert_eq!(dns(&system, &flooder, "one a.test").await, format!("rcode=0 ip={ANSWER}"));
+
+    let before = resolver.udp_queries();
+    let out = dns(&system, &flooder, "flood 3000").await;
+    let relayed = resolver.udp_queries() - before;
+    let secs: f64 = out.rsplit("secs=").next().unwrap().parse().unwrap();
+    // The relay's budget: a burst of 100, then 50 a second (with a second of slack).
+    let bound = 100.0 + 50.0 * (secs + 2.0);
+    println!("flood: {out}; {relayed} reached the resolver");
+    assert!((relayed as f64) <= bound, "{relayed} queries reached the resolver in {secs:.2} s ({out}); bound {bound}");
+    assert!(relayed > 0, "none relayed: {out}");
+    // The flood spent the flooder's budget, not its neighbour's.
+    assert_eq!(dns(&system, &neighbour, "one b.test").await, format!("rcode=0 ip={ANSWER}"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dns_relays_tcp_side_carries_dns_queries_and_nothing_else() {
+    let (system, resolver, _ns) = system_with_resolver().await;
+    let id = system.create_sandbox("base", json!({})).await;
+    with_client(&system, &id).await;
+    assert_eq!(dns(&system, &id, "junk").await, "answered=0");
+    assert_eq!(resolver.tcp_bytes(), 0, "bytes that are not DNS reached the resolver");
+    assert_eq!(dns(&system, &id, "tcp c.test").await, format!("rcode=0 ip={ANSWER}"));
+    assert!(resolver.tcp_bytes() > 0, "the DNS query went another way");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_without_internet_access_resolves_no_name() {
+    let (system, resolver, _ns) = system_with_resolver().await;
+    let offline = system.create_sandbox("base", json!({"allowInternetAccess": false})).await;
+    let online = system.create_sandbox("base", json!({})).await;
+    with_client(&system, &offline).await;
+    with_client(&system, &online).await;
+    assert_eq!(dns(&system, &offline, "one d.test").await, "rcode=5 ip=-", "REFUSED by the relay");
+    assert_eq!(dns(&system, &offline, "tcp d.test").await, "rcode=5 ip=-");
+    assert_eq!(
+        (resolver.udp_queries(), resolver.tcp_bytes()),
+        (0, 0),
+        "an offline sandbox's query reached the resolver"
+    );
+    assert_eq!(dns(&system, &online, "one e.test").await, format!("rcode=0 ip={ANSWER}"));
+}
