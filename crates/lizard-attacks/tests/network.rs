@@ -161,3 +161,53 @@ async fn a_sandbox_without_internet_access_resolves_no_name() {
     );
     assert_eq!(dns(&system, &online, "one e.test").await, format!("rcode=0 ip={ANSWER}"));
 }
+
+/// Open file descriptors of process `pid`.
+fn descriptors(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+/// Connections one sandbox may have open through its API forwarder
+/// (`lizard_node::forward::PER_SANDBOX`).
+const FORWARDS_PER_SANDBOX: usize = 64;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_holding_api_connections_open_costs_the_server_a_bounded_number_of_descriptors() {
+    let system = System::start(&[]).await;
+    let hog = system.create_sandbox("base", json!({})).await;
+    let neighbour = system.create_sandbox("base", json!({})).await;
+    let pid = system.pid().unwrap();
+    let before = descriptors(pid);
+    // 200 connections to the in-sandbox API address, opened and held without a byte.
+    let hold = r#"cat > /tmp/hold.py <<'EOF'
+import socket, time
+socks = []
+for i in range(200):
+    try:
+        socks.append(socket.create_connection(('127.0.0.1', 49171), timeout=1))
+    except OSError:
+        pass
+with open('/tmp/held', 'w') as f:
+    f.write(str(len(socks)))
+time.sleep(120)
+EOF
+nohup python3 /tmp/hold.py >/dev/null 2>&1 &
+for i in $(seq 600); do [ -s /tmp/held ] && cat /tmp/held && exit 0; sleep 0.1; done; exit 1"#;
+    let (code, held, err) = system.exec(&hog, hold).await;
+    assert_eq!(code, 0, "the guest opened its connections: {err}");
+    let held: usize = held.trim().parse().unwrap();
+    assert!(held > 2 * FORWARDS_PER_SANDBOX, "only {held} connections opened: no attack");
+    // Let the host take up whatever it takes up.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let during = descriptors(pid);
+    let grown = during.saturating_sub(before);
+    println!("{held} guest connections held: the server's descriptors grew by {grown} ({before} → {during})");
+    assert!(
+        grown <= 2 * FORWARDS_PER_SANDBOX + 40,
+        "{held} held guest connections cost the server {grown} descriptors"
+    );
+    // The cap is the hog's alone: its neighbour still reaches the API.
+    let (code, _, _) =
+        system.exec(&neighbour, "curl -s -o /dev/null --max-time 10 http://127.0.0.1:49171/health").await;
+    assert_eq!(code, 0, "the neighbour lost its API access");
+}

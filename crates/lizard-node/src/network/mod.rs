@@ -26,12 +26,14 @@
 //!   rtnetlink (no `ip` processes).
 //! - [`firewall`]: the host's and each namespace's nftables rules.
 //! - [`dns`]: the per-sandbox DNS relay.
+//! - [`teardown`]: removing networks off the async threads, and waiting for that at exit.
 //! - this file: the node's [`Network`] and a sandbox's [`SandboxNet`], tying them together.
 
 mod dns;
 mod firewall;
 mod links;
 mod netlink;
+mod teardown;
 
 pub use firewall::PLATFORM_DENY;
 pub use links::{HOST_IF_PREFIX, NETNS_PREFIX};
@@ -42,6 +44,7 @@ use lizard_api::network::ParsedPolicy;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::task::JoinSet;
 
 /// How sandbox networks are made on this node.
@@ -115,6 +118,8 @@ pub struct Network {
     slots: Slots,
     /// Netlink in the node's own namespace, for the host ends of the links.
     netlink: netlink::Netlink,
+    /// Teardowns of released networks still running.
+    teardowns: Arc<teardown::Teardowns>,
 }
 
 impl Network {
@@ -144,6 +149,7 @@ impl Network {
             resolvers: Arc::new(resolvers),
             slots: Slots::new(config.pool, config.pool_prefix, config.state_dir.clone()),
             netlink: netlink::Netlink::open()?,
+            teardowns: Arc::default(),
             config,
         });
         let table = format!("lizard_{}", net.config.link_prefix.replace('-', "_"));
@@ -151,6 +157,14 @@ impl Network {
         links::run("nft", &["-f", "-"], Some(&rules), None).await?;
         net.slots.sweep(&net.names);
         Ok(net)
+    }
+
+    /// Wait (at most `limit`) for the teardowns of released networks to finish: call
+    /// before the process exits, so that none is cut off half-done.
+    pub async fn settle(&self, limit: std::time::Duration) {
+        if !self.teardowns.settle(limit).await {
+            tracing::warn!("network teardowns still running at exit: the next start sweeps them");
+        }
     }
 
     /// The pool as `address/prefix`.
@@ -163,7 +177,8 @@ impl Network {
         let start = std::time::Instant::now();
         let (slot, lock) = self.slots.allocate()?;
         if self.names.leftovers(slot) {
-            self.names.teardown(slot);
+            let names = self.names.clone();
+            tokio::task::spawn_blocking(move || names.teardown(slot)).await.expect("network teardown panicked");
         }
         // From here on, dropping `net` undoes whatever part was made.
         let dns_gate = Arc::new(dns::Gate::new(policy));
@@ -175,6 +190,7 @@ impl Network {
             lock: Some(lock),
             relay: None,
             dns_gate: dns_gate.clone(),
+            teardowns: self.teardowns.clone(),
         };
         net.relay = Some(self.build(slot, policy, dns_gate).await?);
         tracing::debug!(slot, took = ?start.elapsed(), "sandbox network ready");
@@ -212,6 +228,8 @@ pub struct SandboxNet {
     relay: Option<JoinSet<()>>,
     /// What the relay answers this sandbox (follows [`SandboxNet::set_policy`]).
     dns_gate: Arc<dns::Gate>,
+    /// Where its teardown runs.
+    teardowns: Arc<teardown::Teardowns>,
 }
 
 impl SandboxNet {
@@ -242,9 +260,9 @@ impl SandboxNet {
         Ok(())
     }
 
-    /// Remove the namespace, its links (the TAP goes with the namespace) and its rules,
-    /// stop the DNS relay and free the slot. Call after the VM has exited (dropping does
-    /// the same).
+    /// Stop the DNS relay, remove the namespace, its links (the TAP goes with the namespace)
+    /// and its rules, and free the slot, without blocking a runtime (see [`teardown`]).
+    /// Call after the VM has exited (dropping does the same).
     pub fn release(self) {}
 }
 
@@ -253,9 +271,20 @@ impl Drop for SandboxNet {
         if let Some(mut relay) = self.relay.take() {
             relay.abort_all();
         }
-        if let Some(lock) = self.lock.take() {
-            self.names.teardown(self.slot);
+        let Some(lock) = self.lock.take() else { return };
+        let (names, slot) = (self.names.clone(), self.slot);
+        let now = move || {
+            names.teardown(slot);
             drop(lock);
+        };
+        match Handle::try_current().map(|h| h.runtime_flavor()) {
+            // A runtime worker: hand its other tasks to another thread while this one
+            // blocks, so the network is gone when the caller (kill) goes on.
+            Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(now),
+            // A current-thread runtime must not block at all: a thread of its own.
+            Ok(_) => self.teardowns.start(slot, now),
+            // No runtime: this thread may block.
+            Err(_) => now(),
         }
     }
 }
