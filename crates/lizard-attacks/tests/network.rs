@@ -211,3 +211,54 @@ for i in $(seq 600); do [ -s /tmp/held ] && cat /tmp/held && exit 0; sleep 0.1; 
         system.exec(&neighbour, "curl -s -o /dev/null --max-time 10 http://127.0.0.1:49171/health").await;
     assert_eq!(code, 0, "the neighbour lost its API access");
 }
+
+/// `curl` in the guest with a short bound: exit code and body.
+async fn guest_curl(system: &System, id: &str, args: &str) -> (i64, String) {
+    let (code, out, _) = system.exec(id, &format!("curl -s --max-time 5 {args}")).await;
+    (code, out)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_internet_off_an_allowed_domain_is_reachable_by_name_and_nothing_else() {
+    let ns = TestNamespace::new();
+    // An address of the test's namespace that no test allowance covers: a private one.
+    let private = Ipv4Addr::new(10, 253, ns.addr.octets()[2], ns.addr.octets()[3]);
+    ns.add_routed_address(private);
+    let resolver = TestResolver::start_with(&ns, &[("private.test", private)], ns.addr);
+    let web = lizard_attacks::net::TestWebServer::start(&ns);
+    let system = System::start(&[
+        "--dns-resolver",
+        &resolver.addr.to_string(),
+        "--egress-test-allow",
+        &format!("{}/32", ns.addr),
+    ])
+    .await;
+    let id = system
+        .create_sandbox("base", json!({"allowInternetAccess": false, "allowOut": ["allowed.test", "private.test"]}))
+        .await;
+    let body = lizard_attacks::net::TestWebServer::BODY;
+
+    // The allowed name, resolved and dialed: it answers.
+    assert_eq!(guest_curl(&system, &id, "http://allowed.test/").await, (0, body.to_string()));
+    // Whatever address the guest dials, the proxy dials its own resolution of the name.
+    let (code, got) = guest_curl(&system, &id, "--resolve allowed.test:80:203.0.113.1 http://allowed.test/").await;
+    assert_eq!((code, got.as_str()), (0, body));
+    assert_eq!(web.http_hits(), 2);
+
+    // Another name: no answer from DNS, and no connection when dialed by address.
+    assert_ne!(guest_curl(&system, &id, "http://other.test/").await.0, 0);
+    assert_ne!(guest_curl(&system, &id, &format!("--resolve other.test:80:{} http://other.test/", ns.addr)).await.0, 0);
+    // The bare address, which no rule allows.
+    assert_ne!(guest_curl(&system, &id, &format!("http://{}/", ns.addr)).await.0, 0);
+    // An allowed name that resolves to a private address: never dialed.
+    assert_ne!(guest_curl(&system, &id, "http://private.test/").await.0, 0);
+    assert_eq!(web.http_hits(), 2, "a refused connection reached the web server");
+
+    // TLS: the ClientHello for the allowed name reaches the server (SNI intact); one for
+    // another name does not.
+    guest_curl(&system, &id, "-k https://allowed.test/").await;
+    guest_curl(&system, &id, &format!("-k --resolve other.test:443:{} https://other.test/", ns.addr)).await;
+    let hellos = web.hellos();
+    assert_eq!(hellos.len(), 1, "{} ClientHellos reached the server", hellos.len());
+    assert!(hellos[0].windows(12).any(|w| w == b"allowed.test"), "the server name was not passed on");
+}

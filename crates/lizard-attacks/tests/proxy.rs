@@ -57,11 +57,17 @@ fn host_of(info: &Value, id: &str, port: u16) -> String {
 async fn raw(system: &System, request: &str) -> (u16, String) {
     let mut conn = TcpStream::connect(system.proxy).await.unwrap();
     conn.write_all(request.as_bytes()).await.unwrap();
+    // Until the server closes; a reset after its answer (it closed with our request
+    // unread, as a refusal does) keeps what came before.
     let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(20), conn.read_to_end(&mut answer))
-        .await
-        .expect("the proxy answers and closes")
-        .unwrap();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match tokio::time::timeout_at(deadline, conn.read(&mut buf)).await.expect("the proxy answers and closes") {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+        }
+    }
     let text = String::from_utf8_lossy(&answer).to_string();
     let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();

@@ -49,6 +49,10 @@ pub struct NodeOpts {
     /// [default: the nameservers of the host's /etc/resolv.conf].
     #[arg(long = "dns-resolver", value_name = "ADDR")]
     pub dns_resolvers: Vec<std::net::SocketAddr>,
+    /// TESTS ONLY: a CIDR the egress proxy may dial although it is private (a test's own
+    /// namespace). Never set in production.
+    #[arg(long = "egress-test-allow", value_name = "CIDR", hide = true)]
+    pub egress_test_allow: Vec<lizard_api::network::Cidr>,
 }
 
 impl NodeOpts {
@@ -66,6 +70,9 @@ impl NodeOpts {
         }
         if let (false, Some(net)) = (self.dns_resolvers.is_empty(), config.network.as_mut()) {
             net.resolvers = self.dns_resolvers.clone();
+        }
+        if let Some(net) = config.network.as_mut() {
+            net.egress_test_allow = self.egress_test_allow.clone();
         }
     }
 }

@@ -523,7 +523,7 @@ async fn set_policy_replaces_a_live_sandboxs_rules() {
     let token = format!("lizard-policy-{}", rand::random::<u64>());
     let hosts = FakeHosts::new(&token);
 
-    let closed = ParsedPolicy { allow_internet_access: false, allow_out: vec![], deny_out: vec![] };
+    let closed = ParsedPolicy::default();
     let sbx = net.attach(&closed).await.unwrap();
     let ns = sbx.netns_name();
     let guest = format!("{ns}-guest");
@@ -553,7 +553,7 @@ async fn set_policy_replaces_a_live_sandboxs_rules() {
     let one: ParsedPolicy = ParsedPolicy {
         allow_internet_access: false,
         allow_out: vec![format!("{public}/32").parse().unwrap(), format!("{private}/32").parse().unwrap()],
-        deny_out: vec![],
+        ..Default::default()
     };
     sbx.set_policy(&one).await.unwrap();
     assert!(reach(public).await.unwrap(), "the allowed host {public} is not reachable after set_policy");
@@ -565,6 +565,7 @@ async fn set_policy_replaces_a_live_sandboxs_rules() {
         allow_internet_access: true,
         allow_out: vec![],
         deny_out: vec![format!("{public}/32").parse().unwrap()],
+        ..Default::default()
     };
     sbx.set_policy(&other).await.unwrap();
     assert!(!reach(public).await.unwrap(), "a denied host is reachable: the old rules survived");

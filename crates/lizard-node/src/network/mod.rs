@@ -26,10 +26,12 @@
 //!   rtnetlink (no `ip` processes).
 //! - [`firewall`]: the host's and each namespace's nftables rules.
 //! - [`dns`]: the per-sandbox DNS relay.
+//! - [`egress`]: the per-sandbox egress proxy, where domain rules hold.
 //! - [`teardown`]: removing networks off the async threads, and waiting for that at exit.
 //! - this file: the node's [`Network`] and a sandbox's [`SandboxNet`], tying them together.
 
 mod dns;
+mod egress;
 mod firewall;
 mod links;
 mod netlink;
@@ -40,10 +42,10 @@ pub use links::{HOST_IF_PREFIX, NETNS_PREFIX};
 
 use links::{Names, SlotLock, Slots, MAX_LINK_PREFIX, TAP_IF};
 use lizard_agent_proto::net::GUEST_MAC;
-use lizard_api::network::ParsedPolicy;
+use lizard_api::network::{Cidr, ParsedPolicy};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::task::JoinSet;
 
@@ -63,6 +65,10 @@ pub struct NetworkConfig {
     /// (`<link_prefix><slot>`). A node sweeps only leftovers with its own prefixes.
     pub netns_prefix: String,
     pub link_prefix: String,
+    /// TESTS ONLY: addresses the egress proxy may dial although the platform's deny list
+    /// holds them (the private addresses of a test's own namespaces). Empty in production:
+    /// anything here is reachable by name from every sandbox whose policy allows the name.
+    pub egress_test_allow: Vec<Cidr>,
 }
 
 impl Default for NetworkConfig {
@@ -74,6 +80,7 @@ impl Default for NetworkConfig {
             resolvers: vec![],
             netns_prefix: NETNS_PREFIX.into(),
             link_prefix: HOST_IF_PREFIX.into(),
+            egress_test_allow: vec![],
         }
     }
 }
@@ -120,6 +127,8 @@ pub struct Network {
     netlink: netlink::Netlink,
     /// Teardowns of released networks still running.
     teardowns: Arc<teardown::Teardowns>,
+    /// [`NetworkConfig::egress_test_allow`].
+    egress_test_allow: Arc<Vec<Cidr>>,
 }
 
 impl Network {
@@ -150,6 +159,7 @@ impl Network {
             slots: Slots::new(config.pool, config.pool_prefix, config.state_dir.clone()),
             netlink: netlink::Netlink::open()?,
             teardowns: Arc::default(),
+            egress_test_allow: Arc::new(config.egress_test_allow.clone()),
             config,
         });
         let table = format!("lizard_{}", net.config.link_prefix.replace('-', "_"));
@@ -181,7 +191,7 @@ impl Network {
             tokio::task::spawn_blocking(move || names.teardown(slot)).await.expect("network teardown panicked");
         }
         // From here on, dropping `net` undoes whatever part was made.
-        let dns_gate = Arc::new(dns::Gate::new(policy));
+        let policy_cell = Arc::new(RwLock::new(policy.clone()));
         let mut net = SandboxNet {
             slot,
             names: self.names.clone(),
@@ -189,16 +199,22 @@ impl Network {
             ns_addr: self.slots.addrs(slot).1,
             lock: Some(lock),
             relay: None,
-            dns_gate: dns_gate.clone(),
+            policy: policy_cell.clone(),
             teardowns: self.teardowns.clone(),
         };
-        net.relay = Some(self.build(slot, policy, dns_gate).await?);
+        net.relay = Some(self.build(slot, policy, policy_cell).await?);
         tracing::debug!(slot, took = ?start.elapsed(), "sandbox network ready");
         Ok(net)
     }
 
-    /// Links and addresses, then the namespace's firewall, then the DNS relay.
-    async fn build(&self, slot: u32, policy: &ParsedPolicy, dns_gate: Arc<dns::Gate>) -> Result<JoinSet<()>> {
+    /// Links and addresses, then the namespace's firewall, then the DNS relay and the
+    /// egress proxy (both follow `policy_cell`).
+    async fn build(
+        &self,
+        slot: u32,
+        policy: &ParsedPolicy,
+        policy_cell: Arc<RwLock<ParsedPolicy>>,
+    ) -> Result<JoinSet<()>> {
         let start = std::time::Instant::now();
         let addrs = self.slots.addrs(slot);
         links::create(&self.netlink, &self.names, slot, addrs).await?;
@@ -207,11 +223,19 @@ impl Network {
         let ruleset = firewall::sandbox_ruleset(&self.pool(), addrs.1, policy);
         links::run("nft", &["-f", "-"], Some(&ruleset), Some(&ns_path)).await?;
         let ruled = start.elapsed();
-        let sockets = tokio::task::spawn_blocking(move || links::in_namespace(&ns_path, dns::bind))
-            .await
-            .expect("namespace setup panicked")?;
+        let (sockets, listeners) =
+            tokio::task::spawn_blocking(move || links::in_namespace(&ns_path, || Ok((dns::bind()?, egress::bind()?))))
+                .await
+                .expect("namespace setup panicked")?;
         tracing::debug!(slot, ?linked, ?ruled, relay = ?start.elapsed(), "sandbox network steps");
-        dns::start(sockets, self.resolvers.clone(), dns_gate)
+        let mut tasks = dns::start(sockets, self.resolvers.clone(), Arc::new(dns::Gate::new(policy_cell.clone())))?;
+        let egress = egress::Egress {
+            policy: policy_cell,
+            resolvers: self.resolvers.clone(),
+            test_allow: self.egress_test_allow.clone(),
+        };
+        egress::start(listeners, Arc::new(egress), &mut tasks)?;
+        Ok(tasks)
     }
 }
 
@@ -224,10 +248,12 @@ pub struct SandboxNet {
     ns_addr: Ipv4Addr,
     /// Ownership of the slot; dropped last, once nothing of it is left.
     lock: Option<SlotLock>,
-    /// The DNS relay's tasks: aborting them closes the sockets inside the namespace.
+    /// The DNS relay's and the egress proxy's tasks: aborting them closes their sockets
+    /// inside the namespace.
     relay: Option<JoinSet<()>>,
-    /// What the relay answers this sandbox (follows [`SandboxNet::set_policy`]).
-    dns_gate: Arc<dns::Gate>,
+    /// Its policy as the DNS relay and the egress proxy read it (follows
+    /// [`SandboxNet::set_policy`]).
+    policy: Arc<RwLock<ParsedPolicy>>,
     /// Where its teardown runs.
     teardowns: Arc<teardown::Teardowns>,
 }
@@ -256,7 +282,7 @@ impl SandboxNet {
     pub async fn set_policy(&self, policy: &ParsedPolicy) -> Result<()> {
         let ruleset = firewall::sandbox_ruleset(&self.pool, self.ns_addr, policy);
         links::run("nft", &["-f", "-"], Some(&ruleset), Some(&self.names.netns_path(self.slot))).await?;
-        self.dns_gate.set_policy(policy);
+        *self.policy.write().expect("policy lock") = policy.clone();
         Ok(())
     }
 

@@ -72,7 +72,11 @@ pub async fn serve(
             tracing::debug!(%peer, "sandbox-URL proxy at its connection cap: refused");
             tokio::spawn(async move {
                 let mut stream = stream;
-                let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(BUSY)).await;
+                let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                    stream.write_all(BUSY).await?;
+                    stream.shutdown().await
+                })
+                .await;
             });
             continue;
         };

@@ -87,9 +87,83 @@ impl Query {
         out
     }
 
+    /// The question's name (lowercase, dotted, no trailing dot) of `msg`, which
+    /// [`Query::parse`] accepted.
+    pub fn name(&self, msg: &[u8]) -> String {
+        let mut labels = vec![];
+        let mut at = HEADER_LEN;
+        while let Some(&len) = msg.get(at) {
+            let len = usize::from(len);
+            if len == 0 || at + 1 + len > msg.len() {
+                break;
+            }
+            labels.push(String::from_utf8_lossy(&msg[at + 1..at + 1 + len]).to_ascii_lowercase());
+            at += 1 + len;
+        }
+        labels.join(".")
+    }
+
     /// Whether `answer` is a response to this query (same id, QR set).
     pub fn is_answered_by(&self, answer: &[u8]) -> bool {
         answer.len() >= HEADER_LEN && answer[..2] == self.id.to_be_bytes() && answer[2] & 0x80 != 0
+    }
+}
+
+/// A standard query for the A records of `name` (dotted); `None` when a label is empty or
+/// longer than 63 bytes, or the name longer than 255.
+pub fn a_query(id: u16, name: &str) -> Option<Vec<u8>> {
+    let mut m = id.to_be_bytes().to_vec();
+    // RD; one question.
+    m.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.trim_end_matches('.').split('.') {
+        let len = u8::try_from(label.len()).ok().filter(|l| (1..=63).contains(l))?;
+        m.push(len);
+        m.extend_from_slice(label.as_bytes());
+    }
+    m.push(0);
+    if m.len() - HEADER_LEN > MAX_NAME {
+        return None;
+    }
+    m.extend_from_slice(&[0, 1, 0, 1]);
+    Some(m)
+}
+
+/// The IPv4 addresses in the answer section of response `msg` (A records of class IN,
+/// whatever name they belong to: a CNAME chain ends in them).
+pub fn a_records(msg: &[u8]) -> Vec<std::net::Ipv4Addr> {
+    let read_u16 = |at: usize| msg.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
+    let (Some(qdcount), Some(ancount)) = (read_u16(4), read_u16(6)) else { return vec![] };
+    let mut at = HEADER_LEN;
+    let mut out = vec![];
+    for _ in 0..qdcount {
+        let Some(end) = skip_name(msg, at) else { return out };
+        at = end + 4;
+    }
+    for _ in 0..ancount {
+        let Some(end) = skip_name(msg, at) else { return out };
+        let (Some(rtype), Some(class), Some(rdlen)) = (read_u16(end), read_u16(end + 2), read_u16(end + 8)) else {
+            return out;
+        };
+        let data = end + 10;
+        let Some(rdata) = msg.get(data..data + usize::from(rdlen)) else { return out };
+        if rtype == 1 && class == 1 && rdata.len() == 4 {
+            out.push(std::net::Ipv4Addr::new(rdata[0], rdata[1], rdata[2], rdata[3]));
+        }
+        at = data + usize::from(rdlen);
+    }
+    out
+}
+
+/// Where the name at `at` ends (labels up to the root, or up to a compression pointer).
+fn skip_name(msg: &[u8], mut at: usize) -> Option<usize> {
+    loop {
+        let len = *msg.get(at)?;
+        match len {
+            0 => return Some(at + 1),
+            l if l & 0xc0 == 0xc0 => return Some(at + 2),
+            l if l > 63 => return None,
+            l => at += 1 + usize::from(l),
+        }
     }
 }
 
@@ -145,5 +219,26 @@ pub(crate) mod tests {
         assert_eq!(&r[12..], &q[12..]);
         assert!(parsed.is_answered_by(&r));
         assert!(!parsed.is_answered_by(&q));
+    }
+
+    #[test]
+    fn names_queries_and_a_records_round_trip() {
+        let q = a_query(5, "Registry.Example.").unwrap();
+        let parsed = Query::parse(&q).unwrap();
+        assert_eq!(parsed.name(&q), "registry.example");
+        assert!(a_query(1, "a..b").is_none() && a_query(1, &"x".repeat(64)).is_none());
+        // An answer: a CNAME (to a compressed name), then two A records.
+        let mut r = q.clone();
+        r[2] = 0x81;
+        r[3] = 0x80;
+        r[6..8].copy_from_slice(&[0, 3]);
+        r.extend_from_slice(&[0xc0, 12, 0, 5, 0, 1, 0, 0, 0, 60, 0, 4, 1, b'c', 0xc0, 12]);
+        r.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 203, 0, 113, 5]);
+        r.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 203, 0, 113, 6]);
+        assert_eq!(
+            a_records(&r),
+            ["203.0.113.5".parse::<std::net::Ipv4Addr>().unwrap(), "203.0.113.6".parse().unwrap()]
+        );
+        assert!(a_records(&r[..r.len() - 3]).len() == 1, "a truncated record is not read");
     }
 }

@@ -7,23 +7,24 @@
 //! connection, must be one standard query ([`message::Query`]); anything else is dropped
 //! (UDP) or ends the connection (TCP), and never reaches a resolver. Each sandbox's
 //! queries draw on its own [`limit::TokenBucket`]; beyond it they are dropped (the guest's
-//! resolver retries later). A sandbox without internet access gets REFUSED for every
-//! name, answered by the relay itself: its allow rules are addresses, which need no names.
+//! resolver retries later). Names are relayed as the sandbox's policy allows them
+//! ([`ParsedPolicy::allows_name`]): a name in `denyOut` never, one in `allowOut` always,
+//! any other only with internet access; the rest get REFUSED from the relay itself.
 //!
 //! - [`message`]: the wire format, as far as the relay reads it;
 //! - [`limit`]: the token bucket;
-//! - this file: binding, the [`Gate`] (policy and budget) and the UDP and TCP relays.
+//! - this file: binding, the [`Gate`] (policy and budget), the UDP and TCP relays, and
+//!   [`resolve_a`] for the egress proxy.
 
 mod limit;
-mod message;
+pub(super) mod message;
 
 use super::{io_err, Result};
 use lizard_agent_proto::net::GATEWAY;
 use lizard_api::network::ParsedPolicy;
 use message::{Query, HEADER_LEN};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -42,8 +43,8 @@ const DNS_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// What the relay does with one sandbox's queries.
 #[derive(Debug)]
 pub(super) struct Gate {
-    /// Relay to the resolvers (internet access on), or answer REFUSED.
-    relay: AtomicBool,
+    /// The sandbox's policy, as [`super::SandboxNet::set_policy`] last set it.
+    policy: Arc<RwLock<ParsedPolicy>>,
     budget: Mutex<limit::TokenBucket>,
 }
 
@@ -57,23 +58,31 @@ enum Verdict {
 }
 
 impl Gate {
-    pub(super) fn new(policy: &ParsedPolicy) -> Gate {
-        Gate { relay: AtomicBool::new(policy.allow_internet_access), budget: Mutex::default() }
+    pub(super) fn new(policy: Arc<RwLock<ParsedPolicy>>) -> Gate {
+        Gate { policy, budget: Mutex::default() }
     }
 
-    /// Follow a sandbox's new policy (a warm sandbox's network opens at claim).
-    pub(super) fn set_policy(&self, policy: &ParsedPolicy) {
-        self.relay.store(policy.allow_internet_access, Ordering::SeqCst);
-    }
-
-    fn admit(&self) -> Verdict {
+    /// The fate of a query for `name`.
+    fn admit(&self, name: &str) -> Verdict {
         if !self.budget.lock().expect("DNS budget lock").take() {
             Verdict::Drop
-        } else if self.relay.load(Ordering::SeqCst) {
+        } else if self.policy.read().expect("policy lock").allows_name(name) {
             Verdict::Relay
         } else {
             Verdict::Refuse
         }
+    }
+}
+
+/// The IPv4 addresses `resolvers` give for `name` (the first that answers), for the
+/// egress proxy, which resolves names itself rather than trusting the guest's lookup.
+pub(super) async fn resolve_a(name: &str, resolvers: &[SocketAddr]) -> Vec<std::net::Ipv4Addr> {
+    let id = rand::random::<u16>();
+    let Some(msg) = message::a_query(id, name) else { return vec![] };
+    let Ok(query) = Query::parse(&msg) else { return vec![] };
+    match ask_udp(&query, &msg, resolvers).await {
+        Some(answer) => message::a_records(&answer),
+        None => vec![],
     }
 }
 
@@ -125,7 +134,7 @@ async fn udp_relay(sock: tokio::net::UdpSocket, resolvers: Arc<Vec<SocketAddr>>,
                 let Ok((n, from)) = r else { continue };
                 let msg = &buf[..n];
                 let Ok(query) = Query::parse(msg) else { continue };
-                match gate.admit() {
+                match gate.admit(&query.name(msg)) {
                     Verdict::Drop => {}
                     Verdict::Refuse => {
                         let _ = sock.send_to(&query.refused(msg), from).await;
@@ -200,7 +209,7 @@ async fn serve_tcp(mut guest: impl AsyncRead + AsyncWrite + Unpin, resolvers: &[
     for _ in 0..DNS_TCP_MESSAGES {
         let Some(msg) = read_message(&mut guest).await else { return };
         let Ok(query) = Query::parse(&msg) else { return };
-        let answer = match gate.admit() {
+        let answer = match gate.admit(&query.name(&msg)) {
             Verdict::Drop => return,
             Verdict::Refuse => query.refused(&msg),
             Verdict::Relay => match ask_tcp(&mut upstream, &query, &msg, resolvers).await {
@@ -280,6 +289,7 @@ fn parse_resolv_conf(text: &str) -> Vec<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
 
     #[test]
     fn resolvers_come_from_resolv_conf() {
@@ -288,16 +298,26 @@ mod tests {
     }
 
     fn policy(internet: bool) -> ParsedPolicy {
-        ParsedPolicy { allow_internet_access: internet, allow_out: vec![], deny_out: vec![] }
+        ParsedPolicy { allow_internet_access: internet, ..Default::default() }
+    }
+
+    fn gate(p: ParsedPolicy) -> (Gate, Arc<RwLock<ParsedPolicy>>) {
+        let cell = Arc::new(RwLock::new(p));
+        (Gate::new(cell.clone()), cell)
     }
 
     #[test]
-    fn the_gate_refuses_without_internet_follows_the_policy_and_spends_a_budget() {
-        let gate = Gate::new(&policy(false));
-        assert_eq!(gate.admit(), Verdict::Refuse);
-        gate.set_policy(&policy(true));
-        assert_eq!(gate.admit(), Verdict::Relay);
-        let verdicts: Vec<_> = (0..limit::BURST * 2).map(|_| gate.admit()).collect();
+    fn the_gate_answers_by_name_follows_the_policy_and_spends_a_budget() {
+        let (g, cell) = gate(policy(false));
+        assert_eq!(g.admit("a.example"), Verdict::Refuse);
+        cell.write().unwrap().allow_domains = vec!["*.registry.example".parse().unwrap()];
+        assert_eq!(g.admit("cdn.registry.example"), Verdict::Relay);
+        assert_eq!(g.admit("a.example"), Verdict::Refuse);
+        *cell.write().unwrap() = policy(true);
+        assert_eq!(g.admit("a.example"), Verdict::Relay);
+        cell.write().unwrap().deny_domains = vec!["a.example".parse().unwrap()];
+        assert_eq!(g.admit("a.example"), Verdict::Refuse);
+        let verdicts: Vec<_> = (0..limit::BURST * 2).map(|_| g.admit("b.example")).collect();
         assert!(verdicts.contains(&Verdict::Drop), "no budget");
     }
 
@@ -344,7 +364,7 @@ mod tests {
     #[tokio::test]
     async fn tcp_carries_dns_queries_only() {
         let (resolver, bytes) = fake_resolver().await;
-        let open = Gate::new(&policy(true));
+        let (open, _) = gate(policy(true));
         let q = message::tests::query(9, "a.example");
         let got = exchange(&open, &[resolver], &framed(&q)).await;
         assert_eq!(got.len(), q.len() + 2);
@@ -359,7 +379,7 @@ mod tests {
         assert_eq!(bytes.load(Ordering::SeqCst), relayed);
 
         // Without internet: REFUSED from the relay itself.
-        let closed = Gate::new(&policy(false));
+        let (closed, _) = gate(policy(false));
         let got = exchange(&closed, &[resolver], &framed(&q)).await;
         assert_eq!(got[2..], Query::parse(&q).unwrap().refused(&q)[..]);
         assert_eq!(bytes.load(Ordering::SeqCst), relayed);
