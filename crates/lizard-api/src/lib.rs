@@ -36,10 +36,11 @@ pub struct CreateSandboxRequest {
     /// never reachable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_internet_access: Option<bool>,
-    /// CIDRs reachable even without internet access (never any the platform denies).
+    /// CIDRs or domain names (`registry.example`, `*.example`) reachable even without
+    /// internet access (never an address the platform denies).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_out: Vec<String>,
-    /// CIDRs never reachable; wins over `allowOut`.
+    /// CIDRs or domain names never reachable; wins over `allowOut`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny_out: Vec<String>,
     /// Id of a volume on this node to mount at `/workspace` (one sandbox at a time).
@@ -134,10 +135,11 @@ pub struct NewSandboxRequest {
     /// never reachable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_internet_access: Option<bool>,
-    /// CIDRs reachable even without internet access (never any the platform denies).
+    /// CIDRs or domain names (`registry.example`, `*.example`) reachable even without
+    /// internet access (never an address the platform denies).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_out: Vec<String>,
-    /// CIDRs never reachable; wins over `allowOut`.
+    /// CIDRs or domain names never reachable; wins over `allowOut`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny_out: Vec<String>,
     /// A volume of the sandbox's project (by name or id) to mount at `/workspace`. The

@@ -262,3 +262,28 @@ async fn with_internet_off_an_allowed_domain_is_reachable_by_name_and_nothing_el
     assert_eq!(hellos.len(), 1, "{} ClientHellos reached the server", hellos.len());
     assert!(hellos[0].windows(12).any(|w| w == b"allowed.test"), "the server name was not passed on");
 }
+
+/// The case: with internet access off and only the package registry's domain
+/// allowed, `npm` reaches its registry (through the egress proxy, which dials the
+/// registry's public addresses itself). The registry's name is read from npm's own
+/// configuration in a sandbox with internet access.
+#[tokio::test(flavor = "multi_thread")]
+async fn npm_reaches_its_registry_with_only_that_domain_allowed_and_internet_off() {
+    let system = System::start(&[]).await;
+    let probe = system.create_sandbox("base", json!({})).await;
+    let (code, registry, err) = system.exec(&probe, "npm config get registry").await;
+    assert_eq!(code, 0, "{err}");
+    let host = registry.trim().split("://").nth(1).and_then(|rest| rest.split(['/', ':']).next()).unwrap().to_string();
+    let id = system.create_sandbox("base", json!({"allowInternetAccess": false, "allowOut": [host]})).await;
+    let (status, r) = system
+        .call(
+            reqwest::Method::POST,
+            &format!("/v1/sandboxes/{id}/exec"),
+            Some(json!({"cmd": "npm view left-pad version", "timeoutMs": 150_000})),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["exitCode"], 0, "npm view failed: {r}");
+    let version = r["stdout"].as_str().unwrap().trim();
+    assert!(version.split('.').count() == 3 && version.split('.').all(|p| p.parse::<u32>().is_ok()), "{version:?}");
+}

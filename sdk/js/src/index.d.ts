@@ -214,9 +214,10 @@ export interface CreateOptions {
   /** Whether destinations in neither `allowOut` nor `denyOut` are reachable (default true).
    * Private, link-local and loopback ranges, other sandboxes and the host never are. */
   allowInternetAccess?: boolean
-  /** CIDRs reachable even without internet access (never any the platform denies). */
+  /** CIDRs or domain names (`registry.example`, `*.example`) reachable even without internet
+   * access (never an address the platform denies). */
   allowOut?: string[]
-  /** CIDRs never reachable; wins over `allowOut`. */
+  /** CIDRs or domain names never reachable; wins over `allowOut`. */
   denyOut?: string[]
   /** Whether anyone may use the sandbox's URLs (default true). `false`: every request must
    * carry `sandbox.accessToken` (header `X-Lizard-Access-Token` or query `lizardAccessToken`). */

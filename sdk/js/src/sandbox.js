@@ -130,9 +130,10 @@ export class Sandbox extends CodeInterpreter {
    * the `lizard` CLI there; `volumeName` mounts that volume at /workspace. `resolution`
    * (`[width, height]`) restarts a `desktop` sandbox's screen at that size before resolving.
    * Network: `allowInternetAccess: false` cuts the sandbox off the internet except for the
-   * CIDRs in `allowOut`; `denyOut` CIDRs are never reachable. `publicUrls: false` makes its
-   * URLs answer only to requests carrying `sandbox.accessToken` (header
-   * `X-Lizard-Access-Token`, or the `lizardAccessToken` query parameter).
+   * CIDRs and domain names (`registry.example`, `*.example`) in `allowOut`; `denyOut` entries
+   * are never reachable. `publicUrls: false` makes its URLs answer only to requests carrying
+   * `sandbox.accessToken` (header `X-Lizard-Access-Token`, or the `lizardAccessToken` query
+   * parameter).
    */
   static async create(template = 'base', opts = {}) {
     const http = clientFor(opts)

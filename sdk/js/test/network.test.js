@@ -39,7 +39,7 @@ test('a sandbox without internet and with private URLs answers only to its token
   const sb = await Sandbox.create('base', {
     project: 'my-project',
     allowInternetAccess: false,
-    allowOut: ['198.51.100.7'],
+    allowOut: ['198.51.100.7', 'registry.example', '*.cdn.example'],
     denyOut: ['203.0.113.0/24'],
     publicUrls: false,
   })

@@ -189,7 +189,8 @@ class Sandbox(CodeInterpreter):
         itself (default 10 minutes: a template's first create boots it).
 
         Network: ``allow_internet_access=False`` cuts the sandbox off the internet except
-        for the CIDRs in ``allow_out``; ``deny_out`` CIDRs are never reachable.
+        for the CIDRs and domain names (``registry.example``, ``*.example``) in ``allow_out``;
+        ``deny_out`` entries are never reachable.
         ``public_urls=False`` makes its URLs answer only to requests carrying
         ``sandbox.access_token`` (header ``X-Lizard-Access-Token`` or query parameter
         ``lizardAccessToken``)."""

@@ -28,7 +28,7 @@ def test_a_sandbox_without_internet_and_with_private_urls(server: Server, my_pro
         "base",
         project="my-project",
         allow_internet_access=False,
-        allow_out=["198.51.100.7"],
+        allow_out=["198.51.100.7", "registry.example", "*.cdn.example"],
         deny_out=["203.0.113.0/24"],
         public_urls=False,
     )
