@@ -90,7 +90,7 @@ async fn pipe(mut guest: TcpTunnel, target: SocketAddr) {
 
 /// Copy both ways until both sides have finished, or until nothing moved (no byte read,
 /// no write completed) for `idle`.
-async fn copy_until_idle<A, B>(a: &mut A, b: &mut B, idle: Duration) -> std::io::Result<()>
+pub(crate) async fn copy_until_idle<A, B>(a: &mut A, b: &mut B, idle: Duration) -> std::io::Result<()>
 where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,

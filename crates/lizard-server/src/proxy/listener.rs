@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 /// Bounds of the proxy listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +44,11 @@ const BUSY: &[u8] =
 /// The client's address, put on each request for [`super::headers::set_forwarded`].
 #[derive(Debug, Clone, Copy)]
 pub struct ClientAddr(pub SocketAddr);
+
+/// The connection's slot under [`Limits::max_connections`], put on each request so that
+/// an upgraded connection (a WebSocket piped on after its request) keeps holding it.
+#[derive(Debug, Clone)]
+pub struct ConnectionSlot(pub Arc<OwnedSemaphorePermit>);
 
 /// Serve the proxy on `listener` within `limits` until `shutdown` resolves.
 pub async fn serve(
@@ -81,11 +86,13 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
+        let slot = Arc::new(slot);
         let state = state.clone();
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
                 req.extensions_mut().insert(ClientAddr(peer));
+                req.extensions_mut().insert(ConnectionSlot(slot.clone()));
                 let state = state.clone();
                 async move { Ok::<_, Infallible>(super::handle(&state, req.map(Body::new)).await) }
             });
@@ -102,7 +109,6 @@ pub async fn serve(
                     let _ = conn.await;
                 }
             }
-            drop(slot);
         });
     }
     let _ = stop_tx.send(true);

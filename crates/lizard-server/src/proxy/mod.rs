@@ -33,7 +33,7 @@ pub mod host;
 pub mod listener;
 
 pub use host::{parse_host, Target};
-pub use listener::{serve, ClientAddr, Limits};
+pub use listener::{serve, ClientAddr, ConnectionSlot, Limits};
 
 use crate::error::AppError;
 use crate::ops;
@@ -90,6 +90,7 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
     access::check(state.server.store.as_ref(), &target, req.headers(), req.uri()).await?;
 
     let client = req.extensions().get::<ClientAddr>().map(|c| c.0.ip());
+    let slot = req.extensions().get::<ConnectionSlot>().cloned();
     *req.uri_mut() = access::guest_target(req.uri());
     headers::strip_platform_credentials(req.headers_mut());
     headers::set_forwarded(req.headers_mut(), client, &host);
@@ -121,6 +122,8 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
                     }
                     Err(e) => tracing::debug!("upgrade failed: {e}"),
                 }
+                // The pipe counted against the listener's cap until here.
+                drop(slot);
             });
         }
     }

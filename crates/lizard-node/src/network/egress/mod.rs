@@ -36,8 +36,11 @@ use tokio::task::JoinSet;
 pub(super) const HTTP_PORT: u16 = 15080;
 /// Where the namespace redirects the guest's HTTPS (tcp/443).
 pub(super) const TLS_PORT: u16 = 15443;
-/// Connections one sandbox may have through the proxy at once, per port.
-const CONNECTIONS: usize = 256;
+/// Connections one sandbox may have through the proxy at once, per port (each costs the
+/// node two descriptors).
+const CONNECTIONS: usize = 64;
+/// A connection idle this long (no bytes either way) is closed.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// Most bytes read before a name must have shown.
 const SNIFF_LIMIT: usize = 16 * 1024;
 /// How long the client may take to show it.
@@ -141,7 +144,7 @@ async fn carry(mut guest: TcpStream, port: u16, egress: &Egress) -> Result<(), E
         }
     };
     upstream.write_all(&first).await.map_err(|e| EgressError::Io(format!("write to {name}"), e))?;
-    tokio::io::copy_bidirectional(&mut guest, &mut upstream)
+    crate::forward::copy_until_idle(&mut guest, &mut upstream, IDLE_TIMEOUT)
         .await
         .map_err(|e| EgressError::Io(format!("carry {name}"), e))?;
     Ok(())
