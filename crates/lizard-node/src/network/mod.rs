@@ -27,7 +27,6 @@
 //! - [`firewall`]: the host's and each namespace's nftables rules.
 //! - [`dns`]: the per-sandbox DNS relay.
 //! - [`egress`]: the per-sandbox egress proxy, where domain rules hold.
-//! - [`teardown`]: removing networks off the async threads, and waiting for that at exit.
 //! - this file: the node's [`Network`] and a sandbox's [`SandboxNet`], tying them together.
 
 mod dns;
@@ -35,7 +34,6 @@ mod egress;
 mod firewall;
 mod links;
 mod netlink;
-mod teardown;
 
 pub use firewall::PLATFORM_DENY;
 pub use links::{HOST_IF_PREFIX, NETNS_PREFIX};
@@ -125,8 +123,6 @@ pub struct Network {
     slots: Slots,
     /// Netlink in the node's own namespace, for the host ends of the links.
     netlink: netlink::Netlink,
-    /// Teardowns of released networks still running.
-    teardowns: Arc<teardown::Teardowns>,
     /// [`NetworkConfig::egress_test_allow`].
     egress_test_allow: Arc<Vec<Cidr>>,
 }
@@ -158,7 +154,6 @@ impl Network {
             resolvers: Arc::new(resolvers),
             slots: Slots::new(config.pool, config.pool_prefix, config.state_dir.clone()),
             netlink: netlink::Netlink::open()?,
-            teardowns: Arc::default(),
             egress_test_allow: Arc::new(config.egress_test_allow.clone()),
             config,
         });
@@ -167,14 +162,6 @@ impl Network {
         links::run("nft", &["-f", "-"], Some(&rules), None).await?;
         net.slots.sweep(&net.names);
         Ok(net)
-    }
-
-    /// Wait (at most `limit`) for the teardowns of released networks to finish: call
-    /// before the process exits, so that none is cut off half-done.
-    pub async fn settle(&self, limit: std::time::Duration) {
-        if !self.teardowns.settle(limit).await {
-            tracing::warn!("network teardowns still running at exit: the next start sweeps them");
-        }
     }
 
     /// The pool as `address/prefix`.
@@ -200,7 +187,6 @@ impl Network {
             lock: Some(lock),
             relay: None,
             policy: policy_cell.clone(),
-            teardowns: self.teardowns.clone(),
         };
         net.relay = Some(self.build(slot, policy, policy_cell).await?);
         tracing::debug!(slot, took = ?start.elapsed(), "sandbox network ready");
@@ -254,8 +240,6 @@ pub struct SandboxNet {
     /// Its policy as the DNS relay and the egress proxy read it (follows
     /// [`SandboxNet::set_policy`]).
     policy: Arc<RwLock<ParsedPolicy>>,
-    /// Where its teardown runs.
-    teardowns: Arc<teardown::Teardowns>,
 }
 
 impl SandboxNet {
@@ -286,9 +270,13 @@ impl SandboxNet {
         Ok(())
     }
 
-    /// Stop the DNS relay, remove the namespace, its links (the TAP goes with the namespace)
-    /// and its rules, and free the slot, without blocking a runtime (see [`teardown`]).
-    /// Call after the VM has exited (dropping does the same).
+    /// Stop the DNS relay and the egress proxy, remove the namespace, its links (the TAP
+    /// goes with the namespace) and its rules, and free the slot. Call after the VM has
+    /// exited (dropping does the same). The removal blocks (a netlink request, an
+    /// unmount): on a multi-thread runtime's worker it runs in `block_in_place`, which
+    /// hands the worker's other tasks to another thread first, so no runtime stalls and
+    /// the network is gone when the caller (a kill) goes on; the slot is freed only then,
+    /// so it is never reused half-removed.
     pub fn release(self) {}
 }
 
@@ -304,13 +292,12 @@ impl Drop for SandboxNet {
             drop(lock);
         };
         match Handle::try_current().map(|h| h.runtime_flavor()) {
-            // A runtime worker: hand its other tasks to another thread while this one
-            // blocks, so the network is gone when the caller (kill) goes on.
+            // A runtime worker (the server's runtime): hand its other tasks to another
+            // thread while this one blocks.
             Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(now),
-            // A current-thread runtime must not block at all: a thread of its own.
-            Ok(_) => self.teardowns.start(slot, now),
-            // No runtime: this thread may block.
-            Err(_) => now(),
+            // No runtime, or a current-thread one (tests, tools) that has no other thread
+            // to hand work to: this thread blocks, as it must to leave nothing behind.
+            _ => now(),
         }
     }
 }

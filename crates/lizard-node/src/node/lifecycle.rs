@@ -205,10 +205,6 @@ impl Node {
         for id in running {
             let _ = self.kill(&id).await;
         }
-        // Their networks are removed on threads of their own: let them finish.
-        if let Some(network) = &self.network {
-            network.settle(std::time::Duration::from_secs(30)).await;
-        }
         // The next node process may have the directory now.
         self.dir_lock.lock().expect("data directory lock poisoned").take();
     }
