@@ -36,10 +36,11 @@ pub struct CreateSandboxRequest {
     /// never reachable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_internet_access: Option<bool>,
-    /// CIDRs reachable even without internet access (never any the platform denies).
+    /// CIDRs or domain names (`registry.example`, `*.example`) reachable even without
+    /// internet access (never an address the platform denies).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_out: Vec<String>,
-    /// CIDRs never reachable; wins over `allowOut`.
+    /// CIDRs or domain names never reachable; wins over `allowOut`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny_out: Vec<String>,
     /// Id of a volume on this node to mount at `/workspace` (one sandbox at a time).
@@ -91,6 +92,11 @@ pub struct SandboxInfo {
     /// Suffix of its public hosts: port P is served at `{sandboxId}-{P}.{domain}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
+    /// Only in the answer to a create with `publicUrls: false` (shown once, stored hashed):
+    /// the token every request to its URLs must carry, in the `X-Lizard-Access-Token`
+    /// header or the `lizardAccessToken` query parameter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_token: Option<String>,
 }
 
 /// `POST /v1/sandboxes` on the control plane.
@@ -131,16 +137,21 @@ pub struct NewSandboxRequest {
     /// never reachable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_internet_access: Option<bool>,
-    /// CIDRs reachable even without internet access (never any the platform denies).
+    /// CIDRs or domain names (`registry.example`, `*.example`) reachable even without
+    /// internet access (never an address the platform denies).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_out: Vec<String>,
-    /// CIDRs never reachable; wins over `allowOut`.
+    /// CIDRs or domain names never reachable; wins over `allowOut`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny_out: Vec<String>,
     /// A volume of the sandbox's project (by name or id) to mount at `/workspace`. The
     /// sandbox then runs on the volume's node, in its region.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_name: Option<String>,
+    /// Whether anyone may use the sandbox's URLs (default true). `false`: every request
+    /// through them must carry the access token the create answers with (`accessToken`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_urls: Option<bool>,
 }
 
 impl NewSandboxRequest {

@@ -9,4 +9,5 @@
 pub mod confine;
 pub mod control;
 pub mod leftovers;
+pub mod net;
 pub mod system;

@@ -64,6 +64,14 @@ pub struct NodeOpts {
     /// gid FIRST-1 is the group they share. Must be the same for every node of the host.
     #[arg(long, value_name = "FIRST:COUNT", default_value = "1500000:65536", value_parser = parse_uid_range, env = "LIZARD_VMM_UIDS")]
     pub vmm_uids: lizard_node::confine::UidRange,
+    /// A DNS resolver (ADDR:PORT) that guests' queries are relayed to; repeat for more
+    /// [default: the nameservers of the host's /etc/resolv.conf].
+    #[arg(long = "dns-resolver", value_name = "ADDR")]
+    pub dns_resolvers: Vec<std::net::SocketAddr>,
+    /// TESTS ONLY: a CIDR the egress proxy may dial although it is private (a test's own
+    /// namespace). Never set in production.
+    #[arg(long = "egress-test-allow", value_name = "CIDR", hide = true)]
+    pub egress_test_allow: Vec<lizard_api::network::Cidr>,
 }
 
 /// `FIRST:COUNT`.
@@ -90,6 +98,12 @@ impl NodeOpts {
         if let (Some(prefix), Some(net)) = (&self.net_prefix, config.network.as_mut()) {
             net.netns_prefix = prefix.clone();
             net.link_prefix = prefix.clone();
+        }
+        if let (false, Some(net)) = (self.dns_resolvers.is_empty(), config.network.as_mut()) {
+            net.resolvers = self.dns_resolvers.clone();
+        }
+        if let Some(net) = config.network.as_mut() {
+            net.egress_test_allow = self.egress_test_allow.clone();
         }
     }
 }

@@ -28,6 +28,13 @@ pub struct ServerArgs {
     /// Run without the sandbox-URL proxy.
     #[arg(long)]
     pub no_proxy: bool,
+    /// Seconds a sandbox-URL client may take to send a request's headers (also how long an
+    /// idle connection is kept) before it is cut off.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub proxy_header_timeout: u64,
+    /// Connections the sandbox-URL proxy serves at once; more are answered 503.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub proxy_max_connections: usize,
     /// The region this server places sandboxes in [default: local]
     #[arg(long, value_name = "R")]
     pub region: Option<String>,
@@ -111,7 +118,11 @@ pub fn options(data_dir: &Path, args: &ServerArgs) -> Result<RunOptions> {
     let mut node = NodeConfig::new(data_dir.join("server"));
     node.image_root = data_dir.to_path_buf();
     args.node.apply(&mut node);
-    Ok(RunOptions { server, node, proxy_listen: (!args.no_proxy).then_some(args.proxy_listen) })
+    let proxy_limits = lizard_server::proxy::Limits {
+        header_read_timeout: std::time::Duration::from_secs(args.proxy_header_timeout.max(1)),
+        max_connections: args.proxy_max_connections.max(1),
+    };
+    Ok(RunOptions { server, node, proxy_listen: (!args.no_proxy).then_some(args.proxy_listen), proxy_limits })
 }
 
 pub async fn run(data_dir: &Path, args: ServerArgs) -> Result<()> {

@@ -3,32 +3,45 @@
 //! each connection a guest process makes is piped to the one configured target, the
 //! control plane's API. The guest chooses nothing but the bytes it sends; what it may do
 //! is decided by the API key it holds.
+//!
+//! Bounded, because every piped connection costs the host two file descriptors in the
+//! server's process: a sandbox has at most [`PER_SANDBOX`] open (a waiter takes a slot
+//! before it accepts, so more wait in the agent's queue inside the guest), all sandboxes
+//! of this process together at most [`TOTAL`], and a connection with no bytes either way
+//! for [`IDLE_TIMEOUT`] is closed.
 
 use lizard_agent_client::{AgentClient, ClientError, TcpTunnel};
 use std::net::SocketAddr;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Guest connections picked up at once; more wait in the agent's queue.
 const WAITERS: usize = 4;
-/// Guest connections open at once per sandbox (each holds two of the server's file
-/// descriptors); more wait in the agent's queue until one closes, so one guest cannot
-/// exhaust the control plane's descriptors.
-pub const MAX_OPEN_PER_SANDBOX: usize = 64;
 /// How long connecting to the target may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections one sandbox may have open to the API at once.
+pub const PER_SANDBOX: usize = 64;
+/// Connections all sandboxes of this process may have open to the API at once.
+pub const TOTAL: usize = 2048;
+/// A connection idle this long (no bytes either way) is closed. Long enough for a
+/// long-running call that streams nothing for minutes.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The process-wide slots behind [`TOTAL`].
+static TOTAL_SLOTS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(TOTAL)));
 
 /// Serve `agent`'s forwarded connections until its channel closes.
 pub fn spawn(id: String, agent: AgentClient, target: SocketAddr) {
-    let open = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_OPEN_PER_SANDBOX));
+    let own = Arc::new(Semaphore::new(PER_SANDBOX));
     for _ in 0..WAITERS {
-        let agent = agent.clone();
-        let id = id.clone();
-        let open = open.clone();
+        let (agent, id, own) = (agent.clone(), id.clone(), own.clone());
         tokio::spawn(async move {
             loop {
-                let slot = tokio::select! {
-                    s = open.clone().acquire_owned() => s.expect("the semaphore is never closed"),
+                let slots = tokio::select! {
+                    s = take_slots(&own) => s,
                     _ = agent.closed() => return,
                 };
                 let tunnel = tokio::select! {
@@ -39,7 +52,7 @@ pub fn spawn(id: String, agent: AgentClient, target: SocketAddr) {
                     Ok(t) => {
                         tokio::spawn(async move {
                             pipe(t, target).await;
-                            drop(slot);
+                            drop(slots);
                         });
                     }
                     Err(ClientError::Closed) => return,
@@ -55,6 +68,13 @@ pub fn spawn(id: String, agent: AgentClient, target: SocketAddr) {
     }
 }
 
+/// A slot of this sandbox's and one of the process's.
+async fn take_slots(own: &Arc<Semaphore>) -> (OwnedSemaphorePermit, OwnedSemaphorePermit) {
+    let mine = own.clone().acquire_owned().await.expect("the sandbox's slots are never closed");
+    let all = TOTAL_SLOTS.clone().acquire_owned().await.expect("the process's slots are never closed");
+    (mine, all)
+}
+
 /// Copy both ways between a guest connection and a new connection to `target`.
 async fn pipe(mut guest: TcpTunnel, target: SocketAddr) {
     let mut upstream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target)).await {
@@ -63,5 +83,80 @@ async fn pipe(mut guest: TcpTunnel, target: SocketAddr) {
         Err(_) => return tracing::debug!("forward to {target}: connect timed out"),
     };
     let _ = upstream.set_nodelay(true);
-    let _ = tokio::io::copy_bidirectional(&mut guest, &mut upstream).await;
+    if let Err(e) = copy_until_idle(&mut guest, &mut upstream, IDLE_TIMEOUT).await {
+        tracing::debug!("forward to {target}: {e}");
+    }
+}
+
+/// Copy both ways until both sides have finished, or until nothing moved (no byte read,
+/// no write completed) for `idle`.
+pub(crate) async fn copy_until_idle<A, B>(a: &mut A, b: &mut B, idle: Duration) -> std::io::Result<()>
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "idle connection closed");
+    let (mut a_buf, mut b_buf) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
+    let (mut a_open, mut b_open) = (true, true);
+    while a_open || b_open {
+        tokio::select! {
+            r = a.read(&mut a_buf), if a_open => match r? {
+                0 => {
+                    a_open = false;
+                    let _ = b.shutdown().await;
+                }
+                n => tokio::time::timeout(idle, b.write_all(&a_buf[..n])).await.map_err(|_| timed_out())??,
+            },
+            r = b.read(&mut b_buf), if b_open => match r? {
+                0 => {
+                    b_open = false;
+                    let _ = a.shutdown().await;
+                }
+                n => tokio::time::timeout(idle, a.write_all(&b_buf[..n])).await.map_err(|_| timed_out())??,
+            },
+            _ = tokio::time::sleep(idle) => return Err(timed_out()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bytes_pass_both_ways_and_both_ends_finish() {
+        let (mut client, mut a) = tokio::io::duplex(1024);
+        let (mut b, mut server) = tokio::io::duplex(1024);
+        let copy = tokio::spawn(async move { copy_until_idle(&mut a, &mut b, Duration::from_secs(5)).await });
+        client.write_all(b"ping").await.unwrap();
+        let mut got = [0u8; 4];
+        server.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"ping");
+        server.write_all(b"pong").await.unwrap();
+        client.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"pong");
+        drop(client);
+        drop(server);
+        copy.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_is_closed_and_traffic_keeps_one_open() {
+        let (mut client, mut a) = tokio::io::duplex(1024);
+        let (mut b, mut server) = tokio::io::duplex(1024);
+        let idle = Duration::from_millis(300);
+        let started = tokio::time::Instant::now();
+        let copy = tokio::spawn(async move { copy_until_idle(&mut a, &mut b, idle).await });
+        // Bytes every 100 ms for a second: never idle for 300 ms.
+        for _ in 0..10 {
+            client.write_all(b"x").await.unwrap();
+            let mut one = [0u8; 1];
+            server.read_exact(&mut one).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(!copy.is_finished(), "closed while in use after {:?}", started.elapsed());
+        let r = copy.await.unwrap();
+        assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::TimedOut);
+    }
 }

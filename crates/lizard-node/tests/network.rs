@@ -523,7 +523,7 @@ async fn set_policy_replaces_a_live_sandboxs_rules() {
     let token = format!("lizard-policy-{}", rand::random::<u64>());
     let hosts = FakeHosts::new(&token);
 
-    let closed = ParsedPolicy { allow_internet_access: false, allow_out: vec![], deny_out: vec![] };
+    let closed = ParsedPolicy::default();
     let sbx = net.attach(&closed).await.unwrap();
     let ns = sbx.netns_name();
     let guest = format!("{ns}-guest");
@@ -553,7 +553,7 @@ async fn set_policy_replaces_a_live_sandboxs_rules() {
     let one: ParsedPolicy = ParsedPolicy {
         allow_internet_access: false,
         allow_out: vec![format!("{public}/32").parse().unwrap(), format!("{private}/32").parse().unwrap()],
-        deny_out: vec![],
+        ..Default::default()
     };
     sbx.set_policy(&one).await.unwrap();
     assert!(reach(public).await.unwrap(), "the allowed host {public} is not reachable after set_policy");
@@ -565,6 +565,7 @@ async fn set_policy_replaces_a_live_sandboxs_rules() {
         allow_internet_access: true,
         allow_out: vec![],
         deny_out: vec![format!("{public}/32").parse().unwrap()],
+        ..Default::default()
     };
     sbx.set_policy(&other).await.unwrap();
     assert!(!reach(public).await.unwrap(), "a denied host is reachable: the old rules survived");
@@ -579,5 +580,49 @@ async fn set_policy_replaces_a_live_sandboxs_rules() {
     sbx.release();
     ip(&format!("netns del {guest}"));
     drop(hosts);
+    drop_host_rules(&link_prefix);
+}
+
+/// Releasing a network on the runtime's only worker thread removes it before the release
+/// returns, while another task of that runtime keeps running (the blocking part runs in
+/// `block_in_place`, which hands the worker's tasks to another thread first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_network_released_on_a_runtime_worker_is_gone_at_once_and_stalls_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let state = tempfile::tempdir().unwrap();
+    let mut config = NetworkConfig { state_dir: state.path().to_path_buf(), ..Default::default() };
+    own_prefixes(&mut config);
+    let link_prefix = config.link_prefix.clone();
+    let net = lizard_node::network::Network::start(config).await.unwrap();
+    let mut turns_during_releases = 0;
+    for _ in 0..5 {
+        let sbx = net.attach(&lizard_api::network::ParsedPolicy::default()).await.unwrap();
+        let ns = sbx.netns_name();
+        // A task that must get turns while the release blocks: it spins on the runtime
+        // until the release's own task says it is done.
+        let done = Arc::new(AtomicBool::new(false));
+        let turns = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (d, t) = (done.clone(), turns.clone());
+        let spinner = tokio::spawn(async move {
+            while !d.load(Ordering::SeqCst) {
+                t.fetch_add(1, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+            }
+        });
+        let t = turns.clone();
+        let release = tokio::spawn(async move {
+            let before = t.load(Ordering::SeqCst);
+            sbx.release();
+            let during = t.load(Ordering::SeqCst) - before;
+            let gone = !std::path::Path::new("/run/netns").join(&ns).exists();
+            done.store(true, Ordering::SeqCst);
+            (gone, ns, during)
+        });
+        let (gone, ns, during) = release.await.unwrap();
+        spinner.await.unwrap();
+        assert!(gone, "{ns} outlived its release");
+        turns_during_releases += during;
+    }
+    assert!(turns_during_releases > 0, "the runtime's other task never ran while networks were removed");
     drop_host_rules(&link_prefix);
 }

@@ -24,6 +24,8 @@ pub struct RunOptions {
     pub node: lizard_node::NodeConfig,
     /// Where the sandbox-URL proxy listens (`None`: no proxy).
     pub proxy_listen: Option<SocketAddr>,
+    /// Bounds of the sandbox-URL proxy's listener.
+    pub proxy_limits: crate::proxy::Limits,
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, ServerError> {
@@ -116,10 +118,7 @@ pub async fn run(
                 addr.port()
             );
         }
-        let traffic = state.server.config.traffic.clone();
-        let router = crate::proxy::router(state.clone());
-        let stop = stopped(stop_rx.clone());
-        tokio::spawn(async move { crate::serve_within(l, router, stop, &traffic).await })
+        tokio::spawn(crate::proxy::serve(l, state.clone(), opts.proxy_limits, stopped(stop_rx.clone())))
     });
     let router = crate::build_router(state.clone(), crate::api::all_routes());
     let result = crate::serve_within(listener, router, stopped(stop_rx), &state.server.config.traffic).await;

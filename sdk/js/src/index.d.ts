@@ -105,6 +105,8 @@ export interface SandboxInfo {
   projectId?: string
   endAt?: string
   domain?: string
+  /** Only in a create's answer with `publicUrls: false`: the token its URLs require. */
+  accessToken?: string
 }
 export interface FileEntry {
   name: string
@@ -210,6 +212,17 @@ export interface CreateOptions {
   resolution?: [number, number]
   /** Bound of the create call itself (ms). */
   requestTimeoutMs?: number
+  /** Whether destinations in neither `allowOut` nor `denyOut` are reachable (default true).
+   * Private, link-local and loopback ranges, other sandboxes and the host never are. */
+  allowInternetAccess?: boolean
+  /** CIDRs or domain names (`registry.example`, `*.example`) reachable even without internet
+   * access (never an address the platform denies). */
+  allowOut?: string[]
+  /** CIDRs or domain names never reachable; wins over `allowOut`. */
+  denyOut?: string[]
+  /** Whether anyone may use the sandbox's URLs (default true). `false`: every request must
+   * carry `sandbox.accessToken` (header `X-Lizard-Access-Token` or query `lizardAccessToken`). */
+  publicUrls?: boolean
 }
 
 /** Options of `Sandbox.create`: a project (`project`: id, slug or name; or `projectId`),
@@ -257,6 +270,8 @@ export class Sandbox {
   readonly id: string
   readonly template: string
   readonly state: 'running' | 'paused'
+  /** The token a private sandbox's URLs require (only on the object `create` returned). */
+  readonly accessToken?: string
   readonly fs: Filesystem
   readonly process: Process
   /** Computer use on a `desktop` sandbox's screen. */

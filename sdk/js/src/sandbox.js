@@ -119,12 +119,21 @@ export class Sandbox extends CodeInterpreter {
   get state() {
     return this.info.state
   }
+  /** The token a private sandbox's URLs require (only on the object `create` returned). */
+  get accessToken() {
+    return this.info.accessToken
+  }
 
   /**
    * Boot a new microVM from `template` in a project: `project` (id, slug or name) or
    * `projectId` (exact id). `lizardToken` is an API key placed inside as LIZARD_API_KEY for
    * the `lizard` CLI there; `volumeName` mounts that volume at /workspace. `resolution`
    * (`[width, height]`) restarts a `desktop` sandbox's screen at that size before resolving.
+   * Network: `allowInternetAccess: false` cuts the sandbox off the internet except for the
+   * CIDRs and domain names (`registry.example`, `*.example`) in `allowOut`; `denyOut` entries
+   * are never reachable. `publicUrls: false` makes its URLs answer only to requests carrying
+   * `sandbox.accessToken` (header `X-Lizard-Access-Token`, or the `lizardAccessToken` query
+   * parameter).
    */
   static async create(template = 'base', opts = {}) {
     const http = clientFor(opts)
@@ -140,6 +149,10 @@ export class Sandbox extends CodeInterpreter {
       vcpus: opts.vcpus,
       memoryMib: opts.memoryMib,
       onTimeout: opts.onTimeout,
+      allowInternetAccess: opts.allowInternetAccess,
+      allowOut: opts.allowOut && opts.allowOut.length ? [...opts.allowOut] : undefined,
+      denyOut: opts.denyOut && opts.denyOut.length ? [...opts.denyOut] : undefined,
+      publicUrls: opts.publicUrls,
     }
     for (const [k, v] of Object.entries(fields)) if (v !== undefined) body[k] = v
     const timeoutMs = opts.requestTimeoutMs ?? Math.max(http.timeoutMs, CREATE_TIMEOUT_MS)

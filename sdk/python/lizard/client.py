@@ -243,10 +243,15 @@ class Lizard:
         vcpus: Optional[int] = None,
         memory_mib: Optional[int] = None,
         on_timeout: Optional[str] = None,
+        allow_internet_access: Optional[bool] = None,
+        allow_out: Optional[Sequence[str]] = None,
+        deny_out: Optional[Sequence[str]] = None,
+        public_urls: Optional[bool] = None,
         resolution: Optional[Tuple[int, int]] = None,
         request_timeout: Optional[float] = None,
     ) -> Sandbox:
-        """Boot a sandbox from ``template`` in the client's project."""
+        """Boot a sandbox from ``template`` in the client's project (options as
+        :meth:`Sandbox.create`)."""
         return Sandbox.create(
             template,
             project_id=self.project_id(),
@@ -258,6 +263,10 @@ class Lizard:
             vcpus=vcpus,
             memory_mib=memory_mib,
             on_timeout=on_timeout,
+            allow_internet_access=allow_internet_access,
+            allow_out=allow_out,
+            deny_out=deny_out,
+            public_urls=public_urls,
             resolution=resolution,
             request_timeout=request_timeout,
             http=self.platform,

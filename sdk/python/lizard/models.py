@@ -100,6 +100,8 @@ class SandboxInfo(Model):
     project_id: Optional[str] = None
     end_at: Optional[str] = None
     domain: Optional[str] = None
+    #: Only in a create's answer with ``public_urls=False``: the token its URLs require.
+    access_token: Optional[str] = None
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
 from ._http import HttpClient, shared_client
@@ -148,6 +148,12 @@ class Sandbox(CodeInterpreter):
     def state(self) -> str:
         return self.info.state
 
+    @property
+    def access_token(self) -> Optional[str]:
+        """The token a private sandbox's URLs require (only on the object ``create``
+        returned: it is shown once)."""
+        return self.info.access_token
+
     # -- static forms -------------------------------------------------------------------
 
     @classmethod
@@ -165,6 +171,10 @@ class Sandbox(CodeInterpreter):
         vcpus: Optional[int] = None,
         memory_mib: Optional[int] = None,
         on_timeout: Optional[str] = None,
+        allow_internet_access: Optional[bool] = None,
+        allow_out: Optional[Sequence[str]] = None,
+        deny_out: Optional[Sequence[str]] = None,
+        public_urls: Optional[bool] = None,
         resolution: Optional[Tuple[int, int]] = None,
         request_timeout: Optional[float] = None,
         api_key: Optional[str] = None,
@@ -176,7 +186,14 @@ class Sandbox(CodeInterpreter):
         ``LIZARD_API_KEY`` for the ``lizard`` CLI there; ``volume_name`` mounts that volume
         at ``/workspace``. ``resolution`` (width, height) restarts a ``desktop`` sandbox's
         screen at that size before returning. ``request_timeout`` (seconds) bounds the call
-        itself (default 10 minutes: a template's first create boots it)."""
+        itself (default 10 minutes: a template's first create boots it).
+
+        Network: ``allow_internet_access=False`` cuts the sandbox off the internet except
+        for the CIDRs and domain names (``registry.example``, ``*.example``) in ``allow_out``;
+        ``deny_out`` entries are never reachable.
+        ``public_urls=False`` makes its URLs answer only to requests carrying
+        ``sandbox.access_token`` (header ``X-Lizard-Access-Token`` or query parameter
+        ``lizardAccessToken``)."""
         http = http or shared_client(api_key, api_url)
         body: Dict[str, Any] = {"template": template}
         for key, value in (
@@ -190,6 +207,10 @@ class Sandbox(CodeInterpreter):
             ("vcpus", vcpus),
             ("memoryMib", memory_mib),
             ("onTimeout", on_timeout),
+            ("allowInternetAccess", allow_internet_access),
+            ("allowOut", list(allow_out) if allow_out else None),
+            ("denyOut", list(deny_out) if deny_out else None),
+            ("publicUrls", public_urls),
         ):
             if value is not None:
                 body[key] = value

@@ -45,7 +45,9 @@ pub(super) fn host_ruleset(table: &str, link_prefix: &str, pool: &str) -> String
 /// The namespace's rules: the guest may send DNS to the gateway and nothing else to
 /// the namespace itself; what it forwards passes the platform's deny list, then the
 /// user's lists, then the internet switch; everything leaving is SNATed to the slot's
-/// address.
+/// address. A policy that names domains has the guest's TCP to ports 80 and 443
+/// redirected to the egress proxy on the gateway (see [`super::egress`]), which judges
+/// those connections by name.
 /// The script first makes sure the table exists, then deletes it and makes it anew, all
 /// in one transaction: the same text sets up a fresh namespace and replaces a live one's
 /// policy, leaving nothing of the old rules.
@@ -80,12 +82,25 @@ pub(super) fn sandbox_ruleset(pool: &str, ns_addr: Ipv4Addr, policy: &ParsedPoli
     }
     forward.push(if policy.allow_internet_access { "accept" } else { "drop" }.into());
     let forward: String = forward.iter().map(|r| format!("\t\t{r}\n")).collect();
+    let (http, tls) = (super::egress::HTTP_PORT, super::egress::TLS_PORT);
+    let (egress_in, egress_nat) = if policy.has_domains() {
+        (
+            format!("\t\tiifname \"{TAP_IF}\" ip daddr {GATEWAY} tcp dport {{ {http}, {tls} }} accept\n"),
+            format!(
+                "\tchain prerouting {{ type nat hook prerouting priority dstnat; policy accept;\n\
+                 \t\tiifname \"{TAP_IF}\" tcp dport 80 dnat ip to {GATEWAY}:{http}\n\
+                 \t\tiifname \"{TAP_IF}\" tcp dport 443 dnat ip to {GATEWAY}:{tls}\n\t}}\n"
+            ),
+        )
+    } else {
+        (String::new(), String::new())
+    };
     format!(
         "table inet lizard\ndelete table inet lizard\ntable inet lizard {{\n{}{}{}\
          \tchain input {{ type filter hook input priority filter; policy drop;\n\
          \t\tiif \"lo\" accept\n\
          \t\tct state established,related accept\n\
-         \t\tiifname \"{TAP_IF}\" ip daddr {GATEWAY} meta l4proto {{ tcp, udp }} th dport 53 accept\n\t}}\n\
+         \t\tiifname \"{TAP_IF}\" ip daddr {GATEWAY} meta l4proto {{ tcp, udp }} th dport 53 accept\n{egress_in}\t}}\n{egress_nat}\
          \tchain forward {{ type filter hook forward priority filter; policy drop;\n{forward}\t}}\n\
          \tchain postrouting {{ type nat hook postrouting priority srcnat; policy accept;\n\
          \t\toifname \"{NS_IF}\" snat ip to {ns_addr}\n\t}}\n}}\n",
@@ -111,7 +126,8 @@ pub(super) fn all_host_addresses() -> Vec<Ipv4Addr> {
     addrs.filter_map(|a| a.address?.as_sockaddr_in().map(|s| s.ip())).collect()
 }
 
-fn platform_denies(ip: Ipv4Addr) -> bool {
+/// Whether `ip` is in [`PLATFORM_DENY`].
+pub(super) fn platform_denies(ip: Ipv4Addr) -> bool {
     PLATFORM_DENY.iter().filter_map(|c| c.parse::<Cidr>().ok()).any(|c| match c.addr {
         IpAddr::V4(net) => u32::from(ip) & mask(c.prefix) == u32::from(net),
         IpAddr::V6(_) => false,
@@ -132,6 +148,7 @@ mod tests {
                 "2001:db8::/32".parse().unwrap(),
             ],
             deny_out: vec!["203.0.113.9".parse().unwrap()],
+            ..Default::default()
         };
         let pool = "10.200.0.0/16";
         let r = sandbox_ruleset(pool, Ipv4Addr::new(10, 200, 0, 2), &policy);
@@ -147,7 +164,7 @@ mod tests {
         let open = sandbox_ruleset(
             pool,
             Ipv4Addr::new(10, 200, 0, 2),
-            &ParsedPolicy { allow_internet_access: true, allow_out: vec![], deny_out: vec![] },
+            &ParsedPolicy { allow_internet_access: true, ..Default::default() },
         );
         assert!(open.contains("\t\taccept\n\t}") && !open.contains("@user_"), "{open}");
     }
@@ -159,5 +176,16 @@ mod tests {
         assert!(r.contains("iifname \"lzv*\" drop"), "{r}");
         assert!(r.contains("ip saddr 10.200.0.0/16 ip daddr != 10.200.0.0/16 masquerade"), "{r}");
         assert!(platform_denies(Ipv4Addr::new(192, 168, 1, 1)) && !platform_denies(Ipv4Addr::new(203, 0, 113, 1)));
+    }
+
+    #[test]
+    fn domain_rules_send_web_traffic_to_the_egress_proxy() {
+        let plain = sandbox_ruleset("10.200.0.0/16", Ipv4Addr::new(10, 200, 0, 2), &ParsedPolicy::default());
+        assert!(!plain.contains("dnat"), "{plain}");
+        let named = ParsedPolicy { allow_domains: vec!["registry.example".parse().unwrap()], ..Default::default() };
+        let r = sandbox_ruleset("10.200.0.0/16", Ipv4Addr::new(10, 200, 0, 2), &named);
+        assert!(r.contains("tcp dport 443 dnat ip to 10.0.2.1:15443"), "{r}");
+        assert!(r.contains("tcp dport 80 dnat ip to 10.0.2.1:15080"), "{r}");
+        assert!(r.contains("tcp dport { 15080, 15443 } accept"), "{r}");
     }
 }

@@ -26,9 +26,11 @@
 //!   rtnetlink (no `ip` processes).
 //! - [`firewall`]: the host's and each namespace's nftables rules.
 //! - [`dns`]: the per-sandbox DNS relay.
+//! - [`egress`]: the per-sandbox egress proxy, where domain rules hold.
 //! - this file: the node's [`Network`] and a sandbox's [`SandboxNet`], tying them together.
 
 mod dns;
+mod egress;
 mod firewall;
 mod links;
 mod netlink;
@@ -38,10 +40,11 @@ pub use links::{HOST_IF_PREFIX, NETNS_PREFIX};
 
 use links::{Names, SlotLock, Slots, MAX_LINK_PREFIX, TAP_IF};
 use lizard_agent_proto::net::GUEST_MAC;
-use lizard_api::network::ParsedPolicy;
+use lizard_api::network::{Cidr, ParsedPolicy};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::task::JoinSet;
 
 /// How sandbox networks are made on this node.
@@ -60,6 +63,10 @@ pub struct NetworkConfig {
     /// (`<link_prefix><slot>`). A node sweeps only leftovers with its own prefixes.
     pub netns_prefix: String,
     pub link_prefix: String,
+    /// TESTS ONLY: addresses the egress proxy may dial although the platform's deny list
+    /// holds them (the private addresses of a test's own namespaces). Empty in production:
+    /// anything here is reachable by name from every sandbox whose policy allows the name.
+    pub egress_test_allow: Vec<Cidr>,
 }
 
 impl Default for NetworkConfig {
@@ -71,6 +78,7 @@ impl Default for NetworkConfig {
             resolvers: vec![],
             netns_prefix: NETNS_PREFIX.into(),
             link_prefix: HOST_IF_PREFIX.into(),
+            egress_test_allow: vec![],
         }
     }
 }
@@ -118,6 +126,8 @@ pub struct Network {
     slots: Slots,
     /// Netlink in the node's own namespace, for the host ends of the links.
     netlink: netlink::Netlink,
+    /// [`NetworkConfig::egress_test_allow`].
+    egress_test_allow: Arc<Vec<Cidr>>,
 }
 
 impl Network {
@@ -148,6 +158,7 @@ impl Network {
             resolvers: Arc::new(resolvers),
             slots: Slots::new(config.pool, config.pool_prefix, config.state_dir.clone()),
             netlink: netlink::Netlink::open()?,
+            egress_test_allow: Arc::new(config.egress_test_allow.clone()),
             config,
         });
         let table = format!("lizard_{}", net.config.link_prefix.replace('-', "_"));
@@ -184,6 +195,7 @@ impl Network {
         if !self.names.complete(slot) {
             return Err(NetError::NotTakenBack(format!("slot {slot}'s namespace or host link is gone")));
         }
+        let policy_cell = Arc::new(RwLock::new(policy.clone()));
         let mut net = SandboxNet {
             slot,
             names: self.names.clone(),
@@ -191,13 +203,10 @@ impl Network {
             ns_addr: self.slots.addrs(slot).1,
             lock: None,
             relay: None,
+            policy: policy_cell.clone(),
         };
         net.set_policy(policy).await?;
-        let ns_path = self.names.netns_path(slot);
-        let sockets = tokio::task::spawn_blocking(move || links::in_namespace(&ns_path, dns::bind))
-            .await
-            .expect("namespace setup panicked")?;
-        net.relay = Some(dns::start(sockets, self.resolvers.clone())?);
+        net.relay = Some(self.services(slot, policy_cell).await?);
         // Only now does dropping `net` tear the namespace down: a failed take-back above
         // leaves it to the caller, who kills the VM and sweeps.
         net.lock = Some(lock);
@@ -214,9 +223,11 @@ impl Network {
         let start = std::time::Instant::now();
         let (slot, lock) = self.slots.allocate()?;
         if self.names.leftovers(slot) {
-            self.names.teardown(slot);
+            let names = self.names.clone();
+            tokio::task::spawn_blocking(move || names.teardown(slot)).await.expect("network teardown panicked");
         }
         // From here on, dropping `net` undoes whatever part was made.
+        let policy_cell = Arc::new(RwLock::new(policy.clone()));
         let mut net = SandboxNet {
             slot,
             names: self.names.clone(),
@@ -224,14 +235,21 @@ impl Network {
             ns_addr: self.slots.addrs(slot).1,
             lock: Some(lock),
             relay: None,
+            policy: policy_cell.clone(),
         };
-        net.relay = Some(self.build(slot, policy).await?);
+        net.relay = Some(self.build(slot, policy, policy_cell).await?);
         tracing::debug!(slot, took = ?start.elapsed(), "sandbox network ready");
         Ok(net)
     }
 
-    /// Links and addresses, then the namespace's firewall, then the DNS relay.
-    async fn build(&self, slot: u32, policy: &ParsedPolicy) -> Result<JoinSet<()>> {
+    /// Links and addresses, then the namespace's firewall, then the DNS relay and the
+    /// egress proxy (both follow `policy_cell`).
+    async fn build(
+        &self,
+        slot: u32,
+        policy: &ParsedPolicy,
+        policy_cell: Arc<RwLock<ParsedPolicy>>,
+    ) -> Result<JoinSet<()>> {
         let start = std::time::Instant::now();
         let addrs = self.slots.addrs(slot);
         links::create(&self.netlink, &self.names, slot, addrs).await?;
@@ -240,11 +258,27 @@ impl Network {
         let ruleset = firewall::sandbox_ruleset(&self.pool(), addrs.1, policy);
         links::run("nft", &["-f", "-"], Some(&ruleset), Some(&ns_path)).await?;
         let ruled = start.elapsed();
-        let sockets = tokio::task::spawn_blocking(move || links::in_namespace(&ns_path, dns::bind))
-            .await
-            .expect("namespace setup panicked")?;
+        let tasks = self.services(slot, policy_cell).await?;
         tracing::debug!(slot, ?linked, ?ruled, relay = ?start.elapsed(), "sandbox network steps");
-        dns::start(sockets, self.resolvers.clone())
+        Ok(tasks)
+    }
+
+    /// The node's services inside slot `slot`'s namespace: the DNS relay and the egress
+    /// proxy, both following `policy_cell`.
+    async fn services(&self, slot: u32, policy_cell: Arc<RwLock<ParsedPolicy>>) -> Result<JoinSet<()>> {
+        let ns_path = self.names.netns_path(slot);
+        let (sockets, listeners) =
+            tokio::task::spawn_blocking(move || links::in_namespace(&ns_path, || Ok((dns::bind()?, egress::bind()?))))
+                .await
+                .expect("namespace setup panicked")?;
+        let mut tasks = dns::start(sockets, self.resolvers.clone(), Arc::new(dns::Gate::new(policy_cell.clone())))?;
+        let egress = egress::Egress {
+            policy: policy_cell,
+            resolvers: self.resolvers.clone(),
+            test_allow: self.egress_test_allow.clone(),
+        };
+        egress::start(listeners, Arc::new(egress), &mut tasks)?;
+        Ok(tasks)
     }
 }
 
@@ -257,8 +291,12 @@ pub struct SandboxNet {
     ns_addr: Ipv4Addr,
     /// Ownership of the slot; dropped last, once nothing of it is left.
     lock: Option<SlotLock>,
-    /// The DNS relay's tasks: aborting them closes the sockets inside the namespace.
+    /// The DNS relay's and the egress proxy's tasks: aborting them closes their sockets
+    /// inside the namespace.
     relay: Option<JoinSet<()>>,
+    /// Its policy as the DNS relay and the egress proxy read it (follows
+    /// [`SandboxNet::set_policy`]).
+    policy: Arc<RwLock<ParsedPolicy>>,
 }
 
 impl SandboxNet {
@@ -284,12 +322,18 @@ impl SandboxNet {
     /// network ahead of demand and opens it at claim.
     pub async fn set_policy(&self, policy: &ParsedPolicy) -> Result<()> {
         let ruleset = firewall::sandbox_ruleset(&self.pool, self.ns_addr, policy);
-        links::run("nft", &["-f", "-"], Some(&ruleset), Some(&self.names.netns_path(self.slot))).await
+        links::run("nft", &["-f", "-"], Some(&ruleset), Some(&self.names.netns_path(self.slot))).await?;
+        *self.policy.write().expect("policy lock") = policy.clone();
+        Ok(())
     }
 
-    /// Remove the namespace, its links (the TAP goes with the namespace) and its rules,
-    /// stop the DNS relay and free the slot. Call after the VM has exited (dropping does
-    /// the same).
+    /// Stop the DNS relay and the egress proxy, remove the namespace, its links (the TAP
+    /// goes with the namespace) and its rules, and free the slot. Call after the VM has
+    /// exited (dropping does the same). The removal blocks (a netlink request, an
+    /// unmount): on a multi-thread runtime's worker it runs in `block_in_place`, which
+    /// hands the worker's other tasks to another thread first, so no runtime stalls and
+    /// the network is gone when the caller (a kill) goes on; the slot is freed only then,
+    /// so it is never reused half-removed.
     pub fn release(self) {}
 }
 
@@ -298,9 +342,19 @@ impl Drop for SandboxNet {
         if let Some(mut relay) = self.relay.take() {
             relay.abort_all();
         }
-        if let Some(lock) = self.lock.take() {
-            self.names.teardown(self.slot);
+        let Some(lock) = self.lock.take() else { return };
+        let (names, slot) = (self.names.clone(), self.slot);
+        let now = move || {
+            names.teardown(slot);
             drop(lock);
+        };
+        match Handle::try_current().map(|h| h.runtime_flavor()) {
+            // A runtime worker (the server's runtime): hand its other tasks to another
+            // thread while this one blocks.
+            Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(now),
+            // No runtime, or a current-thread one (tests, tools) that has no other thread
+            // to hand work to: this thread blocks, as it must to leave nothing behind.
+            _ => now(),
         }
     }
 }

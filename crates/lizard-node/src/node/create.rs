@@ -257,8 +257,7 @@ impl Node {
         tracing::info!(template = %template.name, %key, "making a template snapshot (one cold boot)");
         // The template VM needs the same NIC as its clones; its network is closed to the
         // outside and goes away with it.
-        let closed =
-            lizard_api::network::ParsedPolicy { allow_internet_access: false, allow_out: vec![], deny_out: vec![] };
+        let closed = lizard_api::network::ParsedPolicy::default();
         let net = match &self.network {
             Some(n) => Some(n.attach(&closed).await?),
             None => None,

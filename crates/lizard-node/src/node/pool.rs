@@ -266,8 +266,7 @@ impl Node {
     /// One machine of `snap`: pre-spawned, and with `warm` restored too.
     async fn make_ready(&self, snap: &TemplateSnapshot, machine: &Machine, warm: bool) -> Result<Ready> {
         let _permit = self.restores.acquire().await.expect("the restore semaphore is never closed");
-        let closed =
-            lizard_api::network::ParsedPolicy { allow_internet_access: false, allow_out: vec![], deny_out: vec![] };
+        let closed = lizard_api::network::ParsedPolicy::default();
         let net = match &self.network {
             Some(n) => Some(n.attach(&closed).await?),
             None => None,

@@ -279,6 +279,7 @@ impl Sandbox {
             project_id: None,
             end_at: None,
             domain: None,
+            access_token: None,
         }
     }
 

@@ -79,6 +79,7 @@ pub async fn create(
         None => None,
     };
     let template_ref = crate::ops::templates::node_template_for(&state, &project, &req.template).await?;
+    let access = (req.public_urls == Some(false)).then(crate::proxy::access::AccessToken::generate);
     let spec = NewSandboxSpec {
         account_id: p.account_id.clone(),
         project,
@@ -95,9 +96,12 @@ pub async fn create(
         timeout_ms,
         timeout_at,
         on_timeout: req.on_timeout.unwrap_or_default(),
+        access_hash: access.as_ref().map(|t| t.hash),
     };
     let sandbox = ops::create(&state, spec).await?;
-    Ok((StatusCode::CREATED, Json(sandbox_json(&state, &sandbox))))
+    let mut info = sandbox_json(&state, &sandbox);
+    info.access_token = access.map(|t| t.plaintext);
+    Ok((StatusCode::CREATED, Json(info)))
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]

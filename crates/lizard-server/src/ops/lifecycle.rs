@@ -70,7 +70,12 @@ async fn fork_now(state: &AppState, source: &LiveSandbox, count: u32) -> ApiResu
             template_ref: source.record.template_ref.clone(),
             meter: state.server.config.billing.pricing.meter(copy.vcpus, copy.memory_mib),
         };
-        if let Err(e) = store.insert_sandbox(&record).await {
+        // A private source's copies answer to its token, from before they are recorded.
+        let recorded = match store.copy_sandbox_access(source.id(), &copy.sandbox_id).await {
+            Ok(()) => store.insert_sandbox(&record).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = recorded {
             for c in &copies[i..] {
                 let _ = source.node.kill(&c.sandbox_id).await;
             }

@@ -130,6 +130,8 @@ pub struct NewSandboxSpec {
     pub timeout_ms: u64,
     pub timeout_at: i64,
     pub on_timeout: OnTimeout,
+    /// SHA-256 of the access token its URLs require (`None`: public URLs).
+    pub access_hash: Option<[u8; 32]>,
 }
 
 /// Boot a sandbox and record it. Its volume is held (reserved in the store) before it
@@ -205,7 +207,15 @@ async fn create_now(state: &AppState, spec: NewSandboxSpec) -> ApiResult<LiveSan
         timeout_ms: Some(i64::try_from(spec.timeout_ms).unwrap_or(i64::MAX)),
         template_ref: spec.template_ref,
     };
-    let mut recorded = store.insert_sandbox(&record).await;
+    // Private before recorded: the proxy serves only recorded sandboxes, so a private one
+    // is never reachable without its token.
+    let mut recorded = match &spec.access_hash {
+        Some(hash) => store.set_sandbox_access(&id, hash).await,
+        None => Ok(()),
+    };
+    if recorded.is_ok() {
+        recorded = store.insert_sandbox(&record).await;
+    }
     if let (Ok(()), Some(a)) = (&recorded, &attachment) {
         recorded = store.reassign_volume(&a.volume.id, &a.reservation, &id).await;
     }

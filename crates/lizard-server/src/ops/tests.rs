@@ -78,6 +78,7 @@ impl FakeNode {
             project_id: None,
             end_at: None,
             domain: None,
+            access_token: None,
         })
     }
 

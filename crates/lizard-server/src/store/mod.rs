@@ -13,6 +13,7 @@
 //!
 //! Timestamps are milliseconds since the Unix epoch.
 
+pub mod access;
 pub mod billing;
 #[cfg(test)]
 pub(crate) mod fixture;
@@ -21,6 +22,7 @@ pub mod sqlite;
 pub mod templates;
 pub mod volumes;
 
+pub use access::AccessStore;
 pub use billing::{BillingStore, MeterSpec, MeterState};
 pub use idempotency::IdempotencyStore;
 pub use lizard_api::{OnTimeout, SandboxState};
@@ -209,7 +211,9 @@ pub struct Removed {
 /// The control plane's persistent state. Object-safe: handlers hold `Arc<dyn Store>`.
 /// Billing (the ledger, the meters) is its [`BillingStore`] half.
 #[async_trait]
-pub trait Store: VolumeStore + TemplateStore + BillingStore + IdempotencyStore + Send + Sync + 'static {
+pub trait Store:
+    VolumeStore + TemplateStore + BillingStore + IdempotencyStore + AccessStore + Send + Sync + 'static
+{
     // --- accounts -------------------------------------------------------------------
 
     /// First start: insert `account` and its first `key` in one transaction, but only if

@@ -39,8 +39,10 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (5, "templates", include_str!("../../migrations/0005_templates.sql")),
     (6, "idempotency", include_str!("../../migrations/0006_idempotency.sql")),
     (7, "volume billing", include_str!("../../migrations/0007_volume_billing.sql")),
+    (8, "sandbox access", include_str!("../../migrations/0008_sandbox_access.sql")),
 ];
 
+mod access;
 mod billing;
 mod idempotency;
 mod templates;

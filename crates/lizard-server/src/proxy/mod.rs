@@ -1,17 +1,39 @@
 //! The sandbox-URL proxy: `{sandboxId}-{port}.sandbox.{region}.{domain}` → that port on
 //! 127.0.0.1 inside that sandbox.
 //!
-//! Routing is by the Host header alone. Each request opens a TCP tunnel through the
-//! sandbox's node ([`crate::ops::sandboxes::open_port`]) and its agent (HTTP/2 CONNECT over the host↔guest channel; guests need no network
-//! for this) and speaks HTTP/1.1 to the guest's server over it, bodies streamed both
-//! ways. An `Upgrade` request (WebSockets) that the guest answers with 101 becomes a raw
-//! byte pipe between client and guest.
+//! Routing is by the request's one host ([`host`]: duplicate `Host` headers and an
+//! absolute-form target naming another host are refused). Each request opens a TCP
+//! tunnel through the sandbox's node ([`crate::ops::sandboxes::open_port`]) and its agent
+//! (HTTP/2 CONNECT over the host↔guest channel; guests need no network for this) and
+//! speaks HTTP/1.1 to the guest's server over it, bodies streamed both ways. An `Upgrade`
+//! request (WebSockets) that the guest answers with 101 becomes a raw byte pipe between
+//! client and guest.
 //!
-//! A host that names no running sandbox answers 404; a port nothing listens on, 502
-//! `PORT_CLOSED` — never another sandbox: the id is looked up exactly, and the tunnel
-//! belongs to that sandbox's own agent. The platform's own guest ports
-//! ([`lizard_api::code::RESERVED_GUEST_PORTS`]: the code service, the agent's API forward)
-//! answer 403 before any tunnel is opened: only the authenticated API reaches them.
+//! In order, before any tunnel is opened:
+//! 1. a host that names no sandbox of this region answers 404 ([`host::parse_host`]);
+//! 2. the platform's own guest ports ([`lizard_api::code::RESERVED_GUEST_PORTS`]: the code
+//!    service, the agent's API forward) answer 403: only the authenticated API reaches them;
+//! 3. a sandbox that is not recorded and live answers 404, a private one without its token
+//!    403 ([`access`]);
+//!
+//! then the platform's credentials are removed and the forwarding headers replaced
+//! ([`headers`]). A port nothing listens on answers 502 `PORT_CLOSED` — never another
+//! sandbox: the id is looked up exactly, and the tunnel belongs to that sandbox's own
+//! agent. [`listener`] bounds connections and header-read time.
+//!
+//! - [`host`]: which sandbox port a request names;
+//! - [`access`]: private URLs (access tokens) and the guest's view of the target;
+//! - [`headers`]: credentials stripped, forwarding headers written;
+//! - [`listener`]: the bounded listener;
+//! - this file: the request path tying them together.
+
+pub mod access;
+pub mod headers;
+pub mod host;
+pub mod listener;
+
+pub use host::{parse_host, Target};
+pub use listener::{serve, ClientAddr, ConnectionSlot, Limits};
 
 use crate::error::AppError;
 use crate::ops;
@@ -21,26 +43,6 @@ use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
-
-/// Where a public host points.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Target {
-    pub sandbox_id: String,
-    pub port: u16,
-}
-
-/// Parse `{id}-{port}.{sandbox_domain}` (any `:port` suffix and letter case ignored).
-pub fn parse_host(host: &str, sandbox_domain: &str) -> Option<Target> {
-    let host = host.rsplit_once(':').filter(|(_, p)| p.chars().all(|c| c.is_ascii_digit())).map_or(host, |(h, _)| h);
-    let host = host.trim_end_matches('.').to_ascii_lowercase();
-    let label = host.strip_suffix(&format!(".{}", sandbox_domain.to_ascii_lowercase()))?;
-    let (id, port) = label.rsplit_once('-')?;
-    let port: u16 = port.parse().ok().filter(|p| *p > 0)?;
-    if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric()) {
-        return None;
-    }
-    Some(Target { sandbox_id: id.to_string(), port })
-}
 
 /// Refuse the platform's own guest ports: a sandbox URL must not be a door to them.
 pub fn check_port(target: &Target) -> Result<(), AppError> {
@@ -53,30 +55,46 @@ pub fn check_port(target: &Target) -> Result<(), AppError> {
     Ok(())
 }
 
-/// The proxy as an axum router: every path and method is forwarded to its sandbox.
+/// The proxy as an axum router (without [`listener`]'s bounds): every path and method is
+/// forwarded to its sandbox.
 pub fn router(state: AppState) -> axum::Router {
     axum::Router::new().fallback(proxy).with_state(state)
 }
 
 async fn proxy(State(state): State<AppState>, req: Request) -> Response {
-    match forward(&state, req).await {
+    handle(&state, req).await
+}
+
+/// Answer one request: the guest's response, or the error that stopped it.
+pub async fn handle(state: &AppState, req: Request) -> Response {
+    match forward(state, req).await {
         Ok(resp) => resp,
         Err(e) => e.into_response(),
     }
 }
 
+/// A 400 with the API's error body: the request itself is malformed.
+fn bad_request(message: String) -> AppError {
+    AppError::new(lizard_api::ErrorCode::InvalidArgument, message)
+}
+
 async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppError> {
     let config = &state.server.config;
-    let host = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| req.uri().host())
-        .unwrap_or_default()
-        .to_string();
+    let host = match host::request_host(req.headers(), req.uri()) {
+        Ok(h) => h,
+        Err(e) => return Ok((StatusCode::BAD_REQUEST, axum::Json(bad_request(e.to_string()).0)).into_response()),
+    };
     let target = parse_host(&host, &config.sandbox_domain(&config.region))
         .ok_or_else(|| AppError::not_found(format!("{host:?} is not a sandbox host of this region")))?;
     check_port(&target)?;
+    access::check(state.server.store.as_ref(), &target, req.headers(), req.uri()).await?;
+
+    let client = req.extensions().get::<ClientAddr>().map(|c| c.0.ip());
+    let slot = req.extensions().get::<ConnectionSlot>().cloned();
+    *req.uri_mut() = access::guest_target(req.uri());
+    headers::strip_platform_credentials(req.headers_mut());
+    headers::set_forwarded(req.headers_mut(), client, &host);
+
     let tunnel = ops::sandboxes::open_port(state, &target.sandbox_id, target.port).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tunnel))
         .await
@@ -104,6 +122,8 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
                     }
                     Err(e) => tracing::debug!("upgrade failed: {e}"),
                 }
+                // The pipe counted against the listener's cap until here.
+                drop(slot);
             });
         }
     }
@@ -120,27 +140,6 @@ fn is_upgrade(headers: &axum::http::HeaderMap) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hosts_map_to_exactly_one_sandbox_port() {
-        let d = "sandbox.local.lizard.localhost";
-        let t = parse_host("abc123-3000.sandbox.local.lizard.localhost:8080", d).unwrap();
-        assert_eq!(t, Target { sandbox_id: "abc123".into(), port: 3000 });
-        assert_eq!(parse_host("ABC123-80.Sandbox.Local.Lizard.Localhost.", d).unwrap().port, 80);
-        for bad in [
-            "abc123-3000.sandbox.other.lizard.localhost",
-            "abc123-3000.evil.com",
-            "abc123.sandbox.local.lizard.localhost",
-            "abc123-0.sandbox.local.lizard.localhost",
-            "abc123-99999.sandbox.local.lizard.localhost",
-            "a.b-3000.sandbox.local.lizard.localhost",
-            "-3000.sandbox.local.lizard.localhost",
-            "x.abc123-3000.sandbox.local.lizard.localhost",
-            "",
-        ] {
-            assert_eq!(parse_host(bad, d), None, "{bad}");
-        }
-    }
 
     #[test]
     fn reserved_guest_ports_are_refused_before_any_tunnel() {
@@ -173,5 +172,36 @@ mod tests {
             .unwrap();
         let resp = router(state).oneshot(req).await.unwrap();
         assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    }
+
+    async fn proxy_state() -> AppState {
+        let store = crate::SqliteStore::memory().await.unwrap();
+        let server =
+            crate::open_with_store(crate::ServerConfig::new("/nonexistent"), std::sync::Arc::new(store)).await.unwrap();
+        let nodes = crate::nodes::Nodes::single(
+            crate::nodes::LOCAL_NODE_ID,
+            std::sync::Arc::new(crate::ops::tests::FakeNode::default()),
+        );
+        server.app_state(nodes)
+    }
+
+    #[tokio::test]
+    async fn two_host_headers_are_refused_and_an_unrecorded_sandbox_has_no_url() {
+        use tower::ServiceExt;
+        let state = proxy_state().await;
+        let domain = state.server.config.sandbox_domain(&state.server.config.region);
+        let req = axum::http::Request::builder()
+            .uri("/")
+            .header(header::HOST, format!("abc123-3000.{domain}"))
+            .header(header::HOST, format!("other1-3000.{domain}"))
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(router(state.clone()).oneshot(req).await.unwrap().status(), StatusCode::BAD_REQUEST);
+        let req = axum::http::Request::builder()
+            .uri("/")
+            .header(header::HOST, format!("abc123-3000.{domain}"))
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(router(state).oneshot(req).await.unwrap().status(), StatusCode::NOT_FOUND);
     }
 }

@@ -1,0 +1,120 @@
+//! What of a client's request reaches the guest: never the platform's credentials, and
+//! forwarding headers the proxy wrote itself.
+//!
+//! A browser or script that talks to both the API and a sandbox URL may send the same
+//! `X-API-Key`, session cookie or access token to both; the guest runs tenant code (maybe
+//! untrusted), so those stop here. The user's own `Authorization` and cookies pass: they
+//! belong to the guest's application. `X-Forwarded-*` and `Forwarded` from the client are
+//! replaced, so a guest that trusts them learns the real client and host.
+
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
+use std::net::IpAddr;
+
+/// Header carrying a private sandbox's access token (see [`super::access`]).
+pub const ACCESS_TOKEN_HEADER: &str = "x-lizard-access-token";
+/// Cookies whose names start with this belong to the platform (the console's session
+/// cookie is `lizard_session`) and never reach a guest.
+pub const PLATFORM_COOKIE_PREFIX: &str = "lizard_";
+/// The scheme the proxy listener speaks; `X-Forwarded-Proto` says so.
+pub const FORWARDED_PROTO: &str = "http";
+
+/// Headers about the hop that only the proxy may write.
+const HOP_HEADERS: &[&str] =
+    &["forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port", "x-real-ip"];
+
+/// Remove the platform's credentials: the API key header, the access token header and
+/// platform cookies.
+pub fn strip_platform_credentials(headers: &mut HeaderMap) {
+    headers.remove(crate::auth::API_KEY_HEADER);
+    headers.remove(ACCESS_TOKEN_HEADER);
+    let cookies: Vec<HeaderValue> = headers.get_all(header::COOKIE).iter().cloned().collect();
+    headers.remove(header::COOKIE);
+    for value in cookies {
+        // Unreadable cookie text cannot be filtered: none of it passes.
+        let Ok(text) = value.to_str() else { continue };
+        let kept: Vec<&str> = text
+            .split(';')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .filter(|c| {
+                let name = c.split_once('=').map_or(*c, |(n, _)| n).trim();
+                !name.to_ascii_lowercase().starts_with(PLATFORM_COOKIE_PREFIX)
+            })
+            .collect();
+        if kept.is_empty() {
+            continue;
+        }
+        if let Ok(v) = HeaderValue::from_str(&kept.join("; ")) {
+            headers.append(header::COOKIE, v);
+        }
+    }
+}
+
+/// Replace the client's forwarding headers with the proxy's own: `X-Forwarded-For` the
+/// client's address (when known), `X-Forwarded-Host` the host it asked for,
+/// `X-Forwarded-Proto` [`FORWARDED_PROTO`].
+pub fn set_forwarded(headers: &mut HeaderMap, client: Option<IpAddr>, host: &str) {
+    for name in HOP_HEADERS {
+        headers.remove(*name);
+    }
+    let mut set = |name: &'static str, value: &str| {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            headers.insert(HeaderName::from_static(name), v);
+        }
+    };
+    if let Some(ip) = client {
+        set("x-forwarded-for", &ip.to_string());
+    }
+    set("x-forwarded-host", host);
+    set("x-forwarded-proto", FORWARDED_PROTO);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn platform_credentials_never_pass_and_the_users_own_do() {
+        let mut h = map(&[
+            ("x-api-key", "lz_secret"),
+            ("X-Lizard-Access-Token", "lzat_secret"),
+            ("authorization", "Bearer users-own"),
+            ("cookie", "a=1; lizard_session=s; LIZARD_other=x"),
+            ("cookie", "lizard_session=only"),
+            ("cookie", "b=2"),
+        ]);
+        strip_platform_credentials(&mut h);
+        assert!(h.get("x-api-key").is_none());
+        assert!(h.get(ACCESS_TOKEN_HEADER).is_none());
+        assert_eq!(h.get("authorization").unwrap(), "Bearer users-own");
+        let cookies: Vec<_> = h.get_all("cookie").iter().map(|v| v.to_str().unwrap()).collect();
+        assert_eq!(cookies, ["a=1", "b=2"]);
+    }
+
+    #[test]
+    fn forwarding_headers_are_the_proxys_own() {
+        let mut h = map(&[
+            ("x-forwarded-for", "203.0.113.9"),
+            ("x-forwarded-for", "198.51.100.1"),
+            ("x-forwarded-host", "evil.example"),
+            ("x-forwarded-proto", "https"),
+            ("forwarded", "for=203.0.113.9"),
+            ("x-real-ip", "203.0.113.9"),
+        ]);
+        set_forwarded(&mut h, Some([127, 0, 0, 1].into()), "a1-80.sandbox.example");
+        assert_eq!(h.get_all("x-forwarded-for").iter().collect::<Vec<_>>(), ["127.0.0.1"]);
+        assert_eq!(h.get("x-forwarded-host").unwrap(), "a1-80.sandbox.example");
+        assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
+        assert!(h.get("forwarded").is_none() && h.get("x-real-ip").is_none());
+        set_forwarded(&mut h, None, "a1-80.sandbox.example");
+        assert!(h.get("x-forwarded-for").is_none());
+    }
+}
