@@ -40,6 +40,7 @@ impl Bench {
         let mut node_config = lizard_node::NodeConfig::new(dir.path().join("node"));
         node_config.image_root = image_root.to_path_buf();
         node_config.snapshots = snapshots;
+        crate::admit_everything(&mut node_config);
         tweak(&mut node_config);
         let node = lizard_node::Node::start(node_config).await?;
         let state = server.app_state(lizard_server::nodes::Nodes::local(node.clone()));
