@@ -20,6 +20,7 @@ pub struct RunArgs {
 
 /// How a node boots guests (`lizard node run` and `lizard server`).
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Node")]
 pub struct NodeOpts {
     /// Skip the probe and use this accelerator (kvm or tcg).
     #[arg(long, value_parser = parse_accel, env = "LIZARD_ACCEL")]
