@@ -22,6 +22,7 @@ pub mod sandbox;
 pub mod server;
 pub mod templates;
 pub mod tenancy;
+#[cfg(feature = "node")]
 pub mod traffic;
 
 use anyhow::{anyhow, Result};
