@@ -83,6 +83,75 @@ async fn a_server_killed_mid_create_leaves_only_what_it_recorded_after_its_resta
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_vmm_killed_mid_create_leaves_a_running_sandbox_or_nothing() {
+    let system = System::start(&FAST_BILLING).await;
+    // The template's snapshot first, so that the next create is a restore.
+    let first = system.create_sandbox("base", serde_json::json!({})).await;
+    let (status, _) = system.call(Method::DELETE, &format!("/v1/sandboxes/{first}"), None).await;
+    assert_eq!(status, 204);
+    let create = {
+        let req = system
+            .request(Method::POST, "/v1/sandboxes")
+            .json(&serde_json::json!({"template": "base", "projectId": system.project}));
+        tokio::spawn(async move {
+            let resp = req.send().await.unwrap();
+            (resp.status().as_u16(), resp.json::<serde_json::Value>().await.unwrap_or_default())
+        })
+    };
+    // SIGKILL the VMM as soon as it exists, while the create restores and connects to it.
+    let mut killed = None;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while killed.is_none() && std::time::Instant::now() < deadline {
+        if let Some(&pid) = leftovers::vmm_pids(system.data_dir()).first() {
+            let cgroup = lizard_attacks::confine::cgroups(pid).remove("memory");
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            killed = Some(cgroup);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let cgroup = killed.expect("the create started no VMM").expect("the VMM's memory cgroup");
+    assert!(cgroup.to_string_lossy().contains("/lizard/vmm-"), "{cgroup:?}");
+    let (status, body) = create.await.unwrap();
+    if status == 201 {
+        // The node noticed and started the sandbox another way (a restore that fails falls
+        // back to a cold boot): then it runs for real, in one VMM, recorded and billed.
+        let id = body["sandboxId"].as_str().unwrap().to_string();
+        assert_eq!(system.exec(&id, "echo alive").await.1, "alive\n");
+        assert_eq!(leftovers::vmm_pids(system.data_dir()).len(), 1);
+        assert_eq!(control::listed(&system).await, std::slice::from_ref(&id));
+        assert_eq!(control::billed(&system).await, std::slice::from_ref(&id));
+        let (status, _) = system.call(Method::DELETE, &format!("/v1/sandboxes/{id}"), None).await;
+        assert_eq!(status, 204);
+    } else {
+        assert!(status >= 500 && body["code"].is_string(), "{status} {body}");
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(!message.contains(&*system.data_dir().to_string_lossy()), "a host path reached the client: {message}");
+    }
+    // Either way, the killed VMM left nothing behind.
+    let clean = control::eventually(Duration::from_secs(30), || async {
+        leftovers::vmm_pids(system.data_dir()).is_empty()
+            && leftovers::netns(&system.net_prefix).is_empty()
+            && leftovers::sandbox_dirs(&system.node_dir()).is_empty()
+            && !cgroup.exists()
+    })
+    .await;
+    assert!(
+        clean,
+        "left behind: VMMs {:?}, namespaces {:?}, dirs {:?}, cgroup {cgroup:?}: {}",
+        leftovers::vmm_pids(system.data_dir()),
+        leftovers::netns(&system.net_prefix),
+        leftovers::sandbox_dirs(&system.node_dir()),
+        cgroup.exists()
+    );
+    assert!(control::listed(&system).await.is_empty());
+    assert!(control::billed(&system).await.is_empty());
+    control::assert_balance_is_ledger_sum(&system).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_sandbox_whose_vmm_is_killed_stops_being_billed_at_once() {
     let system = System::start(&FAST_BILLING).await;
     let id = system.create_sandbox("base", serde_json::json!({})).await;

@@ -204,7 +204,7 @@ fn billing_flags_map_to_the_billing_config() {
     assert_eq!(b.signup_credit_nanos, 250_000_000);
     assert_eq!((b.tick.as_millis(), b.grace.as_secs()), (1000, 7));
     for bad in
-        [&["server", "--vcpu-price=-1"][..], &["server", "--volume-price", "5"], &["server", "--signup-credit", "1e3"]]
+        [&["server", "--vcpu-price=-1"][..], &["server", "--volume-price=-5"], &["server", "--signup-credit", "1e3"]]
     {
         let Command::Server(args) = parse(bad).command else { panic!() };
         assert!(lizard_cli::server::options(Path::new("/d"), &args).is_err(), "{bad:?}");

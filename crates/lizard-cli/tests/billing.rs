@@ -38,6 +38,23 @@ struct ServerProcess {
     url: String,
 }
 
+/// Prints the servers' logs (`server-*.log` in the data directory) when the test fails.
+struct LogsOnFailure(std::path::PathBuf);
+
+impl Drop for LogsOnFailure {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for entry in std::fs::read_dir(&self.0).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("server-") && name.ends_with(".log") {
+                eprintln!("--- {name}\n{}", std::fs::read_to_string(entry.path()).unwrap_or_default());
+            }
+        }
+    }
+}
+
 impl ServerProcess {
     /// Start it on `data_dir` with `extra` flags; returns it and the key it printed (first
     /// start only).
@@ -206,11 +223,15 @@ fn alive(pid: i32) -> bool {
 fn vm_sigkill_mid_run_keeps_the_sandbox_and_bills_each_millisecond_once() {
     let dir = tempfile::Builder::new().prefix("lizard-cli-sigkill-").tempdir().unwrap();
     let d = dir.path();
+    let _logs = LogsOnFailure(d.to_path_buf());
     // The shared, content-hashed guest images; this server's database and sandboxes are its own.
     link_images(d);
     copy_accel_verdict(d);
     let agent = agent_bin();
-    let flags = ["--billing-tick-ms", "1000", "--agent", agent.to_str().unwrap()];
+    // A network prefix of its own: a node starting in another test sweeps leftovers with
+    // its prefix, and would take this VM's network while no server holds it.
+    let prefix = format!("lzcb{}", std::process::id() % 100_000);
+    let flags = ["--billing-tick-ms", "1000", "--agent", agent.to_str().unwrap(), "--net-prefix", &prefix];
     let (mut first, key) = ServerProcess::start(d, &flags);
     let key = key.unwrap();
     let url = first.url.clone();

@@ -195,22 +195,27 @@ impl Network {
         if !self.names.complete(slot) {
             return Err(NetError::NotTakenBack(format!("slot {slot}'s namespace or host link is gone")));
         }
-        let policy_cell = Arc::new(RwLock::new(policy.clone()));
-        let mut net = SandboxNet {
-            slot,
-            names: self.names.clone(),
-            pool: self.pool(),
-            ns_addr: self.slots.addrs(slot).1,
-            lock: None,
-            relay: None,
-            policy: policy_cell.clone(),
-        };
+        let mut net = self.sandbox_net(slot, None, policy);
         net.set_policy(policy).await?;
-        net.relay = Some(self.services(slot, policy_cell).await?);
+        net.relay = Some(self.services(slot, net.policy.clone()).await?);
         // Only now does dropping `net` tear the namespace down: a failed take-back above
         // leaves it to the caller, who kills the VM and sweeps.
         net.lock = Some(lock);
         Ok(net)
+    }
+
+    /// Slot `slot`'s network under `policy`, its services not started yet; with `lock`,
+    /// dropping it tears the slot down.
+    fn sandbox_net(&self, slot: u32, lock: Option<SlotLock>, policy: &ParsedPolicy) -> SandboxNet {
+        SandboxNet {
+            slot,
+            names: self.names.clone(),
+            pool: self.pool(),
+            ns_addr: self.slots.addrs(slot).1,
+            lock,
+            relay: None,
+            policy: Arc::new(RwLock::new(policy.clone())),
+        }
     }
 
     /// The pool as `address/prefix`.
@@ -227,17 +232,8 @@ impl Network {
             tokio::task::spawn_blocking(move || names.teardown(slot)).await.expect("network teardown panicked");
         }
         // From here on, dropping `net` undoes whatever part was made.
-        let policy_cell = Arc::new(RwLock::new(policy.clone()));
-        let mut net = SandboxNet {
-            slot,
-            names: self.names.clone(),
-            pool: self.pool(),
-            ns_addr: self.slots.addrs(slot).1,
-            lock: Some(lock),
-            relay: None,
-            policy: policy_cell.clone(),
-        };
-        net.relay = Some(self.build(slot, policy, policy_cell).await?);
+        let mut net = self.sandbox_net(slot, Some(lock), policy);
+        net.relay = Some(self.build(slot, policy, net.policy.clone()).await?);
         tracing::debug!(slot, took = ?start.elapsed(), "sandbox network ready");
         Ok(net)
     }

@@ -156,14 +156,7 @@ mod tests {
     #[tokio::test]
     async fn the_router_refuses_a_reserved_port_with_403() {
         use tower::ServiceExt;
-        let store = crate::SqliteStore::memory().await.unwrap();
-        let server =
-            crate::open_with_store(crate::ServerConfig::new("/nonexistent"), std::sync::Arc::new(store)).await.unwrap();
-        let nodes = crate::nodes::Nodes::single(
-            crate::nodes::LOCAL_NODE_ID,
-            std::sync::Arc::new(crate::ops::tests::FakeNode::default()),
-        );
-        let state = server.app_state(nodes);
+        let state = proxy_state().await;
         let domain = state.server.config.sandbox_domain(&state.server.config.region);
         let req = axum::http::Request::builder()
             .uri("/")

@@ -85,7 +85,9 @@ fn file_pool_options() -> SqlitePoolOptions {
         .after_release(|conn, _| {
             let clean = !conn.is_in_transaction();
             if !clean {
-                tracing::warn!("closing a database connection left inside a failed transaction");
+                // Also every transaction dropped on an error path (its ROLLBACK is only
+                // queued): common, so not a warning; a failed COMMIT is reported where it fails.
+                tracing::debug!("closing a database connection still inside a transaction");
             }
             Box::pin(async move { Ok(clean) })
         })
@@ -924,7 +926,7 @@ mod tests {
             pool.close().await;
         }
         let s = SqliteStore::open(dir.path()).await.unwrap();
-        assert_eq!(s.schema_version().await.unwrap(), 7);
+        assert_eq!(Some(s.schema_version().await.unwrap()), MIGRATIONS.last().map(|m| m.0));
         assert_eq!((s.balance("acc_1").await.unwrap().balance_nanos, s.ledger_sum("acc_1").await.unwrap()), (700, 700));
         let page = s.ledger_page("acc_1", None, 10, true).await.unwrap();
         assert_eq!(page.iter().map(|e| (e.seq, e.id.as_str())).collect::<Vec<_>>(), [(2, "txn_2"), (1, "txn_1")]);
