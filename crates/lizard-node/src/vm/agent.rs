@@ -15,6 +15,11 @@ use std::time::{Duration, Instant, SystemTime};
 /// until this one gives up and reconnects).
 pub(crate) const RESTORED_HANDSHAKE: Duration = Duration::from_secs(2);
 
+/// How long the first handshake with a cold-booting guest may take before the node
+/// reconnects (each retry doubles it): far above a boot's few seconds, so that it only
+/// matters when the agent missed the host's connection and waits for the next one.
+pub(crate) const COLD_BOOT_HANDSHAKE: Duration = Duration::from_secs(10);
+
 /// How long a mount may take (a restored guest first waits for the resize notice).
 const VOLUME_MOUNT_LIMIT: Duration = Duration::from_secs(20);
 

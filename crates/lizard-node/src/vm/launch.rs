@@ -49,7 +49,8 @@ pub(crate) async fn cold_boot(
     run_dir::prepare(config, secret)?;
     create_overlay(rootfs, rootfs_format, &config.root_disk).await?;
     let vm = backend.boot(config).await?;
-    let agent = connected(vm.as_ref(), connect_agent(vm.as_ref(), secret, deadline, None)).await?;
+    let attempt = Some(super::agent::COLD_BOOT_HANDSHAKE);
+    let agent = connected(vm.as_ref(), connect_agent(vm.as_ref(), secret, deadline, attempt)).await?;
     Ok(Launched { vm, agent })
 }
 
