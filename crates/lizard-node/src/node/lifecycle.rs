@@ -200,7 +200,7 @@ impl Node {
     /// Kill every running sandbox (node shutdown) and leave the data directory to the next
     /// node process; paused sandboxes stay on disk for it.
     pub async fn shutdown(self: &Arc<Self>) {
-        self.pool.drain();
+        self.pool.drain().await;
         let running: Vec<String> = self.sandboxes().values().filter(|s| !s.is_paused()).map(|s| s.id.clone()).collect();
         for id in running {
             let _ = self.kill(&id).await;

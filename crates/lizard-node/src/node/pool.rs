@@ -96,6 +96,18 @@ struct Shelf {
 pub(crate) struct Pool {
     shelves: Mutex<HashMap<String, Shelf>>,
     creates: tokio::sync::watch::Sender<usize>,
+    /// Refill tasks running: a shutdown waits for them, so that a machine one was making
+    /// when the shelves were drained is gone (VMM and directory) when shutdown returns.
+    refills: tokio::sync::watch::Sender<usize>,
+}
+
+/// A refill task, counted while it runs.
+struct RefillRunning(tokio::sync::watch::Sender<usize>);
+
+impl Drop for RefillRunning {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
 }
 
 /// A create under way, counted while it lives: refills stay out of its way.
@@ -109,7 +121,11 @@ impl Drop for CreateUnderWay<'_> {
 
 impl Pool {
     pub fn new() -> Pool {
-        Pool { shelves: Mutex::new(HashMap::new()), creates: tokio::sync::watch::Sender::new(0) }
+        Pool {
+            shelves: Mutex::new(HashMap::new()),
+            creates: tokio::sync::watch::Sender::new(0),
+            refills: tokio::sync::watch::Sender::new(0),
+        }
     }
 
     fn shelves(&self) -> std::sync::MutexGuard<'_, HashMap<String, Shelf>> {
@@ -145,10 +161,13 @@ impl Pool {
         drop(removed);
     }
 
-    /// Discard every machine (node shutdown).
-    pub fn drain(&self) {
+    /// Discard every machine (node shutdown), and wait until no refill runs: one that
+    /// was making a machine drops it once it finds its shelf gone.
+    pub async fn drain(&self) {
         let all: Vec<Shelf> = self.shelves().drain().map(|(_, s)| s).collect();
         drop(all);
+        let mut running = self.refills.subscribe();
+        let _ = running.wait_for(|n| *n == 0).await;
     }
 
     /// Make sure a shelf for `snap` exists, keeping `target` machines (`warm`: restored),
@@ -225,7 +244,10 @@ impl Node {
             shelf.filling = true;
         }
         let node = Arc::downgrade(self);
+        self.pool.refills.send_modify(|n| *n += 1);
+        let running = RefillRunning(self.pool.refills.clone());
         tokio::spawn(async move {
+            let _running = running;
             loop {
                 let Some(node) = node.upgrade() else { return };
                 // Creates come first: a refill waits until none has been under way for a
