@@ -5,7 +5,7 @@
 
 use super::Node;
 use crate::error::EndReason;
-use crate::sandbox::{Durability, Live, Recorded, Sandbox};
+use crate::sandbox::{Durability, Live, ReadBack, Recorded, Sandbox};
 use crate::{vm, NodeError, Result};
 use std::path::Path;
 use std::sync::Arc;
@@ -42,7 +42,9 @@ impl Node {
     /// allow; false when it is lost (its VMM, if any, killed).
     async fn take_back(self: &Arc<Self>, id: &str, dir: &Path) -> bool {
         let pid = vm::vmm_pid_of(dir, id);
-        let sandbox = match (Sandbox::from_record(dir, &self.seal), pid) {
+        let read = Sandbox::from_record(dir, &self.seal);
+        let plain_env = read.as_ref().is_some_and(|r| r.plain_env);
+        let sandbox = match (read.map(|r: ReadBack| r.recorded), pid) {
             (Some(Recorded::Paused(sandbox)), None) => {
                 tracing::info!(%id, "paused sandbox taken back");
                 sandbox
@@ -65,9 +67,11 @@ impl Node {
             }
             (_, None) => return false,
         };
-        // A record from before sealing holds its environment in plain text.
-        if let Err(e) = sandbox.write_record(&self.seal, Durability::Cached) {
-            tracing::warn!(%id, "cannot rewrite the record of a taken-back sandbox: {e}");
+        // A record from before sealing holds its environment in plain text: sealed now.
+        if plain_env {
+            if let Err(e) = sandbox.write_record(&self.seal, Durability::Cached) {
+                tracing::warn!(%id, "cannot seal the record of a taken-back sandbox: {e}");
+            }
         }
         if let Some(volume) = &sandbox.volume {
             self.hold_volume(volume, id);

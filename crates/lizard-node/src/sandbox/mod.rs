@@ -11,7 +11,7 @@ mod guest;
 mod record;
 mod transfer;
 
-pub(crate) use record::{Durability, Recorded};
+pub(crate) use record::{Durability, ReadBack, Recorded};
 pub use transfer::TransferStats;
 
 use crate::network::SandboxNet;

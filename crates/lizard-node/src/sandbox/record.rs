@@ -31,6 +31,13 @@ pub(crate) enum Recorded {
     Running(Sandbox),
 }
 
+/// A record read back, and whether it held its environment in plain text (written
+/// before sealing: it should be written again).
+pub(crate) struct ReadBack {
+    pub recorded: Recorded,
+    pub plain_env: bool,
+}
+
 /// The contents of `sandbox.json`.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -113,7 +120,7 @@ impl Sandbox {
     /// The sandbox a directory's record describes, with no VM (a paused one needs a
     /// complete save beside it; a running one's VMM is for the caller to take back), if
     /// the record is whole and its environment opens with `seal`.
-    pub(crate) fn from_record(dir: &Path, seal: &SealKey) -> Option<Recorded> {
+    pub(crate) fn from_record(dir: &Path, seal: &SealKey) -> Option<ReadBack> {
         let record: Record = serde_json::from_slice(&std::fs::read(dir.join(RECORD)).ok()?).ok()?;
         if record.config.run_dir != dir || !record.config.root_disk.exists() {
             return None;
@@ -124,6 +131,7 @@ impl Sandbox {
         }
         let secret_file = record.config.secret_file.as_ref()?;
         let secret = Secret::from_hex(std::fs::read_to_string(secret_file).ok()?.trim()).ok()?;
+        let plain_env = record.env_sealed.is_none();
         let env = match (&record.env_sealed, record.env) {
             (Some(sealed), _) => match seal.open(sealed).map(|json| serde_json::from_slice(&json)) {
                 Ok(Ok(env)) => env,
@@ -150,6 +158,7 @@ impl Sandbox {
         };
         let state = State { live: None, config: record.config, own_memory: record.own_memory, layers: record.layers };
         let sandbox = Sandbox::new(who, secret, state);
-        Some(if paused { Recorded::Paused(sandbox) } else { Recorded::Running(sandbox) })
+        let recorded = if paused { Recorded::Paused(sandbox) } else { Recorded::Running(sandbox) };
+        Some(ReadBack { recorded, plain_env })
     }
 }
