@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+pub mod cluster;
 pub mod network;
 
 pub use lizard_agent_proto::types::{ExitStatus, FileEntry, FileType, WriteResult};

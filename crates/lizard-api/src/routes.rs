@@ -143,6 +143,15 @@ pub mod path {
     pub const TEMPLATE_BLOB: &str = "/v1/templates/blobs/{sha256}";
     pub const TEMPLATE_BUILD: &str = "/v1/templates/{name}/builds/{buildId}";
     pub const TEMPLATE_BUILD_EVENTS: &str = "/v1/templates/{name}/builds/{buildId}/events";
+    pub const CLUSTER_JOIN: &str = "/v1/cluster/join";
+    pub const CLUSTER_HEARTBEAT: &str = "/v1/cluster/nodes/{id}/heartbeat";
+    pub const CLUSTER_EVENTS: &str = "/v1/cluster/nodes/{id}/events";
+    pub const NODES: &str = "/v1/nodes";
+    pub const NODE: &str = "/v1/nodes/{id}";
+    pub const NODE_DRAIN: &str = "/v1/nodes/{id}/drain";
+    pub const NODE_UNDRAIN: &str = "/v1/nodes/{id}/undrain";
+    pub const NODE_TOKENS: &str = "/v1/node-tokens";
+    pub const NODE_TOKEN: &str = "/v1/node-tokens/{id}";
 }
 
 const fn route(
@@ -358,6 +367,41 @@ pub const TEMPLATE_BUILD_EVENTS: Route =
 /// Cancels a queued or running build (a finished one answers 409).
 pub const CANCEL_TEMPLATE_BUILD: Route =
     delete(path::TEMPLATE_BUILD, &[Unauthenticated, NotFound, Conflict, InvalidArgument]);
+
+// --- many machines (see [`crate::cluster`]) -----------------------------------------------
+// Node → server: a join token (join) or the node's credential (the rest) as the bearer.
+/// A node joins with a join token; answers its id and credential.
+pub const CLUSTER_JOIN: Route =
+    post(path::CLUSTER_JOIN, Json("JoinRequest"), Json("JoinResponse"), &[Unauthenticated, InvalidArgument]);
+pub const CLUSTER_HEARTBEAT: Route = post(
+    path::CLUSTER_HEARTBEAT,
+    Json("NodeReport"),
+    Json("HeartbeatResponse"),
+    &[Unauthenticated, NotFound, InvalidArgument],
+);
+pub const CLUSTER_EVENTS: Route = route(
+    Post,
+    path::CLUSTER_EVENTS,
+    JsonList("SandboxEnded"),
+    204,
+    Empty,
+    &[Unauthenticated, NotFound, InvalidArgument],
+);
+// Operator (an unscoped key of the owner account; others answer 403).
+pub const LIST_NODES: Route = get(path::NODES, JsonList("NodeInfo"), &[Unauthenticated, Forbidden]);
+pub const GET_NODE: Route = get(path::NODE, Json("NodeInfo"), &[Unauthenticated, Forbidden, NotFound]);
+/// No new sandboxes on it; what runs or is paused there stays until it ends.
+pub const DRAIN_NODE: Route = post(path::NODE_DRAIN, Empty, Json("NodeInfo"), &[Unauthenticated, Forbidden, NotFound]);
+pub const UNDRAIN_NODE: Route =
+    post(path::NODE_UNDRAIN, Empty, Json("NodeInfo"), &[Unauthenticated, Forbidden, NotFound, Conflict]);
+pub const CREATE_NODE_TOKEN: Route = create(
+    path::NODE_TOKENS,
+    Json("CreateNodeTokenRequest"),
+    Json("NodeToken"),
+    &[Unauthenticated, Forbidden, InvalidArgument],
+);
+pub const LIST_NODE_TOKENS: Route = get(path::NODE_TOKENS, JsonList("NodeToken"), &[Unauthenticated, Forbidden]);
+pub const REVOKE_NODE_TOKEN: Route = delete(path::NODE_TOKEN, &[Unauthenticated, Forbidden, NotFound]);
 
 /// Every route of the control plane (`lizard server`), as its OpenAPI document lists them.
 pub const SERVER: &[Route] = &[
