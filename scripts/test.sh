@@ -15,6 +15,12 @@ phase() { printf '==> [%5ss] %s\n' "$((SECONDS - started))" "$*" >&2; }
 phase "host packages (scripts/deps.sh)"
 ./scripts/deps.sh
 
+# A real PostgreSQL for the store tests: every store test runs on SQLite and on it, and
+# here none may skip it.
+phase "PostgreSQL test cluster (scripts/postgres.sh)"
+LIZARD_TEST_POSTGRES_URL="$(./scripts/postgres.sh)"
+export LIZARD_TEST_POSTGRES_URL LIZARD_REQUIRE_POSTGRES=1
+
 phase "static guest agent and in-guest CLI (scripts/build-agent.sh)"
 LIZARD_AGENT_BIN="$(./scripts/build-agent.sh)"
 export LIZARD_AGENT_BIN
