@@ -1,8 +1,9 @@
 //! The control plane's state, behind one trait.
 //!
 //! Handlers see only [`Store`] (as `Arc<dyn Store>`), never SQL: SQLite
-//! ([`sqlite::SqliteStore`], the embedded default, one file) is one implementation, and a
-//! PostgreSQL one for several servers can be added beside it without touching a handler.
+//! ([`sqlite::SqliteStore`], the embedded default, one file) is one implementation, and
+//! PostgreSQL ([`postgres::PostgresStore`], the state shared by several server replicas)
+//! the other; [`open_store`] picks one from the `--database` setting ([`database`]).
 //! What an implementation must guarantee is written on each method; the ones that check
 //! and then write (deletes that must find a thing empty, the first-start bootstrap) are
 //! atomic.
@@ -15,11 +16,15 @@
 
 pub mod access;
 pub mod billing;
+pub mod database;
 #[cfg(test)]
 pub(crate) mod fixture;
 pub mod idempotency;
+pub mod postgres;
 pub mod sqlite;
 pub mod templates;
+#[cfg(test)]
+mod tests;
 pub mod volumes;
 
 pub use access::AccessStore;
@@ -58,6 +63,18 @@ pub enum StoreError {
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Open the store that `database` (the `--database` setting, see [`database::Database`])
+/// names: SQLite in `data_dir` when absent. A URL's password shows in no error.
+pub async fn open_store(database: Option<&str>, data_dir: &std::path::Path) -> Result<std::sync::Arc<dyn Store>> {
+    use database::Database;
+    let chosen = Database::parse(database).map_err(|e| StoreError::Backend(Box::new(e)))?;
+    Ok(match chosen {
+        Database::DataDir => std::sync::Arc::new(sqlite::SqliteStore::open(data_dir).await?),
+        Database::SqliteFile(path) => std::sync::Arc::new(sqlite::SqliteStore::open_file(&path).await?),
+        Database::Postgres(url) => std::sync::Arc::new(postgres::PostgresStore::open(&url).await?),
+    })
+}
 
 /// An account: owns workspaces and keys, and is billed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -100,8 +100,15 @@ fn file_pool_options() -> SqlitePoolOptions {
 impl SqliteStore {
     /// Open (creating if needed) `<data_dir>/lizard.db` and apply pending migrations.
     pub async fn open(data_dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(data_dir).map_err(|e| StoreError::Backend(Box::new(e)))?;
-        let path = data_dir.join(DB_FILE);
+        Self::open_file(&data_dir.join(DB_FILE)).await
+    }
+
+    /// Open (creating if needed, with its directory) the database file at `path`, and
+    /// apply pending migrations.
+    pub async fn open_file(path: &Path) -> Result<Self> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::Backend(Box::new(e)))?;
+        }
         {
             // Create it owner-only before SQLite does (SQLite would use the umask).
             use std::os::unix::fs::OpenOptionsExt;
@@ -109,11 +116,11 @@ impl SqliteStore {
                 .create(true)
                 .append(true)
                 .mode(0o600)
-                .open(&path)
+                .open(path)
                 .map_err(|e| StoreError::Backend(Box::new(e)))?;
         }
         let options = SqliteConnectOptions::new()
-            .filename(&path)
+            .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
@@ -809,70 +816,11 @@ impl Store for SqliteStore {
     }
 }
 
+// The tests every engine must pass are in `super::tests` (run on SQLite and PostgreSQL);
+// here only what is SQLite's own: its pool's handling of a connection left in a transaction.
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn acc() -> AccountRecord {
-        AccountRecord { id: "acc_1".into(), email: "o@x".into(), plan: "free".into(), created_at: 1 }
-    }
-
-    fn k(id: &str, scope: Option<Scope>) -> KeyRecord {
-        KeyRecord {
-            id: id.into(),
-            account_id: "acc_1".into(),
-            name: id.into(),
-            prefix: format!("lz_{id}"),
-            hash: vec![7; 32],
-            scope,
-            created_at: 2,
-            revoked_at: None,
-        }
-    }
-
-    fn ws(id: &str, name: &str) -> WorkspaceRecord {
-        WorkspaceRecord {
-            id: id.into(),
-            account_id: "acc_1".into(),
-            name: name.into(),
-            slug: name.into(),
-            created_at: 3,
-        }
-    }
-
-    fn prj(id: &str, ws: &str, name: &str) -> ProjectRecord {
-        ProjectRecord { id: id.into(), workspace_id: ws.into(), name: name.into(), slug: name.into(), created_at: 4 }
-    }
-
-    fn sbx(id: &str, project: &str) -> NewSandbox {
-        NewSandbox {
-            id: id.into(),
-            project_id: project.into(),
-            template: "base".into(),
-            state: SandboxState::Running,
-            created_at: 5,
-            timeout_at: Some(100),
-            metadata: BTreeMap::from([("a".into(), "b".into())]),
-            meter: MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: 2_500, paused_nanos_per_sec: 0 },
-            on_timeout: OnTimeout::Pause,
-            timeout_ms: Some(95),
-            template_ref: None,
-        }
-    }
-
-    async fn seeded() -> SqliteStore {
-        let s = SqliteStore::memory().await.unwrap();
-        assert!(s.bootstrap(&acc(), &k("key_root", None)).await.unwrap());
-        s
-    }
-
-    #[tokio::test]
-    async fn bootstrap_happens_once() {
-        let s = seeded().await;
-        assert!(!s.bootstrap(&acc(), &k("key_other", None)).await.unwrap());
-        assert_eq!(s.list_keys("acc_1").await.unwrap().len(), 1);
-        assert_eq!(s.schema_version().await.unwrap(), MIGRATIONS.last().unwrap().0);
-    }
 
     #[tokio::test]
     async fn a_connection_left_inside_a_transaction_is_not_reused() {
@@ -888,200 +836,17 @@ mod tests {
             // The pool takes it back in a task of its own.
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        let (a, key) = (acc(), k("key_1", None));
+        let a = AccountRecord { id: "acc_1".into(), email: "o@x".into(), plan: "free".into(), created_at: 1 };
+        let key = KeyRecord {
+            id: "key_1".into(),
+            account_id: "acc_1".into(),
+            name: "owner".into(),
+            prefix: "lz_key_1".into(),
+            hash: vec![7; 32],
+            scope: None,
+            created_at: 2,
+            revoked_at: None,
+        };
         s.bootstrap(&a, &key).await.expect("the next transaction gets a clean connection");
-    }
-
-    #[tokio::test]
-    async fn the_ledger_keeps_its_rows_balances_and_guards_through_migration_7() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(DB_FILE);
-        {
-            // A database as migration 6 left it, with an account and ledger rows.
-            let options = SqliteConnectOptions::new().filename(&path).create_if_missing(true).foreign_keys(true);
-            let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap();
-            sqlx::raw_sql(
-                "CREATE TABLE lizard_schema (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)",
-            )
-            .execute(&pool)
-            .await
-            .unwrap();
-            for &(version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 <= 6) {
-                sqlx::raw_sql(sql).execute(&pool).await.unwrap();
-                sqlx::query("INSERT INTO lizard_schema VALUES (?, ?, 0)")
-                    .bind(version)
-                    .bind(name)
-                    .execute(&pool)
-                    .await
-                    .unwrap();
-            }
-            sqlx::raw_sql(
-                "INSERT INTO accounts (id, email, plan, created_at) VALUES ('acc_1', 'o@x', 'free', 1); \
-                 INSERT INTO ledger (id, account_id, kind, amount_nanos, description, created_at) \
-                 VALUES ('txn_1', 'acc_1', 'credit', 1000, 'c', 1), ('txn_2', 'acc_1', 'usage', -300, 'u', 2);",
-            )
-            .execute(&pool)
-            .await
-            .unwrap();
-            pool.close().await;
-        }
-        let s = SqliteStore::open(dir.path()).await.unwrap();
-        assert_eq!(Some(s.schema_version().await.unwrap()), MIGRATIONS.last().map(|m| m.0));
-        assert_eq!((s.balance("acc_1").await.unwrap().balance_nanos, s.ledger_sum("acc_1").await.unwrap()), (700, 700));
-        let page = s.ledger_page("acc_1", None, 10, true).await.unwrap();
-        assert_eq!(page.iter().map(|e| (e.seq, e.id.as_str())).collect::<Vec<_>>(), [(2, "txn_2"), (1, "txn_1")]);
-        assert!(sqlx::query("UPDATE ledger SET amount_nanos = 0").execute(&s.pool).await.is_err(), "still append-only");
-        assert!(sqlx::query("DELETE FROM ledger").execute(&s.pool).await.is_err(), "still append-only");
-        s.grant_signup_credits(50, 3).await.unwrap();
-        assert_eq!(s.balance("acc_1").await.unwrap().balance_nanos, 750, "the balance trigger is back");
-        let next = s.ledger_page("acc_1", None, 1, true).await.unwrap();
-        assert_eq!(next[0].seq, 3, "seq goes on where it was");
-    }
-
-    #[tokio::test]
-    async fn migrations_are_idempotent_and_refuse_newer_schema() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = SqliteStore::open(dir.path()).await.unwrap();
-        drop(s);
-        let s = SqliteStore::open(dir.path()).await.unwrap();
-        assert_eq!(s.schema_version().await.unwrap(), MIGRATIONS.last().unwrap().0);
-        sqlx::query("INSERT INTO lizard_schema VALUES (999, 'future', 0)").execute(&s.pool).await.unwrap();
-        drop(s);
-        assert!(matches!(SqliteStore::open(dir.path()).await, Err(StoreError::SchemaTooNew { found: 999, .. })));
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(dir.path().join(DB_FILE)).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o600);
-    }
-
-    #[tokio::test]
-    async fn scopes_round_trip() {
-        let s = seeded().await;
-        let scoped = k("key_s", Some(Scope::new(["ws_a"], Vec::<String>::new())));
-        s.insert_key(&scoped).await.unwrap();
-        let got = s.keys_by_prefix("lz_key_s").await.unwrap();
-        assert_eq!(got, vec![scoped]);
-        assert_eq!(s.get_key("acc_1", "key_root").await.unwrap().unwrap().scope, None);
-        assert_eq!(s.get_key("acc_other", "key_root").await.unwrap(), None, "other account");
-    }
-
-    #[tokio::test]
-    async fn duplicates_conflict_per_parent() {
-        let s = seeded().await;
-        s.insert_workspace(&ws("ws_a", "a")).await.unwrap();
-        assert!(matches!(s.insert_workspace(&ws("ws_b", "a")).await, Err(StoreError::Conflict(_))));
-        s.insert_workspace(&ws("ws_b", "b")).await.unwrap();
-        s.insert_project("acc_1", &prj("prj_1", "ws_a", "p")).await.unwrap();
-        assert!(matches!(s.insert_project("acc_1", &prj("prj_2", "ws_a", "p")).await, Err(StoreError::Conflict(_))));
-        s.insert_project("acc_1", &prj("prj_2", "ws_b", "p")).await.unwrap();
-        assert!(matches!(s.insert_project("acc_x", &prj("prj_3", "ws_b", "q")).await, Err(StoreError::NotFound(_))));
-        s.insert_project("acc_1", &prj("prj_3", "ws_b", "q")).await.unwrap();
-        assert!(matches!(s.rename_project("acc_1", "prj_3", "p").await, Err(StoreError::Conflict(_))));
-        let r = s.rename_project("acc_1", "prj_3", "Q2").await.unwrap();
-        assert_eq!((r.name.as_str(), r.slug.as_str()), ("Q2", "q"));
-    }
-
-    #[tokio::test]
-    async fn deletes_refuse_non_empty_and_force_returns_live_sandboxes() {
-        let s = seeded().await;
-        s.insert_workspace(&ws("ws_a", "a")).await.unwrap();
-        s.insert_project("acc_1", &prj("prj_1", "ws_a", "p")).await.unwrap();
-        s.insert_sandbox(&sbx("sb_1", "prj_1")).await.unwrap();
-        s.insert_sandbox(&sbx("sb_2", "prj_1")).await.unwrap();
-        assert!(s.end_sandbox("sb_2", 9, "killed").await.unwrap());
-        assert!(!s.end_sandbox("sb_2", 10, "timeout").await.unwrap(), "first reason wins");
-        assert!(matches!(s.insert_sandbox(&sbx("sb_3", "prj_nope")).await, Err(StoreError::NotFound(_))));
-
-        assert!(matches!(s.delete_project("acc_1", "prj_1").await, Err(StoreError::NotEmpty(_))));
-        assert!(matches!(s.delete_workspace("acc_1", "ws_a", false).await, Err(StoreError::NotEmpty(_))));
-        assert!(matches!(s.delete_workspace("acc_x", "ws_a", true).await, Err(StoreError::NotFound(_))));
-        let removed = s.delete_workspace("acc_1", "ws_a", true).await.unwrap();
-        assert_eq!(removed.live_sandboxes.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["sb_1"]);
-        assert_eq!(s.get_sandbox("sb_1").await.unwrap(), None);
-        assert!(s.list_projects("acc_1", None).await.unwrap().is_empty());
-        assert!(s.list_workspaces("acc_1").await.unwrap().is_empty());
-    }
-
-    #[tokio::test]
-    async fn project_delete_after_sandboxes_end() {
-        let s = seeded().await;
-        s.insert_workspace(&ws("ws_a", "a")).await.unwrap();
-        s.insert_project("acc_1", &prj("prj_1", "ws_a", "p")).await.unwrap();
-        s.insert_sandbox(&sbx("sb_1", "prj_1")).await.unwrap();
-        s.end_sandbox("sb_1", 9, "killed").await.unwrap();
-        s.delete_project("acc_1", "prj_1").await.unwrap();
-        s.delete_workspace("acc_1", "ws_a", false).await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn sandboxes_by_scope_and_due() {
-        let s = seeded().await;
-        s.insert_workspace(&ws("ws_a", "a")).await.unwrap();
-        s.insert_workspace(&ws("ws_b", "b")).await.unwrap();
-        s.insert_project("acc_1", &prj("prj_1", "ws_a", "p")).await.unwrap();
-        s.insert_project("acc_1", &prj("prj_2", "ws_b", "p")).await.unwrap();
-        s.insert_sandbox(&sbx("sb_1", "prj_1")).await.unwrap();
-        s.insert_sandbox(&sbx("sb_2", "prj_2")).await.unwrap();
-        let all = s.list_sandboxes("acc_1", None, &SandboxFilter::default()).await.unwrap();
-        assert_eq!(all.len(), 2);
-        assert_eq!(all[0].workspace_id, "ws_a");
-        assert_eq!(all[0].metadata.get("a").map(String::as_str), Some("b"));
-        let scope = Scope::new(Vec::<String>::new(), ["prj_2"]);
-        let seen = s.list_sandboxes("acc_1", Some(&scope), &SandboxFilter::default()).await.unwrap();
-        assert_eq!(seen.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["sb_2"]);
-        let f = SandboxFilter { workspace_id: Some("ws_a".into()), ..Default::default() };
-        assert_eq!(s.list_sandboxes("acc_1", None, &f).await.unwrap().len(), 1);
-        assert!(s.list_sandboxes("acc_other", None, &SandboxFilter::default()).await.unwrap().is_empty());
-
-        s.set_sandbox_timeout("sb_2", Some(1000)).await.unwrap();
-        s.set_sandbox_state("sb_1", SandboxState::Paused).await.unwrap();
-        let sb1 = s.get_sandbox("sb_1").await.unwrap().unwrap();
-        assert_eq!((sb1.state, sb1.on_timeout, sb1.timeout_ms), (SandboxState::Paused, OnTimeout::Pause, Some(95)));
-        assert_eq!(s.sandboxes_due(500).await.unwrap().iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["sb_1"]);
-        s.end_sandbox("sb_1", 600, "timeout").await.unwrap();
-        assert!(s.sandboxes_due(500).await.unwrap().is_empty());
-        assert_eq!(s.list_sandboxes("acc_1", None, &SandboxFilter::default()).await.unwrap().len(), 1);
-        let f = SandboxFilter { include_ended: true, ..Default::default() };
-        assert_eq!(s.list_sandboxes("acc_1", None, &f).await.unwrap().len(), 2);
-    }
-
-    #[tokio::test]
-    async fn unknown_states_and_policies_are_errors_not_guesses() {
-        let s = seeded().await;
-        s.insert_workspace(&ws("ws_a", "a")).await.unwrap();
-        s.insert_project("acc_1", &prj("prj_1", "ws_a", "p")).await.unwrap();
-        s.insert_sandbox(&sbx("sb_1", "prj_1")).await.unwrap();
-        for (column, value, what) in
-            [("state", "zombie", "sandbox state"), ("on_timeout", "explode", "on-timeout policy")]
-        {
-            sqlx::query(&format!("UPDATE sandboxes SET {column} = ? WHERE id = 'sb_1'"))
-                .bind(value)
-                .execute(&s.pool)
-                .await
-                .unwrap();
-            match s.get_sandbox("sb_1").await {
-                Err(StoreError::UnknownValue { what: w, value: v }) => assert_eq!((w, v.as_str()), (what, value)),
-                other => panic!("{column} = {value}: {other:?}"),
-            }
-            assert!(s.sandboxes_due(i64::MAX).await.is_err());
-            let fix = if column == "state" { "running" } else { "kill" };
-            sqlx::query(&format!("UPDATE sandboxes SET {column} = ? WHERE id = 'sb_1'"))
-                .bind(fix)
-                .execute(&s.pool)
-                .await
-                .unwrap();
-        }
-        let sb = s.get_sandbox("sb_1").await.unwrap().unwrap();
-        assert_eq!((sb.state, sb.on_timeout), (SandboxState::Running, OnTimeout::Kill));
-    }
-
-    #[tokio::test]
-    async fn last_unscoped_key_cannot_be_revoked() {
-        let s = seeded().await;
-        assert!(matches!(s.revoke_key("acc_1", "key_root", 5).await, Err(StoreError::Conflict(_))));
-        s.insert_key(&k("key_two", None)).await.unwrap();
-        s.revoke_key("acc_1", "key_root", 5).await.unwrap();
-        assert!(matches!(s.revoke_key("acc_1", "key_root", 6).await, Err(StoreError::NotFound(_))));
-        assert_eq!(s.keys_by_prefix("lz_key_root").await.unwrap()[0].revoked_at, Some(5));
-        assert_eq!(s.get_key("acc_1", "key_root").await.unwrap(), None);
     }
 }

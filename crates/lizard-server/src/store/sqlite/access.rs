@@ -44,21 +44,3 @@ impl AccessStore for SqliteStore {
         Ok(())
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn access_rules_are_kept_hashed_and_copied_to_forks() {
-        let s = SqliteStore::memory().await.unwrap();
-        assert_eq!(s.sandbox_access("a").await.unwrap(), None);
-        s.set_sandbox_access("a", &[1, 2, 3]).await.unwrap();
-        assert_eq!(s.sandbox_access("a").await.unwrap(), Some(vec![1, 2, 3]));
-        s.copy_sandbox_access("a", "b").await.unwrap();
-        assert_eq!(s.sandbox_access("b").await.unwrap(), Some(vec![1, 2, 3]));
-        // A public source gives a public copy.
-        s.copy_sandbox_access("public", "c").await.unwrap();
-        assert_eq!(s.sandbox_access("c").await.unwrap(), None);
-    }
-}

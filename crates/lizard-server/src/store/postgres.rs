@@ -1,0 +1,793 @@
+//! [`Store`] on PostgreSQL: the shared state of several `lizard server` replicas.
+//!
+//! The same tables, meaning and guarantees as [`super::sqlite`] (whose module doc says
+//! why sqlx); only the SQL dialect differs. Queries are plain strings, so building needs
+//! no database.
+//!
+//! **Transactions.** SQLite serializes writers by itself (`BEGIN IMMEDIATE`); PostgreSQL
+//! runs them at once. Every operation that checks and then writes (delete-if-empty,
+//! bootstrap, revoke-unless-last, claim, attach) and every one that touches a meter or the
+//! ledger runs in a transaction that first takes one transaction-scoped advisory lock
+//! ([`WRITE_LOCK`]), so these transactions run one at a time across every replica, in
+//! commit order, exactly as on SQLite: two replicas' billing ticks never read the same
+//! watermark, and `ledger.seq` grows in commit order (the pagination cursor never skips a
+//! row committed late). READ COMMITTED then suffices: each statement after the lock sees
+//! every earlier holder's commit. Plain reads and single-statement writes take no lock.
+//!
+//! **Migrations** are the files in `crates/lizard-server/migrations/postgres/`, numbered
+//! and meaning as SQLite's (BIGINT for ms timestamps and money, BYTEA for hashes, JSON as
+//! TEXT), compiled in and applied in order at [`PostgresStore::open`], each in its own
+//! transaction under the same lock (replicas starting at once apply each one once), and
+//! recorded in `lizard_schema`. A database with a version this build does not know is
+//! refused ([`StoreError::SchemaTooNew`]).
+//!
+//! **Secrets.** The URL's password never reaches a log line or an error: errors name the
+//! server by [`super::database::redact`]'s form of the URL.
+
+use super::*;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Postgres, Row, Transaction};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The schema, in order. The version is the file's number (the same as SQLite's).
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "tenancy", include_str!("../../migrations/postgres/0001_tenancy.sql")),
+    (2, "billing", include_str!("../../migrations/postgres/0002_billing.sql")),
+    (3, "volumes", include_str!("../../migrations/postgres/0003_volumes.sql")),
+    (4, "lifecycle", include_str!("../../migrations/postgres/0004_lifecycle.sql")),
+    (5, "templates", include_str!("../../migrations/postgres/0005_templates.sql")),
+    (6, "idempotency", include_str!("../../migrations/postgres/0006_idempotency.sql")),
+    (7, "volume billing", include_str!("../../migrations/postgres/0007_volume_billing.sql")),
+    (8, "sandbox access", include_str!("../../migrations/postgres/0008_sandbox_access.sql")),
+];
+
+mod access;
+mod billing;
+mod idempotency;
+mod templates;
+mod volumes;
+
+/// The key of the advisory lock every writing transaction takes first (see the module
+/// doc): "lizard" in ASCII, so an operator can tell it in `pg_locks`.
+pub const WRITE_LOCK: i64 = 0x6c69_7a61_7264;
+
+/// Connections per replica: a handful of handlers' queries at once; PostgreSQL's own
+/// limit (100 by default) is shared by every replica.
+const MAX_CONNECTIONS: u32 = 10;
+
+/// PostgreSQL-backed [`Store`].
+#[derive(Clone)]
+pub struct PostgresStore {
+    pub(in crate::store) pool: PgPool,
+}
+
+fn backend(e: sqlx::Error) -> StoreError {
+    StoreError::Backend(Box::new(e))
+}
+
+/// A unique-constraint violation becomes [`StoreError::Conflict`] with `what`.
+fn conflict_or_backend(e: sqlx::Error, what: impl FnOnce() -> String) -> StoreError {
+    match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(what()),
+        _ => backend(e),
+    }
+}
+
+fn json_err(e: serde_json::Error) -> StoreError {
+    StoreError::Backend(Box::new(e))
+}
+
+/// An error of opening `url`, with its password out of the text (a driver may quote
+/// what it was given).
+fn open_error(url: &str, e: impl std::fmt::Display) -> StoreError {
+    let message = database::scrub(url, &e.to_string());
+    StoreError::Backend(format!("PostgreSQL at {}: {message}", database::redact(url)).into())
+}
+
+impl PostgresStore {
+    /// Connect to the database at `url` (`postgres://user[:password]@host[:port]/db`) and
+    /// apply pending migrations.
+    pub async fn open(url: &str) -> Result<Self> {
+        let options = PgConnectOptions::from_str(url).map_err(|e| open_error(url, e))?;
+        let store = Self::connect(options).await.map_err(|e| match e {
+            StoreError::Backend(e) => open_error(url, e),
+            other => other,
+        })?;
+        tracing::info!(database = %database::redact(url), "opened the PostgreSQL store");
+        Ok(store)
+    }
+
+    /// [`PostgresStore::open`] with the connection already described (tests pick the
+    /// database this way). Its errors may name the server, never a password (options
+    /// print none).
+    pub async fn connect(options: PgConnectOptions) -> Result<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await
+            .map_err(backend)?;
+        let store = PostgresStore { pool };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The schema version now in the database (0: empty).
+    pub async fn schema_version(&self) -> Result<i64> {
+        let v: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM lizard_schema")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(v.unwrap_or(0))
+    }
+
+    /// Close the pool's connections (tests drop their database after).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        {
+            // Under the lock: two replicas' CREATE TABLE IF NOT EXISTS at once can collide.
+            let mut tx = self.write().await?;
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS lizard_schema (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+            )
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+            tx.commit().await.map_err(backend)?;
+        }
+        let known = MIGRATIONS.last().map(|m| m.0).unwrap_or(0);
+        let found = self.schema_version().await?;
+        if found > known {
+            return Err(StoreError::SchemaTooNew { found, known });
+        }
+        for &(version, name, sql) in MIGRATIONS {
+            let mut tx = self.write().await?;
+            // Re-check inside the lock: another replica may have applied it meanwhile.
+            let done: Option<i64> = sqlx::query_scalar("SELECT version FROM lizard_schema WHERE version = $1")
+                .bind(version)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?;
+            if done.is_some() {
+                continue;
+            }
+            sqlx::raw_sql(sql).execute(&mut *tx).await.map_err(backend)?;
+            sqlx::query("INSERT INTO lizard_schema (version, name, applied_at) VALUES ($1, $2, $3)")
+                .bind(version)
+                .bind(name)
+                .bind(crate::ids::now_ms())
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+            tx.commit().await.map_err(backend)?;
+            tracing::info!(version, name, "applied database migration");
+        }
+        Ok(())
+    }
+
+    /// A write transaction holding [`WRITE_LOCK`] from its first statement to its end.
+    async fn write(&self) -> Result<Transaction<'static, Postgres>> {
+        let mut tx = self.pool.begin().await.map_err(backend)?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(WRITE_LOCK).execute(&mut *tx).await.map_err(backend)?;
+        Ok(tx)
+    }
+}
+
+// --- row mapping --------------------------------------------------------------------
+
+fn account(r: &PgRow) -> Result<AccountRecord> {
+    Ok(AccountRecord {
+        id: r.try_get("id").map_err(backend)?,
+        email: r.try_get("email").map_err(backend)?,
+        plan: r.try_get("plan").map_err(backend)?,
+        created_at: r.try_get("created_at").map_err(backend)?,
+    })
+}
+
+fn workspace(r: &PgRow) -> Result<WorkspaceRecord> {
+    Ok(WorkspaceRecord {
+        id: r.try_get("id").map_err(backend)?,
+        account_id: r.try_get("account_id").map_err(backend)?,
+        name: r.try_get("name").map_err(backend)?,
+        slug: r.try_get("slug").map_err(backend)?,
+        created_at: r.try_get("created_at").map_err(backend)?,
+    })
+}
+
+fn project(r: &PgRow) -> Result<ProjectRecord> {
+    Ok(ProjectRecord {
+        id: r.try_get("id").map_err(backend)?,
+        workspace_id: r.try_get("workspace_id").map_err(backend)?,
+        name: r.try_get("name").map_err(backend)?,
+        slug: r.try_get("slug").map_err(backend)?,
+        created_at: r.try_get("created_at").map_err(backend)?,
+    })
+}
+
+fn key(r: &PgRow) -> Result<KeyRecord> {
+    let workspaces: Option<String> = r.try_get("workspaces").map_err(backend)?;
+    let projects: Option<String> = r.try_get("projects").map_err(backend)?;
+    let scope = match (workspaces, projects) {
+        (None, None) => None,
+        (w, p) => {
+            let parse = |s: Option<String>| -> Result<Vec<String>> {
+                s.map(|s| serde_json::from_str(&s).map_err(json_err)).transpose().map(Option::unwrap_or_default)
+            };
+            Some(Scope::new(parse(w)?, parse(p)?))
+        }
+    };
+    Ok(KeyRecord {
+        id: r.try_get("id").map_err(backend)?,
+        account_id: r.try_get("account_id").map_err(backend)?,
+        name: r.try_get("name").map_err(backend)?,
+        prefix: r.try_get("prefix").map_err(backend)?,
+        hash: r.try_get("hash").map_err(backend)?,
+        scope,
+        created_at: r.try_get("created_at").map_err(backend)?,
+        revoked_at: r.try_get("revoked_at").map_err(backend)?,
+    })
+}
+
+/// Scope columns of a key: both NULL (unscoped) or both JSON arrays.
+fn scope_columns(scope: &Option<Scope>) -> Result<(Option<String>, Option<String>)> {
+    match scope {
+        None => Ok((None, None)),
+        Some(s) => Ok((
+            Some(serde_json::to_string(&s.workspaces).map_err(json_err)?),
+            Some(serde_json::to_string(&s.projects).map_err(json_err)?),
+        )),
+    }
+}
+
+const SANDBOX_COLUMNS: &str = "s.id, w.account_id, p.workspace_id, s.project_id, s.template, s.state, s.created_at, \
+     s.timeout_at, s.ended_at, s.end_reason, s.metadata, s.on_timeout, s.timeout_ms, s.template_ref \
+     FROM sandboxes s JOIN projects p ON p.id = s.project_id JOIN workspaces w ON w.id = p.workspace_id";
+
+fn sandbox(r: &PgRow) -> Result<SandboxRecord> {
+    let metadata: String = r.try_get("metadata").map_err(backend)?;
+    Ok(SandboxRecord {
+        id: r.try_get("id").map_err(backend)?,
+        account_id: r.try_get("account_id").map_err(backend)?,
+        workspace_id: r.try_get("workspace_id").map_err(backend)?,
+        project_id: r.try_get("project_id").map_err(backend)?,
+        template: r.try_get("template").map_err(backend)?,
+        state: parse_sandbox_state(&r.try_get::<String, _>("state").map_err(backend)?)?,
+        created_at: r.try_get("created_at").map_err(backend)?,
+        timeout_at: r.try_get("timeout_at").map_err(backend)?,
+        ended_at: r.try_get("ended_at").map_err(backend)?,
+        end_reason: r.try_get("end_reason").map_err(backend)?,
+        metadata: serde_json::from_str(&metadata).map_err(json_err)?,
+        on_timeout: parse_on_timeout(&r.try_get::<String, _>("on_timeout").map_err(backend)?)?,
+        timeout_ms: r.try_get("timeout_ms").map_err(backend)?,
+        template_ref: r.try_get("template_ref").map_err(backend)?,
+    })
+}
+
+const KEY_COLUMNS: &str = "id, account_id, name, prefix, hash, workspaces, projects, created_at, revoked_at";
+
+async fn insert_key_tx(tx: &mut Transaction<'static, Postgres>, k: &KeyRecord) -> Result<()> {
+    let (w, p) = scope_columns(&k.scope)?;
+    sqlx::query(&format!("INSERT INTO api_keys ({KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"))
+        .bind(&k.id)
+        .bind(&k.account_id)
+        .bind(&k.name)
+        .bind(&k.prefix)
+        .bind(&k.hash)
+        .bind(w)
+        .bind(p)
+        .bind(k.created_at)
+        .bind(k.revoked_at)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| conflict_or_backend(e, || format!("key id {} already exists", k.id)))?;
+    Ok(())
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn bootstrap(&self, a: &AccountRecord, k: &KeyRecord) -> Result<bool> {
+        let mut tx = self.write().await?;
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM accounts").fetch_one(&mut *tx).await.map_err(backend)?;
+        if n > 0 {
+            return Ok(false);
+        }
+        sqlx::query("INSERT INTO accounts (id, email, plan, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(&a.id)
+            .bind(&a.email)
+            .bind(&a.plan)
+            .bind(a.created_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        insert_key_tx(&mut tx, k).await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(true)
+    }
+
+    async fn get_account(&self, account_id: &str) -> Result<Option<AccountRecord>> {
+        sqlx::query("SELECT id, email, plan, created_at FROM accounts WHERE id = $1")
+            .bind(account_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?
+            .as_ref()
+            .map(account)
+            .transpose()
+    }
+
+    async fn insert_workspace(&self, w: &WorkspaceRecord) -> Result<()> {
+        sqlx::query("INSERT INTO workspaces (id, account_id, name, slug, created_at) VALUES ($1, $2, $3, $4, $5)")
+            .bind(&w.id)
+            .bind(&w.account_id)
+            .bind(&w.name)
+            .bind(&w.slug)
+            .bind(w.created_at)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| {
+                conflict_or_backend(e, || format!("a workspace named {:?} (slug {:?}) already exists", w.name, w.slug))
+            })?;
+        Ok(())
+    }
+
+    async fn get_workspace(&self, account_id: &str, workspace_id: &str) -> Result<Option<WorkspaceRecord>> {
+        sqlx::query("SELECT * FROM workspaces WHERE account_id = $1 AND id = $2")
+            .bind(account_id)
+            .bind(workspace_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?
+            .as_ref()
+            .map(workspace)
+            .transpose()
+    }
+
+    async fn list_workspaces(&self, account_id: &str) -> Result<Vec<WorkspaceRecord>> {
+        sqlx::query("SELECT * FROM workspaces WHERE account_id = $1 ORDER BY created_at, id")
+            .bind(account_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?
+            .iter()
+            .map(workspace)
+            .collect()
+    }
+
+    async fn delete_workspace(&self, account_id: &str, workspace_id: &str, force: bool) -> Result<Removed> {
+        let mut tx = self.write().await?;
+        let exists: Option<String> = sqlx::query_scalar("SELECT id FROM workspaces WHERE account_id = $1 AND id = $2")
+            .bind(account_id)
+            .bind(workspace_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if exists.is_none() {
+            return Err(StoreError::NotFound(format!("workspace {workspace_id}")));
+        }
+        let projects: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM projects WHERE workspace_id = $1")
+            .bind(workspace_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if projects > 0 && !force {
+            return Err(StoreError::NotEmpty(format!(
+                "workspace {workspace_id} still has {projects} project(s); delete them first, or delete with force=true to remove everything in it"
+            )));
+        }
+        let live = sqlx::query(&format!(
+            "SELECT {SANDBOX_COLUMNS} WHERE p.workspace_id = $1 AND s.ended_at IS NULL ORDER BY s.created_at, s.id"
+        ))
+        .bind(workspace_id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(sandbox)
+        .collect::<Result<Vec<_>>>()?;
+        let vols = sqlx::query(&format!(
+            "SELECT {} WHERE p.workspace_id = $1 ORDER BY v.created_at, v.id",
+            volumes::VOLUME_COLUMNS
+        ))
+        .bind(workspace_id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(volumes::volume)
+        .collect::<Result<Vec<_>>>()?;
+        let template_refs: Vec<String> = sqlx::query_scalar(
+            "SELECT b.template_ref FROM template_builds b JOIN templates t ON t.id = b.template_id \
+             WHERE t.workspace_id = $1 ORDER BY b.created_at, b.id",
+        )
+        .bind(workspace_id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?;
+        // Their storage is billed up to here, then their meters go.
+        let now = crate::ids::now_ms();
+        for v in &vols {
+            billing::close_volume_meter_tx(&mut tx, &v.id, now).await?;
+        }
+        sqlx::query("DELETE FROM volumes WHERE project_id IN (SELECT id FROM projects WHERE workspace_id = $1)")
+            .bind(workspace_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        // The live ones stop now: bill them up to here and close their meters.
+        for s in &live {
+            billing::transition_tx(&mut tx, &s.id, MeterState::Ended, now).await?;
+        }
+        sqlx::query("DELETE FROM sandboxes WHERE project_id IN (SELECT id FROM projects WHERE workspace_id = $1)")
+            .bind(workspace_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        sqlx::query("DELETE FROM projects WHERE workspace_id = $1")
+            .bind(workspace_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        sqlx::query("DELETE FROM workspaces WHERE id = $1")
+            .bind(workspace_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        Ok(Removed { live_sandboxes: live, volumes: vols, template_refs })
+    }
+
+    async fn insert_project(&self, account_id: &str, p: &ProjectRecord) -> Result<()> {
+        let mut tx = self.write().await?;
+        let ws: Option<String> = sqlx::query_scalar("SELECT id FROM workspaces WHERE account_id = $1 AND id = $2")
+            .bind(account_id)
+            .bind(&p.workspace_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if ws.is_none() {
+            return Err(StoreError::NotFound(format!("workspace {}", p.workspace_id)));
+        }
+        sqlx::query("INSERT INTO projects (id, workspace_id, name, slug, created_at) VALUES ($1, $2, $3, $4, $5)")
+            .bind(&p.id)
+            .bind(&p.workspace_id)
+            .bind(&p.name)
+            .bind(&p.slug)
+            .bind(p.created_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| {
+                conflict_or_backend(e, || {
+                    format!("a project named {:?} (slug {:?}) already exists in this workspace", p.name, p.slug)
+                })
+            })?;
+        tx.commit().await.map_err(backend)?;
+        Ok(())
+    }
+
+    async fn get_project(&self, account_id: &str, project_id: &str) -> Result<Option<ProjectRecord>> {
+        sqlx::query(
+            "SELECT p.* FROM projects p JOIN workspaces w ON w.id = p.workspace_id WHERE w.account_id = $1 AND p.id = $2",
+        )
+        .bind(account_id)
+        .bind(project_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend)?
+        .as_ref()
+        .map(project)
+        .transpose()
+    }
+
+    async fn list_projects(&self, account_id: &str, workspace_id: Option<&str>) -> Result<Vec<ProjectRecord>> {
+        sqlx::query(
+            "SELECT p.* FROM projects p JOIN workspaces w ON w.id = p.workspace_id \
+             WHERE w.account_id = $1 AND ($2 IS NULL OR p.workspace_id = $2) ORDER BY p.created_at, p.id",
+        )
+        .bind(account_id)
+        .bind(workspace_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(project)
+        .collect()
+    }
+
+    async fn rename_project(&self, account_id: &str, project_id: &str, name: &str) -> Result<ProjectRecord> {
+        let mut tx = self.write().await?;
+        let row = sqlx::query(
+            "SELECT p.* FROM projects p JOIN workspaces w ON w.id = p.workspace_id WHERE w.account_id = $1 AND p.id = $2",
+        )
+        .bind(account_id)
+        .bind(project_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let Some(mut p) = row.as_ref().map(project).transpose()? else {
+            return Err(StoreError::NotFound(format!("project {project_id}")));
+        };
+        sqlx::query("UPDATE projects SET name = $1 WHERE id = $2")
+            .bind(name)
+            .bind(project_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| {
+                conflict_or_backend(e, || format!("a project named {name:?} already exists in this workspace"))
+            })?;
+        tx.commit().await.map_err(backend)?;
+        p.name = name.to_string();
+        Ok(p)
+    }
+
+    async fn delete_project(&self, account_id: &str, project_id: &str) -> Result<()> {
+        let mut tx = self.write().await?;
+        let exists: Option<String> = sqlx::query_scalar(
+            "SELECT p.id FROM projects p JOIN workspaces w ON w.id = p.workspace_id WHERE w.account_id = $1 AND p.id = $2",
+        )
+        .bind(account_id)
+        .bind(project_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        if exists.is_none() {
+            return Err(StoreError::NotFound(format!("project {project_id}")));
+        }
+        let live: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sandboxes WHERE project_id = $1 AND ended_at IS NULL")
+            .bind(project_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if live > 0 {
+            return Err(StoreError::NotEmpty(format!(
+                "project {project_id} still has {live} running sandbox(es); kill them first"
+            )));
+        }
+        let vols: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM volumes WHERE project_id = $1")
+            .bind(project_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if vols > 0 {
+            return Err(StoreError::NotEmpty(format!(
+                "project {project_id} still has {vols} volume(s); delete them first"
+            )));
+        }
+        sqlx::query("DELETE FROM sandboxes WHERE project_id = $1")
+            .bind(project_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        sqlx::query("DELETE FROM projects WHERE id = $1").bind(project_id).execute(&mut *tx).await.map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        Ok(())
+    }
+
+    async fn insert_key(&self, k: &KeyRecord) -> Result<()> {
+        let mut tx = self.write().await?;
+        insert_key_tx(&mut tx, k).await?;
+        tx.commit().await.map_err(backend)
+    }
+
+    async fn keys_by_prefix(&self, prefix: &str) -> Result<Vec<KeyRecord>> {
+        sqlx::query(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE prefix = $1"))
+            .bind(prefix)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?
+            .iter()
+            .map(key)
+            .collect()
+    }
+
+    async fn get_key(&self, account_id: &str, key_id: &str) -> Result<Option<KeyRecord>> {
+        sqlx::query(&format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys WHERE account_id = $1 AND id = $2 AND revoked_at IS NULL"
+        ))
+        .bind(account_id)
+        .bind(key_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend)?
+        .as_ref()
+        .map(key)
+        .transpose()
+    }
+
+    async fn list_keys(&self, account_id: &str) -> Result<Vec<KeyRecord>> {
+        sqlx::query(&format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys WHERE account_id = $1 AND revoked_at IS NULL ORDER BY created_at, id"
+        ))
+        .bind(account_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(key)
+        .collect()
+    }
+
+    async fn revoke_key(&self, account_id: &str, key_id: &str, at: i64) -> Result<()> {
+        let mut tx = self.write().await?;
+        let row = sqlx::query(&format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys WHERE account_id = $1 AND id = $2 AND revoked_at IS NULL"
+        ))
+        .bind(account_id)
+        .bind(key_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let Some(k) = row.as_ref().map(key).transpose()? else {
+            return Err(StoreError::NotFound(format!("api key {key_id}")));
+        };
+        if k.scope.is_none() {
+            let others: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM api_keys WHERE account_id = $1 AND id != $2 AND revoked_at IS NULL \
+                 AND workspaces IS NULL AND projects IS NULL",
+            )
+            .bind(account_id)
+            .bind(key_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend)?;
+            if others == 0 {
+                return Err(StoreError::Conflict(format!(
+                    "api key {key_id} is the account's last unscoped key; create another unscoped key before revoking it"
+                )));
+            }
+        }
+        sqlx::query("UPDATE api_keys SET revoked_at = $1 WHERE id = $2")
+            .bind(at)
+            .bind(key_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        tx.commit().await.map_err(backend)
+    }
+
+    async fn insert_sandbox(&self, s: &NewSandbox) -> Result<()> {
+        let metadata = serde_json::to_string(&s.metadata).map_err(json_err)?;
+        // The record and its meter in one transaction: nothing runs unbilled.
+        let mut tx = self.write().await?;
+        sqlx::query(
+            "INSERT INTO sandboxes (id, project_id, template, state, created_at, timeout_at, metadata, on_timeout, timeout_ms, \
+             template_ref) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )
+        .bind(&s.id)
+        .bind(&s.project_id)
+        .bind(&s.template)
+        .bind(sandbox_state_name(s.state))
+        .bind(s.created_at)
+        .bind(s.timeout_at)
+        .bind(metadata)
+        .bind(on_timeout_name(s.on_timeout))
+        .bind(s.timeout_ms)
+        .bind(&s.template_ref)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| match &e {
+            sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
+                StoreError::NotFound(format!("project {}", s.project_id))
+            }
+            _ => conflict_or_backend(e, || format!("sandbox {} already exists", s.id)),
+        })?;
+        billing::open_meter_tx(&mut tx, &s.id, &s.project_id, &s.meter, billing::meter_state_of(s.state), s.created_at)
+            .await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(())
+    }
+
+    async fn get_sandbox(&self, sandbox_id: &str) -> Result<Option<SandboxRecord>> {
+        sqlx::query(&format!("SELECT {SANDBOX_COLUMNS} WHERE s.id = $1"))
+            .bind(sandbox_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?
+            .as_ref()
+            .map(sandbox)
+            .transpose()
+    }
+
+    async fn list_sandboxes(
+        &self,
+        account_id: &str,
+        scope: Option<&Scope>,
+        filter: &SandboxFilter,
+    ) -> Result<Vec<SandboxRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SANDBOX_COLUMNS} WHERE w.account_id = $1 AND ($2 IS NULL OR p.workspace_id = $2) \
+             AND ($3 IS NULL OR s.project_id = $3) AND ($4 OR s.ended_at IS NULL) ORDER BY s.created_at, s.id"
+        ))
+        .bind(account_id)
+        .bind(filter.workspace_id.as_deref())
+        .bind(filter.project_id.as_deref())
+        .bind(filter.include_ended)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let s = sandbox(r)?;
+            if crate::scope::sees_project(scope, &s.workspace_id, &s.project_id) {
+                out.push(s);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn set_sandbox_state(&self, sandbox_id: &str, state: SandboxState) -> Result<()> {
+        let mut tx = self.write().await?;
+        let r = sqlx::query("UPDATE sandboxes SET state = $1 WHERE id = $2")
+            .bind(sandbox_state_name(state))
+            .bind(sandbox_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if r.rows_affected() == 0 {
+            return Err(StoreError::NotFound(format!("sandbox {sandbox_id}")));
+        }
+        // Bill the state that ends, and meter the new one from now.
+        billing::transition_tx(&mut tx, sandbox_id, billing::meter_state_of(state), crate::ids::now_ms()).await?;
+        tx.commit().await.map_err(backend)
+    }
+
+    async fn set_sandbox_timeout(&self, sandbox_id: &str, timeout_at: Option<i64>) -> Result<()> {
+        let r = sqlx::query("UPDATE sandboxes SET timeout_at = $1 WHERE id = $2")
+            .bind(timeout_at)
+            .bind(sandbox_id)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        if r.rows_affected() == 0 {
+            return Err(StoreError::NotFound(format!("sandbox {sandbox_id}")));
+        }
+        Ok(())
+    }
+
+    async fn end_sandbox(&self, sandbox_id: &str, at: i64, reason: &str) -> Result<bool> {
+        let mut tx = self.write().await?;
+        let ended: Option<Option<i64>> = sqlx::query_scalar("SELECT ended_at FROM sandboxes WHERE id = $1")
+            .bind(sandbox_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+        match ended {
+            None => Err(StoreError::NotFound(format!("sandbox {sandbox_id}"))),
+            Some(Some(_)) => Ok(false),
+            Some(None) => {
+                sqlx::query("UPDATE sandboxes SET ended_at = $1, end_reason = $2, state = 'ended' WHERE id = $3")
+                    .bind(at)
+                    .bind(reason)
+                    .bind(sandbox_id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                sqlx::query("UPDATE volumes SET attached_to = NULL WHERE attached_to = $1")
+                    .bind(sandbox_id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                billing::transition_tx(&mut tx, sandbox_id, MeterState::Ended, at).await?;
+                tx.commit().await.map_err(backend)?;
+                Ok(true)
+            }
+        }
+    }
+
+    async fn sandboxes_due(&self, now: i64) -> Result<Vec<SandboxRecord>> {
+        sqlx::query(&format!(
+            "SELECT {SANDBOX_COLUMNS} WHERE s.ended_at IS NULL AND s.timeout_at IS NOT NULL AND s.timeout_at <= $1 \
+             ORDER BY s.timeout_at, s.id"
+        ))
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(sandbox)
+        .collect()
+    }
+}

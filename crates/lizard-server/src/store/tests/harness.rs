@@ -1,0 +1,226 @@
+//! Fresh databases of either engine for the store tests, and the few things a test does
+//! beside the [`Store`] trait (raw SQL to corrupt or inspect rows, the schema version).
+
+use crate::store::postgres::PostgresStore;
+use crate::store::sqlite::SqliteStore;
+use crate::store::{AccountRecord, KeyRecord, ProjectRecord, Store, WorkspaceRecord};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, Executor};
+use std::future::Future;
+use std::ops::Deref;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// The server the PostgreSQL tests make their databases on.
+pub const POSTGRES_URL_VAR: &str = "LIZARD_TEST_POSTGRES_URL";
+/// `1`: a missing [`POSTGRES_URL_VAR`] fails the PostgreSQL tests instead of skipping them.
+pub const REQUIRE_POSTGRES_VAR: &str = "LIZARD_REQUIRE_POSTGRES";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Sqlite,
+    Postgres,
+}
+
+/// One test's own database, empty until the first [`TestDb::open`] migrates it.
+#[derive(Clone)]
+pub struct TestDb(Arc<Inner>);
+
+enum Inner {
+    Sqlite(tempfile::TempDir),
+    Postgres { server: PgConnectOptions, database: String },
+}
+
+/// Run `test` on a fresh database of `engine`, then drop that database.
+pub async fn run<F, Fut>(engine: Engine, test: F)
+where
+    F: FnOnce(TestDb) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let Some(db) = TestDb::new(engine).await else { return };
+    test(db.clone()).await;
+    db.drop_database().await;
+}
+
+impl TestDb {
+    /// A fresh database; `None` when PostgreSQL is not configured and not required.
+    pub async fn new(engine: Engine) -> Option<TestDb> {
+        match engine {
+            Engine::Sqlite => Some(TestDb(Arc::new(Inner::Sqlite(tempfile::tempdir().unwrap())))),
+            Engine::Postgres => {
+                let Ok(url) = std::env::var(POSTGRES_URL_VAR) else {
+                    if std::env::var(REQUIRE_POSTGRES_VAR).as_deref() == Ok("1") {
+                        panic!(
+                            "{REQUIRE_POSTGRES_VAR}=1 but {POSTGRES_URL_VAR} is not set: run scripts/postgres.sh \
+                             and export its URL as {POSTGRES_URL_VAR}"
+                        );
+                    }
+                    eprintln!("PostgreSQL skipped: {POSTGRES_URL_VAR} is not set (only SQLite ran)");
+                    return None;
+                };
+                let server = PgConnectOptions::from_str(&url).expect("LIZARD_TEST_POSTGRES_URL is a PostgreSQL URL");
+                let database = format!("lizard_test_{}", crate::ids::new_id("db").to_lowercase().replace('-', "_"));
+                let mut admin = sqlx::PgConnection::connect_with(&server).await.expect("connect to the test server");
+                admin.execute(format!("CREATE DATABASE \"{database}\"").as_str()).await.expect("CREATE DATABASE");
+                admin.close().await.ok();
+                Some(TestDb(Arc::new(Inner::Postgres { server, database })))
+            }
+        }
+    }
+
+    pub fn engine(&self) -> Engine {
+        match &*self.0 {
+            Inner::Sqlite(_) => Engine::Sqlite,
+            Inner::Postgres { .. } => Engine::Postgres,
+        }
+    }
+
+    /// A new handle on this database (a second one is another replica), migrated.
+    pub async fn open(&self) -> TestStore {
+        self.try_open().await.unwrap()
+    }
+
+    pub async fn try_open(&self) -> crate::store::Result<TestStore> {
+        Ok(match &*self.0 {
+            Inner::Sqlite(dir) => TestStore::Sqlite(SqliteStore::open(dir.path()).await?),
+            Inner::Postgres { server, database } => {
+                TestStore::Postgres(PostgresStore::connect(server.clone().database(database)).await?)
+            }
+        })
+    }
+
+    /// The SQLite file (none on PostgreSQL).
+    pub fn sqlite_file(&self) -> Option<std::path::PathBuf> {
+        match &*self.0 {
+            Inner::Sqlite(dir) => Some(dir.path().join(crate::store::sqlite::DB_FILE)),
+            Inner::Postgres { .. } => None,
+        }
+    }
+
+    /// Run raw SQL (several statements) on the database without migrating it first.
+    pub async fn raw(&self, sql: &str) {
+        match &*self.0 {
+            Inner::Sqlite(dir) => {
+                let options = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(dir.path().join(crate::store::sqlite::DB_FILE))
+                    .create_if_missing(true)
+                    .foreign_keys(true);
+                let mut conn = sqlx::SqliteConnection::connect_with(&options).await.unwrap();
+                sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+                conn.close().await.unwrap();
+            }
+            Inner::Postgres { server, database } => {
+                let mut conn = sqlx::PgConnection::connect_with(&server.clone().database(database)).await.unwrap();
+                sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+                conn.close().await.unwrap();
+            }
+        }
+    }
+
+    /// The engine's migrations, in order: `(version, name, sql)`.
+    pub fn migrations(&self) -> &'static [(i64, &'static str, &'static str)] {
+        match self.engine() {
+            Engine::Sqlite => crate::store::sqlite::MIGRATIONS,
+            Engine::Postgres => crate::store::postgres::MIGRATIONS,
+        }
+    }
+
+    /// The newest schema version this build knows.
+    pub fn known_version(&self) -> i64 {
+        self.migrations().last().map(|m| m.0).unwrap_or(0)
+    }
+
+    /// A migrated store with `account` (and its owner key `key_owner`) and, for each
+    /// `(workspace, project)` pair, that workspace holding that project. Ids double as
+    /// names and slugs.
+    pub async fn seeded(&self, account: &str, projects: &[(&str, &str)]) -> TestStore {
+        let store = self.open().await;
+        let acc = AccountRecord { id: account.into(), email: "o@x".into(), plan: "free".into(), created_at: 1 };
+        let key = KeyRecord {
+            id: "key_owner".into(),
+            account_id: account.into(),
+            name: "owner".into(),
+            prefix: "lz_owner".into(),
+            hash: vec![0; 32],
+            scope: None,
+            created_at: 1,
+            revoked_at: None,
+        };
+        store.bootstrap(&acc, &key).await.unwrap();
+        for &(ws, prj) in projects {
+            let workspace = WorkspaceRecord {
+                id: ws.into(),
+                account_id: account.into(),
+                name: ws.into(),
+                slug: ws.into(),
+                created_at: 1,
+            };
+            store.insert_workspace(&workspace).await.unwrap();
+            let project = ProjectRecord {
+                id: prj.into(),
+                workspace_id: ws.into(),
+                name: prj.into(),
+                slug: prj.into(),
+                created_at: 1,
+            };
+            store.insert_project(account, &project).await.unwrap();
+        }
+        store
+    }
+
+    async fn drop_database(&self) {
+        if let Inner::Postgres { server, database } = &*self.0 {
+            let mut admin = sqlx::PgConnection::connect_with(server).await.expect("connect to the test server");
+            admin
+                .execute(format!("DROP DATABASE IF EXISTS \"{database}\" WITH (FORCE)").as_str())
+                .await
+                .expect("DROP DATABASE");
+            admin.close().await.ok();
+        }
+    }
+}
+
+/// An open store of either engine: a [`Store`] (by `Deref`) plus raw SQL for tests.
+#[derive(Clone)]
+pub enum TestStore {
+    Sqlite(SqliteStore),
+    Postgres(PostgresStore),
+}
+
+impl Deref for TestStore {
+    type Target = dyn Store;
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            TestStore::Sqlite(s) => s,
+            TestStore::Postgres(s) => s,
+        }
+    }
+}
+
+impl TestStore {
+    /// Run one statement written the same in both dialects (literal values, no binds);
+    /// the rows it changed, or the database's refusal as text.
+    pub async fn exec(&self, sql: &str) -> Result<u64, String> {
+        let done = match self {
+            TestStore::Sqlite(s) => sqlx::query(sql).execute(&s.pool).await.map(|r| r.rows_affected()),
+            TestStore::Postgres(s) => sqlx::query(sql).execute(&s.pool).await.map(|r| r.rows_affected()),
+        };
+        done.map_err(|e| e.to_string())
+    }
+
+    pub async fn schema_version(&self) -> i64 {
+        match self {
+            TestStore::Sqlite(s) => s.schema_version().await.unwrap(),
+            TestStore::Postgres(s) => s.schema_version().await.unwrap(),
+        }
+    }
+
+    /// Close its connections (a replica going away).
+    pub async fn close(&self) {
+        match self {
+            TestStore::Sqlite(s) => s.pool.close().await,
+            TestStore::Postgres(s) => s.pool.close().await,
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! The store test suite: every test runs against both engines, SQLite (a fresh file) and
+//! PostgreSQL (a fresh database on the server of `LIZARD_TEST_POSTGRES_URL`), through
+//! [`store_tests!`], which instantiates each listed test once per engine.
+//!
+//! PostgreSQL needs a server where the URL's user may `CREATE DATABASE`
+//! (`scripts/postgres.sh` starts one). Without `LIZARD_TEST_POSTGRES_URL` the PostgreSQL
+//! instances print that they were skipped and pass, unless `LIZARD_REQUIRE_POSTGRES=1`
+//! (`scripts/test.sh` sets both): then they fail.
+
+mod access;
+mod billing;
+pub(crate) mod harness;
+mod idempotency;
+mod replicas;
+mod tenancy;
+mod volumes;
+
+/// `store_tests!(a, b)`: for each `async fn a(db: TestDb)` of the calling module, a
+/// `sqlite::a` and a `postgres::a` test.
+macro_rules! store_tests {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    $crate::store::tests::harness::run($crate::store::tests::harness::Engine::Sqlite, super::$name).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    $crate::store::tests::harness::run($crate::store::tests::harness::Engine::Postgres, super::$name).await
+                }
+            )*
+        }
+    };
+}
+pub(crate) use store_tests;

@@ -1,0 +1,73 @@
+//! Volumes: one holder at a time, deletes.
+
+use super::harness::{TestDb, TestStore};
+use super::store_tests;
+use crate::store::volumes::*;
+use crate::store::{NewSandbox, OnTimeout, SandboxState, StoreError};
+
+async fn seeded(db: &TestDb) -> TestStore {
+    let s = db.seeded("acc_1", &[("ws_a", "prj_a")]).await;
+    s.upsert_node(&NodeRecord { id: "node_1".into(), region: "local".into(), created_at: 1 }).await.unwrap();
+    s
+}
+
+fn vol(id: &str, name: &str) -> NewVolume {
+    NewVolume {
+        id: id.into(),
+        project_id: "prj_a".into(),
+        name: name.into(),
+        size_gb: 1,
+        node_id: "node_1".into(),
+        region: "local".into(),
+        created_at: 2,
+        nanos_per_sec: 0,
+    }
+}
+
+async fn one_holder_at_a_time_until_the_sandbox_ends(db: TestDb) {
+    let s = seeded(&db).await;
+    s.insert_volume(&vol("vol_1", "data")).await.unwrap();
+    assert!(matches!(s.insert_volume(&vol("vol_2", "data")).await, Err(StoreError::Conflict(_))));
+    s.attach_volume("vol_1", "creating:x").await.unwrap();
+    let e = s.attach_volume("vol_1", "creating:y").await.unwrap_err();
+    assert!(e.to_string().contains("being created"), "{e}");
+    s.reassign_volume("vol_1", "creating:x", "sbx_1").await.unwrap();
+    let e = s.attach_volume("vol_1", "creating:y").await.unwrap_err();
+    assert!(e.to_string().contains("sbx_1"), "{e}");
+    let e = s.delete_volume("acc_1", "vol_1").await.unwrap_err();
+    assert!(matches!(&e, StoreError::Conflict(m) if m.contains("sbx_1")), "{e}");
+    assert!(matches!(s.delete_project("acc_1", "prj_a").await, Err(StoreError::NotEmpty(_))));
+    let sbx = NewSandbox {
+        id: "sbx_1".into(),
+        project_id: "prj_a".into(),
+        template: "base".into(),
+        state: SandboxState::Running,
+        created_at: 3,
+        timeout_at: None,
+        metadata: Default::default(),
+        on_timeout: OnTimeout::Kill,
+        timeout_ms: None,
+        template_ref: None,
+        meter: crate::store::MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: 0, paused_nanos_per_sec: 0 },
+    };
+    s.insert_sandbox(&sbx).await.unwrap();
+    assert_eq!(s.release_stale_attachments().await.unwrap(), 0);
+    assert!(s.end_sandbox("sbx_1", 4, "killed").await.unwrap());
+    assert_eq!(s.get_volume("acc_1", "vol_1").await.unwrap().unwrap().attached_to, None);
+    s.attach_volume("vol_1", "creating:z").await.unwrap();
+    assert_eq!(s.release_stale_attachments().await.unwrap(), 1);
+    assert_eq!(s.delete_volume("acc_1", "vol_1").await.unwrap().name, "data");
+    assert!(s.get_volume("acc_1", "vol_1").await.unwrap().is_none());
+}
+
+async fn forced_workspace_delete_returns_its_volumes(db: TestDb) {
+    let s = seeded(&db).await;
+    s.insert_volume(&vol("vol_1", "data")).await.unwrap();
+    assert!(matches!(s.delete_workspace("acc_1", "ws_a", false).await, Err(StoreError::NotEmpty(_))));
+    let removed = s.delete_workspace("acc_1", "ws_a", true).await.unwrap();
+    assert_eq!(removed.volumes.iter().map(|v| v.id.as_str()).collect::<Vec<_>>(), ["vol_1"]);
+    assert!(s.list_volumes("acc_1", None, None).await.unwrap().is_empty());
+    assert_eq!(s.node_loads().await.unwrap()[0].volumes, 0);
+}
+
+store_tests!(one_holder_at_a_time_until_the_sandbox_ends, forced_workspace_delete_returns_its_volumes);
