@@ -74,4 +74,9 @@ fi
 if [ "$(psql_admin -c "SELECT 1 FROM pg_database WHERE datname = 'lizard'")" != 1 ]; then
   psql_admin -c "CREATE DATABASE lizard OWNER lizard"
 fi
+# Databases that failed tests left behind (a passing test drops its own); one still in use
+# by a running test is left alone.
+for db in $(psql_admin -c "SELECT datname FROM pg_database WHERE datname LIKE 'lizard\_test\_%'"); do
+  psql_admin -c "DROP DATABASE \"$db\"" 2>/dev/null || true
+done
 echo "postgres://lizard@127.0.0.1:$port/lizard"

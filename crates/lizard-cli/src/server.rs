@@ -13,7 +13,7 @@ use std::time::Duration;
 
 #[derive(Args, Debug, Clone)]
 #[command(after_help = "\
-Keeps its database in <data-dir>/lizard.db and its sandboxes under <data-dir>/server (apart from
+Keeps its database in <data-dir>/lizard.db (or where --database says) and its sandboxes under <data-dir>/server (apart from
 the local node's, so both can run on one machine; guest images in <data-dir>/images are shared).
 On the very first start it prints LIZARD_API_KEY=<key>, the owner's unscoped key: store it, it
 is never shown again. The API is plain HTTP: put TLS in front of it for anything but loopback.")]
@@ -21,6 +21,12 @@ pub struct ServerArgs {
     /// Address the API listens on [default: 127.0.0.1:7171]
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
+    /// Where the state lives: postgres://user[:password]@host[:port]/database (a PostgreSQL
+    /// server shared by several `lizard server` replicas) or sqlite:///path/lizard.db
+    /// [default: SQLite in <data-dir>/lizard.db]. The environment variable keeps a password
+    /// out of the process list; it is never logged.
+    #[arg(long, value_name = "URL", env = "LIZARD_DATABASE", hide_env_values = true)]
+    pub database: Option<String>,
     /// Address the public sandbox-URL proxy listens on ({id}-{port}.sandbox.{region}.{domain}).
     /// `*.localhost` names resolve to loopback, so the default works on a laptop as is.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7172")]
@@ -109,6 +115,7 @@ pub fn options(data_dir: &Path, args: &ServerArgs) -> Result<RunOptions> {
     if let Some(l) = args.listen {
         server.listen = l;
     }
+    server.database = args.database.as_deref().map(lizard_server::store::database::DatabaseUrl::new);
     if let Some(r) = &args.region {
         server.region = r.clone();
     }

@@ -12,6 +12,10 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Holds `lizard.db` (and whatever else the server keeps).
     pub data_dir: PathBuf,
+    /// Where the state lives (`--database`): `None` is SQLite in [`Self::data_dir`];
+    /// `sqlite:///path/lizard.db` another SQLite file; `postgres://…` a PostgreSQL server
+    /// shared by replicas. See [`crate::store::database`].
+    pub database: Option<crate::store::database::DatabaseUrl>,
     /// The region this server places sandboxes in.
     pub region: String,
     /// Public sandbox URLs are `{id}-{port}.sandbox.{region}.{domain}`.
@@ -77,6 +81,7 @@ impl ServerConfig {
         ServerConfig {
             listen: DEFAULT_LISTEN.parse().expect("valid address"),
             data_dir: data_dir.into(),
+            database: None,
             region: "local".into(),
             domain: "lizard.localhost".into(),
             regions: Vec::new(),

@@ -107,8 +107,9 @@ pub struct Server {
 /// Open the store in `config.data_dir`, migrate it, and bootstrap the owner account on
 /// first start.
 pub async fn open(config: ServerConfig) -> Result<Server, ServerError> {
-    let store = SqliteStore::open(&config.data_dir).await?;
-    open_with_store(config, Arc::new(store)).await
+    let database = config.database.as_ref().map(|d| d.expose());
+    let store = store::open_store(database, &config.data_dir).await?;
+    open_with_store(config, store).await
 }
 
 /// [`open`] on a given store (another backend, or an in-memory one in tests).

@@ -20,6 +20,35 @@ pub enum DatabaseUrlError {
     NoSqlitePath,
 }
 
+/// A `--database` value as given: a URL that may hold a password. Its `Debug` and
+/// `Display` show it redacted, so a config printed whole leaks nothing; only
+/// [`DatabaseUrl::expose`] gives the password (to the driver).
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    pub fn new(url: impl Into<String>) -> Self {
+        DatabaseUrl(url.into())
+    }
+
+    /// The URL with its password: for opening the store, never for showing.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("DatabaseUrl").field(&redact(&self.0)).finish()
+    }
+}
+
+impl std::fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&redact(&self.0))
+    }
+}
+
 /// Where the store lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Database {
@@ -112,6 +141,11 @@ mod tests {
         let said = scrub(url, &format!("cannot connect to {url}: password s3cr@t refused (s3cr%40t)"));
         assert!(!said.contains("s3cr"), "{said}");
         assert!(said.contains("postgres://lizard:***@db:5432/lizard"), "{said}");
+        let configured = DatabaseUrl::new(url);
+        for shown in [format!("{configured}"), format!("{configured:?}")] {
+            assert!(!shown.contains("s3cr") && shown.contains("***"), "{shown}");
+        }
+        assert_eq!(configured.expose(), url);
         for bad in ["mysql://u:secret@h/d", "secret"] {
             let e = Database::parse(Some(bad)).unwrap_err().to_string();
             assert!(!e.contains("secret"), "{e}");

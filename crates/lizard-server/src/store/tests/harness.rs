@@ -28,7 +28,7 @@ pub struct TestDb(Arc<Inner>);
 
 enum Inner {
     Sqlite(tempfile::TempDir),
-    Postgres { server: PgConnectOptions, database: String },
+    Postgres { server: Box<PgConnectOptions>, database: String },
 }
 
 /// Run `test` on a fresh database of `engine`, then drop that database.
@@ -63,7 +63,7 @@ impl TestDb {
                 let mut admin = sqlx::PgConnection::connect_with(&server).await.expect("connect to the test server");
                 admin.execute(format!("CREATE DATABASE \"{database}\"").as_str()).await.expect("CREATE DATABASE");
                 admin.close().await.ok();
-                Some(TestDb(Arc::new(Inner::Postgres { server, database })))
+                Some(TestDb(Arc::new(Inner::Postgres { server: Box::new(server), database })))
             }
         }
     }
@@ -84,7 +84,7 @@ impl TestDb {
         Ok(match &*self.0 {
             Inner::Sqlite(dir) => TestStore::Sqlite(SqliteStore::open(dir.path()).await?),
             Inner::Postgres { server, database } => {
-                TestStore::Postgres(PostgresStore::connect(server.clone().database(database)).await?)
+                TestStore::Postgres(PostgresStore::connect(server.as_ref().clone().database(database)).await?)
             }
         })
     }
@@ -110,7 +110,8 @@ impl TestDb {
                 conn.close().await.unwrap();
             }
             Inner::Postgres { server, database } => {
-                let mut conn = sqlx::PgConnection::connect_with(&server.clone().database(database)).await.unwrap();
+                let mut conn =
+                    sqlx::PgConnection::connect_with(&server.as_ref().clone().database(database)).await.unwrap();
                 sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
                 conn.close().await.unwrap();
             }
@@ -168,9 +169,21 @@ impl TestDb {
         store
     }
 
-    async fn drop_database(&self) {
+    /// The URL of this PostgreSQL database: [`POSTGRES_URL_VAR`]'s with its database name
+    /// replaced (none on SQLite).
+    pub fn postgres_url(&self) -> Option<String> {
+        let Inner::Postgres { database, .. } = &*self.0 else { return None };
+        let server = std::env::var(POSTGRES_URL_VAR).ok()?;
+        let (base, query) = server.split_once('?').map_or((server.as_str(), None), |(b, q)| (b, Some(q)));
+        let (scheme, rest) = base.split_once("://")?;
+        let authority = rest.split('/').next()?;
+        Some(format!("{scheme}://{authority}/{database}{}", query.map(|q| format!("?{q}")).unwrap_or_default()))
+    }
+
+    pub async fn drop_database(&self) {
         if let Inner::Postgres { server, database } = &*self.0 {
-            let mut admin = sqlx::PgConnection::connect_with(server).await.expect("connect to the test server");
+            let mut admin =
+                sqlx::PgConnection::connect_with(server.as_ref()).await.expect("connect to the test server");
             admin
                 .execute(format!("DROP DATABASE IF EXISTS \"{database}\" WITH (FORCE)").as_str())
                 .await
