@@ -7,20 +7,20 @@
 -- No foreign keys to workspaces, projects or sandboxes: the ledger outlives them.
 CREATE TABLE ledger (
     seq              BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    id               TEXT NOT NULL UNIQUE,
-    account_id       TEXT NOT NULL REFERENCES accounts(id),
-    kind             TEXT NOT NULL CHECK (kind IN ('signup_credit', 'credit', 'usage')),
+    id               TEXT COLLATE "C" NOT NULL UNIQUE,
+    account_id       TEXT COLLATE "C" NOT NULL REFERENCES accounts(id),
+    kind             TEXT COLLATE "C" NOT NULL CHECK (kind IN ('signup_credit', 'credit', 'usage')),
     amount_nanos     BIGINT NOT NULL,
-    description      TEXT NOT NULL,
-    workspace_id     TEXT,
-    project_id       TEXT,
-    sandbox_id       TEXT,
-    usage_kind       TEXT CONSTRAINT ledger_usage_kind_check CHECK (usage_kind IN ('compute', 'paused_storage')),
+    description      TEXT COLLATE "C" NOT NULL,
+    workspace_id     TEXT COLLATE "C",
+    project_id       TEXT COLLATE "C",
+    sandbox_id       TEXT COLLATE "C",
+    usage_kind       TEXT COLLATE "C" CONSTRAINT ledger_usage_kind_check CHECK (usage_kind IN ('compute', 'paused_storage')),
     period_start     BIGINT,
     period_end       BIGINT,
     quantity_ms      BIGINT,
     nanos_per_second BIGINT,
-    idempotency_key  TEXT,
+    idempotency_key  TEXT COLLATE "C",
     created_at       BIGINT NOT NULL,
     UNIQUE (account_id, idempotency_key)
 );
@@ -41,7 +41,7 @@ CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON ledger FOR EACH STATEMENT E
 -- so it equals SUM(ledger.amount_nanos) at every commit. `depleted_at`: when it last
 -- reached zero or below (NULL while positive); sandboxes are paused a grace period later.
 CREATE TABLE account_balances (
-    account_id    TEXT PRIMARY KEY REFERENCES accounts(id),
+    account_id    TEXT COLLATE "C" PRIMARY KEY REFERENCES accounts(id),
     balance_nanos BIGINT NOT NULL,
     depleted_at   BIGINT
 );
@@ -66,15 +66,15 @@ CREATE TRIGGER ledger_balance AFTER INSERT ON ledger FOR EACH ROW EXECUTE FUNCTI
 -- carried between intervals, so splitting time into ticks never changes the total.
 -- No foreign keys: a forced workspace delete removes the sandbox row, not its meter.
 CREATE TABLE sandbox_meters (
-    sandbox_id             TEXT PRIMARY KEY,
-    account_id             TEXT NOT NULL,
-    workspace_id           TEXT NOT NULL,
-    project_id             TEXT NOT NULL,
+    sandbox_id             TEXT COLLATE "C" PRIMARY KEY,
+    account_id             TEXT COLLATE "C" NOT NULL,
+    workspace_id           TEXT COLLATE "C" NOT NULL,
+    project_id             TEXT COLLATE "C" NOT NULL,
     vcpus                  BIGINT NOT NULL,
     memory_mib             BIGINT NOT NULL,
     running_nanos_per_sec  BIGINT NOT NULL,
     paused_nanos_per_sec   BIGINT NOT NULL,
-    state                  TEXT NOT NULL CHECK (state IN ('running', 'paused', 'ended')),
+    state                  TEXT COLLATE "C" NOT NULL CHECK (state IN ('running', 'paused', 'ended')),
     billed_until           BIGINT,
     carry                  BIGINT NOT NULL DEFAULT 0
 );

@@ -5,20 +5,20 @@
 -- a `creating:` reservation while a sandbox boots; ending the sandbox clears it.
 
 CREATE TABLE nodes (
-    id         TEXT PRIMARY KEY,
-    region     TEXT NOT NULL,
+    id         TEXT COLLATE "C" PRIMARY KEY,
+    region     TEXT COLLATE "C" NOT NULL,
     created_at BIGINT NOT NULL
 );
 
 CREATE TABLE volumes (
-    id          TEXT PRIMARY KEY,
-    project_id  TEXT NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
-    name        TEXT NOT NULL,
+    id          TEXT COLLATE "C" PRIMARY KEY,
+    project_id  TEXT COLLATE "C" NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+    name        TEXT COLLATE "C" NOT NULL,
     size_gb     BIGINT NOT NULL,
-    node_id     TEXT NOT NULL REFERENCES nodes(id),
-    region      TEXT NOT NULL,
+    node_id     TEXT COLLATE "C" NOT NULL REFERENCES nodes(id),
+    region      TEXT COLLATE "C" NOT NULL,
     created_at  BIGINT NOT NULL,
-    attached_to TEXT,
+    attached_to TEXT COLLATE "C",
     UNIQUE (project_id, name)
 );
 CREATE INDEX volumes_node ON volumes (node_id);

@@ -1,12 +1,12 @@
 -- The first answer to a request sent with an Idempotency-Key, replayed to its retries.
 -- A row without a status is a request still being served.
 CREATE TABLE idempotency (
-    key_id        TEXT   NOT NULL,  -- the API key that sent it (keys never share entries)
-    route         TEXT   NOT NULL,  -- method and path template, e.g. "POST /v1/sandboxes"
-    idem_key      TEXT   NOT NULL,  -- the client's Idempotency-Key
+    key_id        TEXT COLLATE "C"   NOT NULL,  -- the API key that sent it (keys never share entries)
+    route         TEXT COLLATE "C"   NOT NULL,  -- method and path template, e.g. "POST /v1/sandboxes"
+    idem_key      TEXT COLLATE "C"   NOT NULL,  -- the client's Idempotency-Key
     request_hash  BYTEA  NOT NULL,  -- SHA-256 of the path, query and body
     status        BIGINT,           -- NULL while in progress
-    content_type  TEXT,
+    content_type  TEXT COLLATE "C",
     body          BYTEA,
     created_at    BIGINT NOT NULL,  -- ms since the epoch; entries expire after the retention
     PRIMARY KEY (key_id, route, idem_key)

@@ -9,10 +9,10 @@ ALTER TABLE ledger ADD CONSTRAINT ledger_usage_kind_check
 -- so their meters do too: storage held while the server was down is billed). Removed
 -- when the volume is deleted, after a last bill. `carry` as in sandbox_meters.
 CREATE TABLE volume_meters (
-    volume_id      TEXT PRIMARY KEY,
-    account_id     TEXT NOT NULL,
-    workspace_id   TEXT NOT NULL,
-    project_id     TEXT NOT NULL,
+    volume_id      TEXT COLLATE "C" PRIMARY KEY,
+    account_id     TEXT COLLATE "C" NOT NULL,
+    workspace_id   TEXT COLLATE "C" NOT NULL,
+    project_id     TEXT COLLATE "C" NOT NULL,
     size_gb        BIGINT NOT NULL,
     nanos_per_sec  BIGINT NOT NULL,
     billed_until   BIGINT NOT NULL,

@@ -3,6 +3,6 @@
 -- is kept. The row is written before the sandbox's own record, so a sandbox that is
 -- recorded and private is never reachable without it. No foreign key for that reason.
 CREATE TABLE sandbox_access (
-    sandbox_id TEXT PRIMARY KEY,
+    sandbox_id TEXT COLLATE "C" PRIMARY KEY,
     token_hash BYTEA NOT NULL
 );

@@ -122,11 +122,6 @@ impl PostgresStore {
         Ok(v.unwrap_or(0))
     }
 
-    /// Close the pool's connections (tests drop their database after).
-    pub async fn close(&self) {
-        self.pool.close().await;
-    }
-
     async fn migrate(&self) -> Result<()> {
         {
             // Under the lock: two replicas' CREATE TABLE IF NOT EXISTS at once can collide.

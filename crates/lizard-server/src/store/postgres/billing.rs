@@ -3,7 +3,13 @@
 //!
 //! The balance is not computed here: the `ledger_balance` trigger (migration 0002) updates
 //! `account_balances` in the very statement that appends a ledger row, and triggers refuse
-//! any UPDATE or DELETE of the ledger.
+//! any UPDATE, DELETE or TRUNCATE of the ledger (plpgsql trigger functions).
+//!
+//! **Replicas.** Every step that reads a watermark and bills from it runs inside a
+//! transaction holding [`super::WRITE_LOCK`]: two replicas' ticks (or a tick and a state
+//! change) run one after the other, and the second reads the watermark the first moved,
+//! so it bills only what accrued since — never an interval twice (tested by
+//! `store::tests::replicas`).
 
 use super::{backend, PostgresStore};
 use crate::store::billing::*;
