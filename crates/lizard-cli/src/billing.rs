@@ -15,8 +15,6 @@ use lizard_api::routes;
 use lizard_api::{format_usd, Balance, BillingSummary, LiveBilling, Metrics, TransactionPage};
 #[cfg(feature = "node")]
 use lizard_server::store::billing::{CreditOutcome, LedgerKind, NewCredit};
-#[cfg(feature = "node")]
-use lizard_server::store::BillingStore;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 #[cfg(feature = "node")]
@@ -70,6 +68,10 @@ pub enum BillingCmd {
         /// Shown in the ledger.
         #[arg(long, default_value = "credit added by the operator")]
         description: String,
+        /// The server's database when it is not SQLite in the data directory (the value of
+        /// `lizard server --database`).
+        #[arg(long, value_name = "URL", env = "LIZARD_DATABASE", hide_env_values = true)]
+        database: Option<String>,
     },
 }
 
@@ -181,10 +183,11 @@ pub async fn run(api: &ApiClient, cmd: BillingCmd, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// `lizard billing credit`: append a credit to the ledger in `<data_dir>/lizard.db`.
+/// `lizard billing credit`: append a credit to the ledger in `<data_dir>/lizard.db`, or in
+/// the database `--database` names.
 #[cfg(feature = "node")]
 pub async fn credit(data_dir: &Path, cmd: BillingCmd, json: bool) -> Result<()> {
-    let BillingCmd::Credit { account, amount, idempotency_key, description } = cmd else {
+    let BillingCmd::Credit { account, amount, idempotency_key, description, database } = cmd else {
         bail!("not a credit command");
     };
     let amount_nanos = parse_usd(&amount)?;
@@ -195,10 +198,10 @@ pub async fn credit(data_dir: &Path, cmd: BillingCmd, json: bool) -> Result<()> 
         bail!("the idempotency key must not be empty");
     }
     let db = data_dir.join(lizard_server::store::sqlite::DB_FILE);
-    if !db.exists() {
-        bail!("no Lizard database at {} (pass the server's --data-dir)", db.display());
+    if database.is_none() && !db.exists() {
+        bail!("no Lizard database at {} (pass the server's --data-dir, or its --database)", db.display());
     }
-    let store = lizard_server::SqliteStore::open(data_dir).await?;
+    let store = lizard_server::store::open_store(database.as_deref(), data_dir).await?;
     let credit = NewCredit {
         account_id: account,
         kind: LedgerKind::Credit,

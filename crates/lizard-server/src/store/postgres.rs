@@ -102,6 +102,10 @@ impl PostgresStore {
     /// database this way). Its errors may name the server, never a password (options
     /// print none).
     pub async fn connect(options: PgConnectOptions) -> Result<Self> {
+        // Named in `pg_stat_activity`; and a replica stuck inside a transaction (stopped,
+        // not dead: a dead one's session ends) cannot hold the write lock for long.
+        let options =
+            options.application_name("lizard-server").options([("idle_in_transaction_session_timeout", "30s")]);
         let pool = PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(Duration::from_secs(10))
