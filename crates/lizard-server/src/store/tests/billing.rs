@@ -45,6 +45,11 @@ async fn ledger_is_append_only(db: TestDb) {
     assert!(upd.unwrap_err().contains("append-only"));
     let del = s.exec("DELETE FROM ledger").await;
     assert!(del.unwrap_err().contains("append-only"));
+    if db.engine() == super::harness::Engine::Postgres {
+        // PostgreSQL also has TRUNCATE, which no row trigger sees (SQLite has none).
+        let truncate = s.exec("TRUNCATE ledger").await;
+        assert!(truncate.unwrap_err().contains("append-only"));
+    }
     assert_eq!(s.ledger_sum("acc_1").await.unwrap(), 10);
 }
 
