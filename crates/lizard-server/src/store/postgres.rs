@@ -106,6 +106,10 @@ impl PostgresStore {
         // not dead: a dead one's session ends) cannot hold the write lock for long.
         let options =
             options.application_name("lizard-server").options([("idle_in_transaction_session_timeout", "30s")]);
+        // One connection first: its error says why (refused, authentication, no such
+        // database), where the pool would only say that it timed out, 10 s later.
+        use sqlx::Connection;
+        sqlx::PgConnection::connect_with(&options).await.map_err(backend)?.close().await.map_err(backend)?;
         let pool = PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(Duration::from_secs(10))
