@@ -38,13 +38,13 @@ phase "API fuzzing (scripts/fuzz-api.sh)"
 features="$(cargo metadata --no-deps --format-version 1 | python3 -c '
 import json, sys
 meta = json.load(sys.stdin)
-print(",".join(sorted(p["name"] + "/vm-tests" for p in meta["packages"] if "vm-tests" in p["features"] and p["name"] != "lizard-attacks")))
+print(",".join(sorted(p["name"] + "/vm-tests" for p in meta["packages"] if "vm-tests" in p["features"] and p["name"] not in ("lizard-attacks", "lizard-cluster-tests"))))
 ')"
 phase "unit and integration tests (features: ${features:-none})"
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --exclude lizard-attacks --features "$features" --no-fail-fast "$@"
+  cargo nextest run --workspace --exclude lizard-attacks --exclude lizard-cluster-tests --features "$features" --no-fail-fast "$@"
 else
-  cargo test --workspace --exclude lizard-attacks --features "$features" --no-fail-fast "$@"
+  cargo test --workspace --exclude lizard-attacks --exclude lizard-cluster-tests --features "$features" --no-fail-fast "$@"
 fi
 
 # The attack suite (crates/lizard-attacks): a real `lizard server` attacked as a hostile
