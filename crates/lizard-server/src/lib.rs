@@ -53,6 +53,7 @@ pub mod auth;
 pub mod billing;
 pub mod blobs;
 pub mod builds;
+pub mod cluster;
 pub mod config;
 pub mod connections;
 pub mod error;
@@ -164,7 +165,8 @@ impl Server {
     /// The state of the full API over `nodes`, with the hook that kills the sandboxes of
     /// a forced workspace delete installed.
     pub fn app_state(&self, nodes: nodes::Nodes) -> AppState {
-        let server = self.state.clone().with_reaper(Arc::new(ops::hooks::NodeReaper(nodes.clone())));
+        let reaper = ops::hooks::NodeReaper { nodes: nodes.clone(), store: self.state.store.clone() };
+        let server = self.state.clone().with_reaper(Arc::new(reaper));
         AppState::new(server, nodes)
     }
 

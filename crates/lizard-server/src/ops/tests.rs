@@ -226,10 +226,10 @@ async fn app(node: Arc<FakeNode>) -> AppState {
 
 /// A store with these `(workspace, project)` pairs and data directory, over `node`.
 pub(super) async fn app_in(node: Arc<FakeNode>, projects: &[(&str, &str)], data_dir: &str) -> AppState {
-    let store = seeded_store("acc", projects).await;
+    let store: Arc<dyn crate::store::Store> = Arc::new(seeded_store("acc", projects).await);
     let nodes = Nodes::single(LOCAL_NODE_ID, node);
-    let server = ServerState::new(Arc::new(store), ServerConfig::new(data_dir))
-        .with_reaper(Arc::new(hooks::NodeReaper(nodes.clone())));
+    let server = ServerState::new(store.clone(), ServerConfig::new(data_dir))
+        .with_reaper(Arc::new(hooks::NodeReaper { nodes: nodes.clone(), store }));
     AppState::new(server, nodes)
 }
 
@@ -248,6 +248,7 @@ async fn record(state: &AppState, node: &FakeNode, id: &str, on_timeout: OnTimeo
         on_timeout,
         timeout_ms: Some(1_000),
         template_ref: None,
+        node_id: "node_local".into(),
     };
     state.server.store.insert_sandbox(&s).await.unwrap();
 }

@@ -79,7 +79,7 @@ pub async fn create(
 
 /// Delete a volume's record, then its disk; 409 while a running or paused sandbox has it.
 pub async fn delete(state: &AppState, account_id: &str, volume: &VolumeRecord) -> ApiResult<()> {
-    let node = placement::node(state, &volume.node_id)?;
+    let node = placement::node(state, &volume.node_id).await?;
     // The node refuses too while one of its sandboxes holds the disk: checked first, so
     // a record is never removed while its disk is in use.
     if let Some(holder) = node.volume_holder(&volume.id).await? {
@@ -119,7 +119,7 @@ impl Reserved {
 
 /// Reserve `volume` for a new sandbox: 409 naming the sandbox that holds it.
 pub async fn reserve(state: &AppState, account_id: &str, volume: VolumeRecord) -> ApiResult<Reserved> {
-    let node = placement::node(state, &volume.node_id)?;
+    let node = placement::node(state, &volume.node_id).await?;
     let reservation = format!("{RESERVATION_PREFIX}{}", ids::new_id("r"));
     let store = state.server.store.as_ref();
     match store.attach_volume(&volume.id, &reservation).await {
