@@ -13,3 +13,6 @@ pub mod expiry;
 pub mod leader;
 pub mod membership;
 pub mod operator;
+
+#[cfg(test)]
+mod tests;

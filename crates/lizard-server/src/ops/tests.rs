@@ -41,6 +41,8 @@ pub(crate) struct FakeNode {
     pub(super) outcome: Mutex<BuildOutcome>,
     /// Subscribers to [`NodeClient::events`].
     events: Mutex<Vec<UnboundedSender<NodeEvent>>>,
+    /// Creates are refused 503 (its own admission) while set.
+    pub(crate) full: Mutex<bool>,
 }
 
 impl FakeNode {
@@ -56,7 +58,7 @@ impl FakeNode {
         }
     }
 
-    pub(super) fn calls(&self) -> Vec<String> {
+    pub(crate) fn calls(&self) -> Vec<String> {
         self.calls.lock().unwrap().clone()
     }
 
@@ -114,7 +116,13 @@ impl NodeClient for FakeNode {
         }))
     }
     async fn create_sandbox(&self, _: CreateSandboxRequest) -> NodeResult<SandboxInfo> {
-        not_here()
+        if *self.full.lock().unwrap() {
+            return Err(ApiError::new(ErrorCode::Unavailable, "this node cannot take a sandbox now"));
+        }
+        let id = crate::ids::new_id("sbx");
+        self.running(&id);
+        self.calls.lock().unwrap().push(format!("create {id}"));
+        self.info(&id)
     }
     async fn sandbox(&self, id: &str) -> NodeResult<SandboxInfo> {
         self.info(id)
