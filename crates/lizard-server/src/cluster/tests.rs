@@ -126,6 +126,7 @@ async fn nodes_join_take_sandboxes_by_load_answer_by_record_and_are_lost_when_si
     *c.a.full.lock().unwrap() = true;
     let second = sandboxes::create(state, spec(state).await).await.unwrap();
     assert_eq!(second.record.node_id, b);
+    assert_eq!(c.b.calls(), [format!("create {}", second.record.id)]);
     *c.a.full.lock().unwrap() = false;
 
     // Events: a node ends only its own sandboxes.
@@ -143,7 +144,7 @@ async fn nodes_join_take_sandboxes_by_load_answer_by_record_and_are_lost_when_si
         state: lizard_api::SandboxState::Running,
     });
     let hb = membership::heartbeat(state, &a, Some(&a_cred), held).await.unwrap();
-    assert_eq!(hb.stop, [first.record.id.clone()]);
+    assert_eq!(hb.stop, vec![first.record.id.clone()]);
 
     // Drained nodes take nothing: a clear 503 at once.
     operator::set_draining(state, &a, true).await.unwrap();
