@@ -6,6 +6,11 @@
 //! opens, the node starts, and the background jobs (metering, timeouts) run beside the
 //! API and the sandbox-URL proxy until shutdown.
 //!
+//! With `--no-local-node` there is no node in the process: sandboxes run on nodes that
+//! join (`lizard node join`). The background jobs that must run once across replicas
+//! (metering, timeouts, node-lease expiry) each run on the replica holding their lease
+//! ([`crate::cluster::leader`]); a clean shutdown hands the leases over at once.
+//!
 //! On shutdown the node kills running sandboxes and their records are ended ("server
 //! stopped"). A crashed process's running sandboxes run on in their VMM processes: the
 //! next start takes them back, billed from the last metering tick; those it cannot take

@@ -208,3 +208,80 @@ async fn only_an_unscoped_key_of_the_owner_manages_nodes() {
     // A server without an in-process node lists none.
     assert!(operator::list(&c.state).await.unwrap().is_empty());
 }
+
+/// The routes, through the router: a join token minted by the operator, a join and a
+/// heartbeat with bearer tokens, the node list; other keys are refused.
+#[tokio::test]
+async fn the_cluster_routes_through_the_router() {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use serde_json::{json, Value};
+    use tower::ServiceExt;
+
+    let store: Arc<dyn Store> = Arc::new(crate::SqliteStore::memory().await.unwrap());
+    let server = crate::open_with_store(ServerConfig::new("/nonexistent"), store.clone()).await.unwrap();
+    let owner = server.initial_key().unwrap().to_string();
+    let key = credentials::load_key(store.as_ref()).await.unwrap();
+    let connector = Arc::new(TestConnector { nodes: HashMap::new(), credentials: Mutex::default() });
+    let state = server.app_state(Nodes::none().with_remote(key.clone(), Some(connector as Arc<dyn NodeConnector>)));
+    let app = crate::build_router(state, crate::api::all_routes());
+    let call = |method: &str, uri: &str, auth: Option<(&str, String)>, body: Option<Value>| {
+        let mut req = Request::builder().method(method).uri(uri);
+        if let Some((header, value)) = auth {
+            req = req.header(header, value);
+        }
+        let body = body.map_or_else(Body::empty, |v| Body::from(v.to_string()));
+        let req = req.header("content-type", "application/json").body(body).unwrap();
+        let app = app.clone();
+        async move {
+            let resp = app.oneshot(req).await.unwrap();
+            let status = resp.status();
+            let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+        }
+    };
+    let api_key = |k: &str| Some(("x-api-key", k.to_string()));
+    let bearer = |t: &str| Some(("authorization", format!("Bearer {t}")));
+
+    // A scoped key of the owner is refused.
+    let (s, ws) = call("POST", "/v1/workspaces", api_key(&owner), Some(json!({"name": "w"}))).await;
+    assert_eq!(s, StatusCode::CREATED, "{ws}");
+    let body = json!({"name": "scoped", "workspaces": [ws["id"]]});
+    let (_, scoped) = call("POST", "/v1/api-keys", api_key(&owner), Some(body)).await;
+    let scoped = scoped["key"].as_str().unwrap().to_string();
+    let (s, e) = call("GET", "/v1/nodes", api_key(&scoped), None).await;
+    assert_eq!((s, e["code"].as_str()), (StatusCode::FORBIDDEN, Some("FORBIDDEN")));
+    assert_eq!(call("GET", "/v1/nodes", None, None).await.0, StatusCode::UNAUTHORIZED);
+
+    let (s, token) = call("POST", "/v1/node-tokens", api_key(&owner), Some(json!({}))).await;
+    assert_eq!(s, StatusCode::CREATED, "{token}");
+    let token = token["token"].as_str().unwrap().to_string();
+    let join = json!({"region": "local", "address": "http://10.0.0.5:7180", "report": report(0)});
+    assert_eq!(call("POST", "/v1/cluster/join", None, Some(join.clone())).await.0, StatusCode::UNAUTHORIZED);
+    let (s, joined) = call("POST", "/v1/cluster/join", bearer(&token), Some(join)).await;
+    assert_eq!(s, StatusCode::OK, "{joined}");
+    let id = joined["nodeId"].as_str().unwrap().to_string();
+    let credential = joined["credential"].as_str().unwrap().to_string();
+    assert_eq!(credential, key.credential(&id));
+
+    let hb = format!("/v1/cluster/nodes/{id}/heartbeat");
+    let report_json = serde_json::to_value(report(1024)).unwrap();
+    assert_eq!(call("POST", &hb, bearer(&token), Some(report_json.clone())).await.0, StatusCode::UNAUTHORIZED);
+    let (s, answer) = call("POST", &hb, bearer(&credential), Some(report_json)).await;
+    assert_eq!((s, answer["state"].as_str()), (StatusCode::OK, Some("up")), "{answer}");
+    let events = format!("/v1/cluster/nodes/{id}/events");
+    let (s, _) = call("POST", &events, bearer(&credential), Some(json!([]))).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+
+    let (s, nodes) = call("GET", "/v1/nodes", api_key(&owner), None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(nodes.as_array().unwrap().len(), 1, "{nodes}");
+    assert_eq!(nodes[0]["usage"]["memoryMib"], 1024);
+    assert_eq!(nodes[0]["address"], "http://10.0.0.5:7180");
+    let (s, drained) = call("POST", &format!("/v1/nodes/{id}/drain"), api_key(&owner), None).await;
+    assert_eq!((s, drained["state"].as_str()), (StatusCode::OK, Some("draining")));
+    let (s, tokens) = call("GET", "/v1/node-tokens", api_key(&owner), None).await;
+    assert_eq!((s, tokens[0].get("token")), (StatusCode::OK, None));
+    let revoke = format!("/v1/node-tokens/{}", tokens[0]["id"].as_str().unwrap());
+    assert_eq!(call("DELETE", &revoke, api_key(&owner), None).await.0, StatusCode::NO_CONTENT);
+}

@@ -149,6 +149,9 @@ async fn end_dead_holder(
     let Some(h) = holder.filter(|h| !h.starts_with(RESERVATION_PREFIX)) else { return Ok(false) };
     match node.sandbox(&h).await {
         Ok(_) => Ok(false),
+        // Only a node that says "not found" has lost it; one that cannot be reached now
+        // (a remote node) keeps its holder.
+        Err(e) if e.code != lizard_api::ErrorCode::NotFound => Ok(false),
         Err(gone) => {
             store.end_sandbox(&h, ids::now_ms(), &gone.message).await?;
             Ok(true)
