@@ -130,7 +130,7 @@ mod tests {
         let late = store.record_heartbeat("node_a", &held, 61_000, 60_000).await.unwrap();
         assert_eq!(late.stop, ["sbx_unknown"]);
         // Not reported any more: forgotten, a later sighting starts over.
-        store.record_heartbeat("node_a", &report(&[]), 62_000, 60_000).await.unwrap();
+        store.record_heartbeat("node_a", &report(&["sbx_live"]), 62_000, 60_000).await.unwrap();
         assert!(store.record_heartbeat("node_a", &held, 63_000, 60_000).await.unwrap().stop.is_empty());
 
         assert_eq!(store.set_node_draining("node_a", true).await.unwrap().state, NodeState::Draining);
@@ -141,5 +141,27 @@ mod tests {
         assert_eq!(lost[0].sandboxes.len(), 1);
         assert!(matches!(store.set_node_draining("node_a", true).await, Err(StoreError::Conflict(_))));
         assert!(matches!(store.record_heartbeat("node_x", &held, 1, 1).await, Err(StoreError::NotFound(_))));
+    }
+
+    #[tokio::test]
+    async fn a_node_that_no_longer_reports_a_sandbox_past_the_grace_period_has_lost_it() {
+        let store = fixture::store_with_project().await;
+        join(&store, "node_a", 0).await;
+        for (id, at) in [("sbx_old", 1_000), ("sbx_new", 59_000), ("sbx_held", 1_000)] {
+            let mut s = fixture::sandbox(id, at);
+            s.node_id = "node_a".into();
+            store.insert_sandbox(&s).await.unwrap();
+        }
+        // A partial report (fewer listed than its own count) ends nothing.
+        let mut partial = report(&["sbx_held"]);
+        partial.usage.sandboxes = 3;
+        assert!(store.record_heartbeat("node_a", &partial, 70_000, 60_000).await.unwrap().ended.is_empty());
+        // Too young to judge: a create whose report raced its record.
+        let hb = store.record_heartbeat("node_a", &report(&["sbx_held"]), 70_000, 60_000).await.unwrap();
+        assert_eq!(hb.ended, ["sbx_old"]);
+        let old = store.get_sandbox("sbx_old").await.unwrap().unwrap();
+        assert_eq!((old.ended_at, old.end_reason.as_deref()), (Some(70_000), Some(crate::store::GONE_REASON)));
+        assert!(store.get_sandbox("sbx_new").await.unwrap().unwrap().is_live());
+        assert!(store.get_sandbox("sbx_held").await.unwrap().unwrap().is_live());
     }
 }

@@ -104,6 +104,9 @@ pub async fn heartbeat(
         .record_heartbeat(node_id, &report, ids::now_ms(), UNRECORDED_GRACE_MS)
         .await
         .map_err(node_not_found(node_id))?;
+    if !outcome.ended.is_empty() {
+        tracing::warn!(node = %node_id, ended = ?outcome.ended, "a node no longer has sandboxes it ran: recorded lost");
+    }
     if !outcome.stop.is_empty() {
         tracing::info!(node = %node_id, stop = ?outcome.stop, "a node holds sandboxes whose records ended: stopping them");
     }

@@ -83,7 +83,13 @@ pub struct HeartbeatOutcome {
     /// Reported sandboxes whose records ended, or that no record names after the grace
     /// period for creates in flight.
     pub stop: Vec<String>,
+    /// Live records on this node, older than the grace period, that it did not report:
+    /// ended now with [`GONE_REASON`] (a node that restarted lost them).
+    pub ended: Vec<String>,
 }
+
+/// The end reason of a sandbox its node no longer reports.
+pub const GONE_REASON: &str = "lost: its node no longer has it";
 
 /// A node whose lease expired, and the live sandboxes recorded lost with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,7 +137,10 @@ pub trait ClusterStore: Send + Sync {
     /// Store a node's report and `last_heartbeat = at`; a `down` node becomes `up`.
     /// Answers what it must stop: reported sandboxes whose records ended, and those no
     /// record names that were first reported `grace_ms` or more before `at` (a create in
-    /// flight is recorded within that). NotFound for an unknown node.
+    /// flight is recorded within that). Live records on the node created `grace_ms` or
+    /// more before `at` that it does not report end at `at` (unless the report is
+    /// inconsistent: a held list shorter than its own sandbox count). NotFound for an
+    /// unknown node.
     async fn record_heartbeat(
         &self,
         node_id: &str,

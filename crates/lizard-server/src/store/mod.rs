@@ -25,7 +25,7 @@ pub mod volumes;
 
 pub use access::AccessStore;
 pub use billing::{BillingStore, MeterSpec, MeterState};
-pub use cluster::{ClusterNode, ClusterStore, HeartbeatOutcome, LostNode, NewNode, NodeTokenRecord};
+pub use cluster::{ClusterNode, ClusterStore, HeartbeatOutcome, LostNode, NewNode, NodeTokenRecord, GONE_REASON};
 pub use idempotency::IdempotencyStore;
 pub use lizard_api::{OnTimeout, SandboxState};
 

@@ -5,7 +5,7 @@ use crate::store::cluster::*;
 use crate::store::{MeterState, Result, StoreError};
 use async_trait::async_trait;
 use sqlx::sqlite::SqliteRow;
-use sqlx::Row;
+use sqlx::{Row, Sqlite, Transaction};
 
 const NODE_COLUMNS: &str = "id, region, address, state, vcpus, memory_mib, disk_gib, used_vcpus, used_memory_mib, \
      sandboxes, templates, last_heartbeat, created_at";
@@ -59,6 +59,24 @@ fn token(r: &SqliteRow) -> Result<NodeTokenRecord> {
         expires_at: r.try_get("expires_at").map_err(backend)?,
         revoked_at: r.try_get("revoked_at").map_err(backend)?,
     })
+}
+
+/// End a live sandbox's record at `at` with `reason`, detach its volume and close its
+/// meter there (inside the caller's transaction).
+async fn end_tx(tx: &mut Transaction<'static, Sqlite>, sandbox_id: &str, at: i64, reason: &str) -> Result<()> {
+    sqlx::query("UPDATE sandboxes SET ended_at = ?, end_reason = ?, state = 'ended' WHERE id = ? AND ended_at IS NULL")
+        .bind(at)
+        .bind(reason)
+        .bind(sandbox_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(backend)?;
+    sqlx::query("UPDATE volumes SET attached_to = NULL WHERE attached_to = ?")
+        .bind(sandbox_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(backend)?;
+    billing::transition_tx(tx, sandbox_id, MeterState::Ended, at).await
 }
 
 impl SqliteStore {
@@ -259,8 +277,26 @@ impl ClusterStore for SqliteStore {
                 }
             }
         }
+        // Records it no longer holds (a node restart lost them), past the grace period —
+        // unless its list is shorter than its own count (a partial report ends nothing).
+        let mut ended: Vec<String> = Vec::new();
+        if u64::from(report.usage.sandboxes) <= u64::try_from(report.sandboxes.len()).unwrap_or(u64::MAX) {
+            ended = sqlx::query_scalar(
+                "SELECT id FROM sandboxes WHERE node_id = ? AND ended_at IS NULL AND created_at <= ? \
+                 AND id NOT IN (SELECT value FROM json_each(?)) ORDER BY id",
+            )
+            .bind(node_id)
+            .bind(at.saturating_sub(grace_ms))
+            .bind(&reported_json)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?;
+            for id in &ended {
+                end_tx(&mut tx, id, at, GONE_REASON).await?;
+            }
+        }
         tx.commit().await.map_err(backend)?;
-        Ok(HeartbeatOutcome { state, stop })
+        Ok(HeartbeatOutcome { state, stop, ended })
     }
 
     async fn set_node_draining(&self, node_id: &str, draining: bool) -> Result<ClusterNode> {
@@ -314,19 +350,7 @@ impl ClusterStore for SqliteStore {
             .map(sandbox)
             .collect::<Result<Vec<_>>>()?;
             for s in &sandboxes {
-                sqlx::query("UPDATE sandboxes SET ended_at = ?, end_reason = ?, state = 'ended' WHERE id = ?")
-                    .bind(last_heartbeat)
-                    .bind(reason)
-                    .bind(&s.id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(backend)?;
-                sqlx::query("UPDATE volumes SET attached_to = NULL WHERE attached_to = ?")
-                    .bind(&s.id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(backend)?;
-                billing::transition_tx(&mut tx, &s.id, MeterState::Ended, last_heartbeat).await?;
+                end_tx(&mut tx, &s.id, last_heartbeat, reason).await?;
             }
             tx.commit().await.map_err(backend)?;
             lost.push(LostNode { node_id, last_heartbeat, sandboxes });
