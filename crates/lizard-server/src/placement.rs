@@ -101,6 +101,10 @@ pub struct Candidate {
     pub state: NodeState,
     /// In-process, or heard from within its lease.
     pub fresh: bool,
+    /// The node inside this server: it builds pushed templates itself, so it is taken
+    /// as holding every template (a missing one is its own 404), and its own admission
+    /// judges its room — as in single-machine mode.
+    pub in_process: bool,
     /// Its last report; `None`: unknown (an in-process node behind a test client), taken
     /// as room enough and holding every template.
     pub report: Option<NodeReport>,
@@ -108,14 +112,17 @@ pub struct Candidate {
 
 impl Candidate {
     fn has_room(&self, want: &Want) -> bool {
-        self.report.as_ref().is_none_or(|r| {
-            u64::from(r.capacity.vcpus).saturating_sub(u64::from(r.usage.vcpus)) >= u64::from(want.vcpus)
-                && r.capacity.memory_mib.saturating_sub(r.usage.memory_mib) >= want.memory_mib
-        })
+        // The in-process node's own admission answers for it (503 with what it has),
+        // exactly as in single-machine mode; the next node is tried then.
+        self.in_process
+            || self.report.as_ref().is_none_or(|r| {
+                u64::from(r.capacity.vcpus).saturating_sub(u64::from(r.usage.vcpus)) >= u64::from(want.vcpus)
+                    && r.capacity.memory_mib.saturating_sub(r.usage.memory_mib) >= want.memory_mib
+            })
     }
 
     fn holds(&self, template: &str) -> bool {
-        self.report.as_ref().is_none_or(|r| r.templates.iter().any(|t| t == template))
+        self.in_process || self.report.as_ref().is_none_or(|r| r.templates.iter().any(|t| t == template))
     }
 
     /// Used memory over capacity, as a fraction to compare (`(used, capacity)`).
@@ -184,7 +191,8 @@ fn candidate(state: &AppState, n: &ClusterNode, now: i64) -> Option<Candidate> {
         n.address.as_ref()?;
         (n.last_heartbeat.is_some_and(|at| at >= now.saturating_sub(lease)), Some(n.report.clone()))
     };
-    Some(Candidate { id: n.id.clone(), region: n.region.clone(), state: n.state, fresh, report })
+    let in_process = n.id == LOCAL_NODE_ID;
+    Some(Candidate { id: n.id.clone(), region: n.region.clone(), state: n.state, fresh, in_process, report })
 }
 
 /// What the in-process node says of itself now (its held-sandbox list left out).
@@ -282,6 +290,7 @@ mod tests {
             region: region.into(),
             state,
             fresh,
+            in_process: false,
             report: Some(NodeReport {
                 capacity: NodeCapacity { vcpus: 8, memory_mib: 8192, disk_gib: 100 },
                 usage: NodeUsage { vcpus: used.0, memory_mib: used.1, sandboxes: used.0 },
@@ -321,5 +330,9 @@ mod tests {
         // An in-process node behind a test client: room and templates unknown, taken as fine.
         let unknown = Candidate { report: None, ..node("local", "eu", NodeState::Up, true, (0, 0), &[]) };
         assert_eq!(choose_nodes(&[unknown], &required).unwrap(), ["local"]);
+        // The in-process node builds pushed templates itself: never excluded for one.
+        let local = Candidate { in_process: true, ..node("node_local", "eu", NodeState::Up, true, (0, 0), &[]) };
+        assert_eq!(choose_nodes(&[local.clone()], &required).unwrap(), ["node_local"]);
+        assert_eq!(choose_nodes(&[local], &want(16, 65536, "base")).unwrap(), ["node_local"]);
     }
 }
