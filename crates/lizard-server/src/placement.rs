@@ -332,7 +332,7 @@ mod tests {
         assert_eq!(choose_nodes(&[unknown], &required).unwrap(), ["local"]);
         // The in-process node builds pushed templates itself: never excluded for one.
         let local = Candidate { in_process: true, ..node("node_local", "eu", NodeState::Up, true, (0, 0), &[]) };
-        assert_eq!(choose_nodes(&[local.clone()], &required).unwrap(), ["node_local"]);
+        assert_eq!(choose_nodes(std::slice::from_ref(&local), &required).unwrap(), ["node_local"]);
         assert_eq!(choose_nodes(&[local], &want(16, 65536, "base")).unwrap(), ["node_local"]);
     }
 }
