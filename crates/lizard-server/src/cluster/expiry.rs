@@ -139,7 +139,8 @@ mod tests {
         assert_eq!(store.set_node_draining("node_a", false).await.unwrap().state, NodeState::Up);
         let lost = expire_once(&store, 100_000, 10_000).await.unwrap();
         assert_eq!(lost[0].sandboxes.len(), 1);
-        assert!(matches!(store.set_node_draining("node_a", true).await, Err(StoreError::Conflict(_))));
+        assert_eq!(store.set_node_draining("node_a", true).await.unwrap().state, NodeState::Down, "stays down");
+        assert!(matches!(store.set_node_draining("node_a", false).await, Err(StoreError::Conflict(_))));
         assert!(matches!(store.record_heartbeat("node_x", &held, 1, 1).await, Err(StoreError::NotFound(_))));
     }
 

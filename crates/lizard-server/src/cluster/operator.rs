@@ -61,8 +61,8 @@ pub async fn get(state: &AppState, node_id: &str) -> ApiResult<NodeInfo> {
     Ok(info(state, node))
 }
 
-/// Drain (no new sandboxes; nothing is stopped) or undrain a node; 409 for a node that
-/// is down.
+/// Drain (no new sandboxes; nothing is stopped) or undrain a node. A down node stays
+/// down (drain it once it is back); undraining it is a 409.
 pub async fn set_draining(state: &AppState, node_id: &str, draining: bool) -> ApiResult<NodeInfo> {
     placement::register_home_node(state).await?;
     match state.server.store.set_node_draining(node_id, draining).await {

@@ -149,8 +149,9 @@ pub trait ClusterStore: Send + Sync {
         grace_ms: i64,
     ) -> Result<HeartbeatOutcome>;
 
-    /// Drain (`up`/`draining` → `draining`) or undrain (`draining` → `up`) a node; a
-    /// `down` node answers Conflict. NotFound for an unknown node.
+    /// Drain (`up`/`draining` → `draining`) or undrain (`draining` → `up`) a node. A
+    /// `down` node stays as it is: a drain answers it unchanged, an undrain is a
+    /// Conflict. NotFound for an unknown node.
     async fn set_node_draining(&self, node_id: &str, draining: bool) -> Result<ClusterNode>;
 
     /// Mark `down` every node with an address, `up` or `draining`, whose last heartbeat

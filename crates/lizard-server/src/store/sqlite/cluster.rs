@@ -301,8 +301,10 @@ impl ClusterStore for SqliteStore {
 
     async fn set_node_draining(&self, node_id: &str, draining: bool) -> Result<ClusterNode> {
         let node = self.node_or_not_found(node_id).await?;
-        if node.state == NodeState::Down {
-            return Err(StoreError::Conflict(format!("node {node_id} is down")));
+        match (node.state, draining) {
+            (NodeState::Down, true) => return Ok(node),
+            (NodeState::Down, false) => return Err(StoreError::Conflict(format!("node {node_id} is down"))),
+            _ => {}
         }
         let (to, from) = if draining { ("draining", "up") } else { ("up", "draining") };
         sqlx::query("UPDATE nodes SET state = ? WHERE id = ? AND state = ?")
