@@ -460,6 +460,16 @@ pub const SERVER: &[Route] = &[
     GET_TEMPLATE_BUILD,
     TEMPLATE_BUILD_EVENTS,
     CANCEL_TEMPLATE_BUILD,
+    CLUSTER_JOIN,
+    CLUSTER_HEARTBEAT,
+    CLUSTER_EVENTS,
+    LIST_NODES,
+    GET_NODE,
+    DRAIN_NODE,
+    UNDRAIN_NODE,
+    CREATE_NODE_TOKEN,
+    LIST_NODE_TOKENS,
+    REVOKE_NODE_TOKEN,
 ];
 
 /// The node's own API (local mode, on a Unix socket): the sandbox routes without tenancy,

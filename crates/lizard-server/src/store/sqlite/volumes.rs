@@ -271,6 +271,7 @@ mod tests {
             on_timeout: OnTimeout::Kill,
             timeout_ms: None,
             template_ref: None,
+            node_id: "node_local".into(),
             meter: crate::store::MeterSpec {
                 vcpus: 1,
                 memory_mib: 512,
