@@ -10,6 +10,7 @@
 //! [`Nodes`] is the set this server can reach, by node id.
 
 mod local;
+pub mod remote;
 
 pub use local::LocalNode;
 
