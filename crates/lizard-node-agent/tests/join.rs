@@ -2,6 +2,9 @@
 //! `node.json`, heartbeats with its credential, serves the node API behind it, and a
 //! restart heartbeats without joining again.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
