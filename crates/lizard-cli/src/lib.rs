@@ -15,6 +15,7 @@ pub mod client;
 pub mod follow;
 #[cfg(feature = "node")]
 pub mod local;
+pub mod node;
 pub mod output;
 pub mod push;
 pub mod sandbox;
@@ -63,10 +64,9 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run sandboxes on this machine.
-    #[cfg(feature = "node")]
+    /// This machine's node (local mode, or a cluster's node) and a cluster's nodes (operator).
     #[command(subcommand)]
-    Node(NodeCmd),
+    Node(node::NodeCmd),
     /// Guest images: kernel, initramfs, template disks.
     #[cfg(feature = "node")]
     #[command(subcommand)]
@@ -104,13 +104,6 @@ pub enum Command {
     Billing(billing::BillingCmd),
     /// Usage per workspace and project within the key's scope (sandbox-seconds, cost, running).
     Metrics(billing::MetricsArgs),
-}
-
-#[cfg(feature = "node")]
-#[derive(Subcommand, Debug)]
-pub enum NodeCmd {
-    /// Serve the node API on <data-dir>/node.sock until SIGTERM/SIGINT (kills its sandboxes on exit).
-    Run(local::RunArgs),
 }
 
 #[cfg(feature = "node")]
@@ -223,8 +216,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         json: cli.json,
     };
     match cli.command {
-        #[cfg(feature = "node")]
-        Command::Node(NodeCmd::Run(args)) => local::run_node(ctx.data_dir, args).await.map(|_| 0),
+        Command::Node(cmd) => node::run(&ctx, cmd).await.map(|_| 0),
         #[cfg(feature = "node")]
         Command::Images(ImagesCmd::List) => {
             for t in lizard_image::ImageStore::template_names() {
