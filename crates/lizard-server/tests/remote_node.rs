@@ -270,3 +270,70 @@ run = "echo step-ran > /opt/step.txt"
     let left: Vec<_> = std::fs::read_dir(served._dir.path().join("sandboxes")).unwrap().flatten().collect();
     assert!(left.is_empty(), "sandbox directories left: {left:?}");
 }
+
+/// Live QEMU processes whose command line names `dir`.
+fn vmms_under(dir: &std::path::Path) -> usize {
+    let needle = dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| {
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            let zombie = std::fs::read_to_string(e.path().join("stat"))
+                .map(|s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+                .unwrap_or(true);
+            cmd.contains("qemu-system") && cmd.contains(&needle) && !zombie
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_a_remote_build_stops_it_on_the_node() {
+    let served = serve_node().await;
+    let remote = RemoteNode::new("node_t".into(), served.address.clone(), CREDENTIAL.into());
+    let recipe = lizard_recipe::Recipe::from_toml(
+        "name = \"never-done\"\nfrom = \"base\"\n[[steps]]\nrun = \"echo going; sleep 600\"\n",
+    )
+    .unwrap();
+    let blobs = tempfile::tempdir().unwrap();
+    let build = BuildTemplate {
+        template_ref: "tb-cancelled".into(),
+        display_name: "never-done".into(),
+        recipe,
+        base_ref: "base".into(),
+        context: lizard_recipe::Context { entries: vec![] },
+        blobs: blobs.path().to_path_buf(),
+    };
+    let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let cancel = CancellationToken::new();
+    let task = {
+        let (remote, cancel) = (remote.clone(), cancel.clone());
+        tokio::spawn(async move { remote.build_template(build, events, cancel).await })
+    };
+    // Cancel once the step runs (its output arrived): the build VM is up.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let e = tokio::time::timeout_at(deadline.into(), rx.recv()).await.expect("the step never ran").unwrap();
+        if matches!(&e, BuildEvent::Output { data, .. } if data.contains("going")) {
+            break;
+        }
+    }
+    assert!(vmms_under(served._dir.path()) > 0, "the build VM runs");
+    cancel.cancel();
+    match task.await.unwrap() {
+        Err(lizard_server::nodes::BuildError::Failed(f)) => assert_eq!(f.code, "CANCELLED"),
+        other => panic!("expected a cancelled build, got {other:?}"),
+    }
+    // The node notices the closed connection and removes what the build made.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while vmms_under(served._dir.path()) > 0
+        || std::fs::read_dir(served._dir.path().join("build-blobs")).unwrap().next().is_some()
+    {
+        assert!(Instant::now() < deadline, "the node's build outlived its cancelled connection");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(served.node.built_templates().is_empty());
+    served.node.shutdown().await;
+}
