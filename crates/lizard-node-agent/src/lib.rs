@@ -119,6 +119,7 @@ pub async fn run(
         return Err(AgentError::NoToken(NodeState::path(&data_dir).display().to_string()));
     }
     let node = Node::start(config.node.clone()).await?;
+    lizard_node::http::sweep_leftovers(&node.config().data_dir);
     let stop = CancellationToken::new();
     let stopping = stop.clone();
     tokio::spawn(async move {

@@ -45,13 +45,19 @@ pub async fn build(State(node): State<Arc<Node>>, body: Body) -> Result<Response
         return Err(bad("the build request must start with its JSON header on one line"));
     }
     let req: NodeBuildRequest = parse_json(&header)?;
+    let blob_order = req.blob_order();
+    let total: u64 = blob_order.iter().map(|(_, size)| size).sum();
+    let limit = lizard_recipe::ContextLimits::default().max_bytes;
+    if total > limit {
+        return Err(bad(format!("a build's files may total {limit} bytes, not {total}")));
+    }
     let root = node.config().data_dir.join(BLOBS_DIR);
     std::fs::create_dir_all(&root).map_err(|e| NodeError::io(format!("create {}", root.display()), e))?;
     let blobs = tempfile::Builder::new()
         .prefix("build-")
         .tempdir_in(&root)
         .map_err(|e| NodeError::io(format!("create a directory in {}", root.display()), e))?;
-    for (sha256, size) in req.blob_order() {
+    for (sha256, size) in blob_order {
         receive_blob(&mut reader, blobs.path(), &sha256, size).await?;
     }
     let mut rest = [0u8; 1];
@@ -113,6 +119,17 @@ fn answer_stream(
     })
 }
 
+/// Remove what builds of an earlier process on `data_dir` left (their received files);
+/// call it before serving, while no build runs.
+pub fn sweep(data_dir: &Path) {
+    let dir = data_dir.join(BLOBS_DIR);
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => tracing::info!("removed the files of builds an earlier process left in {}", dir.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!("could not remove {}: {e}", dir.display()),
+    }
+}
+
 fn line(l: &NodeBuildLine) -> Bytes {
     let mut v = serde_json::to_vec(l).expect("build lines serialize");
     v.push(b'\n');
@@ -165,5 +182,46 @@ mod tests {
         let mut any: &[u8] = b"x";
         let e = receive_blob(&mut any, dir.path(), "../../etc/passwd", 1).await.err().unwrap();
         assert_eq!(e.0.code, ErrorCode::InvalidArgument);
+    }
+
+    #[test]
+    fn a_sweep_removes_what_earlier_builds_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let left = dir.path().join(BLOBS_DIR).join("build-x");
+        std::fs::create_dir_all(&left).unwrap();
+        std::fs::write(left.join("f"), "x").unwrap();
+        sweep(dir.path());
+        assert!(!dir.path().join(BLOBS_DIR).exists());
+        sweep(dir.path());
+    }
+
+    #[tokio::test]
+    async fn a_build_is_refused_before_it_runs_when_its_request_is_wrong() {
+        use tower::ServiceExt;
+        let dir = tempfile::tempdir().unwrap();
+        let node = Node::start(crate::NodeConfig::new(dir.path())).await.unwrap();
+        let router = crate::http::router(node);
+        let header = |size: u64| {
+            let mut h = serde_json::to_vec(&serde_json::json!({
+                "templateRef": "tb-1", "displayName": "t", "baseRef": "base",
+                "recipe": {"name": "t", "from": "base"},
+                "context": {"entries": [{"path": "f", "mode": 420, "type": "file", "sha256": "ab".repeat(32), "size": size}]},
+            }))
+            .unwrap();
+            h.push(b'\n');
+            h
+        };
+        let too_big = header(lizard_recipe::ContextLimits::default().max_bytes + 1);
+        let short = [header(5), b"abc".to_vec()].concat();
+        for (body, why) in [(too_big, "may total"), (short, "ended inside"), (b"{}".to_vec(), "one line")] {
+            let req = axum::http::Request::post(lizard_api::routes::node::BUILD_TEMPLATE.path)
+                .body(Body::from(body))
+                .unwrap();
+            let resp = router.clone().oneshot(req).await.unwrap();
+            assert_eq!(resp.status(), axum::http::StatusCode::UNPROCESSABLE_ENTITY, "{why}");
+            let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+            assert!(String::from_utf8_lossy(&bytes).contains(why), "{why}: {}", String::from_utf8_lossy(&bytes));
+        }
+        assert!(std::fs::read_dir(dir.path().join(BLOBS_DIR)).unwrap().next().is_none(), "nothing kept");
     }
 }

@@ -21,6 +21,12 @@ mod volumes;
 pub use auth::Credential;
 pub use templates::builtin_templates;
 
+/// Remove what an earlier process serving this API on `data_dir` left behind (files of
+/// builds it was receiving); call before serving.
+pub fn sweep_leftovers(data_dir: &std::path::Path) {
+    build::sweep(data_dir);
+}
+
 use crate::{Node, NodeError, Sandbox};
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, Query, State};
