@@ -28,12 +28,14 @@ use lizard_api::cluster::{JoinRequest, SandboxEnded};
 use lizard_node::{Node, NodeConfig};
 use server_api::{CallError, ServerApi};
 use state::NodeState;
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// How long requests in flight may take to finish at shutdown.
+const DRAIN: Duration = Duration::from_secs(10);
 /// How long the goodbye (the last ends and heartbeat) may take at shutdown.
 const GOODBYE: Duration = Duration::from_secs(5);
 
@@ -157,11 +159,27 @@ async fn serve(
     let app = lizard_node::http::tcp_router(node.clone(), lizard_node::http::Credential::new(&state.credential));
     heartbeat::run_spawned(node.clone(), api.clone(), state.clone(), stop.clone());
     events::spawn(node, api, state.clone(), stop.clone());
+    // Tunnels and exec streams are interactive: no Nagle delay on their small writes.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let until = stop.clone();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { until.cancelled().await })
-        .await
-        .map_err(AgentError::Serve)?;
+    let mut server = tokio::spawn(
+        axum::serve(listener, app).with_graceful_shutdown(async move { until.cancelled().await }).into_future(),
+    );
+    tokio::select! {
+        ended = &mut server => {
+            ended.map_err(|e| AgentError::Serve(std::io::Error::other(e)))?.map_err(AgentError::Serve)?;
+        }
+        () = stop.cancelled() => {
+            // Requests in flight may finish; a long stream (an exec, a tunnel, a build)
+            // does not hold the stop up for more than the drain.
+            if tokio::time::timeout(DRAIN, &mut server).await.is_err() {
+                tracing::info!("requests still in flight after {} s: closing them", DRAIN.as_secs());
+                server.abort();
+            }
+        }
+    }
     Ok(state)
 }
 
