@@ -29,6 +29,10 @@ fn bearer(h: &HeaderMap) -> String {
 }
 
 async fn stand_in_server() -> (String, Shared) {
+    stand_in_server_on(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap())
+}
+
+fn stand_in_server_on(listener: tokio::net::TcpListener) -> (String, Shared) {
     let seen = Shared::default();
     let app = Router::new()
         .route(
@@ -60,7 +64,6 @@ async fn stand_in_server() -> (String, Shared) {
             }),
         )
         .with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
     (url, seen)
@@ -149,4 +152,31 @@ async fn without_node_json_a_token_is_required() {
     };
     let e = run(config, std::future::pending()).await.unwrap_err().to_string();
     assert!(e.contains("pass --token"), "{e}");
+}
+
+#[tokio::test]
+async fn a_server_that_is_down_at_first_is_joined_when_it_comes_up() {
+    let server_port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let config = AgentConfig {
+        node: lizard_node::NodeConfig::new(dir.path()),
+        server: format!("http://127.0.0.1:{server_port}"),
+        token: Some("lzn_join".into()),
+        region: "eu-1".into(),
+        listen: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+        advertise: None,
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let agent = tokio::spawn(run(config, async move {
+        let _ = stopped.await;
+    }));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!agent.is_finished(), "an unreachable server is waited for, not an error");
+    assert!(!dir.path().join("node.json").exists());
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", server_port)).await.unwrap();
+    let (_, seen) = stand_in_server_on(listener);
+    until("the join and a heartbeat", || !seen.lock().unwrap().heartbeats.is_empty()).await;
+    assert_eq!(seen.lock().unwrap().joins.len(), 1);
+    stop.send(()).unwrap();
+    agent.await.unwrap().unwrap();
 }
