@@ -20,10 +20,13 @@ impl Credential {
         Credential(Arc::from(credential.into()))
     }
 
-    /// Whether `authorization` (a header's value) carries this credential.
+    /// Whether `authorization` (a header's value) carries this credential (the scheme
+    /// in any case, as HTTP has it).
     pub fn admits(&self, authorization: Option<&[u8]>) -> bool {
-        let Some(given) = authorization.and_then(|v| v.strip_prefix(b"Bearer ")) else { return false };
-        bool::from(given.ct_eq(self.0.as_bytes()))
+        let Some(value) = authorization else { return false };
+        let Some(space) = value.iter().position(|b| *b == b' ') else { return false };
+        let (scheme, token) = (&value[..space], value[space + 1..].trim_ascii());
+        scheme.eq_ignore_ascii_case(b"bearer") && bool::from(token.ct_eq(self.0.as_bytes()))
     }
 }
 
@@ -56,8 +59,10 @@ mod tests {
     #[test]
     fn only_the_exact_bearer_token_is_admitted() {
         let c = Credential::new("abc123");
-        assert!(c.admits(Some(b"Bearer abc123")));
-        for bad in [&b"Bearer abc12"[..], b"Bearer abc1234", b"bearer abc123", b"abc123", b"Bearer ", b"Basic abc123"] {
+        for good in [&b"Bearer abc123"[..], b"bearer abc123", b"BEARER  abc123 "] {
+            assert!(c.admits(Some(good)), "{}", String::from_utf8_lossy(good));
+        }
+        for bad in [&b"Bearer abc12"[..], b"Bearer abc1234", b"Bearerabc123", b"abc123", b"Bearer ", b"Basic abc123"] {
             assert!(!c.admits(Some(bad)), "{}", String::from_utf8_lossy(bad));
         }
         assert!(!c.admits(None));
