@@ -9,6 +9,8 @@
 //!
 //! The tenancy commands (`whoami`, `workspace`, `project`, `key`, `region`, `volume`) and
 //! the template commands (`push`, `template`) exist in server mode only. `lizard server` runs the server itself.
+//! `lizard node join` runs this machine as a node of a cluster (the `lizard-node-agent`
+//! crate); `lizard node list|get|drain|undrain|token` are the operator's view of one.
 
 pub mod billing;
 pub mod client;
@@ -36,7 +38,8 @@ use std::path::PathBuf;
 #[command(after_help = "\
 Modes: without LIZARD_API_URL, `lizard sandbox …` drives the local node (started on demand).
 With LIZARD_API_URL=http://HOST:PORT (and LIZARD_API_KEY), every command talks to that Lizard
-server; whoami, workspace, project, key, region, volume, push, template, billing and metrics need one
+server; whoami, workspace, project, key, region, volume, push, template, billing, metrics and the
+operator's node commands need one
 (`lizard billing credit` excepted: it opens <data-dir>/lizard.db).")]
 pub struct Cli {
     /// Where images and sandboxes live [default: /var/lib/lizard as root, else $XDG_DATA_HOME/lizard]
