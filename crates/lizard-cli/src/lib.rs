@@ -39,8 +39,7 @@ use std::path::PathBuf;
 Modes: without LIZARD_API_URL, `lizard sandbox …` drives the local node (started on demand).
 With LIZARD_API_URL=http://HOST:PORT (and LIZARD_API_KEY), every command talks to that Lizard
 server; whoami, workspace, project, key, region, volume, push, template, billing, metrics and the
-operator's node commands need one
-(`lizard billing credit` excepted: it opens <data-dir>/lizard.db).")]
+operator's node commands need one (`lizard billing credit` excepted: it opens <data-dir>/lizard.db).")]
 pub struct Cli {
     /// Where images and sandboxes live [default: /var/lib/lizard as root, else $XDG_DATA_HOME/lizard]
     #[arg(long, global = true, env = "LIZARD_DATA_DIR", help_heading = "Global options")]
