@@ -37,8 +37,8 @@ pub struct RunOptions {
     /// Run the in-process node (`false`: `--no-local-node`, remote nodes only; `node` is
     /// then unused).
     pub local_node: bool,
-    /// How this server reaches remote nodes (`None`: they may join and heartbeat, but
-    /// calls to them answer 503).
+    /// How this server reaches remote nodes (`None`: over their HTTP API, with
+    /// [`crate::nodes::remote::HttpConnector`]; tests put fakes here).
     pub node_connector: Option<Arc<dyn crate::nodes::NodeConnector>>,
 }
 
@@ -80,7 +80,11 @@ pub async fn run(
         None
     };
     let nodes = node.as_ref().map_or_else(Nodes::none, |n| Nodes::local(n.clone()));
-    let state = server.app_state(nodes.with_remote(key, opts.node_connector));
+    let state =
+        server.app_state(nodes.with_remote(
+            key,
+            Some(opts.node_connector.unwrap_or_else(|| Arc::new(crate::nodes::remote::HttpConnector))),
+        ));
     // Before any record is ended below or any sandbox starts: a VM that dies is ended at once.
     let node_events = ops::node_events::follow(&state);
     if let Some(node) = &node {

@@ -12,6 +12,7 @@
 
 pub mod credential;
 mod local;
+pub mod remote;
 
 pub use credential::ClusterKey;
 pub use local::{builtin_templates, LocalNode};
