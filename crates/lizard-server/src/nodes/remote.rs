@@ -209,6 +209,16 @@ impl NodeClient for RemoteNode {
     }
 }
 
+/// Builds [`RemoteNode`]s for the server's [`super::Nodes`]: how a replica reaches the
+/// nodes that joined.
+pub struct HttpConnector;
+
+impl super::NodeConnector for HttpConnector {
+    fn connect(&self, node_id: &str, address: &str, credential: String) -> std::sync::Arc<dyn NodeClient> {
+        std::sync::Arc::new(RemoteNode::new(node_id.to_owned(), address.to_owned(), credential))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,15 +272,5 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(5), "retries are short: {:?}", started.elapsed());
         let e = remote.create_sandbox(CreateSandboxRequest::default()).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::Unavailable);
-    }
-}
-
-/// Builds [`RemoteNode`]s for the server's [`super::Nodes`]: how a replica reaches the
-/// nodes that joined.
-pub struct HttpConnector;
-
-impl super::NodeConnector for HttpConnector {
-    fn connect(&self, node_id: &str, address: &str, credential: String) -> std::sync::Arc<dyn NodeClient> {
-        std::sync::Arc::new(RemoteNode::new(node_id.to_owned(), address.to_owned(), credential))
     }
 }
