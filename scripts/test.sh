@@ -56,6 +56,16 @@ else
   cargo test -p lizard-attacks --features vm-tests --no-fail-fast
 fi
 
+# Many machines (crates/lizard-cluster-tests): two replicas on one PostgreSQL database,
+# two node agents, real microVMs; nodes and replicas SIGKILLed; the reference's examples
+# through either replica.
+phase "many-machines suite (crates/lizard-cluster-tests)"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run -p lizard-cluster-tests --features vm-tests --no-fail-fast
+else
+  cargo test -p lizard-cluster-tests --features vm-tests --no-fail-fast
+fi
+
 # The Python and TypeScript SDKs (every example of the reference) against a real server.
 phase "SDK suites (scripts/test-sdk.sh)"
 ./scripts/test-sdk.sh
