@@ -58,12 +58,12 @@ fi
 
 # Many machines (crates/lizard-cluster-tests): two replicas on one PostgreSQL database,
 # two node agents, real microVMs; nodes and replicas SIGKILLed; the reference's examples
-# through either replica.
+# through either replica. One fleet at a time: each is four processes and their VMs.
 phase "many-machines suite (crates/lizard-cluster-tests)"
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run -p lizard-cluster-tests --features vm-tests --no-fail-fast
+  cargo nextest run -p lizard-cluster-tests --features vm-tests --no-fail-fast --test-threads 1
 else
-  cargo test -p lizard-cluster-tests --features vm-tests --no-fail-fast
+  cargo test -p lizard-cluster-tests --features vm-tests --no-fail-fast -- --test-threads 1
 fi
 
 # The Python and TypeScript SDKs (every example of the reference) against a real server.
