@@ -44,13 +44,13 @@ phase "API fuzzing (scripts/fuzz-api.sh)"
 features="$(cargo metadata --no-deps --format-version 1 | python3 -c '
 import json, sys
 meta = json.load(sys.stdin)
-print(",".join(sorted(p["name"] + "/vm-tests" for p in meta["packages"] if "vm-tests" in p["features"] and p["name"] != "lizard-attacks")))
+print(",".join(sorted(p["name"] + "/vm-tests" for p in meta["packages"] if "vm-tests" in p["features"] and p["name"] not in ("lizard-attacks", "lizard-cluster-tests"))))
 ')"
 phase "unit and integration tests (features: ${features:-none})"
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --exclude lizard-attacks --features "$features" --no-fail-fast "$@"
+  cargo nextest run --workspace --exclude lizard-attacks --exclude lizard-cluster-tests --features "$features" --no-fail-fast "$@"
 else
-  cargo test --workspace --exclude lizard-attacks --features "$features" --no-fail-fast "$@"
+  cargo test --workspace --exclude lizard-attacks --exclude lizard-cluster-tests --features "$features" --no-fail-fast "$@"
 fi
 
 # The attack suite (crates/lizard-attacks): a real `lizard server` attacked as a hostile
@@ -60,6 +60,16 @@ if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run -p lizard-attacks --features vm-tests --no-fail-fast
 else
   cargo test -p lizard-attacks --features vm-tests --no-fail-fast
+fi
+
+# Many machines (crates/lizard-cluster-tests): two replicas on one PostgreSQL database,
+# two node agents, real microVMs; nodes and replicas SIGKILLed; the reference's examples
+# through either replica. One fleet at a time: each is four processes and their VMs.
+phase "many-machines suite (crates/lizard-cluster-tests)"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run -p lizard-cluster-tests --features vm-tests --no-fail-fast --test-threads 1
+else
+  cargo test -p lizard-cluster-tests --features vm-tests --no-fail-fast -- --test-threads 1
 fi
 
 # The Python and TypeScript SDKs (every example of the reference) against a real server.

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 pub mod cluster;
 pub mod network;
+pub mod node_api;
 
 pub use lizard_agent_proto::types::{ExitStatus, FileEntry, FileType, WriteResult};
 

@@ -152,6 +152,13 @@ pub mod path {
     pub const NODE_UNDRAIN: &str = "/v1/nodes/{id}/undrain";
     pub const NODE_TOKENS: &str = "/v1/node-tokens";
     pub const NODE_TOKEN: &str = "/v1/node-tokens/{id}";
+    // The node's own API only (see [`super::node`]).
+    pub const NODE_VOLUME: &str = "/v1/node/volumes/{id}";
+    pub const NODE_VOLUME_HOLDER: &str = "/v1/node/volumes/{id}/holder";
+    pub const NODE_BUILDS: &str = "/v1/node/templates/builds";
+    pub const NODE_BUILTIN_TEMPLATES: &str = "/v1/node/templates/builtin";
+    pub const NODE_TEMPLATE: &str = "/v1/node/templates/{ref}";
+    pub const NODE_PORT: &str = "/v1/node/sandboxes/{id}/ports/{port}";
 }
 
 const fn route(
@@ -460,10 +467,26 @@ pub const SERVER: &[Route] = &[
     GET_TEMPLATE_BUILD,
     TEMPLATE_BUILD_EVENTS,
     CANCEL_TEMPLATE_BUILD,
+    CLUSTER_JOIN,
+    CLUSTER_HEARTBEAT,
+    CLUSTER_EVENTS,
+    LIST_NODES,
+    GET_NODE,
+    DRAIN_NODE,
+    UNDRAIN_NODE,
+    CREATE_NODE_TOKEN,
+    LIST_NODE_TOKENS,
+    REVOKE_NODE_TOKEN,
 ];
 
-/// The node's own API (local mode, on a Unix socket): the sandbox routes without tenancy,
-/// so without keys, projects or timeouts, and with what a VM can answer.
+/// The node's own API: the sandbox routes without tenancy (so without keys, projects or
+/// timeouts, and with what a VM can answer), and what only the control plane asks of a
+/// node (volumes, template builds, port tunnels: [`node::NODE_ONLY`]).
+///
+/// Local mode serves it on a Unix socket readable only by its owner; a node agent (`lizard
+/// node join`) on TCP, where every route but [`node::HEALTH`] needs `Authorization: Bearer
+/// <node credential>` (401 `UNAUTHENTICATED` without it: a transport check, so the table
+/// does not list it).
 pub mod node {
     use super::*;
 
@@ -488,6 +511,37 @@ pub mod node {
     pub const LIST_DIR: Route = Route { errors: VM_ERRORS, ..super::LIST_DIR };
     pub const MAKE_DIR: Route = Route { errors: VM_ERRORS, ..super::MAKE_DIR };
 
+    /// Makes a volume's disk ([`crate::node_api::NodeVolumeRequest`]).
+    pub const CREATE_VOLUME: Route =
+        route(Put, path::NODE_VOLUME, Json("NodeVolumeRequest"), 204, Empty, &[InvalidArgument, Conflict, Unavailable]);
+    /// Refused (409) while a sandbox holds it.
+    pub const DELETE_VOLUME: Route = delete(path::NODE_VOLUME, &[NotFound, Conflict, Unavailable]);
+    pub const VOLUME_HOLDER: Route = get(path::NODE_VOLUME_HOLDER, Json("VolumeHolder"), &[]);
+    /// A build: see [`crate::node_api`] for the body; the answer streams as the build
+    /// runs, and closing the connection cancels the build.
+    pub const BUILD_TEMPLATE: Route =
+        post(path::NODE_BUILDS, Bytes, Ndjson("NodeBuildLine"), &[InvalidArgument, Unavailable]);
+    pub const BUILTIN_TEMPLATES: Route = get(path::NODE_BUILTIN_TEMPLATES, JsonList("BuiltinTemplateInfo"), &[]);
+    /// Refused (409) while a sandbox uses it.
+    pub const DELETE_TEMPLATE: Route = delete(path::NODE_TEMPLATE, &[InvalidArgument, NotFound, Conflict]);
+    /// `Connection: upgrade`, `Upgrade: lizard-tunnel`: after 101, the connection carries
+    /// raw bytes to and from the guest's port (on the guest's loopback).
+    pub const CONNECT_PORT: Route = route(Get, path::NODE_PORT, Empty, 101, Bytes, VM_ERRORS);
+
+    /// The routes a node serves that the control plane does not.
+    pub const NODE_ONLY: &[Route] = &[
+        CREATE_VOLUME,
+        DELETE_VOLUME,
+        VOLUME_HOLDER,
+        BUILD_TEMPLATE,
+        BUILTIN_TEMPLATES,
+        DELETE_TEMPLATE,
+        CONNECT_PORT,
+    ];
+
+    /// The `Upgrade` protocol of [`CONNECT_PORT`].
+    pub const TUNNEL_PROTOCOL: &str = "lizard-tunnel";
+
     /// Every route the node serves.
     pub const ALL: &[Route] = &[
         HEALTH,
@@ -505,6 +559,13 @@ pub mod node {
         REMOVE_FILE,
         LIST_DIR,
         MAKE_DIR,
+        CREATE_VOLUME,
+        DELETE_VOLUME,
+        VOLUME_HOLDER,
+        BUILD_TEMPLATE,
+        BUILTIN_TEMPLATES,
+        DELETE_TEMPLATE,
+        CONNECT_PORT,
     ];
 }
 
@@ -541,7 +602,7 @@ mod tests {
             let mut seen = HashSet::new();
             for r in table {
                 assert!(seen.insert((r.method, r.path)), "{} {} twice", r.method.as_str(), r.path);
-                assert!(r.path.starts_with('/') && (200..300).contains(&r.status), "{r:?}");
+                assert!(r.path.starts_with('/') && ((200..300).contains(&r.status) || r.status == 101), "{r:?}");
             }
         }
     }
@@ -549,9 +610,14 @@ mod tests {
     #[test]
     fn the_node_serves_a_subset_of_the_server_routes() {
         let server: HashSet<_> = SERVER.iter().map(|r| (r.method, r.path, r.status)).collect();
-        for r in node::ALL {
+        for r in node::ALL.iter().filter(|r| !node::NODE_ONLY.contains(r)) {
             assert!(server.contains(&(r.method, r.path, r.status)), "{r:?}");
             assert!(!r.errors.contains(&Unauthenticated), "the node has no keys: {r:?}");
+        }
+        for r in node::NODE_ONLY {
+            assert!(node::ALL.contains(r), "{r:?}");
+            assert!(r.path.starts_with("/v1/node/"), "node-only routes live apart: {r:?}");
+            assert!(!SERVER.iter().any(|s| s.path == r.path), "{r:?}");
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Benchmarks through the control plane's HTTP API, as an SDK sees it: an in-process
-//! `lizard server` (SQLite file, node in-process) on a loopback port, driven by an HTTP
-//! client. Creates from a template snapshot against cold boots, a burst of concurrent
+//! `lizard server` (SQLite file, node in-process — or a node agent that joined it over TCP,
+//! as on many machines) on a loopback port, driven by an HTTP client. Creates from a template snapshot against cold boots, a burst of concurrent
 //! creates, pause and resume of a sandbox holding 256 MiB of touched memory, host
 //! memory per idle sandbox, and forks.
 
@@ -17,8 +17,17 @@ pub struct Bench {
     base: String,
     key: String,
     client: reqwest::Client,
-    node: std::sync::Arc<lizard_node::Node>,
+    runs: Runs,
     dir: tempfile::TempDir,
+}
+
+/// What runs a bench server's sandboxes.
+enum Runs {
+    /// The node in the server's process.
+    InProcess(std::sync::Arc<lizard_node::Node>),
+    /// A node agent that joined over TCP (its API and the server's on loopback); it stops
+    /// when told.
+    Joined { stop: tokio::sync::oneshot::Sender<()>, agent: tokio::task::JoinHandle<()> },
 }
 
 impl Bench {
@@ -44,20 +53,99 @@ impl Bench {
         tweak(&mut node_config);
         let node = lizard_node::Node::start(node_config).await?;
         let state = server.app_state(lizard_server::nodes::Nodes::local(node.clone()));
+        Self::serve(server, state, key, Runs::InProcess(node), dir).await
+    }
+
+    /// A server without a node of its own, and a node agent on loopback that joins it with
+    /// a join token, as `lizard node join` does: every sandbox call crosses the node
+    /// channel (HTTP with the node's credential).
+    pub async fn start_joined(image_root: &Path) -> Result<Bench> {
+        let dir = tempfile::Builder::new().prefix("lizard-bench-joined-").tempdir()?;
+        let mut config = lizard_server::ServerConfig::new(dir.path());
+        config.listen = "127.0.0.1:0".parse()?;
+        let server = lizard_server::open(config).await?;
+        let key = server.initial_key().context("first start prints a key")?.to_string();
+        let cluster_key = lizard_server::cluster::credentials::load_key(server.state().store.as_ref()).await?;
+        let connector: std::sync::Arc<dyn lizard_server::nodes::NodeConnector> =
+            std::sync::Arc::new(lizard_server::nodes::remote::HttpConnector);
+        let nodes = lizard_server::nodes::Nodes::none().with_remote(cluster_key, Some(connector));
+        let state = server.app_state(nodes);
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let placeholder = Runs::Joined { stop, agent: tokio::spawn(async {}) };
+        let mut b = Self::serve(server, state, key, placeholder, dir).await?;
+        let token = b.call(&routes::CREATE_NODE_TOKEN, &[], Some(json!({}))).await?;
+        let token = token["token"].as_str().context("a join token")?.to_string();
+        let mut node = lizard_node::NodeConfig::new(b.dir.path().join("node"));
+        node.image_root = image_root.to_path_buf();
+        crate::admit_everything(&mut node);
+        let listen = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let agent = lizard_node_agent::AgentConfig {
+            node,
+            server: b.base.clone(),
+            token: Some(token),
+            region: "local".into(),
+            listen,
+            advertise: None,
+        };
+        let agent = tokio::spawn(async move {
+            if let Err(e) = lizard_node_agent::run(agent, async move {
+                let _ = stopped.await;
+            })
+            .await
+            {
+                eprintln!("node agent: {e}");
+            }
+        });
+        if let Runs::Joined { agent: slot, .. } = &mut b.runs {
+            *slot = agent;
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let nodes = b.call(&routes::LIST_NODES, &[], None).await?;
+            if nodes.as_array().is_some_and(|n| n.iter().any(|n| n["state"] == "up")) {
+                return Ok(b);
+            }
+            ensure!(Instant::now() < deadline, "the node agent did not join within 60 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Serve `state`'s API on a loopback port, with a workspace and a project made.
+    async fn serve(
+        server: lizard_server::Server,
+        state: lizard_server::state::AppState,
+        key: String,
+        runs: Runs,
+        dir: tempfile::TempDir,
+    ) -> Result<Bench> {
         let listener = server.bind().await?;
         let base = format!("http://{}", listener.local_addr()?);
-        let router = lizard_server::build_router(state.clone(), api::all_routes());
+        let router = lizard_server::build_router(state, api::all_routes());
         tokio::spawn(lizard_server::serve(listener, router, std::future::pending()));
         let client = reqwest::Client::builder().no_proxy().build()?;
-        let b = Bench { base, key, client, node, dir };
+        let b = Bench { base, key, client, runs, dir };
         let ws = b.call(&routes::CREATE_WORKSPACE, &[], Some(json!({"name": "bench"}))).await?;
         b.call(&routes::CREATE_PROJECT, &[], Some(json!({"workspaceId": ws["id"], "name": "bench"}))).await?;
         Ok(b)
     }
 
-    /// Shut the node down: its pool's machines are killed with it.
+    /// The in-process node (the benchmarks that read VMM processes or pools need it).
+    fn node(&self) -> Result<&std::sync::Arc<lizard_node::Node>> {
+        match &self.runs {
+            Runs::InProcess(node) => Ok(node),
+            Runs::Joined { .. } => anyhow::bail!("this benchmark needs the node in the server's process"),
+        }
+    }
+
+    /// Shut the node down: its sandboxes and pool's machines are killed with it.
     pub async fn stop(self) {
-        self.node.shutdown().await;
+        match self.runs {
+            Runs::InProcess(node) => node.shutdown().await,
+            Runs::Joined { stop, agent } => {
+                let _ = stop.send(());
+                let _ = agent.await;
+            }
+        }
     }
 
     /// One request on `route` (method and path from the route table), `args` filling its
@@ -171,7 +259,7 @@ impl Bench {
     /// Wait until `template`'s pool holds `ready` machines; how long that took (ms).
     pub async fn wait_pool(&self, template: &str, ready: usize, limit: Duration) -> Result<f64> {
         let start = Instant::now();
-        while self.node.pool_ready(template) < ready {
+        while self.node()?.pool_ready(template) < ready {
             ensure!(start.elapsed() < limit, "the pool of {template} did not refill in {limit:?}");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -250,7 +338,7 @@ impl Bench {
 
     /// The VMM process of a running sandbox.
     pub(crate) fn vmm_pid(&self, id: &str) -> Result<u32> {
-        Ok(self.node.get(id)?.live()?.vm().pid())
+        Ok(self.node()?.get(id)?.live()?.vm().pid())
     }
 
     fn sandbox_dir(&self, id: &str) -> PathBuf {
@@ -270,7 +358,7 @@ impl Bench {
         tokio::time::sleep(Duration::from_secs(5)).await;
         let mut pss = vec![];
         for id in &ids {
-            let sandbox = self.node.get(id)?;
+            let sandbox = self.node()?.get(id)?;
             let pid = sandbox.live()?.vm().pid();
             pss.push(pss_mib(pid)?);
         }

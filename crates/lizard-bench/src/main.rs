@@ -56,6 +56,10 @@ struct Args {
     /// API: creates from the template snapshot, create → first `echo hi` (0: skip the API benchmarks).
     #[arg(long, default_value_t = 100)]
     api_creates: usize,
+    /// API: restored creates timed the same way on a node agent that joined the server
+    /// over TCP (many machines' node channel), beside the in-process node's (0: skip).
+    #[arg(long, default_value_t = 0)]
+    api_joined_creates: usize,
     /// API: cold-boot creates timed the same way, for the ratio.
     #[arg(long, default_value_t = 20)]
     api_cold_creates: usize,
@@ -395,6 +399,16 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
     warm.kill(&id).await?;
     let restored = warm.creates(t, args.api_creates, "API restored create").await?;
     rows.push(Summary::new(restored).row("API: create (snapshot restore) → first `echo hi` returns", "ms"));
+    if args.api_joined_creates > 0 {
+        let joined = api::Bench::start_joined(image_root).await?;
+        let id = joined.create(t).await?; // makes the joined node's template snapshot
+        joined.kill(&id).await?;
+        let times = joined.creates(t, args.api_joined_creates, "API create on a joined node").await?;
+        joined.stop().await;
+        rows.push(
+            Summary::new(times).row("… the same on a node agent joined over TCP (server → node channel → VM)", "ms"),
+        );
+    }
     rows.push(Summary::new(cold_times).row("API: create (cold boot) → first `echo hi` returns", "ms"));
     if args.api_transfers > 0 {
         let (write, read) = transfer::api_transfers(&warm, t, args.api_transfers).await?;

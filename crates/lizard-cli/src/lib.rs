@@ -9,12 +9,15 @@
 //!
 //! The tenancy commands (`whoami`, `workspace`, `project`, `key`, `region`, `volume`) and
 //! the template commands (`push`, `template`) exist in server mode only. `lizard server` runs the server itself.
+//! `lizard node join` runs this machine as a node of a cluster (the `lizard-node-agent`
+//! crate); `lizard node list|get|drain|undrain|token` are the operator's view of one.
 
 pub mod billing;
 pub mod client;
 pub mod follow;
 #[cfg(feature = "node")]
 pub mod local;
+pub mod node;
 pub mod output;
 pub mod push;
 pub mod sandbox;
@@ -35,8 +38,8 @@ use std::path::PathBuf;
 #[command(after_help = "\
 Modes: without LIZARD_API_URL, `lizard sandbox …` drives the local node (started on demand).
 With LIZARD_API_URL=http://HOST:PORT (and LIZARD_API_KEY), every command talks to that Lizard
-server; whoami, workspace, project, key, region, volume, push, template, billing and metrics need one
-(`lizard billing credit` excepted: it opens <data-dir>/lizard.db).")]
+server; whoami, workspace, project, key, region, volume, push, template, billing, metrics and the
+operator's node commands need one (`lizard billing credit` excepted: it opens <data-dir>/lizard.db).")]
 pub struct Cli {
     /// Where images and sandboxes live [default: /var/lib/lizard as root, else $XDG_DATA_HOME/lizard]
     #[arg(long, global = true, env = "LIZARD_DATA_DIR", help_heading = "Global options")]
@@ -63,10 +66,9 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run sandboxes on this machine.
-    #[cfg(feature = "node")]
+    /// This machine's node (local mode, or a cluster's node) and a cluster's nodes (operator).
     #[command(subcommand)]
-    Node(NodeCmd),
+    Node(node::NodeCmd),
     /// Guest images: kernel, initramfs, template disks.
     #[cfg(feature = "node")]
     #[command(subcommand)]
@@ -104,13 +106,6 @@ pub enum Command {
     Billing(billing::BillingCmd),
     /// Usage per workspace and project within the key's scope (sandbox-seconds, cost, running).
     Metrics(billing::MetricsArgs),
-}
-
-#[cfg(feature = "node")]
-#[derive(Subcommand, Debug)]
-pub enum NodeCmd {
-    /// Serve the node API on <data-dir>/node.sock until SIGTERM/SIGINT (kills its sandboxes on exit).
-    Run(local::RunArgs),
 }
 
 #[cfg(feature = "node")]
@@ -223,8 +218,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         json: cli.json,
     };
     match cli.command {
-        #[cfg(feature = "node")]
-        Command::Node(NodeCmd::Run(args)) => local::run_node(ctx.data_dir, args).await.map(|_| 0),
+        Command::Node(cmd) => node::run(&ctx, cmd).await.map(|_| 0),
         #[cfg(feature = "node")]
         Command::Images(ImagesCmd::List) => {
             for t in lizard_image::ImageStore::template_names() {

@@ -1,4 +1,4 @@
-//! `lizard server`: the control plane and its node in one process.
+//! `lizard server`: the control plane and, unless `--no-local-node`, its node in one process.
 
 use crate::local::{shutdown_signal, NodeOpts};
 use anyhow::Result;
@@ -13,8 +13,9 @@ use std::time::Duration;
 
 #[derive(Args, Debug, Clone)]
 #[command(after_help = "\
-Keeps its database in <data-dir>/lizard.db (or where --database says) and its sandboxes under <data-dir>/server (apart from
-the local node's, so both can run on one machine; guest images in <data-dir>/images are shared).
+Keeps its database in <data-dir>/lizard.db (or where --database says: PostgreSQL for replicas).
+Keeps its sandboxes under <data-dir>/server (apart from the local node's, so both can run on one
+machine; guest images in <data-dir>/images are shared).
 On the very first start it prints LIZARD_API_KEY=<key>, the owner's unscoped key: store it, it
 is never shown again. The API is plain HTTP: put TLS in front of it for anything but loopback.")]
 pub struct ServerArgs {
@@ -47,6 +48,21 @@ pub struct ServerArgs {
     /// Public sandbox hosts are {id}-{port}.sandbox.{region}.{domain} [default: lizard.localhost]
     #[arg(long, value_name = "D")]
     pub domain: Option<String>,
+    /// Run no node in this process: sandboxes run only on nodes that join
+    /// (`lizard node join`). For API replicas beside the in-process default.
+    #[arg(long)]
+    pub no_local_node: bool,
+    /// How often joined nodes heartbeat, ms.
+    #[arg(long, value_name = "MS", default_value_t = lizard_server::config::DEFAULT_NODE_HEARTBEAT_MS)]
+    pub node_heartbeat_ms: u64,
+    /// How long a joined node may go without a heartbeat before it is down (its sandboxes
+    /// recorded lost), ms.
+    #[arg(long, value_name = "MS", default_value_t = lizard_server::config::DEFAULT_NODE_LEASE_MS)]
+    pub node_lease_ms: u64,
+    /// This replica's name in the leases that make one replica run each background job
+    /// (metering, timeouts, node expiry) [default: random]
+    #[arg(long, value_name = "ID")]
+    pub replica_id: Option<String>,
     #[command(flatten)]
     pub billing: BillingOpts,
     #[command(flatten)]
@@ -122,6 +138,14 @@ pub fn options(data_dir: &Path, args: &ServerArgs) -> Result<RunOptions> {
     if let Some(d) = &args.domain {
         server.domain = d.clone();
     }
+    if args.node_heartbeat_ms == 0 || args.node_lease_ms <= args.node_heartbeat_ms {
+        anyhow::bail!("--node-lease-ms must be longer than --node-heartbeat-ms, and both above 0");
+    }
+    server.cluster.heartbeat_ms = args.node_heartbeat_ms;
+    server.cluster.lease_ms = args.node_lease_ms;
+    if let Some(id) = &args.replica_id {
+        server.cluster.replica_id = id.clone();
+    }
     let mut node = NodeConfig::new(data_dir.join("server"));
     node.image_root = data_dir.to_path_buf();
     args.node.apply(&mut node);
@@ -129,7 +153,14 @@ pub fn options(data_dir: &Path, args: &ServerArgs) -> Result<RunOptions> {
         header_read_timeout: std::time::Duration::from_secs(args.proxy_header_timeout.max(1)),
         max_connections: args.proxy_max_connections.max(1),
     };
-    Ok(RunOptions { server, node, proxy_listen: (!args.no_proxy).then_some(args.proxy_listen), proxy_limits })
+    Ok(RunOptions {
+        server,
+        node,
+        proxy_listen: (!args.no_proxy).then_some(args.proxy_listen),
+        proxy_limits,
+        local_node: !args.no_local_node,
+        node_connector: None,
+    })
 }
 
 pub async fn run(data_dir: &Path, args: ServerArgs) -> Result<()> {

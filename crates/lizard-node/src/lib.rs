@@ -10,7 +10,8 @@
 //!
 //! Modules, from the top down (each uses only those below it):
 //!
-//! - [`http`]: the node's HTTP API over a [`Node`].
+//! - [`http`]: the node's HTTP API over a [`Node`] (a Unix socket in local mode; TCP
+//!   behind the node's credential for a cluster's node agent).
 //! - `node`: [`Node`] — create, pause, resume, fork, kill, volumes, restart recovery.
 //! - `sandbox`: [`Sandbox`] — one sandbox's identity and state, and operations inside
 //!   its guest (exec, files, tunnels).

@@ -210,11 +210,29 @@ async fn a_paused_sandbox_survives_a_node_restart() {
     // A new node process on the same directory: the paused one is back, the running one
     // (killed by the old node's shutdown) is not.
     t.node.shutdown().await;
+    // As if the old process had died between the pause's record and its VMM's kill: a
+    // process naming the sandbox holds the VMM's pid file. The new node kills it and still
+    // takes the sandbox back paused.
+    let stale = std::process::Command::new("python3")
+        .args(["-c", "import time; time.sleep(600)", &format!("lizard-{id}")])
+        .spawn()
+        .unwrap();
+    std::fs::write(dir.join("vmm.pid"), stale.id().to_string()).unwrap();
     let node = lizard_node::Node::start(t.node.config().clone()).await.unwrap();
     let back = node.get(&id).expect("the paused sandbox is back");
     assert_eq!(back.info().state, SandboxState::Paused);
     assert_eq!(node.list().len(), 1);
     assert_eq!(node.get(&running.id).unwrap_err().code(), ErrorCode::NotFound);
+    let mut stale = stale;
+    let waited = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            if let Some(status) = stale.try_wait().unwrap() {
+                return status;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    });
+    assert!(!waited.await.expect("the stale VMM was killed").success());
 
     node.resume(&id).await.unwrap();
     assert_counter_continues(&back, before).await;

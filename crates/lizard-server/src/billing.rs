@@ -278,6 +278,7 @@ mod tests {
                 on_timeout: crate::store::OnTimeout::Kill,
                 timeout_ms: None,
                 template_ref: None,
+                node_id: "node_local".into(),
                 meter: Pricing::default().meter(1, 512),
             })
             .await

@@ -32,6 +32,35 @@ pub struct ServerConfig {
     pub paused_retention_ms: u64,
     /// What one key, one connection and all clients together may take of the server.
     pub traffic: TrafficLimits,
+    /// Nodes' heartbeats and leases, and this replica's name for leader leases.
+    pub cluster: ClusterConfig,
+}
+
+/// Many machines: how often nodes heartbeat, how long until a silent one is down, and
+/// who this replica is when it contends for leader leases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// How often a node heartbeats (`--node-heartbeat-ms`).
+    pub heartbeat_ms: u64,
+    /// How long without a heartbeat before a node is down (`--node-lease-ms`).
+    pub lease_ms: u64,
+    /// This replica's holder name in leader leases (`--replica-id`; default random).
+    pub replica_id: String,
+}
+
+/// Default [`ClusterConfig::heartbeat_ms`].
+pub const DEFAULT_NODE_HEARTBEAT_MS: u64 = 2_000;
+/// Default [`ClusterConfig::lease_ms`].
+pub const DEFAULT_NODE_LEASE_MS: u64 = 10_000;
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            heartbeat_ms: DEFAULT_NODE_HEARTBEAT_MS,
+            lease_ms: DEFAULT_NODE_LEASE_MS,
+            replica_id: crate::ids::new_id("replica"),
+        }
+    }
 }
 
 /// Limits on clients: per key (request rate, requests in flight) and per listener
@@ -90,6 +119,7 @@ impl ServerConfig {
             billing: crate::billing::BillingConfig::default(),
             paused_retention_ms: DEFAULT_PAUSED_RETENTION_MS,
             traffic: TrafficLimits::default(),
+            cluster: ClusterConfig::default(),
         }
     }
 

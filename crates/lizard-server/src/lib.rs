@@ -9,7 +9,9 @@
 //!                                                                  │            │
 //!                                           Arc<dyn Store> (store) ◀┘            ▼
 //!                                   placement ──▶ Nodes ──▶ Arc<dyn NodeClient> (nodes)
-//!                                                              └─ LocalNode: the in-process lizard_node
+//!                                                              ├─ LocalNode: the in-process lizard_node
+//!                                                              └─ remote nodes, by their store rows,
+//!                                                                 through a NodeConnector
 //! ```
 //!
 //! Layers, each importing only those below it (no circles): `ids`, `keys`, `scope`,
@@ -17,8 +19,9 @@
 //! rate and concurrency), `connections` (listener limits); `nodes` (no imports from this
 //! crate), `blobs` (pushed files by hash), `builds` (template builds in flight) → `state`
 //! → `auth`, `placement` → `front_door` (request id, per-key limits), `idempotency` →
-//! `ops` → `openapi` (response docs), `api`, `proxy` → `run`, with [`open`], [`Server`]
-//! and the router builders at the root.
+//! `ops` → `cluster` (join tokens, node calls, the operator's node view, node-lease
+//! expiry, leader leases) → `openapi` (response docs), `api`, `proxy` → `run`, with
+//! [`open`], [`Server`] and the router builders at the root.
 //!
 //! Every API request passes [`front_door::front_door`] (an `X-Request-Id`, a log span,
 //! the key's rate limit) and [`idempotency::layer`] (the `Idempotency-Key` of creates and
@@ -53,6 +56,7 @@ pub mod auth;
 pub mod billing;
 pub mod blobs;
 pub mod builds;
+pub mod cluster;
 pub mod config;
 pub mod connections;
 pub mod error;
@@ -165,7 +169,8 @@ impl Server {
     /// The state of the full API over `nodes`, with the hook that kills the sandboxes of
     /// a forced workspace delete installed.
     pub fn app_state(&self, nodes: nodes::Nodes) -> AppState {
-        let server = self.state.clone().with_reaper(Arc::new(ops::hooks::NodeReaper(nodes.clone())));
+        let reaper = ops::hooks::NodeReaper { nodes: nodes.clone(), store: self.state.store.clone() };
+        let server = self.state.clone().with_reaper(Arc::new(reaper));
         AppState::new(server, nodes)
     }
 

@@ -6,12 +6,16 @@
 //! [`lizard_api::ErrorCode`]: one definition for the wire and the document.
 
 use std::collections::BTreeMap;
-use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Content, Ref, RefOr, Response, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 /// Name of the security scheme every authenticated route lists.
 pub const SECURITY_SCHEME: &str = "apiKey";
+
+/// Name of the security scheme of the routes nodes call (a join token or the node's
+/// credential as the bearer token).
+pub const NODE_SECURITY_SCHEME: &str = "nodeBearer";
 
 fn error_response(description: &str) -> RefOr<Response> {
     ResponseBuilder::new()
@@ -64,6 +68,17 @@ impl Modify for Security {
                 "An API key (lz_…). Unscoped keys reach the whole account; scoped keys only their workspaces and projects.",
             ))),
         );
+        components.add_security_scheme(
+            NODE_SECURITY_SCHEME,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "Node → server: a join token (lzn_…) to join, then the node's credential from the join answer.",
+                    ))
+                    .build(),
+            ),
+        );
     }
 }
 
@@ -105,6 +120,8 @@ pub fn add_rate_limited(doc: &mut utoipa::openapi::OpenApi) {
         (name = "templates", description = "Templates pushed as code (a recipe and a directory), built inside microVMs, and their builds"),
         (name = "billing", description = "The account's balance, ledger and spend (unscoped keys only)"),
         (name = "metrics", description = "Usage per workspace and project, within the key's scope"),
+        (name = "nodes", description = "Many machines: the nodes (operator only: an unscoped key of the owner account) and join tokens"),
+        (name = "cluster", description = "What node agents call: join, heartbeat, sandbox-ended events"),
         (name = "system", description = "Health and this document")
     )
 )]

@@ -1,19 +1,30 @@
-//! Where things run: a volume is placed on a node (and so in that node's region), a
-//! sandbox that mounts a volume runs on the volume's node, and any other sandbox on the
-//! home node. Every answer is a node handle ([`NodeClient`]) ready to be called.
+//! Where things run, and how to reach the node that runs them.
 //!
-//! Nodes are rows of the store's `nodes` table; placement picks among them, so a second
-//! node is a second row (plus a [`NodeClient`] to reach it in [`crate::nodes::Nodes`]),
-//! not new placement code. Today the server has one node, in-process, registered under
-//! [`LOCAL_NODE_ID`] in the server's region each time placement runs.
+//! A new volume goes to the least-loaded node of a region. A new sandbox goes to a node of
+//! the server's region that is `up`, heard from within its lease (or in-process), and has
+//! room for its size by its last report; nodes that hold the template's snapshot come
+//! first, then the least loaded (used memory fraction). A sandbox that mounts a volume runs
+//! on the volume's node. Everything that acts on an existing sandbox or volume reaches the
+//! node its record names ([`node`], [`node_of`], [`sandbox_node`]): any replica can serve
+//! any request.
 
 use crate::error::{ApiResult, AppError};
-use crate::nodes::NodeClient;
+use crate::nodes::{NodeClient, Nodes};
 use crate::state::AppState;
-use crate::store::{NodeLoad, NodeRecord};
+use crate::store::{ClusterNode, NodeLoad, NodeRecord, SandboxRecord, Store};
+use lizard_api::cluster::{NodeCapacity, NodeReport, NodeState, NodeUsage};
+use lizard_api::ErrorCode;
+use std::cmp::Ordering;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 pub use crate::nodes::LOCAL_NODE_ID;
+
+/// The size placement assumes for a create that names none (a node's default size; a
+/// template whose own default is larger is caught by the node's admission, answered 503,
+/// and the next node is tried).
+pub const DEFAULT_VCPUS: u32 = 1;
+pub const DEFAULT_MEMORY_MIB: u64 = 512;
 
 /// A node chosen for something.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,15 +39,25 @@ pub struct Placed {
     pub node: Arc<dyn NodeClient>,
 }
 
-/// The node for a new volume: in `region` when given, the one with the fewest volumes
-/// (ties: the oldest node). No node in that region → 422 naming the regions there are;
+/// The node for a new volume: in `region` when given, the usable node with the fewest
+/// volumes (ties: the oldest). No node in that region → 422 naming the regions there are;
 /// a chosen node this server cannot reach → 503.
 pub async fn place_volume(state: &AppState, region: Option<&str>) -> ApiResult<Placed> {
     register_home_node(state).await?;
-    let loads = state.server.store.node_loads().await?;
+    let store = state.server.store.as_ref();
+    let now = crate::ids::now_ms();
+    let usable: HashSet<String> =
+        store.list_nodes().await?.into_iter().filter(|n| usable(state, n, now)).map(|n| n.id).collect();
+    let loads: Vec<NodeLoad> = store.node_loads().await?.into_iter().filter(|l| usable.contains(&l.node.id)).collect();
     let at = choose(&loads, region)?;
-    let node = node(state, &at.node_id)?;
+    let node = node(state, &at.node_id).await?;
     Ok(Placed { at, node })
+}
+
+/// Whether new things may go to `n`: `up`, and in this process or heard from within its
+/// lease.
+fn usable(state: &AppState, n: &ClusterNode, now: i64) -> bool {
+    n.state == NodeState::Up && candidate(state, n, now).is_some_and(|c| c.fresh)
 }
 
 /// Pure part of [`place_volume`].
@@ -60,26 +81,184 @@ pub fn choose(loads: &[NodeLoad], region: Option<&str>) -> ApiResult<Placement> 
     }
 }
 
-/// The node for a new sandbox without a volume.
-pub fn place_sandbox(state: &AppState) -> Arc<dyn NodeClient> {
-    state.nodes.home()
+/// What a new sandbox needs of a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Want {
+    pub region: String,
+    pub vcpus: u32,
+    pub memory_mib: u64,
+    /// The node template it boots from (a built-in's name or a build's ref).
+    pub template: String,
+    /// Only nodes that hold `template` (a pushed template's build exists only there).
+    pub template_required: bool,
 }
 
-/// The node that runs the sandbox `sandbox_id`. Sandbox records do not name a node yet
-/// (one node per server): it is the home node.
-pub fn sandbox_node(state: &AppState, _sandbox_id: &str) -> Arc<dyn NodeClient> {
-    state.nodes.home()
+/// A node as placement sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub id: String,
+    pub region: String,
+    pub state: NodeState,
+    /// In-process, or heard from within its lease.
+    pub fresh: bool,
+    /// The node inside this server: it builds pushed templates itself, so it is taken
+    /// as holding every template (a missing one is its own 404), and its own admission
+    /// judges its room — as in single-machine mode.
+    pub in_process: bool,
+    /// Its last report; `None`: unknown (an in-process node behind a test client), taken
+    /// as room enough and holding every template.
+    pub report: Option<NodeReport>,
 }
 
-/// The node handle for `node_id`, or 503 for a node this server cannot reach.
-pub fn node(state: &AppState, node_id: &str) -> ApiResult<Arc<dyn NodeClient>> {
-    Ok(state.nodes.get(node_id)?)
+impl Candidate {
+    fn has_room(&self, want: &Want) -> bool {
+        // The in-process node's own admission answers for it (503 with what it has),
+        // exactly as in single-machine mode; the next node is tried then.
+        self.in_process
+            || self.report.as_ref().is_none_or(|r| {
+                u64::from(r.capacity.vcpus).saturating_sub(u64::from(r.usage.vcpus)) >= u64::from(want.vcpus)
+                    && r.capacity.memory_mib.saturating_sub(r.usage.memory_mib) >= want.memory_mib
+            })
+    }
+
+    fn holds(&self, template: &str) -> bool {
+        self.in_process || self.report.as_ref().is_none_or(|r| r.templates.iter().any(|t| t == template))
+    }
+
+    /// Used memory over capacity, as a fraction to compare (`(used, capacity)`).
+    fn load(&self) -> (u64, u64) {
+        self.report.as_ref().map_or((0, 1), |r| (r.usage.memory_mib, r.capacity.memory_mib.max(1)))
+    }
 }
 
-/// Record the home node in the server's region.
+/// Pure part of [`place_sandbox`]: the nodes to try, best first — in the region, `up`,
+/// fresh, with room; those holding the template first, then the least loaded (ties: the
+/// order given). None → 503 saying what did not fit where.
+pub fn choose_nodes(candidates: &[Candidate], want: &Want) -> ApiResult<Vec<String>> {
+    let mut fit: Vec<&Candidate> = candidates
+        .iter()
+        .filter(|c| c.region == want.region && c.state == NodeState::Up && c.fresh && c.has_room(want))
+        .filter(|c| !want.template_required || c.holds(&want.template))
+        .collect();
+    if fit.is_empty() {
+        return Err(AppError::new(
+            ErrorCode::Unavailable,
+            format!("no node has room for {} vCPUs and {} MiB in region {}", want.vcpus, want.memory_mib, want.region),
+        ));
+    }
+    fit.sort_by(|a, b| {
+        let by_template = b.holds(&want.template).cmp(&a.holds(&want.template));
+        let ((ua, ca), (ub, cb)) = (a.load(), b.load());
+        // ua/ca vs ub/cb without floats.
+        let by_load = (u128::from(ua) * u128::from(cb)).cmp(&(u128::from(ub) * u128::from(ca)));
+        by_template.then(by_load).then(Ordering::Equal)
+    });
+    Ok(fit.into_iter().map(|c| c.id.clone()).collect())
+}
+
+/// The nodes a new sandbox without a volume may go to, best first (the caller tries the
+/// next when one answers 503), or 503 when none has room.
+pub async fn place_sandbox(state: &AppState, want: &Want) -> ApiResult<Vec<Placed>> {
+    if state.nodes.local_client().is_some() {
+        register_home_node(state).await?;
+    }
+    let now = crate::ids::now_ms();
+    let nodes = state.server.store.list_nodes().await?;
+    let candidates: Vec<Candidate> = nodes.iter().filter_map(|n| candidate(state, n, now)).collect();
+    let mut placed = Vec::new();
+    for id in choose_nodes(&candidates, want)? {
+        let region = candidates.iter().find(|c| c.id == id).map(|c| c.region.clone()).unwrap_or_default();
+        match node(state, &id).await {
+            Ok(client) => placed.push(Placed { at: Placement { node_id: id, region }, node: client }),
+            Err(e) => tracing::warn!(node = %id, "placement skips a node it cannot reach: {}", e.0.message),
+        }
+    }
+    if placed.is_empty() {
+        return Err(AppError::new(ErrorCode::Unavailable, format!("no node is reachable in region {}", want.region)));
+    }
+    Ok(placed)
+}
+
+/// `n` as a placement candidate: the in-process node with what it says of itself now; a
+/// remote node with its last report. `None` for the in-process row of a server that runs
+/// no node, and for a remote row without an address.
+fn candidate(state: &AppState, n: &ClusterNode, now: i64) -> Option<Candidate> {
+    let lease = i64::try_from(state.server.config.cluster.lease_ms).unwrap_or(i64::MAX);
+    let (fresh, report) = if n.id == LOCAL_NODE_ID {
+        state.nodes.local_client()?;
+        (true, state.nodes.local_node().map(|node| local_report(node)))
+    } else {
+        n.address.as_ref()?;
+        (n.last_heartbeat.is_some_and(|at| at >= now.saturating_sub(lease)), Some(n.report.clone()))
+    };
+    let in_process = n.id == LOCAL_NODE_ID;
+    Some(Candidate { id: n.id.clone(), region: n.region.clone(), state: n.state, fresh, in_process, report })
+}
+
+/// What the in-process node says of itself now (its held-sandbox list left out).
+pub fn local_report(node: &lizard_node::Node) -> NodeReport {
+    let ((cap_vcpus, cap_memory), (used_vcpus, used_memory)) = node.load();
+    NodeReport {
+        capacity: NodeCapacity {
+            vcpus: u32::try_from(cap_vcpus).unwrap_or(u32::MAX),
+            memory_mib: cap_memory,
+            disk_gib: 0,
+        },
+        usage: NodeUsage {
+            vcpus: u32::try_from(used_vcpus).unwrap_or(u32::MAX),
+            memory_mib: used_memory,
+            sandboxes: u32::try_from(node.list().len()).unwrap_or(u32::MAX),
+        },
+        templates: node.built_templates(),
+        sandboxes: Vec::new(),
+    }
+}
+
+/// The handle of the node `node_id`: the in-process one, or a remote one built from its
+/// store row. 503 for a node that is down, unknown, or not reachable from this server.
+pub async fn resolve(store: &dyn Store, nodes: &Nodes, node_id: &str) -> ApiResult<Arc<dyn NodeClient>> {
+    let unavailable = |why: &str| AppError::new(ErrorCode::Unavailable, format!("node {node_id} {why}"));
+    if node_id == LOCAL_NODE_ID {
+        if let Some(local) = nodes.local_client() {
+            return Ok(local.clone());
+        }
+    }
+    let row = store.get_node(node_id).await?.ok_or_else(|| unavailable("is unknown to this server"))?;
+    if row.state == NodeState::Down {
+        return Err(AppError::new(ErrorCode::Unavailable, format!("its node {node_id} is down")));
+    }
+    let address = row.address.ok_or_else(|| unavailable("is not reachable from this server"))?;
+    Ok(nodes.remote(node_id, &address)?)
+}
+
+/// The node handle for `node_id` (see [`resolve`]).
+pub async fn node(state: &AppState, node_id: &str) -> ApiResult<Arc<dyn NodeClient>> {
+    resolve(state.server.store.as_ref(), &state.nodes, node_id).await
+}
+
+/// The node that runs the recorded sandbox.
+pub async fn node_of(state: &AppState, record: &SandboxRecord) -> ApiResult<Arc<dyn NodeClient>> {
+    node(state, &record.node_id).await
+}
+
+/// The node that runs the sandbox `sandbox_id`, by its record; 404 without one.
+pub async fn sandbox_node(state: &AppState, sandbox_id: &str) -> ApiResult<Arc<dyn NodeClient>> {
+    let record = state
+        .server
+        .store
+        .get_sandbox(sandbox_id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("sandbox {sandbox_id} not found")))?;
+    node_of(state, &record).await
+}
+
+/// Record the in-process node in the server's region (no-op without one).
 pub async fn register_home_node(state: &AppState) -> ApiResult<()> {
+    if state.nodes.local_client().is_none() {
+        return Ok(());
+    }
     let node = NodeRecord {
-        id: state.nodes.home_id().to_string(),
+        id: LOCAL_NODE_ID.to_string(),
         region: state.server.config.region.clone(),
         created_at: crate::ids::now_ms(),
     };
@@ -103,5 +282,57 @@ mod tests {
         let e = choose(&loads, Some("ap")).unwrap_err();
         assert_eq!(e.0.code, lizard_api::ErrorCode::InvalidArgument);
         assert!(e.0.message.contains("eu, us"), "{}", e.0.message);
+    }
+
+    fn node(id: &str, region: &str, state: NodeState, fresh: bool, used: (u32, u64), templates: &[&str]) -> Candidate {
+        Candidate {
+            id: id.into(),
+            region: region.into(),
+            state,
+            fresh,
+            in_process: false,
+            report: Some(NodeReport {
+                capacity: NodeCapacity { vcpus: 8, memory_mib: 8192, disk_gib: 100 },
+                usage: NodeUsage { vcpus: used.0, memory_mib: used.1, sandboxes: used.0 },
+                templates: templates.iter().map(|t| t.to_string()).collect(),
+                sandboxes: vec![],
+            }),
+        }
+    }
+
+    fn want(vcpus: u32, memory_mib: u64, template: &str) -> Want {
+        Want { region: "eu".into(), vcpus, memory_mib, template: template.into(), template_required: false }
+    }
+
+    #[test]
+    fn sandboxes_go_to_fresh_up_nodes_with_room_template_holders_then_least_loaded_first() {
+        let nodes = [
+            node("busy", "eu", NodeState::Up, true, (4, 6144), &["base"]),
+            node("idle", "eu", NodeState::Up, true, (0, 0), &[]),
+            node("half", "eu", NodeState::Up, true, (2, 4096), &["base"]),
+            node("drained", "eu", NodeState::Draining, true, (0, 0), &["base"]),
+            node("down", "eu", NodeState::Down, true, (0, 0), &["base"]),
+            node("stale", "eu", NodeState::Up, false, (0, 0), &["base"]),
+            node("far", "us", NodeState::Up, true, (0, 0), &["base"]),
+            node("full", "eu", NodeState::Up, true, (8, 1024), &["base"]),
+        ];
+        assert_eq!(choose_nodes(&nodes, &want(1, 512, "base")).unwrap(), ["half", "busy", "idle"]);
+        assert_eq!(choose_nodes(&nodes, &want(1, 512, "other")).unwrap(), ["idle", "half", "busy"]);
+        // The busy node has 4 vCPUs but only 2 GiB free.
+        assert_eq!(choose_nodes(&nodes, &want(4, 4096, "base")).unwrap(), ["half", "idle"]);
+        let required = Want { template_required: true, ..want(1, 512, "base") };
+        assert_eq!(choose_nodes(&nodes, &required).unwrap(), ["half", "busy"]);
+        let e = choose_nodes(&nodes, &want(16, 512, "base")).unwrap_err();
+        assert_eq!(e.0.code, ErrorCode::Unavailable);
+        assert_eq!(e.0.message, "no node has room for 16 vCPUs and 512 MiB in region eu");
+        let e = choose_nodes(&nodes, &Want { region: "ap".into(), ..want(1, 512, "base") }).unwrap_err();
+        assert!(e.0.message.ends_with("in region ap"), "{}", e.0.message);
+        // An in-process node behind a test client: room and templates unknown, taken as fine.
+        let unknown = Candidate { report: None, ..node("local", "eu", NodeState::Up, true, (0, 0), &[]) };
+        assert_eq!(choose_nodes(&[unknown], &required).unwrap(), ["local"]);
+        // The in-process node builds pushed templates itself: never excluded for one.
+        let local = Candidate { in_process: true, ..node("node_local", "eu", NodeState::Up, true, (0, 0), &[]) };
+        assert_eq!(choose_nodes(std::slice::from_ref(&local), &required).unwrap(), ["node_local"]);
+        assert_eq!(choose_nodes(&[local], &want(16, 65536, "base")).unwrap(), ["node_local"]);
     }
 }

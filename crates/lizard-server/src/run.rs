@@ -6,16 +6,24 @@
 //! opens, the node starts, and the background jobs (metering, timeouts) run beside the
 //! API and the sandbox-URL proxy until shutdown.
 //!
+//! With `--no-local-node` there is no node in the process: sandboxes run on nodes that
+//! join (`lizard node join`). The background jobs that must run once across replicas
+//! (metering, timeouts, node-lease expiry) each run on the replica holding their lease
+//! ([`crate::cluster::leader`]); a clean shutdown hands the leases over at once.
+//!
 //! On shutdown the node kills running sandboxes and their records are ended ("server
 //! stopped"). A crashed process's running sandboxes run on in their VMM processes: the
 //! next start takes them back, billed from the last metering tick; those it cannot take
 //! back are ended ("lost: the server restarted") and their meters closed at that tick.
 
+use crate::cluster::{self, leader};
 use crate::nodes::Nodes;
 use crate::ops;
+use crate::state::AppState;
 use crate::{ServerConfig, ServerError};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 
 /// What `lizard server` runs.
@@ -26,6 +34,12 @@ pub struct RunOptions {
     pub proxy_listen: Option<SocketAddr>,
     /// Bounds of the sandbox-URL proxy's listener.
     pub proxy_limits: crate::proxy::Limits,
+    /// Run the in-process node (`false`: `--no-local-node`, remote nodes only; `node` is
+    /// then unused).
+    pub local_node: bool,
+    /// How this server reaches remote nodes (`None`: over their HTTP API, with
+    /// [`crate::nodes::remote::HttpConnector`]; tests put fakes here).
+    pub node_connector: Option<Arc<dyn crate::nodes::NodeConnector>>,
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, ServerError> {
@@ -49,44 +63,32 @@ pub async fn run(
     if let Some(key) = server.initial_key() {
         println!("LIZARD_API_KEY={key}");
     }
-    let mut node_config = opts.node;
-    // Guests reach this API through their agent (they have no route to the host).
-    if let Ok(addr) = listener.local_addr() {
-        node_config.api_forward = Some(forward_target(addr));
-    }
-    let node = lizard_node::Node::start(node_config).await.map_err(|e| ServerError::Io {
-        context: "start the node".into(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
-    let state = server.app_state(Nodes::local(node.clone()));
+    let store = server.state().store.clone();
+    let key = crate::cluster::credentials::load_key(store.as_ref()).await?;
+    let node = if opts.local_node {
+        let mut node_config = opts.node;
+        // Guests reach this API through their agent (they have no route to the host).
+        if let Ok(addr) = listener.local_addr() {
+            node_config.api_forward = Some(forward_target(addr));
+        }
+        Some(lizard_node::Node::start(node_config).await.map_err(|e| ServerError::Io {
+            context: "start the node".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?)
+    } else {
+        tracing::info!("no in-process node (--no-local-node): sandboxes run on nodes that join");
+        None
+    };
+    let nodes = node.as_ref().map_or_else(Nodes::none, |n| Nodes::local(n.clone()));
+    let state =
+        server.app_state(nodes.with_remote(
+            key,
+            Some(opts.node_connector.unwrap_or_else(|| Arc::new(crate::nodes::remote::HttpConnector))),
+        ));
     // Before any record is ended below or any sandbox starts: a VM that dies is ended at once.
     let node_events = ops::node_events::follow(&state);
-    // Sandboxes a dead process left running were billed up to its last metering tick:
-    // close their meters there (never billing its downtime), then end their records —
-    // unless the node took their VMs back (they ran all along and are billed on).
-    let taken_back: Vec<String> = node
-        .list()
-        .into_iter()
-        .filter(|s| s.state == lizard_api::SandboxState::Running)
-        .map(|s| s.sandbox_id)
-        .collect();
-    match state.server.store.close_meters_at_watermark(&taken_back).await {
-        Ok(0) => {}
-        Ok(n) => tracing::warn!(sandboxes = n, "closed the meters of sandboxes a previous process left running"),
-        Err(e) => tracing::warn!("cannot close leftover meters: {e}"),
-    }
-    ops::sandboxes::end_unrun(&state, "lost: the server restarted").await;
-    // A VM the node took back whose create the dead process never recorded (it died
-    // in between) would run unbilled: it goes.
-    for unrecorded in node.list().into_iter().map(|s| s.sandbox_id) {
-        match state.server.store.get_sandbox(&unrecorded).await {
-            Ok(Some(record)) if record.is_live() => {}
-            Ok(_) => {
-                tracing::warn!(id = %unrecorded, "killing a sandbox the previous process left unrecorded or ended");
-                let _ = node.kill(&unrecorded).await;
-            }
-            Err(e) => tracing::warn!(id = %unrecorded, "cannot check the record of a sandbox taken back: {e}"),
-        }
+    if let Some(node) = &node {
+        take_back(&state, node).await;
     }
     ops::templates::fail_unfinished(&state).await;
     match state.server.store.release_stale_attachments().await {
@@ -94,13 +96,8 @@ pub async fn run(
         Ok(n) => tracing::info!(n, "released volumes held by sandboxes that no longer run"),
         Err(e) => tracing::warn!("cannot release stale volume attachments: {e}"),
     }
-    let metering = tokio::spawn(crate::billing::run_metering(
-        state.server.store.clone(),
-        state.server.config.billing.clone(),
-        Arc::new(ops::hooks::BillingPauser(state.clone())),
-    ));
+    let jobs = leader_jobs(&state);
     tracing::info!("API on http://{}", listener.local_addr().map(|a| a.to_string()).unwrap_or_default());
-    let reaper = tokio::spawn(ops::timeouts::reap_expired(state.clone()));
     // One shutdown signal for both listeners.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -125,14 +122,97 @@ pub async fn run(
     if let Some(p) = proxy {
         let _ = p.await;
     }
-    reaper.abort();
-    metering.abort();
+    for (lease, task) in jobs {
+        task.abort();
+        // Another replica takes the job over at once, not a lease later.
+        lease.release().await;
+    }
     node_events.iter().for_each(|t| t.abort());
     // Builds in flight stop with the node (their VMs, layers and networks go).
     state.builds.cancel_all();
-    node.shutdown().await;
-    ops::sandboxes::end_unrun(&state, "server stopped").await;
+    if let Some(node) = node {
+        node.shutdown().await;
+        ops::sandboxes::end_unrun(&state, "server stopped").await;
+    }
     result
+}
+
+/// The in-process node's sandboxes after a restart. Sandboxes a dead process left running
+/// were billed up to its last metering tick: close their meters there (never billing its
+/// downtime), then end their records — unless the node took their VMs back (they ran all
+/// along and are billed on). Remote nodes' sandboxes are not this process's to judge.
+async fn take_back(state: &AppState, node: &Arc<lizard_node::Node>) {
+    if let Err(e) = crate::placement::register_home_node(state).await {
+        tracing::warn!("cannot record the in-process node: {}", e.0.message);
+    }
+    let taken_back: Vec<String> = node
+        .list()
+        .into_iter()
+        .filter(|s| s.state == lizard_api::SandboxState::Running)
+        .map(|s| s.sandbox_id)
+        .collect();
+    match state.server.store.close_meters_at_watermark(&taken_back).await {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(sandboxes = n, "closed the meters of sandboxes a previous process left running"),
+        Err(e) => tracing::warn!("cannot close leftover meters: {e}"),
+    }
+    ops::sandboxes::end_unrun(state, "lost: the server restarted").await;
+    // A VM the node took back whose create the dead process never recorded (it died
+    // in between) would run unbilled: it goes.
+    for unrecorded in node.list().into_iter().map(|s| s.sandbox_id) {
+        match state.server.store.get_sandbox(&unrecorded).await {
+            Ok(Some(record)) if record.is_live() => {}
+            Ok(_) => {
+                tracing::warn!(id = %unrecorded, "killing a sandbox the previous process left unrecorded or ended");
+                let _ = node.kill(&unrecorded).await;
+            }
+            Err(e) => tracing::warn!(id = %unrecorded, "cannot check the record of a sandbox taken back: {e}"),
+        }
+    }
+}
+
+/// The jobs that run once across replicas, each on the replica holding its lease: the
+/// metering tick, the timeout reaper, node-lease expiry.
+fn leader_jobs(state: &AppState) -> Vec<(leader::Lease, tokio::task::JoinHandle<()>)> {
+    let store = state.server.store.clone();
+    let replica = state.server.config.cluster.replica_id.clone();
+    let second = Duration::from_secs(1);
+    let billing = state.server.config.billing.clone();
+    let pauser: Arc<dyn crate::billing::SandboxPauser> = Arc::new(ops::hooks::BillingPauser(state.clone()));
+    let metering = {
+        let (store, billing) = (store.clone(), billing.clone());
+        leader::run_as_leader(store.clone(), leader::METERING, replica.clone(), billing.tick, move || {
+            let (store, billing, pauser) = (store.clone(), billing.clone(), pauser.clone());
+            async move {
+                crate::billing::meter_once(store.as_ref(), &billing, pauser.as_ref(), crate::ids::now_ms()).await;
+            }
+        })
+    };
+    let timeouts = {
+        let state = state.clone();
+        leader::run_as_leader(store.clone(), leader::TIMEOUTS, replica.clone(), second, move || {
+            let state = state.clone();
+            async move { ops::timeouts::reap_once(&state).await }
+        })
+    };
+    let expiry = {
+        let (store, lease_ms) = (store.clone(), state.server.config.cluster.lease_ms);
+        leader::run_as_leader(store.clone(), leader::NODE_EXPIRY, replica.clone(), second, move || {
+            let store = store.clone();
+            async move {
+                if let Err(e) = cluster::expiry::expire_once(store.as_ref(), crate::ids::now_ms(), lease_ms).await {
+                    tracing::warn!("node-lease expiry: {e}");
+                }
+            }
+        })
+    };
+    let lease =
+        |name, period: Duration| leader::Lease::new(store.clone(), name, replica.clone(), period * leader::TTL_PERIODS);
+    vec![
+        (lease(leader::METERING, billing.tick), tokio::spawn(metering)),
+        (lease(leader::TIMEOUTS, second), tokio::spawn(timeouts)),
+        (lease(leader::NODE_EXPIRY, second), tokio::spawn(expiry)),
+    ]
 }
 
 /// The address the node connects guests' API connections to: the listen address, with an

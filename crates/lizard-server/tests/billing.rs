@@ -107,6 +107,7 @@ impl BillingApi for Api {
             timeout_ms: None,
             meter: spec,
             template_ref: None,
+            node_id: "node_local".into(),
         };
         self.state.server.store.insert_sandbox(&s).await.unwrap();
     }

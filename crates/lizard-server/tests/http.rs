@@ -207,6 +207,7 @@ async fn workspace_delete_is_empty_only_unless_forced() {
             project_id: p.into(),
             template: "base".into(),
             template_ref: None,
+            node_id: "node_local".into(),
             state: lizard_server::store::SandboxState::Running,
             created_at: 1,
             timeout_at: None,

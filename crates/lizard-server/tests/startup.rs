@@ -21,6 +21,8 @@ async fn a_taken_proxy_port_fails_the_start_before_any_key_exists() {
         node: lizard_node::NodeConfig::new(dir.path().join("node")),
         proxy_listen: Some(taken_addr),
         proxy_limits: Default::default(),
+        local_node: true,
+        node_connector: None,
     };
     let err = tokio::time::timeout(std::time::Duration::from_secs(30), run(opts, std::future::pending()))
         .await

@@ -215,14 +215,26 @@ impl Node {
         &self.confinement.status
     }
 
+    /// What this node admits in all (host × overcommit) and what its running sandboxes
+    /// hold of it now, as `((vcpus, memory_mib), (vcpus, memory_mib))`: read-only, for the
+    /// control plane's placement and its node list.
+    pub fn load(&self) -> ((u64, u64), (u64, u64)) {
+        let capacity = self.confinement.capacity();
+        ((capacity.vcpus, capacity.memory_mib), self.running_size())
+    }
+
+    /// vCPUs and MiB of the sandboxes running now.
+    fn running_size(&self) -> (u64, u64) {
+        self.sandboxes()
+            .values()
+            .filter(|s| s.state().live.is_some())
+            .fold((0u64, 0u64), |(c, m), s| (c + u64::from(s.vcpus), m + u64::from(s.memory_mib)))
+    }
+
     /// Reserve CPUs and memory for `count` sandboxes of `vcpus` and `memory_mib` beside
     /// the running ones, or the refusal (nothing was started).
     pub(crate) fn reserve(&self, count: u32, vcpus: u32, memory_mib: u32) -> Result<crate::confine::Reservation> {
-        let running = self
-            .sandboxes()
-            .values()
-            .filter(|s| s.state().live.is_some())
-            .fold((0u64, 0u64), |(c, m), s| (c + u64::from(s.vcpus), m + u64::from(s.memory_mib)));
+        let running = self.running_size();
         let want_vcpus = vcpus.saturating_mul(count);
         let want_memory = u64::from(memory_mib) * u64::from(count);
         Ok(self.confinement.admit(running, want_vcpus, want_memory)?)

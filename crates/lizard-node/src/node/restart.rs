@@ -11,7 +11,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 impl Node {
-    /// Take back the paused and running sandboxes an earlier node process left; kill VMM
+    /// Take back the paused and running sandboxes an earlier node process left (a paused
+    /// one whose VMM still runs, after a crash mid-pause, with that VMM killed); kill VMM
     /// processes and delete directories of the rest (recorded as lost); then sweep the
     /// networks and layers nothing uses any more.
     pub(super) async fn take_back_or_sweep(self: &Arc<Self>) {
@@ -60,6 +61,13 @@ impl Node {
                     return false;
                 }
             },
+            // A crash between a pause's record (written once its save was synced) and the
+            // kill of its VMM: the save is whole and is the sandbox; the VMM is stale.
+            (Some(Recorded::Paused(sandbox)), Some(pid)) => {
+                tracing::warn!(%id, pid, "killing the VMM of a sandbox recorded paused; taken back paused");
+                kill(pid);
+                sandbox
+            }
             (_, Some(pid)) => {
                 tracing::warn!(%id, pid, "killing a VMM left by a previous node process without a record to run it by");
                 kill(pid);

@@ -9,10 +9,12 @@
 
 pub mod account;
 pub mod billing;
+pub mod cluster;
 pub mod code;
 pub mod keys;
 pub mod lifecycle;
 pub mod metrics;
+pub mod nodes;
 pub mod projects;
 pub mod regions;
 pub mod sandboxes;
@@ -50,7 +52,7 @@ where
         .routes(routes!(metrics::metrics))
 }
 
-/// Every route: tenancy, sandboxes, volumes and templates.
+/// Every route: tenancy, sandboxes, volumes, templates, nodes and the node channel.
 pub fn all_routes() -> OpenApiRouter<AppState> {
     routes::<AppState>()
         .routes(routes!(sandboxes::create, sandboxes::list))
@@ -81,6 +83,15 @@ pub fn all_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(templates::get, templates::delete))
         .routes(routes!(templates::get_build, templates::cancel))
         .routes(routes!(templates::events))
+        .routes(routes!(cluster::join))
+        .routes(routes!(cluster::heartbeat))
+        .routes(routes!(cluster::events))
+        .routes(routes!(nodes::list))
+        .routes(routes!(nodes::get))
+        .routes(routes!(nodes::drain))
+        .routes(routes!(nodes::undrain))
+        .routes(routes!(nodes::create_token, nodes::list_tokens))
+        .routes(routes!(nodes::revoke_token))
 }
 
 pub(crate) fn workspace_json(w: WorkspaceRecord) -> lizard_api::Workspace {

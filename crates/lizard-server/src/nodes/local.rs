@@ -27,6 +27,17 @@ impl LocalNode {
     }
 }
 
+/// The templates built into every node of this build (the image store's recipes).
+pub fn builtin_templates() -> Vec<BuiltinTemplate> {
+    lizard_image::ImageStore::template_names()
+        .into_iter()
+        .map(|name| BuiltinTemplate {
+            name: name.to_owned(),
+            description: lizard_image::ImageStore::builtin_recipe(name).map(|r| r.description).unwrap_or_default(),
+        })
+        .collect()
+}
+
 fn api(e: NodeError) -> lizard_api::ApiError {
     e.to_api()
 }
@@ -130,13 +141,7 @@ impl NodeClient for LocalNode {
     }
 
     fn builtin_templates(&self) -> Vec<BuiltinTemplate> {
-        lizard_image::ImageStore::template_names()
-            .into_iter()
-            .map(|name| BuiltinTemplate {
-                name: name.to_owned(),
-                description: lizard_image::ImageStore::builtin_recipe(name).map(|r| r.description).unwrap_or_default(),
-            })
-            .collect()
+        builtin_templates()
     }
 
     async fn build_template(

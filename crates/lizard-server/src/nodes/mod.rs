@@ -7,11 +7,15 @@
 //! types: requests and answers are [`lizard_api`]'s, errors are [`ApiError`]s (a stable
 //! code and a message, what a remote node would send back), and the byte flows — exec
 //! output, file contents, TCP tunnels to guest ports — are streams the caller drives.
-//! [`Nodes`] is the set this server can reach, by node id.
+//! [`Nodes`] is the set this server can reach: its in-process node, if any, and remote
+//! nodes through a [`NodeConnector`].
 
+pub mod credential;
 mod local;
+pub mod remote;
 
-pub use local::LocalNode;
+pub use credential::ClusterKey;
+pub use local::{builtin_templates, LocalNode};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -22,8 +26,8 @@ pub use lizard_api::templates::{BuildTemplate, BuiltTemplate};
 use lizard_api::{
     ApiError, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, ProcessResult, SandboxInfo, WriteResult,
 };
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
@@ -148,45 +152,108 @@ pub trait NodeClient: Send + Sync + 'static {
     async fn delete_template(&self, template_ref: &str) -> NodeResult<()>;
 }
 
-/// The nodes this server reaches, by id, and the one new sandboxes without a volume go
-/// to. Cheap to clone.
+/// Builds the client of a remote node (the lead installs `RemoteNode::new` here): an
+/// indirection so the node set does not depend on how a node is reached.
+pub trait NodeConnector: Send + Sync + 'static {
+    /// A client for the node `node_id` at `address` (its API's base URL), calling it with
+    /// `credential` as the bearer token.
+    fn connect(&self, node_id: &str, address: &str, credential: String) -> Arc<dyn NodeClient>;
+}
+
+/// The in-process node, when this server runs one.
+#[derive(Clone)]
+struct InProcess {
+    client: Arc<dyn NodeClient>,
+    /// The node itself, for what it says of its own capacity (absent behind a test client).
+    node: Option<Arc<lizard_node::Node>>,
+}
+
+/// A remote node's client and the address it was built for.
+type AddressedClient = (String, Arc<dyn NodeClient>);
+
+/// What reaching remote nodes takes: the cluster key and the connector, and the clients
+/// built so far, by node id (rebuilt when the node's address changes).
+struct Remote {
+    key: ClusterKey,
+    /// `None`: this build was given no way to reach nodes (they can still join and
+    /// heartbeat; calls to them answer 503).
+    connector: Option<Arc<dyn NodeConnector>>,
+    clients: Mutex<HashMap<String, AddressedClient>>,
+}
+
+/// The nodes this server reaches: the in-process node (if it runs one) and remote nodes,
+/// whose clients are built from their store rows (address + a credential recomputed from
+/// the cluster key). Cheap to clone.
 #[derive(Clone)]
 pub struct Nodes {
-    home: String,
-    by_id: Arc<BTreeMap<String, Arc<dyn NodeClient>>>,
+    local: Option<InProcess>,
+    remote: Option<Arc<Remote>>,
 }
 
 impl Nodes {
-    /// One node, under `id`.
+    /// The in-process node behind `node` (any client: tests pass fakes), under
+    /// [`LOCAL_NODE_ID`]; `id` must be that id.
     pub fn single(id: impl Into<String>, node: Arc<dyn NodeClient>) -> Nodes {
-        let id = id.into();
-        Nodes { home: id.clone(), by_id: Arc::new(BTreeMap::from([(id, node)])) }
+        debug_assert_eq!(id.into(), LOCAL_NODE_ID);
+        Nodes { local: Some(InProcess { client: node, node: None }), remote: None }
     }
 
     /// The in-process node alone, under [`LOCAL_NODE_ID`] (single-machine mode).
     pub fn local(node: Arc<lizard_node::Node>) -> Nodes {
-        Nodes::single(LOCAL_NODE_ID, Arc::new(LocalNode::new(node)))
+        let client = Arc::new(LocalNode::new(node.clone()));
+        Nodes { local: Some(InProcess { client, node: Some(node) }), remote: None }
     }
 
-    /// The id of the node new sandboxes without a volume go to.
-    pub fn home_id(&self) -> &str {
-        &self.home
+    /// No node in this process (`lizard server --no-local-node`): remote nodes only.
+    pub fn none() -> Nodes {
+        Nodes { local: None, remote: None }
     }
 
-    /// The node new sandboxes without a volume go to.
-    pub fn home(&self) -> Arc<dyn NodeClient> {
-        self.by_id.get(&self.home).cloned().expect("the home node is one of the nodes (set at construction)")
+    /// Take remote nodes: check their calls and reach them with credentials derived from
+    /// `key`, through `connector`.
+    pub fn with_remote(mut self, key: ClusterKey, connector: Option<Arc<dyn NodeConnector>>) -> Nodes {
+        self.remote = Some(Arc::new(Remote { key, connector, clients: Mutex::default() }));
+        self
     }
 
-    /// The node `node_id`, or 503 for one this server cannot reach.
-    pub fn get(&self, node_id: &str) -> NodeResult<Arc<dyn NodeClient>> {
-        self.by_id.get(node_id).cloned().ok_or_else(|| {
-            ApiError::new(ErrorCode::Unavailable, format!("node {node_id} is not reachable from this server"))
+    /// The in-process node's client, if this server runs one.
+    pub fn local_client(&self) -> Option<&Arc<dyn NodeClient>> {
+        self.local.as_ref().map(|l| &l.client)
+    }
+
+    /// The in-process `lizard_node::Node`, if this server runs one (not behind a test client).
+    pub fn local_node(&self) -> Option<&Arc<lizard_node::Node>> {
+        self.local.as_ref().and_then(|l| l.node.as_ref())
+    }
+
+    /// The node template builds run on and built-in templates come from: the in-process
+    /// node, or 503 for a server without one.
+    pub fn home(&self) -> NodeResult<Arc<dyn NodeClient>> {
+        self.local_client().cloned().ok_or_else(|| {
+            ApiError::new(ErrorCode::Unavailable, "this server runs no in-process node (template builds need one)")
         })
     }
 
-    /// Every node, by id.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &Arc<dyn NodeClient>)> {
-        self.by_id.iter().map(|(id, n)| (id.as_str(), n))
+    /// The cluster key, when this server reaches remote nodes (to check their calls).
+    pub fn cluster_key(&self) -> Option<&ClusterKey> {
+        self.remote.as_ref().map(|r| &r.key)
+    }
+
+    /// The client of the remote node `node_id` at `address`, or 503 when this server does
+    /// not reach remote nodes.
+    pub fn remote(&self, node_id: &str, address: &str) -> NodeResult<Arc<dyn NodeClient>> {
+        let unreachable =
+            || ApiError::new(ErrorCode::Unavailable, format!("node {node_id} is not reachable from this server"));
+        let remote = self.remote.as_ref().ok_or_else(unreachable)?;
+        let connector = remote.connector.as_ref().ok_or_else(unreachable)?;
+        let mut clients = remote.clients.lock().expect("node clients lock poisoned");
+        if let Some((at, client)) = clients.get(node_id) {
+            if at == address {
+                return Ok(client.clone());
+            }
+        }
+        let client = connector.connect(node_id, address, remote.key.credential(node_id));
+        clients.insert(node_id.to_owned(), (address.to_owned(), client.clone()));
+        Ok(client)
     }
 }

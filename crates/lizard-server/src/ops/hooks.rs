@@ -5,32 +5,40 @@
 use crate::billing::SandboxPauser;
 use crate::nodes::Nodes;
 use crate::ops::lifecycle;
+use crate::placement;
 use crate::state::{AppState, SandboxReaper};
-use crate::store::{SandboxRecord, VolumeRecord};
+use crate::store::{SandboxRecord, Store, VolumeRecord};
 use async_trait::async_trait;
+use std::sync::Arc;
 
 /// Kills the VMs of sandboxes removed by a forced workspace delete, and deletes the
-/// disks of their volumes.
-pub struct NodeReaper(pub Nodes);
+/// disks of their volumes, each on the node its record names.
+pub struct NodeReaper {
+    pub nodes: Nodes,
+    pub store: Arc<dyn Store>,
+}
 
 #[async_trait]
 impl SandboxReaper for NodeReaper {
     async fn reap(&self, sandboxes: Vec<SandboxRecord>) {
-        // Sandbox records do not name a node yet: they all run on the home node.
-        let node = self.0.home();
         for s in sandboxes {
-            if let Err(e) = node.kill(&s.id).await {
-                tracing::debug!(id = %s.id, "reap: {}", e.message);
+            let killed = match placement::resolve(self.store.as_ref(), &self.nodes, &s.node_id).await {
+                Ok(node) => node.kill(&s.id).await.map_err(|e| e.message),
+                Err(e) => Err(e.0.message),
+            };
+            // A node that cannot be reached now is told to stop it at its next heartbeat.
+            if let Err(e) = killed {
+                tracing::debug!(id = %s.id, "reap: {e}");
             }
         }
     }
 
     async fn remove_volumes(&self, volumes: Vec<VolumeRecord>) {
         for v in volumes {
-            let node = match self.0.get(&v.node_id) {
+            let node = match placement::resolve(self.store.as_ref(), &self.nodes, &v.node_id).await {
                 Ok(node) => node,
-                Err(_) => {
-                    tracing::warn!(volume = %v.id, node = %v.node_id, "volume disk on another node left in place");
+                Err(e) => {
+                    tracing::warn!(volume = %v.id, node = %v.node_id, "volume disk left on its node: {}", e.0.message);
                     continue;
                 }
             };
@@ -41,8 +49,11 @@ impl SandboxReaper for NodeReaper {
     }
 
     async fn remove_templates(&self, template_refs: Vec<String>) {
-        // Templates are built on the home node.
-        let node = self.0.home();
+        // Templates are built on the in-process node.
+        let Ok(node) = self.nodes.home() else {
+            tracing::warn!(count = template_refs.len(), "no in-process node: node templates left in place");
+            return;
+        };
         for r in template_refs {
             if let Err(e) = node.delete_template(&r).await {
                 tracing::debug!(template_ref = %r, "removed template's node template: {}", e.message);

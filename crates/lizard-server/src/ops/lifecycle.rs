@@ -15,7 +15,7 @@ use crate::store::{NewSandbox, SandboxState};
 /// Pause the sandbox `id` and record it: the pause route, the timeout reaper and the
 /// billing pauser all end here.
 pub async fn pause(state: &AppState, id: &str) -> ApiResult<()> {
-    placement::sandbox_node(state, id).pause(id).await?;
+    placement::sandbox_node(state, id).await?.pause(id).await?;
     let store = &state.server.store;
     store.set_sandbox_state(id, SandboxState::Paused).await?;
     let retention = i64::try_from(state.server.config.paused_retention_ms).unwrap_or(i64::MAX);
@@ -68,6 +68,8 @@ async fn fork_now(state: &AppState, source: &LiveSandbox, count: u32) -> ApiResu
             on_timeout: source.record.on_timeout,
             timeout_ms: source.record.timeout_ms,
             template_ref: source.record.template_ref.clone(),
+            // Copies run where their source runs.
+            node_id: source.record.node_id.clone(),
             meter: state.server.config.billing.pricing.meter(copy.vcpus, copy.memory_mib),
         };
         // A private source's copies answer to its token, from before they are recorded.

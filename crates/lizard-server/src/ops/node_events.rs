@@ -10,13 +10,14 @@ use crate::state::AppState;
 use crate::store::StoreError;
 use futures_util::StreamExt;
 
-/// Follow every node's events until the process ends (spawn it). Subscribe before
-/// anything can start sandboxes.
+/// Follow the in-process node's events until the process ends (spawn it). Subscribe
+/// before anything can start sandboxes. Remote nodes post theirs
+/// ([`crate::cluster::membership::events`]).
 pub fn follow(state: &AppState) -> Vec<tokio::task::JoinHandle<()>> {
     state
         .nodes
-        .iter()
-        .map(|(_, node)| {
+        .local_client()
+        .map(|node| {
             let state = state.clone();
             let mut events = node.events();
             tokio::spawn(async move {
@@ -25,6 +26,7 @@ pub fn follow(state: &AppState) -> Vec<tokio::task::JoinHandle<()>> {
                 }
             })
         })
+        .into_iter()
         .collect()
 }
 

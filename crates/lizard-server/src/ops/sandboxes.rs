@@ -64,9 +64,12 @@ pub async fn live(state: &AppState, record: SandboxRecord) -> ApiResult<LiveSand
     if let Some(reason) = &record.end_reason {
         return Err(AppError::not_found(format!("sandbox {} not found: {reason}", record.id)));
     }
-    let node = placement::sandbox_node(state, &record.id);
+    let node = placement::node_of(state, &record).await?;
     match node.sandbox(&record.id).await {
         Ok(info) => Ok(LiveSandbox { record, info, node }),
+        // Only a node that answers "not found" has lost it; a node that cannot be reached
+        // (a remote one) leaves the record as it is.
+        Err(e) if e.code != lizard_api::ErrorCode::NotFound => Err(e.into()),
         Err(gone) => {
             // Past its timeout, the VM is gone because the reaper killed it: say so even
             // when this lookup comes between the reaper's kill and its own record update.
@@ -101,7 +104,7 @@ pub fn expiry_reason(state: SandboxState) -> &'static str {
 pub async fn running_of(state: &AppState, records: Vec<SandboxRecord>) -> Vec<LiveSandbox> {
     let mut out = Vec::with_capacity(records.len());
     for record in records {
-        let node = placement::sandbox_node(state, &record.id);
+        let Ok(node) = placement::node_of(state, &record).await else { continue };
         if let Ok(info) = node.sandbox(&record.id).await {
             out.push(LiveSandbox { record, info, node });
         }
@@ -162,35 +165,65 @@ async fn create_now(state: &AppState, spec: NewSandboxSpec) -> ApiResult<LiveSan
         Some(v) => Some(volumes::reserve(state, &spec.account_id, v).await?),
         None => None,
     };
-    let node = match &attachment {
-        Some(a) => a.node.clone(),
-        None => placement::place_sandbox(state),
+    let node_template = spec.template_ref.clone().unwrap_or_else(|| spec.template.clone());
+    // A sandbox with a volume runs on the volume's node; any other on the best node with
+    // room, the next one when a node answers 503 (its own admission).
+    let candidates: Vec<(String, Arc<dyn NodeClient>)> = match &attachment {
+        Some(a) => vec![(a.volume.node_id.clone(), a.node.clone())],
+        None => {
+            let want = placement::Want {
+                region: state.server.config.region.clone(),
+                vcpus: spec.vcpus.unwrap_or(placement::DEFAULT_VCPUS),
+                memory_mib: spec.memory_mib.map_or(placement::DEFAULT_MEMORY_MIB, u64::from),
+                template: node_template.clone(),
+                template_required: spec.template_ref.is_some(),
+            };
+            placement::place_sandbox(state, &want).await?.into_iter().map(|p| (p.at.node_id, p.node)).collect()
+        }
     };
-    let mut env = spec.env;
-    if node.forwards_api() {
-        // The guest's own address for this API, forwarded by its agent.
-        env.entry("LIZARD_API_URL".into()).or_insert_with(|| lizard_agent_proto::routes::FORWARD_GUEST_URL.into());
+    let request = CreateSandboxRequest {
+        template: node_template,
+        vcpus: spec.vcpus,
+        memory_mib: spec.memory_mib,
+        env: spec.env,
+        metadata: spec.metadata.clone(),
+        allow_internet_access: spec.allow_internet_access,
+        allow_out: spec.allow_out,
+        deny_out: spec.deny_out,
+        volume: attachment.as_ref().map(|a| a.volume.id.clone()),
+    };
+    let mut created = Err(AppError::new(lizard_api::ErrorCode::Unavailable, "no node to create the sandbox on"));
+    for (node_id, node) in candidates {
+        let mut request = request.clone();
+        if node.forwards_api() {
+            // The guest's own address for this API, forwarded by its agent.
+            request
+                .env
+                .entry("LIZARD_API_URL".into())
+                .or_insert_with(|| lizard_agent_proto::routes::FORWARD_GUEST_URL.into());
+        }
+        match node.create_sandbox(request).await {
+            Ok(info) => {
+                created = Ok((node_id, node, info));
+                break;
+            }
+            Err(e) if e.code == lizard_api::ErrorCode::Unavailable => {
+                tracing::info!(node = %node_id, "node refused a create ({}); trying the next", e.message);
+                created = Err(e.into());
+            }
+            Err(e) => {
+                created = Err(e.into());
+                break;
+            }
+        }
     }
-    let created = node
-        .create_sandbox(CreateSandboxRequest {
-            template: spec.template_ref.clone().unwrap_or_else(|| spec.template.clone()),
-            vcpus: spec.vcpus,
-            memory_mib: spec.memory_mib,
-            env,
-            metadata: spec.metadata.clone(),
-            allow_internet_access: spec.allow_internet_access,
-            allow_out: spec.allow_out,
-            deny_out: spec.deny_out,
-            volume: attachment.as_ref().map(|a| a.volume.id.clone()),
-        })
-        .await;
-    let info = match created {
-        Ok(info) => info,
+    let (node_id, node, info) = match created {
+        Ok(created) => created,
         Err(e) => {
             if let Some(a) = &attachment {
                 a.release(store).await;
             }
-            return Err(e.into());
+            return Err(e);
         }
     };
     let id = info.sandbox_id.clone();
@@ -206,6 +239,7 @@ async fn create_now(state: &AppState, spec: NewSandboxSpec) -> ApiResult<LiveSan
         on_timeout: spec.on_timeout,
         timeout_ms: Some(i64::try_from(spec.timeout_ms).unwrap_or(i64::MAX)),
         template_ref: spec.template_ref,
+        node_id,
     };
     // Private before recorded: the proxy serves only recorded sandboxes, so a private one
     // is never reachable without its token.
@@ -277,19 +311,21 @@ pub async fn set_timeout(state: &AppState, sandbox: &LiveSandbox, timeout_ms: u6
 /// A byte pipe to `port` inside the running sandbox `id` (the sandbox-URL proxy): 404 when
 /// no node runs it, the node's error when nothing listens there.
 pub async fn open_port(state: &AppState, id: &str, port: u16) -> ApiResult<Box<dyn Tunnel>> {
-    let node = placement::sandbox_node(state, id);
+    let node = placement::sandbox_node(state, id).await?;
     node.sandbox(id).await.map_err(|_| AppError::not_found(format!("sandbox {id} is not running")))?;
     Ok(node.connect_port(id, port).await?)
 }
 
-/// End the records of live sandboxes that no node runs (at start: a dead process left
-/// them; at shutdown: the node killed them) with `reason`.
+/// End the records of live sandboxes of the in-process node that it does not run (at
+/// start: a dead process left them; at shutdown: the node killed them) with `reason`.
+/// Remote nodes' sandboxes live on whatever this process does.
 pub async fn end_unrun(state: &AppState, reason: &str) {
     let store = &state.server.store;
+    let Some(local) = state.nodes.local_client() else { return };
     match store.sandboxes_due(i64::MAX).await {
         Ok(live) => {
-            for s in live {
-                if placement::sandbox_node(state, &s.id).sandbox(&s.id).await.is_err() {
+            for s in live.into_iter().filter(|s| s.node_id == crate::nodes::LOCAL_NODE_ID) {
+                if local.sandbox(&s.id).await.is_err() {
                     let _ = store.end_sandbox(&s.id, ids::now_ms(), reason).await;
                 }
             }

@@ -41,6 +41,8 @@ pub(crate) struct FakeNode {
     pub(super) outcome: Mutex<BuildOutcome>,
     /// Subscribers to [`NodeClient::events`].
     events: Mutex<Vec<UnboundedSender<NodeEvent>>>,
+    /// Creates are refused 503 (its own admission) while set.
+    pub(crate) full: Mutex<bool>,
 }
 
 impl FakeNode {
@@ -56,7 +58,7 @@ impl FakeNode {
         }
     }
 
-    pub(super) fn calls(&self) -> Vec<String> {
+    pub(crate) fn calls(&self) -> Vec<String> {
         self.calls.lock().unwrap().clone()
     }
 
@@ -114,7 +116,13 @@ impl NodeClient for FakeNode {
         }))
     }
     async fn create_sandbox(&self, _: CreateSandboxRequest) -> NodeResult<SandboxInfo> {
-        not_here()
+        if *self.full.lock().unwrap() {
+            return Err(ApiError::new(ErrorCode::Unavailable, "this node cannot take a sandbox now"));
+        }
+        let id = crate::ids::new_id("sbx");
+        self.running(&id);
+        self.calls.lock().unwrap().push(format!("create {id}"));
+        self.info(&id)
     }
     async fn sandbox(&self, id: &str) -> NodeResult<SandboxInfo> {
         self.info(id)
@@ -226,10 +234,10 @@ async fn app(node: Arc<FakeNode>) -> AppState {
 
 /// A store with these `(workspace, project)` pairs and data directory, over `node`.
 pub(super) async fn app_in(node: Arc<FakeNode>, projects: &[(&str, &str)], data_dir: &str) -> AppState {
-    let store = seeded_store("acc", projects).await;
+    let store: Arc<dyn crate::store::Store> = Arc::new(seeded_store("acc", projects).await);
     let nodes = Nodes::single(LOCAL_NODE_ID, node);
-    let server = ServerState::new(Arc::new(store), ServerConfig::new(data_dir))
-        .with_reaper(Arc::new(hooks::NodeReaper(nodes.clone())));
+    let server = ServerState::new(store.clone(), ServerConfig::new(data_dir))
+        .with_reaper(Arc::new(hooks::NodeReaper { nodes: nodes.clone(), store }));
     AppState::new(server, nodes)
 }
 
@@ -248,6 +256,7 @@ async fn record(state: &AppState, node: &FakeNode, id: &str, on_timeout: OnTimeo
         on_timeout,
         timeout_ms: Some(1_000),
         template_ref: None,
+        node_id: "node_local".into(),
     };
     state.server.store.insert_sandbox(&s).await.unwrap();
 }

@@ -191,6 +191,7 @@ async fn record_sandbox(state: &AppState, id: &str, project: &str, template_ref:
         on_timeout: OnTimeout::Kill,
         timeout_ms: None,
         template_ref: Some(template_ref.into()),
+        node_id: "node_local".into(),
     };
     state.server.store.insert_sandbox(&s).await.unwrap();
 }

@@ -41,7 +41,14 @@ async fn expire(state: &AppState, s: &SandboxRecord) {
     }
     let why = sandboxes::expiry_reason(s.state);
     tracing::info!(id = %s.id, "sandbox {why}");
-    let _ = placement::sandbox_node(state, &s.id).kill(&s.id).await;
+    match placement::node_of(state, s).await {
+        Ok(node) => {
+            let _ = node.kill(&s.id).await;
+        }
+        // A node that is down or unreachable keeps its VM until it is back: its next
+        // heartbeat is told to stop it (the record ends now).
+        Err(e) => tracing::info!(id = %s.id, "timeout reaper: cannot reach its node: {}", e.0.message),
+    }
     if let Err(e) = state.server.store.end_sandbox(&s.id, ids::now_ms(), why).await {
         tracing::warn!(id = %s.id, "timeout reaper: {e}");
     }

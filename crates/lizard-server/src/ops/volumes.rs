@@ -79,7 +79,7 @@ pub async fn create(
 
 /// Delete a volume's record, then its disk; 409 while a running or paused sandbox has it.
 pub async fn delete(state: &AppState, account_id: &str, volume: &VolumeRecord) -> ApiResult<()> {
-    let node = placement::node(state, &volume.node_id)?;
+    let node = placement::node(state, &volume.node_id).await?;
     // The node refuses too while one of its sandboxes holds the disk: checked first, so
     // a record is never removed while its disk is in use.
     if let Some(holder) = node.volume_holder(&volume.id).await? {
@@ -119,7 +119,7 @@ impl Reserved {
 
 /// Reserve `volume` for a new sandbox: 409 naming the sandbox that holds it.
 pub async fn reserve(state: &AppState, account_id: &str, volume: VolumeRecord) -> ApiResult<Reserved> {
-    let node = placement::node(state, &volume.node_id)?;
+    let node = placement::node(state, &volume.node_id).await?;
     let reservation = format!("{RESERVATION_PREFIX}{}", ids::new_id("r"));
     let store = state.server.store.as_ref();
     match store.attach_volume(&volume.id, &reservation).await {
@@ -149,6 +149,9 @@ async fn end_dead_holder(
     let Some(h) = holder.filter(|h| !h.starts_with(RESERVATION_PREFIX)) else { return Ok(false) };
     match node.sandbox(&h).await {
         Ok(_) => Ok(false),
+        // Only a node that says "not found" has lost it; one that cannot be reached now
+        // (a remote node) keeps its holder.
+        Err(e) if e.code != lizard_api::ErrorCode::NotFound => Ok(false),
         Err(gone) => {
             store.end_sandbox(&h, ids::now_ms(), &gone.message).await?;
             Ok(true)

@@ -239,7 +239,9 @@ pub trait BillingStore: Send + Sync + 'static {
     ) -> Result<Vec<LedgerEntry>>;
 
     /// Bill every open meter up to `now`, one ledger entry per meter that accrued time, in
-    /// one transaction. Returns the number of entries written.
+    /// one transaction — a sandbox on a remote node up to its node's last heartbeat at
+    /// most (a lost node's meters then close exactly there). Returns the number of
+    /// entries written.
     async fn bill_meters(&self, now: i64) -> Result<u64>;
 
     /// Close every running meter but those of `running` (sandbox ids) at its watermark
@@ -247,7 +249,8 @@ pub trait BillingStore: Send + Sync + 'static {
     /// since its last tick, and died with it). Paused meters stay open: a paused sandbox
     /// is a file that survives a restart; so do the meters of `running`, sandboxes whose
     /// VMs outlived the process and were taken back — they ran all along, and their next
-    /// tick bills from the watermark.
+    /// tick bills from the watermark. Only the in-process node's sandboxes: those of
+    /// remote nodes live on while this process restarts.
     async fn close_meters_at_watermark(&self, running: &[String]) -> Result<u64>;
 
     /// Meters not ended, of one account or all.

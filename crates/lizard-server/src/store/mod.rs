@@ -16,6 +16,7 @@
 
 pub mod access;
 pub mod billing;
+pub mod cluster;
 pub mod database;
 #[cfg(test)]
 pub(crate) mod fixture;
@@ -29,6 +30,7 @@ pub mod volumes;
 
 pub use access::AccessStore;
 pub use billing::{BillingStore, MeterSpec, MeterState};
+pub use cluster::{ClusterNode, ClusterStore, HeartbeatOutcome, LostNode, NewNode, NodeTokenRecord, GONE_REASON};
 pub use idempotency::IdempotencyStore;
 pub use lizard_api::{OnTimeout, SandboxState};
 
@@ -138,6 +140,8 @@ pub struct NewSandbox {
     pub timeout_ms: Option<i64>,
     /// The node template of a pushed template's build it runs from (`None`: a built-in).
     pub template_ref: Option<String>,
+    /// The node that runs it (every later operation routes by it).
+    pub node_id: String,
 }
 
 /// A recorded sandbox, with where it lives (for scope checks).
@@ -158,6 +162,8 @@ pub struct SandboxRecord {
     pub timeout_ms: Option<i64>,
     /// The node template of a pushed template's build (`None`: a built-in).
     pub template_ref: Option<String>,
+    /// The node that runs it (rows older than the cluster migration: the in-process node).
+    pub node_id: String,
 }
 
 /// How a sandbox state is written in the store.
@@ -229,7 +235,7 @@ pub struct Removed {
 /// Billing (the ledger, the meters) is its [`BillingStore`] half.
 #[async_trait]
 pub trait Store:
-    VolumeStore + TemplateStore + BillingStore + IdempotencyStore + AccessStore + Send + Sync + 'static
+    VolumeStore + TemplateStore + BillingStore + IdempotencyStore + AccessStore + ClusterStore + Send + Sync + 'static
 {
     // --- accounts -------------------------------------------------------------------
 

@@ -40,10 +40,12 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (6, "idempotency", include_str!("../../migrations/postgres/0006_idempotency.sql")),
     (7, "volume billing", include_str!("../../migrations/postgres/0007_volume_billing.sql")),
     (8, "sandbox access", include_str!("../../migrations/postgres/0008_sandbox_access.sql")),
+    (9, "cluster", include_str!("../../migrations/postgres/0009_cluster.sql")),
 ];
 
 mod access;
 mod billing;
+mod cluster;
 mod idempotency;
 mod templates;
 mod volumes;
@@ -247,8 +249,8 @@ fn scope_columns(scope: &Option<Scope>) -> Result<(Option<String>, Option<String
 }
 
 const SANDBOX_COLUMNS: &str = "s.id, w.account_id, p.workspace_id, s.project_id, s.template, s.state, s.created_at, \
-     s.timeout_at, s.ended_at, s.end_reason, s.metadata, s.on_timeout, s.timeout_ms, s.template_ref \
-     FROM sandboxes s JOIN projects p ON p.id = s.project_id JOIN workspaces w ON w.id = p.workspace_id";
+     s.timeout_at, s.ended_at, s.end_reason, s.metadata, s.on_timeout, s.timeout_ms, s.template_ref, \
+     COALESCE(s.node_id, 'node_local') AS node_id FROM sandboxes s JOIN projects p ON p.id = s.project_id JOIN workspaces w ON w.id = p.workspace_id";
 
 fn sandbox(r: &PgRow) -> Result<SandboxRecord> {
     let metadata: String = r.try_get("metadata").map_err(backend)?;
@@ -267,6 +269,7 @@ fn sandbox(r: &PgRow) -> Result<SandboxRecord> {
         on_timeout: parse_on_timeout(&r.try_get::<String, _>("on_timeout").map_err(backend)?)?,
         timeout_ms: r.try_get("timeout_ms").map_err(backend)?,
         template_ref: r.try_get("template_ref").map_err(backend)?,
+        node_id: r.try_get("node_id").map_err(backend)?,
     })
 }
 
@@ -657,7 +660,7 @@ impl Store for PostgresStore {
         let mut tx = self.write().await?;
         sqlx::query(
             "INSERT INTO sandboxes (id, project_id, template, state, created_at, timeout_at, metadata, on_timeout, timeout_ms, \
-             template_ref) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+             template_ref, node_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         )
         .bind(&s.id)
         .bind(&s.project_id)
@@ -669,6 +672,7 @@ impl Store for PostgresStore {
         .bind(on_timeout_name(s.on_timeout))
         .bind(s.timeout_ms)
         .bind(&s.template_ref)
+        .bind(&s.node_id)
         .execute(&mut *tx)
         .await
         .map_err(|e| match &e {

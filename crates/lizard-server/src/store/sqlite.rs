@@ -40,10 +40,12 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (6, "idempotency", include_str!("../../migrations/0006_idempotency.sql")),
     (7, "volume billing", include_str!("../../migrations/0007_volume_billing.sql")),
     (8, "sandbox access", include_str!("../../migrations/0008_sandbox_access.sql")),
+    (9, "cluster", include_str!("../../migrations/0009_cluster.sql")),
 ];
 
 mod access;
 mod billing;
+mod cluster;
 mod idempotency;
 mod templates;
 mod volumes;
@@ -268,8 +270,8 @@ fn scope_columns(scope: &Option<Scope>) -> Result<(Option<String>, Option<String
 }
 
 const SANDBOX_COLUMNS: &str = "s.id, w.account_id, p.workspace_id, s.project_id, s.template, s.state, s.created_at, \
-     s.timeout_at, s.ended_at, s.end_reason, s.metadata, s.on_timeout, s.timeout_ms, s.template_ref \
-     FROM sandboxes s JOIN projects p ON p.id = s.project_id JOIN workspaces w ON w.id = p.workspace_id";
+     s.timeout_at, s.ended_at, s.end_reason, s.metadata, s.on_timeout, s.timeout_ms, s.template_ref, \
+     COALESCE(s.node_id, 'node_local') AS node_id FROM sandboxes s JOIN projects p ON p.id = s.project_id JOIN workspaces w ON w.id = p.workspace_id";
 
 fn sandbox(r: &SqliteRow) -> Result<SandboxRecord> {
     let metadata: String = r.try_get("metadata").map_err(backend)?;
@@ -288,6 +290,7 @@ fn sandbox(r: &SqliteRow) -> Result<SandboxRecord> {
         on_timeout: parse_on_timeout(&r.try_get::<String, _>("on_timeout").map_err(backend)?)?,
         timeout_ms: r.try_get("timeout_ms").map_err(backend)?,
         template_ref: r.try_get("template_ref").map_err(backend)?,
+        node_id: r.try_get("node_id").map_err(backend)?,
     })
 }
 
@@ -678,7 +681,7 @@ impl Store for SqliteStore {
         let mut tx = self.write().await?;
         sqlx::query(
             "INSERT INTO sandboxes (id, project_id, template, state, created_at, timeout_at, metadata, on_timeout, timeout_ms, \
-             template_ref) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             template_ref, node_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&s.id)
         .bind(&s.project_id)
@@ -690,6 +693,7 @@ impl Store for SqliteStore {
         .bind(on_timeout_name(s.on_timeout))
         .bind(s.timeout_ms)
         .bind(&s.template_ref)
+        .bind(&s.node_id)
         .execute(&mut *tx)
         .await
         .map_err(|e| match &e {

@@ -26,21 +26,23 @@ pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTem
     if let Err(e) = store.start_build(&build_id).await {
         tracing::warn!(build = %build_id, "cannot record a build's start: {e}");
     }
-    let node = state.nodes.home();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let result = {
-        let built = node.build_template(build, tx, running.cancel.clone());
-        tokio::pin!(built);
-        loop {
-            tokio::select! {
-                result = &mut built => break result,
-                Some(event) = rx.recv() => {
-                    let boundary = matches!(event, BuildEvent::Step { .. } | BuildEvent::StepDone { .. });
-                    hub.push(event);
-                    if boundary {
-                        let p = hub.progress();
-                        if let Err(e) = store.record_progress(&build_id, &p.steps, &p.log).await {
-                            tracing::warn!(build = %build_id, "cannot record a build's progress: {e}");
+    let result = match state.nodes.home() {
+        Err(no_node) => Err(BuildError::Refused(no_node)),
+        Ok(node) => {
+            let built = node.build_template(build, tx, running.cancel.clone());
+            tokio::pin!(built);
+            loop {
+                tokio::select! {
+                    result = &mut built => break result,
+                    Some(event) = rx.recv() => {
+                        let boundary = matches!(event, BuildEvent::Step { .. } | BuildEvent::StepDone { .. });
+                        hub.push(event);
+                        if boundary {
+                            let p = hub.progress();
+                            if let Err(e) = store.record_progress(&build_id, &p.steps, &p.log).await {
+                                tracing::warn!(build = %build_id, "cannot record a build's progress: {e}");
+                            }
                         }
                     }
                 }
@@ -79,8 +81,11 @@ pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTem
         Err(e) => {
             tracing::error!(build = %build_id, "cannot record a build's end: {e}");
             if status == BuildStatus::Ready {
-                // Unrecorded, nothing can use it: do not keep it.
-                let _ = node.delete_template(&node_ref).await;
+                // Unrecorded, nothing can use it: do not keep it (ready: it was built on
+                // the in-process node).
+                if let Ok(node) = state.nodes.home() {
+                    let _ = node.delete_template(&node_ref).await;
+                }
             }
         }
     }
@@ -92,7 +97,11 @@ pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTem
 async fn release_ref(state: &AppState, node_ref: &str) {
     match state.server.store.template_ref_in_use(node_ref).await {
         Ok(false) => {
-            if let Err(e) = state.nodes.home().delete_template(node_ref).await {
+            let deleted = match state.nodes.home() {
+                Ok(node) => node.delete_template(node_ref).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = deleted {
                 tracing::info!(template_ref = node_ref, "replaced node template kept: {}", e.message);
             }
         }
@@ -154,8 +163,10 @@ pub async fn fail_unfinished(state: &AppState) {
     };
     match state.server.store.fail_unfinished_builds(&failure, ids::now_ms()).await {
         Ok(refs) => {
-            for r in refs {
-                let _ = state.nodes.home().delete_template(&r).await;
+            if let Ok(node) = state.nodes.home() {
+                for r in refs {
+                    let _ = node.delete_template(&r).await;
+                }
             }
         }
         Err(e) => tracing::warn!("cannot close the builds a previous process left: {e}"),

@@ -55,9 +55,9 @@ pub fn template_ref(build_id: &str) -> String {
 
 // --- built-ins ---------------------------------------------------------------------------
 
-/// The templates built into the home node.
+/// The templates built into the nodes (the in-process node's, or this build's list).
 pub fn builtins(state: &AppState) -> Vec<BuiltinTemplate> {
-    state.nodes.home().builtin_templates()
+    state.nodes.home().map_or_else(|_| crate::nodes::builtin_templates(), |node| node.builtin_templates())
 }
 
 pub fn is_builtin(state: &AppState, name: &str) -> bool {
@@ -244,7 +244,10 @@ fn base_name(recipe: &Recipe) -> String {
 /// runs from it.
 pub async fn delete(state: &AppState, template: &TemplateRecord) -> ApiResult<()> {
     let refs = state.server.store.delete_template(&template.id).await?;
-    let node = state.nodes.home();
+    let Ok(node) = state.nodes.home() else {
+        tracing::warn!(count = refs.len(), "no in-process node: a deleted template's node templates stay");
+        return Ok(());
+    };
     for r in refs {
         if let Err(e) = node.delete_template(&r).await {
             if e.code != ErrorCode::NotFound {

@@ -453,9 +453,22 @@ impl BillingStore for SqliteStore {
         .iter()
         .map(meter)
         .collect::<Result<Vec<_>>>()?;
+        // A sandbox on a remote node is billed no further than its node's last heartbeat:
+        // if the node is then lost, its meter closes exactly there.
+        let heard: std::collections::HashMap<String, i64> = sqlx::query(
+            "SELECT s.id, n.last_heartbeat FROM sandboxes s JOIN nodes n ON n.id = s.node_id \
+             WHERE s.ended_at IS NULL AND n.address IS NOT NULL AND n.last_heartbeat IS NOT NULL",
+        )
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(|r| Ok((r.try_get::<String, _>(0).map_err(backend)?, r.try_get::<i64, _>(1).map_err(backend)?)))
+        .collect::<Result<_>>()?;
         let mut written = 0;
         for m in &open {
-            if bill_tx(&mut tx, m, now).await? {
+            let until = heard.get(&m.sandbox_id).map_or(now, |&at| at.min(now));
+            if bill_tx(&mut tx, m, until).await? {
                 written += 1;
             }
         }
@@ -482,7 +495,8 @@ impl BillingStore for SqliteStore {
         let running = serde_json::to_string(running).expect("a list of strings serializes");
         let r = sqlx::query(
             "UPDATE sandbox_meters SET state = 'ended', billed_until = NULL WHERE state = 'running' \
-             AND sandbox_id NOT IN (SELECT value FROM json_each(?))",
+             AND sandbox_id NOT IN (SELECT value FROM json_each(?)) \
+             AND sandbox_id NOT IN (SELECT id FROM sandboxes WHERE node_id IS NOT NULL AND node_id != 'node_local')",
         )
         .bind(running)
         .execute(&self.pool)

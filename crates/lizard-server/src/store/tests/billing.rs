@@ -23,6 +23,7 @@ fn sbx(id: &str, project: &str, at: i64, paused_rate: i64) -> NewSandbox {
         on_timeout: OnTimeout::Kill,
         timeout_ms: None,
         template_ref: None,
+        node_id: "node_local".into(),
         meter: MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: RATE, paused_nanos_per_sec: paused_rate },
     }
 }

@@ -27,6 +27,7 @@ fn sandbox(id: &str, running: i64, paused: i64) -> NewSandbox {
         on_timeout: OnTimeout::Kill,
         timeout_ms: None,
         template_ref: None,
+        node_id: "node_local".into(),
         meter: MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: running, paused_nanos_per_sec: paused },
     }
 }

@@ -44,6 +44,7 @@ fn sbx(id: &str, project: &str) -> NewSandbox {
         on_timeout: OnTimeout::Pause,
         timeout_ms: Some(95),
         template_ref: None,
+        node_id: "node_local".into(),
     }
 }
 

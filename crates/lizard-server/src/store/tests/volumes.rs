@@ -48,6 +48,7 @@ async fn one_holder_at_a_time_until_the_sandbox_ends(db: TestDb) {
         on_timeout: OnTimeout::Kill,
         timeout_ms: None,
         template_ref: None,
+        node_id: "node_local".into(),
         meter: crate::store::MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: 0, paused_nanos_per_sec: 0 },
     };
     s.insert_sandbox(&sbx).await.unwrap();

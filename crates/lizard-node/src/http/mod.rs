@@ -2,8 +2,30 @@
 //! tenancy. The router is built from that table, so the node serves exactly the paths and
 //! methods the clients take from it.
 //!
-//! Local mode serves this on a Unix socket readable only by its owner. The control plane
-//! serves the same operations behind authentication.
+//! Local mode serves [`router`] on a Unix socket readable only by its owner; a node agent
+//! serves [`tcp_router`] on TCP, where every route but `/health` needs the node's
+//! credential as a bearer token.
+//!
+//! - this file: the router, error answers, the sandbox routes.
+//! - [`auth`]: the bearer-credential check of the TCP router.
+//! - `volumes`, `templates`: volume disks, built-in templates and template deletes.
+//! - `build`: template builds, streamed, cancelled with their connection.
+//! - `tunnel`: a guest port by HTTP upgrade.
+
+pub mod auth;
+mod build;
+mod templates;
+mod tunnel;
+mod volumes;
+
+pub use auth::Credential;
+pub use templates::builtin_templates;
+
+/// Remove what an earlier process serving this API on `data_dir` left behind (files of
+/// builds it was receiving); call before serving.
+pub fn sweep_leftovers(data_dir: &std::path::Path) {
+    build::sweep(data_dir);
+}
 
 use crate::{Node, NodeError, Sandbox};
 use axum::body::Body;
@@ -58,8 +80,21 @@ pub fn router(node: Arc<Node>) -> Router {
         .route(table::REMOVE_FILE.path, serve(&table::REMOVE_FILE, remove))
         .route(table::LIST_DIR.path, serve(&table::LIST_DIR, list_dir))
         .route(table::MAKE_DIR.path, serve(&table::MAKE_DIR, make_dir))
+        .route(table::CREATE_VOLUME.path, serve(&table::CREATE_VOLUME, volumes::create))
+        .route(table::DELETE_VOLUME.path, serve(&table::DELETE_VOLUME, volumes::delete))
+        .route(table::VOLUME_HOLDER.path, serve(&table::VOLUME_HOLDER, volumes::holder))
+        .route(table::BUILD_TEMPLATE.path, serve(&table::BUILD_TEMPLATE, build::build))
+        .route(table::BUILTIN_TEMPLATES.path, serve(&table::BUILTIN_TEMPLATES, templates::builtin))
+        .route(table::DELETE_TEMPLATE.path, serve(&table::DELETE_TEMPLATE, templates::delete))
+        .route(table::CONNECT_PORT.path, serve(&table::CONNECT_PORT, tunnel::connect))
         .fallback(no_route)
         .with_state(node)
+}
+
+/// [`router`] for TCP: every route but `/health` answers 401 `UNAUTHENTICATED` unless
+/// the request carries `credential` as its bearer token.
+pub fn tcp_router(node: Arc<Node>, credential: Credential) -> Router {
+    router(node).layer(axum::middleware::from_fn_with_state(credential, auth::require_credential))
 }
 
 /// `handler` on `route`'s method.
@@ -268,7 +303,7 @@ mod tests {
             let (status, body) = answer(&router, r.method.as_str(), &uri, "{}").await;
             assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{r:?}");
             assert_ne!(body["message"], "no such route", "{r:?}");
-            if r.params().count() > 0 {
+            if r.params().count() > 0 && !table::NODE_ONLY.contains(r) {
                 assert_eq!((status, &body["code"]), (StatusCode::NOT_FOUND, &serde_json::json!("NOT_FOUND")), "{r:?}");
             }
         }
@@ -276,6 +311,41 @@ mod tests {
         assert_eq!((status, body["code"].as_str()), (StatusCode::NOT_FOUND, Some("NOT_FOUND")));
         assert_eq!(answer(&router, "PATCH", "/v1/sandboxes", "").await.0, StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(answer(&router, "POST", "/v1/sandboxes/x/timeout", "{}").await.1["message"], "no such route");
+        // A tunnel to a sandbox the node does not run is an answer, not an upgrade.
+        let req = Request::builder()
+            .uri(table::CONNECT_PORT.uri(&["nope", "8080"]))
+            .header("connection", "upgrade")
+            .header("upgrade", lizard_api::routes::node::TUNNEL_PROTOCOL)
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(router.clone().oneshot(req).await.unwrap().status(), StatusCode::NOT_FOUND);
+        let (status, body) = answer(&router, "GET", &table::VOLUME_HOLDER.uri(&["vol_x"]), "").await;
+        assert_eq!((status, body), (StatusCode::OK, serde_json::json!({})));
+    }
+
+    #[tokio::test]
+    async fn on_tcp_every_route_but_health_needs_the_credential() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = Node::start(crate::NodeConfig::new(dir.path())).await.unwrap();
+        let router = tcp_router(node, Credential::new("s3cret"));
+        let send = |uri: &str, auth: Option<&str>| {
+            let mut req = Request::builder().uri(uri);
+            if let Some(a) = auth {
+                req = req.header("authorization", a);
+            }
+            router.clone().oneshot(req.body(Body::empty()).unwrap())
+        };
+        assert_eq!(send(table::HEALTH.path, None).await.unwrap().status(), StatusCode::OK);
+        for auth in [None, Some("Bearer wrong"), Some("s3cret")] {
+            for uri in [table::LIST_SANDBOXES.path, "/v1/nothing-here"] {
+                let resp = send(uri, auth).await.unwrap();
+                assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{uri} {auth:?}");
+                let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+                let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+                assert_eq!(body["code"], "UNAUTHENTICATED");
+            }
+        }
+        assert_eq!(send(table::LIST_SANDBOXES.path, Some("Bearer s3cret")).await.unwrap().status(), StatusCode::OK);
     }
 
     #[tokio::test]

@@ -1,0 +1,137 @@
+//! `node.json` in the node's data directory: who this node is in its cluster, kept from
+//! its join so that a restart heartbeats instead of joining again. It holds the node's
+//! credential, so it is written owner-only, atomically.
+
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The file's name in the data directory.
+pub const FILE: &str = "node.json";
+/// How often to heartbeat when the file predates the server telling us.
+pub const DEFAULT_HEARTBEAT_MS: u64 = 5_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not a node state file: {source}")]
+    Parse { path: PathBuf, source: serde_json::Error },
+    #[error("{path} is readable by others (mode {mode:o}): it holds the node's credential; chmod 600 it")]
+    Exposed { path: PathBuf, mode: u32 },
+    #[error("write {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error(
+        "{path} belongs to the cluster at {joined}, not {asked}: use another data directory, or delete it to join anew"
+    )]
+    OtherServer { path: PathBuf, joined: String, asked: String },
+}
+
+/// What a join gave this node.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeState {
+    pub node_id: String,
+    pub credential: String,
+    /// The server URL it joined through.
+    pub server: String,
+    #[serde(default = "default_heartbeat_ms")]
+    pub heartbeat_ms: u64,
+}
+
+fn default_heartbeat_ms() -> u64 {
+    DEFAULT_HEARTBEAT_MS
+}
+
+impl NodeState {
+    pub fn path(data_dir: &Path) -> PathBuf {
+        data_dir.join(FILE)
+    }
+
+    /// The state kept in `data_dir`, if the node joined before; refused when others may
+    /// read it or when it names another server.
+    pub fn load(data_dir: &Path, server: &str) -> Result<Option<NodeState>, StateError> {
+        let path = NodeState::path(data_dir);
+        let meta = match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(StateError::Read { path, source }),
+        };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(StateError::Exposed { path, mode });
+        }
+        let bytes = std::fs::read(&path).map_err(|source| StateError::Read { path: path.clone(), source })?;
+        let state: NodeState =
+            serde_json::from_slice(&bytes).map_err(|source| StateError::Parse { path: path.clone(), source })?;
+        if same_server(&state.server, server) {
+            Ok(Some(state))
+        } else {
+            Err(StateError::OtherServer { path, joined: state.server, asked: server.to_owned() })
+        }
+    }
+
+    /// Write the state (0600), replacing any earlier one in one step.
+    pub fn save(&self, data_dir: &Path) -> Result<(), StateError> {
+        let path = NodeState::path(data_dir);
+        let tmp = data_dir.join(format!(".{FILE}.tmp"));
+        let write = || -> std::io::Result<()> {
+            let _ = std::fs::remove_file(&tmp);
+            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+            f.write_all(&serde_json::to_vec_pretty(self).expect("the state serializes"))?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)
+        };
+        write().map_err(|source| StateError::Write { path, source })
+    }
+}
+
+/// URLs that differ only in a trailing `/` name the same server.
+fn same_server(a: &str, b: &str) -> bool {
+    a.trim_end_matches('/') == b.trim_end_matches('/')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> NodeState {
+        NodeState {
+            node_id: "node_1".into(),
+            credential: "c0ffee".into(),
+            server: "http://api:7171".into(),
+            heartbeat_ms: 2000,
+        }
+    }
+
+    #[test]
+    fn kept_owner_only_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(NodeState::load(dir.path(), "http://api:7171").unwrap(), None);
+        state().save(dir.path()).unwrap();
+        let mode = std::fs::metadata(NodeState::path(dir.path())).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(NodeState::load(dir.path(), "http://api:7171/").unwrap(), Some(state()));
+        // Saving again replaces it.
+        NodeState { heartbeat_ms: 1000, ..state() }.save(dir.path()).unwrap();
+        assert_eq!(NodeState::load(dir.path(), "http://api:7171").unwrap().unwrap().heartbeat_ms, 1000);
+    }
+
+    #[test]
+    fn refused_when_exposed_broken_or_of_another_cluster() {
+        let dir = tempfile::tempdir().unwrap();
+        state().save(dir.path()).unwrap();
+        let e = NodeState::load(dir.path(), "http://other:7171").unwrap_err();
+        assert!(matches!(e, StateError::OtherServer { .. }), "{e}");
+        let path = NodeState::path(dir.path());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(matches!(NodeState::load(dir.path(), "http://api:7171"), Err(StateError::Exposed { .. })));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(&path, "{").unwrap();
+        assert!(matches!(NodeState::load(dir.path(), "http://api:7171"), Err(StateError::Parse { .. })));
+        // An old file without the interval gets the default.
+        std::fs::write(&path, r#"{"nodeId":"n","credential":"c","server":"http://api:7171"}"#).unwrap();
+        assert_eq!(NodeState::load(dir.path(), "http://api:7171").unwrap().unwrap().heartbeat_ms, DEFAULT_HEARTBEAT_MS);
+    }
+}

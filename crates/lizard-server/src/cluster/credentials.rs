@@ -1,0 +1,105 @@
+//! The cluster key (read or created at start) and join tokens: minted by an operator
+//! (`lzn_…`, shown once, stored as SHA-256), reusable by a fleet until they expire or are
+//! revoked.
+
+use crate::ids;
+use crate::nodes::ClusterKey;
+use crate::store::{NodeTokenRecord, Store, StoreError};
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+
+/// What every join token starts with.
+pub const TOKEN_PREFIX: &str = "lzn_";
+/// Random bytes in a join token (hex in the token).
+const TOKEN_BYTES: usize = 24;
+
+/// Why a join token is refused (all answered 401 alike: a caller learns nothing of
+/// which tokens exist).
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("not a join token")]
+    Malformed,
+    #[error("unknown join token")]
+    Unknown,
+    #[error("this join token was revoked or has expired")]
+    Unusable,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The cluster key every replica derives node credentials from: the stored one, or a new
+/// one this start stores (concurrent first starts agree on one).
+pub async fn load_key(store: &dyn Store) -> Result<ClusterKey, StoreError> {
+    let offered = ClusterKey::generate();
+    Ok(ClusterKey::new(store.cluster_key(offered.bytes()).await?))
+}
+
+/// SHA-256 of a join token.
+pub fn hash(token: &str) -> Vec<u8> {
+    Sha256::digest(token.as_bytes()).to_vec()
+}
+
+/// A new join token: its stored record and its plaintext (shown once).
+pub fn mint(now: i64, ttl_ms: Option<i64>) -> (NodeTokenRecord, String) {
+    let mut bytes = [0u8; TOKEN_BYTES];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    let plaintext = format!("{TOKEN_PREFIX}{}", hex::encode(bytes));
+    let record = NodeTokenRecord {
+        id: ids::new_id("ntk"),
+        hash: hash(&plaintext),
+        created_at: now,
+        expires_at: ttl_ms.map(|ttl| now.saturating_add(ttl)),
+        revoked_at: None,
+    };
+    (record, plaintext)
+}
+
+/// The usable token `presented` is, at `now`.
+pub async fn check(store: &dyn Store, presented: &str, now: i64) -> Result<NodeTokenRecord, TokenError> {
+    let body = presented.strip_prefix(TOKEN_PREFIX).ok_or(TokenError::Malformed)?;
+    if body.len() != TOKEN_BYTES * 2 || !body.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(TokenError::Malformed);
+    }
+    let record = store.node_token_by_hash(&hash(presented)).await?.ok_or(TokenError::Unknown)?;
+    if !record.is_usable(now) {
+        return Err(TokenError::Unusable);
+    }
+    Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sqlite::SqliteStore;
+    use crate::store::ClusterStore;
+
+    #[tokio::test]
+    async fn tokens_join_until_revoked_or_expired_and_the_key_is_made_once() {
+        let store = SqliteStore::memory().await.unwrap();
+        let (forever, plain) = mint(1_000, None);
+        assert!(plain.starts_with(TOKEN_PREFIX) && !plain.contains(&hex::encode(&forever.hash)));
+        store.insert_node_token(&forever).await.unwrap();
+        let (short, short_plain) = mint(1_000, Some(500));
+        store.insert_node_token(&short).await.unwrap();
+        assert_eq!(check(&store, &plain, 2_000).await.unwrap().id, forever.id);
+        assert_eq!(check(&store, &short_plain, 1_499).await.unwrap().id, short.id);
+        assert!(matches!(check(&store, &short_plain, 1_500).await, Err(TokenError::Unusable)));
+        assert!(matches!(check(&store, "lzn_nope", 0).await, Err(TokenError::Malformed)));
+        let (_, unknown) = mint(0, None);
+        assert!(matches!(check(&store, &unknown, 0).await, Err(TokenError::Unknown)));
+        let mut listed: Vec<String> = store.list_node_tokens(1_200).await.unwrap().into_iter().map(|t| t.id).collect();
+        let mut both = vec![forever.id.clone(), short.id.clone()];
+        listed.sort();
+        both.sort();
+        assert_eq!(listed, both);
+        assert_eq!(store.list_node_tokens(1_600).await.unwrap().len(), 1, "expired tokens are not listed");
+        store.revoke_node_token(&forever.id, 3_000).await.unwrap();
+        assert!(matches!(check(&store, &plain, 3_001).await, Err(TokenError::Unusable)));
+        assert!(matches!(store.revoke_node_token(&forever.id, 3_002).await, Err(StoreError::NotFound(_))));
+
+        let a = load_key(&store).await.unwrap();
+        let b = load_key(&store).await.unwrap();
+        assert_eq!(a.bytes(), b.bytes(), "every start reads the one stored key");
+        assert_eq!(a.bytes().len(), crate::nodes::credential::KEY_LEN);
+    }
+}

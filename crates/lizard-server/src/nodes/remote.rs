@@ -1,0 +1,276 @@
+//! [`NodeClient`] for a node on another host: its API (the [`lizard_api::routes::node`]
+//! table) over HTTP/1.1 with the node's credential as the bearer token.
+//!
+//! Byte flows stay streams end to end (exec frames, file contents both ways, the build's
+//! context), and a guest port is a connection upgraded after `101`. A node that cannot be
+//! reached answers 503 `UNAVAILABLE`; its own errors come back as it sent them.
+//!
+//! - `channel`: the HTTP client, timeouts, retries, error answers.
+//! - `build`: a template build's streamed request and answer.
+
+mod build;
+mod channel;
+
+use super::{
+    BuildError, BuildTemplate, BuiltTemplate, BuiltinTemplate, ByteStream, FileRead, FrameStream, NodeClient,
+    NodeEvent, NodeResult, Tunnel,
+};
+use async_trait::async_trait;
+use channel::{json, Call, Channel, Payload, SLOW};
+use futures_util::stream::BoxStream;
+use futures_util::{StreamExt, TryStreamExt};
+use http_body_util::{BodyExt, StreamBody};
+use lizard_api::node_api::{NodeVolumeRequest, VolumeHolder};
+use lizard_api::routes::node as table;
+use lizard_api::templates::BuildEvent;
+use lizard_api::{
+    ApiError, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, ForkRequest, ProcessResult, SandboxInfo,
+    WriteResult,
+};
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+/// A node reached over its API.
+#[derive(Clone)]
+pub struct RemoteNode {
+    channel: Channel,
+    address: String,
+}
+
+impl RemoteNode {
+    /// The node `node_id` at `address` (`http://host:port`), called with `credential`.
+    pub fn new(node_id: String, address: String, credential: String) -> RemoteNode {
+        RemoteNode { channel: Channel::new(node_id, &address, &credential), address }
+    }
+
+    pub fn node_id(&self) -> &str {
+        self.channel.node_id()
+    }
+
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    fn broke_off(&self, what: &str, e: impl std::fmt::Display) -> std::io::Error {
+        tracing::warn!(node = %self.node_id(), "{what} broke off: {e}");
+        std::io::Error::other(format!("node {} stopped answering", self.node_id()))
+    }
+}
+
+const NO_BODY: Payload = Payload::Bytes(bytes::Bytes::new());
+
+#[async_trait]
+impl NodeClient for RemoteNode {
+    /// The node agent forwards its guests' API calls to the server it joined.
+    fn forwards_api(&self) -> bool {
+        true
+    }
+
+    /// Remote nodes post their sandboxes' ends to the server (the cluster events route).
+    fn events(&self) -> BoxStream<'static, NodeEvent> {
+        futures_util::stream::empty().boxed()
+    }
+
+    async fn create_sandbox(&self, req: CreateSandboxRequest) -> NodeResult<SandboxInfo> {
+        let call = Call::new(&table::CREATE_SANDBOX, &[]).head_timeout(Some(SLOW));
+        self.channel.json(&call, Payload::Bytes(json(&req))).await
+    }
+
+    async fn sandbox(&self, id: &str) -> NodeResult<SandboxInfo> {
+        self.channel.json(&Call::new(&table::GET_SANDBOX, &[id]), NO_BODY).await
+    }
+
+    async fn sandboxes(&self) -> NodeResult<Vec<SandboxInfo>> {
+        self.channel.json(&Call::new(&table::LIST_SANDBOXES, &[]), NO_BODY).await
+    }
+
+    async fn kill(&self, id: &str) -> NodeResult<()> {
+        self.channel.unit(&Call::new(&table::KILL_SANDBOX, &[id]).head_timeout(Some(SLOW)), NO_BODY).await
+    }
+
+    async fn pause(&self, id: &str) -> NodeResult<SandboxInfo> {
+        self.channel.json(&Call::new(&table::PAUSE, &[id]).head_timeout(Some(SLOW)), NO_BODY).await
+    }
+
+    async fn resume(&self, id: &str) -> NodeResult<SandboxInfo> {
+        self.channel.json(&Call::new(&table::RESUME, &[id]).head_timeout(Some(SLOW)), NO_BODY).await
+    }
+
+    async fn fork(&self, id: &str, count: u32) -> NodeResult<Vec<SandboxInfo>> {
+        let call = Call::new(&table::FORK, &[id]).head_timeout(Some(SLOW));
+        self.channel.json(&call, Payload::Bytes(json(&ForkRequest { count }))).await
+    }
+
+    async fn exec(&self, id: &str, req: ExecRequest) -> NodeResult<ProcessResult> {
+        // The answer comes when the command ends: its own limit, and a margin.
+        let limit = req.timeout_ms.map(|ms| Duration::from_millis(ms) + Duration::from_secs(60));
+        let call = Call::new(&table::EXEC, &[id]).head_timeout(limit);
+        self.channel.json(&call, Payload::Bytes(json(&req))).await
+    }
+
+    async fn exec_stream(&self, id: &str, req: ExecRequest) -> NodeResult<FrameStream> {
+        let call = Call::new(&table::EXEC, &[id]).param("stream", true);
+        let resp = self.channel.send(&call, Payload::Bytes(json(&req))).await?;
+        let node = self.clone();
+        let body = resp.into_body().into_data_stream().map_err(move |e| node.broke_off("an exec stream", e));
+        let frames = tokio_util::codec::FramedRead::new(
+            tokio_util::io::StreamReader::new(body),
+            lizard_agent_proto::frame::FrameCodec,
+        );
+        Ok(frames
+            .map_err(|e| match e {
+                lizard_agent_proto::frame::FrameError::Io(e) => e,
+                other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
+            })
+            .boxed())
+    }
+
+    async fn read_file(&self, id: &str, path: &str) -> NodeResult<FileRead> {
+        let call = Call::new(&table::READ_FILE, &[id]).param("path", path);
+        let resp = self.channel.send(&call, NO_BODY).await?;
+        let len = resp
+            .headers()
+            .get(hyper::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let node = self.clone();
+        let body = resp.into_body().into_data_stream().map_err(move |e| node.broke_off("a file read", e));
+        Ok(FileRead { len, body: body.boxed() })
+    }
+
+    async fn write_file(&self, id: &str, path: &str, mode: Option<u32>, body: ByteStream) -> NodeResult<WriteResult> {
+        let mut call = Call::new(&table::WRITE_FILE, &[id]).param("path", path).head_timeout(Some(SLOW));
+        if let Some(mode) = mode {
+            call = call.param("mode", format!("{mode:o}"));
+        }
+        let body = BodyExt::boxed_unsync(StreamBody::new(body.map_ok(hyper::body::Frame::data)));
+        self.channel.json(&call, Payload::Stream(body)).await
+    }
+
+    async fn list_dir(&self, id: &str, path: &str) -> NodeResult<Vec<FileEntry>> {
+        self.channel.json(&Call::new(&table::LIST_DIR, &[id]).param("path", path), NO_BODY).await
+    }
+
+    async fn remove(&self, id: &str, path: &str) -> NodeResult<()> {
+        self.channel.unit(&Call::new(&table::REMOVE_FILE, &[id]).param("path", path), NO_BODY).await
+    }
+
+    async fn make_dir(&self, id: &str, path: &str) -> NodeResult<()> {
+        self.channel.unit(&Call::new(&table::MAKE_DIR, &[id]).param("path", path), NO_BODY).await
+    }
+
+    async fn connect_port(&self, id: &str, port: u16) -> NodeResult<Box<dyn Tunnel>> {
+        let call = Call::new(&table::CONNECT_PORT, &[id, &port.to_string()]);
+        let upgrade = [("connection", "upgrade"), ("upgrade", table::TUNNEL_PROTOCOL)];
+        let resp = self.channel.send_with(&call, NO_BODY, &upgrade).await?;
+        if resp.status() != hyper::StatusCode::SWITCHING_PROTOCOLS {
+            tracing::error!(node = %self.node_id(), status = %resp.status(), "a port tunnel was not upgraded");
+            return Err(ApiError::new(ErrorCode::Internal, format!("node {} did not open the tunnel", self.node_id())));
+        }
+        let upgraded = hyper::upgrade::on(resp).await.map_err(|e| self.channel.unreachable(e))?;
+        Ok(Box::new(hyper_util::rt::TokioIo::new(upgraded)))
+    }
+
+    async fn create_volume(&self, id: &str, size_gb: u32) -> NodeResult<()> {
+        let call = Call::new(&table::CREATE_VOLUME, &[id]).head_timeout(Some(SLOW));
+        self.channel.unit(&call, Payload::Bytes(json(&NodeVolumeRequest { size_gb }))).await
+    }
+
+    async fn delete_volume(&self, id: &str) -> NodeResult<()> {
+        self.channel.unit(&Call::new(&table::DELETE_VOLUME, &[id]), NO_BODY).await
+    }
+
+    async fn volume_holder(&self, id: &str) -> NodeResult<Option<String>> {
+        let holder: VolumeHolder = self.channel.json(&Call::new(&table::VOLUME_HOLDER, &[id]), NO_BODY).await?;
+        Ok(holder.sandbox_id)
+    }
+
+    /// The built-ins of this release: every node of a cluster runs the same one (the node
+    /// serves the same list at `GET /v1/node/templates/builtin`, for operators).
+    fn builtin_templates(&self) -> Vec<BuiltinTemplate> {
+        lizard_node::http::builtin_templates()
+            .into_iter()
+            .map(|t| BuiltinTemplate { name: t.name, description: t.description })
+            .collect()
+    }
+
+    async fn build_template(
+        &self,
+        build: BuildTemplate,
+        events: UnboundedSender<BuildEvent>,
+        cancel: CancellationToken,
+    ) -> Result<BuiltTemplate, BuildError> {
+        build::build(&self.channel, build, events, cancel).await
+    }
+
+    async fn delete_template(&self, template_ref: &str) -> NodeResult<()> {
+        self.channel.unit(&Call::new(&table::DELETE_TEMPLATE, &[template_ref]).head_timeout(Some(SLOW)), NO_BODY).await
+    }
+}
+
+/// Builds [`RemoteNode`]s for the server's [`super::Nodes`]: how a replica reaches the
+/// nodes that joined.
+pub struct HttpConnector;
+
+impl super::NodeConnector for HttpConnector {
+    fn connect(&self, node_id: &str, address: &str, credential: String) -> std::sync::Arc<dyn NodeClient> {
+        std::sync::Arc::new(RemoteNode::new(node_id.to_owned(), address.to_owned(), credential))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A node over an empty data directory (no VM is booted by these calls), served on
+    /// loopback with `credential`.
+    async fn served(credential: &str) -> (String, Arc<lizard_node::Node>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let node = lizard_node::Node::start(lizard_node::NodeConfig::new(dir.path())).await.unwrap();
+        let app = lizard_node::http::tcp_router(node.clone(), lizard_node::http::Credential::new(credential));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (address, node, dir)
+    }
+
+    #[tokio::test]
+    async fn the_nodes_errors_come_back_as_it_sent_them() {
+        let (address, _node, _dir) = served("cred").await;
+        let remote = RemoteNode::new("node_a".into(), address, "cred".into());
+        assert_eq!(remote.sandbox("sbx_nope").await.unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(remote.exec("sbx_nope", ExecRequest::default()).await.unwrap_err().code, ErrorCode::NotFound);
+        assert!(remote.connect_port("sbx_nope", 80).await.err().map(|e| e.code) == Some(ErrorCode::NotFound));
+        assert!(remote.sandboxes().await.unwrap().is_empty());
+        assert_eq!(remote.volume_holder("vol_x").await.unwrap(), None);
+        assert!(remote.forwards_api());
+        assert!(!remote.builtin_templates().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_wrong_credential_is_unavailable_and_changes_nothing() {
+        let (address, node, _dir) = served("right").await;
+        let remote = RemoteNode::new("node_a".into(), address, "wrong".into());
+        let e = remote.create_volume("vol_1", 1).await.unwrap_err();
+        assert_eq!((e.code, e.message.as_str()), (ErrorCode::Unavailable, "node node_a is not reachable"));
+        assert_eq!(remote.sandboxes().await.unwrap_err().code, ErrorCode::Unavailable);
+        assert!(!node.config().data_dir.join("volumes").join("vol_1").exists());
+        assert!(std::fs::read_dir(node.config().data_dir.join("volumes")).unwrap().next().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_node_nobody_answers_for_is_unavailable_at_once() {
+        // A port that was just free: connecting is refused.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let remote = RemoteNode::new("node_gone".into(), format!("http://127.0.0.1:{port}"), "c".into());
+        let started = std::time::Instant::now();
+        let e = remote.sandbox("sbx_1").await.unwrap_err();
+        assert_eq!((e.code, e.message.as_str()), (ErrorCode::Unavailable, "node node_gone is not reachable"));
+        assert!(!e.message.contains("127.0.0.1"), "no host internals: {e}");
+        assert!(started.elapsed() < Duration::from_secs(5), "retries are short: {:?}", started.elapsed());
+        let e = remote.create_sandbox(CreateSandboxRequest::default()).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unavailable);
+    }
+}
