@@ -1,4 +1,9 @@
-//! [`ClusterStore`] on PostgreSQL.
+//! [`ClusterStore`] on PostgreSQL, the same statements as SQLite's.
+//!
+//! **Replicas.** A lease is taken by one conditional UPDATE: PostgreSQL makes a second
+//! contender wait on the row and re-check its WHERE against the first one's commit, so two
+//! replicas never both see it theirs (`store::tests::cluster` races them). Heartbeats and
+//! the expiry of lost nodes write under [`super::WRITE_LOCK`], as every billing step does.
 
 use super::{backend, billing, conflict_or_backend, json_err, sandbox, PostgresStore, SANDBOX_COLUMNS};
 use crate::store::cluster::*;
