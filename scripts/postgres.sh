@@ -30,7 +30,8 @@ if [ -z "$bin" ]; then
   bin="$(pg_bin)"
   [ -n "$bin" ] || { log "postgresql installed but no initdb found under /usr/lib/postgresql"; exit 1; }
 fi
-as_pg() { runuser -u postgres -- "$@"; }
+# From / : the postgres user may not enter the directory this script runs in.
+as_pg() { (cd / && runuser -u postgres -- "$@"); }
 
 data="$dir/data"
 if [ ! -s "$data/PG_VERSION" ]; then
