@@ -190,3 +190,44 @@ pub fn kept(dir: &std::path::Path) -> (String, String) {
     let kept: Value = serde_json::from_slice(&std::fs::read(dir.join("node.json")).unwrap()).unwrap();
     (kept["nodeId"].as_str().unwrap().to_owned(), kept["credential"].as_str().unwrap().to_owned())
 }
+
+/// A TCP forwarder from a loopback port to a node's API, which a test can cut (every
+/// connection closed, new ones closed at once) and heal: a network partition between the
+/// control plane and a node (the node's own calls to the server still go through).
+pub struct Partition {
+    pub addr: std::net::SocketAddr,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl Partition {
+    pub async fn start(to: std::net::SocketAddr) -> Partition {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (open, watch) = tokio::sync::watch::channel(true);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else { continue };
+                if !*watch.borrow() {
+                    continue;
+                }
+                let mut cut = watch.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await else { return };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut.wait_for(|open| !*open) => {}
+                    }
+                });
+            }
+        });
+        Partition { addr, open }
+    }
+
+    pub fn cut(&self) {
+        self.open.send_replace(false);
+    }
+
+    pub fn heal(&self) {
+        self.open.send_replace(true);
+    }
+}
