@@ -1,7 +1,7 @@
 //! The operator's `lizard node …` commands against the real control plane (`lizard server
 //! --no-local-node`) with real `lizard node join` agents (no VM is booted): a token the
 //! CLI mints is one nodes join with; what `node list/get` print is what `GET /v1/nodes`
-//! holds; drain and undrain change it; a revoked token joins nothing; only an operator
+//! holds; drain and undrain change it (a drained node is not placed on); a revoked token joins nothing; only an operator
 //! key is served.
 
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
@@ -95,6 +95,11 @@ async fn operator_commands_against_the_real_control_plane() {
     // drain and undrain change the server's record; a down node stays down.
     assert_eq!(field(&lizard(&cp, &["node", "drain", &a.id]), "state"), "draining");
     assert_eq!(cp.node(&a.id).await.state, NodeState::Draining);
+    // Placement skips it: with no other node up, a create is refused at once (no VM boots).
+    let body = json!({"template": "base", "projectId": cp.project().await});
+    let (status, refused) = cp.call(Method::POST, "/v1/sandboxes", Some(body)).await;
+    assert_eq!((status, refused["code"].as_str()), (503, Some("UNAVAILABLE")), "{refused}");
+    assert!(refused["message"].as_str().unwrap().starts_with("no node has room"), "{refused}");
     // Heartbeats do not undo a drain.
     let beat = cp.node(&a.id).await.last_heartbeat;
     until("a heartbeat while draining", 20, || async { cp.node(&a.id).await.last_heartbeat > beat }).await;
@@ -115,7 +120,7 @@ async fn operator_commands_against_the_real_control_plane() {
     assert_eq!(cp.nodes().await.len(), 2, "nothing joined");
 
     // Only an operator key: a workspace's key is refused, a wrong key unknown.
-    let (status, ws) = cp.call(Method::POST, "/v1/workspaces", Some(json!({"name": "w"}))).await;
+    let (status, ws) = cp.call(Method::POST, "/v1/workspaces", Some(json!({"name": "scoped"}))).await;
     assert_eq!(status, 201, "{ws}");
     let body = json!({"name": "scoped", "workspaces": [ws["id"]]});
     let (status, scoped) = cp.call(Method::POST, "/v1/api-keys", Some(body)).await;

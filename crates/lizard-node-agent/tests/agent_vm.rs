@@ -1,6 +1,6 @@
 //! The agent with real microVMs, against the real control plane (`lizard_server::run`, no
 //! node of its own): sandboxes created through the server's API run on the agent and show
-//! in its heartbeats (`GET /v1/nodes/{id}`); a kill through the API stops the VM; a record
+//! in its heartbeats (`GET /v1/nodes/{id}`); another node cannot end them; a kill through the API stops the VM; a record
 //! ended while the server cannot reach the node (a timeout during a partition) reaches the
 //! node by the heartbeat's stop list; a VMM SIGKILLed is posted and its record ends with
 //! why; a stop of the agent kills what runs and the records say so.
@@ -11,7 +11,9 @@
 mod common;
 
 use common::{free_port, kept, until, ControlPlane, Partition, REGION};
+use lizard_api::cluster::{JoinRequest, NodeReport, SandboxEnded};
 use lizard_api::routes;
+use lizard_node_agent::server_api::ServerApi;
 use lizard_node_agent::{run, AgentConfig};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -76,7 +78,7 @@ async fn the_real_control_plane_drives_real_vms_through_the_agent() {
     let config = AgentConfig {
         node,
         server: cp.url.clone(),
-        token: Some(token),
+        token: Some(token.clone()),
         region: REGION.into(),
         listen: format!("127.0.0.1:{port}").parse().unwrap(),
         advertise: Some(format!("http://{}", link.addr)),
@@ -98,6 +100,16 @@ async fn the_real_control_plane_drives_real_vms_through_the_agent() {
         n.usage.sandboxes == 2 && n.usage.vcpus > 0 && n.usage.memory_mib > 0
     })
     .await;
+
+    // Another node (joined with the same token; no capacity, so never placed on) cannot
+    // end this node's sandboxes: its event is taken and ignored.
+    let api = ServerApi::new(&cp.url);
+    let stranger =
+        JoinRequest { region: REGION.into(), address: "http://127.0.0.1:9".into(), report: NodeReport::default() };
+    let stranger = api.join(&token, &stranger).await.unwrap();
+    let forged = [SandboxEnded { sandbox_id: crashed.clone(), reason: "forged".into() }];
+    api.events(&stranger.node_id, &stranger.credential, &forged).await.unwrap();
+    assert_eq!(sandbox(&cp, &crashed).await.0, 200, "another node's event ended nothing");
 
     // A kill through the API stops the VM; the record keeps the server's reason.
     let (status, body) = cp.call(Method::DELETE, &format!("/v1/sandboxes/{killed}"), None).await;

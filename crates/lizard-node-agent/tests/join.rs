@@ -1,8 +1,8 @@
 //! The agent against the real control plane (`lizard_server::run`, no node of its own;
 //! no VM is booted): it joins once with a minted token and shows `up` in `GET /v1/nodes`,
 //! keeps `node.json`, heartbeats with its credential, serves the node API behind it, and
-//! a restart heartbeats without joining again. A wrong or revoked token is refused and
-//! nothing joins; a node cannot heartbeat or post events as another node.
+//! a restart heartbeats without joining again. A wrong, revoked or expired token is
+//! refused and nothing joins; a node cannot heartbeat or post events as another node.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -104,7 +104,7 @@ async fn joins_once_heartbeats_and_serves_its_api_behind_the_credential() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_wrong_or_revoked_token_is_refused_and_nothing_joins() {
+async fn a_wrong_revoked_or_expired_token_is_refused_and_nothing_joins() {
     let cp = ControlPlane::start(5000).await;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -118,6 +118,13 @@ async fn a_wrong_or_revoked_token_is_refused_and_nothing_joins() {
     assert_eq!(status, 204);
     let revoked = run(agent_config(dir.path(), &cp.url, Some(&token), port), std::future::pending()).await;
     let e = revoked.unwrap_err();
+    assert!(refused_with(&e, ErrorCode::Unauthenticated), "{e}");
+
+    let (status, t) = cp.call(reqwest::Method::POST, "/v1/node-tokens", Some(serde_json::json!({"ttlSecs": 1}))).await;
+    assert_eq!(status, 201, "{t}");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let expired = run(agent_config(dir.path(), &cp.url, t["token"].as_str(), port), std::future::pending()).await;
+    let e = expired.unwrap_err();
     assert!(refused_with(&e, ErrorCode::Unauthenticated), "{e}");
 
     assert!(cp.nodes().await.is_empty(), "a refused join leaves no node");
