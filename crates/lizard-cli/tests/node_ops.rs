@@ -44,7 +44,9 @@ fn field(out: &str, name: &str) -> String {
 
 /// A no-VM node agent (no prespawned VMs) joined with `token`, its data in `dir`.
 fn node(cp: &ControlPlane, dir: &std::path::Path, port: u16, token: &str) -> Process {
-    let prefix = format!("lzo{:03}{}", std::process::id() % 1000, port % 10);
+    static NODES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NODES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let prefix = format!("lzo{:03}{n}", std::process::id() % 1000);
     start_node(dir, &cp.url, port, Some(token), &prefix, &["--prespawn", "0"])
 }
 
