@@ -4,7 +4,8 @@
 //! start (no token: node.json) takes the running VM back and reports it, and exec through
 //! the server reaches it; killed again and silent past its lease, the server has it down
 //! and the sandbox lost, and its next start kills that VM (the heartbeat's stop list);
-//! SIGTERM kills what runs, the record says so, and nothing is left on the host.
+//! SIGTERM kills what runs and the record says so, while a paused sandbox stays and
+//! resumes through the server after a restart; nothing is left on the host.
 
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
 
@@ -126,15 +127,41 @@ async fn a_joined_node_survives_sigkill_reconciles_after_its_lease_and_stops_cle
     until("a heartbeat without it", 30, || async { cp.node(&node.id).await.usage.sandboxes == 0 }).await;
     assert!(ended_with(&cp, &id, "lost: its node stopped answering").await, "the record keeps why");
 
-    // SIGTERM: the running sandbox is killed and its record says so; nothing is left.
+    // SIGTERM: the running sandbox is killed and its record says so; a paused one stays,
+    // and after a restart within the lease it resumes through the server.
     let last = create(&cp, &project).await;
+    let kept = create(&cp, &project).await;
+    let (status, body) =
+        cp.call(Method::POST, &format!("/v1/sandboxes/{kept}/exec"), Some(json!({"cmd": "echo 1 > /tmp/mark"}))).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = cp.call(Method::POST, &format!("/v1/sandboxes/{kept}/pause"), None).await;
+    assert_eq!((status, body["state"].as_str()), (200, Some("paused")), "{body}");
     assert_eq!(vmms(&last).len(), 1);
     agent.signal(Signal::SIGTERM);
     let status = agent.child.wait().unwrap();
     assert!(status.success(), "{status:?}\n{}", agent.log());
     // The node is gone: an ended record is all the server can answer from.
     assert!(ended_with(&cp, &last, "its node shut down").await, "{:?}", sandbox(&cp, &last).await);
+    assert!(vmms(&data.path().to_string_lossy()).is_empty(), "VMMs left behind");
+    let mut agent = start_node(data.path(), &cp.url, port, None, &prefix, &[]);
+    let beat = cp.node(&node.id).await.last_heartbeat;
+    until("a heartbeat from the restarted agent", 60, || async { cp.node(&node.id).await.last_heartbeat > beat }).await;
+    let (status, body) = cp.call(Method::POST, &format!("/v1/sandboxes/{kept}/resume"), None).await;
+    assert_eq!((status, body["state"].as_str()), (200, Some("running")), "{body}");
+    let (status, r) =
+        cp.call(Method::POST, &format!("/v1/sandboxes/{kept}/exec"), Some(json!({"cmd": "cat /tmp/mark"}))).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(serde_json::from_value::<ProcessResult>(r).unwrap().stdout, "1\n", "its state kept across the stop");
+    let (status, body) = cp.call(Method::DELETE, &format!("/v1/sandboxes/{kept}"), None).await;
+    assert_eq!(status, 204, "{body}");
+
+    // The last stop: nothing is left on the host.
+    agent.signal(Signal::SIGTERM);
+    let status = agent.child.wait().unwrap();
+    assert!(status.success(), "{status:?}\n{}", agent.log());
     assert_eq!(cp.node(&node.id).await.usage.sandboxes, 0, "the goodbye heartbeat holds nothing");
     assert!(vmms(&data.path().to_string_lossy()).is_empty(), "VMMs left behind");
+    let left: Vec<_> = std::fs::read_dir(data.path().join("sandboxes")).unwrap().flatten().collect();
+    assert!(left.is_empty(), "sandbox directories left: {left:?}");
     assert_eq!(networks(&prefix), Vec::<String>::new(), "networks left behind");
 }
