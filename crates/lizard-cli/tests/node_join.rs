@@ -1,8 +1,8 @@
 //! `lizard node join` as a real process against the real control plane (`lizard server
 //! --no-local-node` as a process): it joins once with a minted token and shows `up`,
 //! keeps node.json (0600), runs what the server's API creates; after a SIGKILL its next
-//! start (no token: node.json) takes the running VM back and reports it, and exec through
-//! the server reaches it; killed again and silent past its lease, the server has it down
+//! start (no token: node.json) takes the running VM back and reports it, exec through the
+//! server reaches it and the guest's API calls reach the server; killed again and silent past its lease, the server has it down
 //! and the sandbox lost, and its next start kills that VM (the heartbeat's stop list);
 //! SIGTERM kills what runs and the record says so, while a paused sandbox stays and
 //! resumes through the server after a restart; nothing is left on the host.
@@ -113,6 +113,12 @@ async fn a_joined_node_survives_sigkill_reconciles_after_its_lease_and_stops_cle
         cp.call(Method::POST, &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": "echo still here"}))).await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(serde_json::from_value::<ProcessResult>(r).unwrap().stdout, "still here\n");
+    // The guest's API forwarding reaches the --server (this node's id is in its answer).
+    let cmd = format!("curl -sf -H 'x-api-key: {}' $LIZARD_API_URL/v1/nodes", cp.key);
+    let (status, r) = cp.call(Method::POST, &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": cmd}))).await;
+    assert_eq!(status, 200, "{r}");
+    let r: ProcessResult = serde_json::from_value(r).unwrap();
+    assert!(r.stdout.contains(&node.id), "{r:?}");
 
     // SIGKILL again, and silent past its lease: the server has the node down and its
     // sandbox lost, though the VM still runs. Its next start is told to stop it.
