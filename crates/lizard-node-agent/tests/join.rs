@@ -175,6 +175,32 @@ async fn a_node_speaks_only_for_itself() {
     b.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_on_another_address_is_refused_not_left_unreachable() {
+    let cp = ControlPlane::start(5000).await;
+    let (_, token) = cp.mint_token().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let agent = spawn_agent(agent_config(dir.path(), &cp.url, Some(&token), port));
+    let joined = cp.wait_up(&format!("http://127.0.0.1:{port}"), 30).await;
+    agent.stop().await;
+
+    // The servers know the node by the address it joined with: a restart that would serve
+    // elsewhere would heartbeat as `up` while nothing reaches it. It is refused, clearly.
+    let moved = free_port();
+    let restarted = run(agent_config(dir.path(), &cp.url, None, moved), std::future::pending());
+    let e = tokio::time::timeout(Duration::from_secs(10), restarted).await.expect("refused at once").unwrap_err();
+    let message = e.to_string();
+    assert!(message.contains(&format!("http://127.0.0.1:{port}")) && message.contains(&moved.to_string()), "{message}");
+    assert_eq!(cp.node(&joined.id).await.address, joined.address, "the server's view is unchanged");
+
+    // The same address again is fine.
+    let again = spawn_agent(agent_config(dir.path(), &cp.url, None, port));
+    let at_stop = cp.node(&joined.id).await.last_heartbeat;
+    until("heartbeats after the restart", 20, || async { cp.node(&joined.id).await.last_heartbeat > at_stop }).await;
+    again.stop().await;
+}
+
 #[tokio::test]
 async fn without_node_json_a_token_is_required() {
     let dir = tempfile::tempdir().unwrap();
