@@ -1,6 +1,7 @@
 //! The agent with real microVMs, against the real control plane (`lizard_server::run`, no
 //! node of its own): sandboxes created through the server's API run on the agent and show
-//! in its heartbeats (`GET /v1/nodes/{id}`); another node cannot end them; a kill through the API stops the VM; a record
+//! in its heartbeats (`GET /v1/nodes/{id}`) and across a restart of the server; another
+//! node cannot end them; a kill through the API stops the VM; a record
 //! ended while the server cannot reach the node (a timeout during a partition) reaches the
 //! node by the heartbeat's stop list; a VMM SIGKILLed is posted and its record ends with
 //! why; a stop of the agent kills what runs and the records say so.
@@ -61,7 +62,7 @@ async fn ended_with(cp: &ControlPlane, id: &str, reason: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_real_control_plane_drives_real_vms_through_the_agent() {
-    let cp = ControlPlane::start(30_000).await;
+    let mut cp = ControlPlane::start(30_000).await;
     let project = cp.project().await;
     let (_, token) = cp.mint_token().await;
     let dir = tempfile::Builder::new().prefix("lizard-agent-").tempdir().unwrap();
@@ -100,6 +101,15 @@ async fn the_real_control_plane_drives_real_vms_through_the_agent() {
         n.usage.sandboxes == 2 && n.usage.vcpus > 0 && n.usage.memory_mib > 0
     })
     .await;
+
+    // The server restarts: the node's sandboxes are not its to judge; they run on, and
+    // exec through the restarted server reaches them.
+    cp.stop().await;
+    cp.resume().await;
+    let (status, r) =
+        cp.call(Method::POST, &format!("/v1/sandboxes/{killed}/exec"), Some(json!({"cmd": "echo still here"}))).await;
+    assert_eq!((status, r["stdout"].as_str()), (200, Some("still here\n")), "{r}");
+    assert_eq!(cp.node(&node_id).await.state, lizard_api::cluster::NodeState::Up);
 
     // Another node (joined with the same token; no capacity, so never placed on) cannot
     // end this node's sandboxes: its event is taken and ignored.
