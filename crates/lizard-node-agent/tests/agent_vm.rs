@@ -1,7 +1,7 @@
 //! The agent with real microVMs, against the real control plane (`lizard_server::run`, no
 //! node of its own): sandboxes created through the server's API run on the agent and show
 //! in its heartbeats (`GET /v1/nodes/{id}`) and across a restart of the server; another
-//! node cannot end them; a kill through the API stops the VM; a record
+//! node cannot end them; a drain stops nothing and places nothing; a kill through the API stops the VM; a record
 //! ended while the server cannot reach the node (a timeout during a partition) reaches the
 //! node by the heartbeat's stop list; a VMM SIGKILLed is posted and its record ends with
 //! why; a stop of the agent kills what runs and the records say so.
@@ -110,6 +110,18 @@ async fn the_real_control_plane_drives_real_vms_through_the_agent() {
         cp.call(Method::POST, &format!("/v1/sandboxes/{killed}/exec"), Some(json!({"cmd": "echo still here"}))).await;
     assert_eq!((status, r["stdout"].as_str()), (200, Some("still here\n")), "{r}");
     assert_eq!(cp.node(&node_id).await.state, lizard_api::cluster::NodeState::Up);
+
+    // Drained: nothing is stopped, nothing new is placed there (the only node: 503 at once).
+    let (status, n) = cp.call(Method::POST, &format!("/v1/nodes/{node_id}/drain"), None).await;
+    assert_eq!((status, n["state"].as_str()), (200, Some("draining")), "{n}");
+    let (status, r) =
+        cp.call(Method::POST, &format!("/v1/sandboxes/{crashed}/exec"), Some(json!({"cmd": "echo draining"}))).await;
+    assert_eq!((status, r["stdout"].as_str()), (200, Some("draining\n")), "{r}");
+    let body = json!({"template": "base", "projectId": project});
+    let (status, r) = cp.call(Method::POST, "/v1/sandboxes", Some(body)).await;
+    assert_eq!((status, r["code"].as_str()), (503, Some("UNAVAILABLE")), "{r}");
+    let (status, n) = cp.call(Method::POST, &format!("/v1/nodes/{node_id}/undrain"), None).await;
+    assert_eq!((status, n["state"].as_str()), (200, Some("up")), "{n}");
 
     // Another node (joined with the same token; no capacity, so never placed on) cannot
     // end this node's sandboxes: its event is taken and ignored.
