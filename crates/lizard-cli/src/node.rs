@@ -54,7 +54,8 @@ pub enum TokenCmd {
 #[command(after_help = "\
 The node API is plain HTTP behind the node's credential (a bearer token both ways): keep it on
 a private network. A restart with the same data directory reuses <data-dir>/node.json and does
-not join again; delete that file (with the node stopped and its sandboxes gone) to join anew.")]
+not join again; it must serve at the address it joined with (the servers know it by that) and
+is refused otherwise. Delete that file (with the node stopped and its sandboxes gone) to join anew.")]
 pub struct JoinArgs {
     /// The control plane (one replica or the load balancer in front of them).
     #[arg(long, value_name = "URL", env = "LIZARD_SERVER_URL")]

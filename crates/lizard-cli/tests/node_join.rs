@@ -1,102 +1,29 @@
-//! `lizard node join` as a real process against a stand-in control plane: it joins once,
-//! serves the node API behind its credential, and after a SIGKILL its next start (no
-//! token: node.json) takes its running VM back and reports it; SIGTERM kills what runs,
-//! posts it, and leaves no VMM behind.
+//! `lizard node join` as a real process against the real control plane (`lizard server
+//! --no-local-node` as a process): it joins once with a minted token and shows `up`,
+//! keeps node.json (0600), runs what the server's API creates; after a SIGKILL its next
+//! start (no token: node.json) takes the running VM back and reports it, exec through the
+//! server reaches it and the guest's API calls reach the server; killed again and silent past its lease, the server has it down
+//! and the sandbox lost, and its next start kills that VM (the heartbeat's stop list);
+//! SIGTERM kills what runs and the record says so, while a paused sandbox stays and
+//! resumes through the server after a restart; nothing is left on the host.
 
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
 
+#[path = "common/cluster.rs"]
+mod cluster;
 mod common;
 
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
-use axum::{Json, Router};
-use common::{agent_bin, copy_accel_verdict, free_port, link_images, lizard_command};
-use lizard_api::cluster::{HeartbeatResponse, JoinRequest, JoinResponse, NodeReport, NodeState, SandboxEnded};
-use lizard_api::{routes, ProcessResult, SandboxInfo};
-use std::path::Path;
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use cluster::{start_node, until, ControlPlane};
+use common::{free_port, link_images};
+use lizard_api::cluster::NodeState;
+use lizard_api::ProcessResult;
+use nix::sys::signal::Signal;
+use reqwest::Method;
+use serde_json::{json, Value};
 
-#[derive(Default)]
-struct Cluster {
-    joins: Vec<JoinRequest>,
-    reports: Vec<NodeReport>,
-    ended: Vec<SandboxEnded>,
-}
-
-type Shared = Arc<Mutex<Cluster>>;
-
-fn authorized(h: &HeaderMap, want: &str) -> bool {
-    h.get("authorization").is_some_and(|v| v == format!("Bearer {want}").as_str())
-}
-
-async fn stand_in_server() -> (String, Shared) {
-    let cluster = Shared::default();
-    let app = Router::new()
-        .route(
-            routes::CLUSTER_JOIN.path,
-            post(|State(c): State<Shared>, h: HeaderMap, Json(req): Json<JoinRequest>| async move {
-                assert!(authorized(&h, "lzn_cli"));
-                c.lock().unwrap().joins.push(req);
-                Json(JoinResponse {
-                    node_id: "node_cli".into(),
-                    credential: "cred-cli".into(),
-                    heartbeat_ms: 200,
-                    lease_ms: 5000,
-                })
-            }),
-        )
-        .route(
-            routes::CLUSTER_HEARTBEAT.path,
-            post(|State(c): State<Shared>, h: HeaderMap, Json(r): Json<NodeReport>| async move {
-                assert!(authorized(&h, "cred-cli"));
-                c.lock().unwrap().reports.push(r);
-                Json(HeartbeatResponse { state: NodeState::Up, stop: vec![] })
-            }),
-        )
-        .route(
-            routes::CLUSTER_EVENTS.path,
-            post(|State(c): State<Shared>, Json(e): Json<Vec<SandboxEnded>>| async move {
-                c.lock().unwrap().ended.extend(e);
-                StatusCode::NO_CONTENT
-            }),
-        )
-        .with_state(cluster.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, cluster)
-}
-
-fn start_agent(data: &Path, server: &str, port: u16, token: Option<&str>, prefix: &str) -> Child {
-    let mut cmd = lizard_command();
-    cmd.env("LIZARD_AGENT_BIN", agent_bin()).arg("--data-dir").arg(data).args([
-        "node",
-        "join",
-        "--server",
-        server,
-        "--region",
-        "eu-1",
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--net-prefix",
-        prefix,
-    ]);
-    if let Some(t) = token {
-        cmd.args(["--token", t]);
-    }
-    cmd.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().unwrap()
-}
-
-async fn until(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < Duration::from_secs(secs), "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+/// How long the server waits for a silent node: long enough for a restart to come back
+/// within it on a loaded machine, short enough to wait out.
+const LEASE_MS: u64 = 8000;
 
 /// Pids of live QEMU processes whose command line mentions `needle`.
 fn vmms(needle: &str) -> Vec<i32> {
@@ -115,71 +42,132 @@ fn vmms(needle: &str) -> Vec<i32> {
     pids
 }
 
-fn signal(child: &Child, sig: nix::sys::signal::Signal) {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()), sig).unwrap();
+/// Network namespaces and host links whose names start with `prefix`.
+fn networks(prefix: &str) -> Vec<String> {
+    let names = |dir: &str| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default()
+    };
+    names("/run/netns").into_iter().chain(names("/sys/class/net")).filter(|n| n.starts_with(prefix)).collect()
+}
+
+/// `POST /v1/sandboxes` of `base` in `project`: the new sandbox's id.
+async fn create(cp: &ControlPlane, project: &str) -> String {
+    let (status, info) =
+        cp.call(Method::POST, "/v1/sandboxes", Some(json!({"template": "base", "projectId": project}))).await;
+    assert_eq!(status, 201, "{info}");
+    info["sandboxId"].as_str().unwrap().to_owned()
+}
+
+/// `GET /v1/sandboxes/{id}`: status and body.
+async fn sandbox(cp: &ControlPlane, id: &str) -> (u16, Value) {
+    cp.call(Method::GET, &format!("/v1/sandboxes/{id}"), None).await
+}
+
+/// Whether the server answers that `id`'s record ended, with `reason`.
+async fn ended_with(cp: &ControlPlane, id: &str, reason: &str) -> bool {
+    let (status, body) = sandbox(cp, id).await;
+    status == 404 && body["message"].as_str().is_some_and(|m| m.ends_with(&format!("not found: {reason}")))
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_joined_node_survives_sigkill_and_stops_clean_on_sigterm() {
-    let (server, cluster) = stand_in_server().await;
+async fn a_joined_node_survives_sigkill_reconciles_after_its_lease_and_stops_clean() {
+    let cp = ControlPlane::start(LEASE_MS).await;
+    let project = cp.project().await;
+    let token = cp.mint_token().await;
     let data = tempfile::Builder::new().prefix("lizard-join-").tempdir().unwrap();
     link_images(data.path());
-    copy_accel_verdict(data.path());
     let prefix = format!("lzj{:03}", std::process::id() % 1000);
     let port = free_port();
-    let api = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
+    let address = format!("http://127.0.0.1:{port}");
 
-    let mut agent = start_agent(data.path(), &server, port, Some("lzn_cli"), &prefix);
-    until("the first heartbeat", 120, || !cluster.lock().unwrap().reports.is_empty()).await;
-    assert_eq!(cluster.lock().unwrap().joins[0].address, api);
+    let mut agent = start_node(data.path(), &cp.url, port, Some(&token), &prefix, &[]);
+    let node = cp.wait_for(&address, NodeState::Up, 120).await;
     let kept = std::fs::metadata(data.path().join("node.json")).unwrap();
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&kept.permissions()) & 0o777, 0o600);
+    let kept: Value = serde_json::from_slice(&std::fs::read(data.path().join("node.json")).unwrap()).unwrap();
+    assert_eq!(kept["nodeId"].as_str(), Some(node.id.as_str()));
 
-    let created: SandboxInfo = http
-        .post(format!("{api}{}", routes::node::CREATE_SANDBOX.path))
-        .bearer_auth("cred-cli")
-        .json(&serde_json::json!({"template": "base"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = created.sandbox_id;
+    // A sandbox through the server's API runs on the node.
+    let id = create(&cp, &project).await;
     let vmm = vmms(&id);
     assert_eq!(vmm.len(), 1);
 
     // SIGKILL: the VM outlives the agent; the next start takes it back, without a join.
-    signal(&agent, nix::sys::signal::Signal::SIGKILL);
-    agent.wait().unwrap();
+    agent.signal(Signal::SIGKILL);
+    agent.child.wait().unwrap();
     assert_eq!(vmms(&id), vmm, "the VM outlives its agent");
-    let beats = cluster.lock().unwrap().reports.len();
-    let mut agent = start_agent(data.path(), &server, port, None, &prefix);
-    until("a heartbeat from the restarted agent holding the sandbox", 120, || {
-        let c = cluster.lock().unwrap();
-        c.reports.len() > beats && c.reports.last().unwrap().sandboxes.iter().any(|s| s.sandbox_id == id)
+    let beat = cp.node(&node.id).await.last_heartbeat;
+    let mut agent = start_node(data.path(), &cp.url, port, None, &prefix, &[]);
+    until("a heartbeat from the restarted agent holding the sandbox", 60, || async {
+        let n = cp.node(&node.id).await;
+        n.last_heartbeat > beat && n.usage.sandboxes == 1
     })
     .await;
-    assert_eq!(cluster.lock().unwrap().joins.len(), 1, "a restart does not join again");
+    let nodes = cp.nodes().await;
+    assert_eq!(nodes.len(), 1, "a restart does not join again: {nodes:?}");
+    assert_eq!(nodes[0].state, NodeState::Up, "back within its lease: {nodes:?}");
     assert_eq!(vmms(&id), vmm, "the same VM, taken back");
-    let r: ProcessResult = http
-        .post(format!("{api}{}", routes::node::EXEC.uri(&[&id])))
-        .bearer_auth("cred-cli")
-        .json(&serde_json::json!({"cmd": "echo still here"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(r.stdout, "still here\n");
+    let (status, r) =
+        cp.call(Method::POST, &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": "echo still here"}))).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(serde_json::from_value::<ProcessResult>(r).unwrap().stdout, "still here\n");
+    // The guest's API forwarding reaches the --server (this node's id is in its answer).
+    let cmd = format!("curl -sf -H 'x-api-key: {}' $LIZARD_API_URL/v1/nodes", cp.key);
+    let (status, r) = cp.call(Method::POST, &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": cmd}))).await;
+    assert_eq!(status, 200, "{r}");
+    let r: ProcessResult = serde_json::from_value(r).unwrap();
+    assert!(r.stdout.contains(&node.id), "{r:?}");
 
-    // SIGTERM: the running sandbox is killed and posted; nothing is left.
-    signal(&agent, nix::sys::signal::Signal::SIGTERM);
-    let status = agent.wait().unwrap();
-    assert!(status.success(), "{status:?}");
-    let c = cluster.lock().unwrap();
-    assert!(c.ended.iter().any(|e| e.sandbox_id == id && e.reason == "its node shut down"), "{:?}", c.ended);
+    // SIGKILL again, and silent past its lease: the server has the node down and its
+    // sandbox lost, though the VM still runs. Its next start is told to stop it.
+    agent.signal(Signal::SIGKILL);
+    agent.child.wait().unwrap();
+    cp.wait_for(&address, NodeState::Down, 60).await;
+    assert!(ended_with(&cp, &id, "lost: its node stopped answering").await, "{:?}", sandbox(&cp, &id).await);
+    assert_eq!(vmms(&id), vmm, "nothing killed the VM yet");
+    let mut agent = start_node(data.path(), &cp.url, port, None, &prefix, &[]);
+    cp.wait_for(&address, NodeState::Up, 60).await;
+    until("the lost sandbox's VM killed by the stop list", 60, || async { vmms(&id).is_empty() }).await;
+    until("a heartbeat without it", 30, || async { cp.node(&node.id).await.usage.sandboxes == 0 }).await;
+    assert!(ended_with(&cp, &id, "lost: its node stopped answering").await, "the record keeps why");
+
+    // SIGTERM: the running sandbox is killed and its record says so; a paused one stays,
+    // and after a restart within the lease it resumes through the server.
+    let last = create(&cp, &project).await;
+    let kept = create(&cp, &project).await;
+    let (status, body) =
+        cp.call(Method::POST, &format!("/v1/sandboxes/{kept}/exec"), Some(json!({"cmd": "echo 1 > /tmp/mark"}))).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = cp.call(Method::POST, &format!("/v1/sandboxes/{kept}/pause"), None).await;
+    assert_eq!((status, body["state"].as_str()), (200, Some("paused")), "{body}");
+    assert_eq!(vmms(&last).len(), 1);
+    agent.signal(Signal::SIGTERM);
+    let status = agent.child.wait().unwrap();
+    assert!(status.success(), "{status:?}\n{}", agent.log());
+    // The node is gone: an ended record is all the server can answer from.
+    assert!(ended_with(&cp, &last, "its node shut down").await, "{:?}", sandbox(&cp, &last).await);
     assert!(vmms(&data.path().to_string_lossy()).is_empty(), "VMMs left behind");
+    let mut agent = start_node(data.path(), &cp.url, port, None, &prefix, &[]);
+    let beat = cp.node(&node.id).await.last_heartbeat;
+    until("a heartbeat from the restarted agent", 60, || async { cp.node(&node.id).await.last_heartbeat > beat }).await;
+    let (status, body) = cp.call(Method::POST, &format!("/v1/sandboxes/{kept}/resume"), None).await;
+    assert_eq!((status, body["state"].as_str()), (200, Some("running")), "{body}");
+    let (status, r) =
+        cp.call(Method::POST, &format!("/v1/sandboxes/{kept}/exec"), Some(json!({"cmd": "cat /tmp/mark"}))).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(serde_json::from_value::<ProcessResult>(r).unwrap().stdout, "1\n", "its state kept across the stop");
+    let (status, body) = cp.call(Method::DELETE, &format!("/v1/sandboxes/{kept}"), None).await;
+    assert_eq!(status, 204, "{body}");
+
+    // The last stop: nothing is left on the host.
+    agent.signal(Signal::SIGTERM);
+    let status = agent.child.wait().unwrap();
+    assert!(status.success(), "{status:?}\n{}", agent.log());
+    assert_eq!(cp.node(&node.id).await.usage.sandboxes, 0, "the goodbye heartbeat holds nothing");
+    assert!(vmms(&data.path().to_string_lossy()).is_empty(), "VMMs left behind");
+    let left: Vec<_> = std::fs::read_dir(data.path().join("sandboxes")).unwrap().flatten().collect();
+    assert!(left.is_empty(), "sandbox directories left: {left:?}");
+    assert_eq!(networks(&prefix), Vec::<String>::new(), "networks left behind");
 }

@@ -117,6 +117,9 @@ pub async fn run(
         config.node.api_forward = Some(server_addr(&config.server).await?);
     }
     let kept = NodeState::load(&data_dir, &config.server)?;
+    if let Some(kept) = &kept {
+        kept.check_address(&data_dir, &address)?;
+    }
     if kept.is_none() && config.token.is_none() {
         return Err(AgentError::NoToken(NodeState::path(&data_dir).display().to_string()));
     }
@@ -203,6 +206,7 @@ async fn join(
                     credential: joined.credential,
                     server: config.server.clone(),
                     heartbeat_ms: joined.heartbeat_ms,
+                    address: Some(address.clone()),
                 };
                 state.save(&config.node.data_dir)?;
                 tracing::info!(node = %state.node_id, region = %config.region, "joined the cluster at {}", config.server);

@@ -26,6 +26,11 @@ pub enum StateError {
         "{path} belongs to the cluster at {joined}, not {asked}: use another data directory, or delete it to join anew"
     )]
     OtherServer { path: PathBuf, joined: String, asked: String },
+    #[error(
+        "{path}: this node joined as {joined}, and the servers reach it there only; it would now serve at {now}: \
+         use --listen/--advertise as at its join, or delete {path} to join anew"
+    )]
+    OtherAddress { path: PathBuf, joined: String, now: String },
 }
 
 /// What a join gave this node.
@@ -38,6 +43,10 @@ pub struct NodeState {
     pub server: String,
     #[serde(default = "default_heartbeat_ms")]
     pub heartbeat_ms: u64,
+    /// The node API's address it joined with: the one the servers have (absent in files
+    /// written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 fn default_heartbeat_ms() -> u64 {
@@ -72,6 +81,21 @@ impl NodeState {
         }
     }
 
+    /// Refused when this node would serve at another address than it joined with: the
+    /// servers would hold it `up` (it heartbeats) and reach nothing.
+    pub fn check_address(&self, data_dir: &Path, now: &str) -> Result<(), StateError> {
+        match &self.address {
+            Some(joined) if joined.trim_end_matches('/') != now.trim_end_matches('/') => {
+                Err(StateError::OtherAddress {
+                    path: NodeState::path(data_dir),
+                    joined: joined.clone(),
+                    now: now.to_owned(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Write the state (0600), replacing any earlier one in one step.
     pub fn save(&self, data_dir: &Path) -> Result<(), StateError> {
         let path = NodeState::path(data_dir);
@@ -102,6 +126,7 @@ mod tests {
             credential: "c0ffee".into(),
             server: "http://api:7171".into(),
             heartbeat_ms: 2000,
+            address: Some("http://10.0.0.5:7180".into()),
         }
     }
 
@@ -133,5 +158,15 @@ mod tests {
         // An old file without the interval gets the default.
         std::fs::write(&path, r#"{"nodeId":"n","credential":"c","server":"http://api:7171"}"#).unwrap();
         assert_eq!(NodeState::load(dir.path(), "http://api:7171").unwrap().unwrap().heartbeat_ms, DEFAULT_HEARTBEAT_MS);
+    }
+
+    #[test]
+    fn another_address_than_at_the_join_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(state().check_address(dir.path(), "http://10.0.0.5:7180/").is_ok());
+        let e = state().check_address(dir.path(), "http://10.0.0.5:7181").unwrap_err();
+        assert!(matches!(e, StateError::OtherAddress { .. }), "{e}");
+        // A file from before the address was kept cannot tell: accepted.
+        assert!(NodeState { address: None, ..state() }.check_address(dir.path(), "http://x:1").is_ok());
     }
 }

@@ -1,182 +1,231 @@
-//! The agent against a stand-in control plane (no VM is booted): it joins once, keeps
-//! `node.json`, heartbeats with its credential, serves the node API behind it, and a
-//! restart heartbeats without joining again.
+//! The agent against the real control plane (`lizard_server::run`, no node of its own;
+//! no VM is booted): it joins once with a minted token and shows `up` in `GET /v1/nodes`,
+//! keeps `node.json`, heartbeats with its credential, serves the node API behind it, and
+//! a restart heartbeats without joining again. A wrong, revoked or expired token is
+//! refused and nothing joins; a node cannot heartbeat or post events as another node.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
-use axum::{Json, Router};
-use lizard_api::cluster::{HeartbeatResponse, JoinRequest, JoinResponse, NodeReport, NodeState, SandboxEnded};
-use lizard_api::routes;
-use lizard_node_agent::{run, AgentConfig};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod common;
 
-#[derive(Default)]
-struct Seen {
-    joins: Vec<(String, JoinRequest)>,
-    heartbeats: Vec<(String, String, NodeReport)>,
-    events: Vec<SandboxEnded>,
-}
+use common::{free_port, kept, until, ControlPlane, REGION};
+use lizard_api::cluster::{NodeReport, NodeState, SandboxEnded};
+use lizard_api::{routes, ErrorCode};
+use lizard_node_agent::server_api::{CallError, ServerApi};
+use lizard_node_agent::{run, AgentConfig, AgentError};
+use std::path::Path;
+use std::time::Duration;
 
-type Shared = Arc<Mutex<Seen>>;
-
-fn bearer(h: &HeaderMap) -> String {
-    h.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
-}
-
-async fn stand_in_server() -> (String, Shared) {
-    stand_in_server_on(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap())
-}
-
-fn stand_in_server_on(listener: tokio::net::TcpListener) -> (String, Shared) {
-    let seen = Shared::default();
-    let app = Router::new()
-        .route(
-            routes::CLUSTER_JOIN.path,
-            post(|State(s): State<Shared>, h: HeaderMap, Json(req): Json<JoinRequest>| async move {
-                s.lock().unwrap().joins.push((bearer(&h), req));
-                Json(JoinResponse {
-                    node_id: "node_t".into(),
-                    credential: "cred-t".into(),
-                    heartbeat_ms: 100,
-                    lease_ms: 2000,
-                })
-            }),
-        )
-        .route(
-            routes::CLUSTER_HEARTBEAT.path,
-            post(
-                |State(s): State<Shared>, Path(id): Path<String>, h: HeaderMap, Json(r): Json<NodeReport>| async move {
-                    s.lock().unwrap().heartbeats.push((id, bearer(&h), r));
-                    Json(HeartbeatResponse { state: NodeState::Up, stop: vec!["sbx_not_here".into()] })
-                },
-            ),
-        )
-        .route(
-            routes::CLUSTER_EVENTS.path,
-            post(|State(s): State<Shared>, Json(e): Json<Vec<SandboxEnded>>| async move {
-                s.lock().unwrap().events.extend(e);
-                StatusCode::NO_CONTENT
-            }),
-        )
-        .with_state(seen.clone());
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, seen)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-#[tokio::test]
-async fn joins_once_heartbeats_and_serves_its_api_behind_the_credential() {
-    let (server, seen) = stand_in_server().await;
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let config = AgentConfig {
-        node: lizard_node::NodeConfig::new(dir.path()),
-        server: server.clone(),
-        token: Some("lzn_join".into()),
-        region: "eu-1".into(),
+/// An agent of `server` with its data in `dir`, its API on `port`; no sandbox networks
+/// (nothing boots here, and no root is needed).
+fn agent_config(dir: &Path, server: &str, token: Option<&str>, port: u16) -> AgentConfig {
+    let mut node = lizard_node::NodeConfig::new(dir);
+    node.network = None;
+    AgentConfig {
+        node,
+        server: server.to_owned(),
+        token: token.map(str::to_owned),
+        region: REGION.into(),
         listen: format!("127.0.0.1:{port}").parse().unwrap(),
         advertise: None,
-    };
+    }
+}
+
+/// An agent running in this process until the sender is used.
+struct Running {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), AgentError>>,
+}
+
+fn spawn_agent(config: AgentConfig) -> Running {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let agent = tokio::spawn(run(config.clone(), async move {
+    let task = tokio::spawn(run(config, async move {
         let _ = stopped.await;
     }));
-    until("two heartbeats", || seen.lock().unwrap().heartbeats.len() >= 2).await;
-    {
-        let seen = seen.lock().unwrap();
-        assert_eq!(seen.joins.len(), 1);
-        let (token, join) = &seen.joins[0];
-        assert_eq!(token, "Bearer lzn_join");
-        assert_eq!((join.region.as_str(), join.address.clone()), ("eu-1", format!("http://127.0.0.1:{port}")));
-        assert!(join.report.capacity.vcpus > 0 && join.report.capacity.memory_mib > 0, "{:?}", join.report);
-        let (id, auth, report) = &seen.heartbeats[0];
-        assert_eq!((id.as_str(), auth.as_str()), ("node_t", "Bearer cred-t"));
-        assert!(report.sandboxes.is_empty());
+    Running { stop, task }
+}
+
+impl Running {
+    async fn stop(self) {
+        self.stop.send(()).unwrap();
+        self.task.await.unwrap().unwrap();
     }
-    let kept: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("node.json")).unwrap()).unwrap();
-    assert_eq!((kept["nodeId"].as_str(), kept["credential"].as_str()), (Some("node_t"), Some("cred-t")));
+}
+
+/// The error of an agent whose join the server refused with `code`.
+fn refused_with(e: &AgentError, code: ErrorCode) -> bool {
+    matches!(e, AgentError::Join(CallError::Refused(api)) if api.code == code)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn joins_once_heartbeats_and_serves_its_api_behind_the_credential() {
+    let cp = ControlPlane::start(5000).await;
+    let (_, token) = cp.mint_token().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let address = format!("http://127.0.0.1:{port}");
+    let config = agent_config(dir.path(), &cp.url, Some(&token), port);
+    let agent = spawn_agent(config.clone());
+
+    // The server's view: one node, up, with what the agent reported at its join.
+    let joined = cp.wait_up(&address, 30).await;
+    assert_eq!(cp.nodes().await.len(), 1);
+    assert_eq!(joined.region, REGION);
+    assert!(joined.id.starts_with("node_"), "{joined:?}");
+    assert!(joined.capacity.vcpus > 0 && joined.capacity.memory_mib > 0, "{joined:?}");
+    assert_eq!((joined.usage.vcpus, joined.usage.sandboxes), (0, 0));
+    let (id, credential) = kept(dir.path());
+    assert_eq!(id, joined.id, "node.json keeps the id the server gave");
+    assert!(!credential.is_empty() && credential != token);
+    // Heartbeats go on (each one a call the server authenticated).
+    let first = joined.last_heartbeat.clone();
+    until("a later heartbeat", 20, || async { cp.node(&id).await.last_heartbeat > first }).await;
 
     // The node API: /health for anyone, the rest with the credential only.
     let http = reqwest::Client::new();
-    let base = format!("http://127.0.0.1:{port}");
-    assert_eq!(http.get(format!("{base}/health")).send().await.unwrap().status(), 200);
-    let list = format!("{base}{}", routes::node::LIST_SANDBOXES.path);
+    assert_eq!(http.get(format!("{address}/health")).send().await.unwrap().status(), 200);
+    let list = format!("{address}{}", routes::node::LIST_SANDBOXES.path);
     assert_eq!(http.get(&list).send().await.unwrap().status(), 401);
-    assert_eq!(http.get(&list).bearer_auth("lzn_join").send().await.unwrap().status(), 401);
-    assert_eq!(http.get(&list).bearer_auth("cred-t").send().await.unwrap().status(), 200);
+    assert_eq!(http.get(&list).bearer_auth(&token).send().await.unwrap().status(), 401);
+    assert_eq!(http.get(&list).bearer_auth(&cp.key).send().await.unwrap().status(), 401);
+    assert_eq!(http.get(&list).bearer_auth(&credential).send().await.unwrap().status(), 200);
 
-    stop.send(()).unwrap();
-    agent.await.unwrap().unwrap();
-    let beats = seen.lock().unwrap().heartbeats.len();
+    agent.stop().await;
+    let at_stop = cp.node(&id).await.last_heartbeat;
 
     // A restart: no token, no join, heartbeats again with the kept credential.
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let again = tokio::spawn(run(AgentConfig { token: None, ..config }, async move {
-        let _ = stopped.await;
-    }));
-    until("heartbeats after the restart", || seen.lock().unwrap().heartbeats.len() >= beats + 2).await;
-    assert_eq!(seen.lock().unwrap().joins.len(), 1, "a restart does not join again");
-    stop.send(()).unwrap();
-    again.await.unwrap().unwrap();
-    assert!(seen.lock().unwrap().events.is_empty(), "nothing ran, nothing ended");
+    let again = spawn_agent(AgentConfig { token: None, ..config });
+    until("heartbeats after the restart", 20, || async { cp.node(&id).await.last_heartbeat > at_stop }).await;
+    let nodes = cp.nodes().await;
+    assert_eq!(nodes.len(), 1, "a restart does not join again: {nodes:?}");
+    assert_eq!((nodes[0].id.as_str(), nodes[0].state), (id.as_str(), NodeState::Up));
+    again.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_revoked_or_expired_token_is_refused_and_nothing_joins() {
+    let cp = ControlPlane::start(5000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+
+    let wrong = run(agent_config(dir.path(), &cp.url, Some("lzn_not-a-token"), port), std::future::pending()).await;
+    let e = wrong.unwrap_err();
+    assert!(refused_with(&e, ErrorCode::Unauthenticated), "{e}");
+
+    let (token_id, token) = cp.mint_token().await;
+    let (status, _) = cp.call(reqwest::Method::DELETE, &format!("/v1/node-tokens/{token_id}"), None).await;
+    assert_eq!(status, 204);
+    let revoked = run(agent_config(dir.path(), &cp.url, Some(&token), port), std::future::pending()).await;
+    let e = revoked.unwrap_err();
+    assert!(refused_with(&e, ErrorCode::Unauthenticated), "{e}");
+
+    let (status, t) = cp.call(reqwest::Method::POST, "/v1/node-tokens", Some(serde_json::json!({"ttlSecs": 1}))).await;
+    assert_eq!(status, 201, "{t}");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let expired = run(agent_config(dir.path(), &cp.url, t["token"].as_str(), port), std::future::pending()).await;
+    let e = expired.unwrap_err();
+    assert!(refused_with(&e, ErrorCode::Unauthenticated), "{e}");
+
+    assert!(cp.nodes().await.is_empty(), "a refused join leaves no node");
+    assert!(!dir.path().join("node.json").exists(), "a refused join keeps nothing");
+
+    // The same data directory joins with a good token.
+    let (_, good) = cp.mint_token().await;
+    let agent = spawn_agent(agent_config(dir.path(), &cp.url, Some(&good), port));
+    cp.wait_up(&format!("http://127.0.0.1:{port}"), 30).await;
+    assert_eq!(cp.nodes().await.len(), 1);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_speaks_only_for_itself() {
+    let cp = ControlPlane::start(5000).await;
+    let (_, token) = cp.mint_token().await;
+    // One token for a fleet: two nodes join with it.
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = spawn_agent(agent_config(dir_a.path(), &cp.url, Some(&token), port_a));
+    let b = spawn_agent(agent_config(dir_b.path(), &cp.url, Some(&token), port_b));
+    let node_a = cp.wait_up(&format!("http://127.0.0.1:{port_a}"), 30).await;
+    let node_b = cp.wait_up(&format!("http://127.0.0.1:{port_b}"), 30).await;
+    assert_ne!(node_a.id, node_b.id);
+    let (id_a, cred_a) = kept(dir_a.path());
+    let (id_b, cred_b) = kept(dir_b.path());
+    assert_eq!((id_a.as_str(), id_b.as_str()), (node_a.id.as_str(), node_b.id.as_str()));
+    assert_ne!(cred_a, cred_b);
+
+    // A's credential does not speak for B (heartbeat, events), nor for a node that is not.
+    let api = ServerApi::new(&cp.url);
+    let report = NodeReport { capacity: node_a.capacity.clone(), ..Default::default() };
+    let unauthenticated =
+        |r: Result<_, CallError>| matches!(r, Err(CallError::Refused(e)) if e.code == ErrorCode::Unauthenticated);
+    assert!(unauthenticated(api.heartbeat(&id_b, &cred_a, &report).await.map(|_| ())));
+    assert!(unauthenticated(api.heartbeat("node_nobody", &cred_a, &report).await.map(|_| ())));
+    assert!(unauthenticated(api.heartbeat(&id_a, &token, &report).await.map(|_| ())));
+    let ended = [SandboxEnded { sandbox_id: "sbx_x".into(), reason: "forged".into() }];
+    assert!(unauthenticated(api.events(&id_b, &cred_a, &ended).await));
+    // Its own credential works.
+    assert!(api.heartbeat(&id_a, &cred_a, &report).await.is_ok());
+
+    // B's record is B's own report still: nothing A sent was taken as B's.
+    let seen_b = cp.node(&id_b).await;
+    assert_eq!((seen_b.capacity, seen_b.state), (node_b.capacity, NodeState::Up));
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_on_another_address_is_refused_not_left_unreachable() {
+    let cp = ControlPlane::start(5000).await;
+    let (_, token) = cp.mint_token().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let agent = spawn_agent(agent_config(dir.path(), &cp.url, Some(&token), port));
+    let joined = cp.wait_up(&format!("http://127.0.0.1:{port}"), 30).await;
+    agent.stop().await;
+
+    // The servers know the node by the address it joined with: a restart that would serve
+    // elsewhere would heartbeat as `up` while nothing reaches it. It is refused, clearly.
+    let moved = free_port();
+    let restarted = run(agent_config(dir.path(), &cp.url, None, moved), std::future::pending());
+    let e = tokio::time::timeout(Duration::from_secs(10), restarted).await.expect("refused at once").unwrap_err();
+    let message = e.to_string();
+    assert!(message.contains(&format!("http://127.0.0.1:{port}")) && message.contains(&moved.to_string()), "{message}");
+    assert_eq!(cp.node(&joined.id).await.address, joined.address, "the server's view is unchanged");
+
+    // The same address again is fine.
+    let again = spawn_agent(agent_config(dir.path(), &cp.url, None, port));
+    let at_stop = cp.node(&joined.id).await.last_heartbeat;
+    until("heartbeats after the restart", 20, || async { cp.node(&joined.id).await.last_heartbeat > at_stop }).await;
+    again.stop().await;
 }
 
 #[tokio::test]
 async fn without_node_json_a_token_is_required() {
     let dir = tempfile::tempdir().unwrap();
-    let config = AgentConfig {
-        node: lizard_node::NodeConfig::new(dir.path()),
-        server: "http://127.0.0.1:9".into(),
-        token: None,
-        region: "eu-1".into(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        advertise: None,
-    };
+    let config = agent_config(dir.path(), "http://127.0.0.1:9", None, 0);
     let e = run(config, std::future::pending()).await.unwrap_err().to_string();
     assert!(e.contains("pass --token"), "{e}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread")]
 async fn a_server_that_is_down_at_first_is_joined_when_it_comes_up() {
     let server_port = free_port();
+    let mut cp = ControlPlane::start_on(server_port, 5000).await;
+    let (_, token) = cp.mint_token().await;
+    cp.stop().await;
+
     let dir = tempfile::tempdir().unwrap();
-    let config = AgentConfig {
-        node: lizard_node::NodeConfig::new(dir.path()),
-        server: format!("http://127.0.0.1:{server_port}"),
-        token: Some("lzn_join".into()),
-        region: "eu-1".into(),
-        listen: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
-        advertise: None,
-    };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let agent = tokio::spawn(run(config, async move {
-        let _ = stopped.await;
-    }));
+    let port = free_port();
+    let agent = spawn_agent(agent_config(dir.path(), &cp.url, Some(&token), port));
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(!agent.is_finished(), "an unreachable server is waited for, not an error");
+    assert!(!agent.task.is_finished(), "an unreachable server is waited for, not an error");
     assert!(!dir.path().join("node.json").exists());
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", server_port)).await.unwrap();
-    let (_, seen) = stand_in_server_on(listener);
-    until("the join and a heartbeat", || !seen.lock().unwrap().heartbeats.is_empty()).await;
-    assert_eq!(seen.lock().unwrap().joins.len(), 1);
-    stop.send(()).unwrap();
-    agent.await.unwrap().unwrap();
+
+    cp.resume().await;
+    let joined = cp.wait_up(&format!("http://127.0.0.1:{port}"), 60).await;
+    assert_eq!(cp.nodes().await.len(), 1);
+    assert_eq!(kept(dir.path()).0, joined.id);
+    agent.stop().await;
 }
