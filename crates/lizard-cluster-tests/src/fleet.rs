@@ -250,8 +250,18 @@ impl Fleet {
 }
 
 impl Drop for Fleet {
-    /// Nodes first (SIGTERM stops their sandboxes), then whatever VMM is left.
+    /// Nodes first (SIGTERM stops their sandboxes), then whatever VMM is left. After a
+    /// failed test, the end of every process's log goes to stderr first.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            let processes = self.replicas.iter().map(|r| ("replica", &r.process));
+            for (i, (what, process)) in processes.chain(self.nodes.iter().map(|n| ("node", &n.process))).enumerate() {
+                let log = process.log();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                eprintln!("--- {what} (#{i}) log, last {} lines ---", tail.len());
+                tail.iter().rev().for_each(|l| eprintln!("{l}"));
+            }
+        }
         for node in &mut self.nodes {
             node.process.stop();
             for pid in leftovers::vmm_pids(node.dir.path()) {

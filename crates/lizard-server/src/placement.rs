@@ -131,9 +131,14 @@ impl Candidate {
     }
 }
 
+/// How many sandboxes of the wanted size a node without the template's snapshot counts as
+/// running on top of its load.
+const TEMPLATE_MISS_WEIGHT: u64 = 2;
+
 /// Pure part of [`place_sandbox`]: the nodes to try, best first — in the region, `up`,
-/// fresh, with room; those holding the template first, then the least loaded (ties: the
-/// order given). None → 503 saying what did not fit where.
+/// fresh, with room; the least loaded, a node without the template's snapshot weighted as
+/// [`TEMPLATE_MISS_WEIGHT`] sandboxes busier (ties: the order given). None → 503 saying
+/// what did not fit where.
 pub fn choose_nodes(candidates: &[Candidate], want: &Want) -> ApiResult<Vec<String>> {
     let mut fit: Vec<&Candidate> = candidates
         .iter()
@@ -146,12 +151,18 @@ pub fn choose_nodes(candidates: &[Candidate], want: &Want) -> ApiResult<Vec<Stri
             format!("no node has room for {} vCPUs and {} MiB in region {}", want.vcpus, want.memory_mib, want.region),
         ));
     }
+    // A node without the template's snapshot makes it with one cold boot: it counts as if
+    // it ran TEMPLATE_MISS_WEIGHT more sandboxes of this size, so creates go to holders
+    // first but still spread once a holder is that much busier.
+    let weighted = |c: &Candidate| {
+        let (used, capacity) = c.load();
+        let miss = if c.holds(&want.template) { 0 } else { TEMPLATE_MISS_WEIGHT * want.memory_mib };
+        (used.saturating_add(miss), capacity)
+    };
     fit.sort_by(|a, b| {
-        let by_template = b.holds(&want.template).cmp(&a.holds(&want.template));
-        let ((ua, ca), (ub, cb)) = (a.load(), b.load());
+        let ((ua, ca), (ub, cb)) = (weighted(a), weighted(b));
         // ua/ca vs ub/cb without floats.
-        let by_load = (u128::from(ua) * u128::from(cb)).cmp(&(u128::from(ub) * u128::from(ca)));
-        by_template.then(by_load).then(Ordering::Equal)
+        (u128::from(ua) * u128::from(cb)).cmp(&(u128::from(ub) * u128::from(ca))).then(Ordering::Equal)
     });
     Ok(fit.into_iter().map(|c| c.id.clone()).collect())
 }
@@ -305,7 +316,7 @@ mod tests {
     }
 
     #[test]
-    fn sandboxes_go_to_fresh_up_nodes_with_room_template_holders_then_least_loaded_first() {
+    fn sandboxes_go_to_fresh_up_nodes_with_room_least_loaded_first_counting_a_missing_snapshot() {
         let nodes = [
             node("busy", "eu", NodeState::Up, true, (4, 6144), &["base"]),
             node("idle", "eu", NodeState::Up, true, (0, 0), &[]),
@@ -316,8 +327,17 @@ mod tests {
             node("far", "us", NodeState::Up, true, (0, 0), &["base"]),
             node("full", "eu", NodeState::Up, true, (8, 1024), &["base"]),
         ];
-        assert_eq!(choose_nodes(&nodes, &want(1, 512, "base")).unwrap(), ["half", "busy", "idle"]);
+        // Without the snapshot, idle counts as running two more 512 MiB sandboxes: still
+        // the least loaded.
+        assert_eq!(choose_nodes(&nodes, &want(1, 512, "base")).unwrap(), ["idle", "half", "busy"]);
         assert_eq!(choose_nodes(&nodes, &want(1, 512, "other")).unwrap(), ["idle", "half", "busy"]);
+        // A holder running one such sandbox goes before an empty node that would make the
+        // snapshot; with three running, after it.
+        let light = node("light", "eu", NodeState::Up, true, (1, 512), &["base"]);
+        let empty = node("empty", "eu", NodeState::Up, true, (0, 0), &[]);
+        assert_eq!(choose_nodes(&[empty.clone(), light], &want(1, 512, "base")).unwrap(), ["light", "empty"]);
+        let three = node("three", "eu", NodeState::Up, true, (3, 1536), &["base"]);
+        assert_eq!(choose_nodes(&[three, empty], &want(1, 512, "base")).unwrap(), ["empty", "three"]);
         // The busy node has 4 vCPUs but only 2 GiB free.
         assert_eq!(choose_nodes(&nodes, &want(4, 4096, "base")).unwrap(), ["half", "idle"]);
         let required = Want { template_required: true, ..want(1, 512, "base") };
