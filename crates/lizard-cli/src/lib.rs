@@ -194,7 +194,7 @@ pub fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LIZARD_LOG")
-                .unwrap_or_else(|_| "warn,lizard_cli=info,lizard_server=info".into()),
+                .unwrap_or_else(|_| "warn,lizard_cli=info,lizard_server=info,lizard_node_agent=info".into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

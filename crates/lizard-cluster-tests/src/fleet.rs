@@ -254,11 +254,12 @@ impl Drop for Fleet {
     /// failed test, the end of every process's log goes to stderr first.
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let processes = self.replicas.iter().map(|r| ("replica", &r.process));
-            for (i, (what, process)) in processes.chain(self.nodes.iter().map(|n| ("node", &n.process))).enumerate() {
+            let processes = self.replicas.iter_mut().map(|r| ("replica", &mut r.process));
+            let all = processes.chain(self.nodes.iter_mut().map(|n| ("node", &mut n.process)));
+            for (i, (what, process)) in all.enumerate() {
                 let log = process.log();
                 let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                eprintln!("--- {what} (#{i}) log, last {} lines ---", tail.len());
+                eprintln!("--- {what} (#{i}), exited: {:?}; log, last {} lines ---", process.exit_status(), tail.len());
                 tail.iter().rev().for_each(|l| eprintln!("{l}"));
             }
         }

@@ -1,5 +1,5 @@
 //! One `lizard` process of the fleet (a replica or a node agent): started with none of the
-//! caller's LIZARD_* variables, its stderr appended to `<name>.log` in its directory, and
+//! caller's LIZARD_* variables (its log at info), its stderr appended to `<name>.log` in its directory, and
 //! SIGKILLed, restarted or stopped as a test says.
 
 use std::ffi::OsString;
@@ -42,6 +42,8 @@ impl Process {
             .append(true)
             .open(self.log_path())
             .expect("open the process's log");
+        // Everything at info: the logs are what a failed test shows.
+        cmd.env("LIZARD_LOG", "info");
         let child = cmd.args(&self.args).stdout(Stdio::piped()).stderr(log).spawn().expect("start lizard-in-cluster");
         self.child = Some(child);
     }
@@ -67,6 +69,11 @@ impl Process {
     /// Whether it still runs.
     pub fn running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// How it ended, if it did (`None` while it runs or when it was never started).
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// SIGKILL, as a crash or a pulled plug would end it (its VMMs run on in their own
