@@ -155,9 +155,10 @@ pub trait ClusterStore: Send + Sync {
     async fn set_node_draining(&self, node_id: &str, draining: bool) -> Result<ClusterNode>;
 
     /// Mark `down` every node with an address, `up` or `draining`, whose last heartbeat
-    /// is before `now - lease_ms`; end its live sandboxes with `reason` at its last
-    /// heartbeat (meters closed there, volumes detached). One transaction per node: a
-    /// heartbeat that lands first keeps it up.
+    /// is before `now - lease_ms`; end its running sandboxes with `reason` at its last
+    /// heartbeat (meters closed there, volumes detached). Paused ones stay: their saved
+    /// state is on the node's disk, unavailable until it is back. One transaction per
+    /// node: a heartbeat that lands first keeps it up.
     async fn expire_nodes(&self, now: i64, lease_ms: i64, reason: &str) -> Result<Vec<LostNode>>;
 
     // --- leader leases ----------------------------------------------------------------

@@ -348,7 +348,7 @@ impl ClusterStore for PostgresStore {
             .map_err(backend)?;
             let Some(last_heartbeat) = last else { continue };
             let sandboxes = sqlx::query(&format!(
-                "SELECT {SANDBOX_COLUMNS} WHERE s.node_id = $1 AND s.ended_at IS NULL ORDER BY s.created_at, s.id"
+                "SELECT {SANDBOX_COLUMNS} WHERE s.node_id = $1 AND s.ended_at IS NULL AND s.state = 'running' ORDER BY s.created_at, s.id"
             ))
             .bind(&node_id)
             .fetch_all(&mut *tx)

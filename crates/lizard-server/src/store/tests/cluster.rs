@@ -103,7 +103,8 @@ async fn join_tokens_are_hashed_expire_and_revoke(db: TestDb) {
 }
 
 /// A node stops heartbeating: the expiry (on one replica, while the other ticks) marks
-/// it down, ends its sandboxes at its last heartbeat, and billing stops exactly there; a
+/// it down, ends its running sandboxes at its last heartbeat (paused ones stay), and
+/// billing stops exactly there; a
 /// heartbeat that lands before the expiry keeps a node up; one after brings it back.
 async fn a_lost_node_ends_its_sandboxes_at_its_last_heartbeat(db: TestDb) {
     let a = db.seeded("acc_1", &[("ws_a", "prj_a")]).await;
@@ -121,7 +122,11 @@ async fn a_lost_node_ends_its_sandboxes_at_its_last_heartbeat(db: TestDb) {
     }
     a.insert_sandbox(&sandbox_on("sbx_b", "node_b", 1_000)).await.unwrap();
     a.insert_sandbox(&sandbox_on("sbx_c", "node_c", 1_000)).await.unwrap();
-    let beat = b.record_heartbeat("node_b", &report(&["sbx_b"]), 4_000, 60_000).await.unwrap();
+    // A paused one on node_b: its saved state is on that node's disk, so it outlives the
+    // node's absence (unavailable meanwhile), unlike a running one.
+    a.insert_sandbox(&sandbox_on("sbx_p", "node_b", 1_000)).await.unwrap();
+    a.set_sandbox_state("sbx_p", SandboxState::Paused).await.unwrap();
+    let beat = b.record_heartbeat("node_b", &report(&["sbx_b", "sbx_p"]), 4_000, 60_000).await.unwrap();
     assert_eq!((beat.state, beat.stop), (NodeState::Up, vec![]));
     b.record_heartbeat("node_c", &report(&["sbx_c"]), 9_000, 60_000).await.unwrap();
     // Ticks bill a remote node's sandbox up to its last heartbeat at most.
@@ -137,6 +142,8 @@ async fn a_lost_node_ends_its_sandboxes_at_its_last_heartbeat(db: TestDb) {
     let sbx = b.get_sandbox("sbx_b").await.unwrap().unwrap();
     assert_eq!((sbx.ended_at, sbx.end_reason.as_deref()), (Some(4_000), Some("lost: its node stopped answering")));
     assert!(b.get_sandbox("sbx_c").await.unwrap().unwrap().is_live());
+    let paused = b.get_sandbox("sbx_p").await.unwrap().unwrap();
+    assert!(paused.is_live() && paused.state == SandboxState::Paused, "a paused sandbox is kept: {paused:?}");
     assert_eq!(a.get_node("node_b").await.unwrap().unwrap().state, NodeState::Down);
     a.bill_meters(20_000).await.unwrap();
     let ledger = a.ledger_page("acc_1", None, 1_000, true).await.unwrap();
@@ -147,13 +154,14 @@ async fn a_lost_node_ends_its_sandboxes_at_its_last_heartbeat(db: TestDb) {
     assert_eq!(billed("sbx_c"), 8_000, "a live node's sandbox up to its last heartbeat (9 000)");
     assert_eq!(a.balance("acc_1").await.unwrap().balance_nanos, a.ledger_sum("acc_1").await.unwrap());
     // The node comes back: up again, and told to stop what the store ended.
-    let back = b.record_heartbeat("node_b", &report(&["sbx_b"]), 30_000, 60_000).await.unwrap();
+    let back = b.record_heartbeat("node_b", &report(&["sbx_b", "sbx_p"]), 30_000, 60_000).await.unwrap();
     assert_eq!((back.state, back.stop), (NodeState::Up, vec!["sbx_b".to_string()]));
     // A sandbox no record names is stopped only after the grace period.
-    let unknown = b.record_heartbeat("node_b", &report(&["sbx_x"]), 31_000, 60_000).await.unwrap();
+    let unknown = b.record_heartbeat("node_b", &report(&["sbx_x", "sbx_p"]), 31_000, 60_000).await.unwrap();
     assert!(unknown.stop.is_empty(), "maybe a create in flight");
-    let later = b.record_heartbeat("node_b", &report(&["sbx_x"]), 91_000, 60_000).await.unwrap();
+    let later = b.record_heartbeat("node_b", &report(&["sbx_x", "sbx_p"]), 91_000, 60_000).await.unwrap();
     assert_eq!(later.stop, ["sbx_x"]);
+    assert!(later.ended.is_empty() && b.get_sandbox("sbx_p").await.unwrap().unwrap().is_live(), "still paused there");
     // A live record its node no longer reports (the node restarted and lost it) ends
     // once past the grace period.
     assert!(b.record_heartbeat("node_c", &report(&[]), 30_000, 60_000).await.unwrap().ended.is_empty());
