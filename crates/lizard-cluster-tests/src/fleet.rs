@@ -218,6 +218,26 @@ impl Fleet {
         self.nodes.iter().position(|n| files_named(n.dir.path(), "sandboxes").iter().any(|s| s == id))
     }
 
+    /// Run the `lizard` CLI against replica `r` with the owner key: exit status, stdout
+    /// and stderr.
+    pub async fn cli(&self, r: usize, args: &[&str]) -> (bool, String, String) {
+        let mut cmd = tokio::process::Command::new(crate::process::binary());
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("LIZARD_") {
+                cmd.env_remove(k);
+            }
+        }
+        let out = cmd
+            .args(args)
+            .env("LIZARD_API_URL", &self.replicas[r].api)
+            .env("LIZARD_API_KEY", &self.key)
+            .output()
+            .await
+            .expect("run lizard-in-cluster");
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    }
+
     /// The node agent (index) that keeps volume `id`'s disk.
     pub fn node_of_volume(&self, id: &str) -> Option<usize> {
         let disk = format!("{id}.img");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 /// This crate's `lizard-in-cluster` binary: Cargo builds a package's binaries before its
 /// integration tests, one level above the tests' executables (`target/<profile>/deps/…`).
-fn binary() -> PathBuf {
+pub fn binary() -> PathBuf {
     let test_exe = std::env::current_exe().expect("the test's executable");
     test_exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").join("lizard-in-cluster")
 }

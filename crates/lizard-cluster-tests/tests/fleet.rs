@@ -111,6 +111,33 @@ async fn a_fleet_spreads_routes_and_survives_losing_a_node_and_a_replica() {
     }
     assert_eq!(through_proxy(&fleet, 1, &web, 8000).await.0, 200, "and through replica B");
 
+    // A template pushed through replica A (no replica runs a node): built on a joined node,
+    // and a sandbox of it created through replica B lands where the build is.
+    let recipe = tempfile::tempdir().unwrap();
+    std::fs::write(recipe.path().join("hello.txt"), "hello from the fleet\n").unwrap();
+    std::fs::write(
+        recipe.path().join("lizard.template.toml"),
+        "name = \"fleet-tpl\"\nfrom = \"base\"\n[build]\nvcpus = 1\nmemory_mib = 1024\ninternet = false\n\
+         [[steps]]\ncopy = { src = \"hello.txt\", dest = \"/opt/hello.txt\" }\n",
+    )
+    .unwrap();
+    let dir = recipe.path().to_str().unwrap();
+    let (pushed, out, err) = fleet.cli(0, &["push", dir, "--project", &fleet.project]).await;
+    assert!(pushed, "push through replica A:\n{out}\n{err}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let from_template = loop {
+        let (status, info) = fleet.try_create(1, json!({"template": "fleet-tpl"})).await;
+        if status == 201 {
+            break info["sandboxId"].as_str().expect("sandboxId").to_string();
+        }
+        // Until the building node's next heartbeat says it holds the build.
+        assert_eq!(status, 503, "create fleet-tpl: {info}");
+        assert!(Instant::now() < deadline, "no create from the pushed template: {info}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(fleet.exec(0, &from_template, "cat /opt/hello.txt").await, (0, "hello from the fleet\n".into()));
+    assert_eq!(fleet.call(0, Method::DELETE, &format!("/v1/sandboxes/{from_template}"), None).await.0, 204);
+
     // Two volumes: the second goes to the node with fewer. The one on B holds a file that survives
     // B's loss below (a down node's volumes are unavailable, never deleted).
     let mut volumes = Vec::new();

@@ -140,11 +140,21 @@ const TEMPLATE_MISS_WEIGHT: u64 = 2;
 /// [`TEMPLATE_MISS_WEIGHT`] sandboxes busier (ties: the order given). None → 503 saying
 /// what did not fit where.
 pub fn choose_nodes(candidates: &[Candidate], want: &Want) -> ApiResult<Vec<String>> {
-    let mut fit: Vec<&Candidate> = candidates
+    let roomy: Vec<&Candidate> = candidates
         .iter()
         .filter(|c| c.region == want.region && c.state == NodeState::Up && c.fresh && c.has_room(want))
-        .filter(|c| !want.template_required || c.holds(&want.template))
         .collect();
+    let mut fit: Vec<&Candidate> =
+        roomy.iter().copied().filter(|c| !want.template_required || c.holds(&want.template)).collect();
+    if fit.is_empty() && !roomy.is_empty() {
+        return Err(AppError::new(
+            ErrorCode::Unavailable,
+            format!(
+                "no node with room holds the build {} (a node reports a build within a heartbeat of its end;                  the node that built it may be down or full)",
+                want.template
+            ),
+        ));
+    }
     if fit.is_empty() {
         return Err(AppError::new(
             ErrorCode::Unavailable,
@@ -188,6 +198,50 @@ pub async fn place_sandbox(state: &AppState, want: &Want) -> ApiResult<Vec<Place
         return Err(AppError::new(ErrorCode::Unavailable, format!("no node is reachable in region {}", want.region)));
     }
     Ok(placed)
+}
+
+/// The node a template build runs on: the in-process node when there is one (as in
+/// single-machine mode), else the best joined node with room for the build VM — one that
+/// holds the base when the base is itself a build. The result lives on that node only:
+/// creates from it are placed on nodes that hold it (`Want::template_required`).
+pub async fn place_build(
+    state: &AppState,
+    build: &crate::nodes::BuildTemplate,
+    base_is_built: bool,
+) -> ApiResult<Arc<dyn NodeClient>> {
+    if let Some(local) = state.nodes.local_client() {
+        return Ok(local.clone());
+    }
+    let want = Want {
+        region: state.server.config.region.clone(),
+        vcpus: build.recipe.build.vcpus,
+        memory_mib: u64::from(build.recipe.build.memory_mib),
+        template: build.base_ref.clone(),
+        template_required: base_is_built,
+    };
+    let placed = place_sandbox(state, &want).await?;
+    placed
+        .into_iter()
+        .next()
+        .map(|p| p.node)
+        .ok_or_else(|| AppError::new(ErrorCode::Unavailable, "no node to build on"))
+}
+
+/// Every node that may hold node templates (to delete one wherever it is): the
+/// in-process node and the joined ones that are not down.
+pub async fn template_holders(store: &dyn Store, nodes: &Nodes) -> Vec<Arc<dyn NodeClient>> {
+    let mut holders: Vec<Arc<dyn NodeClient>> = nodes.local_client().into_iter().cloned().collect();
+    match store.list_nodes().await {
+        Ok(rows) => {
+            for row in rows.iter().filter(|n| n.id != LOCAL_NODE_ID && n.state != NodeState::Down) {
+                if let Ok(node) = resolve(store, nodes, &row.id).await {
+                    holders.push(node);
+                }
+            }
+        }
+        Err(e) => tracing::warn!("cannot list the nodes that may hold a node template: {e}"),
+    }
+    holders
 }
 
 /// `n` as a placement candidate: the in-process node with what it says of itself now; a

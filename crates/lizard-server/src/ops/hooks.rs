@@ -49,13 +49,9 @@ impl SandboxReaper for NodeReaper {
     }
 
     async fn remove_templates(&self, template_refs: Vec<String>) {
-        // Templates are built on the in-process node.
-        let Ok(node) = self.nodes.home() else {
-            tracing::warn!(count = template_refs.len(), "no in-process node: node templates left in place");
-            return;
-        };
         for r in template_refs {
-            if let Err(e) = node.delete_template(&r).await {
+            let deleted = super::templates::delete_node_template(self.store.as_ref(), &self.nodes, &r).await;
+            if let Err(e) = deleted {
                 tracing::debug!(template_ref = %r, "removed template's node template: {}", e.message);
             }
         }

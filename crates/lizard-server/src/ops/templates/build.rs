@@ -1,14 +1,18 @@
-//! A build's life after its push: run on the home node to its end with its events
-//! recorded and broadcast, cancelled on request, or failed at a restart that interrupted it.
+//! A build's life after its push: run on a node (the in-process one, else a joined one
+//! with room, [`placement::place_build`]) to its end with its events recorded and
+//! broadcast, cancelled on request, or failed at a restart that interrupted it. Node
+//! templates are deleted wherever they are ([`delete_node_template`]).
 
 use super::base_name;
 use crate::builds::{Progress, RunningBuild};
 use crate::error::{ApiResult, AppError};
 use crate::ids;
-use crate::nodes::{BuildError, BuildTemplate};
+use crate::nodes::{BuildError, BuildTemplate, NodeResult, Nodes};
+use crate::placement;
 use crate::state::AppState;
 use crate::store::templates::FinishedBuild;
 use crate::store::BuildRecord;
+use crate::store::Store;
 use lizard_api::templates::{BuildEvent, BuildFailure, BuildStatus};
 use lizard_api::ErrorCode;
 
@@ -17,7 +21,7 @@ fn code_name(code: ErrorCode) -> String {
     serde_json::to_value(code).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_else(|| "INTERNAL".into())
 }
 
-/// Run a build on the home node to its end, and record how it ended.
+/// Run a build on its node to its end, and record how it ended.
 pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTemplate, running: RunningBuild) {
     let store = state.server.store.clone();
     let hub = running.hub.clone();
@@ -27,8 +31,9 @@ pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTem
         tracing::warn!(build = %build_id, "cannot record a build's start: {e}");
     }
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let result = match state.nodes.home() {
-        Err(no_node) => Err(BuildError::Refused(no_node)),
+    let base_is_built = !super::is_builtin(&state, &build.base_ref);
+    let result = match placement::place_build(&state, &build, base_is_built).await {
+        Err(no_node) => Err(BuildError::Refused(no_node.0)),
         Ok(node) => {
             let built = node.build_template(build, tx, running.cancel.clone());
             tokio::pin!(built);
@@ -81,11 +86,8 @@ pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTem
         Err(e) => {
             tracing::error!(build = %build_id, "cannot record a build's end: {e}");
             if status == BuildStatus::Ready {
-                // Unrecorded, nothing can use it: do not keep it (ready: it was built on
-                // the in-process node).
-                if let Ok(node) = state.nodes.home() {
-                    let _ = node.delete_template(&node_ref).await;
-                }
+                // Unrecorded, nothing can use it: do not keep it.
+                let _ = delete_node_template(state.server.store.as_ref(), &state.nodes, &node_ref).await;
             }
         }
     }
@@ -97,11 +99,7 @@ pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTem
 async fn release_ref(state: &AppState, node_ref: &str) {
     match state.server.store.template_ref_in_use(node_ref).await {
         Ok(false) => {
-            let deleted = match state.nodes.home() {
-                Ok(node) => node.delete_template(node_ref).await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = deleted {
+            if let Err(e) = delete_node_template(state.server.store.as_ref(), &state.nodes, node_ref).await {
                 tracing::info!(template_ref = node_ref, "replaced node template kept: {}", e.message);
             }
         }
@@ -163,12 +161,24 @@ pub async fn fail_unfinished(state: &AppState) {
     };
     match state.server.store.fail_unfinished_builds(&failure, ids::now_ms()).await {
         Ok(refs) => {
-            if let Ok(node) = state.nodes.home() {
-                for r in refs {
-                    let _ = node.delete_template(&r).await;
-                }
+            for r in refs {
+                let _ = delete_node_template(state.server.store.as_ref(), &state.nodes, &r).await;
             }
         }
         Err(e) => tracing::warn!("cannot close the builds a previous process left: {e}"),
     }
+}
+
+/// Delete the node template `template_ref` on every node that may hold it (it lives on
+/// the node that built it). Ok when no node keeps it; the first refusal other than
+/// NOT_FOUND (a sandbox runs from it: 409) otherwise.
+pub async fn delete_node_template(store: &dyn Store, nodes: &Nodes, template_ref: &str) -> NodeResult<()> {
+    let mut result = Ok(());
+    for node in placement::template_holders(store, nodes).await {
+        match node.delete_template(template_ref).await {
+            Err(e) if e.code != ErrorCode::NotFound && result.is_ok() => result = Err(e),
+            _ => {}
+        }
+    }
+    result
 }

@@ -21,7 +21,7 @@ mod build;
 mod scope;
 
 pub use answers::{build_info, builtin_info, template_info};
-pub use build::{cancel, fail_unfinished};
+pub use build::{cancel, delete_node_template, fail_unfinished};
 pub use scope::{find, find_build, target_workspace, visible_workspaces};
 
 use crate::blobs::{self, BlobError};
@@ -31,7 +31,6 @@ use crate::nodes::{BuildTemplate, BuiltinTemplate};
 use crate::state::AppState;
 use crate::store::{BuildRecord, NewBuild, NewTemplate, ProjectRecord, StoreError, TemplateRecord, WorkspaceRecord};
 use lizard_api::templates::{ContextEntry, PushTemplateRequest, RecipeFormat};
-use lizard_api::ErrorCode;
 use lizard_recipe::{Base, Context, ContextLimits, Entry, EntryKind, Recipe, Step};
 
 /// Largest file a push may upload.
@@ -244,15 +243,9 @@ fn base_name(recipe: &Recipe) -> String {
 /// runs from it.
 pub async fn delete(state: &AppState, template: &TemplateRecord) -> ApiResult<()> {
     let refs = state.server.store.delete_template(&template.id).await?;
-    let Ok(node) = state.nodes.home() else {
-        tracing::warn!(count = refs.len(), "no in-process node: a deleted template's node templates stay");
-        return Ok(());
-    };
     for r in refs {
-        if let Err(e) = node.delete_template(&r).await {
-            if e.code != ErrorCode::NotFound {
-                tracing::warn!(template_ref = %r, "template deleted but its node template remains: {}", e.message);
-            }
+        if let Err(e) = build::delete_node_template(state.server.store.as_ref(), &state.nodes, &r).await {
+            tracing::warn!(template_ref = %r, "template deleted but its node template remains: {}", e.message);
         }
     }
     Ok(())
