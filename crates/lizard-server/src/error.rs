@@ -89,6 +89,10 @@ impl From<StoreError> for AppError {
         match e {
             StoreError::NotFound(what) => AppError::not_found(format!("{what} not found")),
             StoreError::Conflict(m) | StoreError::NotEmpty(m) => AppError::conflict(m),
+            StoreError::Unavailable(cause) => {
+                tracing::error!(%cause, "the database is unavailable");
+                AppError::new(ErrorCode::Unavailable, "the database is unavailable; retry shortly")
+            }
             e @ (StoreError::SchemaTooNew { .. } | StoreError::UnknownValue { .. } | StoreError::Backend(_)) => {
                 AppError::internal(e)
             }
@@ -183,6 +187,9 @@ mod tests {
         let internal = AppError::from(StoreError::Backend("disk on fire at /secret/path".into()));
         assert_eq!(internal.code(), ErrorCode::Internal);
         assert!(!internal.0.message.contains("/secret"), "causes are logged, not answered");
+        let down = AppError::from(StoreError::Unavailable("connect 10.0.0.9:5432: refused".into()));
+        assert_eq!(down.code(), ErrorCode::Unavailable);
+        assert!(!down.0.message.contains("10.0.0.9"), "{}", down.0.message);
         assert_eq!(AppError::account_scope_required().code().status(), 403);
     }
 }

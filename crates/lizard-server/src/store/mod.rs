@@ -59,6 +59,10 @@ pub enum StoreError {
     /// policy): refuse rather than guess.
     #[error("the database holds an unknown {what}: {value:?}")]
     UnknownValue { what: &'static str, value: String },
+    /// The database cannot be reached now (connection refused or lost, pool exhausted, the
+    /// server shutting down): worth a retry.
+    #[error("database unavailable: {0}")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The database failed.
     #[error("database: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),

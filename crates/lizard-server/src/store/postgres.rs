@@ -64,8 +64,21 @@ pub struct PostgresStore {
     pub(in crate::store) pool: PgPool,
 }
 
+/// A database error; one that says the server cannot be reached now (SQLSTATE class 08,
+/// or 57P01–57P03: shutting down or starting) is [`StoreError::Unavailable`].
 fn backend(e: sqlx::Error) -> StoreError {
-    StoreError::Backend(Box::new(e))
+    let unreachable = match &e {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(db) => {
+            db.code().is_some_and(|c| c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03"))
+        }
+        _ => false,
+    };
+    if unreachable {
+        StoreError::Unavailable(Box::new(e))
+    } else {
+        StoreError::Backend(Box::new(e))
+    }
 }
 
 /// A unique-constraint violation becomes [`StoreError::Conflict`] with `what`.
@@ -796,5 +809,23 @@ impl Store for PostgresStore {
         .iter()
         .map(sandbox)
         .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreachable_database_is_unavailable_other_failures_are_not() {
+        for e in [
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::PoolClosed,
+            sqlx::Error::Io(std::io::ErrorKind::ConnectionRefused.into()),
+        ] {
+            assert!(matches!(backend(e), StoreError::Unavailable(_)));
+        }
+        assert!(matches!(backend(sqlx::Error::RowNotFound), StoreError::Backend(_)));
+        assert!(matches!(backend(sqlx::Error::ColumnNotFound("x".into())), StoreError::Backend(_)));
     }
 }
