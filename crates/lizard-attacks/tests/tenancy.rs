@@ -1,7 +1,9 @@
 //! A tenant against another: keys scoped to one workspace, or to one project, aimed at
 //! every route of the API with the ids of another workspace's and another project's
-//! sandbox, volume, workspace, project and key. Nothing may answer with success, and
-//! afterwards the victims are exactly as they were.
+//! sandbox, volume, workspace, project and key, and at the operator's node and join-token
+//! routes and the nodes' own routes (a key is no node credential: ending the victim's
+//! sandbox as its node would is refused). Nothing may answer with success, and afterwards
+//! the victims are exactly as they were.
 
 #![allow(clippy::unwrap_used)]
 
@@ -17,6 +19,9 @@ struct Victims {
     workspace: String,
     project: String,
     key: String,
+    /// The node the victim's sandbox runs on, and an operator's join token.
+    node: String,
+    node_token: String,
 }
 
 async fn created(system: &System, path: &str, body: Value) -> Value {
@@ -35,6 +40,18 @@ fn body_for(request: Body) -> Option<Value> {
         Body::Json("RunCodeRequest") => Some(json!({"code": "open('/root/pwned', 'w')"})),
         Body::Json("CreateCodeContextRequest") => Some(json!({})),
         Body::Json("UpdateProjectRequest") => Some(json!({"name": "pwned"})),
+        Body::Json("NodeReport") => Some(json!({
+            "capacity": {"vcpus": 64, "memoryMib": 65536, "diskGib": 100},
+            "usage": {"vcpus": 0, "memoryMib": 0, "sandboxes": 0}
+        })),
+        _ => None,
+    }
+}
+
+/// A list body the route accepts: the victim's sandbox reported ended.
+fn list_body_for(request: Body, v: &Victims) -> Option<Value> {
+    match request {
+        Body::JsonList("SandboxEnded") => Some(json!([{"sandboxId": v.sandbox, "reason": "pwned"}])),
         _ => None,
     }
 }
@@ -55,6 +72,10 @@ fn aimed_requests(v: &Victims) -> Vec<(RouteMethod, String, Body)> {
                 ("id", path) if path.starts_with("/v1/workspaces") => v.workspace.as_str(),
                 ("id", path) if path.starts_with("/v1/projects") => v.project.as_str(),
                 ("id", path) if path.starts_with("/v1/api-keys") => v.key.as_str(),
+                ("id", path) if path.starts_with("/v1/nodes") || path.starts_with("/v1/cluster/nodes") => {
+                    v.node.as_str()
+                }
+                ("id", path) if path.starts_with("/v1/node-tokens") => v.node_token.as_str(),
                 ("contextId", _) => "default",
                 ("nameOrId", _) => v.volume.as_str(),
                 (p, path) => panic!("{path}: no victim for parameter {p}: extend the attack"),
@@ -72,7 +93,7 @@ fn aimed_requests(v: &Victims) -> Vec<(RouteMethod, String, Body)> {
 async fn attack(system: &System, key: &str, victims: &Victims) {
     for (method, uri, request) in aimed_requests(victims) {
         let mut req = system.request_as(key, Method::from_bytes(method.as_str().as_bytes()).unwrap(), &uri);
-        req = match (request, body_for(request)) {
+        req = match (request, body_for(request).or_else(|| list_body_for(request, victims))) {
             (_, Some(body)) => req.json(&body),
             (Body::Bytes, _) => req.body("pwned"),
             _ => req,
@@ -80,8 +101,10 @@ async fn attack(system: &System, key: &str, victims: &Victims) {
         let resp = req.send().await.unwrap();
         let status = resp.status().as_u16();
         let body = resp.text().await.unwrap();
+        // A node's own routes take its credential, never an API key: 401.
+        let node_route = uri.starts_with("/v1/cluster/");
         assert!(
-            status == 403 || status == 404,
+            status == 403 || status == 404 || (node_route && status == 401),
             "{} {uri} with another tenant's id answered {status}: {body}",
             method.as_str()
         );
@@ -119,6 +142,10 @@ async fn assert_untouched(system: &System, v: &Victims) {
     assert_ne!(project["name"], "pwned");
     let (_, keys) = system.call(Method::GET, "/v1/api-keys", None).await;
     assert!(keys.as_array().unwrap().iter().any(|k| k["id"] == v.key.as_str()), "{keys}");
+    let (_, node) = system.call(Method::GET, &format!("/v1/nodes/{}", v.node), None).await;
+    assert_eq!(node["state"], "up", "{node}");
+    let (_, tokens) = system.call(Method::GET, "/v1/node-tokens", None).await;
+    assert!(tokens.as_array().unwrap().iter().any(|t| t["id"] == v.node_token.as_str()), "{tokens}");
 }
 
 async fn victims_in(system: &System, workspace: &str, project: &str) -> Victims {
@@ -142,6 +169,12 @@ async fn victims_in(system: &System, workspace: &str, project: &str) -> Victims 
         workspace: workspace.to_string(),
         project: project.to_string(),
         key: key["id"].as_str().unwrap().to_string(),
+        node: {
+            let (status, nodes) = system.call(Method::GET, "/v1/nodes", None).await;
+            assert_eq!(status, 200, "{nodes}");
+            nodes[0]["id"].as_str().unwrap().to_string()
+        },
+        node_token: created(system, "/v1/node-tokens", json!({})).await["id"].as_str().unwrap().to_string(),
     }
 }
 
