@@ -38,7 +38,8 @@ async fn a_push_whose_calls_reach_different_replicas_builds_and_its_files_are_in
     // Larger than one 4 MiB chunk of the store, and not all one byte.
     let big: Vec<u8> =
         (0..(9usize << 20) + 7).map(|i| (i.wrapping_mul(2_654_435_761) >> 13).to_le_bytes()[0]).collect();
-    let files = [("files/hello.txt", &hello), ("files/big.bin", &big)];
+    // In the manifest's order (sorted by path).
+    let files = [("files/big.bin", &big), ("files/hello.txt", &hello)];
     let query = format!("?project={}", fleet.project);
 
     // 1. Which files are missing: through replica A.
