@@ -128,9 +128,12 @@ where
 /// disk (pushed files shared: the upload may have reached another replica). A failure is
 /// the build's, with a message that names the file and no host detail (the log has it).
 pub(crate) async fn fetch_context_blobs(state: &AppState, context: &Context) -> Result<(), BuildFailure> {
+    if !state.server.config.shares_blobs() {
+        return Ok(());
+    }
     for e in &context.entries {
         let EntryKind::File { sha256, .. } = &e.kind else { continue };
-        if state.blobs.has(sha256).await || !state.server.config.shares_blobs() {
+        if state.blobs.has(sha256).await {
             continue;
         }
         let Err(error) = shared_blobs::fetch(state.server.store.clone(), &state.blobs, sha256).await else { continue };
