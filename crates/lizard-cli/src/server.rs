@@ -63,12 +63,26 @@ pub struct ServerArgs {
     /// (metering, timeouts, node expiry) [default: random]
     #[arg(long, value_name = "ID")]
     pub replica_id: Option<String>,
+    /// Keep pushed files (`lizard template push`) in the database as well as on this
+    /// server's disk, so that any replica behind a load balancer serves any call of a push:
+    /// `auto` = on with PostgreSQL (replicas), off with the embedded SQLite (one server,
+    /// its disk is enough); `on` / `off` force it.
+    #[arg(long, value_name = "WHEN", value_enum, default_value_t = SharePushedFiles::Auto)]
+    pub share_pushed_files: SharePushedFiles,
     #[command(flatten)]
     pub billing: BillingOpts,
     #[command(flatten)]
     pub traffic: crate::traffic::TrafficOpts,
     #[command(flatten)]
     pub node: NodeOpts,
+}
+
+/// `--share-pushed-files`: see [`lizard_server::config::BlobSharing`].
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharePushedFiles {
+    Auto,
+    On,
+    Off,
 }
 
 /// Prices and credits (money in nano-dollars, 10^-9 USD, so per-second rates are exact).
@@ -146,6 +160,11 @@ pub fn options(data_dir: &Path, args: &ServerArgs) -> Result<RunOptions> {
     if let Some(id) = &args.replica_id {
         server.cluster.replica_id = id.clone();
     }
+    server.blob_sharing = match args.share_pushed_files {
+        SharePushedFiles::Auto => lizard_server::config::BlobSharing::Auto,
+        SharePushedFiles::On => lizard_server::config::BlobSharing::On,
+        SharePushedFiles::Off => lizard_server::config::BlobSharing::Off,
+    };
     let mut node = NodeConfig::new(data_dir.join("server"));
     node.image_root = data_dir.to_path_buf();
     args.node.apply(&mut node);

@@ -4,6 +4,8 @@
 //! An upload streams to a temporary file in the same directory while it is hashed, and
 //! is renamed into place only once its hash is the one it was uploaded as, so a file at
 //! `<hash>` always has that content, and a builder reading it never sees half a file.
+//! Replicas that share pushed files also keep them in the store ([`crate::shared_blobs`]),
+//! and copy them back here through the same path.
 
 use futures_util::{Stream, StreamExt};
 use sha2::{Digest, Sha256};

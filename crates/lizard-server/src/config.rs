@@ -34,6 +34,24 @@ pub struct ServerConfig {
     pub traffic: TrafficLimits,
     /// Nodes' heartbeats and leases, and this replica's name for leader leases.
     pub cluster: ClusterConfig,
+    /// Whether pushed files are also kept in the store for other replicas
+    /// (`--share-pushed-files`); see [`BlobSharing`] and [`Self::shares_blobs`].
+    pub blob_sharing: BlobSharing,
+}
+
+/// Whether a server keeps pushed files' content in the store as well as on its disk, so
+/// that any replica can serve any call of a push (behind a load balancer the upload and
+/// the push may reach different replicas). It costs the store the files' size; a single
+/// server on SQLite (the embedded default) needs only its disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BlobSharing {
+    /// On with PostgreSQL (replicas), off with SQLite.
+    #[default]
+    Auto,
+    /// Always (e.g. several servers on one SQLite file of a shared disk).
+    On,
+    /// Never (e.g. replicas whose data directories are one shared file system).
+    Off,
 }
 
 /// Many machines: how often nodes heartbeat, how long until a silent one is down, and
@@ -120,6 +138,22 @@ impl ServerConfig {
             paused_retention_ms: DEFAULT_PAUSED_RETENTION_MS,
             traffic: TrafficLimits::default(),
             cluster: ClusterConfig::default(),
+            blob_sharing: BlobSharing::Auto,
+        }
+    }
+
+    /// Whether this server shares pushed files through the store ([`BlobSharing`]):
+    /// `Auto` means on exactly when the database is PostgreSQL.
+    pub fn shares_blobs(&self) -> bool {
+        match self.blob_sharing {
+            BlobSharing::On => true,
+            BlobSharing::Off => false,
+            BlobSharing::Auto => self.database.as_ref().is_some_and(|d| {
+                matches!(
+                    crate::store::database::Database::parse(Some(d.expose())),
+                    Ok(crate::store::database::Database::Postgres(_))
+                )
+            }),
         }
     }
 
@@ -154,5 +188,20 @@ mod tests {
         let r = c.effective_regions();
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].sandbox_domain, "sandbox.local.lizard.localhost");
+    }
+
+    #[test]
+    fn pushed_files_are_shared_by_default_only_on_postgres() {
+        let mut c = ServerConfig::new("/tmp/x");
+        assert!(!c.shares_blobs(), "embedded SQLite: the disk is enough");
+        c.database = Some(crate::store::database::DatabaseUrl::new("sqlite:///tmp/x/lizard.db"));
+        assert!(!c.shares_blobs());
+        c.database = Some(crate::store::database::DatabaseUrl::new("postgres://lizard@db/lizard"));
+        assert!(c.shares_blobs(), "replicas");
+        c.blob_sharing = BlobSharing::Off;
+        assert!(!c.shares_blobs());
+        c.database = None;
+        c.blob_sharing = BlobSharing::On;
+        assert!(c.shares_blobs());
     }
 }

@@ -74,6 +74,7 @@ pub mod proxy;
 pub mod request_id;
 pub mod run;
 pub mod scope;
+pub mod shared_blobs;
 pub mod state;
 pub mod store;
 

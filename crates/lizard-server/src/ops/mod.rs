@@ -20,4 +20,6 @@ pub mod volumes;
 #[cfg(test)]
 pub(crate) mod tests;
 #[cfg(test)]
+mod tests_shared_blobs;
+#[cfg(test)]
 mod tests_templates;

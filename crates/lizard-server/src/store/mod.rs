@@ -16,6 +16,7 @@
 
 pub mod access;
 pub mod billing;
+pub mod blob_content;
 pub mod cluster;
 pub mod database;
 #[cfg(test)]
@@ -30,6 +31,7 @@ pub mod volumes;
 
 pub use access::AccessStore;
 pub use billing::{BillingStore, MeterSpec, MeterState};
+pub use blob_content::{BlobContent, BlobContentStore, BLOB_CHUNK_BYTES};
 pub use cluster::{ClusterNode, ClusterStore, HeartbeatOutcome, LostNode, NewNode, NodeTokenRecord, GONE_REASON};
 pub use idempotency::IdempotencyStore;
 pub use lizard_api::{OnTimeout, SandboxState};
@@ -239,7 +241,16 @@ pub struct Removed {
 /// Billing (the ledger, the meters) is its [`BillingStore`] half.
 #[async_trait]
 pub trait Store:
-    VolumeStore + TemplateStore + BillingStore + IdempotencyStore + AccessStore + ClusterStore + Send + Sync + 'static
+    VolumeStore
+    + TemplateStore
+    + BillingStore
+    + IdempotencyStore
+    + AccessStore
+    + ClusterStore
+    + BlobContentStore
+    + Send
+    + Sync
+    + 'static
 {
     // --- accounts -------------------------------------------------------------------
 

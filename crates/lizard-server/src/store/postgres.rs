@@ -41,10 +41,12 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (7, "volume billing", include_str!("../../migrations/postgres/0007_volume_billing.sql")),
     (8, "sandbox access", include_str!("../../migrations/postgres/0008_sandbox_access.sql")),
     (9, "cluster", include_str!("../../migrations/postgres/0009_cluster.sql")),
+    (10, "blob content", include_str!("../../migrations/postgres/0010_blob_content.sql")),
 ];
 
 mod access;
 mod billing;
+mod blob_content;
 mod cluster;
 mod idempotency;
 mod templates;

@@ -32,27 +32,31 @@ pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTem
     }
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let base_is_built = !super::is_builtin(&state, &build.base_ref);
-    let result = match placement::place_build(&state, &build, base_is_built).await {
-        Err(no_node) => Err(BuildError::Refused(no_node.0)),
-        Ok(node) => {
-            let built = node.build_template(build, tx, running.cancel.clone());
-            tokio::pin!(built);
-            loop {
-                tokio::select! {
-                    result = &mut built => break result,
-                    Some(event) = rx.recv() => {
-                        let boundary = matches!(event, BuildEvent::Step { .. } | BuildEvent::StepDone { .. });
-                        hub.push(event);
-                        if boundary {
-                            let p = hub.progress();
-                            if let Err(e) = store.record_progress(&build_id, &p.steps, &p.log).await {
-                                tracing::warn!(build = %build_id, "cannot record a build's progress: {e}");
+    let fetched = super::fetch_context_blobs(&state, &build.context).await;
+    let result = match fetched {
+        Err(failure) => Err(BuildError::Failed(failure)),
+        Ok(()) => match placement::place_build(&state, &build, base_is_built).await {
+            Err(no_node) => Err(BuildError::Refused(no_node.0)),
+            Ok(node) => {
+                let built = node.build_template(build, tx, running.cancel.clone());
+                tokio::pin!(built);
+                loop {
+                    tokio::select! {
+                        result = &mut built => break result,
+                        Some(event) = rx.recv() => {
+                            let boundary = matches!(event, BuildEvent::Step { .. } | BuildEvent::StepDone { .. });
+                            hub.push(event);
+                            if boundary {
+                                let p = hub.progress();
+                                if let Err(e) = store.record_progress(&build_id, &p.steps, &p.log).await {
+                                    tracing::warn!(build = %build_id, "cannot record a build's progress: {e}");
+                                }
                             }
                         }
                     }
                 }
             }
-        }
+        },
     };
     while let Ok(event) = rx.try_recv() {
         hub.push(event);

@@ -28,9 +28,10 @@ use crate::blobs::{self, BlobError};
 use crate::error::{ApiResult, AppError};
 use crate::ids;
 use crate::nodes::{BuildTemplate, BuiltinTemplate};
+use crate::shared_blobs::{self, SharedBlobError};
 use crate::state::AppState;
 use crate::store::{BuildRecord, NewBuild, NewTemplate, ProjectRecord, StoreError, TemplateRecord, WorkspaceRecord};
-use lizard_api::templates::{ContextEntry, PushTemplateRequest, RecipeFormat};
+use lizard_api::templates::{BuildFailure, ContextEntry, PushTemplateRequest, RecipeFormat};
 use lizard_recipe::{Base, Context, ContextLimits, Entry, EntryKind, Recipe, Step};
 
 /// Largest file a push may upload.
@@ -78,12 +79,20 @@ pub async fn missing_blobs(state: &AppState, workspace: &WorkspaceRecord, hashes
     unique.dedup();
     let mut missing = state.server.store.missing_blobs(&workspace.id, &unique).await?;
     let recorded: Vec<String> = unique.into_iter().filter(|h| !missing.contains(h)).collect();
-    // Recorded but gone from the disk (an operator cleaned it): ask for it again.
+    // Recorded but not on this replica's disk: uploaded through another replica (then
+    // complete in the store when pushed files are shared), or gone (an operator cleaned
+    // it): ask for it again.
+    let mut elsewhere = Vec::new();
     for h in recorded {
         if !state.blobs.has(&h).await {
-            missing.push(h);
+            elsewhere.push(h);
         }
     }
+    if !elsewhere.is_empty() && state.server.config.shares_blobs() {
+        let in_store = state.server.store.complete_blobs(&elsewhere).await?;
+        elsewhere.retain(|h| !in_store.contains(h));
+    }
+    missing.extend(elsewhere);
     missing.sort_unstable();
     Ok(missing)
 }
@@ -100,10 +109,51 @@ where
         Err(e @ BlobError::Io { .. }) => return Err(AppError::internal(e)),
         Err(e) => return Err(AppError::invalid(e.to_string())),
     };
+    if state.server.config.shares_blobs() {
+        // Before the record: a workspace's blob is never listed as uploaded while
+        // another replica could not read it.
+        shared_blobs::share(state.server.store.as_ref(), &state.blobs, sha256).await.map_err(|e| match e {
+            SharedBlobError::Store(e) => AppError::from(e),
+            other => AppError::internal(other),
+        })?;
+    }
     state.server.store.insert_blob(&workspace.id, sha256, size, ids::now_ms()).await.map_err(|e| match e {
         StoreError::NotFound(_) => AppError::not_found(format!("workspace {} not found", workspace.id)),
         other => other.into(),
     })?;
+    Ok(())
+}
+
+/// Copy every file of a build's context that this replica lacks from the store to its
+/// disk (pushed files shared: the upload may have reached another replica). A failure is
+/// the build's, with a message that names the file and no host detail (the log has it).
+pub(crate) async fn fetch_context_blobs(state: &AppState, context: &Context) -> Result<(), BuildFailure> {
+    if !state.server.config.shares_blobs() {
+        return Ok(());
+    }
+    for e in &context.entries {
+        let EntryKind::File { sha256, .. } = &e.kind else { continue };
+        if state.blobs.has(sha256).await {
+            continue;
+        }
+        let Err(error) = shared_blobs::fetch(state.server.store.clone(), &state.blobs, sha256).await else { continue };
+        tracing::warn!(path = %e.path, sha256 = %sha256, "cannot copy a pushed file from the store: {error}");
+        let (code, message) = match &error {
+            _ if error.is_transient() => (
+                "UNAVAILABLE",
+                format!("the content of {:?} could not be read from the database (unavailable); push again", e.path),
+            ),
+            SharedBlobError::Corrupt { .. } | SharedBlobError::NotStored(_) => (
+                "BLOB_UNAVAILABLE",
+                format!(
+                    "the uploaded content of {:?} is incomplete or corrupt on the server; push again to upload it anew",
+                    e.path
+                ),
+            ),
+            _ => ("INTERNAL", format!("the content of {:?} could not be copied to the building server", e.path)),
+        };
+        return Err(BuildFailure { code: code.into(), message, step: None, output_tail: None });
+    }
     Ok(())
 }
 

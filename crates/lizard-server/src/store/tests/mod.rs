@@ -9,6 +9,7 @@
 
 mod access;
 mod billing;
+mod blob_content;
 mod cluster;
 mod engine;
 pub(crate) mod harness;
