@@ -96,19 +96,25 @@ fn json_err(e: serde_json::Error) -> StoreError {
 }
 
 /// An error of opening `url`, with its password out of the text (a driver may quote
-/// what it was given).
-fn open_error(url: &str, e: impl std::fmt::Display) -> StoreError {
+/// what it was given); `unavailable` when the server could not be reached.
+fn open_error(url: &str, e: impl std::fmt::Display, unavailable: bool) -> StoreError {
     let message = database::scrub(url, &e.to_string());
-    StoreError::Backend(format!("PostgreSQL at {}: {message}", database::redact(url)).into())
+    let e = format!("PostgreSQL at {}: {message}", database::redact(url)).into();
+    if unavailable {
+        StoreError::Unavailable(e)
+    } else {
+        StoreError::Backend(e)
+    }
 }
 
 impl PostgresStore {
     /// Connect to the database at `url` (`postgres://user[:password]@host[:port]/db`) and
     /// apply pending migrations.
     pub async fn open(url: &str) -> Result<Self> {
-        let options = PgConnectOptions::from_str(url).map_err(|e| open_error(url, e))?;
+        let options = PgConnectOptions::from_str(url).map_err(|e| open_error(url, e, false))?;
         let store = Self::connect(options).await.map_err(|e| match e {
-            StoreError::Backend(e) => open_error(url, e),
+            StoreError::Backend(e) => open_error(url, e, false),
+            StoreError::Unavailable(e) => open_error(url, e, true),
             other => other,
         })?;
         tracing::info!(database = %database::redact(url), "opened the PostgreSQL store");

@@ -21,10 +21,10 @@ async fn the_setting_picks_the_engine() {
 #[tokio::test]
 async fn a_postgres_url_opens_postgres_and_its_password_never_shows() {
     let dir = tempfile::tempdir().unwrap();
-    // Nothing listens on port 1: the connection fails, and says where without the password.
+    // Nothing listens on port 1: the database is unavailable, and says where without the password.
     let url = "postgres://lizard:hunter2@127.0.0.1:1/lizard";
     let e = open_store(Some(url), dir.path()).await.err().unwrap();
-    assert!(matches!(e, StoreError::Backend(_)));
+    assert!(matches!(e, StoreError::Unavailable(_)));
     let shown = format!("{e} {e:?}");
     assert!(!shown.contains("hunter2"), "{shown}");
     assert!(shown.contains("postgres://lizard:***@127.0.0.1:1/lizard"), "{shown}");
