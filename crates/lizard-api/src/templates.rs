@@ -201,7 +201,9 @@ pub struct BuildStepInfo {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct BuildFailure {
-    /// A stable code: `STEP_FAILED`, `TIMED_OUT`, `START_NOT_READY`, `CANCELLED`, `INTERNAL`.
+    /// A stable code: `STEP_FAILED`, `TIMED_OUT`, `START_NOT_READY`, `CANCELLED`, `INTERNAL`,
+    /// `BLOB_UNAVAILABLE` (a pushed file could not be fetched from the store: push again),
+    /// or a node's refusal (`UNAVAILABLE`, `NOT_FOUND`, …).
     pub code: String,
     pub message: String,
     /// The step that failed (1-based), if a step did.
