@@ -121,6 +121,17 @@ impl Candidate {
             })
     }
 
+    /// This candidate with `count` sandboxes its report does not count yet (recorded since
+    /// its last heartbeat) added to its usage, each taken as the default size.
+    fn with_unreported(mut self, count: u32) -> Candidate {
+        if let Some(r) = self.report.as_mut().filter(|_| !self.in_process && count > 0) {
+            r.usage.vcpus = r.usage.vcpus.saturating_add(count.saturating_mul(DEFAULT_VCPUS));
+            r.usage.memory_mib = r.usage.memory_mib.saturating_add(u64::from(count) * DEFAULT_MEMORY_MIB);
+            r.usage.sandboxes = r.usage.sandboxes.saturating_add(count);
+        }
+        self
+    }
+
     fn holds(&self, template: &str) -> bool {
         self.in_process || self.report.as_ref().is_none_or(|r| r.templates.iter().any(|t| t == template))
     }
@@ -185,7 +196,15 @@ pub async fn place_sandbox(state: &AppState, want: &Want) -> ApiResult<Vec<Place
     }
     let now = crate::ids::now_ms();
     let nodes = state.server.store.list_nodes().await?;
-    let candidates: Vec<Candidate> = nodes.iter().filter_map(|n| candidate(state, n, now)).collect();
+    let pending = state.server.store.placed_since_heartbeat().await?;
+    let candidates: Vec<Candidate> = nodes
+        .iter()
+        .filter_map(|n| candidate(state, n, now))
+        .map(|c| {
+            let since = pending.get(&c.id).copied().unwrap_or(0);
+            c.with_unreported(since)
+        })
+        .collect();
     let mut placed = Vec::new();
     for id in choose_nodes(&candidates, want)? {
         let region = candidates.iter().find(|c| c.id == id).map(|c| c.region.clone()).unwrap_or_default();

@@ -134,6 +134,11 @@ pub trait ClusterStore: Send + Sync {
     /// Every node, oldest first.
     async fn list_nodes(&self) -> Result<Vec<ClusterNode>>;
 
+    /// Running sandboxes recorded on each node after its last heartbeat, by node id: its
+    /// report does not count them yet (placement adds them to its usage, so a burst of
+    /// creates between two heartbeats does not pile onto one node).
+    async fn placed_since_heartbeat(&self) -> Result<std::collections::BTreeMap<String, u32>>;
+
     /// Store a node's report and `last_heartbeat = at`; a `down` node becomes `up`.
     /// Answers what it must stop: reported sandboxes whose records ended, and those no
     /// record names that were first reported `grace_ms` or more before `at` (a create in

@@ -211,6 +211,18 @@ impl ClusterStore for PostgresStore {
             .collect()
     }
 
+    async fn placed_since_heartbeat(&self) -> Result<std::collections::BTreeMap<String, u32>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT s.node_id, COUNT(*) FROM sandboxes s JOIN nodes n ON n.id = s.node_id \
+             WHERE s.ended_at IS NULL AND s.state = 'running' AND n.last_heartbeat IS NOT NULL \
+             AND s.created_at > n.last_heartbeat GROUP BY s.node_id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        Ok(rows.into_iter().map(|(node, n)| (node, u32::try_from(n).unwrap_or(u32::MAX))).collect())
+    }
+
     async fn record_heartbeat(
         &self,
         node_id: &str,

@@ -181,7 +181,37 @@ async fn a_lost_node_ends_its_sandboxes_at_its_last_heartbeat(db: TestDb) {
     assert_eq!(nodes[0].report.templates, ["tpl_a"]);
 }
 
+/// Running sandboxes recorded on a node after its last heartbeat are counted for it until
+/// its next heartbeat; earlier, paused and ended ones are not.
+async fn sandboxes_placed_since_a_heartbeat_are_counted(db: TestDb) {
+    let s = db.seeded("acc_1", &[("ws_a", "prj_a")]).await;
+    for id in ["node_b", "node_c"] {
+        let n = NewNode {
+            id: id.into(),
+            region: "eu-1".into(),
+            address: format!("http://{id}:7180"),
+            report: report(&[]),
+            at: 1_000,
+        };
+        s.insert_node(&n).await.unwrap();
+    }
+    s.record_heartbeat("node_b", &report(&[]), 2_000, 60_000).await.unwrap();
+    s.record_heartbeat("node_c", &report(&[]), 2_000, 60_000).await.unwrap();
+    s.insert_sandbox(&sandbox_on("sbx_old", "node_b", 1_500)).await.unwrap();
+    for (id, node) in [("sbx_1", "node_b"), ("sbx_2", "node_b"), ("sbx_3", "node_c"), ("sbx_p", "node_c")] {
+        s.insert_sandbox(&sandbox_on(id, node, 2_500)).await.unwrap();
+    }
+    s.set_sandbox_state("sbx_p", SandboxState::Paused).await.unwrap();
+    s.insert_sandbox(&sandbox_on("sbx_x", "node_c", 2_600)).await.unwrap();
+    s.end_sandbox("sbx_x", 2_700, "killed").await.unwrap();
+    let counts = s.placed_since_heartbeat().await.unwrap();
+    assert_eq!(counts, [("node_b".to_string(), 2), ("node_c".to_string(), 1)].into());
+    s.record_heartbeat("node_b", &report(&["sbx_old", "sbx_1", "sbx_2"]), 3_000, 60_000).await.unwrap();
+    assert_eq!(s.placed_since_heartbeat().await.unwrap(), [("node_c".to_string(), 1)].into(), "reported now");
+}
+
 store_tests!(
+    sandboxes_placed_since_a_heartbeat_are_counted,
     one_lease_holder_at_a_time,
     replicas_agree_on_one_cluster_key,
     join_tokens_are_hashed_expire_and_revoke,
