@@ -66,6 +66,16 @@ fn backend(e: sqlx::Error) -> StoreError {
     StoreError::Backend(Box::new(e))
 }
 
+/// How often, and how far apart, an open that found the file locked is tried again.
+const OPEN_BUSY_TRIES: u32 = 50;
+const OPEN_BUSY_WAIT: Duration = Duration::from_millis(100);
+
+/// Whether `e` is SQLite's "database is locked" (SQLITE_BUSY).
+fn is_busy(e: &StoreError) -> bool {
+    let StoreError::Backend(source) = e else { return false };
+    matches!(source.downcast_ref::<sqlx::Error>(), Some(sqlx::Error::Database(db)) if db.code().as_deref() == Some("5"))
+}
+
 /// A unique-constraint violation becomes [`StoreError::Conflict`] with `what`.
 fn conflict_or_backend(e: sqlx::Error, what: impl FnOnce() -> String) -> StoreError {
     match &e {
@@ -130,10 +140,25 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(5));
-        let pool = file_pool_options().connect_with(options).await.map_err(backend)?;
-        let store = SqliteStore { pool };
-        store.migrate().await?;
-        Ok(store)
+        // Servers opening a new file at once race to turn it to WAL, which SQLite answers
+        // with SQLITE_BUSY at once (no busy handler): the loser tries again, for at most
+        // OPEN_BUSY_TRIES × OPEN_BUSY_WAIT.
+        let mut tries = 0;
+        loop {
+            let opened = async {
+                let pool = file_pool_options().connect_with(options.clone()).await.map_err(backend)?;
+                let store = SqliteStore { pool };
+                store.migrate().await?;
+                Ok(store)
+            };
+            match opened.await {
+                Err(e) if is_busy(&e) && tries < OPEN_BUSY_TRIES => {
+                    tries += 1;
+                    tokio::time::sleep(OPEN_BUSY_WAIT).await;
+                }
+                result => return result,
+            }
+        }
     }
 
     /// A private in-memory database (tests): one connection that lives as long as the
