@@ -270,8 +270,9 @@ impl Fleet {
 }
 
 impl Drop for Fleet {
-    /// Nodes first (SIGTERM stops their sandboxes), then whatever VMM is left. After a
-    /// failed test, the end of every process's log goes to stderr first.
+    /// Nodes first (SIGTERM stops their sandboxes), then whatever VMM, namespace or link
+    /// is left (a node a failed test SIGKILLed never swept). After a failed test, the end
+    /// of every process's log goes to stderr first.
     fn drop(&mut self) {
         if std::thread::panicking() {
             let processes = self.replicas.iter_mut().map(|r| ("replica", &mut r.process));
@@ -289,6 +290,13 @@ impl Drop for Fleet {
                 if let Ok(pid) = i32::try_from(pid) {
                     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
                 }
+            }
+            // A node SIGKILLed by a test that then failed never swept its networks.
+            for ns in leftovers::netns(&node.net_prefix) {
+                let _ = std::process::Command::new("ip").args(["netns", "delete", &ns]).status();
+            }
+            for link in leftovers::links(&node.net_prefix) {
+                let _ = std::process::Command::new("ip").args(["link", "delete", &link]).status();
             }
         }
     }
