@@ -221,13 +221,7 @@ impl Fleet {
     /// Run the `lizard` CLI against replica `r` with the owner key: exit status, stdout
     /// and stderr.
     pub async fn cli(&self, r: usize, args: &[&str]) -> (bool, String, String) {
-        let mut cmd = tokio::process::Command::new(crate::process::binary());
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("LIZARD_") {
-                cmd.env_remove(k);
-            }
-        }
-        let out = cmd
+        let out = tokio::process::Command::from(crate::process::command())
             .args(args)
             .env("LIZARD_API_URL", &self.replicas[r].api)
             .env("LIZARD_API_KEY", &self.key)

@@ -9,9 +9,21 @@ use std::time::{Duration, Instant};
 
 /// This crate's `lizard-in-cluster` binary: Cargo builds a package's binaries before its
 /// integration tests, one level above the tests' executables (`target/<profile>/deps/…`).
-pub fn binary() -> PathBuf {
+fn binary() -> PathBuf {
     let test_exe = std::env::current_exe().expect("the test's executable");
     test_exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").join("lizard-in-cluster")
+}
+
+/// `lizard-in-cluster` with none of the caller's LIZARD_* variables (the test's own
+/// settings must not leak into the processes it starts).
+pub fn command() -> Command {
+    let mut cmd = Command::new(binary());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("LIZARD_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
 }
 
 /// A `lizard` process and how to start it again.
@@ -31,12 +43,7 @@ impl Process {
     }
 
     fn spawn(&mut self) {
-        let mut cmd = Command::new(binary());
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("LIZARD_") {
-                cmd.env_remove(k);
-            }
-        }
+        let mut cmd = command();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

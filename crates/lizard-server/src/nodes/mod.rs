@@ -226,14 +226,6 @@ impl Nodes {
         self.local.as_ref().and_then(|l| l.node.as_ref())
     }
 
-    /// The node template builds run on and built-in templates come from: the in-process
-    /// node, or 503 for a server without one.
-    pub fn home(&self) -> NodeResult<Arc<dyn NodeClient>> {
-        self.local_client().cloned().ok_or_else(|| {
-            ApiError::new(ErrorCode::Unavailable, "this server runs no in-process node (template builds need one)")
-        })
-    }
-
     /// The cluster key, when this server reaches remote nodes (to check their calls).
     pub fn cluster_key(&self) -> Option<&ClusterKey> {
         self.remote.as_ref().map(|r| &r.key)

@@ -57,7 +57,7 @@ pub fn template_ref(build_id: &str) -> String {
 
 /// The templates built into the nodes (the in-process node's, or this build's list).
 pub fn builtins(state: &AppState) -> Vec<BuiltinTemplate> {
-    state.nodes.home().map_or_else(|_| crate::nodes::builtin_templates(), |node| node.builtin_templates())
+    state.nodes.local_client().map_or_else(crate::nodes::builtin_templates, |node| node.builtin_templates())
 }
 
 pub fn is_builtin(state: &AppState, name: &str) -> bool {
