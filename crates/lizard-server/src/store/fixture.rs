@@ -8,6 +8,12 @@ use super::{AccountRecord, KeyRecord, ProjectRecord, Store, WorkspaceRecord};
 /// pair, that workspace holding that project. Ids double as names and slugs.
 pub async fn seeded_store(account: &str, projects: &[(&str, &str)]) -> SqliteStore {
     let store = SqliteStore::memory().await.unwrap();
+    seed(&store, account, projects).await;
+    store
+}
+
+/// Seed `store` as [`seeded_store`] does (any engine: the shared store suite uses it too).
+pub async fn seed(store: &dyn Store, account: &str, projects: &[(&str, &str)]) {
     let acc = AccountRecord { id: account.into(), email: "o@x".into(), plan: "free".into(), created_at: 1 };
     let key = KeyRecord {
         id: "key_owner".into(),
@@ -38,5 +44,4 @@ pub async fn seeded_store(account: &str, projects: &[(&str, &str)]) -> SqliteSto
         };
         store.insert_project(account, &project).await.unwrap();
     }
-    store
 }

@@ -3,7 +3,7 @@
 
 use crate::store::postgres::PostgresStore;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{AccountRecord, KeyRecord, ProjectRecord, Store, WorkspaceRecord};
+use crate::store::Store;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, Executor};
 use std::future::Future;
@@ -136,36 +136,7 @@ impl TestDb {
     /// names and slugs.
     pub async fn seeded(&self, account: &str, projects: &[(&str, &str)]) -> TestStore {
         let store = self.open().await;
-        let acc = AccountRecord { id: account.into(), email: "o@x".into(), plan: "free".into(), created_at: 1 };
-        let key = KeyRecord {
-            id: "key_owner".into(),
-            account_id: account.into(),
-            name: "owner".into(),
-            prefix: "lz_owner".into(),
-            hash: vec![0; 32],
-            scope: None,
-            created_at: 1,
-            revoked_at: None,
-        };
-        store.bootstrap(&acc, &key).await.unwrap();
-        for &(ws, prj) in projects {
-            let workspace = WorkspaceRecord {
-                id: ws.into(),
-                account_id: account.into(),
-                name: ws.into(),
-                slug: ws.into(),
-                created_at: 1,
-            };
-            store.insert_workspace(&workspace).await.unwrap();
-            let project = ProjectRecord {
-                id: prj.into(),
-                workspace_id: ws.into(),
-                name: prj.into(),
-                slug: prj.into(),
-                created_at: 1,
-            };
-            store.insert_project(account, &project).await.unwrap();
-        }
+        crate::store::fixture::seed(&*store, account, projects).await;
         store
     }
 
