@@ -185,9 +185,17 @@ pub async fn until<F: Future<Output = bool>>(what: &str, secs: u64, mut done: im
     }
 }
 
-/// `node.json` of the agent whose data directory is `dir`: (node id, credential).
+/// `node.json` of the agent whose data directory is `dir`: (node id, credential). The
+/// server records a join before the agent has its answer and writes it down, so a node
+/// seen up may still be a moment from its file: waited for, at most 10 s.
 pub fn kept(dir: &std::path::Path) -> (String, String) {
-    let kept: Value = serde_json::from_slice(&std::fs::read(dir.join("node.json")).unwrap()).unwrap();
+    let path = dir.join("node.json");
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(start.elapsed() < Duration::from_secs(10), "no {} after 10 s", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let kept: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     (kept["nodeId"].as_str().unwrap().to_owned(), kept["credential"].as_str().unwrap().to_owned())
 }
 
