@@ -16,8 +16,19 @@ if [ ${#missing[@]} -gt 0 ] || ! apt-cache show linux-image-cloud-amd64 >/dev/nu
   apt-get update -q
 fi
 if [ ${#missing[@]} -gt 0 ]; then
-  # The whole list, not only what is missing: installing one package can remove another
-  # (QEMU from Debian replaces a backports qemu-utils), and apt resolves the list as a whole.
-  apt-get install -y -q --no-install-recommends "${need[@]}"
+  # The whole list, not only what is missing: apt resolves the list as a whole. qemu-utils
+  # is pinned to the version of the QEMU being installed: a newer one already there (from
+  # backports, whose source may be gone) breaks qemu-system-common, and apt never
+  # downgrades by itself.
+  qemu="$(apt-cache policy qemu-system-x86 | awk '/Candidate:/ { print $2 }')"
+  pinned=()
+  for p in "${need[@]}"; do
+    if [ "$p" = qemu-utils ] && [ -n "$qemu" ] && [ "$qemu" != "(none)" ]; then
+      pinned+=("qemu-utils=$qemu")
+    else
+      pinned+=("$p")
+    fi
+  done
+  apt-get install -y -q --no-install-recommends --allow-downgrades "${pinned[@]}"
 fi
 command -v cargo >/dev/null || { echo "cargo (Rust >= 1.85) is required: https://rustup.rs" >&2; exit 1; }
