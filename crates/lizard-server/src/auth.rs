@@ -1,9 +1,7 @@
 //! Who is calling, and what they may reach.
 //!
 //! Every route but `/health` and `/openapi.json` takes a [`Principal`] extractor, which
-//! reads `X-API-Key` (or, on a WebSocket handshake from a browser, which cannot set that
-//! header, the `lizard-key.<key>` entry of `Sec-WebSocket-Protocol`: see
-//! [`presented_key`]), finds the key by its lookup prefix, compares hashes in constant time
+//! reads `X-API-Key`, finds the key by its lookup prefix, compares hashes in constant time
 //! and refuses revoked keys. Missing, malformed, unknown and revoked keys all answer the
 //! same 401 `UNAUTHENTICATED`, so the answer does not tell which.
 //!
@@ -27,28 +25,6 @@ use axum::http::request::Parts;
 
 /// The header that carries the key (the SDK reference's name).
 pub const API_KEY_HEADER: &str = "x-api-key";
-
-/// A WebSocket client that cannot set headers (a browser) offers the key as the
-/// subprotocol `lizard-key.<key>` beside [`WS_PROTOCOL`], which the server answers with;
-/// the key so stays out of URLs (and so out of logs and browser history).
-pub const WS_KEY_PROTOCOL_PREFIX: &str = "lizard-key.";
-
-/// The WebSocket subprotocol Lizard's WebSocket routes answer a browser with.
-pub const WS_PROTOCOL: &str = "lizard";
-
-/// The key a request presents: its `X-API-Key`, else a WebSocket handshake's
-/// `lizard-key.<key>` subprotocol.
-pub fn presented_key(headers: &axum::http::HeaderMap) -> Option<&str> {
-    if let Some(v) = headers.get(API_KEY_HEADER) {
-        return v.to_str().ok().map(str::trim);
-    }
-    headers
-        .get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .find_map(|p| p.trim().strip_prefix(WS_KEY_PROTOCOL_PREFIX))
-}
 
 /// The authenticated caller: a key of an account, with its scope.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,9 +89,10 @@ where
         if let Some(p) = parts.extensions.get::<Principal>() {
             return Ok(p.clone());
         }
-        let Some(key) = presented_key(&parts.headers) else {
+        let Some(value) = parts.headers.get(API_KEY_HEADER) else {
             return Err(AppError::unauthenticated("missing X-API-Key header"));
         };
+        let key = value.to_str().map_err(|_| bad_key())?.trim();
         let state = ServerState::from_ref(state);
         let principal = authenticate(state.store.as_ref(), key).await?;
         parts.extensions.insert(principal.clone());
@@ -244,19 +221,5 @@ mod tests {
         assert!(require_account_scope(&p).is_ok());
         p.scope = Some(Scope::default());
         assert_eq!(require_account_scope(&p).unwrap_err().code(), lizard_api::ErrorCode::AccountScopeRequired);
-    }
-
-    #[test]
-    fn a_key_is_presented_by_header_or_by_websocket_subprotocol() {
-        use axum::http::{header::SEC_WEBSOCKET_PROTOCOL, HeaderMap, HeaderValue};
-        let mut h = HeaderMap::new();
-        assert_eq!(presented_key(&h), None);
-        h.insert(SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static("lizard, lizard-key.lz_abc"));
-        assert_eq!(presented_key(&h), Some("lz_abc"));
-        h.insert(API_KEY_HEADER, HeaderValue::from_static(" lz_header "));
-        assert_eq!(presented_key(&h), Some("lz_header"), "the header wins");
-        let mut other = HeaderMap::new();
-        other.insert(SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static("lizard, chat"));
-        assert_eq!(presented_key(&other), None);
     }
 }

@@ -20,6 +20,8 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
@@ -94,8 +96,8 @@ async fn refresh(state: &AppState, telemetry: &Telemetry) -> ApiResult<()> {
     for node in nodes {
         let labels = NodeLabels { node: node.id.clone(), region: node.region.clone() };
         let (capacity, usage) = (&node.report.capacity, &node.report.usage);
-        let set = |family: &prometheus_client::metrics::family::Family<NodeLabels, _>, v: i64| {
-            let _ = family.get_or_create(&labels).set(v);
+        let set = |family: &Family<NodeLabels, Gauge>, v: i64| {
+            family.get_or_create(&labels).set(v);
         };
         set(&g.node_capacity_vcpus, i64::from(capacity.vcpus));
         set(&g.node_capacity_memory_bytes, mib_to_bytes(capacity.memory_mib));

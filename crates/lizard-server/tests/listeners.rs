@@ -2,7 +2,7 @@
 //! the API: the operator's `/metrics` listener — not on the API listener for anyone,
 //! behind its token on its own listener, API requests counted by route template only, a
 //! joined node's capacity and use as its heartbeats report them — and the web console's
-//! pages beside the API, whose terminal may present its key as a WebSocket subprotocol.
+//! pages beside the API.
 //! Sandbox operations on real microVMs are scraped in `lizard-cli`'s `observability`
 //! test; the console is driven in a browser by `scripts/test-sdk.sh console`.
 
@@ -222,18 +222,4 @@ async fn the_console_is_served_beside_the_api_and_needs_no_key() {
     assert!(page.text().await.unwrap().contains("/console/app.js"));
     let settings: Value = s.http.get(format!("{}/console/settings.json", s.api)).send().await.unwrap().json().await.unwrap();
     assert_eq!(settings, json!({"sandboxUrlPort": null}), "this server runs no proxy");
-}
-
-#[tokio::test]
-async fn a_browser_websocket_presents_its_key_as_a_subprotocol() {
-    let s = Running::start().await;
-    let whoami = |protocols: &str| {
-        s.http.get(format!("{}/v1/whoami", s.api)).header("Sec-WebSocket-Protocol", protocols.to_string()).send()
-    };
-    let resp = whoami(&format!("lizard, lizard-key.{}", s.owner)).await.unwrap();
-    assert_eq!(resp.status(), 200);
-    let resp = whoami("lizard, lizard-key.lz_not_a_key").await.unwrap();
-    assert_eq!(resp.status(), 401);
-    let resp = whoami("lizard").await.unwrap();
-    assert_eq!(resp.status(), 401);
 }

@@ -18,6 +18,8 @@ const SHOTS = process.env.LIZARD_CONSOLE_SCREENSHOTS
 if (SHOTS) mkdirSync(SHOTS, { recursive: true })
 // Creating from a template snapshot takes seconds; the first create of a size boots it.
 const CREATE_MS = 240_000
+// The sandbox-URL proxy's port, for the links to open ports.
+const SANDBOX_URL_PORT = (process.env.LIZARD_SDK_TEST_PROXY ?? '').split(':')[1]
 
 async function call(method, path, key, body) {
   const resp = await fetch(API + path, {
@@ -93,7 +95,10 @@ async function screenText(page) {
   return page.$$eval('#terminal .xterm-rows > div', (rows) => rows.map((r) => r.textContent.replace(/\u00a0/g, ' ')))
 }
 
-test('sign in, create a sandbox, run `echo hi` in its terminal, kill it', async () => {
+test('every page shows what the API says, and its forms work', async () => {
+  const sbx = await ok('POST', '/v1/sandboxes', OWNER, { template: 'base', projectId: a.project.id, timeoutMs: 600_000 })
+  made.sandboxes.push(sbx.sandboxId)
+  await ok('POST', `/v1/sandboxes/${sbx.sandboxId}/exec`, OWNER, { cmd: 'mkdir -p /root/app && echo hello > /root/app/hello.txt && (python3 -m http.server 8000 --directory /root/app >/dev/null 2>&1 &)' })
   const { context, page, problems } = await signedIn(OWNER)
   // The key is in this tab's session storage only: not in the URL, cookies or local storage.
   assert.equal(await page.evaluate(() => sessionStorage.getItem('lizard.apiKey')), OWNER)
@@ -101,6 +106,70 @@ test('sign in, create a sandbox, run `echo hi` in its terminal, kill it', async 
   assert.deepEqual(await context.cookies(), [])
   assert.ok(!page.url().includes(OWNER))
 
+  await page.waitForSelector(`#sandbox-list a:text("${sbx.sandboxId}")`)
+  const row = await page.textContent(`#sandbox-list tr:has(a:text("${sbx.sandboxId}"))`)
+  assert.match(row, /running/)
+  assert.match(row, /base/)
+  assert.match(row, /\$\d/, 'cost so far')
+  await shot(page, 'sandboxes')
+
+  await page.click(`#sandbox-list a:text("${sbx.sandboxId}")`)
+  await page.waitForSelector('#sandbox-facts')
+  await page.fill('#file-path', '/root/app')
+  await page.click('form:has(#file-path) button')
+  await page.waitForSelector('#file-list :text("hello.txt")')
+  const download = page.waitForEvent('download')
+  await page.click('#file-list tr:has-text("hello.txt") button')
+  const file = await download
+  assert.equal(file.suggestedFilename(), 'hello.txt')
+  const { readFile } = await import('node:fs/promises')
+  assert.equal(await readFile(await file.path(), 'utf8'), 'hello\n')
+  await page.setInputFiles('#upload-file', { name: 'up.txt', mimeType: 'text/plain', buffer: Buffer.from('uploaded\n') })
+  await page.click('form:has(#upload-file) button')
+  await page.waitForSelector('#file-list :text("up.txt")')
+  const read = await fetch(`${API}/v1/sandboxes/${sbx.sandboxId}/files?path=/root/app/up.txt`, { headers: { 'X-API-Key': OWNER } })
+  assert.equal(await read.text(), 'uploaded\n')
+  // python3's server on 8000 (started detached above; under TCG it takes a moment).
+  for (let i = 0; i < 30 && !(await page.$('#port-list :text("8000")')); i++) {
+    await page.waitForTimeout(1000)
+    await page.click('button:text("Scan again")')
+  }
+  const link = await page.getAttribute('#port-list a', 'href')
+  assert.equal(link, `http://${sbx.sandboxId}-8000.${sbx.domain}:${SANDBOX_URL_PORT}/`)
+  await shot(page, 'sandbox')
+
+  for (const name of ['templates', 'volumes', 'keys', 'usage']) {
+    await page.goto(`${API}/console/#/${name}`)
+    await page.waitForSelector('main h1')
+    await page.waitForLoadState('networkidle')
+    if (name === 'templates') assert.match(await page.textContent('main'), /code-interpreter-v1/)
+    if (name === 'volumes') {
+      await page.fill('form.inline input[name=name]', `vol-${tag}`)
+      await page.click('form.inline button[type=submit]')
+      await page.waitForSelector(`#volume-list :text("vol-${tag}")`)
+    }
+    if (name === 'keys') {
+      await page.fill('#key-name', `made-in-console-${tag}`)
+      await page.selectOption('#key-workspace', a.ws.id)
+      await page.click('form.inline button[type=submit]')
+      const key = (await page.textContent('#new-key-value')).trim()
+      assert.match(key, /^lz_/)
+      const whoami = await ok('GET', '/v1/whoami', key)
+      assert.deepEqual([whoami.scoped, whoami.workspaces], [true, [a.ws.id]])
+      await page.waitForSelector(`#key-list :text("made-in-console-${tag}")`)
+    }
+    if (name === 'usage') {
+      await page.waitForSelector('#balance')
+      assert.match(await page.textContent('#balance'), /\$\d/)
+    }
+    await shot(page, name)
+  }
+  assert.deepEqual(problems, [])
+  await context.close()
+})
+
+test('sign in, create a sandbox, run `echo hi` in its terminal, kill it', async () => {
+  const { context, page, problems } = await signedIn(OWNER)
   await page.selectOption('#create-project', a.project.id)
   await page.selectOption('#create-template', 'base')
   await page.click('#create-sandbox button[type=submit]')
@@ -109,7 +178,7 @@ test('sign in, create a sandbox, run `echo hi` in its terminal, kill it', async 
   made.sandboxes.push(id)
   assert.equal((await ok('GET', `/v1/sandboxes/${id}`, OWNER)).state, 'running')
 
-  await page.waitForSelector('#terminal-status:text("Connected.")', { timeout: 60_000 })
+  await page.waitForSelector('#terminal-status:text("Connected")', { timeout: 60_000 })
   await page.click('#terminal')
   await page.keyboard.type('echo hi\n')
   await page.waitForFunction(
@@ -119,20 +188,8 @@ test('sign in, create a sandbox, run `echo hi` in its terminal, kill it', async 
   )
   const rows = await screenText(page)
   assert.ok(rows.some((r) => r.includes('echo hi')), rows.join('\n'))
-  await page.waitForSelector('#file-list table', { timeout: 60_000 })
-  await shot(page, 'sandbox')
+  await shot(page, 'terminal')
 
-  await page.goto(`${API}/console/#/sandboxes`)
-  await page.waitForSelector(`#sandbox-list a:text("${id}")`)
-  await shot(page, 'sandboxes')
-  for (const name of ['templates', 'volumes', 'keys', 'usage']) {
-    await page.goto(`${API}/console/#/${name}`)
-    await page.waitForSelector('main h1')
-    await page.waitForLoadState('networkidle')
-    await shot(page, name)
-  }
-
-  await page.goto(`${API}/console/#/sandboxes/${id}`)
   await page.click('#kill')
   await page.waitForURL(/#\/sandboxes$/)
   assert.equal((await call('GET', `/v1/sandboxes/${id}`, OWNER)).status, 404, 'killed')
