@@ -9,6 +9,8 @@ export function h<K extends keyof HTMLElementTagNameMap>(tag: K, attrs: Attrs = 
   for (const [k, v] of Object.entries(attrs)) {
     if (v === undefined || v === false) continue
     if (typeof v === 'function') el.addEventListener(k.replace(/^on/, ''), v)
+    // Through the CSSOM: the CSP allows no inline style attributes.
+    else if (k === 'style') el.style.cssText = String(v)
     else if (v === true) el.setAttribute(k, '')
     else el.setAttribute(k, String(v))
   }

@@ -1,10 +1,9 @@
-// One sandbox: its facts and actions, a live terminal, a file browser (list, download,
-// upload) and its open ports as links to its URLs.
+// One sandbox: its facts and actions, a file browser (list, download, upload) and its
+// open ports as links to its URLs.
 
 import * as api from '../api'
 import { age, attempt, bytes, h, replace, table, until } from '../dom'
 import type { Page } from '../main'
-import { openTerminal } from '../terminal'
 import { kill, pause, resume, Sandbox, stateBadge } from './sandboxes'
 
 /** Lizard's own guest ports: never a user's service, never routed by sandbox URLs. */
@@ -105,14 +104,8 @@ export async function sandboxPage(page: Page, id: string): Promise<void> {
       : h('button', { onclick: act(() => resume(id), reload) }, 'Resume'),
     ' ', h('button', { class: 'danger', id: 'kill', onclick: act(() => kill(id), () => { location.hash = '#/sandboxes' }) }, 'Kill'))
   if (s.state !== 'running') {
-    replace(page.main, facts, errors, h('p', { class: 'muted' }, 'Resume the sandbox to use its terminal, files and ports.'))
+    replace(page.main, facts, errors, h('p', { class: 'muted' }, 'Resume the sandbox to use its files and ports.'))
     return
   }
-  const term = h('div', { id: 'terminal' })
-  const termStatus = h('p', { class: 'muted', id: 'terminal-status' }, 'Connecting…')
-  replace(page.main, facts, errors,
-    h('div', { class: 'card' }, h('h2', {}, 'Terminal'), term, termStatus),
-    h('div', { class: 'grid2' }, filesCard(id, errors), portsCard(s, settings, errors)))
-  const close = openTerminal(term, id, (status) => { termStatus.textContent = status })
-  window.addEventListener('hashchange', close, { once: true })
+  replace(page.main, facts, errors, h('div', { class: 'grid2' }, filesCard(id, errors), portsCard(s, settings, errors)))
 }
