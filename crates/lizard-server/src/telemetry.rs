@@ -178,39 +178,21 @@ impl Telemetry {
         );
         registry.register("sandboxes", "Live sandboxes of every account, by state", gauges.sandboxes.clone());
         registry.register("node_state", "1 for each node's current state", gauges.node_state.clone());
-        registry.register(
-            "node_capacity_vcpus",
-            "vCPUs a node admits (its CPUs × overcommit), as of its last report",
-            gauges.node_capacity_vcpus.clone(),
-        );
-        registry.register_with_unit(
-            "node_capacity_memory",
-            "Guest memory a node admits, as of its last report",
-            Unit::Bytes,
-            gauges.node_capacity_memory_bytes.clone(),
-        );
-        registry.register_with_unit(
-            "node_capacity_disk",
-            "Free space in a node's data directory, as of its last report",
-            Unit::Bytes,
-            gauges.node_capacity_disk_bytes.clone(),
-        );
-        registry.register(
-            "node_used_vcpus",
-            "vCPUs of a node's running sandboxes, as of its last report",
-            gauges.node_used_vcpus.clone(),
-        );
-        registry.register_with_unit(
-            "node_used_memory",
-            "Guest memory of a node's running sandboxes, as of its last report",
-            Unit::Bytes,
-            gauges.node_used_memory_bytes.clone(),
-        );
-        registry.register(
-            "node_sandboxes",
-            "Sandboxes a node runs or keeps paused, as of its last report",
-            gauges.node_sandboxes.clone(),
-        );
+        // Each node's report, one gauge per figure: (name, unit, help, family).
+        for (name, unit, help, family) in [
+            ("node_capacity_vcpus", None, "vCPUs a node admits (its CPUs × overcommit)", &gauges.node_capacity_vcpus),
+            ("node_capacity_memory", Some(Unit::Bytes), "Guest memory a node admits", &gauges.node_capacity_memory_bytes),
+            ("node_capacity_disk", Some(Unit::Bytes), "Free space in a node's data directory", &gauges.node_capacity_disk_bytes),
+            ("node_used_vcpus", None, "vCPUs of a node's running sandboxes", &gauges.node_used_vcpus),
+            ("node_used_memory", Some(Unit::Bytes), "Guest memory of a node's running sandboxes", &gauges.node_used_memory_bytes),
+            ("node_sandboxes", None, "Sandboxes a node runs or keeps paused", &gauges.node_sandboxes),
+        ] {
+            let help = format!("{help}, as of its last report");
+            match unit {
+                Some(unit) => registry.register_with_unit(name, help, unit, family.clone()),
+                None => registry.register(name, help, family.clone()),
+            }
+        }
         registry.register_with_unit(
             "node_heartbeat_age",
             "Time since a joined node's last heartbeat (the in-process node has none)",

@@ -124,11 +124,13 @@ test('every page shows what the API says, and its forms work', async () => {
   await page.waitForSelector('#file-list :text("up.txt")')
   const read = await fetch(`${API}/v1/sandboxes/${sbx.sandboxId}/files?path=/root/app/up.txt`, { headers: { 'X-API-Key': OWNER } })
   assert.equal(await read.text(), 'uploaded\n')
-  // python3's server on 8000 (started detached above; under TCG it takes a moment).
-  for (let i = 0; i < 30 && !(await page.$('#port-list :text("8000")')); i++) {
-    await page.waitForTimeout(1000)
+  // python3's server on 8000 (started detached above; under TCG and load it takes a while).
+  const deadline = Date.now() + 120_000
+  while (!(await page.$('#port-list a')) && Date.now() < deadline) {
+    await page.waitForTimeout(2000)
     await page.click('button:text("Scan again")')
   }
+  assert.ok(await page.$('#port-list a'), `no open port listed: ${await page.textContent('#port-list')}`)
   const link = await page.getAttribute('#port-list a', 'href')
   assert.equal(link, `http://${sbx.sandboxId}-8000.${sbx.domain}:${SANDBOX_URL_PORT}/`)
   await shot(page, 'sandbox')
@@ -168,7 +170,7 @@ test('sign in, create a sandbox from the form, kill it from its page', async () 
   await page.selectOption('#create-project', a.project.id)
   await page.selectOption('#create-template', 'base')
   await page.click('#create-sandbox button[type=submit]')
-  await page.waitForURL(/#\/sandboxes\/sbx_/, { timeout: CREATE_MS })
+  await page.waitForURL(/#\/sandboxes\/[a-z0-9]+$/, { timeout: CREATE_MS })
   const id = decodeURIComponent(page.url().split('#/sandboxes/')[1])
   made.sandboxes.push(id)
   const created = await ok('GET', `/v1/sandboxes/${id}`, OWNER)
