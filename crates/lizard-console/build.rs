@@ -35,7 +35,9 @@ fn main() {
     let dist = out.join("dist");
     let _ = std::fs::remove_dir_all(&dist);
     run(&work, "node", &["build.mjs", dist.to_str().expect("a UTF-8 OUT_DIR")]);
-    let mut assets = String::from("/// The console's files: (name, content type, bytes).\npub static ASSETS: &[(&str, &str, &[u8])] = &[\n");
+    let mut assets = String::from(
+        "/// The console's files: (name, content type, bytes).\npub static ASSETS: &[(&str, &str, &[u8])] = &[\n",
+    );
     let mut names: Vec<_> = std::fs::read_dir(&dist)
         .expect("the bundle")
         .map(|e| e.expect("a bundle entry").file_name().into_string().expect("a UTF-8 name"))

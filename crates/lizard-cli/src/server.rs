@@ -42,7 +42,13 @@ pub struct ServerArgs {
     pub metrics_listen: Option<SocketAddr>,
     /// Also require `Authorization: Bearer <token>` on every scrape of --metrics-listen.
     /// Give it in the environment, not on the command line (where `ps` shows it).
-    #[arg(long, value_name = "TOKEN", env = "LIZARD_METRICS_TOKEN", hide_env_values = true, requires = "metrics_listen")]
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "LIZARD_METRICS_TOKEN",
+        hide_env_values = true,
+        requires = "metrics_listen"
+    )]
     pub metrics_token: Option<String>,
     /// Seconds a sandbox-URL client may take to send a request's headers (also how long an
     /// idle connection is kept) before it is cut off.

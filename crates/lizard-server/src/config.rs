@@ -54,7 +54,10 @@ pub struct MetricsListen {
 impl std::fmt::Debug for MetricsListen {
     /// Never the token.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MetricsListen").field("addr", &self.addr).field("token", &self.token.as_ref().map(|_| "…")).finish()
+        f.debug_struct("MetricsListen")
+            .field("addr", &self.addr)
+            .field("token", &self.token.as_ref().map(|_| "…"))
+            .finish()
     }
 }
 

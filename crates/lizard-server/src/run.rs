@@ -203,7 +203,8 @@ fn leader_jobs(state: &AppState) -> Vec<(leader::Lease, tokio::task::JoinHandle<
     let metering = {
         let (store, billing, telemetry) = (store.clone(), billing.clone(), state.server.telemetry.clone());
         leader::run_as_leader(store.clone(), leader::METERING, replica.clone(), billing.tick, move || {
-            let (store, billing, pauser, telemetry) = (store.clone(), billing.clone(), pauser.clone(), telemetry.clone());
+            let (store, billing, pauser, telemetry) =
+                (store.clone(), billing.clone(), pauser.clone(), telemetry.clone());
             async move {
                 let started = std::time::Instant::now();
                 crate::billing::meter_once(store.as_ref(), &billing, pauser.as_ref(), crate::ids::now_ms()).await;

@@ -105,7 +105,9 @@ async fn refresh(state: &AppState, telemetry: &Telemetry) -> ApiResult<()> {
         set(&g.node_used_vcpus, i64::from(usage.vcpus));
         set(&g.node_used_memory_bytes, mib_to_bytes(usage.memory_mib));
         set(&g.node_sandboxes, i64::from(usage.sandboxes));
-        g.node_state.get_or_create(&NodeStateLabels { node: node.id.clone(), state: node_state_name(node.state) }).set(1);
+        g.node_state
+            .get_or_create(&NodeStateLabels { node: node.id.clone(), state: node_state_name(node.state) })
+            .set(1);
         if let Some(at) = node.last_heartbeat {
             g.node_heartbeat_age_seconds.get_or_create(&labels).set(ms_to_secs(now - at));
         }

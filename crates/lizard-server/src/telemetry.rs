@@ -181,10 +181,25 @@ impl Telemetry {
         // Each node's report, one gauge per figure: (name, unit, help, family).
         for (name, unit, help, family) in [
             ("node_capacity_vcpus", None, "vCPUs a node admits (its CPUs × overcommit)", &gauges.node_capacity_vcpus),
-            ("node_capacity_memory", Some(Unit::Bytes), "Guest memory a node admits", &gauges.node_capacity_memory_bytes),
-            ("node_capacity_disk", Some(Unit::Bytes), "Free space in a node's data directory", &gauges.node_capacity_disk_bytes),
+            (
+                "node_capacity_memory",
+                Some(Unit::Bytes),
+                "Guest memory a node admits",
+                &gauges.node_capacity_memory_bytes,
+            ),
+            (
+                "node_capacity_disk",
+                Some(Unit::Bytes),
+                "Free space in a node's data directory",
+                &gauges.node_capacity_disk_bytes,
+            ),
             ("node_used_vcpus", None, "vCPUs of a node's running sandboxes", &gauges.node_used_vcpus),
-            ("node_used_memory", Some(Unit::Bytes), "Guest memory of a node's running sandboxes", &gauges.node_used_memory_bytes),
+            (
+                "node_used_memory",
+                Some(Unit::Bytes),
+                "Guest memory of a node's running sandboxes",
+                &gauges.node_used_memory_bytes,
+            ),
             ("node_sandboxes", None, "Sandboxes a node runs or keeps paused", &gauges.node_sandboxes),
         ] {
             let help = format!("{help}, as of its last report");
@@ -218,7 +233,11 @@ impl Telemetry {
     }
 
     /// Run `work` and record its latency under `op`.
-    pub async fn timed<T, E>(&self, op: Operation, work: impl std::future::Future<Output = Result<T, E>>) -> Result<T, E> {
+    pub async fn timed<T, E>(
+        &self,
+        op: Operation,
+        work: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
         let started = Instant::now();
         let result = work.await;
         self.operation(op, result.is_ok(), started.elapsed());
@@ -268,7 +287,10 @@ mod tests {
             text.contains(r#"lizard_http_requests_total{route="/v1/sandboxes/{id}",method="GET",status="200"} 2"#),
             "{text}"
         );
-        assert!(text.contains(r#"lizard_http_requests_total{route="unmatched",method="OTHER",status="404"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"lizard_http_requests_total{route="unmatched",method="OTHER",status="404"} 1"#),
+            "{text}"
+        );
     }
 
     #[tokio::test]

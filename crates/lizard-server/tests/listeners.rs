@@ -141,7 +141,8 @@ async fn requests_are_counted_by_route_template_so_paths_make_no_series() {
         assert_eq!(status, 404);
         let (status, _) = s.call(reqwest::Method::GET, &format!("/v1/no-such-route-{i}"), None, None).await;
         assert_eq!(status, 404);
-        let (status, _) = s.call(reqwest::Method::from_bytes(format!("M{i}").as_bytes()).unwrap(), "/health", None, None).await;
+        let (status, _) =
+            s.call(reqwest::Method::from_bytes(format!("M{i}").as_bytes()).unwrap(), "/health", None, None).await;
         assert_eq!(status, 404, "no such method");
     }
     let text = s.scrape().await;
@@ -152,7 +153,11 @@ async fn requests_are_counted_by_route_template_so_paths_make_no_series() {
         "{text}"
     );
     assert_eq!(value(&text, r#"lizard_http_requests_total{route="unmatched",method="GET",status="404"}"#), Some(40.0));
-    assert_eq!(value(&text, r#"lizard_http_requests_total{route="/health",method="OTHER",status="404"}"#), Some(40.0), "{text}");
+    assert_eq!(
+        value(&text, r#"lizard_http_requests_total{route="/health",method="OTHER",status="404"}"#),
+        Some(40.0),
+        "{text}"
+    );
     assert!(
         value(&text, r#"lizard_http_request_duration_seconds_count{route="/v1/sandboxes/{id}",method="GET"}"#)
             == Some(40.0),
@@ -217,7 +222,8 @@ async fn a_joined_nodes_capacity_and_use_come_from_its_heartbeats() {
 #[tokio::test]
 async fn the_console_is_served_beside_the_api_and_needs_no_key() {
     let s = Running::start().await;
-    let no_redirects = reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let no_redirects =
+        reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     let root = no_redirects.get(format!("{}/", s.api)).send().await.unwrap();
     assert_eq!(root.status(), 308);
     assert_eq!(root.headers()["location"], "/console/");
@@ -225,6 +231,7 @@ async fn the_console_is_served_beside_the_api_and_needs_no_key() {
     assert_eq!(page.status(), 200);
     assert_eq!(page.headers()["content-security-policy"], lizard_console::CSP);
     assert!(page.text().await.unwrap().contains("/console/app.js"));
-    let settings: Value = s.http.get(format!("{}/console/settings.json", s.api)).send().await.unwrap().json().await.unwrap();
+    let settings: Value =
+        s.http.get(format!("{}/console/settings.json", s.api)).send().await.unwrap().json().await.unwrap();
     assert_eq!(settings, json!({"sandboxUrlPort": null}), "this server runs no proxy");
 }

@@ -49,9 +49,11 @@ pub fn check_fork_count(count: u32) -> ApiResult<()> {
 /// cannot leave copies running unrecorded.
 pub async fn fork(state: &AppState, source: &LiveSandbox, count: u32) -> ApiResult<Vec<LiveSandbox>> {
     check_fork_count(count)?;
-    let telemetry = state.server.telemetry.clone();
     let (state, source) = (state.clone(), source.clone());
-    telemetry.timed(Operation::Fork, run_to_completion(async move { fork_now(&state, &source, count).await })).await
+    run_to_completion(
+        async move { state.server.telemetry.timed(Operation::Fork, fork_now(&state, &source, count)).await },
+    )
+    .await
 }
 
 async fn fork_now(state: &AppState, source: &LiveSandbox, count: u32) -> ApiResult<Vec<LiveSandbox>> {

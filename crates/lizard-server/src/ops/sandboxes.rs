@@ -146,9 +146,10 @@ pub struct NewSandboxSpec {
 /// goes away mid-create (its handler dropped) cannot stop it between the boot and the
 /// record, so the sandbox ends up recorded and billed, or undone.
 pub async fn create(state: &AppState, spec: NewSandboxSpec) -> ApiResult<LiveSandbox> {
-    let telemetry = state.server.telemetry.clone();
     let state = state.clone();
-    telemetry.timed(Operation::Create, run_to_completion(async move { create_now(&state, spec).await })).await
+    // Timed inside the task: a client that goes away does not lose the measurement.
+    run_to_completion(async move { state.server.telemetry.timed(Operation::Create, create_now(&state, spec)).await })
+        .await
 }
 
 /// Run `work` in a task of its own and await it: dropping the caller does not cancel it.
