@@ -33,12 +33,14 @@ pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTem
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let base_is_built = !super::is_builtin(&state, &build.base_ref);
     let fetched = super::fetch_context_blobs(&state, &build.context).await;
+    let mut built_on = None;
     let result = match fetched {
         Err(failure) => Err(BuildError::Failed(failure)),
         Ok(()) => match placement::place_build(&state, &build, base_is_built).await {
             Err(no_node) => Err(BuildError::Refused(no_node.0)),
-            Ok(node) => {
-                let built = node.build_template(build, tx, running.cancel.clone());
+            Ok(placed) => {
+                built_on = Some(placed.at.node_id);
+                let built = placed.node.build_template(build, tx, running.cancel.clone());
                 tokio::pin!(built);
                 loop {
                     tokio::select! {
@@ -84,6 +86,12 @@ pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTem
         base: base_name(&recipe),
         start_cmd: recipe.start.as_ref().map(|s| s.cmd.clone()),
     };
+    if let Some(node_id) = built_on.filter(|_| status == BuildStatus::Ready) {
+        // Creates from it may come before the node's next heartbeat lists it.
+        if let Err(e) = store.add_node_template(&node_id, &node_ref).await {
+            tracing::warn!(build = %build_id, node = %node_id, "cannot note the node holding a build: {e}");
+        }
+    }
     match store.finish_build(&build_id, &finished).await {
         Ok(Some(replaced)) => release_ref(&state, &replaced).await,
         Ok(None) => {}
