@@ -4,7 +4,7 @@
 //! templates are deleted wherever they are ([`delete_node_template`]).
 
 use super::base_name;
-use crate::builds::{Progress, RunningBuild};
+use crate::builds::{to_ndjson, Progress, RunningBuild};
 use crate::error::{ApiResult, AppError};
 use crate::ids;
 use crate::nodes::{BuildError, BuildTemplate, NodeResult, Nodes};
@@ -72,14 +72,18 @@ pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTem
             (BuildStatus::Failed, Some(f), None, None)
         }
     };
-    hub.push(BuildEvent::Done { status, error: error.clone() });
-    let Progress { steps: seen, log } = hub.progress();
+    // Followers hear `Done` only once the end is recorded: what they do next (a create from
+    // the build, perhaps through another replica) reads the record.
+    let done = BuildEvent::Done { status, error: error.clone() };
+    let mut progress = hub.progress();
+    progress.apply(&done);
+    let Progress { steps: seen, log } = progress;
     let finished = FinishedBuild {
         status,
         steps: steps.unwrap_or(seen),
         error,
         log,
-        events: hub.ndjson(),
+        events: hub.ndjson() + &to_ndjson(std::slice::from_ref(&done)),
         layer_bytes,
         finished_at: ids::now_ms(),
         description: recipe.description.clone(),
@@ -92,7 +96,9 @@ pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTem
             tracing::warn!(build = %build_id, node = %node_id, "cannot note the node holding a build: {e}");
         }
     }
-    match store.finish_build(&build_id, &finished).await {
+    let recorded = store.finish_build(&build_id, &finished).await;
+    hub.push(done);
+    match recorded {
         Ok(Some(replaced)) => release_ref(&state, &replaced).await,
         Ok(None) => {}
         Err(e) => {
