@@ -89,7 +89,7 @@ pub enum Command {
     Sandbox(sandbox::SandboxCmd),
     /// Run a Lizard server (control plane + node) until SIGTERM/SIGINT.
     #[cfg(feature = "node")]
-    Server(server::ServerArgs),
+    Server(Box<server::ServerArgs>),
     /// Show who the API key belongs to (a scoped key sees only its identity and scopes).
     Whoami,
     /// Workspaces: the unit of isolation between the users of one account.
@@ -280,7 +280,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
             sandbox::run(&api, cmd, ctx.json).await.map(|_| 0)
         }
         #[cfg(feature = "node")]
-        Command::Server(args) => server::run(&ctx.data_dir, args).await.map(|_| 0),
+        Command::Server(args) => server::run(&ctx.data_dir, *args).await.map(|_| 0),
         Command::Whoami => tenancy::whoami(&ctx.require_server("whoami")?, ctx.json).await.map(|_| 0),
         Command::Workspace(cmd) => {
             tenancy::workspace(&ctx.require_server("workspace")?, cmd, ctx.json).await.map(|_| 0)
