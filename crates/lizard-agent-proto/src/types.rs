@@ -47,6 +47,7 @@ pub struct ExitStatus {
 }
 
 /// Kind of a directory entry.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum FileType {
@@ -74,6 +75,7 @@ pub struct FileEntry {
 
 /// What `lstat` says of one path (`GET /v1/files/info`): a symlink is described itself,
 /// with its target, not followed.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct FileInfo {
@@ -99,6 +101,7 @@ pub struct FileInfo {
 }
 
 /// What happened to a watched path.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum FsEventKind {
@@ -117,6 +120,7 @@ pub enum FsEventKind {
 
 /// One line of a watch's answer (`GET /v1/files/watch`, NDJSON). Blank lines between
 /// events keep an idle stream checked.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct FsEvent {
@@ -134,6 +138,7 @@ pub struct FsEvent {
 
 /// Answer to an archive upload (`PUT /v1/files/archive`): the directory it was unpacked
 /// in and what it held.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ArchiveResult {

@@ -37,7 +37,7 @@ from typing import (
 from typing_extensions import Concatenate, ParamSpec
 
 if TYPE_CHECKING:
-    from ._http import AsyncHttpClient, HttpClient
+    from ._http import AsyncHttpClient, AsyncWatchHandle, HttpClient, WatchHandle
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -108,17 +108,23 @@ class Invoke:
 
 
 @dataclass(frozen=True)
+class Started:
+    """A background operation (``api_background``) is under way: its caller gets the
+    handle now, and the rest runs on."""
+
+
+@dataclass(frozen=True)
 class Emit(Generic[E]):
     """Hand an item to the caller of an iterating operation."""
 
     item: E
 
 
-Step = Union[Send, Open, Next, Sleep, Invoke, Emit[Any]]
+Step = Union[Send, Open, Next, Sleep, Invoke, Started, Emit[Any]]
 #: An operation returning ``T``.
 Op = Generator[Step, Any, T]
 #: An operation that yields items of type ``E`` (through :class:`Emit`) to an iterator.
-Items = Generator[Union[Send, Open, Next, Sleep, Invoke, Emit[E]], Any, None]
+Items = Generator[Union[Send, Open, Next, Sleep, Invoke, Started, Emit[E]], Any, None]
 
 
 class Body:
@@ -187,6 +193,35 @@ class api_items(Generic[P, E]):
         @functools.wraps(fn)
         def bound(*args: Any, **kwargs: Any) -> Any:
             return obj._http.iterate(fn(obj, *args, **kwargs))
+
+        return bound
+
+
+class api_background(Generic[P]):
+    """A method written as an operation that runs on in the background once it yields
+    :class:`Started`: the call returns a ``WatchHandle`` then (blocking flavour: a thread
+    runs the rest) or an ``AsyncWatchHandle`` (async flavour: a task does); ``stop()`` on
+    it ends the operation. An error before ``Started`` is the call's."""
+
+    def __init__(self, fn: Callable[Concatenate[Any, P], Op[None]]) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    @overload
+    def __get__(self, obj: None, owner: Any) -> "api_background[P]": ...
+    @overload
+    def __get__(self, obj: Flavoured[Sync], owner: Any) -> "Callable[P, WatchHandle]": ...
+    @overload
+    def __get__(self, obj: Flavoured[Async], owner: Any) -> "Callable[P, Coroutine[Any, Any, AsyncWatchHandle]]": ...
+
+    def __get__(self, obj: Any, owner: Any) -> Any:
+        if obj is None:
+            return self
+        fn = self.fn
+
+        @functools.wraps(fn)
+        def bound(*args: Any, **kwargs: Any) -> Any:
+            return obj._http.spawn(fn(obj, *args, **kwargs))
 
         return bound
 
