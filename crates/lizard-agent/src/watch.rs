@@ -75,14 +75,12 @@ impl Watcher {
         if !meta.is_dir() {
             return Err(FilesError::NotADirectory(root.display().to_string()));
         }
-        let fd = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-            .map_err(std::io::Error::from)
-            // SAFETY: `Fd` owns the inotify descriptor (an `OwnedFd`), which stays open until
-            // the `AsyncFd` drops it, and `as_raw_fd` always returns that one descriptor.
-            .and_then(|inotify| {
-                unsafe { AsyncFd::register_with_interest(Fd(inotify), Interest::READABLE) }.map_err(io::Error::from)
-            })
-            .map_err(FilesError::io(root))?;
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+            .map_err(|e| FilesError::io(root)(io::Error::from(e)))?;
+        // SAFETY: `Fd` owns the inotify descriptor (an `OwnedFd`), which stays open until the
+        // `AsyncFd` drops it, and `as_raw_fd` always returns that one descriptor.
+        let fd = unsafe { AsyncFd::register_with_interest(Fd(inotify), Interest::READABLE) }
+            .map_err(|e| FilesError::io(root)(io::Error::from(e)))?;
         let mut w = Watcher { fd, dirs: HashMap::new(), recursive };
         w.add(root).map_err(FilesError::io(root))?;
         if recursive {
