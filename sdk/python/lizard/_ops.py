@@ -144,12 +144,29 @@ class Flavoured(Generic[F]):
     _http: "Union[HttpClient, AsyncHttpClient]"
 
 
-class api(Generic[P, T]):
+class _Method:
+    """What the descriptors below share: the operation function, and binding it to an
+    object so that a call hands the operation to one of the client's drivers."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    def _bind(self, obj: Any, drive: Callable[[Any], Any]) -> Callable[..., Any]:
+        fn = self.fn
+
+        @functools.wraps(fn)
+        def bound(*args: Any, **kwargs: Any) -> Any:
+            return drive(fn(obj, *args, **kwargs))
+
+        return bound
+
+
+class api(_Method, Generic[P, T]):
     """A method written as an operation; see the module doc."""
 
     def __init__(self, fn: Callable[Concatenate[Any, P], Op[T]]) -> None:
-        self.fn = fn
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        super().__init__(fn)
 
     @overload
     def __get__(self, obj: None, owner: Any) -> "api[P, T]": ...
@@ -159,24 +176,15 @@ class api(Generic[P, T]):
     def __get__(self, obj: Flavoured[Async], owner: Any) -> Callable[P, Coroutine[Any, Any, T]]: ...
 
     def __get__(self, obj: Any, owner: Any) -> Any:
-        if obj is None:
-            return self
-        fn = self.fn
-
-        @functools.wraps(fn)
-        def bound(*args: Any, **kwargs: Any) -> Any:
-            return obj._http.run(fn(obj, *args, **kwargs))
-
-        return bound
+        return self if obj is None else self._bind(obj, obj._http.run)
 
 
-class api_items(Generic[P, E]):
+class api_items(_Method, Generic[P, E]):
     """A method written as an operation that emits items (``Items[E]``): an ``Iterator``
     in the blocking flavour, an ``AsyncIterator`` in the async one."""
 
     def __init__(self, fn: Callable[Concatenate[Any, P], Items[E]]) -> None:
-        self.fn = fn
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        super().__init__(fn)
 
     @overload
     def __get__(self, obj: None, owner: Any) -> "api_items[P, E]": ...
@@ -186,26 +194,17 @@ class api_items(Generic[P, E]):
     def __get__(self, obj: Flavoured[Async], owner: Any) -> Callable[P, AsyncIterator[E]]: ...
 
     def __get__(self, obj: Any, owner: Any) -> Any:
-        if obj is None:
-            return self
-        fn = self.fn
-
-        @functools.wraps(fn)
-        def bound(*args: Any, **kwargs: Any) -> Any:
-            return obj._http.iterate(fn(obj, *args, **kwargs))
-
-        return bound
+        return self if obj is None else self._bind(obj, obj._http.iterate)
 
 
-class api_background(Generic[P]):
+class api_background(_Method, Generic[P]):
     """A method written as an operation that runs on in the background once it yields
     :class:`Started`: the call returns a ``WatchHandle`` then (blocking flavour: a thread
     runs the rest) or an ``AsyncWatchHandle`` (async flavour: a task does); ``stop()`` on
     it ends the operation. An error before ``Started`` is the call's."""
 
     def __init__(self, fn: Callable[Concatenate[Any, P], Op[None]]) -> None:
-        self.fn = fn
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        super().__init__(fn)
 
     @overload
     def __get__(self, obj: None, owner: Any) -> "api_background[P]": ...
@@ -215,25 +214,16 @@ class api_background(Generic[P]):
     def __get__(self, obj: Flavoured[Async], owner: Any) -> "Callable[P, Coroutine[Any, Any, AsyncWatchHandle]]": ...
 
     def __get__(self, obj: Any, owner: Any) -> Any:
-        if obj is None:
-            return self
-        fn = self.fn
-
-        @functools.wraps(fn)
-        def bound(*args: Any, **kwargs: Any) -> Any:
-            return obj._http.spawn(fn(obj, *args, **kwargs))
-
-        return bound
+        return self if obj is None else self._bind(obj, obj._http.spawn)
 
 
-class static_api(Generic[P, T]):
+class static_api(_Method, Generic[P, T]):
     """A class-level operation (a static form such as ``Sandbox.create``): its flavour is
     the class's, its client ``http=`` or else the class's shared one for ``api_key=`` and
     ``api_url=`` (``_shared_http``); the operation gets the client as ``http``."""
 
     def __init__(self, fn: Callable[Concatenate[Any, P], Op[T]]) -> None:
-        self.fn = fn
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        super().__init__(fn)
 
     @overload
     def __get__(self, obj: Any, owner: Type[Flavoured[Sync]]) -> Callable[P, T]: ...
