@@ -7,8 +7,8 @@
 //!   each directory created or moved in later; what such a directory already holds when
 //!   its watch is added is reported as `create` too, so files made right after `mkdir`
 //!   are not missed.
-//! - `rename` pairs a move's two halves (same cookie) read in one batch; a move out of the
-//!   watched tree is a `remove`, a move in a `create`.
+//! - `rename` pairs a move's two halves (same cookie), read in one batch or the next within
+//!   [`MOVE_GRACE`]; a move out of the watched tree is a `remove`, a move in a `create`.
 //! - Consecutive `write`s of one file in a batch are one event.
 //! - The kernel's queue overflowing (`max_queued_events`, 16384 by default) is an
 //!   `overflow` event; the watch goes on. So is a directory that could not be watched
@@ -38,6 +38,8 @@ use tokio::io::Interest;
 
 /// Silence after which a blank line is sent.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
+/// How long the second half of a move is waited for once the first was read alone.
+const MOVE_GRACE: Duration = Duration::from_millis(50);
 
 /// Query parameters of a watch.
 #[derive(Debug, Deserialize)]
@@ -66,6 +68,9 @@ pub(crate) struct Watcher {
     fd: AsyncFd<Fd>,
     dirs: HashMap<WatchDescriptor, PathBuf>,
     recursive: bool,
+    /// Moves out of a watched directory (cookie, path, is a directory) whose other half
+    /// has not been read yet.
+    moved_from: Vec<(u32, PathBuf, bool)>,
 }
 
 impl Watcher {
@@ -81,7 +86,7 @@ impl Watcher {
         // `AsyncFd` drops it, and `as_raw_fd` always returns that one descriptor.
         let fd = unsafe { AsyncFd::register_with_interest(Fd(inotify), Interest::READABLE) }
             .map_err(|e| FilesError::io(root)(io::Error::from(e)))?;
-        let mut w = Watcher { fd, dirs: HashMap::new(), recursive };
+        let mut w = Watcher { fd, dirs: HashMap::new(), recursive, moved_from: vec![] };
         w.add(root).map_err(FilesError::io(root))?;
         if recursive {
             let mut found = vec![];
@@ -152,10 +157,9 @@ impl Watcher {
         }
     }
 
-    /// Turn one batch of inotify events into API events (appended to `out`).
+    /// Turn one batch of inotify events into API events (appended to `out`). A move whose
+    /// other half is not in the batch waits in `moved_from` (see [`Watcher::flush_moves`]).
     pub(crate) fn translate(&mut self, batch: Vec<InotifyEvent>, out: &mut VecDeque<FsEvent>) {
-        // Moves out of a watched directory, by cookie, until their other half shows up.
-        let mut moved_from: Vec<(u32, PathBuf, bool)> = vec![];
         for ev in batch {
             if ev.mask.contains(Mask::IN_Q_OVERFLOW) {
                 out.push_back(event(FsEventKind::Overflow, Path::new(""), false));
@@ -181,11 +185,11 @@ impl Watcher {
             } else if ev.mask.contains(Mask::IN_DELETE) {
                 out.push_back(event(FsEventKind::Remove, &path, is_dir));
             } else if ev.mask.contains(Mask::IN_MOVED_FROM) {
-                moved_from.push((ev.cookie, path, is_dir));
+                self.moved_from.push((ev.cookie, path, is_dir));
             } else if ev.mask.contains(Mask::IN_MOVED_TO) {
-                match moved_from.iter().position(|(c, ..)| *c == ev.cookie) {
+                match self.moved_from.iter().position(|(c, ..)| *c == ev.cookie) {
                     Some(i) => {
-                        let (_, from, _) = moved_from.remove(i);
+                        let (_, from, _) = self.moved_from.remove(i);
                         if is_dir && self.recursive {
                             self.move_tree(&from, &path);
                         }
@@ -202,7 +206,11 @@ impl Watcher {
                 }
             }
         }
-        for (_, from, is_dir) in moved_from {
+    }
+
+    /// Moves whose other half never came left the watched tree: `remove`s.
+    pub(crate) fn flush_moves(&mut self, out: &mut VecDeque<FsEvent>) {
+        for (_, from, is_dir) in std::mem::take(&mut self.moved_from) {
             if is_dir {
                 self.drop_tree(&from);
             }
@@ -238,7 +246,17 @@ impl Watcher {
                     return Some((Ok(Bytes::from(line)), Some((w, out))));
                 }
                 match w.next_batch().await {
-                    Ok(Some(batch)) => w.translate(batch, &mut out),
+                    Ok(Some(batch)) => {
+                        w.translate(batch, &mut out);
+                        // A reader can wake between a move's two halves: give the second
+                        // one a moment before calling the first a removal.
+                        if !w.moved_from.is_empty() {
+                            if let Ok(Ok(Some(more))) = tokio::time::timeout(MOVE_GRACE, w.next_batch()).await {
+                                w.translate(more, &mut out);
+                            }
+                            w.flush_moves(&mut out);
+                        }
+                    }
                     Ok(None) => return Some((Ok(Bytes::from_static(b"\n")), Some((w, out)))),
                     Err(e) => return Some((Err(e), None)),
                 }
@@ -372,6 +390,16 @@ mod tests {
         let mut out = VecDeque::new();
         w.translate(vec![InotifyEvent { wd, mask: Mask::IN_Q_OVERFLOW, cookie: 0, name: None }], &mut out);
         assert_eq!(out.pop_front().map(|e| e.kind), Some(FsEventKind::Overflow));
+        // A move read in two batches is still one rename; an unpaired half is a removal.
+        let half = |mask, name: &str| InotifyEvent { wd, mask, cookie: 7, name: Some(name.into()) };
+        w.translate(vec![half(Mask::IN_MOVED_FROM, "a")], &mut out);
+        assert!(out.is_empty());
+        w.translate(vec![half(Mask::IN_MOVED_TO, "b")], &mut out);
+        let e = out.pop_front().unwrap();
+        assert_eq!((e.kind, e.new_path), (FsEventKind::Rename, Some(s(&dir.path().join("b")))));
+        w.translate(vec![half(Mask::IN_MOVED_FROM, "c")], &mut out);
+        w.flush_moves(&mut out);
+        assert_eq!(out.pop_front().map(|e| (e.kind, e.path)), Some((FsEventKind::Remove, s(&dir.path().join("c")))));
         std::fs::write(dir.path().join("file"), "x").unwrap();
         let d = dir.path().display();
         for (uri, status, code) in [
