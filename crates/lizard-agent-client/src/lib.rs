@@ -21,7 +21,8 @@ pub use error::ClientError;
 pub use exec::{ExecEvent, ExecOutput, ExecStream};
 pub use lizard_agent_proto::handshake::Secret;
 pub use lizard_agent_proto::types::{
-    AgentError, ErrorCode, ExecRequest, ExitStatus, FileEntry, FileType, Health, WriteResult,
+    AgentError, ArchiveResult, ErrorCode, ExecRequest, ExitStatus, FileEntry, FileInfo, FileType, FsEvent, FsEventKind,
+    Health, WriteResult,
 };
 pub use staged::TransferPath;
 pub use staging_file::{StagingFile, StagingFileError};
@@ -262,6 +263,45 @@ impl AgentClient {
     /// Stream the file at the absolute `path`.
     pub async fn read_file(&self, path: &str) -> Result<ReadFile, ClientError> {
         let resp = self.call(Method::GET, file_uri(routes::FILES, path), empty()).await?;
+        Ok(self.streamed(resp))
+    }
+
+    /// What `lstat` says of `path` (a link is described, not followed).
+    pub async fn file_info(&self, path: &str) -> Result<FileInfo, ClientError> {
+        self.json(self.call(Method::GET, file_uri(routes::FILES_INFO, path), empty()).await?).await
+    }
+
+    /// Move `from` to `to` (`rename(2)`); what is at `to` afterwards.
+    pub async fn rename(&self, from: &str, to: &str) -> Result<FileInfo, ClientError> {
+        let uri = format!("{}&to={}", file_uri(routes::FILES_RENAME, from), urlencoding::encode(to));
+        self.json(self.call(Method::POST, uri, empty()).await?).await
+    }
+
+    /// Watch the directory `path` (and, `recursive`, everything under it): NDJSON
+    /// [`FsEvent`] lines (blank lines between them keep it checked) until dropped, which
+    /// frees the watches. Returns once the watches are in place.
+    pub async fn watch(&self, path: &str, recursive: bool) -> Result<ReadFile, ClientError> {
+        let uri = format!("{}&recursive={recursive}", file_uri(routes::FILES_WATCH, path));
+        Ok(self.streamed(self.call(Method::GET, uri, empty()).await?))
+    }
+
+    /// The directory `path` as a tar archive, streamed as the agent makes it.
+    pub async fn read_archive(&self, path: &str) -> Result<ReadFile, ClientError> {
+        Ok(self.streamed(self.call(Method::GET, file_uri(routes::FILES_ARCHIVE, path), empty()).await?))
+    }
+
+    /// Unpack the tar archive `body` into the directory `path` (created with its
+    /// parents); an entry that would land outside it is refused.
+    pub async fn write_archive<S>(&self, path: &str, body: S) -> Result<ArchiveResult, ClientError>
+    where
+        S: Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
+    {
+        let body = StreamBody::new(body.map_ok(hyper::body::Frame::data)).boxed_unsync();
+        self.json(self.call(Method::PUT, file_uri(routes::FILES_ARCHIVE, path), body).await?).await
+    }
+
+    /// A streamed answer's body, with the length it announced.
+    fn streamed(&self, resp: Response<Incoming>) -> ReadFile {
         let content_length =
             resp.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
         let conn = self.conn.clone();
@@ -278,7 +318,7 @@ impl AgentClient {
                 }
             })
             .boxed();
-        Ok(ReadFile { content_length, chunks })
+        ReadFile { content_length, chunks }
     }
 
     /// The entries of the directory at `path`, sorted by name.
@@ -423,7 +463,8 @@ fn error_from_body(status: StatusCode, body: &[u8]) -> ClientError {
     }
 }
 
-/// A file being read: a stream of chunks, and the length the agent announced.
+/// A streamed answer (a file being read, an archive, a watch's lines): a stream of
+/// chunks, and the length the agent announced.
 pub struct ReadFile {
     content_length: Option<u64>,
     chunks: BoxStream<'static, Result<Bytes, ClientError>>,

@@ -9,6 +9,11 @@
 //! | DELETE | [`FILES`]`?path=`   | –                           | – (204), recursive       |
 //! | GET    | [`FILES_LIST`]`?path=` | –                        | `[FileEntry]`            |
 //! | POST   | [`FILES_MKDIR`]`?path=` | –                       | – (204), with parents    |
+//! | GET    | [`FILES_INFO`]`?path=` | –                        | [`crate::types::FileInfo`] (lstat) |
+//! | POST   | [`FILES_RENAME`]`?path=&to=` | –                  | [`crate::types::FileInfo`] of `to` |
+//! | GET    | [`FILES_WATCH`]`?path=&recursive=` | –            | NDJSON [`crate::types::FsEvent`]s until the host drops it |
+//! | GET    | [`FILES_ARCHIVE`]`?path=` | –                     | a directory as a tar archive (streamed) |
+//! | PUT    | [`FILES_ARCHIVE`]`?path=` | a tar archive (streamed) | [`crate::types::ArchiveResult`] |
 //! | POST   | [`crate::staging::STAGED_WRITE`]`?path=&mode=&slot=` | notices (JSON lines) | notices, then `Written` |
 //! | POST   | [`crate::staging::STAGED_READ`]`?path=&slot=` | acks (JSON lines) | notices, then `End`      |
 //! | POST   | [`IDENTITY`]        | [`crate::types::Identity`]  | – (204)                  |
@@ -63,6 +68,17 @@ pub const EXEC: &str = "/v1/exec";
 pub const FILES: &str = "/v1/files";
 pub const FILES_LIST: &str = "/v1/files/list";
 pub const FILES_MKDIR: &str = "/v1/files/mkdir";
+pub const FILES_INFO: &str = "/v1/files/info";
+pub const FILES_RENAME: &str = "/v1/files/rename";
+/// inotify on a directory (and, `recursive=true`, every directory under it, new ones
+/// included). The answer starts once the watches are in place, so a change made after
+/// it began is reported; the watches go when the host drops the stream (the session
+/// ends at a pause, so does the watch).
+pub const FILES_WATCH: &str = "/v1/files/watch";
+/// A directory's tree as a tar archive, or a tar archive unpacked into a directory.
+/// Entries stay inside it: an absolute path, a `..` component or a path through a link
+/// is refused (`INVALID_ARGUMENT`), and nothing of the archive is unpacked then.
+pub const FILES_ARCHIVE: &str = "/v1/files/archive";
 /// Give a guest restored from a template snapshot its own identity; see
 /// [`crate::types::Identity`].
 pub const IDENTITY: &str = "/v1/identity";

@@ -47,6 +47,7 @@ pub struct ExitStatus {
 }
 
 /// Kind of a directory entry.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum FileType {
@@ -70,6 +71,82 @@ pub struct FileEntry {
     pub mode: u32,
     /// Modification time, milliseconds since the Unix epoch.
     pub mtime_ms: i64,
+}
+
+/// What `lstat` says of one path (`GET /v1/files/info`): a symlink is described itself,
+/// with its target, not followed.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FileInfo {
+    pub name: String,
+    /// Absolute path, as asked.
+    pub path: String,
+    #[serde(rename = "type")]
+    pub file_type: FileType,
+    pub size: u64,
+    /// Permission bits, e.g. 0o644.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// The owner's and group's names in the guest's /etc/passwd and /etc/group (the
+    /// number as text where there is none).
+    pub owner: String,
+    pub group: String,
+    /// Modification time, milliseconds since the Unix epoch.
+    pub mtime_ms: i64,
+    /// Where a symlink points (as written in the link).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symlink_target: Option<String>,
+}
+
+/// What happened to a watched path.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FsEventKind {
+    /// A file, directory or link appeared (created, or moved in from outside the watch).
+    Create,
+    /// A file's content changed.
+    Write,
+    /// Removed (or moved out of the watch).
+    Remove,
+    /// Moved within the watch: from `path` to `newPath`.
+    Rename,
+    /// The guest kernel's event queue overflowed: events were lost (the watch goes on;
+    /// rescan what matters).
+    Overflow,
+}
+
+/// One line of a watch's answer (`GET /v1/files/watch`, NDJSON). Blank lines between
+/// events keep an idle stream checked.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FsEvent {
+    #[serde(rename = "type")]
+    pub kind: FsEventKind,
+    /// The absolute path the event is about (empty for `overflow`).
+    #[serde(default)]
+    pub path: String,
+    /// Where a `rename` moved it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_path: Option<String>,
+    #[serde(default)]
+    pub is_dir: bool,
+}
+
+/// Answer to an archive upload (`PUT /v1/files/archive`): the directory it was unpacked
+/// in and what it held.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveResult {
+    pub path: String,
+    /// Files, directories and links unpacked.
+    pub entries: u64,
+    /// Bytes of file content written.
+    pub bytes_written: u64,
 }
 
 /// Answer to a file write.

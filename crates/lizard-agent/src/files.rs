@@ -16,7 +16,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::StreamExt;
-use lizard_agent_proto::types::{AgentError, ErrorCode, FileEntry, FileType, WriteResult};
+use lizard_agent_proto::types::{AgentError, ErrorCode, FileEntry, FileInfo, FileType, WriteResult};
 use serde::Deserialize;
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -43,12 +43,21 @@ pub enum FilesError {
     /// `mode` is not an octal permission value.
     #[error("mode must be octal permission bits, got {0:?}")]
     Mode(String),
-    /// Removing `/` is never what anyone meant.
-    #[error("refusing to remove /")]
+    /// Removing or moving `/` is never what anyone meant.
+    #[error("refusing to remove or move /")]
     RemoveRoot,
     /// The path names a directory where a file is needed.
     #[error("{0} is a directory")]
     IsADirectory(String),
+    /// The path names something else where a directory is needed.
+    #[error("{0} is not a directory")]
+    NotADirectory(String),
+    /// The body is not a tar archive (or ended inside one).
+    #[error("not a readable tar archive: {0}")]
+    BadArchive(String),
+    /// An archive entry would land outside the directory it is unpacked in.
+    #[error("archive entry {entry:?} leaves {dir}")]
+    Escape { entry: String, dir: String },
     /// The operation failed on the file system.
     #[error("{path}: {source}")]
     Io { path: String, source: io::Error },
@@ -63,10 +72,14 @@ impl FilesError {
 impl From<FilesError> for AgentError {
     fn from(e: FilesError) -> AgentError {
         let code = match &e {
-            FilesError::Query(_) | FilesError::Relative(_) | FilesError::Mode(_) | FilesError::RemoveRoot => {
-                ErrorCode::InvalidArgument
-            }
+            FilesError::Query(_)
+            | FilesError::Relative(_)
+            | FilesError::Mode(_)
+            | FilesError::RemoveRoot
+            | FilesError::BadArchive(_)
+            | FilesError::Escape { .. } => ErrorCode::InvalidArgument,
             FilesError::IsADirectory(_) => ErrorCode::IsADirectory,
+            FilesError::NotADirectory(_) => ErrorCode::NotADirectory,
             FilesError::Io { source, path } => AgentError::from_io(source, path).code,
         };
         AgentError::new(code, e.to_string())
@@ -216,10 +229,7 @@ pub async fn read(q: Result<Query<FileQuery>, QueryRejection>) -> Result<Respons
 /// `GET /v1/files/list?path=`: the directory's entries, sorted by name.
 pub async fn list(q: Result<Query<FileQuery>, QueryRejection>) -> Result<Json<Vec<FileEntry>>, AppError> {
     let (path, _) = FileQuery::from(q)?;
-    let entries = tokio::task::spawn_blocking(move || list_dir(&path))
-        .await
-        .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))??;
-    Ok(Json(entries))
+    Ok(Json(blocking(move || list_dir(&path)).await?))
 }
 
 fn list_dir(path: &Path) -> Result<Vec<FileEntry>, FilesError> {
@@ -228,33 +238,107 @@ fn list_dir(path: &Path) -> Result<Vec<FileEntry>, FilesError> {
         let entry = entry.map_err(FilesError::io(path))?;
         // The entry may vanish between readdir and lstat; skip it then.
         let Ok(meta) = entry.path().symlink_metadata() else { continue };
-        let ft = meta.file_type();
-        let file_type = if ft.is_symlink() {
-            FileType::Symlink
-        } else if ft.is_dir() {
-            FileType::Dir
-        } else if ft.is_file() {
-            FileType::File
-        } else {
-            FileType::Other
-        };
-        let mtime_ms = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .and_then(|d| i64::try_from(d.as_millis()).ok())
-            .unwrap_or(meta.mtime() * 1000);
         entries.push(FileEntry {
             name: entry.file_name().to_string_lossy().into_owned(),
             path: entry.path().display().to_string(),
-            file_type,
+            file_type: file_type(&meta),
             size: meta.len(),
             mode: meta.mode() & 0o7777,
-            mtime_ms,
+            mtime_ms: mtime_ms(&meta),
         });
     }
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(entries)
+}
+
+/// What kind of entry `meta` (from `lstat`) describes.
+pub(crate) fn file_type(meta: &std::fs::Metadata) -> FileType {
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        FileType::Symlink
+    } else if ft.is_dir() {
+        FileType::Dir
+    } else if ft.is_file() {
+        FileType::File
+    } else {
+        FileType::Other
+    }
+}
+
+fn mtime_ms(meta: &std::fs::Metadata) -> i64 {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .and_then(|d| i64::try_from(d.as_millis()).ok())
+        .unwrap_or(meta.mtime() * 1000)
+}
+
+/// `lstat` of `path`, as the API describes it.
+fn file_info(path: &Path) -> Result<FileInfo, FilesError> {
+    let meta = path.symlink_metadata().map_err(FilesError::io(path))?;
+    let symlink_target = if meta.file_type().is_symlink() {
+        Some(std::fs::read_link(path).map_err(FilesError::io(path))?.display().to_string())
+    } else {
+        None
+    };
+    let (owner, group) = crate::users::owner_names(meta.uid(), meta.gid());
+    Ok(FileInfo {
+        name: path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "/".to_string()),
+        path: path.display().to_string(),
+        file_type: file_type(&meta),
+        size: meta.len(),
+        mode: meta.mode() & 0o7777,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        owner,
+        group,
+        mtime_ms: mtime_ms(&meta),
+        symlink_target,
+    })
+}
+
+/// `GET /v1/files/info?path=`: what `lstat` says of the path (a link is not followed).
+pub async fn info(q: Result<Query<FileQuery>, QueryRejection>) -> Result<Json<FileInfo>, AppError> {
+    let (path, _) = FileQuery::from(q)?;
+    Ok(Json(blocking(move || file_info(&path)).await?))
+}
+
+/// Query parameters of a rename.
+#[derive(Debug, Deserialize)]
+pub struct RenameQuery {
+    path: String,
+    to: String,
+}
+
+/// `POST /v1/files/rename?path=&to=`: `rename(2)`, replacing a file at `to` (a
+/// directory only when it is empty); answers what is at `to` now.
+pub async fn rename(q: Result<Query<RenameQuery>, QueryRejection>) -> Result<Json<FileInfo>, AppError> {
+    let Query(q) = q.map_err(|e| FilesError::Query(e.body_text()))?;
+    for p in [&q.path, &q.to] {
+        if !p.starts_with('/') {
+            return Err(FilesError::Relative(p.clone()).into());
+        }
+    }
+    let (from, to) = (PathBuf::from(q.path), PathBuf::from(q.to));
+    if is_root(&from) {
+        return Err(FilesError::RemoveRoot.into());
+    }
+    Ok(Json(
+        blocking(move || {
+            // Name the missing source, not the target, when there is nothing to move.
+            from.symlink_metadata().map_err(FilesError::io(&from))?;
+            std::fs::rename(&from, &to).map_err(FilesError::io(&to))?;
+            file_info(&to)
+        })
+        .await?,
+    ))
+}
+
+/// Run blocking file-system work off the runtime's threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, FilesError> + Send + 'static,
+) -> Result<T, AppError> {
+    Ok(tokio::task::spawn_blocking(f).await.map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))??)
 }
 
 /// True when `path` (absolute) names `/` once `.` and `..` are resolved lexically.
@@ -276,13 +360,12 @@ pub async fn remove(q: Result<Query<FileQuery>, QueryRejection>) -> Result<Statu
     if is_root(&path) {
         return Err(FilesError::RemoveRoot.into());
     }
-    tokio::task::spawn_blocking(move || {
+    blocking(move || {
         let meta = path.symlink_metadata().map_err(FilesError::io(&path))?;
         if meta.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) }
             .map_err(FilesError::io(&path))
     })
-    .await
-    .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))??;
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -365,5 +448,46 @@ mod tests {
         assert_eq!(s, StatusCode::NO_CONTENT);
         let (s, _) = call("POST", &format!("/v1/files/mkdir?path={d}/n/m"), Body::empty()).await;
         assert_eq!(s, StatusCode::NO_CONTENT);
+    }
+
+    #[tokio::test]
+    async fn info_and_rename() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        std::fs::write(dir.path().join("f"), "12345").unwrap();
+        std::fs::set_permissions(dir.path().join("f"), std::fs::Permissions::from_mode(0o640)).unwrap();
+        std::os::unix::fs::symlink("f", dir.path().join("l")).unwrap();
+        let (s, body) = call("GET", &format!("/v1/files/info?path={d}/f"), Body::empty()).await;
+        assert_eq!(s, StatusCode::OK);
+        let f: FileInfo = serde_json::from_slice(&body).unwrap();
+        let me = nix::unistd::getuid().as_raw();
+        assert_eq!((f.name.as_str(), f.file_type, f.size, f.mode, f.uid), ("f", FileType::File, 5, 0o640, me));
+        assert!(f.symlink_target.is_none() && !f.owner.is_empty() && f.mtime_ms > 0);
+        let (_, body) = call("GET", &format!("/v1/files/info?path={d}/l"), Body::empty()).await;
+        let l: FileInfo = serde_json::from_slice(&body).unwrap();
+        assert_eq!((l.file_type, l.symlink_target.as_deref()), (FileType::Symlink, Some("f")));
+        let (_, body) = call("GET", &format!("/v1/files/info?path={d}"), Body::empty()).await;
+        assert_eq!(serde_json::from_slice::<FileInfo>(&body).unwrap().file_type, FileType::Dir);
+        // Rename answers what is at the new path.
+        let (s, body) = call("POST", &format!("/v1/files/rename?path={d}/f&to={d}/g"), Body::empty()).await;
+        assert_eq!(s, StatusCode::OK, "{body:?}");
+        let g: FileInfo = serde_json::from_slice(&body).unwrap();
+        assert_eq!((g.path, g.size), (format!("{d}/g"), 5));
+        assert!(!dir.path().join("f").exists());
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let cases = [
+            ("GET", format!("/v1/files/info?path={d}/missing"), 404, ErrorCode::NotFound),
+            ("GET", "/v1/files/info?path=rel".to_string(), 400, ErrorCode::InvalidArgument),
+            ("POST", format!("/v1/files/rename?path={d}/missing&to={d}/x"), 404, ErrorCode::NotFound),
+            ("POST", format!("/v1/files/rename?path={d}/g&to={d}/sub"), 400, ErrorCode::IsADirectory),
+            ("POST", format!("/v1/files/rename?path={d}/sub&to={d}/g"), 400, ErrorCode::NotADirectory),
+            ("POST", format!("/v1/files/rename?path={d}/g&to=rel"), 400, ErrorCode::InvalidArgument),
+            ("POST", format!("/v1/files/rename?path=/&to={d}/x"), 400, ErrorCode::InvalidArgument),
+            ("POST", format!("/v1/files/rename?path={d}/g"), 400, ErrorCode::InvalidArgument),
+        ];
+        for (method, uri, status, want) in cases {
+            let (s, body) = call(method, &uri, Body::empty()).await;
+            assert_eq!((s.as_u16(), code(&body)), (status, want), "{method} {uri}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! `lizard-agent`: PID 1 of a Lizard guest, or (`serve`) the same service on a Unix
 //! socket on the host, for development and tests.
 
+mod archive;
 mod direct;
 mod exec;
 mod files;
@@ -16,6 +17,7 @@ mod transport;
 mod tunnel;
 mod users;
 mod volume;
+mod watch;
 
 use clap::{Parser, Subcommand};
 use lizard_agent_proto::handshake::Secret;

@@ -6,7 +6,7 @@
 //! in the hyper connection and is dropped with it, so a host that reconnects (after a
 //! snapshot restore, say) starts from a clean slate.
 
-use crate::{exec, files, forward, identity, staged, tunnel, volume};
+use crate::{archive, exec, files, forward, identity, staged, tunnel, volume, watch};
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -89,6 +89,10 @@ pub fn router(state: AppState) -> Router {
         .route(routes::FILES, put(files::write).get(files::read).delete(files::remove))
         .route(routes::FILES_LIST, get(files::list))
         .route(routes::FILES_MKDIR, post(files::mkdir))
+        .route(routes::FILES_INFO, get(files::info))
+        .route(routes::FILES_RENAME, post(files::rename))
+        .route(routes::FILES_WATCH, get(watch::handle))
+        .route(routes::FILES_ARCHIVE, get(archive::read).put(archive::write))
         .route(lizard_agent_proto::staging::STAGED_WRITE, post(staged::write))
         .route(lizard_agent_proto::staging::STAGED_READ, post(staged::read))
         .route(routes::IDENTITY, post(identity::handle))

@@ -60,6 +60,23 @@ pub fn lookup(spec: &str, passwd: &str, group: &str) -> Result<User, UserError> 
     Ok(User { name, uid, gid, home, groups })
 }
 
+/// The names of `uid` and `gid` in the system's files (the numbers as text where there
+/// are none), for a file's owner and group.
+pub fn owner_names(uid: u32, gid: u32) -> (String, String) {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    names_in(uid, gid, &passwd, &group)
+}
+
+fn names_in(uid: u32, gid: u32, passwd: &str, group: &str) -> (String, String) {
+    let owner = passwd.lines().filter_map(parse_passwd_line).find(|(_, u, ..)| *u == uid).map(|(name, ..)| name);
+    let group = group.lines().find_map(|line| {
+        let f: Vec<&str> = line.split(':').collect();
+        (f.len() >= 3 && f[2].parse() == Ok(gid)).then_some(f[0])
+    });
+    (owner.map_or_else(|| uid.to_string(), str::to_string), group.map_or_else(|| gid.to_string(), str::to_string))
+}
+
 /// `name:x:uid:gid:gecos:home:shell` → (name, uid, gid, home).
 fn parse_passwd_line(line: &str) -> Option<(&str, u32, u32, &str)> {
     let f: Vec<&str> = line.split(':').collect();
@@ -88,6 +105,12 @@ mod tests {
         assert_eq!(lookup("1000", PASSWD, GROUP).unwrap(), u);
         let r = lookup("0", PASSWD, GROUP).unwrap();
         assert_eq!((r.name.as_str(), r.groups.as_slice()), ("root", &[0][..]));
+    }
+
+    #[test]
+    fn owner_and_group_names() {
+        assert_eq!(names_in(1000, 27, PASSWD, GROUP), ("user".to_string(), "sudo".to_string()));
+        assert_eq!(names_in(4242, 4343, PASSWD, GROUP), ("4242".to_string(), "4343".to_string()));
     }
 
     #[test]

@@ -119,3 +119,80 @@ async fn a_failing_upload_leaves_no_file() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// Read a watch's stream until `n` events came (blank heartbeat lines skipped).
+async fn events(stream: &mut lizard_agent_client::ReadFile, n: usize) -> Vec<lizard_agent_client::FsEvent> {
+    use futures_util::StreamExt;
+    let mut buf = Vec::new();
+    let mut out = vec![];
+    while out.len() < n {
+        let chunk =
+            tokio::time::timeout(std::time::Duration::from_secs(10), stream.next()).await.unwrap().unwrap().unwrap();
+        buf.extend_from_slice(&chunk);
+        while let Some(end) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=end).collect();
+            if line.len() > 1 {
+                out.push(serde_json::from_slice(&line[..line.len() - 1]).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn info_rename_watch_and_archives_over_the_channel() {
+    use lizard_agent_client::FsEventKind;
+    let agent = Agent::start();
+    let client = agent.connect().await;
+    let d = agent.dir.path().display().to_string();
+    let mut watch = client.watch(&d, true).await.unwrap();
+    // Several files in one call, as a tar archive.
+    let mut tar = tar::Builder::new(Vec::new());
+    for (name, data) in [("up/a.txt", &b"alpha"[..]), ("up/deep/b.txt", b"beta")] {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        tar.append_data(&mut h, name, data).unwrap();
+    }
+    let tar = Bytes::from(tar.into_inner().unwrap());
+    let r = client.write_archive(&d, futures_util::stream::iter([Ok(tar)])).await.unwrap();
+    assert_eq!((r.entries, r.bytes_written), (2, 9));
+    let seen = events(&mut watch, 1).await;
+    assert_eq!((seen[0].kind, seen[0].path.as_str()), (FsEventKind::Create, format!("{d}/up").as_str()));
+    let info = client.file_info(&format!("{d}/up/a.txt")).await.unwrap();
+    assert_eq!((info.size, info.file_type, info.owner.is_empty()), (5, FileType::File, false));
+    let moved = client.rename(&format!("{d}/up/a.txt"), &format!("{d}/up/c.txt")).await.unwrap();
+    assert_eq!(moved.path, format!("{d}/up/c.txt"));
+    // Let the watch catch up to the rename (the unpack's own events come first).
+    let mut seen = events(&mut watch, 1).await;
+    while seen.last().unwrap().kind != FsEventKind::Rename {
+        seen.extend(events(&mut watch, 1).await);
+    }
+    let rename = seen.last().unwrap();
+    assert_eq!(
+        (rename.path.clone(), rename.new_path.clone()),
+        (format!("{d}/up/a.txt"), Some(format!("{d}/up/c.txt")))
+    );
+    drop(watch);
+    // The directory back as one archive.
+    let archive: Vec<u8> = client
+        .read_archive(&format!("{d}/up"))
+        .await
+        .unwrap()
+        .try_fold(Vec::new(), |mut all, chunk| async move {
+            all.extend_from_slice(&chunk);
+            Ok(all)
+        })
+        .await
+        .unwrap();
+    let mut names: Vec<String> = tar::Archive::new(&archive[..])
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap().path().unwrap().display().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["c.txt", "deep", "deep/b.txt"]);
+    assert_eq!(code(client.file_info(&format!("{d}/up/a.txt")).await), ErrorCode::NotFound);
+    assert_eq!(code(client.read_archive(&format!("{d}/up/c.txt")).await.map(drop)), ErrorCode::NotADirectory);
+    assert_eq!(code(client.watch(&format!("{d}/nope"), false).await.map(drop)), ErrorCode::NotFound);
+}

@@ -65,6 +65,15 @@ impl<'de> Deserialize<'de> for FileMode {
     }
 }
 
+/// Answer of `GET /v1/sandboxes/{id}/files/exists`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FileExists {
+    /// Whether anything is at the path (a dangling link counts).
+    pub exists: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

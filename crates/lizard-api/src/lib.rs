@@ -10,14 +10,16 @@ pub mod cluster;
 pub mod network;
 pub mod node_api;
 
-pub use lizard_agent_proto::types::{ExitStatus, FileEntry, FileType, WriteResult};
+pub use lizard_agent_proto::types::{
+    ArchiveResult, ExitStatus, FileEntry, FileInfo, FileType, FsEvent, FsEventKind, WriteResult,
+};
 
 pub mod code;
 pub mod files;
 pub mod routes;
 pub mod templates;
 
-pub use files::{FileMode, InvalidFileMode};
+pub use files::{FileExists, FileMode, InvalidFileMode};
 
 /// `POST /v1/sandboxes`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -117,6 +117,11 @@ pub mod path {
     pub const FILES: &str = "/v1/sandboxes/{id}/files";
     pub const FILES_LIST: &str = "/v1/sandboxes/{id}/files/list";
     pub const FILES_MKDIR: &str = "/v1/sandboxes/{id}/files/mkdir";
+    pub const FILES_INFO: &str = "/v1/sandboxes/{id}/files/info";
+    pub const FILES_EXISTS: &str = "/v1/sandboxes/{id}/files/exists";
+    pub const FILES_RENAME: &str = "/v1/sandboxes/{id}/files/rename";
+    pub const FILES_WATCH: &str = "/v1/sandboxes/{id}/files/watch";
+    pub const FILES_ARCHIVE: &str = "/v1/sandboxes/{id}/files/archive";
     pub const CODE: &str = "/v1/sandboxes/{id}/code";
     pub const CODE_CONTEXTS: &str = "/v1/sandboxes/{id}/code/contexts";
     pub const CODE_CONTEXT: &str = "/v1/sandboxes/{id}/code/contexts/{contextId}";
@@ -252,6 +257,23 @@ pub const LIST_DIR: Route = get(path::FILES_LIST, JsonList("FileEntry"), &[Unaut
 /// `?path=`: a directory and its parents.
 pub const MAKE_DIR: Route =
     route(Post, path::FILES_MKDIR, Empty, 204, Empty, &[Unauthenticated, NotFound, InvalidArgument]);
+/// `?path=`: what `lstat` says of it (a link is described, with its target).
+pub const FILE_INFO: Route = get(path::FILES_INFO, Json("FileInfo"), &[Unauthenticated, NotFound, InvalidArgument]);
+/// `?path=`: whether anything (a link included) is there.
+pub const FILE_EXISTS: Route =
+    get(path::FILES_EXISTS, Json("FileExists"), &[Unauthenticated, NotFound, InvalidArgument]);
+/// `?path=&to=`: `rename(2)`; answers what is at `to` now.
+pub const RENAME_FILE: Route =
+    post(path::FILES_RENAME, Empty, Json("FileInfo"), &[Unauthenticated, NotFound, InvalidArgument]);
+/// `?path=&recursive=`: a directory's changes (`FsEvent`s) as they happen, until the
+/// client closes it; the answer starts once the watch is in place. Ends at a pause.
+pub const WATCH_DIR: Route = get(path::FILES_WATCH, Ndjson("FsEvent"), &[Unauthenticated, NotFound, InvalidArgument]);
+/// `?path=`: a directory's tree as a tar archive (links as links).
+pub const READ_ARCHIVE: Route = get(path::FILES_ARCHIVE, Bytes, &[Unauthenticated, NotFound, InvalidArgument]);
+/// `?path=`: the body (a tar archive) unpacked into the directory, which is created; an
+/// entry that would land outside it (absolute, `..`, through a link) is refused.
+pub const WRITE_ARCHIVE: Route =
+    route(Put, path::FILES_ARCHIVE, Bytes, 200, Json("ArchiveResult"), &[Unauthenticated, NotFound, InvalidArgument]);
 
 // --- code execution (the `interpreter` template's code service) ---------------------------
 /// What every code route can answer besides success.
@@ -429,6 +451,12 @@ pub const SERVER: &[Route] = &[
     REMOVE_FILE,
     LIST_DIR,
     MAKE_DIR,
+    FILE_INFO,
+    FILE_EXISTS,
+    RENAME_FILE,
+    WATCH_DIR,
+    READ_ARCHIVE,
+    WRITE_ARCHIVE,
     RUN_CODE,
     LIST_CODE_CONTEXTS,
     CREATE_CODE_CONTEXT,
@@ -510,6 +538,11 @@ pub mod node {
     pub const REMOVE_FILE: Route = Route { errors: VM_ERRORS, ..super::REMOVE_FILE };
     pub const LIST_DIR: Route = Route { errors: VM_ERRORS, ..super::LIST_DIR };
     pub const MAKE_DIR: Route = Route { errors: VM_ERRORS, ..super::MAKE_DIR };
+    pub const FILE_INFO: Route = Route { errors: VM_ERRORS, ..super::FILE_INFO };
+    pub const RENAME_FILE: Route = Route { errors: VM_ERRORS, ..super::RENAME_FILE };
+    pub const WATCH_DIR: Route = Route { errors: VM_ERRORS, ..super::WATCH_DIR };
+    pub const READ_ARCHIVE: Route = Route { errors: VM_ERRORS, ..super::READ_ARCHIVE };
+    pub const WRITE_ARCHIVE: Route = Route { errors: VM_ERRORS, ..super::WRITE_ARCHIVE };
 
     /// Makes a volume's disk ([`crate::node_api::NodeVolumeRequest`]).
     pub const CREATE_VOLUME: Route =
@@ -559,6 +592,11 @@ pub mod node {
         REMOVE_FILE,
         LIST_DIR,
         MAKE_DIR,
+        FILE_INFO,
+        RENAME_FILE,
+        WATCH_DIR,
+        READ_ARCHIVE,
+        WRITE_ARCHIVE,
         CREATE_VOLUME,
         DELETE_VOLUME,
         VOLUME_HOLDER,

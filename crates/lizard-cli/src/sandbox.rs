@@ -229,6 +229,35 @@ pub enum FsCmd {
     Rm { id: String, path: String },
     /// Create a directory and its parents.
     Mkdir { id: String, path: String },
+    /// What is at a path: type, size, mode, owner, mtime, a link's target.
+    Stat { id: String, path: String },
+    /// Move a file or directory (a file at the target is replaced).
+    Mv { id: String, from: String, to: String },
+    /// Print a directory's changes (one JSON event per line) until interrupted; the watch
+    /// ends when the sandbox pauses.
+    Watch {
+        id: String,
+        path: String,
+        /// Watch every directory under it too.
+        #[arg(long, short)]
+        recursive: bool,
+    },
+    /// Unpack a tar archive (a local file or stdin) into a directory, many files at once:
+    /// `tar -C dir -c . | lizard sandbox fs upload ID /app`.
+    Upload {
+        id: String,
+        path: String,
+        /// Local tar archive [default: stdin]
+        #[arg(long)]
+        from: Option<PathBuf>,
+    },
+    /// A directory as a tar archive, to stdout or --to: `lizard sandbox fs download ID /app | tar -x`.
+    Download {
+        id: String,
+        path: String,
+        #[arg(long)]
+        to: Option<PathBuf>,
+    },
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
@@ -435,13 +464,7 @@ pub async fn exec(api: &ApiClient, a: ExecArgs) -> Result<i32> {
 async fn fs(api: &ApiClient, cmd: FsCmd, json: bool) -> Result<()> {
     match cmd {
         FsCmd::Write { id, path, from } => {
-            let body: client::Body = match from {
-                Some(p) => {
-                    let f = tokio::fs::File::open(&p).await.with_context(|| format!("open {}", p.display()))?;
-                    stream_body(f)
-                }
-                None => stream_body(tokio::io::stdin()),
-            };
+            let body = local_or_stdin(from).await?;
             let call = Call::new(&routes::WRITE_FILE, &[&id]).param("path", &path);
             let r: WriteResult = api.json(&call, body).await?;
             if json {
@@ -451,18 +474,46 @@ async fn fs(api: &ApiClient, cmd: FsCmd, json: bool) -> Result<()> {
             }
         }
         FsCmd::Read { id, path, to } => {
-            let resp = api.send(&Call::new(&routes::READ_FILE, &[&id]).param("path", &path), empty()).await?;
-            let mut body = resp.into_body();
-            let mut out: Box<dyn Write> = match to {
-                Some(p) => Box::new(std::fs::File::create(&p).with_context(|| format!("create {}", p.display()))?),
-                None => Box::new(std::io::stdout().lock()),
-            };
+            save(api, Call::new(&routes::READ_FILE, &[&id]).param("path", &path), to).await?;
+        }
+        FsCmd::Download { id, path, to } => {
+            save(api, Call::new(&routes::READ_ARCHIVE, &[&id]).param("path", &path), to).await?;
+        }
+        FsCmd::Upload { id, path, from } => {
+            let body = local_or_stdin(from).await?;
+            let call = Call::new(&routes::WRITE_ARCHIVE, &[&id]).param("path", &path);
+            let r: lizard_api::ArchiveResult = api.json(&call, body).await?;
+            if json {
+                print_json(&r)?;
+            } else {
+                eprintln!("unpacked {} entries ({} bytes) into {}", r.entries, r.bytes_written, r.path);
+            }
+        }
+        FsCmd::Stat { id, path } => {
+            let info: lizard_api::FileInfo =
+                api.json(&Call::new(&routes::FILE_INFO, &[&id]).param("path", &path), empty()).await?;
+            print_info(&info, json)?;
+        }
+        FsCmd::Mv { id, from, to } => {
+            let call = Call::new(&routes::RENAME_FILE, &[&id]).param("path", &from).param("to", &to);
+            let info: lizard_api::FileInfo = api.json(&call, empty()).await?;
+            print_info(&info, json)?;
+        }
+        FsCmd::Watch { id, path, recursive } => {
+            let call = Call::new(&routes::WATCH_DIR, &[&id]).param("path", &path).param("recursive", recursive);
+            let mut body = api.send(&call, empty()).await?.into_body();
+            let mut out = std::io::stdout().lock();
+            // The server's lines as they come (blank heartbeat lines left out).
             while let Some(frame) = body.frame().await {
-                if let Ok(data) = frame?.into_data() {
-                    out.write_all(&data)?;
+                if let Ok(data) = frame.context("the watch broke off")?.into_data() {
+                    for line in data.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                        out.write_all(line)?;
+                        out.write_all(b"\n")?;
+                    }
+                    out.flush()?;
                 }
             }
-            out.flush()?;
+            bail!("the watch of {path} ended (the sandbox paused or went away)");
         }
         FsCmd::Ls { id, path } => {
             let call = Call::new(&routes::LIST_DIR, &[&id]).param("path", &path);
@@ -483,6 +534,47 @@ async fn fs(api: &ApiClient, cmd: FsCmd, json: bool) -> Result<()> {
             api.send(&Call::new(&routes::MAKE_DIR, &[&id]).param("path", &path), empty()).await?;
         }
     }
+    Ok(())
+}
+
+/// A local file's or stdin's bytes as a streamed request body.
+async fn local_or_stdin(from: Option<PathBuf>) -> Result<client::Body> {
+    Ok(match from {
+        Some(p) => stream_body(tokio::fs::File::open(&p).await.with_context(|| format!("open {}", p.display()))?),
+        None => stream_body(tokio::io::stdin()),
+    })
+}
+
+/// Write a streamed answer's body to `to` (a local file) or stdout.
+async fn save(api: &ApiClient, call: Call, to: Option<PathBuf>) -> Result<()> {
+    let mut body = api.send(&call, empty()).await?.into_body();
+    let mut out: Box<dyn Write> = match to {
+        Some(p) => Box::new(std::fs::File::create(&p).with_context(|| format!("create {}", p.display()))?),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            out.write_all(&data)?;
+        }
+    }
+    Ok(out.flush()?)
+}
+
+fn print_info(info: &lizard_api::FileInfo, json: bool) -> Result<()> {
+    if json {
+        return print_json(info);
+    }
+    let kind = serde_json::to_value(info.file_type)?;
+    let link = info.symlink_target.as_deref().map(|t| format!(" -> {t}")).unwrap_or_default();
+    println!(
+        "{:<8} {:>12} {:o} {}:{} {}{link}",
+        kind.as_str().unwrap_or(""),
+        info.size,
+        info.mode,
+        info.owner,
+        info.group,
+        info.path
+    );
     Ok(())
 }
 

@@ -306,6 +306,20 @@ async fn stand_in(seen: Arc<Mutex<Vec<Seen>>>, method: Method, uri: Uri, headers
         ("POST", "/v1/sandboxes/sbx_1/files/mkdir") | ("DELETE", "/v1/sandboxes/sbx_1/files") => {
             StatusCode::NO_CONTENT.into_response()
         }
+        ("GET", "/v1/sandboxes/sbx_1/files/info") | ("POST", "/v1/sandboxes/sbx_1/files/rename") => Json(json!({
+            "name": "b.txt", "path": "/app/b.txt", "type": "symlink", "size": 5, "mode": 511, "uid": 0, "gid": 0,
+            "owner": "root", "group": "root", "mtimeMs": 0, "symlinkTarget": "a.txt"
+        }))
+        .into_response(),
+        ("GET", "/v1/sandboxes/sbx_1/files/archive") => b"tar bytes".to_vec().into_response(),
+        ("PUT", "/v1/sandboxes/sbx_1/files/archive") => {
+            Json(json!({"path": "/app", "entries": 2, "bytesWritten": 9})).into_response()
+        }
+        ("GET", "/v1/sandboxes/sbx_1/files/watch") => {
+            b"{\"type\":\"create\",\"path\":\"/app/x\",\"isDir\":false}\n\n{\"type\":\"overflow\",\"path\":\"\",\"isDir\":false}\n"
+                .to_vec()
+                .into_response()
+        }
         ("GET", "/v1/volumes") => Json(json!([
             {"id": "vol_1", "name": "agent-scratch", "sizeGb": 10, "region": "local", "projectId": "prj_1", "createdAt": "2026-01-01T00:00:00Z"}
         ]))
@@ -394,6 +408,25 @@ fn sandbox_commands_send_the_node_routes_to_the_server() {
     );
     cli.ok(&["sandbox", "fs", "rm", "sbx_1", "/app/d"]);
     assert_eq!((last().method.as_str(), last().uri.as_str()), ("DELETE", "/v1/sandboxes/sbx_1/files?path=%2Fapp%2Fd"));
+    assert!(cli.ok(&["sandbox", "fs", "stat", "sbx_1", "/app/b.txt"]).contains("root:root /app/b.txt -> a.txt"));
+    assert_eq!(last().uri, "/v1/sandboxes/sbx_1/files/info?path=%2Fapp%2Fb.txt");
+    cli.ok(&["sandbox", "fs", "mv", "sbx_1", "/app/a.txt", "/app/b.txt"]);
+    assert_eq!(
+        (last().method.as_str(), last().uri.as_str()),
+        ("POST", "/v1/sandboxes/sbx_1/files/rename?path=%2Fapp%2Fa.txt&to=%2Fapp%2Fb.txt")
+    );
+    assert_eq!(cli.ok(&["sandbox", "fs", "download", "sbx_1", "/app"]), "tar bytes");
+    assert_eq!(last().uri, "/v1/sandboxes/sbx_1/files/archive?path=%2Fapp");
+    let o = lizard(&server.url, Some("lz_test"), &["sandbox", "fs", "upload", "sbx_1", "/app"], Some(b"a tar"));
+    assert!(o.status.success() && stderr(&o).contains("unpacked 2 entries"), "{}", stderr(&o));
+    assert_eq!((last().method.as_str(), &last().body[..]), ("PUT", &b"a tar"[..]));
+    // A watch prints each event as a line; its end is an error (the sandbox paused or left).
+    let o = cli.run(&["sandbox", "fs", "watch", "sbx_1", "/app", "-r"]);
+    assert_eq!(last().uri, "/v1/sandboxes/sbx_1/files/watch?path=%2Fapp&recursive=true");
+    let lines: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].contains("\"create\"") && lines[1].contains("\"overflow\""));
+    assert!(!o.status.success() && stderr(&o).contains("ended"), "{}", stderr(&o));
 
     // kill.
     cli.ok(&["sandbox", "kill", "sbx_1"]);

@@ -141,3 +141,102 @@ async fn a_paused_vm_runs_nothing_until_resumed() {
     assert_eq!(r.stdout, "thawed\n");
     t.finish().await;
 }
+
+/// Read NDJSON watch lines from `stream` until `n` events came (heartbeats skipped).
+async fn watch_events(
+    stream: &mut futures_util::stream::BoxStream<'static, std::io::Result<Bytes>>,
+    n: usize,
+) -> Vec<lizard_api::FsEvent> {
+    let mut buf = Vec::new();
+    let mut out = vec![];
+    // Heartbeats (blank lines) come every 15 s: bound the wait for events as a whole.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while out.len() < n {
+        let chunk = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("{n} events within 60 s; got {out:?}"))
+            .expect("the watch goes on")
+            .unwrap();
+        buf.extend_from_slice(&chunk);
+        while let Some(end) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=end).collect();
+            if line.len() > 1 {
+                out.push(serde_json::from_slice(&line[..line.len() - 1]).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn file_info_rename_archives_and_a_watch_that_a_pause_ends() {
+    use lizard_api::{FileType, FsEventKind};
+    let t = common::node().await;
+    let sbx = t.node.create(base()).await.unwrap();
+    sbx.make_dir("/srv/w").await.unwrap();
+    let mut watch = sbx.watch("/srv/w", true).await.unwrap();
+
+    // Several files in one archive; what is at a path; a rename.
+    let mut tar = tar::Builder::new(Vec::new());
+    for (name, data) in [("a.txt", &b"alpha"[..]), ("deep/b.txt", b"beta")] {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o600);
+        tar.append_data(&mut h, name, data).unwrap();
+    }
+    let body = futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from(tar.into_inner().unwrap()))]);
+    let r = sbx.write_archive("/srv/w", body).await.unwrap();
+    assert_eq!((r.entries, r.bytes_written), (2, 9));
+    let info = sbx.file_info("/srv/w/a.txt").await.unwrap();
+    assert_eq!((info.file_type, info.size, info.mode, info.owner.as_str()), (FileType::File, 5, 0o600, "root"));
+    sbx.rename("/srv/w/a.txt", "/srv/w/c.txt").await.unwrap();
+    let mut seen = watch_events(&mut watch, 1).await;
+    while !seen.iter().any(|e| e.kind == FsEventKind::Rename) {
+        eprintln!("watch so far: {seen:?}");
+        seen.extend(watch_events(&mut watch, 1).await);
+    }
+    assert!(seen.iter().any(|e| e.kind == FsEventKind::Create && e.path == "/srv/w/deep/b.txt"), "{seen:?}");
+    assert!(seen.iter().any(|e| e.new_path.as_deref() == Some("/srv/w/c.txt")), "{seen:?}");
+
+    // The directory back, as one archive.
+    let mut bytes = Vec::new();
+    let mut stream = sbx.read_archive("/srv/w").await.unwrap();
+    while let Some(c) = stream.next().await {
+        bytes.extend_from_slice(&c.unwrap());
+    }
+    let mut names: Vec<String> = tar::Archive::new(&bytes[..])
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap().path().unwrap().display().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["c.txt", "deep", "deep/b.txt"]);
+
+    // Errors a client sees: a missing path, a file where a directory is expected.
+    let code = |e: lizard_node::NodeError| e.to_api().code;
+    assert_eq!(code(sbx.file_info("/srv/w/nothing").await.unwrap_err()), ErrorCode::NotFound);
+    assert_eq!(code(sbx.read_archive("/srv/w/c.txt").await.err().unwrap()), ErrorCode::InvalidArgument);
+    assert_eq!(code(sbx.watch("/srv/w/c.txt", false).await.err().unwrap()), ErrorCode::InvalidArgument);
+
+    // A pause ends the watch (the guest drops it with the session); a new one works after.
+    t.node.pause(&sbx.id).await.unwrap();
+    let end = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            match watch.next().await {
+                None => return "ended",
+                Some(Err(_)) => return "failed",
+                Some(Ok(_)) => continue,
+            }
+        }
+    })
+    .await
+    .expect("the watch ends at the pause");
+    assert!(["ended", "failed"].contains(&end));
+    let sbx = t.node.resume(&sbx.id).await.unwrap();
+    let mut again = sbx.watch("/srv/w", false).await.unwrap();
+    let r = sbx.exec_collect(sh("touch /srv/w/after && ls -l /proc/1/fd | grep -c inotify")).await.unwrap();
+    assert_eq!(r.stdout.trim(), "1", "only the new watch is left in the guest: {r:?}");
+    let seen = watch_events(&mut again, 1).await;
+    assert_eq!((seen[0].kind, seen[0].path.as_str()), (FsEventKind::Create, "/srv/w/after"));
+    t.node.kill(&sbx.id).await.unwrap();
+}

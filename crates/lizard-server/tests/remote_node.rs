@@ -158,6 +158,30 @@ async fn every_node_client_method_works_through_the_node_api() {
     }
     assert_eq!((len, hasher.finalize()), (10 << 20, want));
     assert!(chunks > 1, "the read streamed in pieces");
+
+    // What is at a path, a rename, a watch and a directory as an archive, through the node's API.
+    let info = remote.file_info(&id, "/tmp/rn/small.txt").await.unwrap();
+    assert_eq!((info.size, info.mode), (10, 0o640));
+    assert_eq!(remote.file_info(&id, "/tmp/rn/nothing").await.unwrap_err().code, ErrorCode::NotFound);
+    let mut watch = remote.watch(&id, "/tmp/rn", true).await.unwrap();
+    let moved = remote.rename(&id, "/tmp/rn/small.txt", "/tmp/rn/sub/moved.txt").await.unwrap();
+    assert_eq!(moved.path, "/tmp/rn/sub/moved.txt");
+    let line = watch.next().await.unwrap().unwrap();
+    let event: lizard_api::FsEvent = serde_json::from_slice(line.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!((event.path.as_str(), event.new_path.as_deref()), ("/tmp/rn/small.txt", Some("/tmp/rn/sub/moved.txt")));
+    drop(watch);
+    let mut tar = Vec::new();
+    let mut archive = remote.read_archive(&id, "/tmp/rn/sub").await.unwrap();
+    while let Some(b) = archive.next().await {
+        tar.extend_from_slice(&b.unwrap());
+    }
+    let back = remote.write_archive(&id, "/tmp/rn/copy", futures_util::stream::iter([Ok(Bytes::from(tar))]).boxed());
+    assert_eq!(back.await.unwrap().entries, 1);
+    assert_eq!(out(&remote, &id, "cat /tmp/rn/copy/moved.txt").await, "hello node");
+    let refused = remote.read_archive(&id, "/tmp/rn/copy/moved.txt").await.err().unwrap();
+    assert_eq!(refused.code, ErrorCode::InvalidArgument);
+    // Back where the rest of the test expects it.
+    remote.rename(&id, "/tmp/rn/sub/moved.txt", "/tmp/rn/small.txt").await.unwrap();
     eprintln!("10 MiB in and out through the node API: {:.1} s", started.elapsed().as_secs_f64());
     assert_eq!(out(&remote, &id, "sha256sum /tmp/rn/big.bin | cut -c1-64").await, hex::encode(want));
     remote.remove(&id, "/tmp/rn/big.bin").await.unwrap();

@@ -104,7 +104,8 @@ export class HttpClient {
       const canRetry = attempt < this.maxRetries
       let resp
       try {
-        resp = await fetch(url, { method, headers, body, signal: AbortSignal.timeout(timeoutMs) })
+        // A caller's own signal (a watch, which lives until stopped) replaces the timeout.
+        resp = await fetch(url, { method, headers, body, signal: opts.signal ?? AbortSignal.timeout(timeoutMs) })
       } catch (e) {
         if (idempotent && canRetry) {
           await sleep(backoffMs(attempt + 1))

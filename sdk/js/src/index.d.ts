@@ -23,6 +23,8 @@ export interface RequestOptions {
   body?: BodyInit
   headers?: Record<string, string>
   timeoutMs?: number
+  /** Ends the call when aborted; replaces `timeoutMs` (for calls that live until stopped). */
+  signal?: AbortSignal
 }
 
 /** The raw HTTP client (`lizard.platform`), for endpoints not wrapped yet. */
@@ -115,6 +117,52 @@ export interface FileEntry {
   size: number
   mode: number
 }
+/** What is at a path (`lstat`: a link is described, with its target, not followed). */
+export interface FileInfo {
+  name: string
+  path: string
+  type: 'file' | 'dir' | 'symlink' | 'other'
+  size: number
+  mode: number
+  uid: number
+  gid: number
+  owner: string
+  group: string
+  /** Milliseconds since the Unix epoch. */
+  mtimeMs: number
+  symlinkTarget?: string
+}
+
+/** A change in a watched directory. `overflow`: the guest's event queue overflowed and
+ * events were lost (the watch goes on; rescan what matters). */
+export interface FsEvent {
+  type: 'create' | 'write' | 'remove' | 'rename' | 'overflow'
+  path: string
+  /** Where a `rename` moved it. */
+  newPath?: string
+  isDir: boolean
+}
+
+/** An unpacked archive: the directory, its entries and the bytes of file content written. */
+export interface ArchiveResult {
+  path: string
+  entries: number
+  bytesWritten: number
+}
+
+export interface WatchOptions {
+  /** Watch every directory under it too (new ones included). */
+  recursive?: boolean
+  onEvent?: (event: FsEvent) => void | Promise<void>
+  /** The watch ended by itself (the sandbox paused or went away), with why. */
+  onExit?: (error: Error) => void | Promise<void>
+}
+
+export interface WatchHandle {
+  /** End the watch (its stream closes; `onExit` is not called). */
+  stop(): Promise<void>
+}
+
 export interface ProcessResult {
   stdout: string
   stderr: string
@@ -258,6 +306,17 @@ export class Filesystem {
   list(path: string): Promise<FileEntry[]>
   remove(path: string): Promise<void>
   makeDir(path: string): Promise<void>
+  getInfo(path: string): Promise<FileInfo>
+  exists(path: string): Promise<boolean>
+  rename(oldPath: string, newPath: string): Promise<FileInfo>
+  /** Several files in one call, as one tar archive: `{ [absolutePath]: content }`. */
+  writeFiles(files: Record<string, string | Uint8Array>, opts?: { mode?: number }): Promise<ArchiveResult>
+  /** Unpack a tar archive into a directory (created); no entry may land outside it. */
+  writeArchive(path: string, archive: Uint8Array): Promise<ArchiveResult>
+  /** A directory and everything under it as a tar archive. */
+  downloadDir(path: string): Promise<Uint8Array>
+  /** Follow a directory's changes; resolves once the watch is in place. */
+  watch(path: string, opts?: WatchOptions): Promise<WatchHandle>
 }
 
 export class Process {

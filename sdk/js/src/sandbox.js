@@ -1,7 +1,8 @@
 // A sandbox: one microVM, its files (`sandbox.fs`) and processes (`sandbox.process`).
 
 import { HttpClient } from './http.js'
-import { NotFoundError } from './errors.js'
+import { APIConnectionError, APITimeoutError, NotFoundError } from './errors.js'
+import { commonDir, writeTar } from './tar.js'
 import { readExecFrames } from './frames.js'
 import { Desktop } from './desktop.js'
 import { CodeInterpreter } from './code.js'
@@ -64,6 +65,118 @@ export class Filesystem {
   /** Create a directory and its parents. */
   async makeDir(path) {
     await this.#sandbox._http.post(sandboxPath(this.#sandbox.sandboxId, '/files/mkdir'), undefined, { query: { path } })
+  }
+
+  /** What is at `path` ({ name, path, type, size, mode, uid, gid, owner, group, mtimeMs,
+   * symlinkTarget }): a link is described, not followed. NotFoundError when nothing is. */
+  getInfo(path) {
+    return this.#sandbox._http.get(sandboxPath(this.#sandbox.sandboxId, '/files/info'), { query: { path } })
+  }
+
+  /** Whether anything (a dangling link included) is at `path`. */
+  async exists(path) {
+    const answer = await this.#sandbox._http.get(sandboxPath(this.#sandbox.sandboxId, '/files/exists'), { query: { path } })
+    return answer.exists
+  }
+
+  /** Move a file or directory (a file at `newPath` is replaced); resolves to what is there now. */
+  rename(oldPath, newPath) {
+    const query = { path: oldPath, to: newPath }
+    return this.#sandbox._http.post(sandboxPath(this.#sandbox.sandboxId, '/files/rename'), undefined, { query })
+  }
+
+  /** Unpack a tar archive (bytes) into the directory `path`, created with its parents; an
+   * entry that would land outside it is refused (InvalidArgumentError). */
+  async writeArchive(path, archive) {
+    const resp = await this.#sandbox._http.request('PUT', sandboxPath(this.#sandbox.sandboxId, '/files/archive'), {
+      query: { path },
+      body: archive,
+      headers: { 'Content-Type': 'application/octet-stream' },
+    })
+    return resp.json()
+  }
+
+  /** Write several files in one call: `{ [absolutePath]: string | Uint8Array }` (parents
+   * are created; each file gets `opts.mode`, default 0o644). They travel as one tar archive. */
+  writeFiles(files, opts = {}) {
+    const paths = Object.keys(files)
+    if (!paths.length || !paths.every((p) => p.startsWith('/') && p.split('/').some(Boolean))) {
+      throw new TypeError('writeFiles takes { absolutePath: content } with at least one file')
+    }
+    const dir = commonDir(paths)
+    const entries = paths.map((p) => {
+      const data = files[p]
+      const name = p.split('/').filter(Boolean).slice(dir.split('/').filter(Boolean).length).join('/')
+      return { name, data: typeof data === 'string' ? new TextEncoder().encode(data) : data, mode: opts.mode ?? 0o644 }
+    })
+    return this.writeArchive(dir, writeTar(entries))
+  }
+
+  /** The directory `path` and everything under it as a tar archive (links as links). */
+  async downloadDir(path) {
+    const resp = await this.#sandbox._http.request('GET', sandboxPath(this.#sandbox.sandboxId, '/files/archive'), {
+      query: { path },
+    })
+    return new Uint8Array(await resp.arrayBuffer())
+  }
+
+  /**
+   * Follow the changes in the directory `path` (and, `recursive`, every directory under
+   * it): `onEvent` gets each event ({ type: 'create' | 'write' | 'remove' | 'rename' |
+   * 'overflow', path, newPath?, isDir }) as it happens. Resolves, once the watch is in
+   * place, to a handle whose `stop()` ends it. The watch ends by itself when the sandbox
+   * pauses or goes away: `onExit` then gets the error (watch again after a resume).
+   */
+  async watch(path, { recursive = false, onEvent, onExit } = {}) {
+    const controller = new AbortController()
+    const p = sandboxPath(this.#sandbox.sandboxId, '/files/watch')
+    const resp = await this.#sandbox._http.request('GET', p, { query: { path, recursive }, signal: controller.signal })
+    let stopped = false
+    // The server sends a blank line every 15 s of silence: a minute of nothing means it is gone.
+    let silence
+    const alive = () => {
+      clearTimeout(silence)
+      silence = setTimeout(() => controller.abort(new APITimeoutError(`GET ${p}: silent for ${WATCH_SILENCE_MS} ms`)), WATCH_SILENCE_MS)
+    }
+    const done = (async () => {
+      let error = new APIConnectionError(`the watch of ${path} ended`)
+      try {
+        alive()
+        for await (const line of ndjsonLines(resp.body)) {
+          alive()
+          if (line) await onEvent?.(JSON.parse(line))
+        }
+      } catch (e) {
+        error = controller.signal.reason instanceof APITimeoutError ? controller.signal.reason : new APIConnectionError(`GET ${p}: ${e?.cause?.message ?? e?.message ?? e}`, { cause: e })
+      } finally {
+        clearTimeout(silence)
+      }
+      if (!stopped) await onExit?.(error)
+    })()
+    return {
+      async stop() {
+        stopped = true
+        controller.abort()
+        await done
+      },
+    }
+  }
+}
+
+/** A watch's stream is silent at most this long (it carries a blank line every 15 s). */
+export const WATCH_SILENCE_MS = 60_000
+
+/** The lines of an NDJSON body, as they arrive (trimmed; blank ones included). */
+async function* ndjsonLines(body) {
+  const decoder = new TextDecoder()
+  let buffered = ''
+  for await (const chunk of body) {
+    buffered += decoder.decode(chunk, { stream: true })
+    let nl
+    while ((nl = buffered.indexOf('\n')) !== -1) {
+      yield buffered.slice(0, nl).trim()
+      buffered = buffered.slice(nl + 1)
+    }
   }
 }
 

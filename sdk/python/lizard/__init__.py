@@ -15,7 +15,7 @@ The same surface in asyncio, on ``httpx.AsyncClient``:
         await sandbox.kill()
 """
 
-from ._http import AsyncHttpClient, HttpClient
+from ._http import AsyncHttpClient, AsyncWatchHandle, HttpClient, WatchHandle
 from .code import Context, Execution, ExecutionError, Logs, Result
 from .client import AsyncLizard, ApiKeys, Billing, Lizard, LizardBase, Metrics, Projects, Regions, Volumes, Workspaces
 from .errors import (
@@ -39,10 +39,13 @@ from .errors import (
 )
 from .models import (
     ApiKey,
+    ArchiveResult,
     BuildEvent,
     BuildFailure,
     BuildStepInfo,
     FileEntry,
+    FileInfo,
+    FsEvent,
     ProcessResult,
     Project,
     Record,
@@ -63,6 +66,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Lizard", "Sandbox", "Filesystem", "Process", "HttpClient", "Desktop", "DesktopStream", "DesktopError",
     "AsyncLizard", "AsyncSandbox", "AsyncHttpClient", "LizardBase", "SandboxBase",
+    "WatchHandle", "AsyncWatchHandle", "FileInfo", "FsEvent", "ArchiveResult",
     "Execution", "Result", "Logs", "ExecutionError", "Context",
     "Workspaces", "Projects", "ApiKeys", "Regions", "Volumes", "Billing", "Metrics", "Templates",
     "ApiKey", "FileEntry", "ProcessResult", "Project", "Record", "Region", "SandboxInfo", "Volume", "WhoAmI", "Workspace",

@@ -29,7 +29,7 @@ from typing import Any, AsyncIterator, Callable, Dict, Generator, Iterator, List
 
 import httpx
 
-from ._ops import Async, Body, Emit, F, Flavoured, Invoke, Items, Next, Op, Open, Request, Send, Sleep, Step, Sync, api
+from ._ops import Async, Body, Emit, F, Flavoured, Invoke, Items, Next, Op, Open, Request, Send, Sleep, Started, Step, Sync, api
 from .errors import APIConnectionError, APITimeoutError, error_for
 
 T = TypeVar("T")
@@ -258,6 +258,51 @@ class HttpClient(_Client[Sync]):
         with contextlib.ExitStack() as opened:
             yield from _drive(op, lambda step: self._do(step, opened))
 
+    def spawn(self, op: Op[None]) -> "WatchHandle":
+        """Run an operation until it yields ``Started``, then on in a thread of its own."""
+        handle = WatchHandle()
+        started = threading.Event()
+        early: List[BaseException] = []
+
+        def do(step: Step, opened: contextlib.ExitStack) -> Any:
+            if handle.stopping:
+                raise _Stopped
+            if isinstance(step, Started):
+                started.set()
+                return None
+            try:
+                answer = self._do(step, opened)
+            except Exception:
+                if handle.stopping:
+                    raise _Stopped from None  # stop() closed the stream under the read
+                raise
+            if isinstance(answer, Body):
+                handle._responses.append(answer.response)
+            return answer
+
+        def main() -> None:
+            try:
+                with contextlib.ExitStack() as opened:
+                    for _ in _drive(op, lambda step: do(step, opened)):
+                        pass
+            except _Stopped:
+                pass
+            except Exception as e:
+                if started.is_set():
+                    handle.exception = e
+                else:
+                    early.append(e)
+            finally:
+                op.close()
+                started.set()
+
+        handle._thread = threading.Thread(target=main, name="lizard-watch", daemon=True)
+        handle._thread.start()
+        started.wait()
+        if early:
+            raise early[0]
+        return handle
+
     def _do(self, step: Step, opened: contextlib.ExitStack) -> Any:
         if isinstance(step, Send):
             r = step.request
@@ -276,6 +321,8 @@ class HttpClient(_Client[Sync]):
             return next(step.body.pieces, None)
         if isinstance(step, Sleep):
             time.sleep(step.seconds)
+            return None
+        if isinstance(step, Started):
             return None
         if isinstance(step, Invoke):
             result = step.fn(*step.args)
@@ -321,7 +368,33 @@ class AsyncHttpClient(_Client[Async]):
         """Run an operation, yielding what it emits."""
         return self._drive(op)
 
-    async def _drive(self, op: Op[None]) -> AsyncIterator[Any]:
+    async def spawn(self, op: Op[None]) -> "AsyncWatchHandle":
+        """Run an operation until it yields ``Started``, then on in a task of its own."""
+        started = asyncio.Event()
+        handle = AsyncWatchHandle()
+
+        async def main() -> None:
+            try:
+                async for _ in self._drive(op, started.set):
+                    pass
+            except Exception as e:
+                if not started.is_set():
+                    raise
+                handle.exception = e
+            finally:
+                op.close()
+
+        task = handle._task = asyncio.ensure_future(main())
+        waiting = asyncio.ensure_future(started.wait())
+        try:
+            await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+        if task.done() and not started.is_set():
+            task.result()  # the error that came before the operation started
+        return handle
+
+    async def _drive(self, op: Op[None], on_started: Callable[[], None] = lambda: None) -> AsyncIterator[Any]:
         """As :func:`_drive`, awaiting each step (an async generator cannot return a value:
         :func:`_returning` keeps it)."""
         async with contextlib.AsyncExitStack() as opened:
@@ -335,6 +408,9 @@ class AsyncHttpClient(_Client[Async]):
                 value, error = None, None
                 if isinstance(step, Emit):
                     yield step.item
+                    continue
+                if isinstance(step, Started):
+                    on_started()
                     continue
                 try:
                     value = await self._do(step, opened)
@@ -371,6 +447,56 @@ class AsyncHttpClient(_Client[Async]):
 
 def _returning(op: Op[T], into: List[T]) -> Op[None]:
     into.append((yield from op))
+
+
+class _Stopped(BaseException):
+    """Unwinds a background operation whose handle was stopped."""
+
+
+class WatchHandle:
+    """A background operation of the blocking flavour (``sandbox.fs.watch``), running in a
+    thread. ``stop()`` ends it; ``exception`` is what broke it, if anything did."""
+
+    def __init__(self) -> None:
+        self.stopping = False
+        self.exception: Optional[BaseException] = None
+        self._responses: List[httpx.Response] = []
+        self._thread: Optional[threading.Thread] = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """End it (closing its stream) and wait until its thread did."""
+        self.stopping = True
+        for resp in self._responses:
+            resp.close()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+
+class AsyncWatchHandle:
+    """A background operation of the async flavour, running as a task. ``await stop()``
+    ends it; ``exception`` is what broke it, if anything did."""
+
+    def __init__(self) -> None:
+        self.exception: Optional[BaseException] = None
+        self._task: "Optional[asyncio.Future[None]]" = None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def stop(self) -> None:
+        """Cancel it and wait until it ended (its stream closed)."""
+        if self._task is None or self._task.done():
+            return
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
 
 
 _shared: Dict[Tuple[Optional[str], Optional[str]], HttpClient] = {}

@@ -37,7 +37,7 @@ from typing import (
 from typing_extensions import Concatenate, ParamSpec
 
 if TYPE_CHECKING:
-    from ._http import AsyncHttpClient, HttpClient
+    from ._http import AsyncHttpClient, AsyncWatchHandle, HttpClient, WatchHandle
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -108,17 +108,23 @@ class Invoke:
 
 
 @dataclass(frozen=True)
+class Started:
+    """A background operation (``api_background``) is under way: its caller gets the
+    handle now, and the rest runs on."""
+
+
+@dataclass(frozen=True)
 class Emit(Generic[E]):
     """Hand an item to the caller of an iterating operation."""
 
     item: E
 
 
-Step = Union[Send, Open, Next, Sleep, Invoke, Emit[Any]]
+Step = Union[Send, Open, Next, Sleep, Invoke, Started, Emit[Any]]
 #: An operation returning ``T``.
 Op = Generator[Step, Any, T]
 #: An operation that yields items of type ``E`` (through :class:`Emit`) to an iterator.
-Items = Generator[Union[Send, Open, Next, Sleep, Invoke, Emit[E]], Any, None]
+Items = Generator[Union[Send, Open, Next, Sleep, Invoke, Started, Emit[E]], Any, None]
 
 
 class Body:
@@ -138,12 +144,29 @@ class Flavoured(Generic[F]):
     _http: "Union[HttpClient, AsyncHttpClient]"
 
 
-class api(Generic[P, T]):
+class _Method:
+    """What the descriptors below share: the operation function, and binding it to an
+    object so that a call hands the operation to one of the client's drivers."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    def _bind(self, obj: Any, drive: Callable[[Any], Any]) -> Callable[..., Any]:
+        fn = self.fn
+
+        @functools.wraps(fn)
+        def bound(*args: Any, **kwargs: Any) -> Any:
+            return drive(fn(obj, *args, **kwargs))
+
+        return bound
+
+
+class api(_Method, Generic[P, T]):
     """A method written as an operation; see the module doc."""
 
     def __init__(self, fn: Callable[Concatenate[Any, P], Op[T]]) -> None:
-        self.fn = fn
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        super().__init__(fn)
 
     @overload
     def __get__(self, obj: None, owner: Any) -> "api[P, T]": ...
@@ -153,24 +176,15 @@ class api(Generic[P, T]):
     def __get__(self, obj: Flavoured[Async], owner: Any) -> Callable[P, Coroutine[Any, Any, T]]: ...
 
     def __get__(self, obj: Any, owner: Any) -> Any:
-        if obj is None:
-            return self
-        fn = self.fn
-
-        @functools.wraps(fn)
-        def bound(*args: Any, **kwargs: Any) -> Any:
-            return obj._http.run(fn(obj, *args, **kwargs))
-
-        return bound
+        return self if obj is None else self._bind(obj, obj._http.run)
 
 
-class api_items(Generic[P, E]):
+class api_items(_Method, Generic[P, E]):
     """A method written as an operation that emits items (``Items[E]``): an ``Iterator``
     in the blocking flavour, an ``AsyncIterator`` in the async one."""
 
     def __init__(self, fn: Callable[Concatenate[Any, P], Items[E]]) -> None:
-        self.fn = fn
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        super().__init__(fn)
 
     @overload
     def __get__(self, obj: None, owner: Any) -> "api_items[P, E]": ...
@@ -180,25 +194,36 @@ class api_items(Generic[P, E]):
     def __get__(self, obj: Flavoured[Async], owner: Any) -> Callable[P, AsyncIterator[E]]: ...
 
     def __get__(self, obj: Any, owner: Any) -> Any:
-        if obj is None:
-            return self
-        fn = self.fn
-
-        @functools.wraps(fn)
-        def bound(*args: Any, **kwargs: Any) -> Any:
-            return obj._http.iterate(fn(obj, *args, **kwargs))
-
-        return bound
+        return self if obj is None else self._bind(obj, obj._http.iterate)
 
 
-class static_api(Generic[P, T]):
+class api_background(_Method, Generic[P]):
+    """A method written as an operation that runs on in the background once it yields
+    :class:`Started`: the call returns a ``WatchHandle`` then (blocking flavour: a thread
+    runs the rest) or an ``AsyncWatchHandle`` (async flavour: a task does); ``stop()`` on
+    it ends the operation. An error before ``Started`` is the call's."""
+
+    def __init__(self, fn: Callable[Concatenate[Any, P], Op[None]]) -> None:
+        super().__init__(fn)
+
+    @overload
+    def __get__(self, obj: None, owner: Any) -> "api_background[P]": ...
+    @overload
+    def __get__(self, obj: Flavoured[Sync], owner: Any) -> "Callable[P, WatchHandle]": ...
+    @overload
+    def __get__(self, obj: Flavoured[Async], owner: Any) -> "Callable[P, Coroutine[Any, Any, AsyncWatchHandle]]": ...
+
+    def __get__(self, obj: Any, owner: Any) -> Any:
+        return self if obj is None else self._bind(obj, obj._http.spawn)
+
+
+class static_api(_Method, Generic[P, T]):
     """A class-level operation (a static form such as ``Sandbox.create``): its flavour is
     the class's, its client ``http=`` or else the class's shared one for ``api_key=`` and
     ``api_url=`` (``_shared_http``); the operation gets the client as ``http``."""
 
     def __init__(self, fn: Callable[Concatenate[Any, P], Op[T]]) -> None:
-        self.fn = fn
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        super().__init__(fn)
 
     @overload
     def __get__(self, obj: Any, owner: Type[Flavoured[Sync]]) -> Callable[P, T]: ...

@@ -114,6 +114,47 @@ class FileEntry(Model):
 
 
 @dataclass
+class FileInfo(Model):
+    """What is at a path (``lstat``: a symlink is described, with ``symlink_target``, not
+    followed). ``type``: ``file``, ``dir``, ``symlink`` or ``other``; ``mtime_ms``:
+    milliseconds since the Unix epoch."""
+
+    name: str = ""
+    path: str = ""
+    type: str = ""
+    size: int = 0
+    mode: int = 0
+    uid: int = 0
+    gid: int = 0
+    owner: str = ""
+    group: str = ""
+    mtime_ms: int = 0
+    symlink_target: Optional[str] = None
+
+
+@dataclass
+class FsEvent(Model):
+    """A change in a watched directory: ``type`` is ``create``, ``write``, ``remove``,
+    ``rename`` (from ``path`` to ``new_path``) or ``overflow`` (the guest's event queue
+    overflowed and events were lost; the watch goes on: rescan what matters)."""
+
+    type: str = ""
+    path: str = ""
+    new_path: Optional[str] = None
+    is_dir: bool = False
+
+
+@dataclass
+class ArchiveResult(Model):
+    """An unpacked archive: the directory, how many entries it held and the bytes of file
+    content written."""
+
+    path: str = ""
+    entries: int = 0
+    bytes_written: int = 0
+
+
+@dataclass
 class ProcessResult(Model):
     """How a command ended: its whole stdout and stderr (UTF-8) and exit code (124 when its
     timeout killed it)."""

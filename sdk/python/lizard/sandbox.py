@@ -5,16 +5,18 @@
 from __future__ import annotations
 
 import builtins
+import json
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 from urllib.parse import quote
 
 from ._http import AsyncHttpClient, HttpClient, shared_async_client, shared_client
-from ._ops import Async, F, Flavoured, Op, Sync, api, static_api
+from ._archive import pack_files
+from ._ops import Async, F, Flavoured, Op, Started, Sync, api, api_background, invoke, static_api
 from .desktop import Desktop
 from .code import CodeInterpreter
-from .errors import NotFoundError
+from .errors import APIConnectionError, LizardError, NotFoundError
 from ._frames import read_exec_frames
-from .models import FileEntry, ProcessResult, SandboxInfo
+from .models import ArchiveResult, FileEntry, FileInfo, FsEvent, ProcessResult, SandboxInfo
 
 Http = Union[HttpClient, AsyncHttpClient]
 
@@ -22,6 +24,9 @@ Http = Union[HttpClient, AsyncHttpClient]
 CREATE_TIMEOUT_S = 600.0
 #: A command without ``timeout_ms`` may run this long before the call gives up.
 EXEC_TIMEOUT_S = 3600.0
+#: A watch's stream carries a blank line every 15 s of silence: this much silence means it
+#: is gone.
+WATCH_READ_TIMEOUT_S = 60.0
 
 
 def _sandbox_path(sandbox_id: str, rest: str = "") -> str:
@@ -79,6 +84,80 @@ class Filesystem(Flavoured[F]):
     def make_dir(self, path: str) -> Op[None]:
         """Create a directory and its parents."""
         yield from self._http.call("POST", self._path("/mkdir"), params={"path": path})
+
+    @api
+    def get_info(self, path: str) -> Op[FileInfo]:
+        """What is at ``path``: type, size, mode, owner, mtime, and a link's target (a link
+        is described, not followed). ``NotFoundError`` when nothing is there."""
+        return FileInfo.from_json((yield from self._http.call("GET", self._path("/info"), params={"path": path})))
+
+    @api
+    def exists(self, path: str) -> Op[bool]:
+        """Whether anything (a dangling link included) is at ``path``."""
+        answer = yield from self._http.call("GET", self._path("/exists"), params={"path": path})
+        return bool(answer["exists"])
+
+    @api
+    def rename(self, old_path: str, new_path: str) -> Op[FileInfo]:
+        """Move a file or directory (a file at ``new_path`` is replaced); what is there now."""
+        params = {"path": old_path, "to": new_path}
+        return FileInfo.from_json((yield from self._http.call("POST", self._path("/rename"), params=params)))
+
+    def _write_archive(self, path: str, archive: bytes) -> Op[ArchiveResult]:
+        headers = {"Content-Type": "application/octet-stream"}
+        resp = yield from self._http.send(
+            "PUT", self._path("/archive"), params={"path": path}, content=archive, headers=headers
+        )
+        return ArchiveResult.from_json(resp.json())
+
+    write_archive = api(_write_archive)
+    """Unpack a tar archive (bytes) into the directory ``path`` (created with its
+    parents); an entry that would land outside it is refused (``InvalidArgumentError``)."""
+
+    @api
+    def write_files(self, files: Mapping[str, Union[str, bytes]], *, mode: int = 0o644) -> Op[ArchiveResult]:
+        """Write several files in one call: ``{absolute path: content}`` (parents are
+        created, each file gets ``mode``). They travel as one tar archive."""
+        directory, archive = pack_files(files, mode)
+        return (yield from self._write_archive(directory, archive))
+
+    @api
+    def download_dir(self, path: str) -> Op[bytes]:
+        """The directory ``path`` and everything under it as a tar archive (links stored as
+        links), in one call: ``tarfile.open(fileobj=io.BytesIO(data))`` reads it."""
+        return (yield from self._http.send("GET", self._path("/archive"), params={"path": path})).content
+
+    @api_background
+    def watch(
+        self,
+        path: str,
+        on_event: Callable[[FsEvent], object],
+        *,
+        recursive: bool = False,
+        on_exit: Optional[Callable[[Optional[Exception]], object]] = None,
+    ) -> Op[None]:
+        """Follow the changes in the directory ``path`` (and, ``recursive``, every directory
+        under it): ``on_event`` gets each ``FsEvent`` as it happens (``create``, ``write``,
+        ``remove``, ``rename``, ``overflow`` when the guest lost events). Returns once the
+        watch is in place, as a handle: ``stop()`` ends it (``await handle.stop()`` in the
+        async flavour, where ``on_event`` may be ``async``). The watch ends by itself when
+        the sandbox pauses or goes away: ``on_exit`` then gets the error (watch again after
+        a resume)."""
+        stream = yield from self._http.open(
+            "GET", self._path("/watch"), params={"path": path, "recursive": recursive}, timeout=WATCH_READ_TIMEOUT_S, lines=True
+        )
+        yield Started()
+        error: Exception = APIConnectionError(f"the watch of {path} ended")
+        try:
+            while True:
+                line = yield from self._http.next(stream)
+                if line is None:
+                    break
+                if line.strip():
+                    yield from invoke(on_event, FsEvent.from_json(json.loads(line)))
+        except LizardError as e:
+            error = e
+        yield from invoke(on_exit, error)
 
 
 class Process(Flavoured[F]):

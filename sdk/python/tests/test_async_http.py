@@ -141,3 +141,67 @@ def test_static_forms_and_iterators_take_the_async_flavour() -> None:
     lz = Lizard(api_key="lz_test", api_url="http://lizard.test", transport=httpx.MockTransport(handler))
     assert [e.type for e in lz.templates.events("t", "b1", workspace="w")] == ["phase", "done"]
     assert isinstance(lz.connect("s1"), Sandbox)
+
+
+def test_watch_runs_in_the_background_in_both_flavours_and_reports_a_broken_stream() -> None:
+    import threading
+
+    gate = threading.Event()
+    lines = [b'{"type":"create","path":"/w/a","isDir":false}\n', b"\n", b'{"type":"rename","path":"/w/a","newPath":"/w/b"}\n']
+
+    def sync_body():  # the stream: two events, then it waits until the test lets it end
+        yield from lines
+        gate.wait(10)
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.path.endswith("/missing/files/watch"):
+            return httpx.Response(404, json={"code": "NOT_FOUND", "message": "no sandbox"})
+        assert req.url.params["recursive"] == "true"
+        return httpx.Response(200, content=sync_body())
+
+    seen: List[Any] = []
+    exits: List[Any] = []
+    http = _http.HttpClient(api_url="http://lizard.test", transport=httpx.MockTransport(handler))
+    sb = Sandbox(SandboxInfo(sandbox_id="s"), http)
+    handle = sb.fs.watch("/w", seen.append, recursive=True, on_exit=exits.append)
+    deadline = time_after(10)
+    while len(seen) < 2 and not deadline():
+        threading.Event().wait(0.01)
+    assert [(e.type, e.path, e.new_path) for e in seen] == [("create", "/w/a", None), ("rename", "/w/a", "/w/b")]
+    assert handle.running
+    gate.set()  # the stream ends by itself: on_exit hears of it
+    handle._thread.join(10)  # type: ignore[union-attr]
+    assert len(exits) == 1 and isinstance(exits[0], APIConnectionError)
+    with pytest.raises(NotFoundError):
+        Sandbox(SandboxInfo(sandbox_id="missing"), http).fs.watch("/w", seen.append)
+
+    async def async_body():
+        for line in lines:
+            yield line
+        await asyncio.sleep(30)
+
+    async def main() -> None:
+        got: List[Any] = []
+
+        async def on_event(e: Any) -> None:
+            got.append(e.type)
+
+        transport = httpx.MockTransport(lambda req: httpx.Response(200, content=async_body()))
+        asb = AsyncSandbox(SandboxInfo(sandbox_id="s"), AsyncHttpClient(api_url="http://lizard.test", transport=transport))
+        ahandle = await asb.fs.watch("/w", on_event, recursive=True, on_exit=exits.append)
+        for _ in range(100):
+            if len(got) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert got == ["create", "rename"] and ahandle.running
+        await ahandle.stop()  # stopped: no on_exit
+        assert not ahandle.running and len(exits) == 1
+
+    asyncio.run(main())
+
+
+def time_after(seconds: float) -> Any:
+    import time
+
+    end = time.monotonic() + seconds
+    return lambda: time.monotonic() > end

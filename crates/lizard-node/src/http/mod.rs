@@ -80,6 +80,11 @@ pub fn router(node: Arc<Node>) -> Router {
         .route(table::REMOVE_FILE.path, serve(&table::REMOVE_FILE, remove))
         .route(table::LIST_DIR.path, serve(&table::LIST_DIR, list_dir))
         .route(table::MAKE_DIR.path, serve(&table::MAKE_DIR, make_dir))
+        .route(table::FILE_INFO.path, serve(&table::FILE_INFO, file_info))
+        .route(table::RENAME_FILE.path, serve(&table::RENAME_FILE, rename))
+        .route(table::WATCH_DIR.path, serve(&table::WATCH_DIR, watch))
+        .route(table::READ_ARCHIVE.path, serve(&table::READ_ARCHIVE, read_archive))
+        .route(table::WRITE_ARCHIVE.path, serve(&table::WRITE_ARCHIVE, write_archive))
         .route(table::CREATE_VOLUME.path, serve(&table::CREATE_VOLUME, volumes::create))
         .route(table::DELETE_VOLUME.path, serve(&table::DELETE_VOLUME, volumes::delete))
         .route(table::VOLUME_HOLDER.path, serve(&table::VOLUME_HOLDER, volumes::holder))
@@ -274,6 +279,65 @@ async fn make_dir(
     Ok(StatusCode::NO_CONTENT)
 }
 
+async fn file_info(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    NodeQuery(q): NodeQuery<PathQuery>,
+) -> Result<Json<lizard_api::FileInfo>> {
+    Ok(Json(node.get(&id)?.file_info(&q.path).await?))
+}
+
+/// `?path=&to=` of a rename.
+#[derive(Deserialize)]
+struct RenameQuery {
+    path: String,
+    to: String,
+}
+
+async fn rename(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    NodeQuery(q): NodeQuery<RenameQuery>,
+) -> Result<Json<lizard_api::FileInfo>> {
+    Ok(Json(node.get(&id)?.rename(&q.path, &q.to).await?))
+}
+
+/// `?path=&recursive=` of a watch.
+#[derive(Deserialize)]
+struct WatchQuery {
+    path: String,
+    #[serde(default)]
+    recursive: bool,
+}
+
+async fn watch(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    NodeQuery(q): NodeQuery<WatchQuery>,
+) -> Result<Response> {
+    let lines = node.get(&id)?.watch(&q.path, q.recursive).await?;
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response())
+}
+
+async fn read_archive(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    NodeQuery(q): NodeQuery<PathQuery>,
+) -> Result<Response> {
+    let tar = node.get(&id)?.read_archive(&q.path).await?;
+    Ok(([(header::CONTENT_TYPE, "application/x-tar")], Body::from_stream(tar)).into_response())
+}
+
+async fn write_archive(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    NodeQuery(q): NodeQuery<PathQuery>,
+    body: Body,
+) -> Result<Json<lizard_api::ArchiveResult>> {
+    let stream = body.into_data_stream().map_err(std::io::Error::other);
+    Ok(Json(node.get(&id)?.write_archive(&q.path, stream).await?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,7 +363,8 @@ mod tests {
     async fn serves_every_route_of_the_node_table_and_nothing_else() {
         let (router, _dir) = node_router().await;
         for r in table::ALL {
-            let uri = format!("{}?path=/x", r.uri(&vec!["nope"; r.params().count()]));
+            // `to` is a rename's; the other routes ignore it.
+            let uri = format!("{}?path=/x&to=/y", r.uri(&vec!["nope"; r.params().count()]));
             let (status, body) = answer(&router, r.method.as_str(), &uri, "{}").await;
             assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{r:?}");
             assert_ne!(body["message"], "no such route", "{r:?}");

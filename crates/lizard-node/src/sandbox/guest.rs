@@ -6,6 +6,14 @@ use crate::{NodeError, Result};
 use lizard_agent_proto::frame::{Frame, FrameKind};
 use std::sync::Arc;
 
+/// Bytes the agent streams out of the guest.
+pub type ByteStream = futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>;
+
+fn streamed(answer: lizard_agent_client::ReadFile) -> ByteStream {
+    use futures_util::StreamExt;
+    answer.map(|r| r.map_err(std::io::Error::other)).boxed()
+}
+
 impl Sandbox {
     /// The agent's form of an exec request: the sandbox's environment under the
     /// request's, the template's directory and user unless the request names its own,
@@ -107,13 +115,12 @@ impl Sandbox {
         &self,
         path: &str,
     ) -> Result<(Option<u64>, futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>)> {
-        use futures_util::StreamExt;
         let staging = transfer::staging_file(&self.run_dir);
         let agent = self.live()?.agent();
         let (file, how) = agent.read_file_via(Some(&staging), path).await.map_err(|e| self.agent_error(e))?;
         self.transfers.record(how);
         let len = file.content_length();
-        Ok((len, file.map(|r| r.map_err(std::io::Error::other)).boxed()))
+        Ok((len, streamed(file)))
     }
 
     /// Stream `body` into a file in the guest (parents created, replaced atomically),
@@ -148,6 +155,38 @@ impl Sandbox {
     /// Create a directory and its parents.
     pub async fn make_dir(&self, path: &str) -> Result<()> {
         self.live()?.agent().make_dir(path).await.map_err(|e| self.agent_error(e))
+    }
+
+    /// What `lstat` says of `path` in the guest.
+    pub async fn file_info(&self, path: &str) -> Result<lizard_api::FileInfo> {
+        self.live()?.agent().file_info(path).await.map_err(|e| self.agent_error(e))
+    }
+
+    /// Move `from` to `to` in the guest; what is at `to` afterwards.
+    pub async fn rename(&self, from: &str, to: &str) -> Result<lizard_api::FileInfo> {
+        self.live()?.agent().rename(from, to).await.map_err(|e| self.agent_error(e))
+    }
+
+    /// A directory's changes as the agent's NDJSON lines, once its watches are in place.
+    /// The stream fails when the agent's channel goes: a pause ends every watch (the
+    /// guest frees them with the session), and a client watches again after the resume.
+    pub async fn watch(&self, path: &str, recursive: bool) -> Result<ByteStream> {
+        let lines = self.live()?.agent().watch(path, recursive).await.map_err(|e| self.agent_error(e))?;
+        Ok(streamed(lines))
+    }
+
+    /// A directory of the guest as a tar archive, streamed as the agent makes it.
+    pub async fn read_archive(&self, path: &str) -> Result<ByteStream> {
+        let tar = self.live()?.agent().read_archive(path).await.map_err(|e| self.agent_error(e))?;
+        Ok(streamed(tar))
+    }
+
+    /// Unpack the tar archive `body` into a directory of the guest (created).
+    pub async fn write_archive<S>(&self, path: &str, body: S) -> Result<lizard_api::ArchiveResult>
+    where
+        S: futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
+    {
+        self.live()?.agent().write_archive(path, body).await.map_err(|e| self.agent_error(e))
     }
 
     /// A TCP connection to `port` on the guest's loopback, carried over the agent channel

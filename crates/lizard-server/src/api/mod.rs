@@ -11,6 +11,7 @@ pub mod account;
 pub mod billing;
 pub mod cluster;
 pub mod code;
+pub mod files;
 pub mod keys;
 pub mod lifecycle;
 pub mod metrics;
@@ -66,6 +67,11 @@ pub fn all_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(sandboxes::read_file, sandboxes::write_file, sandboxes::remove))
         .routes(routes!(sandboxes::list_dir))
         .routes(routes!(sandboxes::make_dir))
+        .routes(routes!(files::info))
+        .routes(routes!(files::exists))
+        .routes(routes!(files::rename))
+        .routes(routes!(files::watch))
+        .routes(routes!(files::read_archive, files::write_archive))
         .routes(routes!(code::run_code))
         .routes(routes!(code::list_contexts, code::create_context))
         .routes(routes!(code::remove_context))

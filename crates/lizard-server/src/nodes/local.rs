@@ -8,7 +8,9 @@ use super::{
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use lizard_api::templates::BuildEvent;
-use lizard_api::{CreateSandboxRequest, ExecRequest, FileEntry, ProcessResult, SandboxInfo, WriteResult};
+use lizard_api::{
+    ArchiveResult, CreateSandboxRequest, ExecRequest, FileEntry, FileInfo, ProcessResult, SandboxInfo, WriteResult,
+};
 use lizard_node::{EndReason, Node, NodeError};
 use std::sync::Arc;
 
@@ -121,6 +123,26 @@ impl NodeClient for LocalNode {
 
     async fn make_dir(&self, id: &str, path: &str) -> NodeResult<()> {
         self.0.get(id).map_err(api)?.make_dir(path).await.map_err(api)
+    }
+
+    async fn file_info(&self, id: &str, path: &str) -> NodeResult<FileInfo> {
+        self.0.get(id).map_err(api)?.file_info(path).await.map_err(api)
+    }
+
+    async fn rename(&self, id: &str, from: &str, to: &str) -> NodeResult<FileInfo> {
+        self.0.get(id).map_err(api)?.rename(from, to).await.map_err(api)
+    }
+
+    async fn watch(&self, id: &str, path: &str, recursive: bool) -> NodeResult<ByteStream> {
+        self.0.get(id).map_err(api)?.watch(path, recursive).await.map_err(api)
+    }
+
+    async fn read_archive(&self, id: &str, path: &str) -> NodeResult<ByteStream> {
+        self.0.get(id).map_err(api)?.read_archive(path).await.map_err(api)
+    }
+
+    async fn write_archive(&self, id: &str, path: &str, body: ByteStream) -> NodeResult<ArchiveResult> {
+        self.0.get(id).map_err(api)?.write_archive(path, body).await.map_err(api)
     }
 
     async fn connect_port(&self, id: &str, port: u16) -> NodeResult<Box<dyn Tunnel>> {

@@ -24,7 +24,8 @@ use lizard_agent_proto::frame::Frame;
 use lizard_api::templates::{BuildEvent, BuildFailure};
 pub use lizard_api::templates::{BuildTemplate, BuiltTemplate};
 use lizard_api::{
-    ApiError, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, ProcessResult, SandboxInfo, WriteResult,
+    ApiError, ArchiveResult, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, FileInfo, ProcessResult,
+    SandboxInfo, WriteResult,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -126,6 +127,17 @@ pub trait NodeClient: Send + Sync + 'static {
     async fn remove(&self, id: &str, path: &str) -> NodeResult<()>;
     /// Create a directory and its parents.
     async fn make_dir(&self, id: &str, path: &str) -> NodeResult<()>;
+    /// What `lstat` says of a path in the guest.
+    async fn file_info(&self, id: &str, path: &str) -> NodeResult<FileInfo>;
+    /// Move `from` to `to` in the guest; what is at `to` afterwards.
+    async fn rename(&self, id: &str, from: &str, to: &str) -> NodeResult<FileInfo>;
+    /// A directory's changes as NDJSON `FsEvent` lines, once the watch is in place; the
+    /// stream fails when the sandbox pauses (the guest's watches end with its session).
+    async fn watch(&self, id: &str, path: &str, recursive: bool) -> NodeResult<ByteStream>;
+    /// A directory of the guest as a tar archive (streamed).
+    async fn read_archive(&self, id: &str, path: &str) -> NodeResult<ByteStream>;
+    /// Unpack a tar archive into a directory of the guest.
+    async fn write_archive(&self, id: &str, path: &str, body: ByteStream) -> NodeResult<ArchiveResult>;
     /// A TCP connection to `port` on the guest's loopback, through its agent.
     async fn connect_port(&self, id: &str, port: u16) -> NodeResult<Box<dyn Tunnel>>;
 

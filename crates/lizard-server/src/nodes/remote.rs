@@ -24,8 +24,8 @@ use lizard_api::node_api::{NodeVolumeRequest, VolumeHolder};
 use lizard_api::routes::node as table;
 use lizard_api::templates::BuildEvent;
 use lizard_api::{
-    ApiError, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, ForkRequest, ProcessResult, SandboxInfo,
-    WriteResult,
+    ApiError, ArchiveResult, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, FileInfo, ForkRequest,
+    ProcessResult, SandboxInfo, WriteResult,
 };
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
@@ -50,6 +50,18 @@ impl RemoteNode {
 
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// A streamed answer's body; breaking off is an I/O error that names the node.
+    fn body_of(&self, resp: hyper::Response<hyper::body::Incoming>, what: &'static str) -> ByteStream {
+        let node = self.clone();
+        resp.into_body().into_data_stream().map_err(move |e| node.broke_off(what, e)).boxed()
+    }
+
+    /// Send `call` and stream its answer's body.
+    async fn streamed(&self, call: &Call, what: &'static str) -> NodeResult<ByteStream> {
+        let resp = self.channel.send(call, NO_BODY).await?;
+        Ok(self.body_of(resp, what))
     }
 
     fn broke_off(&self, what: &str, e: impl std::fmt::Display) -> std::io::Error {
@@ -134,9 +146,7 @@ impl NodeClient for RemoteNode {
             .get(hyper::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        let node = self.clone();
-        let body = resp.into_body().into_data_stream().map_err(move |e| node.broke_off("a file read", e));
-        Ok(FileRead { len, body: body.boxed() })
+        Ok(FileRead { len, body: self.body_of(resp, "a file read") })
     }
 
     async fn write_file(&self, id: &str, path: &str, mode: Option<u32>, body: ByteStream) -> NodeResult<WriteResult> {
@@ -158,6 +168,30 @@ impl NodeClient for RemoteNode {
 
     async fn make_dir(&self, id: &str, path: &str) -> NodeResult<()> {
         self.channel.unit(&Call::new(&table::MAKE_DIR, &[id]).param("path", path), NO_BODY).await
+    }
+
+    async fn file_info(&self, id: &str, path: &str) -> NodeResult<FileInfo> {
+        self.channel.json(&Call::new(&table::FILE_INFO, &[id]).param("path", path), NO_BODY).await
+    }
+
+    async fn rename(&self, id: &str, from: &str, to: &str) -> NodeResult<FileInfo> {
+        let call = Call::new(&table::RENAME_FILE, &[id]).param("path", from).param("to", to);
+        self.channel.json(&call, NO_BODY).await
+    }
+
+    async fn watch(&self, id: &str, path: &str, recursive: bool) -> NodeResult<ByteStream> {
+        let call = Call::new(&table::WATCH_DIR, &[id]).param("path", path).param("recursive", recursive);
+        self.streamed(&call, "a watch").await
+    }
+
+    async fn read_archive(&self, id: &str, path: &str) -> NodeResult<ByteStream> {
+        self.streamed(&Call::new(&table::READ_ARCHIVE, &[id]).param("path", path), "an archive read").await
+    }
+
+    async fn write_archive(&self, id: &str, path: &str, body: ByteStream) -> NodeResult<ArchiveResult> {
+        let call = Call::new(&table::WRITE_ARCHIVE, &[id]).param("path", path).head_timeout(Some(SLOW));
+        let body = BodyExt::boxed_unsync(StreamBody::new(body.map_ok(hyper::body::Frame::data)));
+        self.channel.json(&call, Payload::Stream(body)).await
     }
 
     async fn connect_port(&self, id: &str, port: u16) -> NodeResult<Box<dyn Tunnel>> {

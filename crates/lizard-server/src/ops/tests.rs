@@ -14,7 +14,8 @@ use crate::ServerConfig;
 use async_trait::async_trait;
 use lizard_api::templates::{BuildEvent, BuildFailure, BuildStatus, BuildStepInfo, OutputStream};
 use lizard_api::{
-    ApiError, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, ProcessResult, SandboxInfo, WriteResult,
+    ApiError, ArchiveResult, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, FileInfo, ProcessResult,
+    SandboxInfo, WriteResult,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -161,6 +162,21 @@ impl NodeClient for FakeNode {
         not_here()
     }
     async fn make_dir(&self, _: &str, _: &str) -> NodeResult<()> {
+        not_here()
+    }
+    async fn file_info(&self, _: &str, _: &str) -> NodeResult<FileInfo> {
+        not_here()
+    }
+    async fn rename(&self, _: &str, _: &str, _: &str) -> NodeResult<FileInfo> {
+        not_here()
+    }
+    async fn watch(&self, _: &str, _: &str, _: bool) -> NodeResult<ByteStream> {
+        not_here()
+    }
+    async fn read_archive(&self, _: &str, _: &str) -> NodeResult<ByteStream> {
+        not_here()
+    }
+    async fn write_archive(&self, _: &str, _: &str, _: ByteStream) -> NodeResult<ArchiveResult> {
         not_here()
     }
     async fn connect_port(&self, _: &str, _: u16) -> NodeResult<Box<dyn Tunnel>> {
