@@ -14,6 +14,7 @@ pub use lizard_agent_proto::types::{ExitStatus, FileEntry, FileType, WriteResult
 
 pub mod code;
 pub mod files;
+pub mod processes;
 pub mod routes;
 pub mod templates;
 
@@ -268,6 +269,9 @@ pub enum ErrorCode {
     OutputTooLarge,
     /// An `Idempotency-Key` was used before with another request (route or body): 422.
     IdempotencyKeyReused,
+    /// What the request waited for (a port to listen) did not happen within its
+    /// `timeoutMs`: 408.
+    TimedOut,
 }
 
 impl ErrorCode {
@@ -288,6 +292,7 @@ impl ErrorCode {
             ErrorCode::CodeServiceUnavailable => 502,
             ErrorCode::OutputTooLarge => 422,
             ErrorCode::IdempotencyKeyReused => 422,
+            ErrorCode::TimedOut => 408,
         }
     }
 }

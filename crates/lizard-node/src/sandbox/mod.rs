@@ -1,7 +1,8 @@
 //! One sandbox: its identity, its VM (while running), its network, and what it may be
 //! asked to do.
 //!
-//! - [`guest`]: operations inside the guest (exec, files, tunnels), through the agent.
+//! - [`guest`]: operations inside the guest (exec, background processes and terminals,
+//!   port waits, files, tunnels), through the agent.
 //! - [`record`]: `sandbox.json`, which lets a paused sandbox outlive the node process.
 //!
 //! Starting, pausing and ending a sandbox's VM is the node's job (`crate::node`), on top
@@ -12,6 +13,7 @@ mod record;
 mod transfer;
 
 pub(crate) use record::{Durability, ReadBack, Recorded};
+pub use guest::ProcessFrameStream;
 pub use transfer::TransferStats;
 
 use crate::network::SandboxNet;

@@ -15,6 +15,7 @@ pub mod keys;
 pub mod lifecycle;
 pub mod metrics;
 pub mod nodes;
+pub mod processes;
 pub mod projects;
 pub mod regions;
 pub mod sandboxes;
@@ -66,6 +67,13 @@ pub fn all_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(sandboxes::read_file, sandboxes::write_file, sandboxes::remove))
         .routes(routes!(sandboxes::list_dir))
         .routes(routes!(sandboxes::make_dir))
+        .routes(routes!(processes::start, processes::list))
+        .routes(routes!(processes::output))
+        .routes(routes!(processes::stdin, processes::close_stdin))
+        .routes(routes!(processes::signal))
+        .routes(routes!(processes::resize))
+        .routes(routes!(processes::wait_for_port))
+        .routes(routes!(processes::pty))
         .routes(routes!(code::run_code))
         .routes(routes!(code::list_contexts, code::create_context))
         .routes(routes!(code::remove_context))
