@@ -30,7 +30,7 @@ use crate::pty;
 use crate::reaper;
 use crate::server::AppError;
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::rejection::PathRejection;
 use axum::extract::Path;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
@@ -53,9 +53,9 @@ use std::process::Stdio;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 use tokio::sync::{oneshot, watch};
 
@@ -325,7 +325,7 @@ async fn start(req: StartProcess) -> Result<Arc<Process>, ProcessError> {
     let started = Instant::now();
     let process = match master {
         Some(master) => {
-            let master = Arc::new(AsyncFd::new(master).map_err(kill_it)?);
+            let master = Arc::new(crate::transport::register(master).map_err(kill_it)?);
             let process = Arc::new(Process {
                 info,
                 seq,
@@ -528,13 +528,13 @@ fn pid_of(path: Result<Path<u32>, PathRejection>) -> Result<u32, ProcessError> {
     path.map(|Path(pid)| pid).map_err(|e| ProcessError::BadRequest(e.body_text()))
 }
 
-fn json_of<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ProcessError> {
-    body.map(|Json(v)| v).map_err(|e| ProcessError::BadRequest(e.body_text()))
+fn json_of<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ProcessError> {
+    serde_json::from_slice(body).map_err(|e| ProcessError::BadRequest(e.to_string()))
 }
 
 /// `POST /v1/processes`.
-pub async fn start_handler(body: Result<Json<StartProcess>, JsonRejection>) -> Result<Response, AppError> {
-    let process = start(json_of(body)?).await?;
+pub async fn start_handler(body: Bytes) -> Result<Response, AppError> {
+    let process = start(json_of(&body)?).await?;
     Ok(frames_response(process.follow()))
 }
 
@@ -565,10 +565,10 @@ pub async fn close_stdin_handler(path: Result<Path<u32>, PathRejection>) -> Resu
 /// `POST /v1/processes/{pid}/signal`.
 pub async fn signal_handler(
     path: Result<Path<u32>, PathRejection>,
-    body: Result<Json<SignalRequest>, JsonRejection>,
+    body: Bytes,
 ) -> Result<StatusCode, AppError> {
     let pid = pid_of(path)?;
-    let signal = parse_signal(&json_of(body)?.signal)?;
+    let signal = parse_signal(&json_of::<SignalRequest>(&body)?.signal)?;
     find(pid)?.signal(signal)?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -576,20 +576,20 @@ pub async fn signal_handler(
 /// `POST /v1/processes/{pid}/resize`.
 pub async fn resize_handler(
     path: Result<Path<u32>, PathRejection>,
-    body: Result<Json<PtySize>, JsonRejection>,
+    body: Bytes,
 ) -> Result<StatusCode, AppError> {
     let pid = pid_of(path)?;
-    find(pid)?.resize(json_of(body)?)?;
+    find(pid)?.resize(json_of(&body)?)?;
     Ok(StatusCode::NO_CONTENT)
 }
-
-/// How long a test waits for something that should happen at once.
-#[cfg(test)]
-const PATIENCE: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    /// How long a test waits for something that should happen at once.
+    const PATIENCE: Duration = Duration::from_secs(10);
     use crate::server::tests::call;
     use bytes::BytesMut;
     use lizard_agent_proto::routes;
