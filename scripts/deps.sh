@@ -3,9 +3,10 @@
 # mmdebstrap + e2fsprogs (template images), apt's download of the guest kernel; Node.js and
 # python3-venv for the SDK test suites (scripts/test-sdk.sh); iproute2 + nftables (sandbox
 # networks: namespaces, veth/TAP links, NAT and firewall); chromium for the desktop
-# template's live-view test (a real headless browser on the host).
+# template's live-view test (a real headless browser on the host); tmux for the test of
+# `lizard sandbox shell` (a real terminal it drives with send-keys and reads with capture-pane).
 set -euo pipefail
-need=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs cpio ca-certificates curl python3-venv nodejs iproute2 nftables chromium)
+need=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs cpio ca-certificates curl python3-venv nodejs iproute2 nftables chromium tmux)
 missing=()
 for p in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
