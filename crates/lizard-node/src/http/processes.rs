@@ -88,9 +88,10 @@ pub struct WaitQuery {
 pub async fn wait_for_port(
     State(node): State<Arc<Node>>,
     Path((id, port)): Path<(String, String)>,
-    NodeQuery(q): NodeQuery<WaitQuery>,
+    query: Result<NodeQuery<WaitQuery>>,
 ) -> Result<StatusCode> {
     let sandbox = node.get(&id)?;
+    let NodeQuery(q) = query?;
     let (port, timeout_ms) = lizard_api::processes::port_wait_args(&port, q.timeout_ms).map_err(AppError)?;
     sandbox.wait_for_port(port, timeout_ms).await?;
     Ok(StatusCode::NO_CONTENT)
