@@ -73,7 +73,10 @@ export class ProcessHandle {
         const text = (k) => this.#out[k].join('') + this.#decoders[k].decode()
         return { stdout: text(STDOUT), stderr: text(STDERR), exitCode: status.exitCode ?? -1 }
       } else if (kind === ERROR) {
-        throw frameError(payload)
+        // The process itself never fails here: its stream broke off (a pause, a VM that
+        // stopped answering); the process may run on.
+        const cause = frameError(payload)
+        throw new APIConnectionError(`the stream of process ${this.pid} broke off: ${cause.message}`, { cause })
       }
     }
     throw new APIConnectionError(`the stream of process ${this.pid} broke off; it may still run`)
