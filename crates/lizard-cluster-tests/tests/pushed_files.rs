@@ -102,17 +102,9 @@ async fn a_push_whose_calls_reach_different_replicas_builds_and_its_files_are_in
     assert_eq!(built.status, lizard_api::templates::BuildStatus::Ready, "{:?}\n{}", built.error, built.log);
 
     // A sandbox of it (created through replica B) holds both files, intact.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let id = loop {
-        let (status, info) = fleet.try_create(1, json!({"template": "shared-tpl"})).await;
-        if status == 201 {
-            break info["sandboxId"].as_str().expect("sandboxId").to_string();
-        }
-        // Until the building node's next heartbeat says it holds the build.
-        assert_eq!(status, 503, "create shared-tpl: {info}");
-        assert!(Instant::now() < deadline, "no create from the pushed template: {info}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let (status, info) = fleet.try_create(1, json!({"template": "shared-tpl"})).await;
+    assert_eq!(status, 201, "create shared-tpl right after its build: {info}");
+    let id = info["sandboxId"].as_str().expect("sandboxId").to_string();
     assert_eq!(fleet.exec(0, &id, "cat /opt/files/hello.txt").await, (0, String::from_utf8(hello.clone()).unwrap()));
     let (code, sum) = fleet.exec(0, &id, "sha256sum /opt/files/big.bin").await;
     assert_eq!(code, 0);

@@ -161,7 +161,7 @@ pub fn choose_nodes(candidates: &[Candidate], want: &Want) -> ApiResult<Vec<Stri
         return Err(AppError::new(
             ErrorCode::Unavailable,
             format!(
-                "no node with room holds the build {} (a node reports a build within a heartbeat of its end;                  the node that built it may be down or full)",
+                "no node with room holds the build {} (the node that built it may be down or full)",
                 want.template
             ),
         ));
@@ -227,9 +227,10 @@ pub async fn place_build(
     state: &AppState,
     build: &crate::nodes::BuildTemplate,
     base_is_built: bool,
-) -> ApiResult<Arc<dyn NodeClient>> {
+) -> ApiResult<Placed> {
     if let Some(local) = state.nodes.local_client() {
-        return Ok(local.clone());
+        let at = Placement { node_id: LOCAL_NODE_ID.into(), region: state.server.config.region.clone() };
+        return Ok(Placed { at, node: local.clone() });
     }
     let want = Want {
         region: state.server.config.region.clone(),
@@ -239,11 +240,7 @@ pub async fn place_build(
         template_required: base_is_built,
     };
     let placed = place_sandbox(state, &want).await?;
-    placed
-        .into_iter()
-        .next()
-        .map(|p| p.node)
-        .ok_or_else(|| AppError::new(ErrorCode::Unavailable, "no node to build on"))
+    placed.into_iter().next().ok_or_else(|| AppError::new(ErrorCode::Unavailable, "no node to build on"))
 }
 
 /// Every node that may hold node templates (to delete one wherever it is): the

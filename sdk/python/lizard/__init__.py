@@ -5,11 +5,19 @@
     sandbox = lizard.create("base")
     print(sandbox.process.exec_("uname -a").stdout)
     sandbox.kill()
+
+The same surface in asyncio, on ``httpx.AsyncClient``:
+
+    from lizard import AsyncLizard
+    async with AsyncLizard(project="my-project") as lizard:
+        sandbox = await lizard.create("base")
+        print((await sandbox.process.exec_("uname -a")).stdout)
+        await sandbox.kill()
 """
 
-from ._http import HttpClient
+from ._http import AsyncHttpClient, HttpClient
 from .code import Context, Execution, ExecutionError, Logs, Result
-from .client import ApiKeys, Billing, Lizard, Metrics, Projects, Regions, Volumes, Workspaces
+from .client import AsyncLizard, ApiKeys, Billing, Lizard, LizardBase, Metrics, Projects, Regions, Volumes, Workspaces
 from .errors import (
     APIConnectionError,
     APIError,
@@ -47,13 +55,14 @@ from .models import (
     Workspace,
 )
 from .desktop import Desktop, DesktopError, DesktopStream
-from .sandbox import Filesystem, Process, Sandbox
+from .sandbox import AsyncSandbox, Filesystem, Process, Sandbox, SandboxBase
 from .templates import Templates
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Lizard", "Sandbox", "Filesystem", "Process", "HttpClient", "Desktop", "DesktopStream", "DesktopError",
+    "AsyncLizard", "AsyncSandbox", "AsyncHttpClient", "LizardBase", "SandboxBase",
     "Execution", "Result", "Logs", "ExecutionError", "Context",
     "Workspaces", "Projects", "ApiKeys", "Regions", "Volumes", "Billing", "Metrics", "Templates",
     "ApiKey", "FileEntry", "ProcessResult", "Project", "Record", "Region", "SandboxInfo", "Volume", "WhoAmI", "Workspace",

@@ -8,8 +8,9 @@ from __future__ import annotations
 import codecs
 import json
 import struct
-from typing import Callable, Iterable, Optional
+from typing import Callable, Optional
 
+from ._ops import Op, invoke
 from .errors import APIConnectionError, error_for
 from .models import ProcessResult
 
@@ -20,24 +21,26 @@ _AGENT_STATUS = {"NOT_FOUND": 404, "INVALID_ARGUMENT": 422, "IS_A_DIRECTORY": 42
 
 
 def read_exec_frames(
-    chunks: Iterable[bytes],
-    on_stdout: Optional[Callable[[str], None]],
-    on_stderr: Optional[Callable[[str], None]],
-) -> ProcessResult:
-    """Decode frames from ``chunks``, calling the callbacks with text as it arrives."""
+    next_chunk: Callable[[], Op[Optional[bytes]]],
+    on_stdout: Optional[Callable[[str], object]],
+    on_stderr: Optional[Callable[[str], object]],
+) -> Op[ProcessResult]:
+    """Decode frames from the chunks ``next_chunk`` reads (``None`` at the end), calling the
+    callbacks with text as it arrives."""
     decoders = {STDOUT: codecs.getincrementaldecoder("utf-8")("replace"), STDERR: codecs.getincrementaldecoder("utf-8")("replace")}
     callbacks = {STDOUT: on_stdout, STDERR: on_stderr}
     out = {STDOUT: [], STDERR: []}  # type: dict[int, list[str]]
     buf = bytearray()
 
-    def emit(kind: int, text: str) -> None:
+    def emit(kind: int, text: str) -> Op[None]:
         if text:
             out[kind].append(text)
-            cb = callbacks[kind]
-            if cb is not None:
-                cb(text)
+            yield from invoke(callbacks[kind], text)
 
-    for chunk in chunks:
+    while True:
+        chunk = yield from next_chunk()
+        if chunk is None:
+            break
         buf += chunk
         while len(buf) >= 5:
             kind, length = struct.unpack(">BI", bytes(buf[:5]))
@@ -46,10 +49,10 @@ def read_exec_frames(
             payload = bytes(buf[5 : 5 + length])
             del buf[: 5 + length]
             if kind in (STDOUT, STDERR):
-                emit(kind, decoders[kind].decode(payload))
+                yield from emit(kind, decoders[kind].decode(payload))
             elif kind == EXIT:
                 for k in (STDOUT, STDERR):
-                    emit(k, decoders[k].decode(b"", final=True))
+                    yield from emit(k, decoders[k].decode(b"", final=True))
                 status = json.loads(payload)
                 return ProcessResult.from_json(
                     {

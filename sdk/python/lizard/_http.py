@@ -1,6 +1,8 @@
-"""The HTTP client under every call: one pooled ``httpx.Client`` per ``Lizard`` (connections
-are reused), a timeout on every request, and retries with exponential backoff where a
-retry cannot do anything twice.
+"""The HTTP client under every call: one pooled ``httpx.Client`` per ``Lizard`` (an
+``httpx.AsyncClient`` per ``AsyncLizard``; connections are reused), a timeout on every
+request, and retries with exponential backoff where a retry cannot do anything twice.
+Requests, retries and answers are operations (``_ops``) shared by both flavours; the two
+clients here are their drivers, each doing one step at a time.
 
 A call is safe to retry when its method is idempotent (GET, HEAD, PUT, DELETE, OPTIONS) or
 it carries an ``Idempotency-Key`` — which the client adds to the calls that create
@@ -13,18 +15,24 @@ attempt is still being served). A replayed answer (``Idempotency-Replayed``) is 
 
 from __future__ import annotations
 
-import os
+import asyncio
 import contextlib
+import inspect
+import os
 import random
 import re
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+import weakref
+from typing import Any, AsyncIterator, Callable, Dict, Generator, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
 
 import httpx
 
+from ._ops import Async, Body, Emit, F, Flavoured, Invoke, Items, Next, Op, Open, Request, Send, Sleep, Step, Sync, api
 from .errors import APIConnectionError, APITimeoutError, error_for
+
+T = TypeVar("T")
 
 DEFAULT_API_URL = "http://127.0.0.1:7171"
 DEFAULT_TIMEOUT_S = 60.0
@@ -60,7 +68,155 @@ request_observers: List[Callable[[str, str, str, Mapping[str, Any], Any], None]]
 Params = Optional[Mapping[str, Any]]
 
 
-class HttpClient:
+class _Client(Flavoured[F]):
+    """What both clients share: their settings and the calls, as operations."""
+
+    def __init__(self, api_key: Optional[str], api_url: Optional[str], timeout: float, max_retries: int) -> None:
+        self.api_key = api_key or os.environ.get("LIZARD_API_KEY")
+        self.api_url = (api_url or os.environ.get("LIZARD_API_URL") or DEFAULT_API_URL).rstrip("/")
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.headers = {"User-Agent": "lizard-sdk-python/0.1.0"}
+        if self.api_key:
+            self.headers["X-API-Key"] = self.api_key
+        assert isinstance(self, (HttpClient, AsyncHttpClient))
+        self._http = self  # its calls run on itself
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        params: Params,
+        json: Any = None,
+        content: Optional[bytes] = None,
+        headers: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> Request:
+        method = method.upper()
+        query = {k: _query_value(v) for k, v in (params or {}).items() if v is not None}
+        for observe in request_observers:
+            observe(self.api_url, method, path, query, json)
+        return Request(
+            method, path, query, json, content, dict(headers or {}), self.timeout if timeout is None else timeout
+        )
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params = None,
+        json: Any = None,
+        content: Optional[bytes] = None,
+        headers: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> Op[httpx.Response]:
+        """Send one request (with retries where safe); raise the typed error on 4xx/5xx."""
+        headers = with_idempotency_key(method.upper(), path, headers)
+        req = self._request(method, path, params, json, content, headers, timeout)
+        keyed = any(k.lower() == IDEMPOTENCY_HEADER.lower() for k in headers)
+        idempotent = req.method in _IDEMPOTENT or keyed
+        attempt = 0
+        while True:
+            try:
+                resp: httpx.Response = yield Send(req)
+            except httpx.TransportError as e:
+                if idempotent and attempt < self.max_retries:
+                    attempt += 1
+                    yield Sleep(_backoff(attempt))
+                    continue
+                raise _transport_error(req, e) from e
+            if resp.status_code < 400:
+                return resp
+            if _retryable(resp, idempotent, keyed) and attempt < self.max_retries:
+                attempt += 1
+                yield Sleep(_retry_after(resp) or _backoff(attempt))
+                continue
+            raise _error(resp)
+
+    def open(
+        self, method: str, path: str, *, params: Params = None, json: Any = None, timeout: Optional[float] = None, lines: bool = False
+    ) -> Op[Body]:
+        """A request whose answer is read as it arrives, with :meth:`next` (not retried: it is
+        not idempotent where it is used). Raises the typed error on 4xx/5xx."""
+        req = self._request(method, path, params, json, timeout=timeout)
+        try:
+            body: Body = yield Open(req, lines)
+        except httpx.TransportError as e:
+            raise _transport_error(req, e) from e
+        if body.response.status_code >= 400:
+            raise _error(body.response)
+        return body
+
+    @staticmethod
+    def next(body: Body) -> Op[Any]:
+        """The next piece of an opened answer (``None`` at its end)."""
+        try:
+            return (yield Next(body))
+        except httpx.TransportError as e:
+            raise _transport_error(body.request, e) from e
+
+    @api
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params = None,
+        json: Any = None,
+        content: Union[bytes, None] = None,
+        headers: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> Op[httpx.Response]:
+        """Send one request (with retries where safe); raise the typed error on 4xx/5xx."""
+        return (yield from self.send(method, path, params=params, json=json, content=content, headers=headers, timeout=timeout))
+
+    def call(self, method: str, path: str, json: Any = None, *, params: Params = None, timeout: Optional[float] = None) -> Op[Any]:
+        """A JSON call: the decoded answer (``None`` when it has no body)."""
+        return _json((yield from self.send(method, path, params=params, json=json, timeout=timeout)))
+
+    @api
+    def get(self, path: str, *, params: Params = None, timeout: Optional[float] = None) -> Op[Any]:
+        return (yield from self.call("GET", path, params=params, timeout=timeout))
+
+    @api
+    def post(self, path: str, json: Any = None, *, params: Params = None, timeout: Optional[float] = None) -> Op[Any]:
+        return (yield from self.call("POST", path, json, params=params, timeout=timeout))
+
+    @api
+    def put(self, path: str, json: Any = None, *, params: Params = None, timeout: Optional[float] = None) -> Op[Any]:
+        return (yield from self.call("PUT", path, json, params=params, timeout=timeout))
+
+    @api
+    def patch(self, path: str, json: Any = None, *, params: Params = None, timeout: Optional[float] = None) -> Op[Any]:
+        return (yield from self.call("PATCH", path, json, params=params, timeout=timeout))
+
+    @api
+    def delete(self, path: str, *, params: Params = None, timeout: Optional[float] = None) -> Op[Any]:
+        return (yield from self.call("DELETE", path, params=params, timeout=timeout))
+
+
+def _drive(op: Op[T], do: Callable[[Step], Any]) -> Generator[Any, None, T]:
+    """Run ``op`` with ``do`` doing each step (its exceptions are thrown into the
+    operation), yielding what the operation emits; returns what it returns."""
+    value: Any = None
+    error: Optional[BaseException] = None
+    while True:
+        try:
+            step = op.throw(error) if error is not None else op.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        value, error = None, None
+        if isinstance(step, Emit):
+            yield step.item
+            continue
+        try:
+            value = do(step)
+        except Exception as e:
+            error = e
+
+
+class HttpClient(_Client[Sync]):
     """The raw HTTP client (``lizard.platform``): JSON in, JSON out, typed errors.
 
     ``api_key`` defaults to ``LIZARD_API_KEY`` and ``api_url`` to ``LIZARD_API_URL`` (then
@@ -75,14 +231,8 @@ class HttpClient:
         max_retries: int = DEFAULT_MAX_RETRIES,
         transport: Optional[httpx.BaseTransport] = None,
     ) -> None:
-        self.api_key = api_key or os.environ.get("LIZARD_API_KEY")
-        self.api_url = (api_url or os.environ.get("LIZARD_API_URL") or DEFAULT_API_URL).rstrip("/")
-        self.timeout = timeout
-        self.max_retries = max_retries
-        headers = {"User-Agent": "lizard-sdk-python/0.1.0"}
-        if self.api_key:
-            headers["X-API-Key"] = self.api_key
-        self._client = httpx.Client(base_url=self.api_url, headers=headers, timeout=timeout, transport=transport)
+        super().__init__(api_key, api_url, timeout, max_retries)
+        self._client = httpx.Client(base_url=self.api_url, headers=self.headers, timeout=timeout, transport=transport)
 
     def close(self) -> None:
         self._client.close()
@@ -93,116 +243,167 @@ class HttpClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Params = None,
-        json: Any = None,
-        content: Union[bytes, None] = None,
-        headers: Optional[Dict[str, str]] = None,
-        timeout: Optional[float] = None,
-    ) -> httpx.Response:
-        """Send one request (with retries where safe); raise the typed error on 4xx/5xx."""
-        method = method.upper()
-        params = {k: _query_value(v) for k, v in (params or {}).items() if v is not None}
-        for observe in request_observers:
-            observe(self.api_url, method, path, params, json)
-        headers = with_idempotency_key(method, path, headers)
-        keyed = any(k.lower() == IDEMPOTENCY_HEADER.lower() for k in headers)
-        idempotent = method in _IDEMPOTENT or keyed
-        attempt = 0
-        while True:
+    def run(self, op: Op[T]) -> T:
+        """Run an operation to its end."""
+        with contextlib.ExitStack() as opened:
+            steps = _drive(op, lambda step: self._do(step, opened))
             try:
-                resp = self._client.request(
-                    method,
-                    path,
-                    params=params,
-                    json=json,
-                    content=content,
-                    headers=headers,
-                    timeout=self.timeout if timeout is None else timeout,
-                )
-            except httpx.TimeoutException as e:
-                if idempotent and attempt < self.max_retries:
-                    attempt += 1
-                    time.sleep(_backoff(attempt))
-                    continue
-                raise APITimeoutError(f"{method} {path}: timed out") from e
-            except httpx.TransportError as e:
-                if idempotent and attempt < self.max_retries:
-                    attempt += 1
-                    time.sleep(_backoff(attempt))
-                    continue
-                raise APIConnectionError(f"{method} {path}: {e}") from e
-            if resp.status_code < 400:
-                return resp
-            retryable = _retryable(resp, idempotent, keyed)
-            if retryable and attempt < self.max_retries:
-                attempt += 1
-                time.sleep(_retry_after(resp) or _backoff(attempt))
-                continue
-            raise _error(resp)
+                item = next(steps)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            raise TypeError(f"an operation run as a call emitted {item!r}")
 
-    @contextlib.contextmanager
-    def stream(
+    def iterate(self, op: Items[T]) -> Iterator[T]:
+        """Run an operation, yielding what it emits."""
+        with contextlib.ExitStack() as opened:
+            yield from _drive(op, lambda step: self._do(step, opened))
+
+    def _do(self, step: Step, opened: contextlib.ExitStack) -> Any:
+        if isinstance(step, Send):
+            r = step.request
+            return self._client.request(
+                r.method, r.path, params=r.params, json=r.json, content=r.content, headers=r.headers, timeout=r.timeout
+            )
+        if isinstance(step, Open):
+            r = step.request
+            request = self._client.build_request(r.method, r.path, params=r.params, json=r.json, timeout=r.timeout)
+            resp = self._client.send(request, stream=True)
+            opened.callback(resp.close)
+            if resp.status_code >= 400:
+                resp.read()
+            return Body(r, resp, resp.iter_lines() if step.lines else resp.iter_bytes())
+        if isinstance(step, Next):
+            return next(step.body.pieces, None)
+        if isinstance(step, Sleep):
+            time.sleep(step.seconds)
+            return None
+        if isinstance(step, Invoke):
+            result = step.fn(*step.args)
+            if inspect.isawaitable(result):
+                getattr(result, "close", lambda: None)()  # never awaited: no warning
+                raise TypeError(f"{step.fn!r} is async: pass it to the async client (AsyncLizard, AsyncSandbox)")
+            return result
+        raise TypeError(f"unknown step {step!r}")
+
+
+class AsyncHttpClient(_Client[Async]):
+    """The raw HTTP client of ``AsyncLizard`` (``lizard.platform``): as :class:`HttpClient`,
+    on ``httpx.AsyncClient``; every call is a coroutine."""
+
+    def __init__(
         self,
-        method: str,
-        path: str,
-        *,
-        params: Params = None,
-        json: Any = None,
-        timeout: Optional[float] = None,
-    ) -> Iterator[httpx.Response]:
-        """A request whose response body is read as it arrives (not retried: it is not
-        idempotent where it is used). Raises the typed error on 4xx/5xx."""
-        method = method.upper()
-        params = {k: _query_value(v) for k, v in (params or {}).items() if v is not None}
-        for observe in request_observers:
-            observe(self.api_url, method, path, params, json)
-        try:
-            with self._client.stream(
-                method, path, params=params, json=json, timeout=self.timeout if timeout is None else timeout
-            ) as resp:
-                if resp.status_code >= 400:
-                    resp.read()
-                    raise _error(resp)
-                yield resp
-        except httpx.TimeoutException as e:
-            raise APITimeoutError(f"{method} {path}: timed out") from e
-        except httpx.TransportError as e:
-            raise APIConnectionError(f"{method} {path}: {e}") from e
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+    ) -> None:
+        super().__init__(api_key, api_url, timeout, max_retries)
+        self._client = httpx.AsyncClient(base_url=self.api_url, headers=self.headers, timeout=timeout, transport=transport)
 
-    def get(self, path: str, *, params: Params = None, timeout: Optional[float] = None) -> Any:
-        return _json(self.request("GET", path, params=params, timeout=timeout))
+    async def close(self) -> None:
+        await self._client.aclose()
 
-    def post(self, path: str, json: Any = None, *, params: Params = None, timeout: Optional[float] = None) -> Any:
-        return _json(self.request("POST", path, params=params, json=json, timeout=timeout))
+    async def __aenter__(self) -> "AsyncHttpClient":
+        return self
 
-    def put(self, path: str, json: Any = None, *, params: Params = None, timeout: Optional[float] = None) -> Any:
-        return _json(self.request("PUT", path, params=params, json=json, timeout=timeout))
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
-    def patch(self, path: str, json: Any = None, *, params: Params = None, timeout: Optional[float] = None) -> Any:
-        return _json(self.request("PATCH", path, params=params, json=json, timeout=timeout))
+    async def run(self, op: Op[T]) -> T:
+        """Run an operation to its end."""
+        result: List[T] = []
+        async for item in self._drive(_returning(op, result)):
+            raise TypeError(f"an operation run as a call emitted {item!r}")
+        return result[0]
 
-    def delete(self, path: str, *, params: Params = None, timeout: Optional[float] = None) -> Any:
-        return _json(self.request("DELETE", path, params=params, timeout=timeout))
+    def iterate(self, op: Items[T]) -> AsyncIterator[T]:
+        """Run an operation, yielding what it emits."""
+        return self._drive(op)
+
+    async def _drive(self, op: Op[None]) -> AsyncIterator[Any]:
+        """As :func:`_drive`, awaiting each step (an async generator cannot return a value:
+        :func:`_returning` keeps it)."""
+        async with contextlib.AsyncExitStack() as opened:
+            value: Any = None
+            error: Optional[BaseException] = None
+            while True:
+                try:
+                    step = op.throw(error) if error is not None else op.send(value)
+                except StopIteration:
+                    return
+                value, error = None, None
+                if isinstance(step, Emit):
+                    yield step.item
+                    continue
+                try:
+                    value = await self._do(step, opened)
+                except Exception as e:
+                    error = e
+
+    async def _do(self, step: Step, opened: contextlib.AsyncExitStack) -> Any:
+        if isinstance(step, Send):
+            r = step.request
+            return await self._client.request(
+                r.method, r.path, params=r.params, json=r.json, content=r.content, headers=r.headers, timeout=r.timeout
+            )
+        if isinstance(step, Open):
+            r = step.request
+            request = self._client.build_request(r.method, r.path, params=r.params, json=r.json, timeout=r.timeout)
+            resp = await self._client.send(request, stream=True)
+            opened.push_async_callback(resp.aclose)
+            if resp.status_code >= 400:
+                await resp.aread()
+            return Body(r, resp, resp.aiter_lines() if step.lines else resp.aiter_bytes())
+        if isinstance(step, Next):
+            try:
+                return await step.body.pieces.__anext__()
+            except StopAsyncIteration:
+                return None
+        if isinstance(step, Sleep):
+            await asyncio.sleep(step.seconds)
+            return None
+        if isinstance(step, Invoke):
+            result = step.fn(*step.args)
+            return await result if inspect.isawaitable(result) else result
+        raise TypeError(f"unknown step {step!r}")
+
+
+def _returning(op: Op[T], into: List[T]) -> Op[None]:
+    into.append((yield from op))
 
 
 _shared: Dict[Tuple[Optional[str], Optional[str]], HttpClient] = {}
+_shared_async: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[Tuple[Optional[str], Optional[str]], AsyncHttpClient]]" = (
+    weakref.WeakKeyDictionary()
+)
 _shared_lock = threading.Lock()
+
+
+def _shared_key(api_key: Optional[str], api_url: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+    return (api_key or os.environ.get("LIZARD_API_KEY"), api_url or os.environ.get("LIZARD_API_URL"))
 
 
 def shared_client(api_key: Optional[str] = None, api_url: Optional[str] = None) -> HttpClient:
     """One pooled client per (key, URL) for the static forms (``Sandbox.create`` without a
     ``Lizard``), so that an agent loop calling them reuses its connections."""
-    key = (api_key or os.environ.get("LIZARD_API_KEY"), api_url or os.environ.get("LIZARD_API_URL"))
+    key = _shared_key(api_key, api_url)
     with _shared_lock:
         client = _shared.get(key)
         if client is None:
             client = _shared[key] = HttpClient(api_key=key[0], api_url=key[1])
         return client
+
+
+def shared_async_client(api_key: Optional[str] = None, api_url: Optional[str] = None) -> AsyncHttpClient:
+    """As :func:`shared_client` for ``AsyncSandbox``'s static forms: one per (key, URL) and
+    event loop (an ``httpx.AsyncClient``'s connections belong to the loop that opened them)."""
+    key = _shared_key(api_key, api_url)
+    clients = _shared_async.setdefault(asyncio.get_running_loop(), {})
+    client = clients.get(key)
+    if client is None:
+        client = clients[key] = AsyncHttpClient(api_key=key[0], api_url=key[1])
+    return client
 
 
 def _retryable(resp: httpx.Response, idempotent: bool, keyed: bool) -> bool:
@@ -224,6 +425,12 @@ def _json(resp: httpx.Response) -> Any:
     if resp.status_code == 204 or not resp.content:
         return None
     return resp.json()
+
+
+def _transport_error(req: Request, e: httpx.TransportError) -> APIConnectionError:
+    if isinstance(e, httpx.TimeoutException):
+        return APITimeoutError(f"{req.method} {req.path}: timed out")
+    return APIConnectionError(f"{req.method} {req.path}: {e}")
 
 
 def _error(resp: httpx.Response) -> Exception:

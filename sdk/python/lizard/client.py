@@ -1,78 +1,95 @@
-"""``Lizard``: a client pinned to one project, with the account's namespaces."""
+"""``Lizard`` (blocking) and ``AsyncLizard`` (asyncio): a client pinned to one project, with
+the account's namespaces; both are ``LizardBase``, whose calls are written once (``_ops``)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
-from ._http import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, HttpClient
-from .errors import NotFoundError
+import httpx
+
+from ._http import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, AsyncHttpClient, HttpClient
+from ._ops import Async, F, Flavoured, Op, Sync, api
+from .errors import ConflictError, NotFoundError
 from .models import ApiKey, Project, Record, Region, SandboxInfo, Volume, WhoAmI, Workspace
-from .sandbox import Sandbox
+from .sandbox import SandboxBase
 from .templates import Templates
+
+Http = Union[HttpClient, AsyncHttpClient]
 
 
 def _seg(value: str) -> str:
     return quote(value, safe="")
 
 
-class Workspaces:
+class Workspaces(Flavoured[F]):
     """``lizard.workspaces``: the units of isolation between your users."""
 
-    def __init__(self, http: HttpClient) -> None:
+    def __init__(self, http: Http) -> None:
         self._http = http
 
-    def list(self) -> List[Workspace]:
-        return [Workspace.from_json(w) for w in self._http.get("/v1/workspaces")]
+    @api
+    def list(self) -> Op[List[Workspace]]:
+        return [Workspace.from_json(w) for w in (yield from self._http.call("GET", "/v1/workspaces"))]
 
-    def create(self, name: str) -> Workspace:
-        return Workspace.from_json(self._http.post("/v1/workspaces", json={"name": name}))
+    @api
+    def create(self, name: str) -> Op[Workspace]:
+        return Workspace.from_json((yield from self._http.call("POST", "/v1/workspaces", {"name": name})))
 
-    def find(self, name_or_slug_or_id: str) -> Workspace:
+    @api
+    def find(self, name_or_slug_or_id: str) -> Op[Workspace]:
         """A workspace by id, slug or name; ``NotFoundError`` when there is none."""
-        return Workspace.from_json(self._http.get(f"/v1/workspaces/{_seg(name_or_slug_or_id)}"))
+        return Workspace.from_json((yield from self._http.call("GET", f"/v1/workspaces/{_seg(name_or_slug_or_id)}")))
 
-    def delete(self, id: str, *, force: bool = False) -> None:
+    @api
+    def delete(self, id: str, *, force: bool = False) -> Op[None]:
         """Delete an empty workspace; ``force=True`` deletes everything in it, irreversibly."""
-        self._http.delete(f"/v1/workspaces/{_seg(id)}", params={"force": force} if force else None)
+        yield from self._http.call("DELETE", f"/v1/workspaces/{_seg(id)}", params={"force": force} if force else None)
 
 
-class Projects:
+class Projects(Flavoured[F]):
     """``lizard.projects``: what sandboxes and volumes live in and are billed to."""
 
-    def __init__(self, http: HttpClient) -> None:
+    def __init__(self, http: Http) -> None:
         self._http = http
 
-    def list(self, *, workspace_id: Optional[str] = None) -> List[Project]:
-        data = self._http.get("/v1/projects", params={"workspaceId": workspace_id})
+    @api
+    def list(self, *, workspace_id: Optional[str] = None) -> Op[List[Project]]:
+        data = (yield from self._http.call("GET", "/v1/projects", params={"workspaceId": workspace_id}))
         return [Project.from_json(p) for p in data]
 
-    def get(self, id: str) -> Project:
+    @api
+    def get(self, id: str) -> Op[Project]:
         """A project by id, slug or name."""
-        return Project.from_json(self._http.get(f"/v1/projects/{_seg(id)}"))
+        return Project.from_json((yield from self._http.call("GET", f"/v1/projects/{_seg(id)}")))
 
-    def create(self, *, workspace_id: str, name: str) -> Project:
-        return Project.from_json(self._http.post("/v1/projects", json={"workspaceId": workspace_id, "name": name}))
+    @api
+    def create(self, *, workspace_id: str, name: str) -> Op[Project]:
+        return Project.from_json((yield from self._http.call("POST", "/v1/projects", {"workspaceId": workspace_id, "name": name})))
 
-    def update(self, id: str, *, name: str) -> Project:
-        return Project.from_json(self._http.patch(f"/v1/projects/{_seg(id)}", json={"name": name}))
+    @api
+    def update(self, id: str, *, name: str) -> Op[Project]:
+        return Project.from_json((yield from self._http.call("PATCH", f"/v1/projects/{_seg(id)}", {"name": name})))
 
-    def delete(self, id: str) -> None:
-        self._http.delete(f"/v1/projects/{_seg(id)}")
+    @api
+    def delete(self, id: str) -> Op[None]:
+        yield from self._http.call("DELETE", f"/v1/projects/{_seg(id)}")
 
 
-class ApiKeys:
+class ApiKeys(Flavoured[F]):
     """``lizard.api_keys``: keys, optionally scoped to workspaces and/or projects."""
 
-    def __init__(self, http: HttpClient) -> None:
+    def __init__(self, http: Http) -> None:
         self._http = http
 
-    def list(self) -> List[ApiKey]:
-        return [ApiKey.from_json(k) for k in self._http.get("/v1/api-keys")]
+    @api
+    def list(self) -> Op[List[ApiKey]]:
+        return [ApiKey.from_json(k) for k in (yield from self._http.call("GET", "/v1/api-keys"))]
 
+    @api
     def create(
         self, *, name: str, workspaces: Optional[Sequence[str]] = None, projects: Optional[Sequence[str]] = None
-    ) -> ApiKey:
+    ) -> Op[ApiKey]:
         """A new key; ``key.key`` is the secret, returned this once. Without ``workspaces``
         or ``projects`` the key reaches everything the creating key reaches."""
         body: Dict[str, Any] = {"name": name}
@@ -80,96 +97,111 @@ class ApiKeys:
             body["workspaces"] = list(workspaces)
         if projects is not None:
             body["projects"] = list(projects)
-        return ApiKey.from_json(self._http.post("/v1/api-keys", json=body))
+        return ApiKey.from_json((yield from self._http.call("POST", "/v1/api-keys", body)))
 
-    def delete(self, id: str) -> None:
-        self._http.delete(f"/v1/api-keys/{_seg(id)}")
+    @api
+    def delete(self, id: str) -> Op[None]:
+        yield from self._http.call("DELETE", f"/v1/api-keys/{_seg(id)}")
 
 
-class Regions:
+class Regions(Flavoured[F]):
     """``lizard.regions``: where sandboxes and volumes can be placed."""
 
-    def __init__(self, http: HttpClient) -> None:
+    def __init__(self, http: Http) -> None:
         self._http = http
 
-    def list(self) -> List[Region]:
-        return [Region.from_json(r) for r in self._http.get("/v1/regions")]
+    @api
+    def list(self) -> Op[List[Region]]:
+        return [Region.from_json(r) for r in (yield from self._http.call("GET", "/v1/regions"))]
 
 
-class Volumes:
+class Volumes(Flavoured[F]):
     """``lizard.volumes``: disks that outlive sandboxes, mounted at ``/workspace``; named
     within the client's project."""
 
-    def __init__(self, client: "Lizard") -> None:
-        self._client = client
+    def __init__(self, client: "LizardBase[F]") -> None:
+        self._client: LizardBase[F] = client
+        self._http = client.platform
 
-    def _project(self) -> Dict[str, str]:
-        return {"projectId": self._client.project_id()}
+    def _call(self, method: str, path: str, body: Any = None) -> Op[Any]:
+        """A call in the client's project."""
+        project = {"projectId": (yield from self._client._project_id())}
+        return (yield from self._http.call(method, path, body, params=project))
 
-    def create(self, name: str, *, size_gb: Optional[int] = None, region: Optional[str] = None) -> Volume:
+    def _create(self, name: str, *, size_gb: Optional[int] = None, region: Optional[str] = None) -> Op[Volume]:
         """Create a volume; ``ConflictError`` if the name is taken in the project."""
-        body: Dict[str, Any] = {"name": name, **self._project()}
+        body: Dict[str, Any] = {"name": name, "projectId": (yield from self._client._project_id())}
         if size_gb is not None:
             body["sizeGb"] = size_gb
         if region is not None:
             body["region"] = region
-        return Volume.from_json(self._client.platform.post("/v1/volumes", json=body))
+        return Volume.from_json((yield from self._http.call("POST", "/v1/volumes", body)))
 
-    def get(self, name_or_id: str) -> Volume:
-        return Volume.from_json(self._client.platform.get(f"/v1/volumes/{_seg(name_or_id)}", params=self._project()))
+    create = api(_create)
 
-    def get_or_create(self, name: str, *, size_gb: Optional[int] = None, region: Optional[str] = None) -> Volume:
+    def _get(self, name_or_id: str) -> Op[Volume]:
+        return Volume.from_json((yield from self._call("GET", f"/v1/volumes/{_seg(name_or_id)}")))
+
+    get = api(_get)
+
+    @api
+    def get_or_create(self, name: str, *, size_gb: Optional[int] = None, region: Optional[str] = None) -> Op[Volume]:
         """The volume with this name, created if absent."""
-        from .errors import ConflictError
-
         try:
-            return self.get(name)
+            return (yield from self._get(name))
         except NotFoundError:
             pass
         try:
-            return self.create(name, size_gb=size_gb, region=region)
+            return (yield from self._create(name, size_gb=size_gb, region=region))
         except ConflictError:
             # Created by someone else between the two calls.
-            return self.get(name)
+            return (yield from self._get(name))
 
-    def list(self) -> List[Volume]:
-        return [Volume.from_json(v) for v in self._client.platform.get("/v1/volumes", params=self._project())]
+    @api
+    def list(self) -> Op[List[Volume]]:
+        return [Volume.from_json(v) for v in (yield from self._call("GET", "/v1/volumes"))]
 
-    def delete(self, name_or_id: str) -> None:
-        self._client.platform.delete(f"/v1/volumes/{_seg(name_or_id)}", params=self._project())
+    @api
+    def delete(self, name_or_id: str) -> Op[None]:
+        yield from self._call("DELETE", f"/v1/volumes/{_seg(name_or_id)}")
 
 
-class Billing:
+class Billing(Flavoured[F]):
     """``lizard.billing``: the account's balance and ledger. Unscoped keys only: a scoped key
     gets ``PermissionDeniedError`` with code ``ACCOUNT_SCOPE_REQUIRED``."""
 
-    def __init__(self, http: HttpClient) -> None:
+    def __init__(self, http: Http) -> None:
         self._http = http
 
-    def balance(self) -> Record:
-        return Record.from_json(self._http.get("/v1/billing/balance"))
+    @api
+    def balance(self) -> Op[Record]:
+        return Record.from_json((yield from self._http.call("GET", "/v1/billing/balance")))
 
+    @api
     def transactions(
         self, *, limit: Optional[int] = None, cursor: Optional[str] = None, include_usage: Optional[bool] = None
-    ) -> Record:
+    ) -> Op[Record]:
         params = {"limit": limit, "cursor": cursor, "includeUsage": include_usage}
-        return Record.from_json(self._http.get("/v1/billing/transactions", params=params))
+        return Record.from_json((yield from self._http.call("GET", "/v1/billing/transactions", params=params)))
 
-    def summary(self, *, granularity: Optional[str] = None, periods: Optional[int] = None) -> Record:
+    @api
+    def summary(self, *, granularity: Optional[str] = None, periods: Optional[int] = None) -> Op[Record]:
         """Credits and usage per UTC period (``granularity``: ``month`` or ``day``)."""
         params = {"granularity": granularity, "periods": periods}
-        return Record.from_json(self._http.get("/v1/billing/summary", params=params))
+        return Record.from_json((yield from self._http.call("GET", "/v1/billing/summary", params=params)))
 
-    def live(self) -> Record:
-        return Record.from_json(self._http.get("/v1/billing/live"))
+    @api
+    def live(self) -> Op[Record]:
+        return Record.from_json((yield from self._http.call("GET", "/v1/billing/live")))
 
 
-class Metrics:
+class Metrics(Flavoured[F]):
     """``lizard.metrics``: usage within the key's scope (what you bill a user from)."""
 
-    def __init__(self, http: HttpClient) -> None:
+    def __init__(self, http: Http) -> None:
         self._http = http
 
+    @api
     def get(
         self,
         *,
@@ -177,60 +209,49 @@ class Metrics:
         project_id: Optional[str] = None,
         from_: Optional[str] = None,
         to: Optional[str] = None,
-    ) -> Record:
+    ) -> Op[Record]:
         """Sandbox-seconds, cost and running count per project and workspace the key
         reaches (``from_``/``to``: RFC 3339)."""
         params = {"workspaceId": workspace_id, "projectId": project_id, "from": from_, "to": to}
-        return Record.from_json(self._http.get("/v1/metrics", params=params))
+        return Record.from_json((yield from self._http.call("GET", "/v1/metrics", params=params)))
 
     __call__ = get
 
 
-class Lizard:
+class LizardBase(Flavoured[F]):
     """A client pinned to one project (its id, slug or name: resolved to an id on first use
-    and cached). ``api_key`` defaults to ``LIZARD_API_KEY``, ``api_url`` to
-    ``LIZARD_API_URL``. ``timeout`` (seconds) bounds each call; calls that cannot run twice
-    (idempotent ones, and creates and execs, which carry an ``Idempotency-Key``) and 429
-    answers are retried up to ``max_retries`` times with backoff."""
+    and cached), in either flavour: ``Lizard`` (blocking) or ``AsyncLizard`` (asyncio).
+    ``api_key`` defaults to ``LIZARD_API_KEY``, ``api_url`` to ``LIZARD_API_URL``.
+    ``timeout`` (seconds) bounds each call; calls that cannot run twice (idempotent ones,
+    and creates and execs, which carry an ``Idempotency-Key``) and 429 answers are retried
+    up to ``max_retries`` times with backoff."""
 
-    def __init__(
-        self,
-        project: Optional[str] = None,
-        *,
-        api_key: Optional[str] = None,
-        api_url: Optional[str] = None,
-        timeout: float = DEFAULT_TIMEOUT_S,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-    ) -> None:
+    def __init__(self, project: Optional[str], platform: Http) -> None:
         self.project = project
-        self._project_id: Optional[str] = None
-        self.platform = HttpClient(api_key=api_key, api_url=api_url, timeout=timeout, max_retries=max_retries)
-        self.workspaces = Workspaces(self.platform)
-        self.projects = Projects(self.platform)
-        self.api_keys = ApiKeys(self.platform)
-        self.regions = Regions(self.platform)
-        self.volumes = Volumes(self)
-        self.billing = Billing(self.platform)
-        self.metrics = Metrics(self.platform)
-        self.templates = Templates(self)
+        self._resolved_project_id: Optional[str] = None
+        self.platform = platform
+        self._http = platform
+        self.workspaces: Workspaces[F] = Workspaces(platform)
+        self.projects: Projects[F] = Projects(platform)
+        self.api_keys: ApiKeys[F] = ApiKeys(platform)
+        self.regions: Regions[F] = Regions(platform)
+        self.volumes: Volumes[F] = Volumes(self)
+        self.billing: Billing[F] = Billing(platform)
+        self.metrics: Metrics[F] = Metrics(platform)
+        self.templates: Templates[F] = Templates(self)
 
-    def close(self) -> None:
-        self.platform.close()
-
-    def __enter__(self) -> "Lizard":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def project_id(self) -> str:
-        """The pinned project's id (looked up once)."""
-        if self._project_id is None:
+    def _project_id(self) -> Op[str]:
+        if self._resolved_project_id is None:
             if not self.project:
                 raise ValueError("this client has no project: pass Lizard(project=...)")
-            self._project_id = self.projects.get(self.project).id
-        return self._project_id
+            project = yield from self._http.call("GET", f"/v1/projects/{_seg(self.project)}")
+            self._resolved_project_id = str(project["id"])
+        return self._resolved_project_id
 
+    project_id = api(_project_id)
+    """The pinned project's id (looked up once)."""
+
+    @api
     def create(
         self,
         template: str = "base",
@@ -249,36 +270,99 @@ class Lizard:
         public_urls: Optional[bool] = None,
         resolution: Optional[Tuple[int, int]] = None,
         request_timeout: Optional[float] = None,
-    ) -> Sandbox:
+    ) -> Op[SandboxBase[F]]:
         """Boot a sandbox from ``template`` in the client's project (options as
         :meth:`Sandbox.create`)."""
-        return Sandbox.create(
-            template,
-            project_id=self.project_id(),
-            timeout_ms=timeout_ms,
-            envs=envs,
-            metadata=metadata,
-            lizard_token=lizard_token,
-            volume_name=volume_name,
-            vcpus=vcpus,
-            memory_mib=memory_mib,
-            on_timeout=on_timeout,
-            allow_internet_access=allow_internet_access,
-            allow_out=allow_out,
-            deny_out=deny_out,
-            public_urls=public_urls,
-            resolution=resolution,
-            request_timeout=request_timeout,
-            http=self.platform,
-        )
+        sandbox: SandboxBase[Any] = yield from SandboxBase._create(
+                None,
+                template,
+                project_id=(yield from self._project_id()),
+                timeout_ms=timeout_ms,
+                envs=envs,
+                metadata=metadata,
+                lizard_token=lizard_token,
+                volume_name=volume_name,
+                vcpus=vcpus,
+                memory_mib=memory_mib,
+                on_timeout=on_timeout,
+                allow_internet_access=allow_internet_access,
+                allow_out=allow_out,
+                deny_out=deny_out,
+                public_urls=public_urls,
+                resolution=resolution,
+                request_timeout=request_timeout,
+                http=self._http,
+            )
+        return sandbox  # of the client's flavour
 
-    def connect(self, sandbox_id: str) -> Sandbox:
-        return Sandbox.connect(sandbox_id, http=self.platform)
+    @api
+    def connect(self, sandbox_id: str) -> Op[SandboxBase[F]]:
+        sandbox: SandboxBase[Any] = yield from SandboxBase._connect(None, sandbox_id, http=self._http)
+        return sandbox
 
-    def list(self) -> List[SandboxInfo]:
+    @api
+    def list(self) -> Op[List[SandboxInfo]]:
         """Running sandboxes of the client's project (all the key reaches without one)."""
-        return Sandbox.list(project_id=self.project_id() if self.project else None, http=self.platform)
+        project_id = (yield from self._project_id()) if self.project else None
+        return (yield from SandboxBase._list(None, project_id=project_id, http=self._http))
 
-    def whoami(self) -> WhoAmI:
+    @api
+    def whoami(self) -> Op[WhoAmI]:
         """The account behind the key; a scoped key sees its identity and scopes only."""
-        return WhoAmI.from_json(self.platform.get("/v1/whoami"))
+        return WhoAmI.from_json((yield from self._http.call("GET", "/v1/whoami")))
+
+
+class Lizard(LizardBase[Sync]):
+    __doc__ = LizardBase.__doc__
+
+    def __init__(
+        self,
+        project: Optional[str] = None,
+        *,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        transport: Optional[httpx.BaseTransport] = None,
+    ) -> None:
+        platform = HttpClient(api_key=api_key, api_url=api_url, timeout=timeout, max_retries=max_retries, transport=transport)
+        super().__init__(project, platform)
+        self.platform: HttpClient = platform
+
+    def close(self) -> None:
+        self.platform.close()
+
+    def __enter__(self) -> "Lizard":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncLizard(LizardBase[Async]):
+    """``Lizard`` on ``httpx.AsyncClient``: the same namespaces and calls, each a coroutine
+    (``sandbox = await lizard.create("base")``). Use it as ``async with AsyncLizard(...)``
+    or ``await lizard.close()``."""
+
+    def __init__(
+        self,
+        project: Optional[str] = None,
+        *,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+    ) -> None:
+        platform = AsyncHttpClient(api_key=api_key, api_url=api_url, timeout=timeout, max_retries=max_retries, transport=transport)
+        super().__init__(project, platform)
+        self.platform: AsyncHttpClient = platform
+
+    async def close(self) -> None:
+        await self.platform.close()
+
+    async def __aenter__(self) -> "AsyncLizard":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 from urllib.parse import quote
 
+from ._ops import F, Flavoured, Op, api, invoke
 from .errors import APIConnectionError
-
-if TYPE_CHECKING:
-    from ._http import HttpClient
 
 #: ``run_code`` without ``timeout`` interrupts the code after this many seconds (the
 #: server's default).
@@ -137,16 +135,20 @@ def _context_id(context: Union[Context, str]) -> str:
 
 
 def read_events(
-    lines: Iterator[str],
-    on_stdout: Optional[Callable[[str], None]] = None,
-    on_stderr: Optional[Callable[[str], None]] = None,
-    on_result: Optional[Callable[[Result], None]] = None,
-    on_error: Optional[Callable[[ExecutionError], None]] = None,
-) -> Execution:
-    """Fold an execution's NDJSON events into an ``Execution``, calling back as they come.
-    ``APIConnectionError`` when the stream ends before its ``end`` event."""
+    next_line: Callable[[], Op[Optional[str]]],
+    on_stdout: Optional[Callable[[str], object]] = None,
+    on_stderr: Optional[Callable[[str], object]] = None,
+    on_result: Optional[Callable[[Result], object]] = None,
+    on_error: Optional[Callable[[ExecutionError], object]] = None,
+) -> Op[Execution]:
+    """Fold an execution's NDJSON events (the lines ``next_line`` reads, ``None`` at the
+    end) into an ``Execution``, calling back as they come. ``APIConnectionError`` when the
+    stream ends before its ``end`` event."""
     execution = Execution()
-    for line in lines:
+    while True:
+        line = yield from next_line()
+        if line is None:
+            break
         if not line.strip():
             continue
         try:
@@ -156,31 +158,25 @@ def read_events(
         kind = event.get("type")
         if kind == "stdout":
             execution.logs.stdout.append(event["text"])
-            if on_stdout:
-                on_stdout(event["text"])
+            yield from invoke(on_stdout, event["text"])
         elif kind == "stderr":
             execution.logs.stderr.append(event["text"])
-            if on_stderr:
-                on_stderr(event["text"])
+            yield from invoke(on_stderr, event["text"])
         elif kind == "result":
             result = Result.from_bundle(event.get("data") or {}, bool(event.get("isMainResult")))
             execution.results.append(result)
-            if on_result:
-                on_result(result)
+            yield from invoke(on_result, result)
         elif kind == "error":
             execution.error = ExecutionError(event["name"], event["value"], event.get("traceback", ""))
-            if on_error:
-                on_error(execution.error)
+            yield from invoke(on_error, execution.error)
         elif kind == "end":
             execution.execution_count = event.get("executionCount")
             return execution
     raise APIConnectionError("run_code: the stream ended before the execution did")
 
 
-class CodeInterpreter:
-    """``run_code`` and the code-context methods of a ``Sandbox``."""
-
-    _http: "HttpClient"
+class CodeInterpreter(Flavoured[F]):
+    """``run_code`` and the code-context methods of a sandbox."""
 
     @property
     def sandbox_id(self) -> str:
@@ -189,19 +185,20 @@ class CodeInterpreter:
     def _code_path(self, rest: str = "") -> str:
         return f"/v1/sandboxes/{quote(self.sandbox_id, safe='')}/code{rest}"
 
+    @api
     def run_code(
         self,
         code: str,
         language: Optional[str] = None,
         context: Optional[Union[Context, str]] = None,
-        on_stdout: Optional[Callable[[str], None]] = None,
-        on_stderr: Optional[Callable[[str], None]] = None,
-        on_result: Optional[Callable[[Result], None]] = None,
-        on_error: Optional[Callable[[ExecutionError], None]] = None,
+        on_stdout: Optional[Callable[[str], object]] = None,
+        on_stderr: Optional[Callable[[str], object]] = None,
+        on_result: Optional[Callable[[Result], object]] = None,
+        on_error: Optional[Callable[[ExecutionError], object]] = None,
         envs: Optional[Mapping[str, str]] = None,
         timeout: Optional[float] = None,
         request_timeout: Optional[float] = None,
-    ) -> Execution:
+    ) -> Op[Execution]:
         """Run ``code`` in a context: ``context``, or ``language``'s default one
         (``"python"`` — an IPython kernel —, ``"javascript"`` or ``"bash"``; default
         python), not both. ``envs`` hold for this run only. ``timeout`` (seconds,
@@ -217,27 +214,31 @@ class CodeInterpreter:
             body["timeoutMs"] = max(1, int(timeout * 1000))
         if request_timeout is None:
             request_timeout = (timeout if timeout is not None else DEFAULT_TIMEOUT_S) + REQUEST_GRACE_S
-        with self._http.stream("POST", self._code_path(), json=body, timeout=request_timeout) as resp:
-            return read_events(resp.iter_lines(), on_stdout, on_stderr, on_result, on_error)
+        stream = yield from self._http.open("POST", self._code_path(), json=body, timeout=request_timeout, lines=True)
+        return (yield from read_events(lambda: self._http.next(stream), on_stdout, on_stderr, on_result, on_error))
 
-    def create_code_context(self, language: Optional[str] = None, cwd: Optional[str] = None) -> Context:
+    @api
+    def create_code_context(self, language: Optional[str] = None, cwd: Optional[str] = None) -> Op[Context]:
         """A new context with its own interpreter (started before this returns)."""
         body: Dict[str, Any] = {}
         if language is not None:
             body["language"] = language
         if cwd is not None:
             body["cwd"] = cwd
-        return Context.from_json(self._http.post(self._code_path("/contexts"), json=body, timeout=240))
+        return Context.from_json((yield from self._http.call("POST", self._code_path("/contexts"), body, timeout=240)))
 
-    def list_code_contexts(self) -> List[Context]:
+    @api
+    def list_code_contexts(self) -> Op[List[Context]]:
         """Every context of the sandbox (the default ones, once used, included)."""
-        return [Context.from_json(c) for c in self._http.get(self._code_path("/contexts"))]
+        return [Context.from_json(c) for c in (yield from self._http.call("GET", self._code_path("/contexts")))]
 
-    def restart_code_context(self, context: Union[Context, str]) -> Context:
+    @api
+    def restart_code_context(self, context: Union[Context, str]) -> Op[Context]:
         """A new interpreter for the context: same id, variables gone."""
         path = self._code_path(f"/contexts/{quote(_context_id(context), safe='')}/restart")
-        return Context.from_json(self._http.post(path, timeout=240))
+        return Context.from_json((yield from self._http.call("POST", path, timeout=240)))
 
-    def remove_code_context(self, context: Union[Context, str]) -> None:
+    @api
+    def remove_code_context(self, context: Union[Context, str]) -> Op[None]:
         """End the context's interpreter."""
-        self._http.delete(self._code_path(f"/contexts/{quote(_context_id(context), safe='')}"))
+        yield from self._http.call("DELETE", self._code_path(f"/contexts/{quote(_context_id(context), safe='')}"))

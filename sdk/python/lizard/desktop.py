@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import base64
 import secrets
-import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 from urllib.parse import quote, urlencode
 
+from ._ops import F, Flavoured, Op, Sleep, api
 from .errors import LizardError
 
 if TYPE_CHECKING:
     from .models import ProcessResult
-    from .sandbox import Sandbox
+    from .sandbox import SandboxBase
 
 #: The guest port the live view listens on (reached through the sandbox URL).
 STREAM_PORT = 6080
@@ -87,11 +87,12 @@ def _coordinate(value: int, name: str) -> str:
     return str(value)
 
 
-class DesktopStream:
+class DesktopStream(Flavoured[F]):
     """``desktop.stream``: the live view, a noVNC page through the sandbox URL."""
 
-    def __init__(self, desktop: "Desktop") -> None:
-        self._desktop = desktop
+    def __init__(self, desktop: "Desktop[F]") -> None:
+        self._desktop: Desktop[F] = desktop
+        self._http = desktop._http
         self._secret: Optional[str] = None
 
     @property
@@ -99,11 +100,12 @@ class DesktopStream:
         """The running stream's secret (``None`` when none was started by this object)."""
         return self._secret
 
-    def start(self) -> None:
+    @api
+    def start(self) -> Op[None]:
         """Start the live view with a new secret (a running one is replaced, and its URLs
         stop working)."""
         secret = secrets.token_urlsafe(24)
-        self._desktop._run(["lizard-desktop", "stream-start"], stdin=secret + "\n")
+        yield from self._desktop._run(["lizard-desktop", "stream-start"], stdin=secret + "\n")
         self._secret = secret
 
     def get_url(self, *, view_only: bool = False, port: Optional[int] = None, scheme: str = "http") -> str:
@@ -126,58 +128,64 @@ class DesktopStream:
         )
         return f"{origin}/{quote(self._secret)}/vnc.html?{query}"
 
-    def stop(self) -> None:
+    @api
+    def stop(self) -> Op[None]:
         """Stop the live view: x11vnc and the page end, every URL of it stops working."""
-        self._desktop._run(["lizard-desktop", "stream-stop"])
+        yield from self._desktop._run(["lizard-desktop", "stream-stop"])
         self._secret = None
 
 
-class Desktop:
+class Desktop(Flavoured[F]):
     """``sandbox.desktop``: mouse, keyboard, screenshots, apps and the live view of a
     sandbox of the ``desktop`` template (or a template built on it)."""
 
-    def __init__(self, sandbox: "Sandbox") -> None:
-        self._sandbox = sandbox
-        self.stream = DesktopStream(self)
+    def __init__(self, sandbox: "SandboxBase[F]") -> None:
+        self._sandbox: SandboxBase[F] = sandbox
+        self._http = sandbox._http
+        self.stream: DesktopStream[F] = DesktopStream(self)
 
-    def _run(self, argv: List[str], *, stdin: Optional[str] = None, timeout_ms: int = 60_000) -> "ProcessResult":
-        result = self._sandbox.process.exec_(argv, envs={"DISPLAY": DISPLAY}, stdin=stdin, timeout_ms=timeout_ms)
+    def _run(self, argv: List[str], *, stdin: Optional[str] = None, timeout_ms: int = 60_000) -> Op["ProcessResult"]:
+        result = yield from self._sandbox.process._exec(argv, envs={"DISPLAY": DISPLAY}, stdin=stdin, timeout_ms=timeout_ms)
         if result.exit_code != 0:
             detail = (result.stderr or result.stdout).strip()[-2000:]
             raise DesktopError(f"{argv[0]} {argv[1] if len(argv) > 1 else ''} exited {result.exit_code}: {detail}")
         return result
 
-    def _xdotool(self, *args: str) -> "ProcessResult":
-        return self._run(["xdotool", *args])
+    def _xdotool(self, *args: str) -> Op["ProcessResult"]:
+        return (yield from self._run(["xdotool", *args]))
 
     # -- screen ------------------------------------------------------------------------------
 
-    def screenshot(self) -> bytes:
+    @api
+    def screenshot(self) -> Op[bytes]:
         """The whole screen as PNG bytes."""
         path = f"/tmp/lizard-screenshot-{secrets.token_hex(8)}.png"
         script = 'scrot -o "$1" && base64 -w0 "$1"; status=$?; rm -f "$1"; exit $status'
-        out = self._run(["sh", "-c", script, "screenshot", path]).stdout
+        out = (yield from self._run(["sh", "-c", script, "screenshot", path])).stdout
         return base64.b64decode(out)
 
-    def get_screen_size(self) -> Tuple[int, int]:
+    @api
+    def get_screen_size(self) -> Op[Tuple[int, int]]:
         """(width, height) of the screen in pixels."""
-        width, height = self._xdotool("getdisplaygeometry").stdout.split()
+        width, height = (yield from self._xdotool("getdisplaygeometry")).stdout.split()
         return int(width), int(height)
 
-    def get_cursor_position(self) -> Tuple[int, int]:
+    @api
+    def get_cursor_position(self) -> Op[Tuple[int, int]]:
         """(x, y) of the mouse pointer."""
-        fields = dict(
-            line.split("=", 1) for line in self._xdotool("getmouselocation", "--shell").stdout.splitlines() if "=" in line
-        )
+        location = (yield from self._xdotool("getmouselocation", "--shell")).stdout
+        fields = dict(line.split("=", 1) for line in location.splitlines() if "=" in line)
         return int(fields["X"]), int(fields["Y"])
 
-    def set_resolution(self, width: int, height: int) -> None:
+    def _set_resolution(self, width: int, height: int) -> Op[None]:
         """Restart the desktop at ``width`` x ``height`` (open windows are closed)."""
-        self._run(["lizard-desktop", "resize", f"{_coordinate(width, 'width')}x{_coordinate(height, 'height')}"])
+        yield from self._run(["lizard-desktop", "resize", f"{_coordinate(width, 'width')}x{_coordinate(height, 'height')}"])
+
+    set_resolution = api(_set_resolution)
 
     # -- mouse -------------------------------------------------------------------------------
 
-    def _click(self, button: str, x: Optional[int], y: Optional[int], repeat: int = 1) -> None:
+    def _click(self, button: str, x: Optional[int], y: Optional[int], repeat: int = 1) -> Op[None]:
         args: List[str] = []
         if (x is None) != (y is None):
             raise ValueError("give both x and y, or neither (click where the pointer is)")
@@ -186,74 +194,88 @@ class Desktop:
         args += ["click"]
         if repeat > 1:
             args += ["--repeat", str(repeat), "--delay", "100"]
-        self._xdotool(*args, _button(button))
+        yield from self._xdotool(*args, _button(button))
 
-    def left_click(self, x: Optional[int] = None, y: Optional[int] = None) -> None:
+    @api
+    def left_click(self, x: Optional[int] = None, y: Optional[int] = None) -> Op[None]:
         """Click the left button (at ``(x, y)`` when given, else where the pointer is)."""
-        self._click("left", x, y)
+        yield from self._click("left", x, y)
 
-    def right_click(self, x: Optional[int] = None, y: Optional[int] = None) -> None:
-        self._click("right", x, y)
+    @api
+    def right_click(self, x: Optional[int] = None, y: Optional[int] = None) -> Op[None]:
+        yield from self._click("right", x, y)
 
-    def middle_click(self, x: Optional[int] = None, y: Optional[int] = None) -> None:
-        self._click("middle", x, y)
+    @api
+    def middle_click(self, x: Optional[int] = None, y: Optional[int] = None) -> Op[None]:
+        yield from self._click("middle", x, y)
 
-    def double_click(self, x: Optional[int] = None, y: Optional[int] = None) -> None:
-        self._click("left", x, y, repeat=2)
+    @api
+    def double_click(self, x: Optional[int] = None, y: Optional[int] = None) -> Op[None]:
+        yield from self._click("left", x, y, repeat=2)
 
-    def move_mouse(self, x: int, y: int) -> None:
-        self._xdotool("mousemove", "--sync", _coordinate(x, "x"), _coordinate(y, "y"))
+    @api
+    def move_mouse(self, x: int, y: int) -> Op[None]:
+        yield from self._xdotool("mousemove", "--sync", _coordinate(x, "x"), _coordinate(y, "y"))
 
-    def mouse_press(self, button: str = "left") -> None:
+    @api
+    def mouse_press(self, button: str = "left") -> Op[None]:
         """Press ``button`` (``left``, ``middle``, ``right``) and keep it down."""
-        self._xdotool("mousedown", _button(button))
+        yield from self._xdotool("mousedown", _button(button))
 
-    def mouse_release(self, button: str = "left") -> None:
-        self._xdotool("mouseup", _button(button))
+    @api
+    def mouse_release(self, button: str = "left") -> Op[None]:
+        yield from self._xdotool("mouseup", _button(button))
 
-    def drag(self, from_: Tuple[int, int], to: Tuple[int, int]) -> None:
+    @api
+    def drag(self, from_: Tuple[int, int], to: Tuple[int, int]) -> Op[None]:
         """Press the left button at ``from_``, move to ``to``, release."""
         (x0, y0), (x1, y1) = from_, to
-        self._xdotool(
+        yield from self._xdotool(
             "mousemove", "--sync", _coordinate(x0, "x"), _coordinate(y0, "y"),
             "mousedown", "1",
             "mousemove", "--sync", _coordinate(x1, "x"), _coordinate(y1, "y"),
             "mouseup", "1",
         )  # fmt: skip
 
-    def scroll(self, direction: str = "down", amount: int = 1) -> None:
+    @api
+    def scroll(self, direction: str = "down", amount: int = 1) -> Op[None]:
         """Scroll ``amount`` wheel steps ``up``, ``down``, ``left`` or ``right``."""
         if direction not in _SCROLL:
             raise ValueError(f"direction must be one of {sorted(_SCROLL)}, got {direction!r}")
         if isinstance(amount, bool) or not isinstance(amount, int) or amount < 1:
             raise ValueError(f"amount must be a positive int, got {amount!r}")
-        self._xdotool("click", "--repeat", str(amount), "--delay", "50", str(_SCROLL[direction]))
+        yield from self._xdotool("click", "--repeat", str(amount), "--delay", "50", str(_SCROLL[direction]))
 
     # -- keyboard ----------------------------------------------------------------------------
 
-    def write(self, text: str, *, chunk_size: int = 50, delay_in_ms: int = 12) -> None:
+    @api
+    def write(self, text: str, *, chunk_size: int = 50, delay_in_ms: int = 12) -> Op[None]:
         """Type ``text`` into the focused window, ``chunk_size`` characters per call."""
         for i in range(0, len(text), max(1, chunk_size)):
-            self._xdotool("type", "--delay", str(max(0, delay_in_ms)), "--", text[i : i + chunk_size])
+            yield from self._xdotool("type", "--delay", str(max(0, delay_in_ms)), "--", text[i : i + chunk_size])
 
-    def press(self, key: Union[str, Sequence[str]]) -> None:
+    @api
+    def press(self, key: Union[str, Sequence[str]]) -> Op[None]:
         """Press one key (``"enter"``, ``"a"``, ``"F5"``) or a chord of them together
         (``["ctrl", "c"]``)."""
         keys = [key] if isinstance(key, str) else list(key)
         if not keys or not all(isinstance(k, str) and k for k in keys):
             raise ValueError("press needs a key name or a non-empty list of them")
-        self._xdotool("key", "--", "+".join(_key(k) for k in keys))
+        yield from self._xdotool("key", "--", "+".join(_key(k) for k in keys))
 
     # -- apps --------------------------------------------------------------------------------
 
-    def open(self, url_or_file: str) -> None:
+    @api
+    def open(self, url_or_file: str) -> Op[None]:
         """Open a URL or a file in Chromium (returns once it is launched, not loaded)."""
-        self._run(["lizard-desktop", "open", url_or_file])
+        yield from self._run(["lizard-desktop", "open", url_or_file])
 
-    def launch(self, application: str) -> None:
+    @api
+    def launch(self, application: str) -> Op[None]:
         """Start ``application`` (a command line, run by ``sh -c``) on the desktop, detached."""
-        self._run(["lizard-desktop", "launch", application])
+        yield from self._run(["lizard-desktop", "launch", application])
 
-    def wait(self, ms: int) -> None:
+    @api
+    def wait(self, ms: int) -> Op[None]:
         """Sleep ``ms`` milliseconds (on the caller's side)."""
-        time.sleep(ms / 1000)
+        yield Sleep(ms / 1000)

@@ -1,17 +1,22 @@
-"""A sandbox: one microVM, its files (``sandbox.fs``) and processes (``sandbox.process``)."""
+"""A sandbox: one microVM, its files (``sandbox.fs``) and processes (``sandbox.process``).
+``Sandbox`` is the blocking flavour, ``AsyncSandbox`` the asyncio one; both are
+``SandboxBase``, whose calls are written once (see ``_ops``)."""
 
 from __future__ import annotations
 
 import builtins
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 from urllib.parse import quote
 
-from ._http import HttpClient, shared_client
+from ._http import AsyncHttpClient, HttpClient, shared_async_client, shared_client
+from ._ops import Async, F, Flavoured, Op, Sync, api, static_api
 from .desktop import Desktop
 from .code import CodeInterpreter
 from .errors import NotFoundError
 from ._frames import read_exec_frames
 from .models import FileEntry, ProcessResult, SandboxInfo
+
+Http = Union[HttpClient, AsyncHttpClient]
 
 #: Creating the first sandbox of a template boots it and saves its snapshot: slow.
 CREATE_TIMEOUT_S = 600.0
@@ -28,56 +33,62 @@ def _no_route(e: NotFoundError) -> bool:
     return e.message.startswith("no route for")
 
 
-class Filesystem:
+class Filesystem(Flavoured[F]):
     """``sandbox.fs``: read and write files inside the microVM."""
 
-    def __init__(self, sandbox: "Sandbox") -> None:
-        self._sandbox = sandbox
+    def __init__(self, sandbox: "SandboxBase[F]") -> None:
+        self._sandbox: SandboxBase[F] = sandbox
+        self._http = sandbox._http
 
-    def write(self, path: str, data: Union[str, bytes], *, mode: Optional[int] = None) -> None:
+    def _path(self, rest: str = "") -> str:
+        return _sandbox_path(self._sandbox.sandbox_id, "/files" + rest)
+
+    @api
+    def write(self, path: str, data: Union[str, bytes], *, mode: Optional[int] = None) -> Op[None]:
         """Write a file (parents are created), replacing it atomically."""
         body = data.encode() if isinstance(data, str) else bytes(data)
         params: Dict[str, Any] = {"path": path}
         if mode is not None:
             params["mode"] = format(mode, "o")
-        self._sandbox._http.request(
-            "PUT",
-            _sandbox_path(self._sandbox.sandbox_id, "/files"),
-            params=params,
-            content=body,
-            headers={"Content-Type": "application/octet-stream"},
-        )
+        headers = {"Content-Type": "application/octet-stream"}
+        yield from self._http.send("PUT", self._path(), params=params, content=body, headers=headers)
 
-    def read(self, path: str) -> str:
+    @api
+    def read(self, path: str) -> Op[str]:
         """A file's content as text (UTF-8)."""
-        return self.read_bytes(path).decode("utf-8", errors="replace")
+        return (yield from self._read_bytes(path)).decode("utf-8", errors="replace")
 
-    def read_bytes(self, path: str) -> bytes:
-        """A file's exact bytes."""
-        resp = self._sandbox._http.request("GET", _sandbox_path(self._sandbox.sandbox_id, "/files"), params={"path": path})
-        return resp.content
+    def _read_bytes(self, path: str) -> Op[bytes]:
+        return (yield from self._http.send("GET", self._path(), params={"path": path})).content
 
-    def list(self, path: str) -> List[FileEntry]:
+    read_bytes = api(_read_bytes)
+    """A file's exact bytes."""
+
+    @api
+    def list(self, path: str) -> Op[List[FileEntry]]:
         """A directory's entries, sorted by name."""
-        entries = self._sandbox._http.get(_sandbox_path(self._sandbox.sandbox_id, "/files/list"), params={"path": path})
+        entries = yield from self._http.call("GET", self._path("/list"), params={"path": path})
         return [FileEntry.from_json(e) for e in entries]
 
-    def remove(self, path: str) -> None:
+    @api
+    def remove(self, path: str) -> Op[None]:
         """Delete a file, or a directory with everything in it."""
-        self._sandbox._http.delete(_sandbox_path(self._sandbox.sandbox_id, "/files"), params={"path": path})
+        yield from self._http.call("DELETE", self._path(), params={"path": path})
 
-    def make_dir(self, path: str) -> None:
+    @api
+    def make_dir(self, path: str) -> Op[None]:
         """Create a directory and its parents."""
-        self._sandbox._http.post(_sandbox_path(self._sandbox.sandbox_id, "/files/mkdir"), params={"path": path})
+        yield from self._http.call("POST", self._path("/mkdir"), params={"path": path})
 
 
-class Process:
+class Process(Flavoured[F]):
     """``sandbox.process``: run commands inside the microVM."""
 
-    def __init__(self, sandbox: "Sandbox") -> None:
-        self._sandbox = sandbox
+    def __init__(self, sandbox: "SandboxBase[F]") -> None:
+        self._sandbox: SandboxBase[F] = sandbox
+        self._http = sandbox._http
 
-    def exec_(
+    def _exec(
         self,
         cmd: Union[str, List[str]],
         *,
@@ -89,7 +100,7 @@ class Process:
         request_timeout: Optional[float] = None,
         on_stdout: Optional[Callable[[str], None]] = None,
         on_stderr: Optional[Callable[[str], None]] = None,
-    ) -> ProcessResult:
+    ) -> Op[ProcessResult]:
         """Run ``cmd`` and wait for it to finish. A string runs under ``/bin/sh -c`` (so
         ``server &`` starts it in the background); a list is the exact argv. A non-zero exit
         code is returned, not raised. ``timeout_ms`` kills the command (exit code 124);
@@ -110,24 +121,32 @@ class Process:
             request_timeout = timeout_ms / 1000 + 60 if timeout_ms is not None else EXEC_TIMEOUT_S
         path = _sandbox_path(self._sandbox.sandbox_id, "/exec")
         if on_stdout is None and on_stderr is None:
-            return ProcessResult.from_json(self._sandbox._http.post(path, json=body, timeout=request_timeout))
-        with self._sandbox._http.stream("POST", path, params={"stream": True}, json=body, timeout=request_timeout) as resp:
-            return read_exec_frames(resp.iter_bytes(), on_stdout, on_stderr)
+            return ProcessResult.from_json((yield from self._http.call("POST", path, body, timeout=request_timeout)))
+        stream = yield from self._http.open("POST", path, params={"stream": True}, json=body, timeout=request_timeout)
+        return (yield from read_exec_frames(lambda: self._http.next(stream), on_stdout, on_stderr))
 
+    exec_ = api(_exec)
     # The reference names it `exec_` (after the builtin); `exec` works too.
     exec = exec_
 
 
-class Sandbox(CodeInterpreter):
-    """A running (or paused) sandbox. Make one with ``Sandbox.create``, ``Lizard.create`` or
-    ``Sandbox.connect``."""
+class SandboxBase(CodeInterpreter[F]):
+    """A running (or paused) sandbox, in either flavour: ``Sandbox`` (blocking) or
+    ``AsyncSandbox`` (asyncio). Make one with ``Sandbox.create``, ``Lizard.create`` or
+    ``Sandbox.connect`` (``await AsyncSandbox.create(...)``, …)."""
 
-    def __init__(self, info: SandboxInfo, http: HttpClient) -> None:
+    def __init__(self, info: SandboxInfo, http: Http) -> None:
         self.info = info
         self._http = http
-        self.fs = Filesystem(self)
-        self.process = Process(self)
-        self.desktop = Desktop(self)
+        self.fs: Filesystem[F] = Filesystem(self)
+        self.process: Process[F] = Process(self)
+        self.desktop: Desktop[F] = Desktop(self)
+
+    @staticmethod
+    def _of(info: SandboxInfo, http: Http) -> "SandboxBase[Any]":
+        """A sandbox of the client's flavour."""
+        cls: Type[SandboxBase[Any]] = Sandbox if isinstance(http, HttpClient) else AsyncSandbox
+        return cls(info, http)
 
     def __repr__(self) -> str:
         return f"Sandbox({self.sandbox_id!r}, template={self.info.template!r}, state={self.info.state!r})"
@@ -156,9 +175,8 @@ class Sandbox(CodeInterpreter):
 
     # -- static forms -------------------------------------------------------------------
 
-    @classmethod
-    def create(
-        cls,
+    def _create(
+        cls: object,
         template: str = "base",
         *,
         project: Optional[str] = None,
@@ -179,8 +197,8 @@ class Sandbox(CodeInterpreter):
         request_timeout: Optional[float] = None,
         api_key: Optional[str] = None,
         api_url: Optional[str] = None,
-        http: Optional[HttpClient] = None,
-    ) -> "Sandbox":
+        http: Optional[Http] = None,
+    ) -> Op["SandboxBase[F]"]:
         """Boot a new microVM from ``template`` in a project (``project``: id, slug or name;
         or ``project_id``: its exact id). ``lizard_token`` is an API key placed inside as
         ``LIZARD_API_KEY`` for the ``lizard`` CLI there; ``volume_name`` mounts that volume
@@ -194,7 +212,7 @@ class Sandbox(CodeInterpreter):
         ``public_urls=False`` makes its URLs answer only to requests carrying
         ``sandbox.access_token`` (header ``X-Lizard-Access-Token`` or query parameter
         ``lizardAccessToken``)."""
-        http = http or shared_client(api_key, api_url)
+        assert http is not None  # given by static_api
         body: Dict[str, Any] = {"template": template}
         for key, value in (
             ("project", project),
@@ -216,86 +234,101 @@ class Sandbox(CodeInterpreter):
                 body[key] = value
         if request_timeout is None:
             request_timeout = max(http.timeout, CREATE_TIMEOUT_S)
-        data = http.post("/v1/sandboxes", json=body, timeout=request_timeout)
-        sandbox = cls(SandboxInfo.from_json(data), http)
+        data = yield from http.call("POST", "/v1/sandboxes", body, timeout=request_timeout)
+        sandbox = SandboxBase._of(SandboxInfo.from_json(data), http)
         if resolution is not None:
-            sandbox.desktop.set_resolution(*resolution)
+            yield from sandbox.desktop._set_resolution(*resolution)
         return sandbox
 
-    @classmethod
-    def connect(
-        cls,
+    create = static_api(_create)
+
+    def _connect(
+        cls: object,
         sandbox_id: str,
         *,
         api_key: Optional[str] = None,
         api_url: Optional[str] = None,
-        http: Optional[HttpClient] = None,
-    ) -> "Sandbox":
+        http: Optional[Http] = None,
+    ) -> Op["SandboxBase[F]"]:
         """An existing sandbox by id, resumed if it was paused. Raises ``NotFoundError`` once
         it was killed or expired (or is outside the key's scope)."""
-        http = http or shared_client(api_key, api_url)
+        assert http is not None  # given by static_api
         try:
-            data = http.post(_sandbox_path(sandbox_id, "/connect"), timeout=max(http.timeout, CREATE_TIMEOUT_S))
+            data = yield from http.call("POST", _sandbox_path(sandbox_id, "/connect"), timeout=max(http.timeout, CREATE_TIMEOUT_S))
         except NotFoundError as e:
             if not _no_route(e):
                 raise
-            data = http.get(_sandbox_path(sandbox_id))
-        return cls(SandboxInfo.from_json(data), http)
+            data = yield from http.call("GET", _sandbox_path(sandbox_id))
+        return SandboxBase._of(SandboxInfo.from_json(data), http)
 
-    @classmethod
-    def list(
-        cls,
+    connect = static_api(_connect)
+
+    def _list(
+        cls: object,
         *,
         project_id: Optional[str] = None,
         workspace_id: Optional[str] = None,
         api_key: Optional[str] = None,
         api_url: Optional[str] = None,
-        http: Optional[HttpClient] = None,
-    ) -> List[SandboxInfo]:
+        http: Optional[Http] = None,
+    ) -> Op[List[SandboxInfo]]:
         """The running sandboxes the key reaches (optionally of one project or workspace)."""
-        http = http or shared_client(api_key, api_url)
-        data = http.get("/v1/sandboxes", params={"projectId": project_id, "workspaceId": workspace_id})
+        assert http is not None  # given by static_api
+        data = yield from http.call("GET", "/v1/sandboxes", params={"projectId": project_id, "workspaceId": workspace_id})
         return [SandboxInfo.from_json(d) for d in data]
+
+    list = static_api(_list)
 
     # -- instance -------------------------------------------------------------------------
 
-    def get_info(self) -> SandboxInfo:
-        """Fetch the sandbox's current state (raises ``NotFoundError`` once it is gone)."""
-        self.info = SandboxInfo.from_json(self._http.get(_sandbox_path(self.sandbox_id)))
+    def _path(self, rest: str = "") -> str:
+        return _sandbox_path(self.sandbox_id, rest)
+
+    def _update(self, method: str, rest: str = "", body: Any = None, *, slow: bool = False) -> Op[SandboxInfo]:
+        """A call answered with the sandbox's state, which the object keeps."""
+        timeout = max(self._http.timeout, CREATE_TIMEOUT_S) if slow else None
+        self.info = SandboxInfo.from_json((yield from self._http.call(method, self._path(rest), body, timeout=timeout)))
         return self.info
 
-    def is_running(self) -> bool:
+    @api
+    def get_info(self) -> Op[SandboxInfo]:
+        """Fetch the sandbox's current state (raises ``NotFoundError`` once it is gone)."""
+        return (yield from self._update("GET"))
+
+    @api
+    def is_running(self) -> Op[bool]:
         try:
-            return self.get_info().state == "running"
+            return (yield from self._update("GET")).state == "running"
         except NotFoundError:
             return False
 
-    def set_timeout(self, timeout_ms: int) -> None:
+    @api
+    def set_timeout(self, timeout_ms: int) -> Op[None]:
         """Kill the sandbox ``timeout_ms`` from now (extends or shortens its lifetime)."""
-        data = self._http.post(_sandbox_path(self.sandbox_id, "/timeout"), json={"timeoutMs": timeout_ms})
-        self.info = SandboxInfo.from_json(data)
+        yield from self._update("POST", "/timeout", {"timeoutMs": timeout_ms})
 
-    def kill(self) -> None:
+    @api
+    def kill(self) -> Op[None]:
         """Stop the microVM and delete everything in it."""
-        self._http.delete(_sandbox_path(self.sandbox_id))
+        yield from self._http.call("DELETE", self._path())
 
-    def pause(self) -> None:
+    @api
+    def pause(self) -> Op[None]:
         """Freeze the sandbox: its memory and processes are saved and the VM stops."""
-        data = self._http.post(_sandbox_path(self.sandbox_id, "/pause"), timeout=max(self._http.timeout, CREATE_TIMEOUT_S))
-        self.info = SandboxInfo.from_json(data)
+        yield from self._update("POST", "/pause", slow=True)
 
-    def resume(self) -> None:
+    @api
+    def resume(self) -> Op[None]:
         """Start a paused sandbox again where it stopped."""
-        data = self._http.post(_sandbox_path(self.sandbox_id, "/resume"), timeout=max(self._http.timeout, CREATE_TIMEOUT_S))
-        self.info = SandboxInfo.from_json(data)
+        yield from self._update("POST", "/resume", slow=True)
 
-    def fork(self, count: int = 1) -> List["Sandbox"]:
+    @api
+    def fork(self, count: int = 1) -> Op[List["SandboxBase[F]"]]:
         """``count`` copies of this running sandbox, processes, memory and files included,
         each with its own id and its own writes from here on."""
-        data = self._http.post(
-            _sandbox_path(self.sandbox_id, "/fork"), json={"count": count}, timeout=max(self._http.timeout, CREATE_TIMEOUT_S)
-        )
-        return [Sandbox(SandboxInfo.from_json(d), self._http) for d in data]
+        timeout = max(self._http.timeout, CREATE_TIMEOUT_S)
+        data = yield from self._http.call("POST", self._path("/fork"), {"count": count}, timeout=timeout)
+        return [SandboxBase._of(SandboxInfo.from_json(d), self._http) for d in data]
 
     def get_host(self, port: int) -> str:
         """The public host serving ``port`` inside the sandbox:
@@ -303,3 +336,16 @@ class Sandbox(CodeInterpreter):
         if not self.info.domain:
             raise ValueError("the server did not say which domain serves this sandbox")
         return f"{self.sandbox_id}-{port}.{self.info.domain}"
+
+
+class Sandbox(SandboxBase[Sync]):
+    """A running (or paused) sandbox; every call blocks until it is answered."""
+
+    _shared_http = staticmethod(shared_client)
+
+
+class AsyncSandbox(SandboxBase[Async]):
+    """A running (or paused) sandbox; every call is a coroutine (``await sandbox.kill()``),
+    on ``httpx.AsyncClient``."""
+
+    _shared_http = staticmethod(shared_async_client)

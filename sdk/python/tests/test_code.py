@@ -5,6 +5,7 @@ own, so the order of the tests does not matter."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import struct
 import time
@@ -15,6 +16,7 @@ import pytest
 
 from conftest import Server
 from lizard import (
+    AsyncSandbox,
     BadGatewayError,
     InvalidArgumentError,
     Lizard,
@@ -163,6 +165,30 @@ def test_contexts_are_isolated_and_managed(sandbox: Sandbox) -> None:
     with pytest.raises(InvalidArgumentError):
         sandbox.run_code("1", language="python", context=a)
     sandbox.remove_code_context(a)
+
+
+def test_async_run_code_and_contexts(sandbox: Sandbox) -> None:
+    async def main() -> None:
+        sb = await AsyncSandbox.connect(sandbox.sandbox_id)
+        seen: List[str] = []
+
+        async def on_stdout(text: str) -> None:
+            seen.append(text)
+
+        execution = await sb.run_code("print('async'); 6 * 7", on_stdout=on_stdout, on_result=lambda r: seen.append(r.text or ""))
+        assert execution.text == "42" and execution.logs.stdout == ["async\n"], execution
+        assert seen == ["async\n", "42"]
+        ctx = await sb.create_code_context(cwd="/tmp")
+        await sb.run_code("w = 'kept'", context=ctx)
+        assert (await sb.run_code("w", context=ctx)).text == "'kept'"
+        assert ctx.id in {c.id for c in await sb.list_code_contexts()}
+        assert (await sb.restart_code_context(ctx)).id == ctx.id
+        assert (await sb.run_code("w", context=ctx)).error is not None
+        await sb.remove_code_context(ctx)
+        with pytest.raises(NotFoundError):
+            await sb.run_code("1", context=ctx)
+
+    asyncio.run(main())
 
 
 def test_javascript_context(sandbox: Sandbox) -> None:

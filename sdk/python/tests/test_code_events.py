@@ -8,7 +8,12 @@ import json
 import pytest
 
 from lizard import APIConnectionError
-from lizard.code import read_events
+from lizard._ops import from_iterable, run_local
+from lizard.code import read_events as read_events_op
+
+
+def read_events(lines, **callbacks):
+    return run_local(read_events_op(from_iterable(lines), **callbacks))
 
 EVENTS = [
     {"type": "stdout", "text": "a\n"},

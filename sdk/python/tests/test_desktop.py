@@ -7,6 +7,7 @@ One sandbox serves the whole module (Chromium's first start under TCG takes a wh
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import time
@@ -110,6 +111,18 @@ def test_the_template_brings_its_own_size_and_a_1024x768_desktop(sandbox: lizard
     assert image.size == (1024, 768)
     sandbox.desktop.move_mouse(200, 150)
     assert sandbox.desktop.get_cursor_position() == (200, 150)
+
+
+def test_the_async_flavour_drives_the_same_desktop(sandbox: lizard_sdk.Sandbox) -> None:
+    async def main() -> None:
+        desktop = (await lizard_sdk.AsyncSandbox.connect(sandbox.sandbox_id)).desktop
+        assert await desktop.get_screen_size() == (1024, 768)
+        assert decode(await desktop.screenshot()).size == (1024, 768)
+        await desktop.move_mouse(321, 123)
+        await desktop.wait(10)
+        assert await desktop.get_cursor_position() == (321, 123)
+
+    asyncio.run(main())
 
 
 def test_a_click_on_the_button_changes_the_page_where_it_was_clicked(sandbox: lizard_sdk.Sandbox) -> None:

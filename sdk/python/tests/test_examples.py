@@ -5,6 +5,7 @@ that name ``codex`` run on the real ``codex`` template."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -129,3 +130,100 @@ def test_workspace_per_user_with_scoped_key(server: Server) -> None:
     lizard.workspaces.delete(ws.id, force=True)
     with pytest.raises(lizard_sdk.NotFoundError):
         lizard.workspaces.find(ws.id)
+
+
+# --- The same examples in the async flavour (AsyncLizard / AsyncSandbox) --------------------
+
+
+def test_async_quickstart_python_http_server(server: Server, my_project: lizard_sdk.Project) -> None:
+    async def main() -> None:
+        from lizard import AsyncLizard
+        async with AsyncLizard(project="my-project") as lizard:
+            sandbox = await lizard.create("code-interpreter-v1")
+            await sandbox.fs.write("/app/main.py", """
+import http.server, socketserver
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"hello from Lizard")
+with socketserver.TCPServer(("", 3000), Handler) as httpd:
+    httpd.serve_forever()
+""")
+            await sandbox.process.exec_("python /app/main.py &")
+            print(f"Live at https://{sandbox.get_host(3000)}")
+            # --- checks ------------------------------------------------------------------
+            assert isinstance(sandbox, lizard_sdk.AsyncSandbox)
+            assert sandbox.info.project_id == my_project.id
+            r = wait_for_http(server.proxy, sandbox.get_host(3000), b"hello from Lizard")
+            assert r.content == b"hello from Lizard"
+            await sandbox.kill()
+            with pytest.raises(lizard_sdk.NotFoundError) as e:
+                await lizard_sdk.AsyncSandbox.connect(sandbox.sandbox_id)
+            assert e.value.code == "NOT_FOUND" and e.value.status == 404
+            assert all(s.sandbox_id != sandbox.sandbox_id for s in await lizard.list())
+
+    asyncio.run(main())
+
+
+def test_async_volume_survives_the_first_sandbox(server: Server, my_project: lizard_sdk.Project) -> None:
+    async def main() -> None:
+        from lizard import AsyncLizard
+        lizard = AsyncLizard(project="my-project")
+        try:
+            await lizard.volumes.delete("agent-scratch-async")
+        except lizard_sdk.NotFoundError:
+            pass
+        vol = await lizard.volumes.get_or_create("agent-scratch-async", size_gb=10)
+        first = await lizard.create("codex", volume_name="agent-scratch-async")
+        await first.process.exec_('echo "notes" > /workspace/notes.txt')
+        await first.kill()  # sandbox gone, /workspace survives
+        second = await lizard.create("codex", volume_name="agent-scratch-async")
+        print(await second.fs.read("/workspace/notes.txt"))  # "notes"
+        # --- checks ------------------------------------------------------------------------
+        assert vol.project_id == my_project.id
+        assert await second.fs.read("/workspace/notes.txt") == "notes\n"
+        assert (await lizard.volumes.get_or_create("agent-scratch-async")).id == vol.id
+        with pytest.raises(lizard_sdk.ConflictError):
+            await lizard.volumes.create("agent-scratch-async")
+        assert [v.name for v in await lizard.volumes.list()].count("agent-scratch-async") == 1
+        await second.kill()
+        await lizard.volumes.delete("agent-scratch-async")
+        with pytest.raises(lizard_sdk.NotFoundError):
+            await lizard.volumes.get("agent-scratch-async")
+        await lizard.close()
+
+    asyncio.run(main())
+
+
+def test_async_workspace_per_user_with_scoped_key(server: Server) -> None:
+    async def main() -> None:
+        from lizard import AsyncLizard, AsyncSandbox
+        lizard = AsyncLizard()
+        user_id = uuid.uuid4().hex[:8]
+        ws = await lizard.workspaces.create(name=f"user-{user_id}")
+        prj = await lizard.projects.create(workspace_id=ws.id, name="default")
+        key = await lizard.api_keys.create(name=f"user-{user_id}", workspaces=[ws.id])
+        sandbox = await AsyncSandbox.create("codex", project_id=prj.id, lizard_token=key.key)
+        result = await sandbox.process.exec_("lizard volume list")
+        # --- checks ------------------------------------------------------------------------
+        assert result.exit_code == 0, result
+        who = await sandbox.process.exec_("lizard whoami --json")
+        assert f'"keyId":"{key.id}"' in who.stdout.replace(" ", ""), who.stdout
+        assert key.key is not None
+        scoped = AsyncLizard(api_key=key.key)
+        assert [w.id for w in await scoped.workspaces.list()] == [ws.id]
+        with pytest.raises(lizard_sdk.PermissionDeniedError) as e:
+            await scoped.api_keys.create(name="wider")
+        assert e.value.code == "FORBIDDEN"
+        with pytest.raises(lizard_sdk.PermissionDeniedError) as e:
+            await scoped.billing.balance()
+        assert e.value.code == "ACCOUNT_SCOPE_REQUIRED"
+        await sandbox.kill()
+        await lizard.workspaces.delete(ws.id, force=True)
+        with pytest.raises(lizard_sdk.NotFoundError):
+            await lizard.workspaces.find(ws.id)
+        await scoped.close()
+        await lizard.close()
+
+    asyncio.run(main())

@@ -8,7 +8,12 @@ from typing import Iterator, List
 import pytest
 
 from lizard import APIConnectionError, NotFoundError
-from lizard._frames import read_exec_frames
+from lizard._frames import read_exec_frames as read_frames_op
+from lizard._ops import run_local, from_iterable
+
+
+def read_exec_frames(chunks, on_stdout, on_stderr):
+    return run_local(read_frames_op(from_iterable(chunks), on_stdout, on_stderr))
 
 
 def frame(kind: int, payload: bytes) -> bytes:

@@ -12,7 +12,7 @@ from typing import Callable, Dict, List
 import httpx
 import pytest
 
-from lizard import APIConnectionError, BuildError, BuildEvent, HttpClient, Lizard
+from lizard import APIConnectionError, BuildError, BuildEvent, Lizard
 from lizard import _http
 from lizard import templates as templates_module
 
@@ -24,9 +24,7 @@ def fast(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def client(handler: Callable[[httpx.Request], httpx.Response]) -> Lizard:
-    lz = Lizard(api_key="lz_test", api_url="http://lizard.test")
-    lz.platform = HttpClient(api_key="lz_test", api_url="http://lizard.test", transport=httpx.MockTransport(handler))
-    return lz
+    return Lizard(api_key="lz_test", api_url="http://lizard.test", transport=httpx.MockTransport(handler))
 
 
 def hashlib_hex(data: bytes) -> str:

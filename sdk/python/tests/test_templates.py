@@ -5,6 +5,7 @@ build VM."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Iterator, List, Tuple
@@ -12,7 +13,7 @@ from typing import Iterator, List, Tuple
 import pytest
 
 from conftest import Server, wait_for_http
-from lizard import BuildError, BuildEvent, ConflictError, Lizard, NotFoundError, TemplateBuildInfo
+from lizard import AsyncLizard, BuildError, BuildEvent, ConflictError, Lizard, NotFoundError, TemplateBuildInfo
 
 RECIPE = """name = "{name}"
 from = "base"
@@ -77,6 +78,14 @@ def test_push_builds_and_streams_its_events_in_order(lz: Lizard, pushed: Tuple[s
     assert kinds.index(("step", 1)) < kinds.index(("stepDone", 1)) < kinds.index(("step", 2)) < kinds.index(("stepDone", 2)), kinds
     # The whole stream can be read again, and the build's status is kept.
     assert [(e.type, e.index) for e in lz.templates.events(name, build.build_id) if e.type != "output"][-1] == ("done", None)
+
+    async def read_async() -> None:
+        async with AsyncLizard(project="my-project") as alz:
+            again = [(e.type, e.index) async for e in alz.templates.events(name, build.build_id) if e.type != "output"]
+            assert again == [(e.type, e.index) for e in events if e.type != "output"]
+            assert (await alz.templates.get_build(name, build.build_id)).status == "ready"
+
+    asyncio.run(read_async())
     assert lz.templates.get_build(name, build.build_id).status == "ready"
     info = lz.templates.get(name)
     assert info.ready and not info.builtin and info.from_ == "base" and info.build_id == build.build_id
@@ -88,8 +97,17 @@ def test_a_failing_step_names_itself_and_the_unchanged_prefix_is_cached(
 ) -> None:
     name = f"sdk-py-fail-{uuid.uuid4().hex[:6]}"
     seen: List[BuildEvent] = []
+
+    async def push_async() -> None:
+        # The async flavour: the same push, its events given to an async callback.
+        async def on_event(event: BuildEvent) -> None:
+            seen.append(event)
+
+        async with AsyncLizard(project="my-project") as alz:
+            await alz.templates.push(str(make_dir(tmp_path, name, "echo about to fail; exit 3")), on_event=on_event)
+
     with pytest.raises(BuildError) as e:
-        lz.templates.push(str(make_dir(tmp_path, name, "echo about to fail; exit 3")), on_event=seen.append)
+        asyncio.run(push_async())
     assert e.value.code == "STEP_FAILED" and e.value.step == 2, e.value
     assert "about to fail" in (e.value.output_tail or "")
     assert e.value.build.status == "failed" and seen[-1].type == "done" and seen[-1].status == "failed"

@@ -154,6 +154,11 @@ pub trait ClusterStore: Send + Sync {
         grace_ms: i64,
     ) -> Result<HeartbeatOutcome>;
 
+    /// `node_id` holds the node template `template` from now (a build just ended there):
+    /// added to its last report's templates, so creates from the build are placed on it
+    /// before its next heartbeat says so itself. Nothing for an unknown node.
+    async fn add_node_template(&self, node_id: &str, template: &str) -> Result<()>;
+
     /// Drain (`up`/`draining` → `draining`) or undrain (`draining` → `up`) a node. A
     /// `down` node stays as it is: a drain answers it unchanged, an undrain is a
     /// Conflict. NotFound for an unknown node.

@@ -4,7 +4,7 @@
 //! templates are deleted wherever they are ([`delete_node_template`]).
 
 use super::base_name;
-use crate::builds::{Progress, RunningBuild};
+use crate::builds::{to_ndjson, Progress, RunningBuild};
 use crate::error::{ApiResult, AppError};
 use crate::ids;
 use crate::nodes::{BuildError, BuildTemplate, NodeResult, Nodes};
@@ -33,12 +33,14 @@ pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTem
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let base_is_built = !super::is_builtin(&state, &build.base_ref);
     let fetched = super::fetch_context_blobs(&state, &build.context).await;
+    let mut built_on = None;
     let result = match fetched {
         Err(failure) => Err(BuildError::Failed(failure)),
         Ok(()) => match placement::place_build(&state, &build, base_is_built).await {
             Err(no_node) => Err(BuildError::Refused(no_node.0)),
-            Ok(node) => {
-                let built = node.build_template(build, tx, running.cancel.clone());
+            Ok(placed) => {
+                built_on = Some(placed.at.node_id);
+                let built = placed.node.build_template(build, tx, running.cancel.clone());
                 tokio::pin!(built);
                 loop {
                     tokio::select! {
@@ -70,21 +72,33 @@ pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTem
             (BuildStatus::Failed, Some(f), None, None)
         }
     };
-    hub.push(BuildEvent::Done { status, error: error.clone() });
-    let Progress { steps: seen, log } = hub.progress();
+    // Followers hear `Done` only once the end is recorded: what they do next (a create from
+    // the build, perhaps through another replica) reads the record.
+    let done = BuildEvent::Done { status, error: error.clone() };
+    let mut progress = hub.progress();
+    progress.apply(&done);
+    let Progress { steps: seen, log } = progress;
     let finished = FinishedBuild {
         status,
         steps: steps.unwrap_or(seen),
         error,
         log,
-        events: hub.ndjson(),
+        events: hub.ndjson() + &to_ndjson(std::slice::from_ref(&done)),
         layer_bytes,
         finished_at: ids::now_ms(),
         description: recipe.description.clone(),
         base: base_name(&recipe),
         start_cmd: recipe.start.as_ref().map(|s| s.cmd.clone()),
     };
-    match store.finish_build(&build_id, &finished).await {
+    if let Some(node_id) = built_on.filter(|_| status == BuildStatus::Ready) {
+        // Creates from it may come before the node's next heartbeat lists it.
+        if let Err(e) = store.add_node_template(&node_id, &node_ref).await {
+            tracing::warn!(build = %build_id, node = %node_id, "cannot note the node holding a build: {e}");
+        }
+    }
+    let recorded = store.finish_build(&build_id, &finished).await;
+    hub.push(done);
+    match recorded {
         Ok(Some(replaced)) => release_ref(&state, &replaced).await,
         Ok(None) => {}
         Err(e) => {

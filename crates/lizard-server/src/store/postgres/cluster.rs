@@ -317,6 +317,19 @@ impl ClusterStore for PostgresStore {
         Ok(HeartbeatOutcome { state, stop, ended })
     }
 
+    async fn add_node_template(&self, node_id: &str, template: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE nodes SET templates = (templates::jsonb || to_jsonb($1::text))::text \
+             WHERE id = $2 AND NOT (templates::jsonb ? $1)",
+        )
+        .bind(template)
+        .bind(node_id)
+        .execute(&self.pool)
+        .await
+        .map_err(backend)?;
+        Ok(())
+    }
+
     async fn set_node_draining(&self, node_id: &str, draining: bool) -> Result<ClusterNode> {
         let node = self.node_or_not_found(node_id).await?;
         match (node.state, draining) {

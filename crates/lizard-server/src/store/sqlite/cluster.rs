@@ -311,6 +311,19 @@ impl ClusterStore for SqliteStore {
         Ok(HeartbeatOutcome { state, stop, ended })
     }
 
+    async fn add_node_template(&self, node_id: &str, template: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE nodes SET templates = json_insert(templates, '$[#]', ?1) \
+             WHERE id = ?2 AND NOT EXISTS (SELECT 1 FROM json_each(nodes.templates) WHERE value = ?1)",
+        )
+        .bind(template)
+        .bind(node_id)
+        .execute(&self.pool)
+        .await
+        .map_err(backend)?;
+        Ok(())
+    }
+
     async fn set_node_draining(&self, node_id: &str, draining: bool) -> Result<ClusterNode> {
         let node = self.node_or_not_found(node_id).await?;
         match (node.state, draining) {

@@ -210,7 +210,32 @@ async fn sandboxes_placed_since_a_heartbeat_are_counted(db: TestDb) {
     assert_eq!(s.placed_since_heartbeat().await.unwrap(), [("node_c".to_string(), 1)].into(), "reported now");
 }
 
+/// A build that ended on a node is in its templates at once, once however often it is
+/// added, until the node's own next report replaces the list.
+async fn a_finished_build_is_held_by_its_node_before_the_next_heartbeat(db: TestDb) {
+    let s = db.seeded("acc_1", &[("ws_a", "prj_a")]).await;
+    let n = NewNode {
+        id: "node_b".into(),
+        region: "eu-1".into(),
+        address: "http://node_b:7180".into(),
+        report: report(&[]),
+        at: 1_000,
+    };
+    s.insert_node(&n).await.unwrap();
+    s.add_node_template("node_b", "build_1").await.unwrap();
+    s.add_node_template("node_b", "build_1").await.unwrap();
+    s.add_node_template("node_b", "build's \"2\"").await.unwrap();
+    let held = s.get_node("node_b").await.unwrap().unwrap().report.templates;
+    assert_eq!(held, ["tpl_a", "build_1", "build's \"2\""]);
+    s.add_node_template("node_x", "build_1").await.unwrap();
+    assert!(s.get_node("node_x").await.unwrap().is_none(), "an unknown node is not made");
+    s.record_heartbeat("node_b", &report(&[]), 2_000, 60_000).await.unwrap();
+    let held = s.get_node("node_b").await.unwrap().unwrap().report.templates;
+    assert_eq!(held, ["tpl_a"], "the node's own report is the truth");
+}
+
 store_tests!(
+    a_finished_build_is_held_by_its_node_before_the_next_heartbeat,
     sandboxes_placed_since_a_heartbeat_are_counted,
     one_lease_holder_at_a_time,
     replicas_agree_on_one_cluster_key,
