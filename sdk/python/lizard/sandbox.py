@@ -11,6 +11,7 @@ from urllib.parse import quote
 from ._http import AsyncHttpClient, HttpClient, shared_async_client, shared_client
 from ._ops import Async, F, Flavoured, Op, Sync, api, static_api
 from .desktop import Desktop
+from .processes import BackgroundProcesses, Pty
 from .code import CodeInterpreter
 from .errors import NotFoundError
 from ._frames import read_exec_frames
@@ -81,8 +82,9 @@ class Filesystem(Flavoured[F]):
         yield from self._http.call("POST", self._path("/mkdir"), params={"path": path})
 
 
-class Process(Flavoured[F]):
-    """``sandbox.process``: run commands inside the microVM."""
+class Process(BackgroundProcesses[F]):
+    """``sandbox.process``: run commands inside the microVM: ``exec_`` waits for one,
+    ``start`` leaves it running in the background (see ``processes``)."""
 
     def __init__(self, sandbox: "SandboxBase[F]") -> None:
         self._sandbox: SandboxBase[F] = sandbox
@@ -140,6 +142,7 @@ class SandboxBase(CodeInterpreter[F]):
         self._http = http
         self.fs: Filesystem[F] = Filesystem(self)
         self.process: Process[F] = Process(self)
+        self.pty: Pty[F] = Pty(self)
         self.desktop: Desktop[F] = Desktop(self)
 
     @staticmethod
@@ -329,6 +332,13 @@ class SandboxBase(CodeInterpreter[F]):
         timeout = max(self._http.timeout, CREATE_TIMEOUT_S)
         data = yield from self._http.call("POST", self._path("/fork"), {"count": count}, timeout=timeout)
         return [SandboxBase._of(SandboxInfo.from_json(d), self._http) for d in data]
+
+    @api
+    def wait_for_port(self, port: int, *, timeout_ms: int = 60_000) -> Op[None]:
+        """Return once something listens on TCP ``port`` inside the sandbox (its agent
+        watches the socket table); ``TimedOutError`` after ``timeout_ms`` (at most 10 min)."""
+        path = self._path(f"/ports/{port}/wait")
+        yield from self._http.call("GET", path, params={"timeoutMs": timeout_ms}, timeout=timeout_ms / 1000 + 60)
 
     def get_host(self, port: int) -> str:
         """The public host serving ``port`` inside the sandbox:
