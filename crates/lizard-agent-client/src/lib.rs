@@ -20,12 +20,12 @@ mod tunnel;
 
 pub use error::ClientError;
 pub use exec::{ExecEvent, ExecOutput, ExecStream};
-pub use process::ProcessFrames;
 pub use lizard_agent_proto::handshake::Secret;
 pub use lizard_agent_proto::types::{
     AgentError, ErrorCode, ExecRequest, ExitStatus, FileEntry, FileType, Health, ProcessInfo, PtySize, StartProcess,
     WriteResult,
 };
+pub use process::ProcessFrames;
 pub use staged::TransferPath;
 pub use staging_file::{StagingFile, StagingFileError};
 pub use tunnel::TcpTunnel;

@@ -306,8 +306,8 @@ async fn start(req: StartProcess) -> Result<Arc<Process>, ProcessError> {
             }
             None => None,
         };
-        let (child, exit) = reaper::spawn(&mut command)
-            .map_err(|source| ExecError::Spawn { program: plan.program.clone(), source })?;
+        let (child, exit) =
+            reaper::spawn(&mut command).map_err(|source| ExecError::Spawn { program: plan.program.clone(), source })?;
         // `command` holds our copies of the terminal's slave side: they go with it, so
         // that the master reads EOF once the process and its children closed theirs.
         drop(command);
@@ -563,10 +563,7 @@ pub async fn close_stdin_handler(path: Result<Path<u32>, PathRejection>) -> Resu
 }
 
 /// `POST /v1/processes/{pid}/signal`.
-pub async fn signal_handler(
-    path: Result<Path<u32>, PathRejection>,
-    body: Bytes,
-) -> Result<StatusCode, AppError> {
+pub async fn signal_handler(path: Result<Path<u32>, PathRejection>, body: Bytes) -> Result<StatusCode, AppError> {
     let pid = pid_of(path)?;
     let signal = parse_signal(&json_of::<SignalRequest>(&body)?.signal)?;
     find(pid)?.signal(signal)?;
@@ -574,10 +571,7 @@ pub async fn signal_handler(
 }
 
 /// `POST /v1/processes/{pid}/resize`.
-pub async fn resize_handler(
-    path: Result<Path<u32>, PathRejection>,
-    body: Bytes,
-) -> Result<StatusCode, AppError> {
+pub async fn resize_handler(path: Result<Path<u32>, PathRejection>, body: Bytes) -> Result<StatusCode, AppError> {
     let pid = pid_of(path)?;
     find(pid)?.resize(json_of(&body)?)?;
     Ok(StatusCode::NO_CONTENT)

@@ -170,7 +170,8 @@ mod tests {
         assert!(serde_json::from_str::<PtyClientMessage>(r#"{"type":"resize","cols":1}"#).is_err());
         let s = serde_json::to_string(&PtyServerMessage::Exit { exit_code: 3 }).unwrap();
         assert_eq!(s, r#"{"type":"exit","exitCode":3}"#);
-        let r: StartProcessRequest = serde_json::from_str(r#"{"cmd":"top","envs":{"A":"1"},"pty":{"cols":80,"rows":24}}"#).unwrap();
+        let r: StartProcessRequest =
+            serde_json::from_str(r#"{"cmd":"top","envs":{"A":"1"},"pty":{"cols":80,"rows":24}}"#).unwrap();
         assert_eq!((r.env["A"].as_str(), r.pty), ("1", Some(PtySize { cols: 80, rows: 24 })));
         assert_eq!(SignalRequest::default().signal(), "SIGKILL");
         assert_eq!(port_wait_args("3000", None), Ok((3000, DEFAULT_PORT_WAIT_MS)));

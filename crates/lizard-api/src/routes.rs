@@ -277,8 +277,7 @@ pub const PROCESS_STDIN: Route = route(Post, path::PROCESS_STDIN, Bytes, 204, Em
 /// Ends the process's stdin (a PTY gets `^D`).
 pub const CLOSE_PROCESS_STDIN: Route = delete(path::PROCESS_STDIN, PROCESS_ERRORS);
 /// A signal to the process's group (default `SIGKILL`); an ended process: nothing to do.
-pub const SIGNAL_PROCESS: Route =
-    route(Post, path::PROCESS_SIGNAL, Json("SignalRequest"), 204, Empty, PROCESS_ERRORS);
+pub const SIGNAL_PROCESS: Route = route(Post, path::PROCESS_SIGNAL, Json("SignalRequest"), 204, Empty, PROCESS_ERRORS);
 /// A new size for a PTY process's terminal.
 pub const RESIZE_PROCESS: Route = route(Post, path::PROCESS_RESIZE, Json("PtySize"), 204, Empty, PROCESS_ERRORS);
 /// `?timeoutMs=` (default 60 s, at most 10 min): answers once something listens on the
@@ -288,7 +287,8 @@ pub const WAIT_FOR_PORT: Route =
 /// A WebSocket (`Upgrade: websocket`, subprotocol [`crate::processes::PTY_PROTOCOL`]): a
 /// terminal in the sandbox (see [`crate::processes::PtyClientMessage`]). The key may come
 /// as a subprotocol (browsers cannot set headers on a WebSocket).
-pub const PTY: Route = route(Get, path::PTY, Empty, 101, Empty, &[Unauthenticated, NotFound, InvalidArgument, Conflict]);
+pub const PTY: Route =
+    route(Get, path::PTY, Empty, 101, Empty, &[Unauthenticated, NotFound, InvalidArgument, Conflict]);
 
 // --- code execution (the `interpreter` template's code service) ---------------------------
 /// What every code route can answer besides success.

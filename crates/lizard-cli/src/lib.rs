@@ -21,9 +21,9 @@ pub mod node;
 pub mod output;
 pub mod push;
 pub mod sandbox;
-pub mod shell;
 #[cfg(feature = "node")]
 pub mod server;
+pub mod shell;
 pub mod templates;
 pub mod tenancy;
 #[cfg(feature = "node")]

@@ -121,7 +121,8 @@ fn shell_in_tmux_and_wait_port() {
     let id = local.ok(&["sandbox", "create", "base"]).trim().to_string();
 
     // wait-port: a Node server needs seconds to listen under TCG; a free port times out.
-    let server = r#"nohup node -e "require('http').createServer((_, r) => r.end('ok')).listen(3000)" >/dev/null 2>&1 &"#;
+    let server =
+        r#"nohup node -e "require('http').createServer((_, r) => r.end('ok')).listen(3000)" >/dev/null 2>&1 &"#;
     local.ok(&["sandbox", "exec", &id, "--shell", server]);
     local.ok(&["sandbox", "wait-port", &id, "3000", "--timeout-ms", "60000"]);
     assert_eq!(local.ok(&["sandbox", "exec", &id, "--", "curl", "-s", "127.0.0.1:3000"]), "ok");

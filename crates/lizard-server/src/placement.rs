@@ -160,10 +160,7 @@ pub fn choose_nodes(candidates: &[Candidate], want: &Want) -> ApiResult<Vec<Stri
     if fit.is_empty() && !roomy.is_empty() {
         return Err(AppError::new(
             ErrorCode::Unavailable,
-            format!(
-                "no node with room holds the build {} (the node that built it may be down or full)",
-                want.template
-            ),
+            format!("no node with room holds the build {} (the node that built it may be down or full)", want.template),
         ));
     }
     if fit.is_empty() {

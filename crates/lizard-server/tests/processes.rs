@@ -117,7 +117,8 @@ async fn processes_ports_and_the_pty_websocket_behind_scopes() {
     // Bad requests, and a wait that runs out of time.
     api.fails("GET", &format!("{p}/ports/0/wait"), &k1, None, "INVALID_ARGUMENT").await;
     api.fails("GET", &format!("{p}/ports/80/wait?timeoutMs=600001"), &k1, None, "INVALID_ARGUMENT").await;
-    api.fails("POST", &format!("{p}/processes"), &k1, Some(json!({"cmd": "x", "argv": ["y"]})), "INVALID_ARGUMENT").await;
+    api.fails("POST", &format!("{p}/processes"), &k1, Some(json!({"cmd": "x", "argv": ["y"]})), "INVALID_ARGUMENT")
+        .await;
     api.fails("POST", &format!("{p}/processes/{pid}/resize"), &k1, Some(json!({"cols": 5, "rows": 5})), "CONFLICT")
         .await;
     api.fails("GET", &format!("{p}/processes/nope/output"), &k1, None, "INVALID_ARGUMENT").await;

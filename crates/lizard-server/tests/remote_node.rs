@@ -137,7 +137,8 @@ async fn every_node_client_method_works_through_the_node_api() {
     let pid = serde_json::from_slice::<ProcessInfo>(&first.data).unwrap().pid;
     remote.control_process(&id, pid, ProcessControl::Stdin(b"1\n".to_vec())).await.unwrap();
     let text = |frames: Vec<lizard_agent_proto::frame::Frame>| {
-        let out: Vec<u8> = frames.iter().filter(|f| f.kind == FrameKind::Stdout).flat_map(|f| f.data.to_vec()).collect();
+        let out: Vec<u8> =
+            frames.iter().filter(|f| f.kind == FrameKind::Stdout).flat_map(|f| f.data.to_vec()).collect();
         (String::from_utf8(out).unwrap(), frames.last().map(|f| f.kind))
     };
     let rest: Vec<_> = frames.map(|f| f.unwrap()).collect().await;

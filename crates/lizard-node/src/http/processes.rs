@@ -22,8 +22,9 @@ pub fn frames_response(frames: ProcessFrameStream) -> Response {
 
 /// A number from the path, checked after the sandbox (an unknown sandbox is 404 first).
 fn number<T: std::str::FromStr>(what: &str, raw: &str) -> Result<T> {
-    raw.parse()
-        .map_err(|_| AppError(ApiError::new(ErrorCode::InvalidArgument, format!("{what} must be a number, not {raw:?}"))))
+    raw.parse().map_err(|_| {
+        AppError(ApiError::new(ErrorCode::InvalidArgument, format!("{what} must be a number, not {raw:?}")))
+    })
 }
 
 pub async fn start(State(node): State<Arc<Node>>, Path(id): Path<String>, body: Bytes) -> Result<Response> {

@@ -12,8 +12,8 @@ mod guest;
 mod record;
 mod transfer;
 
-pub(crate) use record::{Durability, ReadBack, Recorded};
 pub use guest::ProcessFrameStream;
+pub(crate) use record::{Durability, ReadBack, Recorded};
 pub use transfer::TransferStats;
 
 use crate::network::SandboxNet;

@@ -113,7 +113,13 @@ pub async fn output(
     Ok(frames_response(sandbox.node.process_output(sandbox.id(), pid).await?))
 }
 
-async fn control(state: &AppState, p: &Principal, id: &str, pid: u32, control: ProcessControl) -> ApiResult<StatusCode> {
+async fn control(
+    state: &AppState,
+    p: &Principal,
+    id: &str,
+    pid: u32,
+    control: ProcessControl,
+) -> ApiResult<StatusCode> {
     let sandbox = running(state, p, id).await?;
     sandbox.node.control_process(sandbox.id(), pid, control).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -264,11 +270,15 @@ pub async fn pty(
     upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
     let sandbox = running(&state, &p, &id).await?;
-    let upgrade = upgrade.map_err(|e| AppError::invalid(format!("a WebSocket upgrade is required: {}", e.body_text())))?;
+    let upgrade =
+        upgrade.map_err(|e| AppError::invalid(format!("a WebSocket upgrade is required: {}", e.body_text())))?;
     let frames = match q.pid {
         Some(pid) => sandbox.node.process_output(sandbox.id(), pid).await?,
         None => {
-            let size = PtySize { cols: q.cols.unwrap_or(DEFAULT_PTY_SIZE.cols), rows: q.rows.unwrap_or(DEFAULT_PTY_SIZE.rows) };
+            let size = PtySize {
+                cols: q.cols.unwrap_or(DEFAULT_PTY_SIZE.cols),
+                rows: q.rows.unwrap_or(DEFAULT_PTY_SIZE.rows),
+            };
             let req = StartProcessRequest {
                 cmd: Some(q.cmd.unwrap_or_else(|| DEFAULT_SHELL.to_string())),
                 cwd: q.cwd,
@@ -304,7 +314,9 @@ fn text(message: &PtyServerMessage) -> Message {
 async fn bridge(socket: WebSocket, mut frames: FrameStream, node: Arc<dyn NodeClient>, id: String) {
     let (mut out, mut input) = socket.split();
     let pid = match frames.next().await {
-        Some(Ok(f)) if f.kind == FrameKind::Started => serde_json::from_slice::<ProcessInfo>(&f.data).ok().map(|i| i.pid),
+        Some(Ok(f)) if f.kind == FrameKind::Started => {
+            serde_json::from_slice::<ProcessInfo>(&f.data).ok().map(|i| i.pid)
+        }
         _ => None,
     };
     let Some(pid) = pid else {
@@ -321,7 +333,8 @@ async fn bridge(socket: WebSocket, mut frames: FrameStream, node: Arc<dyn NodeCl
             let message = match frame {
                 Ok(f) if matches!(f.kind, FrameKind::Stdout | FrameKind::Stderr) => Message::Binary(f.data),
                 Ok(f) if f.kind == FrameKind::Exit => {
-                    let exit_code = serde_json::from_slice::<lizard_api::ExitStatus>(&f.data).map_or(-1, |s| s.exit_code);
+                    let exit_code =
+                        serde_json::from_slice::<lizard_api::ExitStatus>(&f.data).map_or(-1, |s| s.exit_code);
                     let _ = out.send(text(&PtyServerMessage::Exit { exit_code })).await;
                     return Ended::Exited;
                 }
