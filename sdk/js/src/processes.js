@@ -13,8 +13,8 @@ export const STREAM_TIMEOUT_MS = 2 ** 31 - 1
 
 const processPath = (sandbox, rest = '') => `/v1/sandboxes/${encodeURIComponent(sandbox.sandboxId)}/processes${rest}`
 
-/** The request body of a start: `cmd` a shell string or an argv array. */
-function startBody(cmd, opts) {
+/** The request body of an exec or a start: `cmd` a shell string or an argv array. */
+export function commandBody(cmd, opts) {
   const body = Array.isArray(cmd) ? { argv: cmd } : { cmd }
   if (opts.cwd !== undefined) body.cwd = opts.cwd
   if (opts.envs && Object.keys(opts.envs).length) body.env = opts.envs
@@ -202,7 +202,7 @@ export const backgroundProcesses = {
    */
   start(sandbox, cmd, opts = {}) {
     const follow = Boolean(opts.onStdout || opts.onStderr)
-    return start(sandbox, startBody(cmd, opts), follow, ProcessHandle, textCallbacks(opts))
+    return start(sandbox, commandBody(cmd, opts), follow, ProcessHandle, textCallbacks(opts))
   },
 
   /** The processes the sandbox keeps: `[{ pid, cmd, startedAtMs, pty, exitCode? }]`. */
@@ -235,7 +235,7 @@ export class Pty {
    */
   create(opts = {}) {
     const { cols = 80, rows = 24, cmd = 'command -v bash >/dev/null && exec bash -l; exec sh -l' } = opts
-    const body = startBody(cmd, { ...opts, pty: { cols, rows } })
+    const body = commandBody(cmd, { ...opts, pty: { cols, rows } })
     return start(this.#sandbox, body, true, PtyHandle, (_, bytes) => opts.onData?.(bytes))
   }
 

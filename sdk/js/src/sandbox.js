@@ -5,7 +5,7 @@ import { NotFoundError } from './errors.js'
 import { readExecFrames } from './frames.js'
 import { Desktop } from './desktop.js'
 import { CodeInterpreter } from './code.js'
-import { backgroundProcesses, Pty } from './processes.js'
+import { backgroundProcesses, commandBody, Pty } from './processes.js'
 
 /** Creating the first sandbox of a template boots it and saves its snapshot: slow. */
 export const CREATE_TIMEOUT_MS = 600_000
@@ -83,10 +83,7 @@ export class Process {
    * receive the output as it arrives (the result still has all of it).
    */
   async exec(cmd, opts = {}) {
-    const body = Array.isArray(cmd) ? { argv: cmd } : { cmd }
-    if (opts.cwd !== undefined) body.cwd = opts.cwd
-    if (opts.envs && Object.keys(opts.envs).length) body.env = opts.envs
-    if (opts.user !== undefined) body.user = opts.user
+    const body = commandBody(cmd, opts)
     if (opts.timeoutMs !== undefined) body.timeoutMs = opts.timeoutMs
     if (opts.stdin !== undefined) body.stdin = opts.stdin
     const timeoutMs = opts.requestTimeoutMs ?? (opts.timeoutMs !== undefined ? opts.timeoutMs + 60_000 : EXEC_TIMEOUT_MS)

@@ -35,9 +35,10 @@ def _processes_path(sandbox: "SandboxBase[Any]", rest: str = "") -> str:
     return f"/v1/sandboxes/{quote(sandbox.sandbox_id, safe='')}/processes{rest}"
 
 
-def _start_body(
+def command_body(
     cmd: Union[str, List[str]], cwd: Optional[str], envs: Optional[Mapping[str, str]], user: Optional[str]
 ) -> Dict[str, Any]:
+    """The request body of an exec or a start: ``cmd`` a shell string or an argv list."""
     body: Dict[str, Any] = {"argv": list(cmd)} if isinstance(cmd, builtins.list) else {"cmd": cmd}
     if cwd is not None:
         body["cwd"] = cwd
@@ -160,7 +161,7 @@ class BackgroundProcesses(Flavoured[F]):
         """Start ``cmd`` (a shell string, or an argv list) in the background: a
         ``ProcessHandle``. ``on_stdout``/``on_stderr`` receive its output while ``wait()``
         follows it."""
-        body = _start_body(cmd, cwd, envs, user)
+        body = command_body(cmd, cwd, envs, user)
         info = yield from _started(self._http, "POST", _processes_path(self._sandbox), body)
         return ProcessHandle(self._sandbox, info, on_stdout, on_stderr)
 
@@ -209,7 +210,7 @@ class Pty(Flavoured[F]):
     ) -> Op[PtyHandle[F]]:
         """A terminal of ``cols`` × ``rows`` running ``cmd`` (default the login shell);
         ``on_data`` receives its output while ``wait()`` follows it."""
-        body = _start_body(cmd, cwd, envs, user)
+        body = command_body(cmd, cwd, envs, user)
         body["pty"] = {"cols": cols, "rows": rows}
         info = yield from _started(self._http, "POST", _processes_path(self._sandbox), body)
         return PtyHandle(self._sandbox, info, on_data)

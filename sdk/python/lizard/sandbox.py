@@ -4,14 +4,13 @@
 
 from __future__ import annotations
 
-import builtins
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 from urllib.parse import quote
 
 from ._http import AsyncHttpClient, HttpClient, shared_async_client, shared_client
 from ._ops import Async, F, Flavoured, Op, Sync, api, static_api
 from .desktop import Desktop
-from .processes import BackgroundProcesses, Pty
+from .processes import BackgroundProcesses, Pty, command_body
 from .code import CodeInterpreter
 from .errors import NotFoundError
 from ._frames import read_exec_frames
@@ -108,13 +107,7 @@ class Process(BackgroundProcesses[F]):
         code is returned, not raised. ``timeout_ms`` kills the command (exit code 124);
         ``request_timeout`` (seconds) bounds the HTTP call itself. ``on_stdout`` and
         ``on_stderr`` receive the output as it arrives (the result still has all of it)."""
-        body: Dict[str, Any] = {"argv": list(cmd)} if isinstance(cmd, builtins.list) else {"cmd": cmd}
-        if cwd is not None:
-            body["cwd"] = cwd
-        if envs:
-            body["env"] = dict(envs)
-        if user is not None:
-            body["user"] = user
+        body = command_body(cmd, cwd, envs, user)
         if timeout_ms is not None:
             body["timeoutMs"] = timeout_ms
         if stdin is not None:

@@ -7,6 +7,25 @@ use lizard_agent_proto::frame::{Frame, FrameKind};
 use std::sync::Arc;
 
 impl Sandbox {
+    /// A command's environment: the sandbox's under the request's `extra`; refused unless
+    /// exactly one of `cmd` and a non-empty `argv` is given.
+    fn command_env(
+        &self,
+        cmd: &Option<String>,
+        argv: &Option<Vec<String>>,
+        extra: std::collections::BTreeMap<String, String>,
+    ) -> Result<std::collections::BTreeMap<String, String>> {
+        if cmd.is_some() == argv.is_some() {
+            return Err(NodeError::ExecCommand);
+        }
+        if argv.as_ref().is_some_and(|a| a.is_empty()) {
+            return Err(NodeError::EmptyArgv);
+        }
+        let mut env = self.env.clone();
+        env.extend(extra);
+        Ok(env)
+    }
+
     /// The agent's form of an exec request: the sandbox's environment under the
     /// request's, the template's directory and user unless the request names its own,
     /// stdin as a one-chunk stream.
@@ -17,14 +36,7 @@ impl Sandbox {
         lizard_agent_proto::types::ExecRequest,
         Option<futures_util::stream::Once<std::future::Ready<bytes::Bytes>>>,
     )> {
-        if req.cmd.is_some() == req.argv.is_some() {
-            return Err(NodeError::ExecCommand);
-        }
-        if req.argv.as_ref().is_some_and(|a| a.is_empty()) {
-            return Err(NodeError::EmptyArgv);
-        }
-        let mut env = self.env.clone();
-        env.extend(req.env);
+        let env = self.command_env(&req.cmd, &req.argv, req.env)?;
         let stdin = req.stdin.map(|s| futures_util::stream::once(std::future::ready(bytes::Bytes::from(s))));
         let agent_req = lizard_agent_proto::types::ExecRequest {
             cmd: req.cmd,
@@ -173,14 +185,7 @@ impl Sandbox {
         self: &Arc<Self>,
         req: lizard_api::processes::StartProcessRequest,
     ) -> Result<ProcessFrameStream> {
-        if req.cmd.is_some() == req.argv.is_some() {
-            return Err(NodeError::ExecCommand);
-        }
-        if req.argv.as_ref().is_some_and(|a| a.is_empty()) {
-            return Err(NodeError::EmptyArgv);
-        }
-        let mut env = self.env.clone();
-        env.extend(req.env);
+        let env = self.command_env(&req.cmd, &req.argv, req.env)?;
         let agent_req = lizard_agent_proto::types::StartProcess {
             cmd: req.cmd,
             argv: req.argv,
