@@ -15,6 +15,9 @@ use std::collections::BTreeMap;
 pub const OUTPUT_CAP: u64 = 1 << 20;
 /// A port wait's time limit when the request names none.
 pub const DEFAULT_PORT_WAIT_MS: u64 = 60_000;
+/// What a terminal runs when the request names nothing: the login shell, bash where it
+/// exists.
+pub const DEFAULT_SHELL: &str = "command -v bash >/dev/null && exec bash -l; exec sh -l";
 /// The longest a port wait may last.
 pub const MAX_PORT_WAIT_MS: u64 = lizard_agent_proto::routes::PORT_WAIT_MAX_MS;
 

@@ -25,8 +25,6 @@ use nix::sys::termios::{self, SetArg, Termios};
 use std::io::{IsTerminal, Read, Write};
 use tokio::signal::unix::{signal, SignalKind};
 
-/// What a shell runs when `--cmd` names nothing: the login shell, bash where it exists.
-const DEFAULT_SHELL: &str = "command -v bash >/dev/null && exec bash -l; exec sh -l";
 /// The size when stdout is not a terminal.
 const FALLBACK_SIZE: PtySize = PtySize { cols: 80, rows: 24 };
 
@@ -81,7 +79,7 @@ impl Drop for RawMode {
 /// Run the shell; `Ok(its exit code)`.
 pub async fn shell(api: &ApiClient, a: ShellArgs) -> Result<i32> {
     let req = StartProcessRequest {
-        cmd: Some(a.cmd.unwrap_or_else(|| DEFAULT_SHELL.to_string())),
+        cmd: Some(a.cmd.unwrap_or_else(|| lizard_api::processes::DEFAULT_SHELL.to_string())),
         cwd: a.cwd,
         user: a.user,
         pty: Some(local_size().unwrap_or(FALLBACK_SIZE)),

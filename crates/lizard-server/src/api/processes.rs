@@ -31,8 +31,6 @@ use std::sync::Arc;
 
 /// A terminal's size when the request names none.
 const DEFAULT_PTY_SIZE: PtySize = PtySize { cols: 80, rows: 24 };
-/// What a PTY runs when the request names nothing: the login shell, bash where it exists.
-const DEFAULT_SHELL: &str = "command -v bash >/dev/null && exec bash -l; exec sh -l";
 
 fn frames_response(frames: FrameStream) -> Response {
     let body = Body::from_stream(frames.map_ok(|f| f.to_bytes()));
@@ -280,7 +278,7 @@ pub async fn pty(
                 rows: q.rows.unwrap_or(DEFAULT_PTY_SIZE.rows),
             };
             let req = StartProcessRequest {
-                cmd: Some(q.cmd.unwrap_or_else(|| DEFAULT_SHELL.to_string())),
+                cmd: Some(q.cmd.unwrap_or_else(|| lizard_api::processes::DEFAULT_SHELL.to_string())),
                 cwd: q.cwd,
                 user: q.user,
                 pty: Some(size),
