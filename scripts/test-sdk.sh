@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# The Python and TypeScript SDK suites against one real `lizard server` (real microVMs):
-# builds the CLI and the guest agent, starts the server on free loopback ports with a
-# throw-away data directory (guest images shared from LIZARD_TEST_DATA_DIR), runs both
-# suites, and stops the server (which kills its sandboxes).
+# The Python and TypeScript SDK suites and the web console's browser tests against one
+# real `lizard server` (real microVMs): builds the CLI and the guest agent, starts the
+# server on free loopback ports with a throw-away data directory (guest images shared from
+# LIZARD_TEST_DATA_DIR), runs the suites, and stops the server (which kills its sandboxes).
 #
-#   scripts/test-sdk.sh [python|js]...      # default: both
+#   scripts/test-sdk.sh [python|js|console]...      # default: all three
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 suites=("$@")
-[ ${#suites[@]} -eq 0 ] && suites=(python js)
+[ ${#suites[@]} -eq 0 ] && suites=(python js console)
 
 export LIZARD_TEST_DATA_DIR="${LIZARD_TEST_DATA_DIR:-/var/cache/lizard-test-data}"
 if [ -z "${LIZARD_AGENT_BIN:-}" ]; then
@@ -70,7 +70,11 @@ for suite in "${suites[@]}"; do
       # The type declarations against the reference's TypeScript examples.
       (cd sdk/js && npm install --no-audit --no-fund --silent && npm run --silent typecheck) || status=1
       ;;
-    *) echo "unknown suite $suite (python|js)" >&2; exit 2 ;;
+    console)
+      # Playwright (playwright-core, from the lockfile) drives Debian's chromium (deps.sh).
+      (cd crates/lizard-console/web && npm ci --no-audit --no-fund --silent) || status=1
+      ;;
+    *) echo "unknown suite $suite (python|js|console)" >&2; exit 2 ;;
   esac
 done
 
@@ -110,6 +114,7 @@ for suite in "${suites[@]}"; do
     python) run_files python $(others sdk/python/tests 'test_*.py' test_examples.py) ;;
     # shellcheck disable=SC2046
     js) run_files js $(others sdk/js/test '*.test.js' examples.test.js) ;;
+    console) (cd crates/lizard-console/web && node --test test/) || status=1 ;;
   esac
 done
 if [ "$status" -ne 0 ]; then

@@ -61,6 +61,17 @@ pub struct Cli {
     /// Print machine-readable JSON instead of human-readable text.
     #[arg(long, global = true, help_heading = "Global options")]
     pub json: bool,
+    /// How log lines on stderr look: `text` for people, `json` (one object a line: time,
+    /// level, message, fields and spans, e.g. a request's id) for a log collector.
+    #[arg(
+        long,
+        global = true,
+        env = "LIZARD_LOG_FORMAT",
+        value_enum,
+        default_value_t = LogFormat::Text,
+        help_heading = "Global options"
+    )]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -79,7 +90,7 @@ pub enum Command {
     Sandbox(sandbox::SandboxCmd),
     /// Run a Lizard server (control plane + node) until SIGTERM/SIGINT.
     #[cfg(feature = "node")]
-    Server(server::ServerArgs),
+    Server(Box<server::ServerArgs>),
     /// Show who the API key belongs to (a scoped key sees only its identity and scopes).
     Whoami,
     /// Workspaces: the unit of isolation between the users of one account.
@@ -125,6 +136,25 @@ pub enum ImagesCmd {
     /// Delete cached images this build no longer uses (older recipes' templates and
     /// Debian roots); images being built are left alone.
     Prune,
+}
+
+/// `--log-format`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Log to stderr in `format`, filtered by `LIZARD_LOG` (default: warnings, and the
+/// server's, node agent's and CLI's own info lines).
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LIZARD_LOG")
+        .unwrap_or_else(|_| "warn,lizard_cli=info,lizard_server=info,lizard_node_agent=info".into());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        LogFormat::Json => logs.json().with_current_span(true).with_span_list(true).init(),
+    }
 }
 
 /// The client for server mode: `None` without an API URL (local mode). An URL without a
@@ -192,14 +222,7 @@ fn default_data_dir() -> PathBuf {
 /// The `lizard` binary.
 pub fn main() {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LIZARD_LOG")
-                .unwrap_or_else(|_| "warn,lizard_cli=info,lizard_server=info,lizard_node_agent=info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_logging(cli.log_format);
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     match rt.block_on(run(cli)) {
         Ok(code) => std::process::exit(code),
@@ -262,7 +285,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
             sandbox::run(&api, cmd, ctx.json).await.map(|_| 0)
         }
         #[cfg(feature = "node")]
-        Command::Server(args) => server::run(&ctx.data_dir, args).await.map(|_| 0),
+        Command::Server(args) => server::run(&ctx.data_dir, *args).await.map(|_| 0),
         Command::Whoami => tenancy::whoami(&ctx.require_server("whoami")?, ctx.json).await.map(|_| 0),
         Command::Workspace(cmd) => {
             tenancy::workspace(&ctx.require_server("workspace")?, cmd, ctx.json).await.map(|_| 0)

@@ -35,6 +35,21 @@ pub struct ServerArgs {
     /// Run without the sandbox-URL proxy.
     #[arg(long)]
     pub no_proxy: bool,
+    /// Serve the operator's Prometheus metrics (GET /metrics) on this address, apart from
+    /// the API: they cover every account and node, so keep it on loopback or a private
+    /// network. Off by default.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Also require `Authorization: Bearer <token>` on every scrape of --metrics-listen.
+    /// Give it in the environment, not on the command line (where `ps` shows it).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "LIZARD_METRICS_TOKEN",
+        hide_env_values = true,
+        requires = "metrics_listen"
+    )]
+    pub metrics_token: Option<String>,
     /// Seconds a sandbox-URL client may take to send a request's headers (also how long an
     /// idle connection is kept) before it is cut off.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
@@ -146,6 +161,10 @@ pub fn options(data_dir: &Path, args: &ServerArgs) -> Result<RunOptions> {
         server.listen = l;
     }
     server.database = args.database.as_deref().map(lizard_server::store::database::DatabaseUrl::new);
+    server.metrics = args.metrics_listen.map(|addr| lizard_server::config::MetricsListen {
+        addr,
+        token: args.metrics_token.clone().filter(|t| !t.is_empty()),
+    });
     if let Some(r) = &args.region {
         server.region = r.clone();
     }

@@ -178,6 +178,20 @@ fn server_flags_map_to_run_options() {
 }
 
 #[test]
+fn metrics_and_log_flags() {
+    let cli = parse(&["--log-format", "json", "server", "--metrics-listen", "127.0.0.1:9464"]);
+    assert_eq!(cli.log_format, lizard_cli::LogFormat::Json);
+    let Command::Server(args) = cli.command else { panic!() };
+    let m = lizard_cli::server::options(Path::new("/d"), &args).unwrap().server.metrics.unwrap();
+    assert_eq!((m.addr.to_string(), m.token), ("127.0.0.1:9464".into(), None));
+    let Command::Server(args) = parse(&["server"]).command else { panic!() };
+    assert_eq!(lizard_cli::server::options(Path::new("/d"), &args).unwrap().server.metrics, None, "off by default");
+    assert_eq!(parse(&["server"]).log_format, lizard_cli::LogFormat::Text);
+    // A token means nothing without the listener it guards.
+    assert!(lizard_cli::Cli::try_parse_from(["lizard", "server", "--metrics-token", "t"]).is_err());
+}
+
+#[test]
 fn billing_flags_map_to_the_billing_config() {
     let Command::Server(args) = parse(&[
         "server",

@@ -37,6 +37,28 @@ pub struct ServerConfig {
     /// Whether pushed files are also kept in the store for other replicas
     /// (`--share-pushed-files`); see [`BlobSharing`] and [`Self::shares_blobs`].
     pub blob_sharing: BlobSharing,
+    /// The operator's Prometheus endpoint (`--metrics-listen`): `None` serves none.
+    pub metrics: Option<MetricsListen>,
+}
+
+/// Where `GET /metrics` is served ([`crate::scrape`]): a listener apart from the API's,
+/// optionally behind a bearer token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct MetricsListen {
+    pub addr: SocketAddr,
+    /// The token a scrape must send as `Authorization: Bearer …`; `None`: the listener's
+    /// address is the only protection (keep it on loopback or a private network).
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for MetricsListen {
+    /// Never the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricsListen")
+            .field("addr", &self.addr)
+            .field("token", &self.token.as_ref().map(|_| "…"))
+            .finish()
+    }
 }
 
 /// Whether a server keeps pushed files' content in the store as well as on its disk, so
@@ -139,6 +161,7 @@ impl ServerConfig {
             traffic: TrafficLimits::default(),
             cluster: ClusterConfig::default(),
             blob_sharing: BlobSharing::Auto,
+            metrics: None,
         }
     }
 

@@ -2,7 +2,9 @@
 //!
 //! 1. it gets a request id (`X-Request-Id` on the answer) and a log span carrying it, so
 //!    an internal error's log line (with its cause) and the answer (without it) meet;
-//! 2. a request with a valid key is counted against that key ([`crate::guard`]); past its
+//! 2. it is counted in the metrics by its route's template, method and status
+//!    ([`crate::telemetry`]), never by its raw path;
+//! 3. a request with a valid key is counted against that key ([`crate::guard`]); past its
 //!    rate or its requests in flight it answers 429 `RATE_LIMITED` with `Retry-After`.
 //!    The key's [`Principal`] is handed to the handler, which does not look it up again.
 //!
@@ -13,12 +15,12 @@ use crate::error::{AppError, BodyReadTimeout};
 use crate::guard::Refusal;
 use crate::request_id;
 use crate::state::ServerState;
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use lizard_api::ErrorCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 /// The middleware (see the module doc).
@@ -26,6 +28,10 @@ pub async fn front_door(State(state): State<ServerState>, mut req: Request, next
     let id = request_id::new();
     let span = tracing::info_span!("request", id = %id, method = %req.method(), path = %req.uri().path());
     let header = HeaderValue::from_str(&id).ok();
+    let started = Instant::now();
+    let route = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_owned());
+    let method = req.method().clone();
+    let telemetry = state.telemetry.clone();
     let work = async move {
         req.extensions_mut().insert(BodyReadTimeout(state.config.traffic.body_read));
         let mut permit = None;
@@ -49,6 +55,7 @@ pub async fn front_door(State(state): State<ServerState>, mut req: Request, next
     if let Some(h) = header {
         response.headers_mut().insert(request_id::HEADER, h);
     }
+    telemetry.request(route.as_deref(), &method, response.status().as_u16(), started.elapsed());
     response
 }
 

@@ -15,12 +15,13 @@
 //! ```
 //!
 //! Layers, each importing only those below it (no circles): `ids`, `keys`, `scope`,
-//! `request_id` → `store` → `error`, `limits` → `billing` → `config` → `guard` (per-key
+//! `request_id`, `telemetry` (the process's Prometheus metrics) → `store` → `error`, `limits` → `billing` → `config` → `guard` (per-key
 //! rate and concurrency), `connections` (listener limits); `nodes` (no imports from this
 //! crate), `blobs` (pushed files by hash), `builds` (template builds in flight) → `state`
 //! → `auth`, `placement` → `front_door` (request id, per-key limits), `idempotency` →
 //! `ops` → `cluster` (join tokens, node calls, the operator's node view, node-lease
-//! expiry, leader leases) → `openapi` (response docs), `api`, `proxy` → `run`, with
+//! expiry, leader leases) → `openapi` (response docs), `api`, `proxy`, `scrape` (the
+//! operator's `/metrics` listener) → `run`, with
 //! [`open`], [`Server`] and the router builders at the root.
 //!
 //! Every API request passes [`front_door::front_door`] (an `X-Request-Id`, a log span,
@@ -74,9 +75,11 @@ pub mod proxy;
 pub mod request_id;
 pub mod run;
 pub mod scope;
+pub mod scrape;
 pub mod shared_blobs;
 pub mod state;
 pub mod store;
+pub mod telemetry;
 
 pub use auth::{require_account_scope, Principal};
 pub use config::ServerConfig;

@@ -4,7 +4,8 @@
 //! Every listener is bound before anything else: a taken port fails the start before the
 //! very first start creates the owner and prints its key (shown once). Then the store
 //! opens, the node starts, and the background jobs (metering, timeouts) run beside the
-//! API and the sandbox-URL proxy until shutdown.
+//! API (with the web console's pages beside it), the sandbox-URL proxy and the operator's
+//! metrics listener until shutdown.
 //!
 //! With `--no-local-node` there is no node in the process: sandboxes run on nodes that
 //! join (`lizard node join`). The background jobs that must run once across replicas
@@ -59,6 +60,10 @@ pub async fn run(
         Some(addr) => Some(bind(addr, "sandbox-URL proxy").await?),
         None => None,
     };
+    let metrics_listener = match &opts.server.metrics {
+        Some(m) => Some((bind(m.addr, "metrics").await?, m.token.clone())),
+        None => None,
+    };
     let server = crate::open(opts.server).await?;
     if let Some(key) = server.initial_key() {
         println!("LIZARD_API_KEY={key}");
@@ -98,7 +103,7 @@ pub async fn run(
     }
     let jobs = leader_jobs(&state);
     tracing::info!("API on http://{}", listener.local_addr().map(|a| a.to_string()).unwrap_or_default());
-    // One shutdown signal for both listeners.
+    // One shutdown signal for every listener.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -106,6 +111,9 @@ pub async fn run(
     });
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
+    };
+    let console = lizard_console::Settings {
+        sandbox_url_port: proxy_listener.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.port()),
     };
     let proxy = proxy_listener.map(|l| {
         if let Ok(addr) = l.local_addr() {
@@ -117,10 +125,23 @@ pub async fn run(
         }
         tokio::spawn(crate::proxy::serve(l, state.clone(), opts.proxy_limits, stopped(stop_rx.clone())))
     });
-    let router = crate::build_router(state.clone(), crate::api::all_routes());
+    let metrics = metrics_listener.map(|(l, token)| {
+        if let Ok(addr) = l.local_addr() {
+            tracing::info!("metrics on http://{addr}{}", crate::scrape::METRICS_PATH);
+        }
+        let router = crate::scrape::router(state.clone(), token);
+        let limits = state.server.config.traffic.clone();
+        let stop = stopped(stop_rx.clone());
+        tokio::spawn(async move {
+            crate::connections::serve(l, router, stop, &limits).await;
+            Ok(())
+        })
+    });
+    // The web console's pages need no key; every call they make is the API's, with one.
+    let router = crate::build_router(state.clone(), crate::api::all_routes()).merge(lizard_console::router(console));
     let result = crate::serve_within(listener, router, stopped(stop_rx), &state.server.config.traffic).await;
-    if let Some(p) = proxy {
-        let _ = p.await;
+    for task in [proxy, metrics].into_iter().flatten() {
+        let _ = task.await;
     }
     for (lease, task) in jobs {
         task.abort();
@@ -180,11 +201,14 @@ fn leader_jobs(state: &AppState) -> Vec<(leader::Lease, tokio::task::JoinHandle<
     let billing = state.server.config.billing.clone();
     let pauser: Arc<dyn crate::billing::SandboxPauser> = Arc::new(ops::hooks::BillingPauser(state.clone()));
     let metering = {
-        let (store, billing) = (store.clone(), billing.clone());
+        let (store, billing, telemetry) = (store.clone(), billing.clone(), state.server.telemetry.clone());
         leader::run_as_leader(store.clone(), leader::METERING, replica.clone(), billing.tick, move || {
-            let (store, billing, pauser) = (store.clone(), billing.clone(), pauser.clone());
+            let (store, billing, pauser, telemetry) =
+                (store.clone(), billing.clone(), pauser.clone(), telemetry.clone());
             async move {
+                let started = std::time::Instant::now();
                 crate::billing::meter_once(store.as_ref(), &billing, pauser.as_ref(), crate::ids::now_ms()).await;
+                telemetry.billing_tick(started.elapsed());
             }
         })
     };

@@ -68,12 +68,15 @@ pub struct ServerState {
     pub reaper: Arc<dyn SandboxReaper>,
     /// Each key's request rate and requests in flight.
     pub guard: Arc<crate::guard::Guard>,
+    /// This process's Prometheus metrics.
+    pub telemetry: Arc<crate::telemetry::Telemetry>,
 }
 
 impl ServerState {
     pub fn new(store: Arc<dyn Store>, config: ServerConfig) -> Self {
         let guard = Arc::new(crate::guard::Guard::new(config.traffic.clone()));
-        ServerState { store, config: Arc::new(config), reaper: Arc::new(NoReaper), guard }
+        let telemetry = Arc::new(crate::telemetry::Telemetry::new());
+        ServerState { store, config: Arc::new(config), reaper: Arc::new(NoReaper), guard, telemetry }
     }
 
     /// Install the hook that kills sandboxes removed by a forced workspace delete.

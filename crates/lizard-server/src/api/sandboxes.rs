@@ -218,7 +218,9 @@ pub async fn exec(
 ) -> ApiResult<Response> {
     crate::limits::check_exec(&req)?;
     let sandbox = running(&state, &p, &id).await?;
+    let started = std::time::Instant::now();
     let frames = sandbox.node.exec_stream(sandbox.id(), req).await?;
+    let frames = crate::ops::exec::timed(state.server.telemetry.clone(), started, frames);
     if q.stream {
         let body = Body::from_stream(frames.map_ok(|f| f.to_bytes()));
         Ok(([(header::CONTENT_TYPE, lizard_agent_proto::routes::FRAMES_CONTENT_TYPE)], body).into_response())

@@ -25,21 +25,25 @@ pub async fn require_operator(state: &AppState, principal: &Principal) -> ApiRes
     Ok(())
 }
 
-/// How the operator sees `node`.
-fn info(state: &AppState, node: ClusterNode) -> NodeInfo {
-    let in_process = node.id == LOCAL_NODE_ID;
-    let report = match state.nodes.local_node() {
-        Some(local) if in_process => placement::local_report(local),
-        _ => node.report,
-    };
+/// `node` with its freshest report: the in-process node's from itself now, a joined
+/// node's as of its last heartbeat.
+fn fresh(state: &AppState, mut node: ClusterNode) -> ClusterNode {
+    if let Some(local) = state.nodes.local_node().filter(|_| node.id == LOCAL_NODE_ID) {
+        node.report = placement::local_report(local);
+    }
+    node
+}
+
+/// How the operator sees `node` (with its [`fresh`] report).
+fn info(node: ClusterNode) -> NodeInfo {
     NodeInfo {
         id: node.id,
         region: node.region,
         address: node.address,
         state: node.state,
-        capacity: report.capacity,
-        usage: report.usage,
-        templates: report.templates,
+        capacity: node.report.capacity,
+        usage: node.report.usage,
+        templates: node.report.templates,
         last_heartbeat: node.last_heartbeat.map(ids::rfc3339),
         joined_at: ids::rfc3339(node.created_at),
     }
@@ -47,8 +51,13 @@ fn info(state: &AppState, node: ClusterNode) -> NodeInfo {
 
 /// Every node, oldest first (this server's in-process node included).
 pub async fn list(state: &AppState) -> ApiResult<Vec<NodeInfo>> {
+    Ok(current(state).await?.into_iter().map(info).collect())
+}
+
+/// Every node's record with its [`fresh`] report, oldest first.
+pub async fn current(state: &AppState) -> ApiResult<Vec<ClusterNode>> {
     placement::register_home_node(state).await?;
-    Ok(state.server.store.list_nodes().await?.into_iter().map(|n| info(state, n)).collect())
+    Ok(state.server.store.list_nodes().await?.into_iter().map(|n| fresh(state, n)).collect())
 }
 
 fn not_found(node_id: &str) -> AppError {
@@ -58,7 +67,7 @@ fn not_found(node_id: &str) -> AppError {
 pub async fn get(state: &AppState, node_id: &str) -> ApiResult<NodeInfo> {
     placement::register_home_node(state).await?;
     let node = state.server.store.get_node(node_id).await?.ok_or_else(|| not_found(node_id))?;
-    Ok(info(state, node))
+    Ok(info(fresh(state, node)))
 }
 
 /// Drain (no new sandboxes; nothing is stopped) or undrain a node. A down node stays
@@ -68,7 +77,7 @@ pub async fn set_draining(state: &AppState, node_id: &str, draining: bool) -> Ap
     match state.server.store.set_node_draining(node_id, draining).await {
         Ok(node) => {
             tracing::info!(node = %node_id, draining, "node drain changed");
-            Ok(info(state, node))
+            Ok(info(fresh(state, node)))
         }
         Err(StoreError::NotFound(_)) => Err(not_found(node_id)),
         Err(e) => Err(e.into()),

@@ -2,13 +2,54 @@
 //! [`ProcessResult`], up to [`MAX_EXEC_OUTPUT_BYTES`] — past it the collection stops
 //! (the stream is dropped, which ends the command's channel) and the client is told to
 //! stream instead. Without the cap, a command printing 1 GiB made the server hold it all.
+//!
+//! Streamed or not, an exec's latency, from its request to its exit frame, is recorded
+//! ([`timed`]).
 
 use crate::error::{ApiResult, AppError};
 use crate::limits::MAX_EXEC_OUTPUT_BYTES;
 use crate::nodes::FrameStream;
+use crate::telemetry::{Operation, Telemetry};
 use futures_util::StreamExt;
 use lizard_agent_proto::frame::FrameKind;
 use lizard_api::{ApiError, ErrorCode, ExitStatus, ProcessResult};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Records an exec's latency once: at its exit frame (`ok`), or at an error frame, a
+/// broken stream or when the stream is dropped before its end (`error`).
+struct ExecTimer {
+    telemetry: Arc<Telemetry>,
+    started: Instant,
+    recorded: bool,
+}
+
+impl ExecTimer {
+    fn finish(&mut self, ok: bool) {
+        if !std::mem::replace(&mut self.recorded, true) {
+            self.telemetry.operation(Operation::Exec, ok, self.started.elapsed());
+        }
+    }
+}
+
+impl Drop for ExecTimer {
+    fn drop(&mut self) {
+        self.finish(false);
+    }
+}
+
+/// `frames` (an exec started at `started`), recording its latency as it ends.
+pub fn timed(telemetry: Arc<Telemetry>, started: Instant, frames: FrameStream) -> FrameStream {
+    let mut timer = ExecTimer { telemetry, started, recorded: false };
+    frames
+        .inspect(move |frame| match frame {
+            Ok(f) if f.kind == FrameKind::Exit => timer.finish(true),
+            Ok(f) if f.kind == FrameKind::Error => timer.finish(false),
+            Ok(_) => {}
+            Err(_) => timer.finish(false),
+        })
+        .boxed()
+}
 
 /// Collect `frames` (an exec's, ending with `Exit` or `Error`) into one result.
 pub async fn collect(frames: FrameStream) -> ApiResult<ProcessResult> {

@@ -11,11 +11,13 @@ use crate::ops::sandboxes::{lifetime_end, run_to_completion, LiveSandbox};
 use crate::placement;
 use crate::state::AppState;
 use crate::store::{NewSandbox, SandboxState};
+use crate::telemetry::Operation;
 
 /// Pause the sandbox `id` and record it: the pause route, the timeout reaper and the
 /// billing pauser all end here.
 pub async fn pause(state: &AppState, id: &str) -> ApiResult<()> {
-    placement::sandbox_node(state, id).await?.pause(id).await?;
+    let node = placement::sandbox_node(state, id).await?;
+    state.server.telemetry.timed(Operation::Pause, node.pause(id)).await?;
     let store = &state.server.store;
     store.set_sandbox_state(id, SandboxState::Paused).await?;
     let retention = i64::try_from(state.server.config.paused_retention_ms).unwrap_or(i64::MAX);
@@ -25,7 +27,7 @@ pub async fn pause(state: &AppState, id: &str) -> ApiResult<()> {
 
 /// Resume a paused sandbox and record it, with its lifetime counted anew.
 pub async fn resume(state: &AppState, sandbox: &LiveSandbox) -> ApiResult<()> {
-    sandbox.node.resume(sandbox.id()).await?;
+    state.server.telemetry.timed(Operation::Resume, sandbox.node.resume(sandbox.id())).await?;
     let store = &state.server.store;
     store.set_sandbox_state(sandbox.id(), SandboxState::Running).await?;
     store.set_sandbox_timeout(sandbox.id(), Some(lifetime_end(sandbox.record.timeout_ms)?)).await?;
@@ -48,7 +50,10 @@ pub fn check_fork_count(count: u32) -> ApiResult<()> {
 pub async fn fork(state: &AppState, source: &LiveSandbox, count: u32) -> ApiResult<Vec<LiveSandbox>> {
     check_fork_count(count)?;
     let (state, source) = (state.clone(), source.clone());
-    run_to_completion(async move { fork_now(&state, &source, count).await }).await
+    run_to_completion(
+        async move { state.server.telemetry.timed(Operation::Fork, fork_now(&state, &source, count)).await },
+    )
+    .await
 }
 
 async fn fork_now(state: &AppState, source: &LiveSandbox, count: u32) -> ApiResult<Vec<LiveSandbox>> {

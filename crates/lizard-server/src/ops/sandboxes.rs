@@ -13,6 +13,7 @@ use crate::ops::volumes;
 use crate::placement;
 use crate::state::AppState;
 use crate::store::{NewSandbox, OnTimeout, ProjectRecord, SandboxRecord, SandboxState, StoreError, VolumeRecord};
+use crate::telemetry::Operation;
 use lizard_api::{CreateSandboxRequest, SandboxInfo};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -146,7 +147,9 @@ pub struct NewSandboxSpec {
 /// record, so the sandbox ends up recorded and billed, or undone.
 pub async fn create(state: &AppState, spec: NewSandboxSpec) -> ApiResult<LiveSandbox> {
     let state = state.clone();
-    run_to_completion(async move { create_now(&state, spec).await }).await
+    // Timed inside the task: a client that goes away does not lose the measurement.
+    run_to_completion(async move { state.server.telemetry.timed(Operation::Create, create_now(&state, spec)).await })
+        .await
 }
 
 /// Run `work` in a task of its own and await it: dropping the caller does not cancel it.
@@ -292,7 +295,7 @@ async fn ended_while_recorded(state: &AppState, node: &Arc<dyn NodeClient>, id: 
 
 /// Stop a sandbox, delete everything in it, and end its record with `reason`.
 pub async fn kill(state: &AppState, sandbox: &LiveSandbox, reason: &str) -> ApiResult<()> {
-    let result = sandbox.node.kill(sandbox.id()).await;
+    let result = state.server.telemetry.timed(Operation::Kill, sandbox.node.kill(sandbox.id())).await;
     state.server.store.end_sandbox(sandbox.id(), ids::now_ms(), reason).await?;
     Ok(result?)
 }

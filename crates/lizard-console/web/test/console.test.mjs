@@ -1,0 +1,213 @@
+// The web console in a real browser (Debian's Chromium, driven by Playwright) against a
+// real `lizard server` with real sandboxes: scripts/test-sdk.sh console starts the server
+// and sets LIZARD_SDK_TEST_API_URL / LIZARD_SDK_TEST_API_KEY (the owner's key).
+//
+// With LIZARD_CONSOLE_SCREENSHOTS=DIR, every page is also saved as DIR/<page>.png (the
+// README's pictures).
+
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { mkdirSync } from 'node:fs'
+import { join } from 'node:path'
+import { chromium } from 'playwright-core'
+
+const API = process.env.LIZARD_SDK_TEST_API_URL
+const OWNER = process.env.LIZARD_SDK_TEST_API_KEY
+assert.ok(API && OWNER, 'run through scripts/test-sdk.sh console (LIZARD_SDK_TEST_API_URL and _KEY)')
+const SHOTS = process.env.LIZARD_CONSOLE_SCREENSHOTS
+if (SHOTS) mkdirSync(SHOTS, { recursive: true })
+// Creating from a template snapshot takes seconds; the first create of a size boots it.
+const CREATE_MS = 240_000
+// The sandbox-URL proxy's port, for the links to open ports.
+const SANDBOX_URL_PORT = (process.env.LIZARD_SDK_TEST_PROXY ?? '').split(':')[1]
+
+async function call(method, path, key, body) {
+  const resp = await fetch(API + path, {
+    method,
+    headers: { 'X-API-Key': key, ...(body ? { 'Content-Type': 'application/json' } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+    signal: AbortSignal.timeout(CREATE_MS),
+  })
+  const text = await resp.text()
+  return { status: resp.status, body: text ? JSON.parse(text) : null }
+}
+
+async function ok(method, path, key, body) {
+  const r = await call(method, path, key, body)
+  assert.ok(r.status < 300, `${method} ${path}: ${r.status} ${JSON.stringify(r.body)}`)
+  return r.body
+}
+
+const tag = Math.random().toString(36).slice(2, 8)
+const made = { sandboxes: [], workspaces: [] }
+let browser
+let a
+let b
+let scopedKey
+
+before(async () => {
+  // Two workspaces with a project each; a key scoped to the first.
+  for (const name of ['a', 'b']) {
+    const ws = await ok('POST', '/v1/workspaces', OWNER, { name: `console-${name}-${tag}` })
+    made.workspaces.push(ws.id)
+    const project = await ok('POST', '/v1/projects', OWNER, { workspaceId: ws.id, name: `console-${name}` })
+    if (name === 'a') a = { ws, project }
+    else b = { ws, project }
+  }
+  scopedKey = (await ok('POST', '/v1/api-keys', OWNER, { name: `console-scoped-${tag}`, workspaces: [a.ws.id] })).key
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM_BIN || '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-gpu'],
+  })
+})
+
+after(async () => {
+  await browser?.close()
+  for (const id of made.sandboxes) await call('DELETE', `/v1/sandboxes/${id}`, OWNER)
+  for (const id of made.workspaces) await call('DELETE', `/v1/workspaces/${id}?force=true`, OWNER)
+})
+
+/** A fresh browser context signed in with `key`; fails the test on any page error or CSP violation. */
+async function signedIn(key) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } })
+  const page = await context.newPage()
+  const problems = []
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`))
+  page.on('console', (m) => {
+    if (m.type() === 'error' && /Content Security Policy|Refused to/i.test(m.text())) problems.push(m.text())
+  })
+  const resp = await page.goto(`${API}/`)
+  assert.equal(resp.status(), 200)
+  assert.ok(page.url().endsWith('/console/'), page.url())
+  assert.match(resp.headers()['content-security-policy'], /script-src 'self'/)
+  await page.fill('#api-key', key)
+  await page.click('button[type=submit]')
+  await page.waitForSelector('header nav')
+  return { context, page, problems }
+}
+
+async function shot(page, name) {
+  if (SHOTS) await page.screenshot({ path: join(SHOTS, `${name}.png`) })
+}
+
+test('every page shows what the API says, and its forms work', async () => {
+  const sbx = await ok('POST', '/v1/sandboxes', OWNER, { template: 'base', projectId: a.project.id, timeoutMs: 600_000 })
+  made.sandboxes.push(sbx.sandboxId)
+  await ok('POST', `/v1/sandboxes/${sbx.sandboxId}/exec`, OWNER, { cmd: 'mkdir -p /root/app && echo hello > /root/app/hello.txt && (python3 -m http.server 8000 --directory /root/app >/dev/null 2>&1 &)' })
+  const { context, page, problems } = await signedIn(OWNER)
+  // The key is in this tab's session storage only: not in the URL, cookies or local storage.
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('lizard.apiKey')), OWNER)
+  assert.equal(await page.evaluate(() => localStorage.length), 0)
+  assert.deepEqual(await context.cookies(), [])
+  assert.ok(!page.url().includes(OWNER))
+
+  await page.waitForSelector(`#sandbox-list a:text("${sbx.sandboxId}")`)
+  const row = await page.textContent(`#sandbox-list tr:has(a:text("${sbx.sandboxId}"))`)
+  assert.match(row, /running/)
+  assert.match(row, /base/)
+  assert.match(row, /\$\d/, 'cost so far')
+  await shot(page, 'sandboxes')
+
+  await page.click(`#sandbox-list a:text("${sbx.sandboxId}")`)
+  await page.waitForSelector('#sandbox-facts')
+  await page.fill('#file-path', '/root/app')
+  await page.click('form:has(#file-path) button')
+  await page.waitForSelector('#file-list :text("hello.txt")')
+  const download = page.waitForEvent('download')
+  await page.click('#file-list tr:has-text("hello.txt") button')
+  const file = await download
+  assert.equal(file.suggestedFilename(), 'hello.txt')
+  const { readFile } = await import('node:fs/promises')
+  assert.equal(await readFile(await file.path(), 'utf8'), 'hello\n')
+  await page.setInputFiles('#upload-file', { name: 'up.txt', mimeType: 'text/plain', buffer: Buffer.from('uploaded\n') })
+  await page.click('form:has(#upload-file) button')
+  await page.waitForSelector('#file-list :text("up.txt")')
+  const read = await fetch(`${API}/v1/sandboxes/${sbx.sandboxId}/files?path=/root/app/up.txt`, { headers: { 'X-API-Key': OWNER } })
+  assert.equal(await read.text(), 'uploaded\n')
+  // python3's server on 8000 (started detached above; under TCG and load it takes a while).
+  const deadline = Date.now() + 120_000
+  while (!(await page.$('#port-list a')) && Date.now() < deadline) {
+    await page.waitForTimeout(2000)
+    await page.click('button:text("Scan again")')
+  }
+  assert.ok(await page.$('#port-list a'), `no open port listed: ${await page.textContent('#port-list')}`)
+  const link = await page.getAttribute('#port-list a', 'href')
+  assert.equal(link, `http://${sbx.sandboxId}-8000.${sbx.domain}:${SANDBOX_URL_PORT}/`)
+  await shot(page, 'sandbox')
+
+  for (const name of ['templates', 'volumes', 'keys', 'usage']) {
+    await page.goto(`${API}/console/#/${name}`)
+    await page.waitForSelector('main h1')
+    await page.waitForLoadState('networkidle')
+    if (name === 'templates') assert.match(await page.textContent('main'), /code-interpreter-v1/)
+    if (name === 'volumes') {
+      await page.fill('form.inline input[name=name]', `vol-${tag}`)
+      await page.click('form.inline button[type=submit]')
+      await page.waitForSelector(`#volume-list :text("vol-${tag}")`)
+    }
+    if (name === 'keys') {
+      await page.fill('#key-name', `made-in-console-${tag}`)
+      await page.selectOption('#key-workspace', a.ws.id)
+      await page.click('form.inline button[type=submit]')
+      const key = (await page.textContent('#new-key-value')).trim()
+      assert.match(key, /^lz_/)
+      const whoami = await ok('GET', '/v1/whoami', key)
+      assert.deepEqual([whoami.scoped, whoami.workspaces], [true, [a.ws.id]])
+      await page.waitForSelector(`#key-list :text("made-in-console-${tag}")`)
+    }
+    if (name === 'usage') {
+      await page.waitForSelector('#balance')
+      assert.match(await page.textContent('#balance'), /\$\d/)
+    }
+    await shot(page, name)
+  }
+  assert.deepEqual(problems, [])
+  await context.close()
+})
+
+test('sign in, create a sandbox from the form, kill it from its page', async () => {
+  const { context, page, problems } = await signedIn(OWNER)
+  await page.selectOption('#create-project', a.project.id)
+  await page.selectOption('#create-template', 'base')
+  await page.click('#create-sandbox button[type=submit]')
+  await page.waitForURL(/#\/sandboxes\/[a-z0-9]+$/, { timeout: CREATE_MS })
+  const id = decodeURIComponent(page.url().split('#/sandboxes/')[1])
+  made.sandboxes.push(id)
+  const created = await ok('GET', `/v1/sandboxes/${id}`, OWNER)
+  assert.deepEqual([created.state, created.template, created.projectId], ['running', 'base', a.project.id])
+  await page.waitForSelector('#sandbox-facts .state.running')
+  await page.click('#kill')
+  await page.waitForURL(/#\/sandboxes$/)
+  assert.equal((await call('GET', `/v1/sandboxes/${id}`, OWNER)).status, 404, 'killed')
+  await page.waitForSelector('#sandbox-list')
+  assert.ok(!(await page.textContent('#sandbox-list')).includes(id))
+  assert.deepEqual(problems, [])
+  await context.close()
+})
+
+test('a key scoped to one workspace sees only that workspace', async () => {
+  const mine = await ok('POST', '/v1/sandboxes', OWNER, { template: 'base', projectId: a.project.id, timeoutMs: 600_000 })
+  made.sandboxes.push(mine.sandboxId)
+  const theirs = await ok('POST', '/v1/sandboxes', OWNER, { template: 'base', projectId: b.project.id, timeoutMs: 600_000 })
+  made.sandboxes.push(theirs.sandboxId)
+  const { context, page, problems } = await signedIn(scopedKey)
+  await page.waitForSelector(`#sandbox-list a:text("${mine.sandboxId}")`)
+  const listed = await page.textContent('#sandbox-list')
+  assert.ok(!listed.includes(theirs.sandboxId), 'another workspace\'s sandbox is listed')
+  const projects = await page.$$eval('#create-project option', (o) => o.map((x) => x.value))
+  assert.deepEqual(projects, [a.project.id])
+  // Cost comes from the account's ledger, which a scoped key may not read.
+  assert.ok(listed.includes('—'))
+  // Another workspace's sandbox by its URL: the API's 404, shown as such.
+  await page.goto(`${API}/console/#/sandboxes/${theirs.sandboxId}`)
+  await page.waitForSelector('.error[role=alert]')
+  assert.match(await page.textContent('.error[role=alert]'), /NOT_FOUND/)
+  await page.goto(`${API}/console/#/usage`)
+  await page.waitForSelector('#usage-cost')
+  assert.match(await page.textContent('main'), /an unscoped key sees them/)
+  await page.goto(`${API}/console/#/keys`)
+  await page.waitForSelector('#key-list')
+  assert.ok(!(await page.textContent('#key-workspace')).includes('unscoped'))
+  assert.deepEqual(problems, [])
+  await context.close()
+})
