@@ -2,8 +2,9 @@
 //!
 //! Every route but `/health` and `/openapi.json` takes a [`Principal`] extractor, which
 //! reads `X-API-Key` (or a WebSocket's key subprotocol, [`presented_key`]), finds the key
-//! by its lookup prefix, compares hashes in constant time and refuses revoked keys. Missing, malformed, unknown and revoked keys all answer the
-//! same 401 `UNAUTHENTICATED`, so the answer does not tell which.
+//! by its lookup prefix, compares hashes in constant time and refuses revoked keys.
+//! Missing, malformed, unknown and revoked keys all answer the same 401
+//! `UNAUTHENTICATED`, so the answer does not tell which.
 //!
 //! Authorization helpers for handlers (here and in the sandbox routes built on top):
 //!
