@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from ._frames import read_exec_frames
 from ._ops import F, Flavoured, Op, api
-from .errors import APIConnectionError
+from .errors import APIConnectionError, APIError, NotFoundError
 from .models import ProcessInfo, ProcessResult
 
 if TYPE_CHECKING:
@@ -82,10 +82,9 @@ class ProcessHandle(Flavoured[F]):
                     lambda: self._http.next(stream), on_stdout or self._on_stdout, on_stderr or self._on_stderr
                 )
             )
-        except APIConnectionError:
-            raise
-        except Exception as e:
-            # An error frame: the stream broke off (a pause, a VM that stopped answering).
+        except APIError as e:
+            # An error frame: the stream broke off (a pause, a VM that stopped answering);
+            # the process may run on.
             raise APIConnectionError(f"the stream of process {self.pid} broke off: {e}") from e
 
     wait = api(_wait)
@@ -179,8 +178,6 @@ class BackgroundProcesses(Flavoured[F]):
         for p in data:
             if p["pid"] == pid:
                 return ProcessHandle(self._sandbox, ProcessInfo.from_json(p), on_stdout, on_stderr)
-        from .errors import NotFoundError
-
         raise NotFoundError(404, "NOT_FOUND", f"no process {pid}")
 
     @api
