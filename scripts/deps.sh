@@ -4,9 +4,11 @@
 # python3-venv for the SDK test suites (scripts/test-sdk.sh); iproute2 + nftables (sandbox
 # networks: namespaces, veth/TAP links, NAT and firewall); chromium for the desktop
 # template's live-view test and the web console's browser tests (a real headless browser
-# on the host); npm (beside Node.js) to build the web console (crates/lizard-console).
+# on the host); npm (beside Node.js) to build the web console (crates/lizard-console);
+# tmux for the test of `lizard sandbox shell` (a real terminal it drives with send-keys and
+# reads with capture-pane).
 set -euo pipefail
-need=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs cpio ca-certificates curl python3-venv nodejs iproute2 nftables chromium)
+need=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs cpio ca-certificates curl python3-venv nodejs iproute2 nftables chromium tmux)
 # Debian's nodejs comes without npm (its own package); other builds of nodejs carry it.
 command -v npm >/dev/null || need+=(npm)
 missing=()

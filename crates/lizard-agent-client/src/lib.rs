@@ -13,6 +13,7 @@
 
 mod error;
 mod exec;
+mod process;
 mod staged;
 mod staging_file;
 mod tunnel;
@@ -22,8 +23,9 @@ pub use exec::{ExecEvent, ExecOutput, ExecStream};
 pub use lizard_agent_proto::handshake::Secret;
 pub use lizard_agent_proto::types::{
     AgentError, ArchiveResult, ErrorCode, ExecRequest, ExitStatus, FileEntry, FileInfo, FileType, FsEvent, FsEventKind,
-    Health, WriteResult,
+    Health, ProcessInfo, PtySize, StartProcess, WriteResult,
 };
+pub use process::ProcessFrames;
 pub use staged::TransferPath;
 pub use staging_file::{StagingFile, StagingFileError};
 pub use tunnel::TcpTunnel;
@@ -389,15 +391,25 @@ impl AgentClient {
 
     /// POST `value` as JSON to `route`; only whether it succeeded is kept of the answer.
     async fn post_json<T: serde::Serialize>(&self, route: &str, value: &T) -> Result<(), ClientError> {
+        self.call_json(Method::POST, route.to_string(), value).await.map(drop)
+    }
+
+    /// Send `value` as a JSON body; a non-success answer becomes [`ClientError::Agent`].
+    async fn call_json<T: serde::Serialize>(
+        &self,
+        method: Method,
+        path_and_query: String,
+        value: &T,
+    ) -> Result<Response<Incoming>, ClientError> {
         let body = serde_json::to_vec(value).map_err(|e| ClientError::Protocol(e.to_string()))?;
         let body = Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed_unsync();
         let req = Request::builder()
-            .method(Method::POST)
-            .uri(format!("http://lizard-agent{route}"))
+            .method(method)
+            .uri(format!("http://lizard-agent{path_and_query}"))
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(body)
             .map_err(|e| ClientError::Protocol(e.to_string()))?;
-        self.send(req).await.map(drop)
+        self.send(req).await
     }
 
     /// Send a built request; a non-success answer becomes [`ClientError::Agent`].

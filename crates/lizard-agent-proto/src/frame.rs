@@ -26,6 +26,9 @@ pub enum FrameKind {
     Exit = 6,
     /// Response: the JSON [`crate::types::AgentError`] when the command could not run.
     Error = 7,
+    /// Response: the JSON [`crate::types::ProcessInfo`] of a background process; always
+    /// the first frame of [`crate::routes::PROCESSES`] and [`crate::routes::process_output`].
+    Started = 8,
 }
 
 impl TryFrom<u8> for FrameKind {
@@ -39,6 +42,7 @@ impl TryFrom<u8> for FrameKind {
             5 => FrameKind::Stderr,
             6 => FrameKind::Exit,
             7 => FrameKind::Error,
+            8 => FrameKind::Started,
             other => return Err(FrameError::UnknownKind(other)),
         })
     }

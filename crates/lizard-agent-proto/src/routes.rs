@@ -19,6 +19,14 @@
 //! | POST   | [`IDENTITY`]        | [`crate::types::Identity`]  | – (204)                  |
 //! | POST   | [`VOLUME_MOUNT`]    | [`crate::types::VolumeMount`] | – (204)                |
 //! | POST   | [`VOLUME_SYNC`]     | –                           | – (204)                  |
+//! | POST   | [`PROCESSES`]       | [`crate::types::StartProcess`] | frames: Started, Stdout/Stderr*, Exit |
+//! | GET    | [`PROCESSES`]       | –                           | `[ProcessInfo]`          |
+//! | GET    | [`process_output`]  | –                           | frames: Started, Stdout/Stderr* (kept output, then live), Exit |
+//! | POST   | [`process_stdin`]   | raw bytes                   | – (204)                  |
+//! | DELETE | [`process_stdin`]   | –                           | – (204): stdin closed    |
+//! | POST   | [`process_signal`]  | [`crate::types::SignalRequest`] | – (204)              |
+//! | POST   | [`process_resize`]  | [`crate::types::PtySize`]   | – (204)                  |
+//! | GET    | [`port_wait`]`?timeoutMs=` | –                    | – (204) once something listens on the port |
 //! | CONNECT | authority `127.0.0.1:<port>` | raw TCP bytes, host → guest | raw TCP bytes, guest → host |
 //!
 //! Every failure answers with a 4xx/5xx status and a JSON [`crate::types::AgentError`].
@@ -87,6 +95,37 @@ pub const VOLUME_MOUNT: &str = "/v1/volume/mount";
 /// Write everything cached for [`WORKSPACE`] to the volume disk (`syncfs`); answers once
 /// the disk acknowledged the flush. Nothing mounted there: a no-op.
 pub const VOLUME_SYNC: &str = "/v1/volume/sync";
+
+/// Background processes and PTYs: they belong to the agent, not to the session that
+/// started them, so they run on when the host goes away (a pause, a node restart) and a
+/// later session reattaches with [`process_output`].
+pub const PROCESSES: &str = "/v1/processes";
+/// Route templates (axum syntax) of one process's routes.
+pub const PROCESS_OUTPUT: &str = "/v1/processes/{pid}/output";
+pub const PROCESS_STDIN: &str = "/v1/processes/{pid}/stdin";
+pub const PROCESS_SIGNAL: &str = "/v1/processes/{pid}/signal";
+pub const PROCESS_RESIZE: &str = "/v1/processes/{pid}/resize";
+/// Answers once something listens on a TCP port in the guest (`timeoutMs`, default and
+/// cap [`PORT_WAIT_MAX_MS`]).
+pub const PORT_WAIT: &str = "/v1/ports/{port}/wait";
+/// The longest a port wait may last.
+pub const PORT_WAIT_MAX_MS: u64 = 10 * 60 * 1000;
+
+pub fn process_output(pid: u32) -> String {
+    PROCESS_OUTPUT.replace("{pid}", &pid.to_string())
+}
+pub fn process_stdin(pid: u32) -> String {
+    PROCESS_STDIN.replace("{pid}", &pid.to_string())
+}
+pub fn process_signal(pid: u32) -> String {
+    PROCESS_SIGNAL.replace("{pid}", &pid.to_string())
+}
+pub fn process_resize(pid: u32) -> String {
+    PROCESS_RESIZE.replace("{pid}", &pid.to_string())
+}
+pub fn port_wait(port: u16) -> String {
+    PORT_WAIT.replace("{port}", &port.to_string())
+}
 
 /// The guest's second virtio-blk disk: every VM has it (a placeholder when the sandbox
 /// has no volume), so snapshots and their clones have the same devices.

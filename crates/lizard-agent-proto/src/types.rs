@@ -29,6 +29,58 @@ pub struct ExecRequest {
     pub stdin: bool,
 }
 
+/// `POST /v1/processes`: a process that outlives the request that started it (see
+/// [`crate::routes::PROCESSES`]). Exactly one of `cmd` or `argv`, as for [`ExecRequest`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StartProcess {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argv: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Run on a pseudo-terminal of this size (stdout and stderr are then one stream, the
+    /// terminal's output) instead of pipes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<PtySize>,
+}
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PtySize {
+    pub cols: u16,
+    pub rows: u16,
+}
+
+/// A background process the agent keeps (running, or exited and not yet forgotten).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessInfo {
+    pub pid: u32,
+    /// The command line as given (`cmd`, or `argv` joined by spaces).
+    pub cmd: String,
+    /// When it started, milliseconds since the Unix epoch (the guest's clock).
+    pub started_at_ms: u64,
+    /// Whether it runs on a pseudo-terminal.
+    pub pty: bool,
+    /// Its exit code once it ended (`128 + signal` when a signal ended it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+}
+
+/// `POST /v1/processes/{pid}/signal`: a signal by name (`SIGTERM`, `TERM`) or number.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SignalRequest {
+    pub signal: String,
+}
+
 /// How a command ended: the last frame of an exec stream.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -219,6 +271,11 @@ pub enum ErrorCode {
     InvalidArgument,
     /// Nothing accepted a connection to the port a TCP tunnel named.
     ConnectionRefused,
+    /// What the request waited for did not happen within its time limit.
+    TimedOut,
+    /// The request does not fit the state of what it names (input to a process that
+    /// closed its stdin, a resize of a process without a terminal).
+    Conflict,
     Internal,
 }
 
@@ -255,10 +312,11 @@ impl AgentError {
         match self.code {
             ErrorCode::NotFound => 404,
             ErrorCode::IsADirectory | ErrorCode::NotADirectory | ErrorCode::InvalidArgument => 400,
-            ErrorCode::AlreadyExists => 409,
+            ErrorCode::AlreadyExists | ErrorCode::Conflict => 409,
             ErrorCode::PermissionDenied => 403,
             // The agent is a gateway here, and the upstream (the guest's port) failed.
             ErrorCode::ConnectionRefused => 502,
+            ErrorCode::TimedOut => 408,
             ErrorCode::Internal => 500,
         }
     }

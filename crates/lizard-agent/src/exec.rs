@@ -88,17 +88,23 @@ pub enum ExecError {
     Pipe(#[source] io::Error),
 }
 
-impl From<ExecError> for AgentError {
-    fn from(e: ExecError) -> AgentError {
-        let code = match &e {
+impl ExecError {
+    /// The stable code a client is given.
+    pub(crate) fn code(&self) -> ErrorCode {
+        match self {
             ExecError::BadRequest(_) | ExecError::NoCommand => ErrorCode::InvalidArgument,
             ExecError::User(_) => ErrorCode::NotFound,
             ExecError::NotRoot(_) => ErrorCode::PermissionDenied,
             ExecError::CwdNotDir(_) => ErrorCode::NotADirectory,
             ExecError::Cwd { source, .. } | ExecError::Spawn { source, .. } => AgentError::from_io(source, "").code,
             ExecError::Pipe(_) => ErrorCode::Internal,
-        };
-        AgentError::new(code, e.to_string())
+        }
+    }
+}
+
+impl From<ExecError> for AgentError {
+    fn from(e: ExecError) -> AgentError {
+        AgentError::new(e.code(), e.to_string())
     }
 }
 
@@ -152,18 +158,21 @@ where
 
 /// Everything needed to spawn, resolved from a request.
 #[derive(Debug)]
-struct Plan {
-    program: String,
+pub(crate) struct Plan {
+    pub(crate) program: String,
     args: Vec<String>,
     cwd: PathBuf,
     env: BTreeMap<String, String>,
     /// Credentials to switch to; `None` keeps the agent's own.
     creds: Option<User>,
     stdin: bool,
+    /// Make the command's stdin (a terminal's slave side, set by the caller) its
+    /// controlling terminal.
+    pub(crate) controlling_tty: bool,
 }
 
 /// Resolve user, working directory and environment. Reads /etc and stats the cwd.
-fn plan(req: ExecRequest) -> Result<Plan, ExecError> {
+pub(crate) fn plan(req: ExecRequest) -> Result<Plan, ExecError> {
     let (program, args) = match (req.cmd, req.argv) {
         (Some(cmd), None) => ("/bin/sh".to_string(), vec!["-c".to_string(), cmd]),
         (None, Some(argv)) if !argv.is_empty() => {
@@ -204,11 +213,11 @@ fn plan(req: ExecRequest) -> Result<Plan, ExecError> {
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
     env.extend(req.env);
-    Ok(Plan { program, args, cwd, env, creds, stdin: req.stdin })
+    Ok(Plan { program, args, cwd, env, creds, stdin: req.stdin, controlling_tty: false })
 }
 
 impl Plan {
-    fn command(&self) -> Command {
+    pub(crate) fn command(&self) -> Command {
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.args)
             .env_clear()
@@ -217,15 +226,22 @@ impl Plan {
             .stdin(if self.stdin { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        let tty = self.controlling_tty;
         let creds = self.creds.as_ref().map(|u| {
             (Uid::from_raw(u.uid), Gid::from_raw(u.gid), u.groups.iter().map(|g| Gid::from_raw(*g)).collect::<Vec<_>>())
         });
         // SAFETY: the closure runs in the child between fork and exec, where only
-        // async-signal-safe calls are allowed: it only makes the setsid/setgroups/setgid/
-        // setuid system calls, on data allocated before the fork, and allocates nothing.
+        // async-signal-safe calls are allowed: it only makes the setsid/ioctl/setgroups/
+        // setgid/setuid system calls, on data allocated before the fork, and allocates
+        // nothing.
         unsafe {
             cmd.pre_exec(move || {
                 nix::unistd::setsid()?;
+                // std has already made the terminal's slave side fd 0: the new session
+                // takes it as its controlling terminal (job control, ^C, SIGWINCH).
+                if tty && libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
                 if let Some((uid, gid, groups)) = &creds {
                     nix::unistd::setgroups(groups)?;
                     nix::unistd::setgid(*gid)?;
@@ -292,7 +308,7 @@ impl Output {
 }
 
 /// Read once from `pipe` unless it is closed; a closed pipe never completes.
-async fn read_some(pipe: &mut Option<pipe::Receiver>, buf: &mut [u8]) -> io::Result<usize> {
+pub(crate) async fn read_some(pipe: &mut Option<pipe::Receiver>, buf: &mut [u8]) -> io::Result<usize> {
     match pipe {
         Some(p) => p.read(buf).await,
         None => std::future::pending().await,
@@ -398,7 +414,7 @@ impl Running {
 
 /// Map a wait status onto the protocol's exit status (`128 + signal` like a shell; 124
 /// when our timeout killed it).
-fn exit_status(ws: WaitStatus, timeout_fired: bool, elapsed: Duration) -> ExitStatus {
+pub(crate) fn exit_status(ws: WaitStatus, timeout_fired: bool, elapsed: Duration) -> ExitStatus {
     let (code, signal) = match ws {
         WaitStatus::Exited(_, code) => (code, None),
         WaitStatus::Signaled(_, sig, _) => (128 + sig as i32, Some(sig as i32)),

@@ -6,7 +6,7 @@
 //! in the hyper connection and is dropped with it, so a host that reconnects (after a
 //! snapshot restore, say) starts from a clean slate.
 
-use crate::{archive, exec, files, forward, identity, staged, tunnel, volume, watch};
+use crate::{archive, exec, files, forward, identity, ports, processes, staged, tunnel, volume, watch};
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -98,6 +98,12 @@ pub fn router(state: AppState) -> Router {
         .route(routes::IDENTITY, post(identity::handle))
         .route(routes::VOLUME_MOUNT, post(volume::mount))
         .route(routes::VOLUME_SYNC, post(volume::sync))
+        .route(routes::PROCESSES, post(processes::start_handler).get(processes::list_handler))
+        .route(routes::PROCESS_OUTPUT, get(processes::output_handler))
+        .route(routes::PROCESS_STDIN, post(processes::stdin_handler).delete(processes::close_stdin_handler))
+        .route(routes::PROCESS_SIGNAL, post(processes::signal_handler))
+        .route(routes::PROCESS_RESIZE, post(processes::resize_handler))
+        .route(routes::PORT_WAIT, get(ports::wait))
         .fallback(fallback)
         .with_state(state)
 }

@@ -58,8 +58,8 @@ impl FdStream {
     }
 }
 
-/// Register an owned descriptor with the tokio reactor.
-fn register(fd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
+/// Register an owned (non-blocking) descriptor with the tokio reactor.
+pub(crate) fn register(fd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
     // SAFETY: an OwnedFd stays open until dropped and always reports the same descriptor,
     // and the AsyncFd takes ownership of it.
     unsafe { AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)

@@ -16,6 +16,7 @@ pub use lizard_agent_proto::types::{
 
 pub mod code;
 pub mod files;
+pub mod processes;
 pub mod routes;
 pub mod templates;
 
@@ -270,6 +271,9 @@ pub enum ErrorCode {
     OutputTooLarge,
     /// An `Idempotency-Key` was used before with another request (route or body): 422.
     IdempotencyKeyReused,
+    /// What the request waited for (a port to listen) did not happen within its
+    /// `timeoutMs`: 408.
+    TimedOut,
 }
 
 impl ErrorCode {
@@ -290,6 +294,7 @@ impl ErrorCode {
             ErrorCode::CodeServiceUnavailable => 502,
             ErrorCode::OutputTooLarge => 422,
             ErrorCode::IdempotencyKeyReused => 422,
+            ErrorCode::TimedOut => 408,
         }
     }
 }

@@ -16,7 +16,7 @@
 
 use crate::ErrorCode::{
     self, AccountScopeRequired, BootFailed, CodeServiceUnavailable, Conflict, Forbidden, IdempotencyKeyReused,
-    InvalidArgument, NotFound, OutputTooLarge, PaymentRequired, Unauthenticated, Unavailable,
+    InvalidArgument, NotFound, OutputTooLarge, PaymentRequired, TimedOut, Unauthenticated, Unavailable,
 };
 
 /// An HTTP method a route answers.
@@ -57,6 +57,8 @@ pub enum Body {
     Text,
     /// Newline-delimited JSON (`application/x-ndjson`): a stream of values of the named type.
     Ndjson(&'static str),
+    /// Exec frames (`application/vnd.lizard.frames`, see `lizard_agent_proto::frame`).
+    Frames,
 }
 
 /// One route.
@@ -122,6 +124,13 @@ pub mod path {
     pub const FILES_RENAME: &str = "/v1/sandboxes/{id}/files/rename";
     pub const FILES_WATCH: &str = "/v1/sandboxes/{id}/files/watch";
     pub const FILES_ARCHIVE: &str = "/v1/sandboxes/{id}/files/archive";
+    pub const PROCESSES: &str = "/v1/sandboxes/{id}/processes";
+    pub const PROCESS_OUTPUT: &str = "/v1/sandboxes/{id}/processes/{pid}/output";
+    pub const PROCESS_STDIN: &str = "/v1/sandboxes/{id}/processes/{pid}/stdin";
+    pub const PROCESS_SIGNAL: &str = "/v1/sandboxes/{id}/processes/{pid}/signal";
+    pub const PROCESS_RESIZE: &str = "/v1/sandboxes/{id}/processes/{pid}/resize";
+    pub const PTY: &str = "/v1/sandboxes/{id}/pty";
+    pub const PORT_WAIT: &str = "/v1/sandboxes/{id}/ports/{port}/wait";
     pub const CODE: &str = "/v1/sandboxes/{id}/code";
     pub const CODE_CONTEXTS: &str = "/v1/sandboxes/{id}/code/contexts";
     pub const CODE_CONTEXT: &str = "/v1/sandboxes/{id}/code/contexts/{contextId}";
@@ -177,7 +186,7 @@ const fn route(
     Route { method, path, request, status, response, errors }
 }
 
-use Body::{Bytes, Empty, Json, JsonList, Ndjson, Text};
+use Body::{Bytes, Empty, Frames, Json, JsonList, Ndjson, Text};
 use Method::{Delete, Get, Patch, Post, Put};
 
 /// A read: GET with no body, answering 200 with `response`.
@@ -274,6 +283,34 @@ pub const READ_ARCHIVE: Route = get(path::FILES_ARCHIVE, Bytes, &[Unauthenticate
 /// entry that would land outside it (absolute, `..`, through a link) is refused.
 pub const WRITE_ARCHIVE: Route =
     route(Put, path::FILES_ARCHIVE, Bytes, 200, Json("ArchiveResult"), &[Unauthenticated, NotFound, InvalidArgument]);
+
+// --- background processes, terminals, ports (see [`crate::processes`]) ----------------------
+/// What every process route can answer besides success (409: its stdin is closed, it has
+/// no terminal, or too many run).
+const PROCESS_ERRORS: &[ErrorCode] = &[Unauthenticated, NotFound, InvalidArgument, Conflict];
+/// Starts a process that outlives the request: `Started`, output, `Exit` as it runs.
+/// Closing the response leaves the process running.
+pub const START_PROCESS: Route = post(path::PROCESSES, Json("StartProcessRequest"), Frames, PROCESS_ERRORS);
+pub const LIST_PROCESSES: Route = get(path::PROCESSES, JsonList("ProcessInfo"), &[Unauthenticated, NotFound]);
+/// Reattach: the output kept (the newest 1 MiB), then live output, then `Exit`.
+pub const PROCESS_OUTPUT: Route = get(path::PROCESS_OUTPUT, Frames, PROCESS_ERRORS);
+/// The body goes to the process's stdin (its terminal's keyboard, for a PTY).
+pub const PROCESS_STDIN: Route = route(Post, path::PROCESS_STDIN, Bytes, 204, Empty, PROCESS_ERRORS);
+/// Ends the process's stdin (a PTY gets `^D`).
+pub const CLOSE_PROCESS_STDIN: Route = delete(path::PROCESS_STDIN, PROCESS_ERRORS);
+/// A signal to the process's group (default `SIGKILL`); an ended process: nothing to do.
+pub const SIGNAL_PROCESS: Route = route(Post, path::PROCESS_SIGNAL, Json("SignalRequest"), 204, Empty, PROCESS_ERRORS);
+/// A new size for a PTY process's terminal.
+pub const RESIZE_PROCESS: Route = route(Post, path::PROCESS_RESIZE, Json("PtySize"), 204, Empty, PROCESS_ERRORS);
+/// `?timeoutMs=` (default 60 s, at most 10 min): answers once something listens on the
+/// TCP port in the sandbox (any address), 408 `TIMED_OUT` when nothing did in time.
+pub const WAIT_FOR_PORT: Route =
+    route(Get, path::PORT_WAIT, Empty, 204, Empty, &[Unauthenticated, NotFound, InvalidArgument, TimedOut]);
+/// A WebSocket (`Upgrade: websocket`, subprotocol [`crate::processes::PTY_PROTOCOL`]): a
+/// terminal in the sandbox (see [`crate::processes::PtyClientMessage`]). The key may come
+/// as a subprotocol (browsers cannot set headers on a WebSocket).
+pub const PTY: Route =
+    route(Get, path::PTY, Empty, 101, Empty, &[Unauthenticated, NotFound, InvalidArgument, Conflict]);
 
 // --- code execution (the `interpreter` template's code service) ---------------------------
 /// What every code route can answer besides success.
@@ -457,6 +494,15 @@ pub const SERVER: &[Route] = &[
     WATCH_DIR,
     READ_ARCHIVE,
     WRITE_ARCHIVE,
+    START_PROCESS,
+    LIST_PROCESSES,
+    PROCESS_OUTPUT,
+    PROCESS_STDIN,
+    CLOSE_PROCESS_STDIN,
+    SIGNAL_PROCESS,
+    RESIZE_PROCESS,
+    WAIT_FOR_PORT,
+    PTY,
     RUN_CODE,
     LIST_CODE_CONTEXTS,
     CREATE_CODE_CONTEXT,
@@ -543,6 +589,18 @@ pub mod node {
     pub const WATCH_DIR: Route = Route { errors: VM_ERRORS, ..super::WATCH_DIR };
     pub const READ_ARCHIVE: Route = Route { errors: VM_ERRORS, ..super::READ_ARCHIVE };
     pub const WRITE_ARCHIVE: Route = Route { errors: VM_ERRORS, ..super::WRITE_ARCHIVE };
+    pub const START_PROCESS: Route = Route { errors: VM_ERRORS, ..super::START_PROCESS };
+    pub const LIST_PROCESSES: Route = Route { errors: VM_ERRORS, ..super::LIST_PROCESSES };
+    pub const PROCESS_OUTPUT: Route = Route { errors: VM_ERRORS, ..super::PROCESS_OUTPUT };
+    pub const PROCESS_STDIN: Route = Route { errors: VM_ERRORS, ..super::PROCESS_STDIN };
+    pub const CLOSE_PROCESS_STDIN: Route = Route { errors: VM_ERRORS, ..super::CLOSE_PROCESS_STDIN };
+    pub const SIGNAL_PROCESS: Route = Route { errors: VM_ERRORS, ..super::SIGNAL_PROCESS };
+    pub const RESIZE_PROCESS: Route = Route { errors: VM_ERRORS, ..super::RESIZE_PROCESS };
+    /// 408 `TIMED_OUT` too.
+    pub const WAIT_FOR_PORT: Route = Route {
+        errors: &[NotFound, InvalidArgument, Conflict, BootFailed, Unavailable, TimedOut],
+        ..super::WAIT_FOR_PORT
+    };
 
     /// Makes a volume's disk ([`crate::node_api::NodeVolumeRequest`]).
     pub const CREATE_VOLUME: Route =
@@ -597,6 +655,14 @@ pub mod node {
         WATCH_DIR,
         READ_ARCHIVE,
         WRITE_ARCHIVE,
+        START_PROCESS,
+        LIST_PROCESSES,
+        PROCESS_OUTPUT,
+        PROCESS_STDIN,
+        CLOSE_PROCESS_STDIN,
+        SIGNAL_PROCESS,
+        RESIZE_PROCESS,
+        WAIT_FOR_PORT,
         CREATE_VOLUME,
         DELETE_VOLUME,
         VOLUME_HOLDER,

@@ -36,7 +36,9 @@ fn body_for(request: Body) -> Option<Value> {
     match request {
         Body::Json("SetTimeoutRequest") => Some(json!({"timeoutMs": 1000})),
         Body::Json("ForkRequest") => Some(json!({"count": 1})),
-        Body::Json("ExecRequest") => Some(json!({"cmd": "touch /root/pwned"})),
+        Body::Json("ExecRequest") | Body::Json("StartProcessRequest") => Some(json!({"cmd": "touch /root/pwned"})),
+        Body::Json("SignalRequest") => Some(json!({"signal": "SIGKILL"})),
+        Body::Json("PtySize") => Some(json!({"cols": 10, "rows": 10})),
         Body::Json("RunCodeRequest") => Some(json!({"code": "open('/root/pwned', 'w')"})),
         Body::Json("CreateCodeContextRequest") => Some(json!({})),
         Body::Json("UpdateProjectRequest") => Some(json!({"name": "pwned"})),
@@ -77,6 +79,9 @@ fn aimed_requests(v: &Victims) -> Vec<(RouteMethod, String, Body)> {
                 }
                 ("id", path) if path.starts_with("/v1/node-tokens") => v.node_token.as_str(),
                 ("contextId", _) => "default",
+                // The guest agent's own pid: a signal to it would show in the victim's health.
+                ("pid", _) => "1",
+                ("port", _) => "22",
                 ("nameOrId", _) => v.volume.as_str(),
                 (p, path) => panic!("{path}: no victim for parameter {p}: extend the attack"),
             })

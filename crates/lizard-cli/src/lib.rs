@@ -23,6 +23,7 @@ pub mod push;
 pub mod sandbox;
 #[cfg(feature = "node")]
 pub mod server;
+pub mod shell;
 pub mod templates;
 pub mod tenancy;
 #[cfg(feature = "node")]
@@ -263,11 +264,15 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Images(ImagesCmd::Build { templates, node }) => {
             local::build_images(ctx.data_dir, templates, node).await.map(|_| 0)
         }
-        Command::Sandbox(sandbox::SandboxCmd::Exec(args)) => {
-            // `exec` exits with the command's status; Lizard's own failures are 125.
+        Command::Sandbox(cmd @ (sandbox::SandboxCmd::Exec(_) | sandbox::SandboxCmd::Shell(_))) => {
+            // `exec` and `shell` exit with the command's status; Lizard's own failures are 125.
             let result = async {
                 let api = ctx.sandbox_api(None).await?;
-                sandbox::exec(&api, args).await
+                match cmd {
+                    sandbox::SandboxCmd::Shell(args) => shell::shell(&api, args).await,
+                    sandbox::SandboxCmd::Exec(args) => sandbox::exec(&api, args).await,
+                    _ => unreachable!("matched above"),
+                }
             }
             .await;
             Ok(result.unwrap_or_else(|e| {

@@ -26,6 +26,17 @@ pub enum SandboxCmd {
     Get { id: String },
     /// Run a command; prints its output and exits with its exit code (124: timed out, 125: Lizard error).
     Exec(ExecArgs),
+    /// An interactive terminal in the sandbox (exits with the shell's exit code; 125: Lizard error).
+    Shell(crate::shell::ShellArgs),
+    /// Wait until something listens on TCP PORT in the sandbox (exit 1 with TIMED_OUT if
+    /// nothing did in time).
+    WaitPort {
+        id: String,
+        port: u16,
+        /// How long to wait, in milliseconds (at most 600000).
+        #[arg(long, default_value_t = lizard_api::processes::DEFAULT_PORT_WAIT_MS)]
+        timeout_ms: u64,
+    },
     /// Stop a sandbox and delete everything in it.
     Kill { id: String },
     /// Pause a sandbox: its processes, memory and files wait on disk, its VM uses no CPU or memory.
@@ -332,7 +343,11 @@ pub async fn run(api: &ApiClient, cmd: SandboxCmd, json: bool) -> Result<()> {
                 _ => {}
             }
         }
-        SandboxCmd::Exec(_) => unreachable!("exec is run by `exec`"),
+        SandboxCmd::WaitPort { id, port, timeout_ms } => {
+            let call = Call::new(&routes::WAIT_FOR_PORT, &[&id, &port.to_string()]).param("timeoutMs", timeout_ms);
+            api.send(&call, empty()).await?;
+        }
+        SandboxCmd::Exec(_) | SandboxCmd::Shell(_) => unreachable!("exec and shell are run by their own functions"),
         SandboxCmd::Fs(cmd) => fs(api, cmd, json).await?,
     }
     Ok(())

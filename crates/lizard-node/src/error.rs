@@ -316,6 +316,8 @@ impl NodeError {
                 A::PermissionDenied => ErrorCode::Forbidden,
                 // Nothing listens on the guest port a tunnel named.
                 A::ConnectionRefused => ErrorCode::PortClosed,
+                A::TimedOut => ErrorCode::TimedOut,
+                A::Conflict => ErrorCode::Conflict,
                 A::Internal => ErrorCode::Internal,
             },
             NodeError::Network(NetError::Exhausted) => ErrorCode::Unavailable,

@@ -52,5 +52,5 @@ pub use config::{default_agent_bin, default_data_dir, default_guest_cli, NodeCon
 pub use error::{BootCause, BootError, BuildError, EndReason, NodeError, Result, SnapshotError, StartError};
 pub use lizard_vmm::Accel;
 pub use node::{BuildTemplate, BuiltTemplate, Node, MAX_FORKS};
-pub use sandbox::{Live, Sandbox, TransferStats};
+pub use sandbox::{Live, ProcessFrameStream, Sandbox, TransferStats};
 pub use start::START_LOG;

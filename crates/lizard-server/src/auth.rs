@@ -1,9 +1,10 @@
 //! Who is calling, and what they may reach.
 //!
 //! Every route but `/health` and `/openapi.json` takes a [`Principal`] extractor, which
-//! reads `X-API-Key`, finds the key by its lookup prefix, compares hashes in constant time
-//! and refuses revoked keys. Missing, malformed, unknown and revoked keys all answer the
-//! same 401 `UNAUTHENTICATED`, so the answer does not tell which.
+//! reads `X-API-Key` (or a WebSocket's key subprotocol, [`presented_key`]), finds the key
+//! by its lookup prefix, compares hashes in constant time and refuses revoked keys.
+//! Missing, malformed, unknown and revoked keys all answer the same 401
+//! `UNAUTHENTICATED`, so the answer does not tell which.
 //!
 //! Authorization helpers for handlers (here and in the sandbox routes built on top):
 //!
@@ -25,6 +26,21 @@ use axum::http::request::Parts;
 
 /// The header that carries the key (the SDK reference's name).
 pub const API_KEY_HEADER: &str = "x-api-key";
+
+/// The key a request presents: `X-API-Key`, or — a browser's WebSocket cannot set
+/// headers — a `Sec-WebSocket-Protocol` entry `lizard.key.<key>` of an upgrade request
+/// (see [`lizard_api::processes::PTY_KEY_PROTOCOL_PREFIX`]).
+pub fn presented_key(headers: &axum::http::HeaderMap) -> Option<&str> {
+    if let Some(value) = headers.get(API_KEY_HEADER) {
+        return value.to_str().ok().map(str::trim);
+    }
+    headers
+        .get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|p| p.trim().strip_prefix(lizard_api::processes::PTY_KEY_PROTOCOL_PREFIX))
+}
 
 /// The authenticated caller: a key of an account, with its scope.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,10 +105,12 @@ where
         if let Some(p) = parts.extensions.get::<Principal>() {
             return Ok(p.clone());
         }
-        let Some(value) = parts.headers.get(API_KEY_HEADER) else {
+        if parts.headers.get(API_KEY_HEADER).is_some_and(|v| v.to_str().is_err()) {
+            return Err(bad_key());
+        }
+        let Some(key) = presented_key(&parts.headers) else {
             return Err(AppError::unauthenticated("missing X-API-Key header"));
         };
-        let key = value.to_str().map_err(|_| bad_key())?.trim();
         let state = ServerState::from_ref(state);
         let principal = authenticate(state.store.as_ref(), key).await?;
         parts.extensions.insert(principal.clone());

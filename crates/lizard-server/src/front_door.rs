@@ -10,7 +10,7 @@
 //!
 //! Requests without a valid key pass untouched: their handler answers 401.
 
-use crate::auth::{self, Principal, API_KEY_HEADER};
+use crate::auth::{self, Principal};
 use crate::error::{AppError, BodyReadTimeout};
 use crate::guard::Refusal;
 use crate::request_id;
@@ -35,7 +35,7 @@ pub async fn front_door(State(state): State<ServerState>, mut req: Request, next
     let work = async move {
         req.extensions_mut().insert(BodyReadTimeout(state.config.traffic.body_read));
         let mut permit = None;
-        if let Some(key) = req.headers().get(API_KEY_HEADER).and_then(|v| v.to_str().ok()).map(str::trim) {
+        if let Some(key) = auth::presented_key(req.headers()) {
             if let Ok(principal) = auth::authenticate(state.store.as_ref(), key).await {
                 match state.guard.admit(&principal.key_id) {
                     Ok(p) => permit = Some(p),

@@ -54,6 +54,8 @@ error_responses! {
     PaymentRequired => "402", "PAYMENT_REQUIRED: the account's balance is zero or below";
     /// 502 from the code routes.
     CodeServiceUnavailable => "502", "CODE_SERVICE_UNAVAILABLE: the sandbox runs no code service (use the interpreter template), or it stopped answering";
+    /// 408 from a port wait.
+    TimedOut => "408", "TIMED_OUT: nothing listened on the port within timeoutMs";
 }
 
 struct Security;
@@ -116,6 +118,7 @@ pub fn add_rate_limited(doc: &mut utoipa::openapi::OpenApi) {
         (name = "account", description = "Identity and account"),
         (name = "regions", description = "Where sandboxes can run"),
         (name = "volumes", description = "Disks that outlive sandboxes, mounted at /workspace"),
+        (name = "processes", description = "Background processes, terminals (PTYs, also as a WebSocket) and waiting for a port, inside a sandbox"),
         (name = "code", description = "Stateful code execution in the interpreter template: run code, code contexts"),
         (name = "templates", description = "Templates pushed as code (a recipe and a directory), built inside microVMs, and their builds"),
         (name = "billing", description = "The account's balance, ledger and spend (unscoped keys only)"),
@@ -152,6 +155,7 @@ mod tests {
             CodeServiceUnavailable,
             OutputTooLarge,
             IdempotencyKeyReused,
+            TimedOut,
         ];
         for c in &all {
             match c {
@@ -169,7 +173,8 @@ mod tests {
                 | PaymentRequired
                 | CodeServiceUnavailable
                 | OutputTooLarge
-                | IdempotencyKeyReused => {}
+                | IdempotencyKeyReused
+                | TimedOut => {}
             }
         }
         all

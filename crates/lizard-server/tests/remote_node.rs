@@ -1,7 +1,8 @@
 //! `RemoteNode` against a real node API on TCP (an in-process `lizard_node::Node` behind
 //! the node agent's router, on loopback), every `NodeClient` method through it with real
 //! microVMs: create, exec (buffered and streamed), files (a 10 MiB file streamed both
-//! ways), a guest HTTP server through a port tunnel, pause/resume, fork, volumes, a small
+//! ways), background processes (start, input, reattach, list) and a port wait, a guest
+//! HTTP server through a port tunnel, pause/resume, fork, volumes, a small
 //! template build, kill — and the credential: without it or with a wrong one, 401 and
 //! nothing happens.
 
@@ -12,6 +13,7 @@
 use bytes::Bytes;
 use futures_util::StreamExt;
 use lizard_agent_proto::frame::FrameKind;
+use lizard_api::processes::{ProcessControl, ProcessInfo, PtySize, StartProcessRequest};
 use lizard_api::templates::BuildEvent;
 use lizard_api::{CreateSandboxRequest, ErrorCode, ExecRequest, SandboxState};
 use lizard_server::nodes::remote::RemoteNode;
@@ -126,6 +128,28 @@ async fn every_node_client_method_works_through_the_node_api() {
     }
     assert_eq!(String::from_utf8(stdout).unwrap(), "line1\nline2\nline3\n");
     assert!(exit.is_some(), "the stream ends with Exit");
+
+    // --- background processes and port waits ----------------------------------------------
+    let start = StartProcessRequest { cmd: Some("echo bg; read x; echo got-$x".into()), ..Default::default() };
+    let mut frames = remote.start_process(&id, start).await.unwrap();
+    let first = frames.next().await.unwrap().unwrap();
+    assert_eq!(first.kind, FrameKind::Started);
+    let pid = serde_json::from_slice::<ProcessInfo>(&first.data).unwrap().pid;
+    remote.control_process(&id, pid, ProcessControl::Stdin(b"1\n".to_vec())).await.unwrap();
+    let text = |frames: Vec<lizard_agent_proto::frame::Frame>| {
+        let out: Vec<u8> =
+            frames.iter().filter(|f| f.kind == FrameKind::Stdout).flat_map(|f| f.data.to_vec()).collect();
+        (String::from_utf8(out).unwrap(), frames.last().map(|f| f.kind))
+    };
+    let rest: Vec<_> = frames.map(|f| f.unwrap()).collect().await;
+    assert_eq!(text(rest), ("bg\ngot-1\n".to_string(), Some(FrameKind::Exit)));
+    let again: Vec<_> = remote.process_output(&id, pid).await.unwrap().map(|f| f.unwrap()).collect().await;
+    assert_eq!(text(again), ("bg\ngot-1\n".to_string(), Some(FrameKind::Exit)));
+    let listed = remote.list_processes(&id).await.unwrap();
+    assert!(listed.iter().any(|p| p.pid == pid && p.exit_code == Some(0)), "{listed:?}");
+    let e = remote.control_process(&id, pid, ProcessControl::Resize(PtySize { cols: 9, rows: 9 })).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Conflict, "{e}");
+    assert_eq!(remote.wait_for_port(&id, 3999, 200).await.unwrap_err().code, ErrorCode::TimedOut);
 
     // --- files ----------------------------------------------------------------------------
     remote.make_dir(&id, "/tmp/rn/sub").await.unwrap();

@@ -49,7 +49,10 @@ fn check_body(what: &str, body: Body, content: Option<&Value>) -> Result<(), Str
         Body::Text if content.and_then(|c| c.get("text/plain")).is_none() => {
             Err(format!("{what}: the table says text, the document has {content:?}"))
         }
-        Body::Bytes | Body::Text => Ok(()),
+        Body::Frames if content.and_then(|c| c.get(lizard_agent_proto::routes::FRAMES_CONTENT_TYPE)).is_none() => {
+            Err(format!("{what}: the table says exec frames, the document has {content:?}"))
+        }
+        Body::Bytes | Body::Text | Body::Frames => Ok(()),
         Body::Ndjson(n) => {
             let schema = content.and_then(|c| c.get("application/x-ndjson")).and_then(|j| j.get("schema"));
             match schema.and_then(named_schema) {
@@ -149,6 +152,7 @@ fn the_checks_catch_a_route_that_differs() {
         Route { response: Body::Json("Workspace"), ..routes::KILL_SANDBOX },
         Route { response: Body::Ndjson("BuildStepInfo"), ..routes::TEMPLATE_BUILD_EVENTS },
         Route { response: Body::Json("BuildEvent"), ..routes::TEMPLATE_BUILD_EVENTS },
+        Route { response: Body::Frames, ..routes::LIST_PROCESSES },
     ];
     for r in &differs {
         assert!(!disagreements(&doc, r).is_empty(), "{r:?}");

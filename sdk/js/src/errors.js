@@ -60,12 +60,15 @@ export class InternalServerError extends APIError {}
 export class NotImplementedByServerError extends APIError {}
 export class BadGatewayError extends APIError {}
 export class UnavailableError extends APIError {}
+/** 408 `TIMED_OUT`: what the call waited for (a port to listen) did not happen in time. */
+export class TimedOutError extends APIError {}
 
 const BY_STATUS = {
   401: AuthenticationError,
   402: PaymentRequiredError,
   403: PermissionDeniedError,
   404: NotFoundError,
+  408: TimedOutError,
   409: ConflictError,
   429: RateLimitError,
   500: InternalServerError,

@@ -48,6 +48,17 @@ function retryable(resp, idempotent, keyed) {
   return RETRY_ANY.has(resp.status) || (idempotent && RETRY_SAFE.has(resp.status)) || inProgress
 }
 
+/** A signal that aborts after `ms` (without keeping Node running) or when `also` aborts. */
+function deadline(ms, also) {
+  if (!also) return AbortSignal.timeout(ms)
+  const ctl = new AbortController()
+  const timer = setTimeout(() => ctl.abort(new DOMException('timed out', 'TimeoutError')), ms)
+  timer.unref?.()
+  if (also.aborted) ctl.abort(also.reason)
+  also.addEventListener('abort', () => ctl.abort(also.reason), { once: true })
+  return ctl.signal
+}
+
 /** Observers of every request any client sends; the OpenAPI contract tests use them. */
 export const requestObservers = []
 
@@ -80,7 +91,8 @@ export class HttpClient {
     this.maxRetries = opts.maxRetries ?? DEFAULT_MAX_RETRIES
   }
 
-  /** Send one request (retried where safe); throws the typed error on 4xx/5xx. */
+  /** Send one request (retried where safe); throws the typed error on 4xx/5xx. `opts.signal`
+   * aborts it (and the reading of its body). */
   async request(method, path, opts = {}) {
     method = method.toUpperCase()
     const query = {}
@@ -104,8 +116,10 @@ export class HttpClient {
       const canRetry = attempt < this.maxRetries
       let resp
       try {
-        // A caller's own signal (a watch, which lives until stopped) replaces the timeout.
-        resp = await fetch(url, { method, headers, body, signal: opts.signal ?? AbortSignal.timeout(timeoutMs) })
+        // A caller's own signal without a timeout of its own (a watch, which lives until
+        // stopped) replaces the timeout; with both, whichever comes first ends the call.
+        const signal = opts.signal && opts.timeoutMs === undefined ? opts.signal : deadline(timeoutMs, opts.signal)
+        resp = await fetch(url, { method, headers, body, signal })
       } catch (e) {
         if (idempotent && canRetry) {
           await sleep(backoffMs(attempt + 1))

@@ -321,6 +321,65 @@ export class Filesystem {
 
 export class Process {
   exec(cmd: string | string[], opts?: ExecOptions): Promise<ProcessResult>
+  /** Start `cmd` in the background: it outlives this call and this client. */
+  start(cmd: string | string[], opts?: StartOptions): Promise<ProcessHandle>
+  /** The processes the sandbox keeps (running, and the most recent ended ones). */
+  list(): Promise<ProcessInfo[]>
+  /** Reattach to a background process: its kept output (the newest 1 MiB), then live output. */
+  connect(pid: number, opts?: { onStdout?: (text: string) => void; onStderr?: (text: string) => void }): Promise<ProcessHandle>
+  /** Send a signal (default SIGKILL) to the process's group. */
+  kill(pid: number, signal?: string): Promise<void>
+}
+
+export interface StartOptions {
+  cwd?: string
+  envs?: Record<string, string>
+  user?: string
+  onStdout?: (text: string) => void
+  onStderr?: (text: string) => void
+}
+export interface ProcessInfo {
+  pid: number
+  cmd: string
+  startedAtMs: number
+  pty: boolean
+  exitCode?: number
+}
+export interface BackgroundResult {
+  stdout: string
+  stderr: string
+  exitCode: number
+}
+export class ProcessHandle {
+  info: ProcessInfo
+  readonly pid: number
+  /** Wait for the end; a broken stream (a pause, a network cut) is followed again once. */
+  wait(): Promise<BackgroundResult>
+  kill(signal?: string): Promise<void>
+  sendStdin(data: string | Uint8Array): Promise<void>
+  /** End stdin (a PTY gets ^D). */
+  closeStdin(): Promise<void>
+  /** Stop following the process; it runs on. */
+  disconnect(): void
+}
+export class PtyHandle extends ProcessHandle {
+  sendInput(data: string | Uint8Array): Promise<void>
+  resize(size: { cols: number; rows: number }): Promise<void>
+}
+export interface PtyOptions {
+  cols?: number
+  rows?: number
+  /** A shell command (default: the login shell). */
+  cmd?: string
+  cwd?: string
+  envs?: Record<string, string>
+  user?: string
+  /** The terminal's output bytes as they come. */
+  onData?: (data: Uint8Array) => void
+}
+export class Pty {
+  create(opts?: PtyOptions): Promise<PtyHandle>
+  connect(pid: number, opts?: { onData?: (data: Uint8Array) => void }): Promise<PtyHandle>
 }
 
 export class Sandbox {
@@ -333,6 +392,8 @@ export class Sandbox {
   readonly accessToken?: string
   readonly fs: Filesystem
   readonly process: Process
+  /** Terminals in the sandbox. */
+  readonly pty: Pty
   /** Computer use on a `desktop` sandbox's screen. */
   readonly desktop: Desktop
   static create(template?: string, opts?: SandboxOptions): Promise<Sandbox>
@@ -347,6 +408,8 @@ export class Sandbox {
   /** `count` copies of this running sandbox (processes, memory and files), each with its own id. */
   fork(count?: number): Promise<Sandbox[]>
   getHost(port: number): string
+  /** Resolve once something listens on `port` in the sandbox; `TimedOutError` after `timeoutMs` (default 60 000). */
+  waitForPort(port: number, opts?: { timeoutMs?: number }): Promise<void>
   /**
    * Run code in a context (the `interpreter` template): `context`, or `language`'s default
    * one (default python), not both. Output streams to the callbacks as it happens; an
@@ -565,4 +628,6 @@ export class InternalServerError extends APIError {}
 export class NotImplementedByServerError extends APIError {}
 export class BadGatewayError extends APIError {}
 export class UnavailableError extends APIError {}
+/** 408 `TIMED_OUT`: a port wait ran out of time. */
+export class TimedOutError extends APIError {}
 export function errorFor(status: number, code: string | undefined, message: string): APIError

@@ -6,6 +6,7 @@ import { commonDir, writeTar } from './tar.js'
 import { readExecFrames } from './frames.js'
 import { Desktop } from './desktop.js'
 import { CodeInterpreter } from './code.js'
+import { backgroundProcesses, commandBody, Pty } from './processes.js'
 
 /** Creating the first sandbox of a template boots it and saves its snapshot: slow. */
 export const CREATE_TIMEOUT_MS = 600_000
@@ -195,10 +196,7 @@ export class Process {
    * receive the output as it arrives (the result still has all of it).
    */
   async exec(cmd, opts = {}) {
-    const body = Array.isArray(cmd) ? { argv: cmd } : { cmd }
-    if (opts.cwd !== undefined) body.cwd = opts.cwd
-    if (opts.envs && Object.keys(opts.envs).length) body.env = opts.envs
-    if (opts.user !== undefined) body.user = opts.user
+    const body = commandBody(cmd, opts)
     if (opts.timeoutMs !== undefined) body.timeoutMs = opts.timeoutMs
     if (opts.stdin !== undefined) body.stdin = opts.stdin
     const timeoutMs = opts.requestTimeoutMs ?? (opts.timeoutMs !== undefined ? opts.timeoutMs + 60_000 : EXEC_TIMEOUT_MS)
@@ -206,6 +204,30 @@ export class Process {
     if (!opts.onStdout && !opts.onStderr) return this.#sandbox._http.post(path, body, { timeoutMs })
     const resp = await this.#sandbox._http.request('POST', path, { query: { stream: true }, json: body, timeoutMs })
     return readExecFrames(resp.body, opts.onStdout, opts.onStderr)
+  }
+
+  /**
+   * Start `cmd` in the background (it outlives this call and this client): a
+   * `ProcessHandle` with `pid`, `wait()`, `kill(signal?)`, `sendStdin(data)`, `closeStdin()`
+   * and `disconnect()`. `onStdout` / `onStderr` receive its output as it arrives.
+   */
+  start(cmd, opts = {}) {
+    return backgroundProcesses.start(this.#sandbox, cmd, opts)
+  }
+
+  /** The processes the sandbox keeps (running, and the most recent ended ones). */
+  list() {
+    return backgroundProcesses.list(this.#sandbox)
+  }
+
+  /** Reattach to a background process by pid: its kept output (the newest 1 MiB), then live output. */
+  connect(pid, opts = {}) {
+    return backgroundProcesses.connect(this.#sandbox, pid, opts)
+  }
+
+  /** Send a signal (default SIGKILL) to process `pid`'s group. */
+  kill(pid, signal = 'SIGKILL') {
+    return backgroundProcesses.kill(this.#sandbox, pid, signal)
   }
 }
 
@@ -217,6 +239,7 @@ export class Sandbox extends CodeInterpreter {
     this._http = http
     this.fs = new Filesystem(this)
     this.process = new Process(this)
+    this.pty = new Pty(this)
     this.desktop = new Desktop(this)
   }
 
@@ -338,6 +361,18 @@ export class Sandbox extends CodeInterpreter {
       timeoutMs: Math.max(this._http.timeoutMs, CREATE_TIMEOUT_MS),
     })
     return infos.map((info) => new Sandbox(info, this._http))
+  }
+
+  /**
+   * Resolve once something listens on TCP `port` inside the sandbox (the sandbox's agent
+   * watches its socket table); `TimedOutError` after `timeoutMs` (default 60 s, at most 10 min).
+   */
+  async waitForPort(port, opts = {}) {
+    const timeoutMs = opts.timeoutMs ?? 60_000
+    await this._http.get(sandboxPath(this.sandboxId, `/ports/${port}/wait`), {
+      query: { timeoutMs },
+      timeoutMs: timeoutMs + 60_000,
+    })
   }
 
   /** The public host serving `port` inside the sandbox: `{sandboxId}-{port}.sandbox.{region}.{domain}`. */

@@ -35,6 +35,7 @@ from .errors import (
     PaymentRequiredError,
     PermissionDeniedError,
     RateLimitError,
+    TimedOutError,
     UnavailableError,
 )
 from .models import (
@@ -46,6 +47,7 @@ from .models import (
     FileEntry,
     FileInfo,
     FsEvent,
+    ProcessInfo,
     ProcessResult,
     Project,
     Record,
@@ -58,20 +60,21 @@ from .models import (
     Workspace,
 )
 from .desktop import Desktop, DesktopError, DesktopStream
+from .processes import ProcessHandle, Pty, PtyHandle
 from .sandbox import AsyncSandbox, Filesystem, Process, Sandbox, SandboxBase
 from .templates import Templates
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Lizard", "Sandbox", "Filesystem", "Process", "HttpClient", "Desktop", "DesktopStream", "DesktopError",
+    "Lizard", "Sandbox", "Filesystem", "Process", "ProcessHandle", "Pty", "PtyHandle", "HttpClient", "Desktop", "DesktopStream", "DesktopError",
     "AsyncLizard", "AsyncSandbox", "AsyncHttpClient", "LizardBase", "SandboxBase",
     "WatchHandle", "AsyncWatchHandle", "FileInfo", "FsEvent", "ArchiveResult",
     "Execution", "Result", "Logs", "ExecutionError", "Context",
     "Workspaces", "Projects", "ApiKeys", "Regions", "Volumes", "Billing", "Metrics", "Templates",
-    "ApiKey", "FileEntry", "ProcessResult", "Project", "Record", "Region", "SandboxInfo", "Volume", "WhoAmI", "Workspace",
+    "ApiKey", "FileEntry", "ProcessInfo", "ProcessResult", "Project", "Record", "Region", "SandboxInfo", "Volume", "WhoAmI", "Workspace",
     "TemplateInfo", "TemplateBuildInfo", "BuildStepInfo", "BuildFailure", "BuildEvent",
     "LizardError", "APIError", "APIConnectionError", "APITimeoutError", "AuthenticationError", "BadGatewayError",
     "ConflictError", "InternalServerError", "InvalidArgumentError", "NotFoundError", "NotImplementedByServerError",
-    "PaymentRequiredError", "PermissionDeniedError", "RateLimitError", "UnavailableError", "BuildError", "ContextError",
+    "PaymentRequiredError", "PermissionDeniedError", "RateLimitError", "TimedOutError", "UnavailableError", "BuildError", "ContextError",
 ]

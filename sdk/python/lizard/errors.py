@@ -100,11 +100,16 @@ class UnavailableError(APIError):
     """503 UNAVAILABLE: retried with backoff; raised when the retries ran out."""
 
 
+class TimedOutError(APIError):
+    """408 TIMED_OUT: what the call waited for (a port to listen) did not happen in time."""
+
+
 _BY_STATUS: Dict[int, Type[APIError]] = {
     401: AuthenticationError,
     402: PaymentRequiredError,
     403: PermissionDeniedError,
     404: NotFoundError,
+    408: TimedOutError,
     409: ConflictError,
     429: RateLimitError,
     500: InternalServerError,

@@ -166,6 +166,19 @@ class ProcessResult(Model):
 
 
 @dataclass
+class ProcessInfo(Model):
+    """A process the sandbox keeps (``process.list()``): its pid, command line, start
+    (milliseconds since the epoch, the guest's clock), whether it runs on a terminal, and
+    its exit code once it ended."""
+
+    pid: int = 0
+    cmd: str = ""
+    started_at_ms: int = 0
+    pty: bool = False
+    exit_code: Optional[int] = None
+
+
+@dataclass
 class Record(Model):
     """A JSON object the SDK has no dedicated type for (billing, metrics): read it through
     ``raw`` or item access (``r["balance"]``)."""

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import builtins
 import json
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 from urllib.parse import quote
@@ -13,6 +12,7 @@ from ._http import AsyncHttpClient, HttpClient, shared_async_client, shared_clie
 from ._archive import pack_files
 from ._ops import Async, F, Flavoured, Op, Started, Sync, api, api_background, invoke, static_api
 from .desktop import Desktop
+from .processes import BackgroundProcesses, Pty, command_body
 from .code import CodeInterpreter
 from .errors import APIConnectionError, LizardError, NotFoundError
 from ._frames import read_exec_frames
@@ -160,8 +160,9 @@ class Filesystem(Flavoured[F]):
         yield from invoke(on_exit, error)
 
 
-class Process(Flavoured[F]):
-    """``sandbox.process``: run commands inside the microVM."""
+class Process(BackgroundProcesses[F]):
+    """``sandbox.process``: run commands inside the microVM: ``exec_`` waits for one,
+    ``start`` leaves it running in the background (see ``processes``)."""
 
     def __init__(self, sandbox: "SandboxBase[F]") -> None:
         self._sandbox: SandboxBase[F] = sandbox
@@ -185,13 +186,7 @@ class Process(Flavoured[F]):
         code is returned, not raised. ``timeout_ms`` kills the command (exit code 124);
         ``request_timeout`` (seconds) bounds the HTTP call itself. ``on_stdout`` and
         ``on_stderr`` receive the output as it arrives (the result still has all of it)."""
-        body: Dict[str, Any] = {"argv": list(cmd)} if isinstance(cmd, builtins.list) else {"cmd": cmd}
-        if cwd is not None:
-            body["cwd"] = cwd
-        if envs:
-            body["env"] = dict(envs)
-        if user is not None:
-            body["user"] = user
+        body = command_body(cmd, cwd, envs, user)
         if timeout_ms is not None:
             body["timeoutMs"] = timeout_ms
         if stdin is not None:
@@ -219,6 +214,7 @@ class SandboxBase(CodeInterpreter[F]):
         self._http = http
         self.fs: Filesystem[F] = Filesystem(self)
         self.process: Process[F] = Process(self)
+        self.pty: Pty[F] = Pty(self)
         self.desktop: Desktop[F] = Desktop(self)
 
     @staticmethod
@@ -408,6 +404,13 @@ class SandboxBase(CodeInterpreter[F]):
         timeout = max(self._http.timeout, CREATE_TIMEOUT_S)
         data = yield from self._http.call("POST", self._path("/fork"), {"count": count}, timeout=timeout)
         return [SandboxBase._of(SandboxInfo.from_json(d), self._http) for d in data]
+
+    @api
+    def wait_for_port(self, port: int, *, timeout_ms: int = 60_000) -> Op[None]:
+        """Return once something listens on TCP ``port`` inside the sandbox (its agent
+        watches the socket table); ``TimedOutError`` after ``timeout_ms`` (at most 10 min)."""
+        path = self._path(f"/ports/{port}/wait")
+        yield from self._http.call("GET", path, params={"timeoutMs": timeout_ms}, timeout=timeout_ms / 1000 + 60)
 
     def get_host(self, port: int) -> str:
         """The public host serving ``port`` inside the sandbox:

@@ -10,10 +10,12 @@
 //! - [`auth`]: the bearer-credential check of the TCP router.
 //! - `volumes`, `templates`: volume disks, built-in templates and template deletes.
 //! - `build`: template builds, streamed, cancelled with their connection.
+//! - `processes`: background processes, terminals and port waits.
 //! - `tunnel`: a guest port by HTTP upgrade.
 
 pub mod auth;
 mod build;
+mod processes;
 mod templates;
 mod tunnel;
 mod volumes;
@@ -85,6 +87,14 @@ pub fn router(node: Arc<Node>) -> Router {
         .route(table::WATCH_DIR.path, serve(&table::WATCH_DIR, watch))
         .route(table::READ_ARCHIVE.path, serve(&table::READ_ARCHIVE, read_archive))
         .route(table::WRITE_ARCHIVE.path, serve(&table::WRITE_ARCHIVE, write_archive))
+        .route(table::START_PROCESS.path, serve(&table::START_PROCESS, processes::start))
+        .route(table::LIST_PROCESSES.path, serve(&table::LIST_PROCESSES, processes::list))
+        .route(table::PROCESS_OUTPUT.path, serve(&table::PROCESS_OUTPUT, processes::output))
+        .route(table::PROCESS_STDIN.path, serve(&table::PROCESS_STDIN, processes::stdin))
+        .route(table::CLOSE_PROCESS_STDIN.path, serve(&table::CLOSE_PROCESS_STDIN, processes::close_stdin))
+        .route(table::SIGNAL_PROCESS.path, serve(&table::SIGNAL_PROCESS, processes::signal))
+        .route(table::RESIZE_PROCESS.path, serve(&table::RESIZE_PROCESS, processes::resize))
+        .route(table::WAIT_FOR_PORT.path, serve(&table::WAIT_FOR_PORT, processes::wait_for_port))
         .route(table::CREATE_VOLUME.path, serve(&table::CREATE_VOLUME, volumes::create))
         .route(table::DELETE_VOLUME.path, serve(&table::DELETE_VOLUME, volumes::delete))
         .route(table::VOLUME_HOLDER.path, serve(&table::VOLUME_HOLDER, volumes::holder))

@@ -15,6 +15,25 @@ fn streamed(answer: lizard_agent_client::ReadFile) -> ByteStream {
 }
 
 impl Sandbox {
+    /// A command's environment: the sandbox's under the request's `extra`; refused unless
+    /// exactly one of `cmd` and a non-empty `argv` is given.
+    fn command_env(
+        &self,
+        cmd: &Option<String>,
+        argv: &Option<Vec<String>>,
+        extra: std::collections::BTreeMap<String, String>,
+    ) -> Result<std::collections::BTreeMap<String, String>> {
+        if cmd.is_some() == argv.is_some() {
+            return Err(NodeError::ExecCommand);
+        }
+        if argv.as_ref().is_some_and(|a| a.is_empty()) {
+            return Err(NodeError::EmptyArgv);
+        }
+        let mut env = self.env.clone();
+        env.extend(extra);
+        Ok(env)
+    }
+
     /// The agent's form of an exec request: the sandbox's environment under the
     /// request's, the template's directory and user unless the request names its own,
     /// stdin as a one-chunk stream.
@@ -25,14 +44,7 @@ impl Sandbox {
         lizard_agent_proto::types::ExecRequest,
         Option<futures_util::stream::Once<std::future::Ready<bytes::Bytes>>>,
     )> {
-        if req.cmd.is_some() == req.argv.is_some() {
-            return Err(NodeError::ExecCommand);
-        }
-        if req.argv.as_ref().is_some_and(|a| a.is_empty()) {
-            return Err(NodeError::EmptyArgv);
-        }
-        let mut env = self.env.clone();
-        env.extend(req.env);
+        let env = self.command_env(&req.cmd, &req.argv, req.env)?;
         let stdin = req.stdin.map(|s| futures_util::stream::once(std::future::ready(bytes::Bytes::from(s))));
         let agent_req = lizard_agent_proto::types::ExecRequest {
             cmd: req.cmd,
@@ -197,5 +209,77 @@ impl Sandbox {
     /// [`lizard_api::ErrorCode::InvalidArgument`].
     pub async fn connect_port(&self, port: u16) -> Result<lizard_agent_client::TcpTunnel> {
         self.live()?.agent().connect_tcp(port).await.map_err(|e| self.agent_error(e))
+    }
+}
+
+/// A process's frames as the node passes them on: the agent's, and when the channel
+/// breaks (a pause, a VM that stopped) one last `Error` frame carrying the
+/// [`lizard_api::ApiError`] — the process itself runs on in the guest.
+pub type ProcessFrameStream = futures_util::stream::BoxStream<'static, std::io::Result<Frame>>;
+
+impl Sandbox {
+    /// Start a background process (or a PTY): the sandbox's environment under the
+    /// request's, the template's directory and user unless the request names its own.
+    pub async fn start_process(
+        self: &Arc<Self>,
+        req: lizard_api::processes::StartProcessRequest,
+    ) -> Result<ProcessFrameStream> {
+        let env = self.command_env(&req.cmd, &req.argv, req.env)?;
+        let agent_req = lizard_agent_proto::types::StartProcess {
+            cmd: req.cmd,
+            argv: req.argv,
+            cwd: req.cwd.or_else(|| self.workdir.clone()),
+            env,
+            user: req.user.or_else(|| self.user.clone()),
+            pty: req.pty.map(Into::into),
+        };
+        let frames = self.live()?.agent().start_process(&agent_req).await.map_err(|e| self.agent_error(e))?;
+        Ok(self.pass_on(frames))
+    }
+
+    /// Reattach to a process: its kept output, then live output, then `Exit`.
+    pub async fn process_output(self: &Arc<Self>, pid: u32) -> Result<ProcessFrameStream> {
+        let frames = self.live()?.agent().process_output(pid).await.map_err(|e| self.agent_error(e))?;
+        Ok(self.pass_on(frames))
+    }
+
+    /// The processes the guest keeps, running or ended.
+    pub async fn list_processes(&self) -> Result<Vec<lizard_api::processes::ProcessInfo>> {
+        let list = self.live()?.agent().list_processes().await.map_err(|e| self.agent_error(e))?;
+        Ok(list.into_iter().map(Into::into).collect())
+    }
+
+    /// Input, end of input, a signal or a resize for a process.
+    pub async fn control_process(&self, pid: u32, control: lizard_api::processes::ProcessControl) -> Result<()> {
+        use lizard_api::processes::ProcessControl as C;
+        let agent = self.live()?.agent();
+        let done = match control {
+            C::Stdin(data) => agent.process_stdin(pid, data.into()).await,
+            C::CloseStdin => agent.close_process_stdin(pid).await,
+            C::Signal(signal) => agent.signal_process(pid, &signal).await,
+            C::Resize(size) => agent.resize_process(pid, size.into()).await,
+        };
+        done.map_err(|e| self.agent_error(e))
+    }
+
+    /// Answer once something listens on TCP `port` in the guest, or `TIMED_OUT`.
+    pub async fn wait_for_port(&self, port: u16, timeout_ms: u64) -> Result<()> {
+        self.live()?.agent().wait_for_port(port, timeout_ms).await.map_err(|e| self.agent_error(e))
+    }
+
+    fn pass_on(self: &Arc<Self>, frames: lizard_agent_client::ProcessFrames) -> ProcessFrameStream {
+        use futures_util::StreamExt;
+        let me = self.clone();
+        futures_util::stream::unfold(Some(frames), move |state| {
+            let me = me.clone();
+            async move {
+                let mut frames = state?;
+                match frames.next().await? {
+                    Ok(frame) => Some((Ok(frame), Some(frames))),
+                    Err(e) => Some((Ok(Frame::json(FrameKind::Error, &me.agent_error(e).to_api())), None)),
+                }
+            }
+        })
+        .boxed()
     }
 }

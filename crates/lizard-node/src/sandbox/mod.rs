@@ -1,7 +1,8 @@
 //! One sandbox: its identity, its VM (while running), its network, and what it may be
 //! asked to do.
 //!
-//! - [`guest`]: operations inside the guest (exec, files, tunnels), through the agent.
+//! - [`guest`]: operations inside the guest (exec, background processes and terminals,
+//!   port waits, files, tunnels), through the agent.
 //! - [`record`]: `sandbox.json`, which lets a paused sandbox outlive the node process.
 //!
 //! Starting, pausing and ending a sandbox's VM is the node's job (`crate::node`), on top
@@ -11,6 +12,7 @@ mod guest;
 mod record;
 mod transfer;
 
+pub use guest::ProcessFrameStream;
 pub(crate) use record::{Durability, ReadBack, Recorded};
 pub use transfer::TransferStats;
 

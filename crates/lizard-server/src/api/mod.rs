@@ -16,6 +16,7 @@ pub mod keys;
 pub mod lifecycle;
 pub mod metrics;
 pub mod nodes;
+pub mod processes;
 pub mod projects;
 pub mod regions;
 pub mod sandboxes;
@@ -72,6 +73,13 @@ pub fn all_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(files::rename))
         .routes(routes!(files::watch))
         .routes(routes!(files::read_archive, files::write_archive))
+        .routes(routes!(processes::start, processes::list))
+        .routes(routes!(processes::output))
+        .routes(routes!(processes::stdin, processes::close_stdin))
+        .routes(routes!(processes::signal))
+        .routes(routes!(processes::resize))
+        .routes(routes!(processes::wait_for_port))
+        .routes(routes!(processes::pty))
         .routes(routes!(code::run_code))
         .routes(routes!(code::list_contexts, code::create_context))
         .routes(routes!(code::remove_context))

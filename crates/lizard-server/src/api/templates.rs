@@ -281,7 +281,8 @@ pub async fn events(
         None => {
             // It may have ended since its record was read (its end is recorded before it
             // leaves the builds in flight): read the record again.
-            let build = if build.status.is_final() { build } else { build_of(&state, &p, &name, &build_id, &q).await? };
+            let build =
+                if build.status.is_final() { build } else { build_of(&state, &p, &name, &build_id, &q).await? };
             let mut events = from_ndjson(&build.events);
             if !events.iter().any(|e| matches!(e, BuildEvent::Done { .. })) {
                 // Ended without a stream (a previous process's build): its end alone.

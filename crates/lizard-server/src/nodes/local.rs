@@ -7,6 +7,7 @@ use super::{
 };
 use async_trait::async_trait;
 use futures_util::StreamExt;
+use lizard_api::processes::{ProcessControl, ProcessInfo, StartProcessRequest};
 use lizard_api::templates::BuildEvent;
 use lizard_api::{
     ArchiveResult, CreateSandboxRequest, ExecRequest, FileEntry, FileInfo, ProcessResult, SandboxInfo, WriteResult,
@@ -148,6 +149,28 @@ impl NodeClient for LocalNode {
     async fn connect_port(&self, id: &str, port: u16) -> NodeResult<Box<dyn Tunnel>> {
         let tunnel = self.0.get(id).map_err(api)?.connect_port(port).await.map_err(api)?;
         Ok(Box::new(tunnel))
+    }
+
+    async fn start_process(&self, id: &str, req: StartProcessRequest) -> NodeResult<FrameStream> {
+        let sandbox = self.0.get(id).map_err(api)?;
+        sandbox.start_process(req).await.map_err(api)
+    }
+
+    async fn process_output(&self, id: &str, pid: u32) -> NodeResult<FrameStream> {
+        let sandbox = self.0.get(id).map_err(api)?;
+        sandbox.process_output(pid).await.map_err(api)
+    }
+
+    async fn list_processes(&self, id: &str) -> NodeResult<Vec<ProcessInfo>> {
+        self.0.get(id).map_err(api)?.list_processes().await.map_err(api)
+    }
+
+    async fn control_process(&self, id: &str, pid: u32, control: ProcessControl) -> NodeResult<()> {
+        self.0.get(id).map_err(api)?.control_process(pid, control).await.map_err(api)
+    }
+
+    async fn wait_for_port(&self, id: &str, port: u16, timeout_ms: u64) -> NodeResult<()> {
+        self.0.get(id).map_err(api)?.wait_for_port(port, timeout_ms).await.map_err(api)
     }
 
     async fn create_volume(&self, id: &str, size_gb: u32) -> NodeResult<()> {

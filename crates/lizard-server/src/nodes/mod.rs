@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
 use lizard_agent_proto::frame::Frame;
+use lizard_api::processes::{ProcessControl, ProcessInfo, StartProcessRequest};
 use lizard_api::templates::{BuildEvent, BuildFailure};
 pub use lizard_api::templates::{BuildTemplate, BuiltTemplate};
 use lizard_api::{
@@ -39,7 +40,8 @@ pub type NodeResult<T> = Result<T, ApiError>;
 /// Bytes flowing to or from a guest file.
 pub type ByteStream = BoxStream<'static, std::io::Result<Bytes>>;
 
-/// A command's output as exec frames, ending with `Exit` (or `Error`).
+/// A command's output as exec frames, ending with `Exit` (or `Error`); a background
+/// process's begin with `Started`.
 pub type FrameStream = BoxStream<'static, std::io::Result<Frame>>;
 
 /// The id of the node that runs inside the server process.
@@ -140,6 +142,19 @@ pub trait NodeClient: Send + Sync + 'static {
     async fn write_archive(&self, id: &str, path: &str, body: ByteStream) -> NodeResult<ArchiveResult>;
     /// A TCP connection to `port` on the guest's loopback, through its agent.
     async fn connect_port(&self, id: &str, port: u16) -> NodeResult<Box<dyn Tunnel>>;
+
+    /// Start a background process (or a PTY): `Started`, its output, `Exit`. Dropping the
+    /// stream leaves the process running.
+    async fn start_process(&self, id: &str, req: StartProcessRequest) -> NodeResult<FrameStream>;
+    /// Follow a process: `Started`, its kept output, live output, `Exit`.
+    async fn process_output(&self, id: &str, pid: u32) -> NodeResult<FrameStream>;
+    /// The processes the guest keeps, running or ended.
+    async fn list_processes(&self, id: &str) -> NodeResult<Vec<ProcessInfo>>;
+    /// Input, end of input, a signal or a resize for a process.
+    async fn control_process(&self, id: &str, pid: u32, control: ProcessControl) -> NodeResult<()>;
+    /// Answer once something listens on TCP `port` in the guest; `TIMED_OUT` after
+    /// `timeout_ms`.
+    async fn wait_for_port(&self, id: &str, port: u16, timeout_ms: u64) -> NodeResult<()>;
 
     /// Make a volume's disk.
     async fn create_volume(&self, id: &str, size_gb: u32) -> NodeResult<()>;

@@ -21,6 +21,7 @@ use futures_util::stream::BoxStream;
 use futures_util::{StreamExt, TryStreamExt};
 use http_body_util::{BodyExt, StreamBody};
 use lizard_api::node_api::{NodeVolumeRequest, VolumeHolder};
+use lizard_api::processes::{ProcessControl, ProcessInfo, SignalRequest, StartProcessRequest};
 use lizard_api::routes::node as table;
 use lizard_api::templates::BuildEvent;
 use lizard_api::{
@@ -62,6 +63,23 @@ impl RemoteNode {
     async fn streamed(&self, call: &Call, what: &'static str) -> NodeResult<ByteStream> {
         let resp = self.channel.send(call, NO_BODY).await?;
         Ok(self.body_of(resp, what))
+    }
+
+    /// Send `call` and decode its answer as exec frames.
+    async fn frames(&self, call: &Call, payload: Payload, what: &'static str) -> NodeResult<FrameStream> {
+        let resp = self.channel.send(call, payload).await?;
+        let node = self.clone();
+        let body = resp.into_body().into_data_stream().map_err(move |e| node.broke_off(what, e));
+        let frames = tokio_util::codec::FramedRead::new(
+            tokio_util::io::StreamReader::new(body),
+            lizard_agent_proto::frame::FrameCodec,
+        );
+        Ok(frames
+            .map_err(|e| match e {
+                lizard_agent_proto::frame::FrameError::Io(e) => e,
+                other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
+            })
+            .boxed())
     }
 
     fn broke_off(&self, what: &str, e: impl std::fmt::Display) -> std::io::Error {
@@ -123,19 +141,7 @@ impl NodeClient for RemoteNode {
 
     async fn exec_stream(&self, id: &str, req: ExecRequest) -> NodeResult<FrameStream> {
         let call = Call::new(&table::EXEC, &[id]).param("stream", true);
-        let resp = self.channel.send(&call, Payload::Bytes(json(&req))).await?;
-        let node = self.clone();
-        let body = resp.into_body().into_data_stream().map_err(move |e| node.broke_off("an exec stream", e));
-        let frames = tokio_util::codec::FramedRead::new(
-            tokio_util::io::StreamReader::new(body),
-            lizard_agent_proto::frame::FrameCodec,
-        );
-        Ok(frames
-            .map_err(|e| match e {
-                lizard_agent_proto::frame::FrameError::Io(e) => e,
-                other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
-            })
-            .boxed())
+        self.frames(&call, Payload::Bytes(json(&req)), "an exec stream").await
     }
 
     async fn read_file(&self, id: &str, path: &str) -> NodeResult<FileRead> {
@@ -204,6 +210,45 @@ impl NodeClient for RemoteNode {
         }
         let upgraded = hyper::upgrade::on(resp).await.map_err(|e| self.channel.unreachable(e))?;
         Ok(Box::new(hyper_util::rt::TokioIo::new(upgraded)))
+    }
+
+    async fn start_process(&self, id: &str, req: StartProcessRequest) -> NodeResult<FrameStream> {
+        let call = Call::new(&table::START_PROCESS, &[id]);
+        self.frames(&call, Payload::Bytes(json(&req)), "a process's output").await
+    }
+
+    async fn process_output(&self, id: &str, pid: u32) -> NodeResult<FrameStream> {
+        let call = Call::new(&table::PROCESS_OUTPUT, &[id, &pid.to_string()]);
+        self.frames(&call, NO_BODY, "a process's output").await
+    }
+
+    async fn list_processes(&self, id: &str) -> NodeResult<Vec<ProcessInfo>> {
+        self.channel.json(&Call::new(&table::LIST_PROCESSES, &[id]), NO_BODY).await
+    }
+
+    async fn control_process(&self, id: &str, pid: u32, control: ProcessControl) -> NodeResult<()> {
+        let pid = pid.to_string();
+        let args = [id, pid.as_str()];
+        let (call, payload) = match control {
+            // Input waits while the process does not read it: as long as that takes.
+            ProcessControl::Stdin(data) => {
+                (Call::new(&table::PROCESS_STDIN, &args).head_timeout(None), Payload::Bytes(data.into()))
+            }
+            ProcessControl::CloseStdin => (Call::new(&table::CLOSE_PROCESS_STDIN, &args), NO_BODY),
+            ProcessControl::Signal(signal) => (
+                Call::new(&table::SIGNAL_PROCESS, &args),
+                Payload::Bytes(json(&SignalRequest { signal: Some(signal) })),
+            ),
+            ProcessControl::Resize(size) => (Call::new(&table::RESIZE_PROCESS, &args), Payload::Bytes(json(&size))),
+        };
+        self.channel.unit(&call, payload).await
+    }
+
+    async fn wait_for_port(&self, id: &str, port: u16, timeout_ms: u64) -> NodeResult<()> {
+        let call = Call::new(&table::WAIT_FOR_PORT, &[id, &port.to_string()])
+            .param("timeoutMs", timeout_ms)
+            .head_timeout(Some(Duration::from_millis(timeout_ms) + channel::QUICK));
+        self.channel.unit(&call, NO_BODY).await
     }
 
     async fn create_volume(&self, id: &str, size_gb: u32) -> NodeResult<()> {

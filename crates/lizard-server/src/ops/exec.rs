@@ -92,7 +92,7 @@ async fn collect_capped(mut frames: FrameStream, cap: usize) -> ApiResult<Proces
                     .map_err(|e| AppError::internal(format!("an exec's error frame is not an error: {e}")))?;
                 return Err(AppError(error));
             }
-            FrameKind::Start | FrameKind::Stdin | FrameKind::StdinEof => {}
+            FrameKind::Start | FrameKind::Stdin | FrameKind::StdinEof | FrameKind::Started => {}
         }
     }
     Err(AppError::new(ErrorCode::Unavailable, "the exec stream ended before the command did; try again"))

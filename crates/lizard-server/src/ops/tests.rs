@@ -182,6 +182,21 @@ impl NodeClient for FakeNode {
     async fn connect_port(&self, _: &str, _: u16) -> NodeResult<Box<dyn Tunnel>> {
         not_here()
     }
+    async fn start_process(&self, _: &str, _: lizard_api::processes::StartProcessRequest) -> NodeResult<FrameStream> {
+        not_here()
+    }
+    async fn process_output(&self, _: &str, _: u32) -> NodeResult<FrameStream> {
+        not_here()
+    }
+    async fn list_processes(&self, _: &str) -> NodeResult<Vec<lizard_api::processes::ProcessInfo>> {
+        not_here()
+    }
+    async fn control_process(&self, _: &str, _: u32, _: lizard_api::processes::ProcessControl) -> NodeResult<()> {
+        not_here()
+    }
+    async fn wait_for_port(&self, _: &str, _: u16, _: u64) -> NodeResult<()> {
+        not_here()
+    }
     async fn create_volume(&self, _: &str, _: u32) -> NodeResult<()> {
         not_here()
     }

@@ -22,30 +22,33 @@ pub const FORWARDED_PROTO: &str = "http";
 const HOP_HEADERS: &[&str] =
     &["forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port", "x-real-ip"];
 
-/// Remove the platform's credentials: the API key header, the access token header and
-/// platform cookies.
+/// Remove the platform's credentials: the API key header, the access token header,
+/// platform cookies and a WebSocket key subprotocol (`lizard.key.…`).
 pub fn strip_platform_credentials(headers: &mut HeaderMap) {
     headers.remove(crate::auth::API_KEY_HEADER);
     headers.remove(ACCESS_TOKEN_HEADER);
-    let cookies: Vec<HeaderValue> = headers.get_all(header::COOKIE).iter().cloned().collect();
-    headers.remove(header::COOKIE);
-    for value in cookies {
-        // Unreadable cookie text cannot be filtered: none of it passes.
+    keep_list_items(headers, header::COOKIE, ';', "; ", |c| {
+        let name = c.split_once('=').map_or(c, |(n, _)| n).trim();
+        !name.to_ascii_lowercase().starts_with(PLATFORM_COOKIE_PREFIX)
+    });
+    keep_list_items(headers, header::SEC_WEBSOCKET_PROTOCOL, ',', ", ", |p| {
+        !p.starts_with(lizard_api::processes::PTY_KEY_PROTOCOL_PREFIX)
+    });
+}
+
+/// Keep only the items of the list header `name` (items split at `sep`, trimmed) that
+/// `keep` accepts; a value that is not text is dropped whole.
+fn keep_list_items(headers: &mut HeaderMap, name: HeaderName, sep: char, join: &str, keep: impl Fn(&str) -> bool) {
+    let values: Vec<HeaderValue> = headers.get_all(&name).iter().cloned().collect();
+    headers.remove(&name);
+    for value in values {
         let Ok(text) = value.to_str() else { continue };
-        let kept: Vec<&str> = text
-            .split(';')
-            .map(str::trim)
-            .filter(|c| !c.is_empty())
-            .filter(|c| {
-                let name = c.split_once('=').map_or(*c, |(n, _)| n).trim();
-                !name.to_ascii_lowercase().starts_with(PLATFORM_COOKIE_PREFIX)
-            })
-            .collect();
+        let kept: Vec<&str> = text.split(sep).map(str::trim).filter(|c| !c.is_empty() && keep(c)).collect();
         if kept.is_empty() {
             continue;
         }
-        if let Ok(v) = HeaderValue::from_str(&kept.join("; ")) {
-            headers.append(header::COOKIE, v);
+        if let Ok(v) = HeaderValue::from_str(&kept.join(join)) {
+            headers.append(name.clone(), v);
         }
     }
 }
@@ -90,8 +93,13 @@ mod tests {
             ("cookie", "a=1; lizard_session=s; LIZARD_other=x"),
             ("cookie", "lizard_session=only"),
             ("cookie", "b=2"),
+            ("sec-websocket-protocol", "lizard.pty, lizard.key.lz_secret"),
+            ("sec-websocket-protocol", "lizard.key.lz_secret"),
+            ("sec-websocket-protocol", "chat"),
         ]);
         strip_platform_credentials(&mut h);
+        let protocols: Vec<_> = h.get_all("sec-websocket-protocol").iter().map(|v| v.to_str().unwrap()).collect();
+        assert_eq!(protocols, ["lizard.pty", "chat"]);
         assert!(h.get("x-api-key").is_none());
         assert!(h.get(ACCESS_TOKEN_HEADER).is_none());
         assert_eq!(h.get("authorization").unwrap(), "Bearer users-own");

@@ -1,0 +1,137 @@
+"""Background processes, terminals and port waits against a real server (one ``base``
+sandbox for the module; creates are slow under TCG), in both flavours: the blocking one
+through a pause and resume in the middle of a followed process and of a PTY session, the
+async one for the same calls as coroutines."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Iterator, List
+
+import httpx
+import pytest
+
+from conftest import Server
+from lizard import AsyncLizard, ConflictError, Lizard, NotFoundError, ProcessInfo, Sandbox, TimedOutError
+
+
+@pytest.fixture(scope="module")
+def sandbox(server: Server, my_project) -> Iterator[Sandbox]:
+    sb = Lizard(project="my-project").create("base", timeout_ms=15 * 60_000)
+    yield sb
+    try:
+        sb.kill()
+    except NotFoundError:
+        pass
+
+
+def test_start_stdin_list_wait_and_kill(sandbox: Sandbox) -> None:
+    seen: List[str] = []
+    h = sandbox.process.start("echo out; echo err >&2; read line; echo \"got $line\"; exit 3", on_stdout=seen.append)
+    assert h.pid > 1
+    listed = sandbox.process.list()
+    assert any(isinstance(p, ProcessInfo) and p.pid == h.pid and p.exit_code is None for p in listed), listed
+    h.send_stdin("hello\n")
+    r = h.wait()
+    assert (r.stdout, r.stderr, r.exit_code) == ("out\ngot hello\n", "err\n", 3)
+    assert "".join(seen) == r.stdout
+    assert next(p for p in sandbox.process.list() if p.pid == h.pid).exit_code == 3
+    # EOF, a signal from another client's handle, errors.
+    cat = sandbox.process.start("cat; echo done")
+    cat.send_stdin(b"abc")
+    cat.close_stdin()
+    assert cat.wait().stdout == "abcdone\n"
+    with pytest.raises(ConflictError):
+        cat.send_stdin("late")
+    sleeper = sandbox.process.start(["sh", "-c", "echo first; exec sleep 600"])
+    # Once it printed and became `sleep`:
+    ready = f"for i in $(seq 100); do grep -q sleep /proc/{sleeper.pid}/cmdline && exit 0; sleep 0.1; done; exit 1"
+    assert sandbox.process.exec_(ready).exit_code == 0
+    other = Sandbox.connect(sandbox.sandbox_id).process.connect(sleeper.pid)
+    other.kill("SIGTERM")
+    r = other.wait()
+    assert (r.stdout, r.exit_code) == ("first\n", 143)
+    with pytest.raises(NotFoundError):
+        sandbox.process.connect(999999)
+
+
+def test_wait_for_port_and_timed_out(sandbox: Sandbox, server: Server) -> None:
+    sandbox.fs.write("/app/py-server.js", "require('http').createServer((_, r) => r.end('py ok')).listen(3100)")
+    sandbox.process.start("node /app/py-server.js")
+    sandbox.wait_for_port(3100, timeout_ms=60_000)
+    r = httpx.get(f"http://{server.proxy}/", headers={"Host": sandbox.get_host(3100)}, timeout=10)
+    assert (r.status_code, r.text) == (200, "py ok")
+    started = time.monotonic()
+    with pytest.raises(TimedOutError) as e:
+        sandbox.wait_for_port(3999, timeout_ms=500)
+    assert e.value.code == "TIMED_OUT" and time.monotonic() - started >= 0.5
+
+
+def test_pty_and_a_pause_in_the_middle(sandbox: Sandbox) -> None:
+    screen: List[str] = []
+    pty = sandbox.pty.create(cols=100, rows=30, on_data=screen.append)
+    counter = sandbox.process.start("for i in $(seq 1 40); do echo $i; sleep 0.1; done")
+    # Follow the terminal on a thread while the sandbox is paused and resumed under it.
+    outcome: List[object] = []
+    follower = threading.Thread(target=lambda: outcome.append(_wait_catching(pty)))
+    follower.start()
+
+    def until(what: str) -> None:
+        deadline = time.monotonic() + 60
+        while what not in "".join(screen):
+            assert time.monotonic() < deadline, "".join(screen)
+            time.sleep(0.1)
+
+    pty.send_input("tty; stty size; echo before-$((1+1))\n")
+    until("before-2")
+    text = "".join(screen)
+    assert "/dev/pts/" in text and "30 100" in text, text
+    pty.resize(120, 40)
+    pty.send_input("stty size\n")
+    until("40 120")
+    sandbox.pause()
+    follower.join(timeout=60)
+    assert outcome and isinstance(outcome[0], Exception), outcome  # its stream broke off
+    sandbox.resume()
+    # The same shell and the same counter run on after the resume.
+    again: List[str] = []
+    back = sandbox.pty.connect(pty.pid, on_data=again.append)
+    back.send_input("echo after-$((20+1)); exit 5\n")
+    r = back.wait()
+    assert r.exit_code == 5 and "before-2" in r.stdout and "after-21" in r.stdout, r.stdout
+    assert "".join(again) == r.stdout
+    r = counter.wait()
+    assert (r.stdout, r.exit_code) == ("".join(f"{i}\n" for i in range(1, 41)), 0)
+
+
+def _wait_catching(pty: object) -> object:
+    try:
+        return pty.wait()  # type: ignore[attr-defined]
+    except Exception as e:  # noqa: BLE001 - the outcome is checked by the test
+        return e
+
+
+def test_the_async_flavour(sandbox: Sandbox) -> None:
+    async def main() -> None:
+        async with AsyncLizard(project="my-project") as lz:
+            sb = await lz.connect(sandbox.sandbox_id)
+            chunks: List[str] = []
+
+            async def on_stdout(text: str) -> None:
+                chunks.append(text)
+
+            h = await sb.process.start("read x; echo async-$x", on_stdout=on_stdout)
+            assert any(p.pid == h.pid for p in await sb.process.list())
+            await h.send_stdin("7\n")
+            r = await h.wait()
+            assert (r.stdout, r.exit_code, "".join(chunks)) == ("async-7\n", 0, "async-7\n")
+            pty = await sb.pty.create(cols=50, rows=10)
+            await pty.send_input("stty size; exit 2\n")
+            r = await pty.wait()
+            assert r.exit_code == 2 and "10 50" in r.stdout, r.stdout
+            with pytest.raises(TimedOutError):
+                await sb.wait_for_port(3998, timeout_ms=300)
+
+    asyncio.run(main())
