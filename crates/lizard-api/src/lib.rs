@@ -15,6 +15,7 @@ pub use lizard_agent_proto::types::{ExitStatus, FileEntry, FileType, WriteResult
 pub mod code;
 pub mod files;
 pub mod routes;
+pub mod services;
 pub mod templates;
 
 pub use files::{FileMode, InvalidFileMode};
