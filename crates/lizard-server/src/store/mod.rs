@@ -23,6 +23,7 @@ pub mod database;
 pub(crate) mod fixture;
 pub mod idempotency;
 pub mod postgres;
+pub mod services;
 pub mod sqlite;
 pub mod templates;
 #[cfg(test)]
@@ -34,6 +35,7 @@ pub use billing::{BillingStore, MeterSpec, MeterState};
 pub use blob_content::{BlobContent, BlobContentStore, BLOB_CHUNK_BYTES};
 pub use cluster::{ClusterNode, ClusterStore, HeartbeatOutcome, LostNode, NewNode, NodeTokenRecord, GONE_REASON};
 pub use idempotency::IdempotencyStore;
+pub use services::{InstanceRecord, ServiceBody, ServiceRecord, ServiceStore, VersionRecord};
 pub use lizard_api::{OnTimeout, SandboxState};
 
 use crate::scope::Scope;
@@ -248,6 +250,7 @@ pub trait Store:
     + AccessStore
     + ClusterStore
     + BlobContentStore
+    + ServiceStore
     + Send
     + Sync
     + 'static
