@@ -116,7 +116,8 @@ impl Display {
     }
 }
 
-/// Follow a build's events to its end; the exit status is 0 when it is ready.
+/// Follow a build's events to its end; the exit status is 0 when it is ready (the
+/// template's name on stdout, or with `json` the events).
 pub(crate) async fn follow(
     api: &ApiClient,
     ws: &WorkspaceArgs,
@@ -124,6 +125,20 @@ pub(crate) async fn follow(
     build_id: &str,
     verbose: bool,
     json: bool,
+) -> Result<i32> {
+    follow_shown(api, ws, name, build_id, verbose, json, true).await
+}
+
+/// [`follow`], printing nothing on stdout unless `stdout` (a build inside another command,
+/// whose own answer goes there).
+pub(crate) async fn follow_shown(
+    api: &ApiClient,
+    ws: &WorkspaceArgs,
+    name: &str,
+    build_id: &str,
+    verbose: bool,
+    json: bool,
+    stdout: bool,
 ) -> Result<i32> {
     let call = ws.apply(Call::new(&routes::TEMPLATE_BUILD_EVENTS, &[name, build_id]));
     let mut body = api.send(&call, empty()).await?.into_body();
@@ -158,7 +173,9 @@ pub(crate) async fn follow(
     match (status, error) {
         (BuildStatus::Ready, _) => {
             eprintln!("template {name} is ready (build {build_id}, {elapsed:.1}s)");
-            println!("{name}");
+            if stdout {
+                println!("{name}");
+            }
             Ok(0)
         }
         (status, error) => {

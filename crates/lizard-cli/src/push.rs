@@ -83,7 +83,7 @@ fn read_recipe(dir: &Path, file: Option<&Path>, name: Option<&str>) -> Result<Lo
 }
 
 /// Upload the contents the server lacks, with a progress bar over their bytes.
-async fn upload_missing(api: &ApiClient, ws: &WorkspaceArgs, dir: &Path, context: &Context) -> Result<()> {
+pub(crate) async fn upload_missing(api: &ApiClient, ws: &WorkspaceArgs, dir: &Path, context: &Context) -> Result<()> {
     let hashes: Vec<String> = context.hashes().into_iter().map(str::to_owned).collect();
     if hashes.is_empty() {
         return Ok(());

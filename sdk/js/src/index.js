@@ -4,6 +4,7 @@ import { HttpClient } from './http.js'
 import { Sandbox } from './sandbox.js'
 import { ConflictError, NotFoundError } from './errors.js'
 import { Templates } from './templates.js'
+import { Services } from './services.js'
 
 export * from './errors.js'
 export { HttpClient, requestObservers } from './http.js'
@@ -11,6 +12,7 @@ export { Sandbox, Filesystem, Process } from './sandbox.js'
 export { Desktop, DesktopStream, DesktopError } from './desktop.js'
 export { CodeInterpreter, Execution, ExecutionError, Result, readCodeEvents } from './code.js'
 export { Templates } from './templates.js'
+export { Services } from './services.js'
 
 const seg = encodeURIComponent
 
@@ -186,6 +188,7 @@ export class Lizard {
     this.billing = new Billing(this.platform)
     this.metrics = new Metrics(this.platform)
     this.templates = new Templates(this)
+    this.services = new Services(this)
   }
 
   /** The pinned project's id (looked up once). */

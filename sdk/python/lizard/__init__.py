@@ -48,11 +48,15 @@ from .models import (
 )
 from .desktop import Desktop, DesktopError, DesktopStream
 from .sandbox import Filesystem, Process, Sandbox
+from .services import DeployError, ServiceInfo, Services
 from .templates import Templates
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DeployError",
+    "ServiceInfo",
+    "Services",
     "Lizard", "Sandbox", "Filesystem", "Process", "HttpClient", "Desktop", "DesktopStream", "DesktopError",
     "Execution", "Result", "Logs", "ExecutionError", "Context",
     "Workspaces", "Projects", "ApiKeys", "Regions", "Volumes", "Billing", "Metrics", "Templates",

@@ -9,6 +9,7 @@ from ._http import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, HttpClient
 from .errors import NotFoundError
 from .models import ApiKey, Project, Record, Region, SandboxInfo, Volume, WhoAmI, Workspace
 from .sandbox import Sandbox
+from .services import Services
 from .templates import Templates
 
 
@@ -213,6 +214,7 @@ class Lizard:
         self.billing = Billing(self.platform)
         self.metrics = Metrics(self.platform)
         self.templates = Templates(self)
+        self.services = Services(self)
 
     def close(self) -> None:
         self.platform.close()
