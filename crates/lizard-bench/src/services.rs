@@ -35,8 +35,12 @@ impl Bench {
             "health": { "intervalMs": 1000 },
             "scale": { "max": 1, "idle": "pause", "idleAfterMs": 1000 },
         });
-        self.call(&routes::CREATE_SERVICE, &[], Some(json!({ "name": NAME, "project": "bench", "spec": spec, "files": files })))
-            .await?;
+        self.call(
+            &routes::CREATE_SERVICE,
+            &[],
+            Some(json!({ "name": NAME, "project": "bench", "spec": spec, "files": files })),
+        )
+        .await?;
         self.until_instance(|state| state == "healthy", "the service went live").await?;
         let host = format!("{NAME}.svc.local.lizard.localhost");
         let mut times = WakeTimes { running: Vec::new(), paused: Vec::new() };

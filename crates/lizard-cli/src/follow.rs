@@ -116,22 +116,10 @@ impl Display {
     }
 }
 
-/// Follow a build's events to its end; the exit status is 0 when it is ready (the
-/// template's name on stdout, or with `json` the events).
+/// Follow a build's events to its end; the exit status is 0 when it is ready. With
+/// `stdout`, the template's name goes there once ready (or with `json` the events); a
+/// build inside another command (`lizard up`) leaves stdout to that command's answer.
 pub(crate) async fn follow(
-    api: &ApiClient,
-    ws: &WorkspaceArgs,
-    name: &str,
-    build_id: &str,
-    verbose: bool,
-    json: bool,
-) -> Result<i32> {
-    follow_shown(api, ws, name, build_id, verbose, json, true).await
-}
-
-/// [`follow`], printing nothing on stdout unless `stdout` (a build inside another command,
-/// whose own answer goes there).
-pub(crate) async fn follow_shown(
     api: &ApiClient,
     ws: &WorkspaceArgs,
     name: &str,

@@ -159,7 +159,7 @@ pub async fn push(api: &ApiClient, args: PushArgs, json: bool) -> Result<i32> {
         return Ok(0);
     }
     eprintln!("build {} of {} started", build.build_id, build.template);
-    follow(api, &args.workspace, &build.template, &build.build_id, args.verbose, json).await
+    follow(api, &args.workspace, &build.template, &build.build_id, args.verbose, json, true).await
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //! reason and the app's last output printed, exit status 1).
 
 use crate::client::{empty, json_body, ApiClient, Call};
-use crate::follow::follow_shown;
+use crate::follow::follow;
 use crate::output::{print_fields, print_json, Table};
 use crate::push::upload_missing;
 use crate::templates::WorkspaceArgs;
@@ -215,7 +215,10 @@ impl ConfigFile {
         };
         spec.validate().map_err(|e| anyhow!("{CONFIG_FILE}: {e}"))?;
         if !lizard_api::services::is_service_name(&s.name) {
-            bail!("{CONFIG_FILE}: service.name: {:?} is not a service name ([a-z0-9-], starting with a letter)", s.name);
+            bail!(
+                "{CONFIG_FILE}: service.name: {:?} is not a service name ([a-z0-9-], starting with a letter)",
+                s.name
+            );
         }
         Ok(spec)
     }
@@ -259,7 +262,8 @@ fn complete(config: &mut ConfigFile, dir: &Path) -> Result<()> {
     let interactive = std::io::stdin().is_terminal();
     let ask = |question: &str, default: Option<String>| -> Result<String> {
         if !interactive {
-            return default.ok_or_else(|| anyhow!("no {question}: pass it as a flag (no {CONFIG_FILE} in {})", dir.display()));
+            return default
+                .ok_or_else(|| anyhow!("no {question}: pass it as a flag (no {CONFIG_FILE} in {})", dir.display()));
         }
         match &default {
             Some(d) => eprint!("{question} [{d}]: "),
@@ -326,9 +330,11 @@ pub async fn up(api: &ApiClient, args: UpArgs, json: bool) -> Result<i32> {
     let (config, new) = load_config(&dir, &args)?;
     let spec = config.spec()?;
     let name = config.service.name.clone();
-    let project = config.service.project.clone().or_else(|| {
-        std::env::var(crate::sandbox::PROJECT_ENV).ok().filter(|p| !p.trim().is_empty())
-    });
+    let project = config
+        .service
+        .project
+        .clone()
+        .or_else(|| std::env::var(crate::sandbox::PROJECT_ENV).ok().filter(|p| !p.trim().is_empty()));
     let context =
         Context::scan_app(&dir, ContextLimits::default()).with_context(|| format!("scan {}", dir.display()))?;
     eprintln!(
@@ -371,7 +377,7 @@ pub async fn up(api: &ApiClient, args: UpArgs, json: bool) -> Result<i32> {
     if let Some(build) = info.version(version).and_then(|v| v.build_id.clone()) {
         let template = format!("svc-{name}-v{version}");
         // The build's steps as they run; its failure shows below as the version's.
-        let _ = follow_shown(api, &ws, &template, &build, args.verbose, false, false).await;
+        let _ = follow(api, &ws, &template, &build, args.verbose, false, false).await;
     }
     let info = wait_settled(api, &name, version).await?;
     let status = info.version(version).map(|v| v.status);
@@ -476,7 +482,9 @@ pub async fn run(api: &ApiClient, cmd: ServicesCmd, json: bool) -> Result<i32> {
             }
         }
         ServicesCmd::Logs { name, follow, tail } => {
-            let call = Call::new(&routes::SERVICE_LOGS, &[&name]).param_opt("tail", tail).param_opt("follow", follow.then_some(true));
+            let call = Call::new(&routes::SERVICE_LOGS, &[&name])
+                .param_opt("tail", tail)
+                .param_opt("follow", follow.then_some(true));
             let resp = api.send(&call, empty()).await?;
             let mut body = resp.into_body();
             let mut partial = Vec::new();
@@ -578,7 +586,10 @@ idle_after = "5m"
 "#;
         let mut c: ConfigFile = toml::from_str(text).unwrap();
         let s = c.spec().unwrap();
-        assert_eq!((s.template.as_str(), s.port, s.health.interval_ms, s.scale.idle_after_ms), ("base", 3000, 5000, 300_000));
+        assert_eq!(
+            (s.template.as_str(), s.port, s.health.interval_ms, s.scale.idle_after_ms),
+            ("base", 3000, 5000, 300_000)
+        );
         assert_eq!((s.scale.max, s.health.path.as_str()), (3, "/healthz"));
         c.apply(&UpArgs { port: Some(8080), max: Some(1), ..Default::default() });
         let s = c.spec().unwrap();
@@ -596,8 +607,9 @@ idle_after = "5m"
         // stdin is not a terminal under the test runner: no questions, a clear error.
         let e = load_config(dir.path(), &UpArgs { name: Some("app".into()), ..Default::default() }).unwrap_err();
         assert!(e.to_string().contains("--cmd"), "{e}");
-        let e = load_config(dir.path(), &UpArgs { name: Some("app".into()), cmd: Some("x".into()), ..Default::default() })
-            .unwrap_err();
+        let e =
+            load_config(dir.path(), &UpArgs { name: Some("app".into()), cmd: Some("x".into()), ..Default::default() })
+                .unwrap_err();
         assert!(e.to_string().contains("--port"), "{e}");
         let args = UpArgs { name: Some("app".into()), cmd: Some("x".into()), port: Some(8000), ..Default::default() };
         let (c, new) = load_config(dir.path(), &args).unwrap();

@@ -14,8 +14,8 @@
 
 mod common;
 
-use common::server::{assert_left_nothing, footprint, Server};
-use common::{copy_accel_verdict, link_images, stderr};
+use common::server::{assert_left_nothing, footprint, Server, Tenants};
+use common::stderr;
 use lizard_api::routes;
 use lizard_api::services::{CreateServiceRequest, ServiceSpec};
 use lizard_api::templates::{ContextEntry, ContextEntryKind};
@@ -120,20 +120,7 @@ fn qemu_of(id: &str) -> usize {
 
 #[test]
 fn services_end_to_end() {
-    let data = tempfile::Builder::new().prefix("lizard-services-").tempdir().unwrap();
-    link_images(data.path());
-    copy_accel_verdict(data.path());
-    let server = Server::start(data.path());
-    let owner = server.key.clone();
-    let wa = server.ok(&owner, &["workspace", "create", "wa"]).trim().to_string();
-    let wb = server.ok(&owner, &["workspace", "create", "wb"]).trim().to_string();
-    server.ok(&owner, &["project", "create", "--workspace", &wa, "pa"]);
-    server.ok(&owner, &["project", "create", "--workspace", &wb, "pb"]);
-    let key_of = |ws: &str| {
-        let out = server.ok(&owner, &["key", "create", &format!("k-{ws}"), "--workspace", ws]);
-        out.trim().strip_prefix("LIZARD_API_KEY=").unwrap().to_owned()
-    };
-    let (key_a, key_b) = (key_of(&wa), key_of(&wb));
+    let (data, server, Tenants { key_a, key_b, .. }) = Server::with_tenants("lizard-services-");
     let work = tempfile::tempdir().unwrap();
     let clean = footprint(data.path());
 
@@ -150,10 +137,7 @@ fn services_end_to_end() {
     assert!(stderr(&o).contains("START_NOT_READY"), "{}", stderr(&o));
     // The app crashes on start: the same code, and its output.
     let crash = app_dir(work.path(), "crash", "v0");
-    let o = server.lizard(
-        &key_a,
-        &up_args(&crash, "crash", &["--cmd", "echo crashing-now; exit 3", "--port", "8000"]),
-    );
+    let o = server.lizard(&key_a, &up_args(&crash, "crash", &["--cmd", "echo crashing-now; exit 3", "--port", "8000"]));
     assert!(!o.status.success());
     assert!(stderr(&o).contains("START_NOT_READY") && stderr(&o).contains("crashing-now"), "{}", stderr(&o));
     let failed = status(&server, &key_a, "crash");
@@ -179,7 +163,9 @@ fn services_end_to_end() {
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let err = rt
-        .block_on(server.api(&key_a).json::<serde_json::Value>(&Call::new(&routes::CREATE_SERVICE, &[]), json_body(&req)))
+        .block_on(
+            server.api(&key_a).json::<serde_json::Value>(&Call::new(&routes::CREATE_SERVICE, &[]), json_body(&req)),
+        )
         .unwrap_err();
     let err = err.downcast_ref::<lizard_api::ApiError>().cloned().unwrap();
     assert_eq!(err.code, lizard_api::ErrorCode::InvalidArgument, "{err}");
@@ -189,16 +175,7 @@ fn services_end_to_end() {
 
     // --- v1: deployed from a directory, answering at its URL --------------------------------
     let dir = app_dir(work.path(), "hello", "v1");
-    let checks = [
-        "--cmd",
-        "python3 app.py",
-        "--port",
-        "8000",
-        "--health-path",
-        "/healthz",
-        "--idle-after",
-        "8s",
-    ];
+    let checks = ["--cmd", "python3 app.py", "--port", "8000", "--health-path", "/healthz", "--idle-after", "8s"];
     let started = Instant::now();
     let o = server.lizard(&key_a, &up_args(&dir, "hello", &checks));
     assert!(o.status.success(), "up: {}", stderr(&o));
@@ -219,7 +196,8 @@ fn services_end_to_end() {
     let e = server.fails(&key_a, &up_args(&twin, "hello", &["--cmd", "python3 app.py", "--port", "8000"]));
     assert!(e.contains("CONFLICT") && e.contains("taken"), "{e}");
     let flags = ["--cmd", "python3 app.py", "--port", "8000"];
-    let e = server.fails(&key_b, &[&["up", twin.to_str().unwrap(), "--name", "hello", "--project", "pb"][..], &flags].concat());
+    let e = server
+        .fails(&key_b, &[&["up", twin.to_str().unwrap(), "--name", "hello", "--project", "pb"][..], &flags].concat());
     assert!(e.contains("CONFLICT"), "{e}");
     assert_eq!(json(&server.ok(&key_b, &["--json", "services", "list"])), serde_json::json!([]));
     for cmd in [&["services", "status", "hello"][..], &["services", "down", "hello"], &["services", "logs", "hello"]] {
@@ -247,7 +225,13 @@ fn services_end_to_end() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let seen = looping.join().unwrap();
     let failures: Vec<_> = seen.iter().filter(|r| !matches!(r, Ok((200, _)))).collect();
-    assert!(failures.is_empty(), "{} of {} requests failed: {:?}", failures.len(), seen.len(), &failures[..failures.len().min(5)]);
+    assert!(
+        failures.is_empty(),
+        "{} of {} requests failed: {:?}",
+        failures.len(),
+        seen.len(),
+        &failures[..failures.len().min(5)]
+    );
     let bodies: Vec<&str> = seen.iter().map(|r| r.as_ref().unwrap().1.as_str()).collect();
     let first_v2 = bodies.iter().position(|b| *b == "v2").expect("v2 answered");
     assert!(first_v2 > 0 && bodies[..first_v2].iter().all(|b| *b == "v1"), "{bodies:?}");
@@ -270,7 +254,9 @@ fn services_end_to_end() {
     assert_eq!(get(server.proxy_port, &host), Ok((200, "v2".into())));
 
     // --- idle: paused (no QEMU process), the next request resumes it ------------------------
-    until(&server, &key_a, "hello", "the idle instance is paused", |s| instances(s).iter().all(|(_, st)| st == "paused"));
+    until(&server, &key_a, "hello", "the idle instance is paused", |s| {
+        instances(s).iter().all(|(_, st)| st == "paused")
+    });
     let (paused, _) = instances(&status(&server, &key_a, "hello")).into_iter().next().unwrap();
     assert_eq!(qemu_of(&paused), 0, "a paused instance runs no QEMU");
     let resumed = Instant::now();

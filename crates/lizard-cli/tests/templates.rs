@@ -11,8 +11,8 @@
 
 mod common;
 
-use common::server::{assert_left_nothing, footprint, Server};
-use common::{copy_accel_verdict, link_images, stderr};
+use common::server::{assert_left_nothing, footprint, Server, Tenants};
+use common::stderr;
 use lizard_api::routes;
 use lizard_api::templates::{ContextEntry, ContextEntryKind, PushTemplateRequest, RecipeFormat};
 use lizard_cli::client::{json_body, Call};
@@ -112,20 +112,7 @@ fn json(text: &str) -> serde_json::Value {
 
 #[test]
 fn pushed_templates_end_to_end() {
-    let data = tempfile::Builder::new().prefix("lizard-templates-").tempdir().unwrap();
-    link_images(data.path());
-    copy_accel_verdict(data.path());
-    let server = Server::start(data.path());
-    let owner = server.key.clone();
-    let wa = server.ok(&owner, &["workspace", "create", "wa"]).trim().to_string();
-    let wb = server.ok(&owner, &["workspace", "create", "wb"]).trim().to_string();
-    server.ok(&owner, &["project", "create", "--workspace", &wa, "pa"]);
-    server.ok(&owner, &["project", "create", "--workspace", &wb, "pb"]);
-    let key_of = |ws: &str| {
-        let out = server.ok(&owner, &["key", "create", &format!("k-{ws}"), "--workspace", ws]);
-        out.trim().strip_prefix("LIZARD_API_KEY=").unwrap().to_owned()
-    };
-    let (key_a, key_b) = (key_of(&wa), key_of(&wb));
+    let (data, server, Tenants { wa, key_a, key_b, .. }) = Server::with_tenants("lizard-templates-");
     let work = tempfile::tempdir().unwrap();
     let clean = footprint(data.path());
 
@@ -317,6 +304,6 @@ run = "echo twin > /srv/twin"
     server.ok(&key_a, &["template", "delete", "timed"]);
     server.ok(&key_a, &["template", "delete", "cancelled"]);
     assert!(server.fails(&key_a, &["template", "get", "web"]).contains("NOT_FOUND"));
-    assert!(server.fails(&owner, &["template", "delete", "base"]).contains("FORBIDDEN"));
+    assert!(server.fails(&server.key, &["template", "delete", "base"]).contains("FORBIDDEN"));
     assert_left_nothing(data.path(), &clean, "the deleted templates");
 }

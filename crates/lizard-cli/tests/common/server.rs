@@ -69,6 +69,35 @@ impl Server {
     }
 }
 
+/// Two workspaces (`wa` with project `pa`, `wb` with project `pb`) and a key scoped to each.
+pub struct Tenants {
+    pub wa: String,
+    pub wb: String,
+    pub key_a: String,
+    pub key_b: String,
+}
+
+impl Server {
+    /// A server on a data directory of its own (`prefix`), with [`Tenants`].
+    pub fn with_tenants(prefix: &str) -> (tempfile::TempDir, Server, Tenants) {
+        let data = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+        super::link_images(data.path());
+        super::copy_accel_verdict(data.path());
+        let server = Server::start(data.path());
+        let owner = server.key.clone();
+        let wa = server.ok(&owner, &["workspace", "create", "wa"]).trim().to_string();
+        let wb = server.ok(&owner, &["workspace", "create", "wb"]).trim().to_string();
+        server.ok(&owner, &["project", "create", "--workspace", &wa, "pa"]);
+        server.ok(&owner, &["project", "create", "--workspace", &wb, "pb"]);
+        let key_of = |ws: &str| {
+            let out = server.ok(&owner, &["key", "create", &format!("k-{ws}"), "--workspace", ws]);
+            out.trim().strip_prefix("LIZARD_API_KEY=").unwrap().to_owned()
+        };
+        let (key_a, key_b) = (key_of(&wa), key_of(&wb));
+        (data, server, Tenants { wa, wb, key_a, key_b })
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = nix::sys::signal::kill(
@@ -143,4 +172,3 @@ pub fn assert_left_nothing(data: &Path, expected: &Footprint, what: &str) {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
-

@@ -122,7 +122,11 @@ pub async fn list(
     params(("name" = String, Path, description = "Service name")),
     responses((status = 200, description = "The service", body = ServiceInfo), Unauthenticated, NotFound)
 )]
-pub async fn get(State(state): State<AppState>, p: Principal, ApiPath(name): ApiPath<String>) -> ApiResult<Json<ServiceInfo>> {
+pub async fn get(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<Json<ServiceInfo>> {
     Ok(Json(ops::info(&state, &service_of(&state, &p, &name).await?)))
 }
 
@@ -155,7 +159,11 @@ pub async fn rollback(
     params(("name" = String, Path, description = "Service name")),
     responses((status = 204, description = "Deleted"), Unauthenticated, NotFound, Conflict)
 )]
-pub async fn delete(State(state): State<AppState>, p: Principal, ApiPath(name): ApiPath<String>) -> ApiResult<StatusCode> {
+pub async fn delete(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<StatusCode> {
     let s = service_of(&state, &p, &name).await?;
     ops::delete(&state, &s).await?;
     tracing::info!(service = %name, key = %p.key_id, "service deleted");

@@ -35,8 +35,8 @@ pub use billing::{BillingStore, MeterSpec, MeterState};
 pub use blob_content::{BlobContent, BlobContentStore, BLOB_CHUNK_BYTES};
 pub use cluster::{ClusterNode, ClusterStore, HeartbeatOutcome, LostNode, NewNode, NodeTokenRecord, GONE_REASON};
 pub use idempotency::IdempotencyStore;
-pub use services::{InstanceRecord, ServiceBody, ServiceRecord, ServiceStore, VersionRecord};
 pub use lizard_api::{OnTimeout, SandboxState};
+pub use services::{InstanceRecord, ServiceBody, ServiceRecord, ServiceStore, VersionRecord};
 
 use crate::scope::Scope;
 use async_trait::async_trait;

@@ -19,12 +19,8 @@ async fn run(state: &AppState, sandbox_id: &str, script: &str, args: &[String]) 
     let node = placement::sandbox_node(state, sandbox_id).await?;
     let mut argv = vec!["sh".to_owned(), "-c".to_owned(), script.to_owned(), "log".to_owned()];
     argv.extend(args.iter().cloned());
-    let req = ExecRequest {
-        argv: Some(argv),
-        user: Some("root".into()),
-        timeout_ms: Some(10_000),
-        ..Default::default()
-    };
+    let req =
+        ExecRequest { argv: Some(argv), user: Some("root".into()), timeout_ms: Some(10_000), ..Default::default() };
     let out = node.exec(sandbox_id, req).await?;
     if out.exit_code != 0 {
         return Err(AppError::new(
@@ -37,8 +33,13 @@ async fn run(state: &AppState, sandbox_id: &str, script: &str, args: &[String]) 
 
 /// The last `bytes` of the instance's log.
 pub async fn read_tail(state: &AppState, sandbox_id: &str, bytes: u64) -> ApiResult<String> {
-    run(state, sandbox_id, "tail -c \"$2\" \"$1\" 2>/dev/null || true", &[lizard_node::START_LOG.into(), bytes.to_string()])
-        .await
+    run(
+        state,
+        sandbox_id,
+        "tail -c \"$2\" \"$1\" 2>/dev/null || true",
+        &[lizard_node::START_LOG.into(), bytes.to_string()],
+    )
+    .await
 }
 
 /// What the log holds from byte `offset` on (from 0 when it was trimmed below it), and
@@ -103,14 +104,8 @@ pub fn follow(
         ready: VecDeque<ServiceLogLine>,
         first: bool,
     }
-    let f = Follow {
-        state,
-        name,
-        service_id,
-        offsets: start.into_iter().collect(),
-        ready: VecDeque::new(),
-        first: true,
-    };
+    let f =
+        Follow { state, name, service_id, offsets: start.into_iter().collect(), ready: VecDeque::new(), first: true };
     futures_util::stream::unfold(f, |mut f| async move {
         loop {
             if let Some(line) = f.ready.pop_front() {

@@ -63,6 +63,8 @@ pub const APP_DIR: &str = "/app";
 pub const KEPT_VERSIONS: usize = 3;
 /// Restarts of an instance (from its last healthy check) before the service is failing.
 pub const MAX_RESTARTS: u32 = 3;
+/// The least time the app gets to listen on its port in the build VM.
+pub const MIN_READY_S: u32 = 30;
 /// Metadata key naming the service on each instance sandbox.
 pub const SERVICE_METADATA: &str = "lizard.service";
 
@@ -90,7 +92,9 @@ pub fn recipe(service: &str, version: u32, spec: &ServiceSpec) -> Recipe {
     if let Some(build) = spec.build.as_ref().filter(|b| !b.trim().is_empty()) {
         steps.push(Step::Run(build.clone()));
     }
-    let ready_timeout_s = u32::try_from(spec.health.grace_ms.div_ceil(1000)).unwrap_or(u32::MAX).clamp(5, 600);
+    // The app's first start is in the build VM, booted cold: it gets at least 30 s.
+    let ready_timeout_s =
+        u32::try_from(spec.health.grace_ms.div_ceil(1000)).unwrap_or(u32::MAX).clamp(MIN_READY_S, 600);
     Recipe {
         name: template_name(service, version),
         description: format!("service {service}, version {version}"),
@@ -341,7 +345,9 @@ pub async fn rollback(state: &AppState, service: &ServiceRecord, to: Option<u32>
             .iter()
             .filter(|v| v.status == VersionStatus::Retired && v.template_ref.is_some())
             .max_by_key(|v| v.version)
-            .ok_or_else(|| AppError::conflict(format!("service {} has no earlier version to go back to", service.name)))?,
+            .ok_or_else(|| {
+                AppError::conflict(format!("service {} has no earlier version to go back to", service.name))
+            })?,
     };
     let n = target.version;
     if service.body.live_version == Some(n) {
@@ -560,5 +566,62 @@ pub async fn fail_interrupted(state: &AppState) {
             let failure = error("INTERRUPTED", "the server restarted during the deploy; deploy again", None);
             rollout::fail(state, &s, v, failure).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_is_the_app_over_its_base_with_cmd_as_the_start_command() {
+        let mut spec: ServiceSpec =
+            serde_json::from_str(r#"{"template":"mine","cmd":"node server.js","port":3000,"build":"npm ci"}"#).unwrap();
+        spec.env.insert("NODE_ENV".into(), "production".into());
+        let r = recipe("my-app", 7, &spec);
+        assert_eq!((r.name.as_str(), &r.from), ("svc-my-app-v7", &Base::Template("mine".into())));
+        assert_eq!(
+            r.steps,
+            [
+                Step::Copy(Copy { src: ".".into(), dest: "/app/".into(), owner: None }),
+                Step::Workdir("/app".into()),
+                Step::Env(spec.env.clone()),
+                Step::Run("npm ci".into()),
+            ]
+        );
+        let start = r.start.clone().unwrap();
+        assert_eq!(
+            (start.cmd.as_str(), &start.ready, start.ready_timeout_s),
+            ("node server.js", &Ready::Port(3000), 30)
+        );
+        r.validate().unwrap();
+        // No build step, no env: just the files; a long grace is the app's time to listen.
+        spec.build = None;
+        spec.env.clear();
+        spec.health.grace_ms = 90_000;
+        let r = recipe("my-app", 1, &spec);
+        assert_eq!(r.steps.len(), 2);
+        assert_eq!(r.start.unwrap().ready_timeout_s, 90);
+        assert!(template_name("a", 1).starts_with(templates::SERVICE_TEMPLATE_PREFIX));
+    }
+
+    #[test]
+    fn a_deploy_is_checked_before_anything_runs() {
+        let spec: ServiceSpec = serde_json::from_str(r#"{"cmd":"x","port":8000}"#).unwrap();
+        let file = |size| ContextEntry {
+            path: "f".into(),
+            mode: 0o644,
+            kind: ContextEntryKind::File,
+            sha256: Some("0".repeat(64)),
+            size: Some(size),
+            target: None,
+        };
+        assert!(check_deploy(&spec, &[file(1 << 20)]).is_ok());
+        let e = check_deploy(&spec, &[file(MAX_DEPLOY_BYTES + 1)]).unwrap_err();
+        assert_eq!(e.code(), lizard_api::ErrorCode::InvalidArgument);
+        let mut no_port = spec.clone();
+        no_port.port = 0;
+        assert!(check_deploy(&no_port, &[]).unwrap_err().0.message.starts_with("port:"));
+        assert!(check_name("My_App").is_err() && check_name("my-app").is_ok());
     }
 }

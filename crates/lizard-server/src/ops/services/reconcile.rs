@@ -153,7 +153,13 @@ async fn check(state: &AppState, s: &ServiceRecord, i: &InstanceRecord, spec: &S
 /// Restart an unhealthy instance once its backoff passed: a new sandbox from the version's
 /// snapshot in its place. Past [`MAX_RESTARTS`] the service is failing, with the reason
 /// and the app's last output, and the instance is gone.
-async fn restart(state: &AppState, s: &ServiceRecord, i: &InstanceRecord, spec: &ServiceSpec, now: i64) -> ApiResult<()> {
+async fn restart(
+    state: &AppState,
+    s: &ServiceRecord,
+    i: &InstanceRecord,
+    spec: &ServiceSpec,
+    now: i64,
+) -> ApiResult<()> {
     if now - i.since < backoff_ms(i.restarts) {
         return Ok(());
     }

@@ -50,9 +50,9 @@ async fn roll_out(state: &AppState, service: &ServiceRecord, version: u32) -> Re
 
     // Its instances, each recorded as soon as it runs (a failure stops every one).
     for _ in 0..v.spec.scale.max {
-        let sandbox = start_instance(state, &service, &v).await.map_err(|e| {
-            error("UNAVAILABLE", format!("an instance could not be started: {}", e.0.message), None)
-        })?;
+        let sandbox = start_instance(state, &service, &v)
+            .await
+            .map_err(|e| error("UNAVAILABLE", format!("an instance could not be started: {}", e.0.message), None))?;
         let id = sandbox.id().to_owned();
         let added =
             modify(state, &service.name, &service.id, |s| s.body.instances.push(instance(&id, version, 0))).await;
@@ -95,10 +95,8 @@ async fn roll_out(state: &AppState, service: &ServiceRecord, version: u32) -> Re
         }
         if tokio::time::Instant::now() >= deadline {
             if let Some((id, e)) = last_error {
-                let message = format!(
-                    "its instances did not pass the health check within {} ms: {e}",
-                    v.spec.health.grace_ms
-                );
+                let message =
+                    format!("its instances did not pass the health check within {} ms: {e}", v.spec.health.grace_ms);
                 return Err(error("UNHEALTHY", message, log_tail(state, &id, FAILURE_TAIL_BYTES).await));
             }
         }
@@ -203,8 +201,12 @@ pub(super) async fn fail(state: &AppState, service: &ServiceRecord, version: u32
 
 /// Delete the layers of versions past the [`KEPT_VERSIONS`] newest non-failed ones.
 async fn retire_old_layers(state: &AppState, service: &ServiceRecord) {
-    let mut kept: Vec<&crate::store::VersionRecord> =
-        service.body.versions.iter().filter(|v| v.status != VersionStatus::Failed && v.template_ref.is_some()).collect();
+    let mut kept: Vec<&crate::store::VersionRecord> = service
+        .body
+        .versions
+        .iter()
+        .filter(|v| v.status != VersionStatus::Failed && v.template_ref.is_some())
+        .collect();
     kept.sort_by_key(|v| std::cmp::Reverse(v.version));
     let old: Vec<u32> = kept.iter().skip(KEPT_VERSIONS).map(|v| v.version).collect();
     if old.is_empty() {

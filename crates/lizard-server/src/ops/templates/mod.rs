@@ -221,6 +221,7 @@ pub async fn check_recipe(
     recipe: Recipe,
     files: &[ContextEntry],
 ) -> ApiResult<CheckedPush> {
+    recipe.validate().map_err(|e| AppError::invalid(format!("recipe: {e}")))?;
     let store = state.server.store.as_ref();
     let base_ref = match &recipe.from {
         Base::Template(base) if is_builtin(state, base) => base.clone(),
@@ -267,7 +268,11 @@ pub async fn push(state: &AppState, workspace: &WorkspaceRecord, req: &PushTempl
 }
 
 /// Record the build of a checked push (queued) and start it in the background.
-pub async fn start_build(state: &AppState, workspace: &WorkspaceRecord, checked: CheckedPush) -> ApiResult<BuildRecord> {
+pub async fn start_build(
+    state: &AppState,
+    workspace: &WorkspaceRecord,
+    checked: CheckedPush,
+) -> ApiResult<BuildRecord> {
     let recipe = &checked.recipe;
     let now = ids::now_ms();
     let build_id = ids::new_id(BUILD_ID_PREFIX);

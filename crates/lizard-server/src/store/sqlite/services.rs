@@ -54,10 +54,12 @@ impl ServiceStore for SqliteStore {
 
     async fn list_services(&self, account_id: Option<&str>) -> Result<Vec<ServiceRecord>> {
         let rows = match account_id {
-            Some(a) => sqlx::query(&format!("SELECT {COLUMNS} FROM services WHERE account_id = ? ORDER BY name"))
-                .bind(a)
-                .fetch_all(&self.pool)
-                .await,
+            Some(a) => {
+                sqlx::query(&format!("SELECT {COLUMNS} FROM services WHERE account_id = ? ORDER BY name"))
+                    .bind(a)
+                    .fetch_all(&self.pool)
+                    .await
+            }
             None => sqlx::query(&format!("SELECT {COLUMNS} FROM services ORDER BY name")).fetch_all(&self.pool).await,
         }
         .map_err(backend)?;
