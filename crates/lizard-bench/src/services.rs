@@ -53,7 +53,8 @@ impl Bench {
         Ok(times)
     }
 
-    /// Wait (at most 10 min) until every instance of the service is in a state `ok` takes.
+    /// Wait (at most 10 min) until the service is live and every instance is in a state
+    /// `ok` takes.
     async fn until_instance(&self, ok: impl Fn(&str) -> bool, what: &str) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(600);
         loop {
@@ -63,7 +64,7 @@ impl Bench {
             }
             let states: Vec<&str> =
                 s["instances"].as_array().context("instances")?.iter().filter_map(|i| i["state"].as_str()).collect();
-            if !states.is_empty() && states.iter().all(|s| ok(s)) {
+            if s["status"] == "live" && !states.is_empty() && states.iter().all(|s| ok(s)) {
                 return Ok(());
             }
             ensure!(Instant::now() < deadline, "{what}: not within 10 min ({s})");
@@ -82,7 +83,10 @@ impl Bench {
             let mut answer = String::new();
             s.read_to_string(&mut answer)?;
             let elapsed = ms(started.elapsed());
-            ensure!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("awake\n"), "bad answer: {answer}");
+            ensure!(
+                answer.starts_with("HTTP/1.") && answer.contains(" 200 ") && answer.ends_with("awake\n"),
+                "bad answer: {answer}"
+            );
             Ok(elapsed)
         })
         .await?

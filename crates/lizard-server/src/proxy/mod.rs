@@ -88,20 +88,24 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
     };
     let client = req.extensions().get::<ClientAddr>().map(|c| c.0.ip());
     if let Some(name) = host::parse_service_host(&host, &config.service_domain(&config.region)) {
-        *req.uri_mut() = access::guest_target(req.uri());
-        headers::strip_platform_credentials(req.headers_mut());
-        headers::set_forwarded(req.headers_mut(), client, &host);
+        for_the_guest(&mut req, client, &host);
         return forward_to_service(state, &name, req).await;
     }
     let target = parse_host(&host, &config.sandbox_domain(&config.region))
         .ok_or_else(|| AppError::not_found(format!("{host:?} is not a sandbox or service host of this region")))?;
     check_port(&target)?;
     access::check(state.server.store.as_ref(), &target, req.headers(), req.uri()).await?;
-    *req.uri_mut() = access::guest_target(req.uri());
-    headers::strip_platform_credentials(req.headers_mut());
-    headers::set_forwarded(req.headers_mut(), client, &host);
+    for_the_guest(&mut req, client, &host);
     let tunnel = ops::sandboxes::open_port(state, &target.sandbox_id, target.port).await?;
     exchange(tunnel, req, target.port).await
+}
+
+/// What the guest sees of a request: no access token in its target, none of the
+/// platform's credentials, the proxy's own forwarding headers.
+fn for_the_guest(req: &mut Request, client: Option<std::net::IpAddr>, host: &str) {
+    *req.uri_mut() = access::guest_target(req.uri());
+    headers::strip_platform_credentials(req.headers_mut());
+    headers::set_forwarded(req.headers_mut(), client, host);
 }
 
 /// A request to a service: to the instance [`ops::services::route`] picks, counted in

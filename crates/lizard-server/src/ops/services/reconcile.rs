@@ -69,7 +69,7 @@ async fn reconcile(state: &AppState, s: &ServiceRecord) -> ApiResult<()> {
                     continue;
                 }
                 if is_idle(state, i, &spec, now) && running > spec.scale.min as usize {
-                    pause(state, s, i).await?;
+                    pause(state, s, i, &spec).await?;
                     running -= 1;
                     continue;
                 }
@@ -93,8 +93,17 @@ fn is_idle(state: &AppState, i: &InstanceRecord, spec: &ServiceSpec, now: i64) -
 }
 
 /// Pause an idle instance: recorded paused first, so no new request picks it, then
-/// paused (a request that picked it just before resumes it through the proxy).
-async fn pause(state: &AppState, s: &ServiceRecord, i: &InstanceRecord) -> ApiResult<()> {
+/// paused — under the service's resume lock, so a request that finds it paused resumes it
+/// only once the pause is done (and one that picked it just before is picked again).
+async fn pause(state: &AppState, s: &ServiceRecord, i: &InstanceRecord, spec: &ServiceSpec) -> ApiResult<()> {
+    let lock = state.services.resume_lock(&s.id);
+    let _held = lock.lock().await;
+    // Still idle now that no resume can run? (A request may have resumed it meanwhile.)
+    let now = state.server.store.service_by_name(&s.name).await?.filter(|x| x.id == s.id);
+    let current = now.as_ref().and_then(|x| x.body.instances.iter().find(|x| x.sandbox_id == i.sandbox_id));
+    if !current.is_some_and(|c| is_idle(state, c, spec, ids::now_ms())) {
+        return Ok(());
+    }
     set_state(state, s, &i.sandbox_id, |r| r.state = InstanceState::Paused).await?;
     if state.services.in_flight(&i.sandbox_id) > 0 {
         // A request came in meanwhile: stay up.
