@@ -310,7 +310,7 @@ pub enum InstanceState {
     Healthy,
     /// Failed its last checks; being restarted.
     Unhealthy,
-    /// Idle: paused, resumed by the next request.
+    /// Idle: paused (from the moment its pause begins), resumed by the next request.
     Paused,
     /// Of a replaced version: finishing its requests, then stopped.
     Draining,
