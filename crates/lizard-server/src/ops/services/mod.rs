@@ -315,6 +315,9 @@ pub async fn deploy(
     let mut busy = None;
     let (record, _) = modify(state, &service.name, &service.id, |s| {
         busy = check_idle(s).err();
+        if busy.is_none() && s.next_version() != version {
+            busy = Some(AppError::conflict(format!("service {} changed meanwhile; deploy again", s.name)));
+        }
         if busy.is_none() {
             s.body.versions.push(new_version(&s.name, version, spec));
         }
