@@ -7,8 +7,9 @@
 //! app's process is killed and it answers again; it idles into a paused instance (no
 //! QEMU process for it) and the next request is answered; a version that fails its
 //! health checks is rolled back automatically with the reason while v2 keeps serving;
-//! a rollback goes to v1; another workspace's key cannot see or touch it; bad deploys
-//! each get a clear error and leave nothing running; `down` leaves no instance or layer.
+//! a rollback goes to v1; another workspace's key cannot see or touch it; an agent's
+//! sandbox deploys its own directory with the guest's `lizard up`; bad deploys each get a
+//! clear error and leave nothing running; `down` leaves no instance or layer.
 
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
 
@@ -296,4 +297,26 @@ fn services_end_to_end() {
     assert!(server.fails(&key_a, &["services", "status", "hello"]).contains("NOT_FOUND"));
     assert_eq!(get(server.proxy_port, &host).map(|r| r.0), Ok(404));
     assert_left_nothing(data.path(), &clean, "a service taken down");
+
+    // --- from inside a sandbox (last: its `base` sandbox leaves the node's pool for `base`) --
+    // An agent's directory deployed with the guest's `lizard up`, within its key's scope.
+    let created =
+        json(&server.ok(&key_a, &["--json", "sandbox", "create", "base", "--project", "pa", "--lizard-token", &key_a]));
+    let agent = created["sandboxId"].as_str().unwrap().to_owned();
+    let script = "mkdir -p /root/app && cd /root/app && echo from-a-guest > index.html && \
+                  lizard up --name from-guest --cmd 'python3 -m http.server 8000' --port 8000 --project pa";
+    let url = server.ok(&key_a, &["sandbox", "exec", &agent, "--timeout", "300000", "--shell", script]);
+    assert!(url.trim().starts_with("http://from-guest.svc."), "{url}");
+    let inside = "from-guest.svc.local.lizard.localhost";
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", server.proxy_port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(s, "GET /index.html HTTP/1.1\r\nHost: {inside}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut page = String::new();
+    s.read_to_string(&mut page).unwrap();
+    assert!(page.contains(" 200 ") && page.contains("from-a-guest"), "{page}");
+    assert!(server.fails(&key_b, &["services", "status", "from-guest"]).contains("NOT_FOUND"));
+    let instance = status(&server, &key_a, "from-guest")["instances"][0]["sandboxId"].as_str().unwrap().to_owned();
+    server.ok(&key_a, &["services", "down", "from-guest"]);
+    assert!(server.fails(&key_a, &["sandbox", "get", &instance]).contains("NOT_FOUND"), "its instance is gone");
+    server.ok(&key_a, &["sandbox", "kill", &agent]);
 }
