@@ -18,6 +18,7 @@ pub mod code;
 pub mod files;
 pub mod processes;
 pub mod routes;
+pub mod services;
 pub mod templates;
 
 pub use files::{FileExists, FileMode, InvalidFileMode};

@@ -157,6 +157,11 @@ pub mod path {
     pub const TEMPLATE_BLOB: &str = "/v1/templates/blobs/{sha256}";
     pub const TEMPLATE_BUILD: &str = "/v1/templates/{name}/builds/{buildId}";
     pub const TEMPLATE_BUILD_EVENTS: &str = "/v1/templates/{name}/builds/{buildId}/events";
+    pub const SERVICES: &str = "/v1/services";
+    pub const SERVICE: &str = "/v1/services/{name}";
+    pub const SERVICE_VERSIONS: &str = "/v1/services/{name}/versions";
+    pub const SERVICE_ROLLBACK: &str = "/v1/services/{name}/rollback";
+    pub const SERVICE_LOGS: &str = "/v1/services/{name}/logs";
     pub const CLUSTER_JOIN: &str = "/v1/cluster/join";
     pub const CLUSTER_HEARTBEAT: &str = "/v1/cluster/nodes/{id}/heartbeat";
     pub const CLUSTER_EVENTS: &str = "/v1/cluster/nodes/{id}/events";
@@ -434,6 +439,47 @@ pub const TEMPLATE_BUILD_EVENTS: Route =
 pub const CANCEL_TEMPLATE_BUILD: Route =
     delete(path::TEMPLATE_BUILD, &[Unauthenticated, NotFound, Conflict, InvalidArgument]);
 
+// --- services (see [`crate::services`]) --------------------------------------------------
+// A service belongs to a project; a name outside the key's scope answers 404.
+
+/// A new service (409 when the name is taken) and its first version, built and rolled
+/// out in the background: the answer shows the version `building`.
+pub const CREATE_SERVICE: Route = route(
+    Post,
+    path::SERVICES,
+    Json("CreateServiceRequest"),
+    202,
+    Json("ServiceInfo"),
+    &[Unauthenticated, NotFound, Conflict, InvalidArgument, PaymentRequired],
+);
+/// `?project=` or `?projectId=` for one project.
+pub const LIST_SERVICES: Route =
+    get(path::SERVICES, JsonList("ServiceInfo"), &[Unauthenticated, NotFound, InvalidArgument]);
+pub const GET_SERVICE: Route = get(path::SERVICE, Json("ServiceInfo"), &[Unauthenticated, NotFound]);
+/// A new version (409 while another is building or starting).
+pub const DEPLOY_SERVICE: Route = route(
+    Post,
+    path::SERVICE_VERSIONS,
+    Json("DeployServiceRequest"),
+    202,
+    Json("ServiceInfo"),
+    &[Unauthenticated, NotFound, Conflict, InvalidArgument, PaymentRequired],
+);
+/// Back to an earlier version (its layer is kept): its instances start, pass health,
+/// take the traffic, and the current ones drain.
+pub const ROLLBACK_SERVICE: Route = post(
+    path::SERVICE_ROLLBACK,
+    Json("RollbackRequest"),
+    Json("ServiceInfo"),
+    &[Unauthenticated, NotFound, Conflict, InvalidArgument],
+);
+/// `lizard down`: every instance stopped, every version's layer deleted, the name freed.
+pub const DELETE_SERVICE: Route = delete(path::SERVICE, &[Unauthenticated, NotFound, Conflict]);
+/// `?tail=N` (bytes per instance, default 64 KiB); `?follow=true` keeps the stream open
+/// and sends new output as it comes.
+pub const SERVICE_LOGS: Route =
+    get(path::SERVICE_LOGS, Ndjson("ServiceLogLine"), &[Unauthenticated, NotFound, InvalidArgument]);
+
 // --- many machines (see [`crate::cluster`]) -----------------------------------------------
 // Node → server: a join token (join) or the node's credential (the rest) as the bearer.
 /// A node joins with a join token; answers its id and credential.
@@ -541,6 +587,13 @@ pub const SERVER: &[Route] = &[
     GET_TEMPLATE_BUILD,
     TEMPLATE_BUILD_EVENTS,
     CANCEL_TEMPLATE_BUILD,
+    CREATE_SERVICE,
+    LIST_SERVICES,
+    GET_SERVICE,
+    DEPLOY_SERVICE,
+    ROLLBACK_SERVICE,
+    DELETE_SERVICE,
+    SERVICE_LOGS,
     CLUSTER_JOIN,
     CLUSTER_HEARTBEAT,
     CLUSTER_EVENTS,

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 /// One server with its own data directory.
 pub struct Bench {
     base: String,
+    /// The sandbox-URL proxy's port (sandbox and service hosts).
+    pub(crate) proxy_port: u16,
     key: String,
     client: reqwest::Client,
     runs: Runs,
@@ -120,10 +122,21 @@ impl Bench {
     ) -> Result<Bench> {
         let listener = server.bind().await?;
         let base = format!("http://{}", listener.local_addr()?);
+        // The proxy and the service reconciler, as `lizard server` runs them.
+        let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let proxy_port = proxy.local_addr()?.port();
+        tokio::spawn(lizard_server::proxy::serve(proxy, state.clone(), Default::default(), std::future::pending()));
+        let reconciled = state.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                lizard_server::ops::services::reconcile::reconcile_once(&reconciled).await;
+            }
+        });
         let router = lizard_server::build_router(state, api::all_routes());
         tokio::spawn(lizard_server::serve(listener, router, std::future::pending()));
         let client = reqwest::Client::builder().no_proxy().build()?;
-        let b = Bench { base, key, client, runs, dir };
+        let b = Bench { base, proxy_port, key, client, runs, dir };
         let ws = b.call(&routes::CREATE_WORKSPACE, &[], Some(json!({"name": "bench"}))).await?;
         b.call(&routes::CREATE_PROJECT, &[], Some(json!({"workspaceId": ws["id"], "name": "bench"}))).await?;
         Ok(b)

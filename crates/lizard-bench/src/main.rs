@@ -25,6 +25,7 @@ mod api;
 mod code;
 mod desktop;
 mod idle;
+mod services;
 mod templates;
 mod transfer;
 
@@ -101,6 +102,10 @@ struct Args {
     /// the pushed template's size on disk over its base.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pushes: bool,
+    /// API: requests to a service whose instance runs, against requests that find it
+    /// paused for idling and resume it, in the same run (0: skip).
+    #[arg(long, default_value_t = 5)]
+    service_wakeups: usize,
     /// API: creates of `--agent-template` timed to its first `--agent-command` (0: skip).
     #[arg(long, default_value_t = 5)]
     agent_creates: usize,
@@ -485,6 +490,13 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
             Summary::new(c.create_to_result).row("API: create `interpreter` → first `runCode` (`1 + 1`) answers", "ms"),
         );
         rows.push(Summary::new(c.run).row("… a later `runCode` (`1 + 1`) in the same sandbox", "ms"));
+    }
+    if args.service_wakeups > 0 {
+        let w = warm.service_wakeups(args.service_wakeups).await?;
+        rows.push(Summary::new(w.running).row("API: request to a service, its instance running (proxy → app)", "ms"));
+        rows.push(
+            Summary::new(w.paused).row("… the same request to it paused for idling (resumes the instance first)", "ms"),
+        );
     }
     if args.pushes {
         let image = lizard_image::ImageStore::new(image_root)

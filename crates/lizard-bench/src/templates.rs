@@ -93,6 +93,23 @@ impl Bench {
     async fn push(&self, dir: &Path, recipe_text: &str) -> Result<(f64, Value)> {
         std::fs::write(dir.join(lizard_recipe::RECIPE_FILE), recipe_text)?;
         let started = Instant::now();
+        let manifest = self.upload_dir(dir).await?;
+        let body = json!({ "recipe": recipe_text, "files": manifest, "project": "bench" });
+        let build = self.call(&routes::PUSH_TEMPLATE, &[], Some(body)).await?;
+        let build_id = build["buildId"].as_str().context("a build id")?.to_string();
+        loop {
+            let build = self.call_in_project(&routes::GET_TEMPLATE_BUILD, &[NAME, &build_id], None).await?;
+            match build["status"].as_str() {
+                Some("ready") => return Ok((ms(started.elapsed()), build)),
+                Some("failed" | "cancelled") => bail!("bench build failed: {}", build["error"]),
+                _ if started.elapsed() > BUILD_LIMIT => bail!("bench build still running after {BUILD_LIMIT:?}"),
+                _ => tokio::time::sleep(Duration::from_millis(250)).await,
+            }
+        }
+    }
+
+    /// Upload what the server lacks of `dir` (as `lizard push` does): its manifest.
+    pub(crate) async fn upload_dir(&self, dir: &Path) -> Result<Vec<lizard_api::templates::ContextEntry>> {
         let context = lizard_recipe::Context::scan(dir, lizard_recipe::ContextLimits::default())?;
         let files: Vec<(String, std::path::PathBuf)> = context
             .entries
@@ -110,19 +127,7 @@ impl Bench {
             let (_, path) = files.iter().find(|(h, _)| h == hash).context("the server asked for an unknown hash")?;
             self.upload(&routes::UPLOAD_TEMPLATE_BLOB, &[hash], std::fs::read(path)?).await?;
         }
-        let manifest: Vec<_> = context.entries.iter().map(lizard_api::templates::ContextEntry::from).collect();
-        let body = json!({ "recipe": recipe_text, "files": manifest, "project": "bench" });
-        let build = self.call(&routes::PUSH_TEMPLATE, &[], Some(body)).await?;
-        let build_id = build["buildId"].as_str().context("a build id")?.to_string();
-        loop {
-            let build = self.call_in_project(&routes::GET_TEMPLATE_BUILD, &[NAME, &build_id], None).await?;
-            match build["status"].as_str() {
-                Some("ready") => return Ok((ms(started.elapsed()), build)),
-                Some("failed" | "cancelled") => bail!("bench build failed: {}", build["error"]),
-                _ if started.elapsed() > BUILD_LIMIT => bail!("bench build still running after {BUILD_LIMIT:?}"),
-                _ => tokio::time::sleep(Duration::from_millis(250)).await,
-            }
-        }
+        Ok(context.entries.iter().map(lizard_api::templates::ContextEntry::from).collect())
     }
 }
 

@@ -116,7 +116,9 @@ impl Display {
     }
 }
 
-/// Follow a build's events to its end; the exit status is 0 when it is ready.
+/// Follow a build's events to its end; the exit status is 0 when it is ready. With
+/// `stdout`, the template's name goes there once ready (or with `json` the events); a
+/// build inside another command (`lizard up`) leaves stdout to that command's answer.
 pub(crate) async fn follow(
     api: &ApiClient,
     ws: &WorkspaceArgs,
@@ -124,6 +126,7 @@ pub(crate) async fn follow(
     build_id: &str,
     verbose: bool,
     json: bool,
+    stdout: bool,
 ) -> Result<i32> {
     let call = ws.apply(Call::new(&routes::TEMPLATE_BUILD_EVENTS, &[name, build_id]));
     let mut body = api.send(&call, empty()).await?.into_body();
@@ -158,7 +161,9 @@ pub(crate) async fn follow(
     match (status, error) {
         (BuildStatus::Ready, _) => {
             eprintln!("template {name} is ready (build {build_id}, {elapsed:.1}s)");
-            println!("{name}");
+            if stdout {
+                println!("{name}");
+            }
             Ok(0)
         }
         (status, error) => {

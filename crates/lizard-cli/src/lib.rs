@@ -23,6 +23,7 @@ pub mod push;
 pub mod sandbox;
 #[cfg(feature = "node")]
 pub mod server;
+pub mod services;
 pub mod shell;
 pub mod templates;
 pub mod tenancy;
@@ -113,6 +114,11 @@ pub enum Command {
     /// Templates: the built-ins and your workspaces' pushed ones, and their builds.
     #[command(subcommand)]
     Template(templates::TemplateCmd),
+    /// Deploy this directory as a persistent service (writes lizard.toml on the first run).
+    Up(services::UpArgs),
+    /// Services deployed with `lizard up`: list, status, logs, rollback, down.
+    #[command(subcommand, visible_alias = "service")]
+    Services(services::ServicesCmd),
     /// The account's balance, ledger and spend (unscoped keys); operator credits.
     #[command(subcommand)]
     Billing(billing::BillingCmd),
@@ -296,6 +302,8 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Volume(cmd) => tenancy::volume(&ctx.require_server("volume")?, cmd, ctx.json).await.map(|_| 0),
         Command::Push(args) => push::push(&ctx.require_server("push")?, args, ctx.json).await,
         Command::Template(cmd) => templates::run(&ctx.require_server("template")?, cmd, ctx.json).await,
+        Command::Up(args) => services::up(&ctx.require_server("up")?, args, ctx.json).await,
+        Command::Services(cmd) => services::run(&ctx.require_server("services")?, cmd, ctx.json).await,
         #[cfg(feature = "node")]
         Command::Billing(cmd @ billing::BillingCmd::Credit { .. }) => {
             billing::credit(&ctx.data_dir, cmd, ctx.json).await.map(|_| 0)

@@ -83,7 +83,7 @@ fn read_recipe(dir: &Path, file: Option<&Path>, name: Option<&str>) -> Result<Lo
 }
 
 /// Upload the contents the server lacks, with a progress bar over their bytes.
-async fn upload_missing(api: &ApiClient, ws: &WorkspaceArgs, dir: &Path, context: &Context) -> Result<()> {
+pub(crate) async fn upload_missing(api: &ApiClient, ws: &WorkspaceArgs, dir: &Path, context: &Context) -> Result<()> {
     let hashes: Vec<String> = context.hashes().into_iter().map(str::to_owned).collect();
     if hashes.is_empty() {
         return Ok(());
@@ -159,7 +159,7 @@ pub async fn push(api: &ApiClient, args: PushArgs, json: bool) -> Result<i32> {
         return Ok(0);
     }
     eprintln!("build {} of {} started", build.build_id, build.template);
-    follow(api, &args.workspace, &build.template, &build.build_id, args.verbose, json).await
+    follow(api, &args.workspace, &build.template, &build.build_id, args.verbose, json, true).await
 }
 
 #[cfg(test)]

@@ -191,6 +191,9 @@ pub fn options(data_dir: &Path, args: &ServerArgs) -> Result<RunOptions> {
         header_read_timeout: std::time::Duration::from_secs(args.proxy_header_timeout.max(1)),
         max_connections: args.proxy_max_connections.max(1),
     };
+    if !args.no_proxy {
+        server.public_proxy_port = Some(args.proxy_listen.port());
+    }
     Ok(RunOptions {
         server,
         node,

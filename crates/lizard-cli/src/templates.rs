@@ -167,7 +167,7 @@ pub async fn run(api: &ApiClient, cmd: TemplateCmd, json: bool) -> Result<i32> {
         }
         TemplateCmd::Logs { name, build, follow: true, workspace } => {
             let build = build_or_latest(api, &workspace, &name, build).await?;
-            return follow(api, &workspace, &name, &build, true, json).await;
+            return follow(api, &workspace, &name, &build, true, json, true).await;
         }
         TemplateCmd::Logs { name, build, follow: false, workspace } => {
             let build = build_or_latest(api, &workspace, &name, build).await?;

@@ -112,13 +112,27 @@ pub fn normalize(path: &str) -> Result<String, ContextError> {
 impl Context {
     /// Walks `root` (without following symlinks), hashing every file.
     pub fn scan(root: &Path, limits: ContextLimits) -> Result<Context, ContextError> {
+        Self::scan_with(root, limits, false)
+    }
+
+    /// An app directory (`lizard up`): as [`Context::scan`], and also without what its
+    /// `.gitignore` files leave out and without `.git` itself.
+    pub fn scan_app(root: &Path, limits: ContextLimits) -> Result<Context, ContextError> {
+        Self::scan_with(root, limits, true)
+    }
+
+    fn scan_with(root: &Path, limits: ContextLimits, app: bool) -> Result<Context, ContextError> {
         let root = root.canonicalize().map_err(|source| ContextError::Io { path: ".".into(), source })?;
-        let walk = ignore::WalkBuilder::new(&root)
+        let mut builder = ignore::WalkBuilder::new(&root);
+        builder
             .standard_filters(false)
             .add_custom_ignore_filename(IGNORE_FILE)
             .follow_links(false)
-            .sort_by_file_path(|a, b| a.cmp(b))
-            .build();
+            .sort_by_file_path(|a, b| a.cmp(b));
+        if app {
+            builder.add_custom_ignore_filename(".gitignore").filter_entry(|e| e.file_name() != ".git");
+        }
+        let walk = builder.build();
         let mut entries = Vec::new();
         let mut total = 0u64;
         for item in walk {
@@ -387,5 +401,22 @@ mod tests {
         let ctx = Context::scan(dir.path(), ContextLimits::default()).unwrap();
         let paths: Vec<_> = ctx.entries.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(paths, [IGNORE_FILE, "same-as-data", "tools", "tools-b", "toolsy"]);
+    }
+
+    #[test]
+    fn an_app_scan_also_honours_gitignore_and_leaves_git_out() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".git/objects")).unwrap();
+        std::fs::write(dir.path().join(".git/HEAD"), "ref").unwrap();
+        std::fs::create_dir_all(dir.path().join("node_modules/x")).unwrap();
+        std::fs::write(dir.path().join("node_modules/x/i.js"), "1").unwrap();
+        std::fs::write(dir.path().join(".gitignore"), "node_modules/\n").unwrap();
+        std::fs::write(dir.path().join("server.js"), "2").unwrap();
+        let app = Context::scan_app(dir.path(), ContextLimits::default()).unwrap();
+        let paths: Vec<_> = app.entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, [".gitignore", "server.js"]);
+        // A template push keeps its own rules: only .lizardignore.
+        let all = Context::scan(dir.path(), ContextLimits::default()).unwrap();
+        assert!(all.entries.iter().any(|e| e.path == ".git/HEAD"));
     }
 }

@@ -150,7 +150,7 @@ impl BuildHub {
 }
 
 /// Events as NDJSON, one per line.
-pub fn to_ndjson(events: &[BuildEvent]) -> String {
+pub fn to_ndjson<T: serde::Serialize>(events: &[T]) -> String {
     let mut out = String::new();
     for e in events {
         if let Ok(line) = serde_json::to_string(e) {

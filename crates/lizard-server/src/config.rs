@@ -20,6 +20,9 @@ pub struct ServerConfig {
     pub region: String,
     /// Public sandbox URLs are `{id}-{port}.sandbox.{region}.{domain}`.
     pub domain: String,
+    /// The port public URLs name (the sandbox-URL proxy's, unless a front serves them on
+    /// 80); `None`: none.
+    pub public_proxy_port: Option<u16>,
     /// What `GET /v1/regions` lists. Empty: just [`Self::region`].
     pub regions: Vec<Region>,
     /// The owner account's email, set on first start.
@@ -154,6 +157,7 @@ impl ServerConfig {
             region: "local".into(),
             domain: "lizard.localhost".into(),
             regions: Vec::new(),
+            public_proxy_port: None,
             owner_email: "owner@lizard.localhost".into(),
             owner_plan: "free".into(),
             billing: crate::billing::BillingConfig::default(),
@@ -183,6 +187,11 @@ impl ServerConfig {
     /// `sandbox.{region}.{domain}`: the suffix of every public sandbox host of `region`.
     pub fn sandbox_domain(&self, region: &str) -> String {
         format!("sandbox.{region}.{}", self.domain)
+    }
+
+    /// `svc.{region}.{domain}`: the suffix of every service host of `region`.
+    pub fn service_domain(&self, region: &str) -> String {
+        format!("svc.{region}.{}", self.domain)
     }
 
     /// The regions to list: the configured ones, or this server's own.

@@ -96,6 +96,7 @@ pub async fn run(
         take_back(&state, node).await;
     }
     ops::templates::fail_unfinished(&state).await;
+    ops::services::fail_interrupted(&state).await;
     match state.server.store.release_stale_attachments().await {
         Ok(0) => {}
         Ok(n) => tracing::info!(n, "released volumes held by sandboxes that no longer run"),
@@ -193,7 +194,7 @@ async fn take_back(state: &AppState, node: &Arc<lizard_node::Node>) {
 }
 
 /// The jobs that run once across replicas, each on the replica holding its lease: the
-/// metering tick, the timeout reaper, node-lease expiry.
+/// metering tick, the timeout reaper, node-lease expiry, the service reconciler.
 fn leader_jobs(state: &AppState) -> Vec<(leader::Lease, tokio::task::JoinHandle<()>)> {
     let store = state.server.store.clone();
     let replica = state.server.config.cluster.replica_id.clone();
@@ -230,12 +231,20 @@ fn leader_jobs(state: &AppState) -> Vec<(leader::Lease, tokio::task::JoinHandle<
             }
         })
     };
+    let services = {
+        let state = state.clone();
+        leader::run_as_leader(store.clone(), leader::SERVICES, replica.clone(), second, move || {
+            let state = state.clone();
+            async move { ops::services::reconcile::reconcile_once(&state).await }
+        })
+    };
     let lease =
         |name, period: Duration| leader::Lease::new(store.clone(), name, replica.clone(), period * leader::TTL_PERIODS);
     vec![
         (lease(leader::METERING, billing.tick), tokio::spawn(metering)),
         (lease(leader::TIMEOUTS, second), tokio::spawn(timeouts)),
         (lease(leader::NODE_EXPIRY, second), tokio::spawn(expiry)),
+        (lease(leader::SERVICES, second), tokio::spawn(services)),
     ]
 }
 

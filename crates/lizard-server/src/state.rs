@@ -96,13 +96,15 @@ pub struct AppState {
     pub builds: Arc<Builds>,
     /// Pushed files, by content hash.
     pub blobs: BlobStore,
+    /// Services' traffic as this process's proxy sees it.
+    pub services: Arc<crate::ops::services::traffic::Traffic>,
 }
 
 impl AppState {
     /// The state over `nodes`, with pushed files kept under the config's data directory.
     pub fn new(server: ServerState, nodes: Nodes) -> AppState {
         let blobs = BlobStore::new(&server.config.data_dir);
-        AppState { server, nodes, builds: Arc::new(Builds::default()), blobs }
+        AppState { server, nodes, builds: Arc::new(Builds::default()), blobs, services: Arc::default() }
     }
 }
 

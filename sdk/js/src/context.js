@@ -54,11 +54,13 @@ const byBytes = (a, b) => Buffer.compare(Buffer.from(a.path), Buffer.from(b.path
  * filesByHash }`: the entries as sent (wire form, sorted by path) and, for each content
  * hash, a file that has it (for the upload).
  */
-export async function scan(root) {
+export async function scan(root, { app = false } = {}) {
   if (!(await isDir(root))) throw new ContextError(`${JSON.stringify(root)} is not a directory`)
   const entries = []
   const filesByHash = new Map()
-  await walk(root, '', [], entries, filesByHash)
+  // An app directory (what `lizard up` sends) also honours .gitignore, and leaves .git out.
+  const ignoreFiles = app ? [IGNORE_FILE, '.gitignore'] : [IGNORE_FILE]
+  await walk(root, '', [], entries, filesByHash, ignoreFiles)
   entries.sort(byBytes)
   return { entries, filesByHash }
 }
@@ -74,15 +76,16 @@ function utf8(raw, shownDir) {
 
 const shown = (relDir, name) => (relDir ? `${relDir}/${name}` : name)
 
-async function walk(root, relDir, stack, entries, filesByHash) {
+async function walk(root, relDir, stack, entries, filesByHash, ignoreFiles) {
   const dir = relDir ? path.join(root, relDir) : root
-  const ignorePath = path.join(dir, IGNORE_FILE)
-  if (await isFile(ignorePath)) {
+  for (const ignoreFile of ignoreFiles) {
+    const ignorePath = path.join(dir, ignoreFile)
+    if (!(await isFile(ignorePath))) continue
     try {
       const text = await fs.readFile(ignorePath, 'utf8')
       stack = [...stack, new IgnoreRules(relDir, text.split('\n'))]
     } catch (e) {
-      throw new ContextError(`cannot read ${shown(relDir, IGNORE_FILE)}: ${e.message}`, { cause: e })
+      throw new ContextError(`cannot read ${shown(relDir, ignoreFile)}: ${e.message}`, { cause: e })
     }
   }
   let raw
@@ -102,7 +105,7 @@ async function walk(root, relDir, stack, entries, filesByHash) {
       throw new ContextError(`cannot read ${JSON.stringify(rel)}: ${e.message}`, { cause: e })
     }
     const directory = st.isDirectory()
-    if (isIgnored(stack, rel, directory)) continue
+    if (isIgnored(stack, rel, directory) || (ignoreFiles.length > 1 && directory && name === '.git')) continue
     const entry = { path: rel, mode: st.mode & 0o7777 }
     if (st.isSymbolicLink()) {
       const target = await fs.readlink(full, { encoding: 'buffer' })
@@ -126,6 +129,6 @@ async function walk(root, relDir, stack, entries, filesByHash) {
       throw new ContextError(`${JSON.stringify(rel)} is neither a file, a directory nor a symbolic link`)
     }
     entries.push(entry)
-    if (directory) await walk(root, rel, stack, entries, filesByHash)
+    if (directory) await walk(root, rel, stack, entries, filesByHash, ignoreFiles)
   }
 }

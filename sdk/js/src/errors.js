@@ -25,6 +25,24 @@ export class ContextError extends LizardError {}
  * START_NOT_READY, CANCELLED, INTERNAL), `serverMessage`, the failing `step` (1-based) and
  * the tail of its output where a step failed; `build` is the whole build status.
  */
+/**
+ * A service's version did not go live: `code` (`START_NOT_READY`, `UNHEALTHY`,
+ * `BUILD_FAILED`, …), the app's last output (`logTail`) and the service as it stands
+ * (`service`: the previous version, if any, still serves).
+ */
+export class DeployError extends LizardError {
+  constructor(service, version) {
+    const error = service.versions?.find((v) => v.version === version)?.error ?? {}
+    const code = error.code ?? 'FAILED'
+    const message = error.message ?? `version ${version} failed`
+    super(`${code}: ${message}${error.logTail ? `\n${error.logTail}` : ''}`)
+    this.service = service
+    this.code = code
+    this.serverMessage = message
+    this.logTail = error.logTail
+  }
+}
+
 export class BuildError extends LizardError {
   constructor(build) {
     const failure = build.error

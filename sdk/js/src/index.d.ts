@@ -533,6 +533,52 @@ export class Templates {
   push(dir?: string, opts?: PushOptions): Promise<TemplateBuildInfo>
 }
 
+export interface ServiceVersion {
+  version: number
+  /** building, starting, live, failed or retired. */
+  status: string
+  spec: Record<string, any>
+  buildId?: string
+  error?: { code: string; message: string; logTail?: string }
+  createdAt: string
+}
+export interface ServiceInfo {
+  serviceId: string
+  name: string
+  projectId: string
+  workspaceId: string
+  url: string
+  /** deploying, live, failing or failed. */
+  status: string
+  error?: { code: string; message: string; logTail?: string }
+  liveVersion?: number
+  versions: ServiceVersion[]
+  instances: { sandboxId: string; version: number; state: string; restarts: number }[]
+  createdAt: string
+  updatedAt: string
+}
+export interface DeployOptions {
+  cmd: string
+  port: number
+  template?: string
+  build?: string
+  env?: Record<string, string>
+  health?: { path?: string; intervalMs?: number; timeoutMs?: number; graceMs?: number }
+  scale?: { min?: number; max?: number; idle?: 'pause' | 'keep'; idleAfterMs?: number }
+  /** Resolve once live, reject with DeployError when the version failed (default true). */
+  wait?: boolean
+  timeoutMs?: number
+}
+export class Services {
+  /** Deploy a directory as the service `name` (new, or a new version). */
+  deploy(dir: string, name: string, opts: DeployOptions): Promise<ServiceInfo>
+  list(): Promise<ServiceInfo[]>
+  get(name: string): Promise<ServiceInfo>
+  rollback(name: string, opts?: { version?: number; timeoutMs?: number }): Promise<ServiceInfo>
+  delete(name: string): Promise<void>
+  logs(name: string, opts?: { tail?: number }): Promise<{ sandboxId: string; version: number; data: string }[]>
+}
+
 export class Lizard {
   constructor(opts?: LizardOptions)
   readonly project: string | undefined
@@ -545,6 +591,7 @@ export class Lizard {
   readonly billing: Billing
   readonly metrics: Metrics
   readonly templates: Templates
+  readonly services: Services
   projectId(): Promise<string>
   create(template?: string, opts?: CreateOptions): Promise<Sandbox>
   connect(sandboxId: string): Promise<Sandbox>
@@ -601,6 +648,14 @@ export class APIConnectionError extends LizardError {}
 export class APITimeoutError extends APIConnectionError {}
 /** A directory cannot be pushed as it is (no recipe, a special file, a name not UTF-8). */
 export class ContextError extends LizardError {}
+/** A service's version did not go live (the previous one, if any, still serves). */
+export class DeployError extends LizardError {
+  readonly service: ServiceInfo
+  /** START_NOT_READY, UNHEALTHY, BUILD_FAILED, … */
+  readonly code: string
+  readonly serverMessage: string
+  readonly logTail: string | undefined
+}
 /** A template build ended without a template. */
 export class BuildError extends LizardError {
   readonly build: TemplateBuildInfo

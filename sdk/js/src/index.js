@@ -4,6 +4,7 @@ import { HttpClient } from './http.js'
 import { Sandbox } from './sandbox.js'
 import { ConflictError, NotFoundError } from './errors.js'
 import { Templates } from './templates.js'
+import { Services } from './services.js'
 
 export * from './errors.js'
 export { HttpClient, requestObservers } from './http.js'
@@ -12,6 +13,7 @@ export { ProcessHandle, PtyHandle, Pty } from './processes.js'
 export { Desktop, DesktopStream, DesktopError } from './desktop.js'
 export { CodeInterpreter, Execution, ExecutionError, Result, readCodeEvents } from './code.js'
 export { Templates } from './templates.js'
+export { Services } from './services.js'
 
 const seg = encodeURIComponent
 
@@ -187,6 +189,7 @@ export class Lizard {
     this.billing = new Billing(this.platform)
     this.metrics = new Metrics(this.platform)
     this.templates = new Templates(this)
+    this.services = new Services(this)
   }
 
   /** The pinned project's id (looked up once). */

@@ -127,7 +127,7 @@ export class Templates {
     const recipe = await readRecipe(dir, name)
     const manifest = await scan(dir)
     const scope = await this.#scope(workspace)
-    await this.#uploadMissing(manifest, scope)
+    await this._uploadMissing(manifest, scope)
     const body = { recipe: recipe.text, format: recipe.format, files: manifest.entries, ...scope }
     if (name) body.name = name
     // Not retried on a broken connection: a second POST would start a second build.
@@ -137,7 +137,8 @@ export class Templates {
     return final
   }
 
-  async #uploadMissing(manifest, scope) {
+  /** Upload what the server lacks of a scanned directory (also what `lizard.services` deploys). @internal */
+  async _uploadMissing(manifest, scope) {
     const hashes = [...manifest.filesByHash.keys()].sort()
     if (!hashes.length) return
     const { missing } = await this.#http.post('/v1/templates/blobs/missing', { sha256: hashes }, { query: scope })

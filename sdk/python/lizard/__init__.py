@@ -62,6 +62,7 @@ from .models import (
 from .desktop import Desktop, DesktopError, DesktopStream
 from .processes import ProcessHandle, Pty, PtyHandle
 from .sandbox import AsyncSandbox, Filesystem, Process, Sandbox, SandboxBase
+from .services import DeployError, ServiceInfo, Services
 from .templates import Templates
 
 __version__ = "0.1.0"
@@ -70,6 +71,7 @@ __all__ = [
     "Lizard", "Sandbox", "Filesystem", "Process", "ProcessHandle", "Pty", "PtyHandle", "HttpClient", "Desktop", "DesktopStream", "DesktopError",
     "AsyncLizard", "AsyncSandbox", "AsyncHttpClient", "LizardBase", "SandboxBase",
     "WatchHandle", "AsyncWatchHandle", "FileInfo", "FsEvent", "ArchiveResult",
+    "DeployError", "ServiceInfo", "Services",
     "Execution", "Result", "Logs", "ExecutionError", "Context",
     "Workspaces", "Projects", "ApiKeys", "Regions", "Volumes", "Billing", "Metrics", "Templates",
     "ApiKey", "FileEntry", "ProcessInfo", "ProcessResult", "Project", "Record", "Region", "SandboxInfo", "Volume", "WhoAmI", "Workspace",

@@ -11,7 +11,7 @@ import hashlib
 import os
 import stat
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ._ignore import IGNORE_FILE, IgnoreRules, is_ignored
 from .errors import ContextError
@@ -75,26 +75,37 @@ class Manifest:
         return sorted(self.files_by_hash)
 
 
-def scan(root: str) -> Manifest:
-    """Walk ``root`` without following symlinks, hashing every file."""
+def scan(root: str, *, app: bool = False) -> Manifest:
+    """Walk ``root`` without following symlinks, hashing every file. An app directory
+    (``app``, what ``lizard up`` sends) also leaves out what its ``.gitignore`` files name,
+    and ``.git`` itself."""
     if not os.path.isdir(root):
         raise ContextError(f"{root!r} is not a directory")
     entries: List[Dict[str, Any]] = []
     files: Dict[str, str] = {}
-    _walk(root, "", [], entries, files)
+    ignore_files = (IGNORE_FILE, ".gitignore") if app else (IGNORE_FILE,)
+    _walk(root, "", [], entries, files, ignore_files)
     entries.sort(key=lambda e: e["path"].encode("utf-8"))
     return Manifest(entries, files)
 
 
-def _walk(root: str, rel_dir: str, stack: List[IgnoreRules], entries: List[Dict[str, Any]], files: Dict[str, str]) -> None:
+def _walk(
+    root: str,
+    rel_dir: str,
+    stack: List[IgnoreRules],
+    entries: List[Dict[str, Any]],
+    files: Dict[str, str],
+    ignore_files: Tuple[str, ...],
+) -> None:
     directory = os.path.join(root, rel_dir) if rel_dir else root
-    ignore_path = os.path.join(directory, IGNORE_FILE)
-    if os.path.isfile(ignore_path):
-        try:
-            with open(ignore_path, encoding="utf-8", errors="replace") as f:
-                stack = stack + [IgnoreRules(rel_dir, f.read().splitlines())]
-        except OSError as e:
-            raise ContextError(f"cannot read {_shown(rel_dir, IGNORE_FILE)}: {e}") from e
+    for ignore_file in ignore_files:
+        ignore_path = os.path.join(directory, ignore_file)
+        if os.path.isfile(ignore_path):
+            try:
+                with open(ignore_path, encoding="utf-8", errors="replace") as f:
+                    stack = stack + [IgnoreRules(rel_dir, f.read().splitlines())]
+            except OSError as e:
+                raise ContextError(f"cannot read {_shown(rel_dir, ignore_file)}: {e}") from e
     try:
         names = sorted(os.listdir(directory))
     except OSError as e:
@@ -111,7 +122,7 @@ def _walk(root: str, rel_dir: str, stack: List[IgnoreRules], entries: List[Dict[
         except OSError as e:
             raise ContextError(f"cannot read {path!r}: {e}") from e
         is_dir = stat.S_ISDIR(st.st_mode)
-        if is_ignored(stack, path, is_dir):
+        if is_ignored(stack, path, is_dir) or (len(ignore_files) > 1 and is_dir and name == ".git"):
             continue
         entry: Dict[str, Any] = {"path": path, "mode": stat.S_IMODE(st.st_mode)}
         if stat.S_ISLNK(st.st_mode):
@@ -135,7 +146,7 @@ def _walk(root: str, rel_dir: str, stack: List[IgnoreRules], entries: List[Dict[
             raise ContextError(f"{path!r} is neither a file, a directory nor a symbolic link")
         entries.append(entry)
         if is_dir:
-            _walk(root, path, stack, entries, files)
+            _walk(root, path, stack, entries, files, ignore_files)
 
 
 def _shown(rel_dir: str, name: str) -> str:

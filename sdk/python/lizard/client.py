@@ -13,6 +13,7 @@ from ._ops import Async, F, Flavoured, Op, Sync, api
 from .errors import ConflictError, NotFoundError
 from .models import ApiKey, Project, Record, Region, SandboxInfo, Volume, WhoAmI, Workspace
 from .sandbox import SandboxBase
+from .services import Services
 from .templates import Templates
 
 Http = Union[HttpClient, AsyncHttpClient]
@@ -239,6 +240,7 @@ class LizardBase(Flavoured[F]):
         self.billing: Billing[F] = Billing(platform)
         self.metrics: Metrics[F] = Metrics(platform)
         self.templates: Templates[F] = Templates(self)
+        self.services: Services[F] = Services(self)
 
     def _project_id(self) -> Op[str]:
         if self._resolved_project_id is None:

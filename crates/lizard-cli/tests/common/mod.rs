@@ -4,6 +4,8 @@
 // Each test target is its own crate and uses only part of this.
 #![allow(dead_code)]
 
+pub mod server;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -20,6 +20,7 @@ pub mod processes;
 pub mod projects;
 pub mod regions;
 pub mod sandboxes;
+pub mod services;
 pub mod templates;
 pub mod volumes;
 pub mod workspaces;
@@ -97,6 +98,16 @@ pub fn all_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(templates::get, templates::delete))
         .routes(routes!(templates::get_build, templates::cancel))
         .routes(routes!(templates::events))
+        // A deploy's manifest, like a push's.
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(services::create, services::list))
+                .routes(routes!(services::deploy))
+                .layer(axum::extract::DefaultBodyLimit::max(templates::MAX_PUSH_BYTES)),
+        )
+        .routes(routes!(services::get, services::delete))
+        .routes(routes!(services::rollback))
+        .routes(routes!(services::logs))
         .routes(routes!(cluster::join))
         .routes(routes!(cluster::heartbeat))
         .routes(routes!(cluster::events))

@@ -35,7 +35,7 @@ pub(crate) fn volume_json(v: VolumeRecord) -> Volume {
 }
 
 /// The project named by `project`/`projectId`, or the only one the key reaches.
-async fn project_of(
+pub(crate) async fn project_of(
     state: &AppState,
     p: &Principal,
     project: Option<&str>,
@@ -115,9 +115,9 @@ pub async fn create(
 #[into_params(parameter_in = Query)]
 pub struct ProjectQuery {
     /// The project by id, slug or name.
-    project: Option<String>,
+    pub(crate) project: Option<String>,
     /// The project's exact id.
-    project_id: Option<String>,
+    pub(crate) project_id: Option<String>,
 }
 
 /// The volumes the key reaches (of one project when given).

@@ -18,6 +18,8 @@ pub const METERING: &str = "metering";
 pub const TIMEOUTS: &str = "timeouts";
 /// The lease of node-lease expiry.
 pub const NODE_EXPIRY: &str = "node-expiry";
+/// The lease of the service reconciler ([`crate::ops::services::reconcile`]).
+pub const SERVICES: &str = "services";
 
 /// How many periods a lease outlives its last renewal.
 pub const TTL_PERIODS: u32 = 3;

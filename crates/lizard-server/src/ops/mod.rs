@@ -13,6 +13,7 @@ pub mod hooks;
 pub mod lifecycle;
 pub mod node_events;
 pub mod sandboxes;
+pub mod services;
 pub mod templates;
 pub mod timeouts;
 pub mod volumes;

@@ -83,6 +83,15 @@ pub fn parse_host(host: &str, sandbox_domain: &str) -> Option<Target> {
     Some(Target { sandbox_id: id.to_string(), port: parse_port(port)? })
 }
 
+/// Parse `{name}.{service_domain}` (any `:port` suffix, letter case and one trailing dot
+/// ignored): the service's name, when it is one ([`lizard_api::services::is_service_name`]).
+pub fn parse_service_host(host: &str, service_domain: &str) -> Option<String> {
+    let host = strip_port(host);
+    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    let name = host.strip_suffix(&format!(".{}", service_domain.to_ascii_lowercase()))?;
+    lizard_api::services::is_service_name(name).then(|| name.to_owned())
+}
+
 /// A port in 1..=65535 written in plain decimal (no sign, no leading zero).
 fn parse_port(s: &str) -> Option<u16> {
     if s.is_empty() || s.len() > 5 || s.starts_with('0') || !s.bytes().all(|b| b.is_ascii_digit()) {
@@ -124,6 +133,25 @@ mod tests {
             "",
         ] {
             assert_eq!(parse_host(bad, D), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn service_hosts_name_exactly_one_service() {
+        const S: &str = "svc.local.lizard.localhost";
+        assert_eq!(parse_service_host("my-app.svc.local.lizard.localhost:7172", S).as_deref(), Some("my-app"));
+        assert_eq!(parse_service_host("My-App.SVC.local.lizard.localhost.", S).as_deref(), Some("my-app"));
+        for bad in [
+            "my-app.svc.other.lizard.localhost",
+            "x.my-app.svc.local.lizard.localhost",
+            "my_app.svc.local.lizard.localhost",
+            "-a.svc.local.lizard.localhost",
+            "svc.local.lizard.localhost",
+            ".svc.local.lizard.localhost",
+            "my-app.svc.local.lizard.localhost.evil.com",
+            "abc123-3000.sandbox.local.lizard.localhost",
+        ] {
+            assert_eq!(parse_service_host(bad, S), None, "{bad}");
         }
     }
 

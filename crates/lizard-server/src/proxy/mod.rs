@@ -1,5 +1,7 @@
 //! The sandbox-URL proxy: `{sandboxId}-{port}.sandbox.{region}.{domain}` → that port on
-//! 127.0.0.1 inside that sandbox.
+//! 127.0.0.1 inside that sandbox, and `{name}.svc.{region}.{domain}` → the app port of one
+//! healthy instance of that service ([`crate::ops::services::route`], which resumes a
+//! paused instance first).
 //!
 //! Routing is by the request's one host ([`host`]: duplicate `Host` headers and an
 //! absolute-form target naming another host are refused). Each request opens a TCP
@@ -84,21 +86,61 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
         Ok(h) => h,
         Err(e) => return Ok((StatusCode::BAD_REQUEST, axum::Json(bad_request(e.to_string()).0)).into_response()),
     };
+    let client = req.extensions().get::<ClientAddr>().map(|c| c.0.ip());
+    if let Some(name) = host::parse_service_host(&host, &config.service_domain(&config.region)) {
+        for_the_guest(&mut req, client, &host);
+        return forward_to_service(state, &name, req).await;
+    }
     let target = parse_host(&host, &config.sandbox_domain(&config.region))
-        .ok_or_else(|| AppError::not_found(format!("{host:?} is not a sandbox host of this region")))?;
+        .ok_or_else(|| AppError::not_found(format!("{host:?} is not a sandbox or service host of this region")))?;
     check_port(&target)?;
     access::check(state.server.store.as_ref(), &target, req.headers(), req.uri()).await?;
+    for_the_guest(&mut req, client, &host);
+    let tunnel = ops::sandboxes::open_port(state, &target.sandbox_id, target.port).await?;
+    exchange(tunnel, req, target.port).await
+}
 
-    let client = req.extensions().get::<ClientAddr>().map(|c| c.0.ip());
-    let slot = req.extensions().get::<ConnectionSlot>().cloned();
+/// What the guest sees of a request: no access token in its target, none of the
+/// platform's credentials, the proxy's own forwarding headers.
+fn for_the_guest(req: &mut Request, client: Option<std::net::IpAddr>, host: &str) {
     *req.uri_mut() = access::guest_target(req.uri());
     headers::strip_platform_credentials(req.headers_mut());
-    headers::set_forwarded(req.headers_mut(), client, &host);
+    headers::set_forwarded(req.headers_mut(), client, host);
+}
 
-    let tunnel = ops::sandboxes::open_port(state, &target.sandbox_id, target.port).await?;
+/// A request to a service: to the instance [`ops::services::route`] picks, counted in
+/// flight until its response body ends (draining and idle pausing wait for it). An
+/// instance paused or stopped between the pick and the tunnel is picked again, once.
+async fn forward_to_service(state: &AppState, name: &str, req: Request) -> Result<Response, AppError> {
+    let (mut sandbox_id, mut port) = ops::services::route(state, name).await?;
+    let mut in_flight = state.services.begin(&sandbox_id);
+    let tunnel = match ops::sandboxes::open_port(state, &sandbox_id, port).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::debug!(service = %name, sandbox = %sandbox_id, "instance did not take the request: {}", e.0.message);
+            drop(in_flight);
+            (sandbox_id, port) = ops::services::route(state, name).await?;
+            in_flight = state.services.begin(&sandbox_id);
+            ops::sandboxes::open_port(state, &sandbox_id, port).await?
+        }
+    };
+    let resp = exchange(tunnel, req, port).await?;
+    Ok(resp.map(|body| {
+        use http_body_util::BodyExt;
+        Body::new(body.map_frame(move |frame| {
+            let _held = &in_flight;
+            frame
+        }))
+    }))
+}
+
+/// Speak HTTP/1.1 over `tunnel`: send `req`, answer the guest's response (an upgrade
+/// becomes a byte pipe between client and guest).
+async fn exchange(tunnel: Box<dyn crate::nodes::Tunnel>, mut req: Request, port: u16) -> Result<Response, AppError> {
+    let slot = req.extensions().get::<ConnectionSlot>().cloned();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tunnel))
         .await
-        .map_err(|e| AppError::new(lizard_api::ErrorCode::PortClosed, format!("port {}: {e}", target.port)))?;
+        .map_err(|e| AppError::new(lizard_api::ErrorCode::PortClosed, format!("port {port}: {e}")))?;
     tokio::spawn(async move {
         if let Err(e) = conn.with_upgrades().await {
             tracing::debug!("proxied connection: {e}");
@@ -109,7 +151,7 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
     let mut resp = sender
         .send_request(req)
         .await
-        .map_err(|e| AppError::new(lizard_api::ErrorCode::PortClosed, format!("port {}: {e}", target.port)))?;
+        .map_err(|e| AppError::new(lizard_api::ErrorCode::PortClosed, format!("port {port}: {e}")))?;
 
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         if let Some(client_upgrade) = client_upgrade {

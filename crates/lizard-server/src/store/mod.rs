@@ -23,6 +23,7 @@ pub mod database;
 pub(crate) mod fixture;
 pub mod idempotency;
 pub mod postgres;
+pub mod services;
 pub mod sqlite;
 pub mod templates;
 #[cfg(test)]
@@ -35,6 +36,7 @@ pub use blob_content::{BlobContent, BlobContentStore, BLOB_CHUNK_BYTES};
 pub use cluster::{ClusterNode, ClusterStore, HeartbeatOutcome, LostNode, NewNode, NodeTokenRecord, GONE_REASON};
 pub use idempotency::IdempotencyStore;
 pub use lizard_api::{OnTimeout, SandboxState};
+pub use services::{InstanceRecord, ServiceBody, ServiceRecord, ServiceStore, VersionRecord};
 
 use crate::scope::Scope;
 use async_trait::async_trait;
@@ -248,6 +250,7 @@ pub trait Store:
     + AccessStore
     + ClusterStore
     + BlobContentStore
+    + ServiceStore
     + Send
     + Sync
     + 'static

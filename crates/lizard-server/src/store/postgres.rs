@@ -42,6 +42,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (8, "sandbox access", include_str!("../../migrations/postgres/0008_sandbox_access.sql")),
     (9, "cluster", include_str!("../../migrations/postgres/0009_cluster.sql")),
     (10, "blob content", include_str!("../../migrations/postgres/0010_blob_content.sql")),
+    (11, "services", include_str!("../../migrations/postgres/0011_services.sql")),
 ];
 
 mod access;
@@ -49,6 +50,7 @@ mod billing;
 mod blob_content;
 mod cluster;
 mod idempotency;
+mod services;
 mod templates;
 mod volumes;
 

@@ -40,6 +40,10 @@ pub const MAX_BLOB_BYTES: u64 = 512 << 20;
 /// Names a template may not have: they would read as another route.
 pub const RESERVED_NAMES: &[&str] = &["blobs"];
 
+/// Prefix of the templates that hold services' versions ([`crate::ops::services`]); a
+/// push may not use it.
+pub const SERVICE_TEMPLATE_PREFIX: &str = "svc-";
+
 /// Prefix of build ids; the node template of a build is `tb-` and the rest.
 pub const BUILD_ID_PREFIX: &str = "bld";
 
@@ -178,7 +182,7 @@ pub fn parse_recipe(req: &PushTemplateRequest) -> ApiResult<Recipe> {
             lizard_recipe::dockerfile::parse(&req.recipe, name).map_err(invalid)?
         }
     };
-    if RESERVED_NAMES.contains(&recipe.name.as_str()) {
+    if RESERVED_NAMES.contains(&recipe.name.as_str()) || recipe.name.starts_with(SERVICE_TEMPLATE_PREFIX) {
         return Err(AppError::invalid(format!("{:?} is reserved; choose another template name", recipe.name)));
     }
     Ok(recipe)
@@ -206,6 +210,18 @@ pub async fn check_push(
     if is_builtin(state, &recipe.name) {
         return Err(AppError::conflict(format!("{} is the name of a built-in template; choose another", recipe.name)));
     }
+    check_recipe(state, workspace, recipe, &req.files).await
+}
+
+/// The checks of a push after its recipe's own (base, manifest, uploads, copy sources):
+/// also what a service's version goes through, its recipe made by the platform.
+pub async fn check_recipe(
+    state: &AppState,
+    workspace: &WorkspaceRecord,
+    recipe: Recipe,
+    files: &[ContextEntry],
+) -> ApiResult<CheckedPush> {
+    recipe.validate().map_err(|e| AppError::invalid(format!("recipe: {e}")))?;
     let store = state.server.store.as_ref();
     let base_ref = match &recipe.from {
         Base::Template(base) if is_builtin(state, base) => base.clone(),
@@ -221,7 +237,7 @@ pub async fn check_push(
             ))
         }
     };
-    let entries = req.files.iter().map(entry).collect::<ApiResult<Vec<_>>>()?;
+    let entries = files.iter().map(entry).collect::<ApiResult<Vec<_>>>()?;
     let context =
         Context::from_manifest(entries, context_limits()).map_err(|e| AppError::invalid(format!("files: {e}")))?;
     let hashes: Vec<String> = context.hashes().into_iter().map(str::to_owned).collect();
@@ -248,6 +264,15 @@ pub async fn check_push(
 /// Check a push, record its build (queued) and start it in the background.
 pub async fn push(state: &AppState, workspace: &WorkspaceRecord, req: &PushTemplateRequest) -> ApiResult<BuildRecord> {
     let checked = check_push(state, workspace, req).await?;
+    start_build(state, workspace, checked).await
+}
+
+/// Record the build of a checked push (queued) and start it in the background.
+pub async fn start_build(
+    state: &AppState,
+    workspace: &WorkspaceRecord,
+    checked: CheckedPush,
+) -> ApiResult<BuildRecord> {
     let recipe = &checked.recipe;
     let now = ids::now_ms();
     let build_id = ids::new_id(BUILD_ID_PREFIX);
