@@ -158,6 +158,7 @@ test('every page shows what the API says, and its forms work', async () => {
   assert.equal(link, `http://${sbx.sandboxId}-8000.${sbx.domain}:${SANDBOX_URL_PORT}/`)
   await page.waitForSelector('#terminal-status:text("Connected")', { timeout: 60_000 })
   await run(page, 'echo hi', /^hi$/)
+  await page.evaluate(() => window.scrollTo(0, 0))
   await shot(page, 'sandbox')
 
   for (const name of ['templates', 'volumes', 'keys', 'usage']) {
