@@ -228,6 +228,11 @@ test('sign in, create a sandbox from the form, use its terminal, kill it from it
   await page.click(`#sandbox-list a:text("${id}")`)
   await page.waitForSelector('#terminal-status:text("Connected")', { timeout: 60_000 })
   assert.notEqual((await page.textContent('#terminal-status')).match(/pid (\d+)/)[1], String(shellPid))
+  // The shell's own end is the server's `exit` message.
+  await page.click('#terminal')
+  await page.keyboard.type('exit 3')
+  await page.keyboard.press('Enter')
+  await page.waitForSelector('#terminal-status:text("The shell exited (3).")', { timeout: 60_000 })
 
   await page.click('#kill')
   await page.waitForURL(/#\/sandboxes$/)
