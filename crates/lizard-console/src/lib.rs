@@ -109,6 +109,10 @@ mod tests {
         for n in ["index.html", "app.js", "app.css"] {
             assert!(names.contains(&n), "{names:?}");
         }
+        // app.css carries xterm.js's own rules beside the console's.
+        let (_, _, css) = assets::ASSETS.iter().find(|(n, _, _)| *n == "app.css").unwrap();
+        let css = std::str::from_utf8(css).unwrap();
+        assert!(css.contains(".xterm-viewport") && css.contains("#terminal"), "{css}");
     }
 
     #[tokio::test]
