@@ -2,10 +2,12 @@
 //! static pages, built from `web/` at compile time (see `build.rs`) and embedded in the
 //! binary. The pages sign in with an API key that the browser keeps in its session storage
 //! only, and every call they make is the public API with that key (`X-API-Key`), so the
-//! key's scopes apply. The key is never in a URL, a cookie or a log line.
+//! key's scopes apply; the terminal's WebSocket offers the key as a subprotocol, since a
+//! browser cannot set headers on one. The key is never in a URL, a cookie or a log line.
 //!
-//! The assets need no key. Every answer carries a Content-Security-Policy (scripts, styles
-//! and connections from this origin only, nothing inline), and is never framed or sniffed.
+//! The assets need no key. Every answer carries a Content-Security-Policy (scripts and
+//! connections from this origin only, no inline script; styles from this origin and
+//! inline, see [`CSP`]), and is never framed or sniffed.
 
 #![forbid(unsafe_code)]
 
@@ -23,8 +25,12 @@ mod assets {
 /// Where the console lives.
 pub const BASE: &str = "/console/";
 
-/// The Content-Security-Policy of every answer.
-pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+/// The Content-Security-Policy of every answer. Styles may be inline because xterm.js's
+/// renderer writes them: `<style>` elements sized to the terminal's font and theme, and
+/// `style` attributes on cells with their own colours. Scripts stay this origin's only, so
+/// an injected style can restyle a page but not run code or send anything away.
+/// (`connect-src 'self'` covers the terminal's `ws:`/`wss:` to this host.)
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
                        img-src 'self' data: blob:; font-src 'self'; connect-src 'self'; \
                        frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 
@@ -103,6 +109,10 @@ mod tests {
         for n in ["index.html", "app.js", "app.css"] {
             assert!(names.contains(&n), "{names:?}");
         }
+        // app.css carries xterm.js's own rules beside the console's.
+        let (_, _, css) = assets::ASSETS.iter().find(|(n, _, _)| *n == "app.css").unwrap();
+        let css = std::str::from_utf8(css).unwrap();
+        assert!(css.contains(".xterm-viewport") && css.contains("#terminal"), "{css}");
     }
 
     #[tokio::test]

@@ -1,8 +1,8 @@
-// Bundles the console into one directory of static files: app.js (src/main.ts,
-// minified), app.css and index.html.
+// Bundles the console into one directory of static files: app.js (src/main.ts and
+// xterm.js, minified), app.css (static/console.css and xterm's CSS) and index.html.
 // `node build.mjs OUT_DIR`; run by build.rs after `npm ci`.
 import { build } from 'esbuild'
-import { copyFileSync, mkdirSync } from 'node:fs'
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 
 const out = process.argv[2]
@@ -18,5 +18,9 @@ await build({
   legalComments: 'none',
   logLevel: 'warning',
 })
-copyFileSync('static/console.css', join(out, 'app.css'))
+const css = [
+  readFileSync('node_modules/@xterm/xterm/css/xterm.css', 'utf8'),
+  readFileSync('static/console.css', 'utf8'),
+].join('\n')
+writeFileSync(join(out, 'app.css'), css)
 copyFileSync('static/index.html', join(out, 'index.html'))

@@ -90,6 +90,29 @@ async function shot(page, name) {
   if (SHOTS) await page.screenshot({ path: join(SHOTS, `${name}.png`) })
 }
 
+/** The terminal's rendered rows as text (xterm.js's DOM renderer writes spaces as NBSPs). */
+async function screenRows(page) {
+  return page.$$eval('#terminal .xterm-rows > div', (rows) => rows.map((r) => r.textContent.replace(/\u00a0/g, ' ').trimEnd()))
+}
+
+/** Type `line` and Enter into the terminal, then wait for a rendered row that `want` matches. */
+async function run(page, line, want) {
+  await page.click('#terminal')
+  await page.keyboard.type(line)
+  await page.keyboard.press('Enter')
+  try {
+    await page.waitForFunction(
+      (src) => [...document.querySelectorAll('#terminal .xterm-rows > div')]
+        .some((r) => new RegExp(src).test(r.textContent.replace(/\u00a0/g, ' ').trim())),
+      want.source,
+      { timeout: 60_000 },
+    )
+  } catch (e) {
+    assert.fail(`${line}: no row matches ${want}:\n${(await screenRows(page)).join('\n')}\n${e.message}`)
+  }
+  return (await screenRows(page)).map((r) => r.trim()).find((r) => want.test(r))
+}
+
 test('every page shows what the API says, and its forms work', async () => {
   const sbx = await ok('POST', '/v1/sandboxes', OWNER, { template: 'base', projectId: a.project.id, timeoutMs: 600_000 })
   made.sandboxes.push(sbx.sandboxId)
@@ -133,6 +156,9 @@ test('every page shows what the API says, and its forms work', async () => {
   assert.ok(await page.$('#port-list a'), `no open port listed: ${await page.textContent('#port-list')}`)
   const link = await page.getAttribute('#port-list a', 'href')
   assert.equal(link, `http://${sbx.sandboxId}-8000.${sbx.domain}:${SANDBOX_URL_PORT}/`)
+  await page.waitForSelector('#terminal-status:text("Connected")', { timeout: 60_000 })
+  await run(page, 'echo hi', /^hi$/)
+  await page.evaluate(() => window.scrollTo(0, 0))
   await shot(page, 'sandbox')
 
   for (const name of ['templates', 'volumes', 'keys', 'usage']) {
@@ -165,7 +191,7 @@ test('every page shows what the API says, and its forms work', async () => {
   await context.close()
 })
 
-test('sign in, create a sandbox from the form, kill it from its page', async () => {
+test('sign in, create a sandbox from the form, use its terminal, kill it from its page', async () => {
   const { context, page, problems } = await signedIn(OWNER)
   await page.selectOption('#create-project', a.project.id)
   await page.selectOption('#create-template', 'base')
@@ -176,6 +202,38 @@ test('sign in, create a sandbox from the form, kill it from its page', async () 
   const created = await ok('GET', `/v1/sandboxes/${id}`, OWNER)
   assert.deepEqual([created.state, created.template, created.projectId], ['running', 'base', a.project.id])
   await page.waitForSelector('#sandbox-facts .state.running')
+
+  // The terminal: a shell in the sandbox, over the PTY WebSocket with the key as a subprotocol.
+  await page.waitForSelector('#terminal-status:text("Connected")', { timeout: 60_000 })
+  const shellPid = Number((await page.textContent('#terminal-status')).match(/pid (\d+)/)[1])
+  const shell = (await ok('GET', `/v1/sandboxes/${id}/processes`, OWNER)).find((p) => p.pid === shellPid)
+  assert.deepEqual([shell?.pty, shell?.exitCode], [true, undefined], `the shell, ${shellPid}`)
+  await run(page, 'echo hi', /^hi$/)
+  assert.ok((await screenRows(page)).some((r) => r.includes('echo hi')), 'the typed line is echoed')
+  // The PTY starts at the size the page fits (rows: the rendered rows), and follows the window.
+  const before = (await run(page, 'clear; stty size', /^\d+ \d+$/)).split(' ').map(Number)
+  assert.equal(before[0], (await screenRows(page)).length)
+  await page.setViewportSize({ width: 760, height: 800 })
+  const after = (await run(page, 'clear; stty size', new RegExp(`^${before[0]} (?!${before[1]}$)\\d+$`))).split(' ').map(Number)
+  assert.ok(after[1] < before[1], `narrower window, ${before} → ${after}`)
+  // Leaving the page closes the socket, which hangs the shell up; coming back starts another.
+  await page.evaluate(() => { location.hash = '#/sandboxes' })
+  await page.waitForSelector('#sandbox-list')
+  let ended
+  for (let i = 0; i < 60 && ended?.exitCode === undefined; i++) {
+    if (i) await page.waitForTimeout(500)
+    ended = (await ok('GET', `/v1/sandboxes/${id}/processes`, OWNER)).find((p) => p.pid === shellPid)
+  }
+  assert.notEqual(ended?.exitCode, undefined, 'the shell ended when its page was left')
+  await page.click(`#sandbox-list a:text("${id}")`)
+  await page.waitForSelector('#terminal-status:text("Connected")', { timeout: 60_000 })
+  assert.notEqual((await page.textContent('#terminal-status')).match(/pid (\d+)/)[1], String(shellPid))
+  // The shell's own end is the server's `exit` message.
+  await page.click('#terminal')
+  await page.keyboard.type('exit 3')
+  await page.keyboard.press('Enter')
+  await page.waitForSelector('#terminal-status:text("The shell exited (3).")', { timeout: 60_000 })
+
   await page.click('#kill')
   await page.waitForURL(/#\/sandboxes$/)
   assert.equal((await call('GET', `/v1/sandboxes/${id}`, OWNER)).status, 404, 'killed')

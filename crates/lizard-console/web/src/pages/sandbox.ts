@@ -1,15 +1,20 @@
-// One sandbox: its facts and actions, a file browser (list, download, upload) and its
-// open ports as links to its URLs.
+// One sandbox: its facts and actions, a live terminal, a file browser (list, download,
+// upload) and its open ports as links to its URLs.
 
 import * as api from '../api'
 import { age, attempt, bytes, h, replace, table, until } from '../dom'
 import type { Page } from '../main'
+import { openTerminal } from '../terminal'
 import { kill, pause, resume, Sandbox, stateBadge } from './sandboxes'
 
 /** Lizard's own guest ports: never a user's service, never routed by sandbox URLs. */
 const RESERVED_PORTS = new Set([49171, 49999])
 
 interface Settings { sandboxUrlPort?: number | null }
+
+/** Closes the terminal the page shows: before the page is drawn again (Pause, Resume)
+ * or left, so no socket stays open behind it. */
+let closeTerminal = (): void => {}
 
 /** The TCP ports something listens on in the guest, from /proc/net/tcp{,6}. */
 export async function listeningPorts(id: string): Promise<number[]> {
@@ -88,6 +93,7 @@ function portsCard(s: Sandbox, settings: Settings, errors: HTMLElement): HTMLEle
 }
 
 export async function sandboxPage(page: Page, id: string): Promise<void> {
+  closeTerminal()
   const [s, settings] = await Promise.all([
     api.get<Sandbox>(`/v1/sandboxes/${api.enc(id)}`),
     fetch('/console/settings.json').then((r) => r.json() as Promise<Settings>),
@@ -104,8 +110,14 @@ export async function sandboxPage(page: Page, id: string): Promise<void> {
       : h('button', { onclick: act(() => resume(id), reload) }, 'Resume'),
     ' ', h('button', { class: 'danger', id: 'kill', onclick: act(() => kill(id), () => { location.hash = '#/sandboxes' }) }, 'Kill'))
   if (s.state !== 'running') {
-    replace(page.main, facts, errors, h('p', { class: 'muted' }, 'Resume the sandbox to use its files and ports.'))
+    replace(page.main, facts, errors, h('p', { class: 'muted' }, 'Resume the sandbox to use its terminal, files and ports.'))
     return
   }
-  replace(page.main, facts, errors, h('div', { class: 'grid2' }, filesCard(id, errors), portsCard(s, settings, errors)))
+  const term = h('div', { id: 'terminal' })
+  const termStatus = h('p', { class: 'muted', id: 'terminal-status' }, 'Connecting…')
+  replace(page.main, facts, errors,
+    h('div', { class: 'card' }, h('h2', {}, 'Terminal'), term, termStatus),
+    h('div', { class: 'grid2' }, filesCard(id, errors), portsCard(s, settings, errors)))
+  closeTerminal = openTerminal(term, id, (status) => { termStatus.textContent = status })
+  window.addEventListener('hashchange', () => closeTerminal(), { once: true })
 }

@@ -1,0 +1,62 @@
+// The sandbox's terminal: xterm.js over the PTY WebSocket of the public API
+// (GET /v1/sandboxes/{id}/pty): binary frames are the terminal's bytes both ways, text
+// frames are JSON (ours: resize; the server's: started, exit, error). A browser cannot set
+// headers on a WebSocket, so the key goes in the handshake's Sec-WebSocket-Protocol list
+// (`lizard.key.<key>`, beside `lizard.pty`, the protocol the server answers with), never
+// in the URL. Closing the socket hangs the shell up.
+
+import { FitAddon } from '@xterm/addon-fit'
+import { Terminal } from '@xterm/xterm'
+import * as api from './api'
+
+export const PROTOCOL = 'lizard.pty'
+export const KEY_PROTOCOL_PREFIX = 'lizard.key.'
+
+/** What the server sends as text frames. */
+type ServerMessage =
+  | { type: 'started', pid: number }
+  | { type: 'exit', exitCode: number }
+  | { type: 'error', code: string, message: string }
+
+/** Open a terminal on sandbox `id` in `el`, sized to it; `status` hears how the
+ * connection stands. Returns what closes it (once; later calls do nothing). */
+export function openTerminal(el: HTMLElement, id: string, status: (s: string) => void): () => void {
+  const term = new Terminal({ cursorBlink: true, fontSize: 13, scrollback: 5000 })
+  const fit = new FitAddon()
+  term.loadAddon(fit)
+  term.open(el)
+  fit.fit()
+  const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:'
+  const url = `${scheme}//${location.host}/v1/sandboxes/${api.enc(id)}/pty` + api.q({ cols: term.cols, rows: term.rows })
+  const ws = new WebSocket(url, [PROTOCOL, KEY_PROTOCOL_PREFIX + (api.key() ?? '')])
+  ws.binaryType = 'arraybuffer'
+  const encoder = new TextEncoder()
+  let ended = ''
+  ws.onopen = () => term.focus()
+  ws.onmessage = (m) => {
+    if (m.data instanceof ArrayBuffer) return term.write(new Uint8Array(m.data))
+    const msg = JSON.parse(String(m.data)) as ServerMessage
+    if (msg.type === 'started') status(`Connected (shell pid ${msg.pid}).`)
+    else if (msg.type === 'exit') ended = `The shell exited (${msg.exitCode}).`
+    else if (msg.type === 'error') ended = `${msg.code}: ${msg.message}`
+  }
+  // A refused handshake (a wrong key, a sandbox gone) shows here as a close without
+  // reason: the browser keeps the HTTP answer from the page.
+  ws.onclose = (e) => status(ended || `Disconnected (${e.code}${e.reason ? ': ' + e.reason : ''}).`)
+  const send = (data: string | Uint8Array): void => { if (ws.readyState === WebSocket.OPEN) ws.send(data) }
+  const input = term.onData((d) => send(encoder.encode(d)))
+  const resized = term.onResize(({ cols, rows }) => send(JSON.stringify({ type: 'resize', cols, rows })))
+  const onWindow = (): void => fit.fit()
+  window.addEventListener('resize', onWindow)
+  let closed = false
+  return () => {
+    if (closed) return
+    closed = true
+    window.removeEventListener('resize', onWindow)
+    input.dispose()
+    resized.dispose()
+    ws.onclose = null
+    ws.close()
+    term.dispose()
+  }
+}
