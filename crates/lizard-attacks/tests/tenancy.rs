@@ -59,12 +59,15 @@ fn list_body_for(request: Body, v: &Victims) -> Option<Value> {
 }
 
 /// Every route that names one resource, with the victim's id in it; template and blob
-/// routes name resources no victim has here (built-ins are shared by design).
+/// routes name resources no victim has here (built-ins are shared by design), and so do
+/// service routes (a service is a build and running instances; another workspace's key
+/// against services — list, status, logs, down, a deploy to a taken name — is in
+/// `lizard-cli`'s `services` test).
 fn aimed_requests(v: &Victims) -> Vec<(RouteMethod, String, Body)> {
     let mut out = vec![];
     for route in SERVER {
         let params: Vec<&str> = route.params().collect();
-        if params.is_empty() || route.path.starts_with("/v1/templates") {
+        if params.is_empty() || route.path.starts_with("/v1/templates") || route.path.starts_with("/v1/services") {
             continue;
         }
         let args: Vec<&str> = params
@@ -89,6 +92,9 @@ fn aimed_requests(v: &Victims) -> Vec<(RouteMethod, String, Body)> {
         let mut uri = route.uri(&args);
         if route.path.contains("/files") {
             uri.push_str("?path=/root/victim.txt");
+        }
+        if route.path.ends_with("/files/rename") {
+            uri.push_str("&to=/root/moved.txt");
         }
         out.push((route.method, uri, route.request));
     }
