@@ -392,7 +392,12 @@ impl ImageStore {
                 let layer = out.join("rootfs.qcow2");
                 fs::copy(disk, &layer).map_err(ImageError::io("copy the top layer", disk))?;
                 let format = if parent.layered { "qcow2" } else { "raw" };
-                cmd.args(["rebase", "-f", "qcow2", "-F", format, "-b"]).arg(&parent.rootfs).arg(&layer);
+                // The layer names its parent by this path for good: resolved, so that a data
+                // directory reached through a link (a test node sharing an image cache) does
+                // not leave it naming a path that goes away with the link.
+                let parent_rootfs =
+                    fs::canonicalize(&parent.rootfs).map_err(ImageError::io("resolve", &parent.rootfs))?;
+                cmd.args(["rebase", "-f", "qcow2", "-F", format, "-b"]).arg(&parent_rootfs).arg(&layer);
                 Step::start(format!("writing template {name} as a layer over {}", parent.name))
             }
         };
