@@ -1,5 +1,6 @@
 """``sandbox.desktop``'s actions as the commands they run in the guest (no server: a
-stand-in ``process.exec_`` records each argv)."""
+stand-in ``process._exec`` operation records each argv; the blocking driver runs it
+without a request)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 import lizard
+from lizard._ops import Op
 from lizard.desktop import Desktop
 from lizard.models import ProcessResult, SandboxInfo
 
@@ -20,16 +22,18 @@ class FakeProcess:
         self.stdins: List[Optional[str]] = []
         self.answer = ProcessResult()
 
-    def exec_(self, argv: List[str], **kw: Any) -> ProcessResult:
+    def _exec(self, argv: List[str], **kw: Any) -> Op[ProcessResult]:
         assert kw["envs"] == {"DISPLAY": ":0"}
         self.calls.append(argv)
         self.stdins.append(kw.get("stdin"))
         return self.answer
+        yield  # an operation that needs no I/O
 
 
 class FakeSandbox:
     def __init__(self) -> None:
         self.process = FakeProcess()
+        self._http = lizard.HttpClient(api_key="lz_test", api_url="http://127.0.0.1:9")
         self.sandbox_id = "sbx_1"
         self.info = SandboxInfo(sandbox_id="sbx_1", domain="sandbox.local.lizard.localhost")
 
