@@ -141,8 +141,9 @@ async fn a_pty_is_a_terminal_with_a_size_and_job_control() {
     read_until(&mut pty, |t| t.contains("Running") && t.contains("sleep 100")).await;
     // A full-screen program draws on it: `top` clears the screen and positions its cursor.
     client.process_stdin(info.pid, "top -n 1\n".into()).await.unwrap();
-    let screen = read_until(&mut pty, |t| t.contains("load average") && t.contains("\x1b[")).await;
-    assert!(screen.contains("PID"), "{screen:?}");
+    // The screen arrives in pieces: wait for its header and its process table.
+    let screen = read_until(&mut pty, |t| t.contains("load average") && t.contains("PID")).await;
+    assert!(screen.contains("\x1b[H"), "the cursor is sent home: {screen:?}");
     client.process_stdin(info.pid, "kill %1; exit 6\n".into()).await.unwrap();
     assert_eq!(exit_code(&mut pty).await, 6);
     let bad = StartProcess { pty: Some(PtySize { cols: 0, rows: 24 }), ..sh("true") };
