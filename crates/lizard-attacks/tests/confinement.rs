@@ -126,6 +126,32 @@ async fn a_sandbox_beyond_the_nodes_cpus_and_memory_is_refused_and_leaves_nothin
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_resume_is_admitted_like_a_create() {
+    // A node that promises one vCPU in all: one running sandbox fills it.
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let ratio = format!("{}", 1.0 / cpus as f64);
+    let system = System::start(&["--cpu-overcommit", &ratio]).await;
+    let paused = system.create_sandbox("base", json!({})).await;
+    assert_eq!(system.exec(&paused, "echo $((6 * 7)) > /tmp/kept").await.0, 0);
+    let path = |id: &str, action: &str| format!("/v1/sandboxes/{id}/{action}");
+    assert_eq!(system.call(Method::POST, &path(&paused, "pause"), None).await.0, 200);
+    let running = system.create_sandbox("base", json!({})).await;
+    // Resuming the paused one now would promise two vCPUs: refused, and it stays paused.
+    let vmms = leftovers::vmm_pids(system.data_dir()).len();
+    let (code, err) = system.call(Method::POST, &path(&paused, "resume"), None).await;
+    assert_eq!((code, err["code"].as_str()), (503, Some("UNAVAILABLE")), "{err}");
+    assert!(err["message"].as_str().unwrap().contains("promised"), "{err}");
+    assert_eq!(leftovers::vmm_pids(system.data_dir()).len(), vmms, "a VMM was started");
+    let (_, info) = system.call(Method::GET, &format!("/v1/sandboxes/{paused}"), None).await;
+    assert_eq!(info["state"], "paused", "{info}");
+    // With the CPU given back, the same sandbox resumes with what it held.
+    assert_eq!(system.call(Method::DELETE, &format!("/v1/sandboxes/{running}"), None).await.0, 204);
+    let (code, err) = system.call(Method::POST, &path(&paused, "resume"), None).await;
+    assert_eq!(code, 200, "{err}");
+    assert_eq!(system.exec(&paused, "cat /tmp/kept").await.1, "42\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn sizes_outside_the_documented_set_are_refused_before_any_snapshot_is_made() {
     let system = System::start(&[]).await;
     let snapshots = || dir_names(&system.node_dir().join("snapshots"));

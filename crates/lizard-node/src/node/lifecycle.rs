@@ -99,6 +99,9 @@ impl Node {
             }
             (st.config.clone(), st.own_memory)
         };
+        // A resume starts a VMM like a create does: the node admits it only with the CPUs
+        // and memory to spare, else it stays paused, intact.
+        let _reservation = self.reserve(1, sandbox.vcpus, sandbox.memory_mib)?;
         // Taken back after a node restart: the old process's namespace is gone (swept at
         // start), so it gets a new one, same policy; the guest's side is the same in every
         // namespace.
