@@ -205,6 +205,35 @@ pub struct SetTimeoutRequest {
     pub timeout_ms: u64,
 }
 
+/// `POST /v1/sandboxes/{id}/signed-urls`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SignUrlRequest {
+    /// The sandbox port the URL reaches (1–65535).
+    pub port: u16,
+    /// How long the URL works, in seconds (1 to 604800, a week; 3600 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_in_seconds: Option<u64>,
+}
+
+/// A URL to a sandbox's port that carries its own proof: `http(s)://{host}{path}?{query}`
+/// works without the access token until `expiresAt`. The first request through it also
+/// sets a cookie for that host, so the page's own later requests work too.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct SignedUrl {
+    /// `{sandboxId}-{port}.{domain}`.
+    pub host: String,
+    /// The query parameters to add to any path on that host (empty for a sandbox whose
+    /// URLs are public: it needs no proof).
+    pub query: String,
+    /// RFC 3339; absent for a sandbox whose URLs are public.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
 /// `POST /v1/sandboxes/{id}/exec`. Exactly one of `cmd` (run by `/bin/sh -c`) or `argv`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -111,6 +111,7 @@ pub mod path {
     pub const SANDBOXES: &str = "/v1/sandboxes";
     pub const SANDBOX: &str = "/v1/sandboxes/{id}";
     pub const SANDBOX_TIMEOUT: &str = "/v1/sandboxes/{id}/timeout";
+    pub const SANDBOX_SIGNED_URLS: &str = "/v1/sandboxes/{id}/signed-urls";
     pub const SANDBOX_PAUSE: &str = "/v1/sandboxes/{id}/pause";
     pub const SANDBOX_RESUME: &str = "/v1/sandboxes/{id}/resume";
     pub const SANDBOX_CONNECT: &str = "/v1/sandboxes/{id}/connect";
@@ -237,6 +238,13 @@ pub const SET_TIMEOUT: Route = post(
     path::SANDBOX_TIMEOUT,
     Json("SetTimeoutRequest"),
     Json("SandboxInfo"),
+    &[Unauthenticated, NotFound, InvalidArgument],
+);
+/// A URL to one of a sandbox's ports that works without its access token until it expires.
+pub const SIGN_URL: Route = post(
+    path::SANDBOX_SIGNED_URLS,
+    Json("SignUrlRequest"),
+    Json("SignedUrl"),
     &[Unauthenticated, NotFound, InvalidArgument],
 );
 pub const PAUSE: Route = post(path::SANDBOX_PAUSE, Empty, Json("SandboxInfo"), &[Unauthenticated, NotFound]);
@@ -524,6 +532,7 @@ pub const SERVER: &[Route] = &[
     GET_SANDBOX,
     KILL_SANDBOX,
     SET_TIMEOUT,
+    SIGN_URL,
     PAUSE,
     RESUME,
     CONNECT,

@@ -55,6 +55,12 @@ fn host_of(info: &Value, id: &str, port: u16) -> String {
 
 /// Send `request` as is and read the answer until the server closes: status and body.
 async fn raw(system: &System, request: &str) -> (u16, String) {
+    let (status, _, body) = raw_answer(system, request).await;
+    (status, body)
+}
+
+/// Send `request` as is and read the answer until the server closes: status, head, body.
+async fn raw_answer(system: &System, request: &str) -> (u16, String, String) {
     let mut conn = TcpStream::connect(system.proxy).await.unwrap();
     conn.write_all(request.as_bytes()).await.unwrap();
     // Until the server closes; a reset after its answer (it closed with our request
@@ -70,8 +76,8 @@ async fn raw(system: &System, request: &str) -> (u16, String) {
     }
     let text = String::from_utf8_lossy(&answer).to_string();
     let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (status, head.to_string(), body.to_string())
 }
 
 /// A GET of `path` with `headers` (whole lines, `Host` included), closing after.
@@ -272,4 +278,85 @@ async fn a_private_sandbox_url_answers_only_to_its_own_token() {
     assert_eq!(echo["path"], "/q?a=1", "the token query parameter reached the guest");
     assert_eq!(guest_hits(&system, &id).await, 2);
     assert_eq!(guest_hits(&system, &other).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_signed_url_opens_one_port_of_a_private_sandbox_until_it_expires() {
+    let system = System::start(&[]).await;
+    let (id, info) = create(&system, json!({"publicUrls": false})).await;
+    let (other, _) = create(&system, json!({"publicUrls": false})).await;
+    start_echo(&system, &id).await;
+    let sign = |sandbox: &str, body: Value| {
+        let path = format!("/v1/sandboxes/{sandbox}/signed-urls");
+        let system = &system;
+        async move { system.call(reqwest::Method::POST, &path, Some(body)).await }
+    };
+    for bad in [
+        json!({"port": 0}),
+        json!({"port": 8000, "expiresInSeconds": 0}),
+        json!({"port": 8000, "expiresInSeconds": 604_801}),
+    ] {
+        let (status, err) = sign(&id, bad.clone()).await;
+        assert_eq!((status, err["code"].as_str()), (422, Some("INVALID_ARGUMENT")), "{bad}: {err}");
+    }
+    let (status, url) = sign(&id, json!({"port": 8000, "expiresInSeconds": 3})).await;
+    assert_eq!(status, 200, "{url}");
+    let (host, query) = (url["host"].as_str().unwrap(), url["query"].as_str().unwrap());
+    assert_eq!(host, host_of(&info, &id, 8000));
+    assert!(url["expiresAt"].is_string() && query.contains("lizardSignature="), "{url}");
+
+    // The URL opens the port: the guest sees neither the proof nor the cookie it sets.
+    let (status, head, body) = raw_answer(&system, &get(&format!("/q?a=1&{query}"), &[format!("Host: {host}")])).await;
+    assert_eq!(status, 200, "{body}");
+    let echo: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(echo["path"], "/q?a=1", "the signature reached the guest");
+    let cookie = head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: ").or_else(|| l.strip_prefix("Set-Cookie: ")))
+        .expect("the first request sets the cookie")
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(cookie.starts_with("lizard_signed=") && head.contains("HttpOnly"), "{head}");
+    let with_cookie = [format!("Host: {host}"), format!("Cookie: {cookie}; app=1")];
+    let (status, body) = raw(&system, &get("/asset.js", &with_cookie)).await;
+    assert_eq!(status, 200, "the page's later requests ride on the cookie: {body}");
+    let echo: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(seen(&echo, "cookie"), ["app=1"], "the platform's cookie reached the guest");
+
+    // Not another port, not another sandbox, not a changed expiry or signature.
+    let expires = query.split('&').find_map(|p| p.strip_prefix("lizardExpires=")).unwrap();
+    let later: u64 = expires.parse::<u64>().unwrap() + 3600;
+    let refused = [
+        get(&format!("/?{query}"), &[format!("Host: {}", host_of(&info, &id, 8001))]),
+        get(&format!("/?{query}"), &[format!("Host: {}", host_of(&info, &other, 8000))]),
+        get(
+            &format!("/?{}", query.replace(&format!("lizardExpires={expires}"), &format!("lizardExpires={later}"))),
+            &[format!("Host: {host}")],
+        ),
+        get(&format!("/?{}", query.replace("lizardSignature=", "lizardSignature=00")), &[format!("Host: {host}")]),
+        get("/", &[format!("Host: {}", host_of(&info, &other, 8000)), format!("Cookie: {cookie}")]),
+    ];
+    for req in &refused {
+        assert_eq!(raw(&system, req).await.0, 403, "{req:?}");
+    }
+    assert_eq!(guest_hits(&system, &id).await, 2, "a refused request reached the guest");
+
+    // Expired: neither the URL nor its cookie opens anything.
+    let until = Instant::now() + Duration::from_secs(5);
+    while raw(&system, &get(&format!("/?{query}"), &[format!("Host: {host}")])).await.0 == 200 {
+        assert!(Instant::now() < until, "the signed URL outlived its expiry");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (status, body) = raw(&system, &get(&format!("/?{query}"), &[format!("Host: {host}")])).await;
+    assert_eq!(status, 403);
+    assert!(body.contains("expired"), "{body}");
+    assert_eq!(raw(&system, &get("/", &with_cookie)).await.0, 403, "an expired cookie");
+
+    // A sandbox with public URLs needs no proof: its plain host, no expiry.
+    let (public, _) = create(&system, json!({})).await;
+    let (status, url) = sign(&public, json!({"port": 8000})).await;
+    assert_eq!(status, 200, "{url}");
+    assert_eq!((url["query"].as_str(), url.get("expiresAt")), (Some(""), None), "{url}");
 }

@@ -35,6 +35,7 @@ async fn created(system: &System, path: &str, body: Value) -> Value {
 fn body_for(request: Body) -> Option<Value> {
     match request {
         Body::Json("SetTimeoutRequest") => Some(json!({"timeoutMs": 1000})),
+        Body::Json("SignUrlRequest") => Some(json!({"port": 22})),
         Body::Json("ForkRequest") => Some(json!({"count": 1})),
         Body::Json("ExecRequest") | Body::Json("StartProcessRequest") => Some(json!({"cmd": "touch /root/pwned"})),
         Body::Json("SignalRequest") => Some(json!({"signal": "SIGKILL"})),

@@ -408,6 +408,11 @@ export class Sandbox {
   /** `count` copies of this running sandbox (processes, memory and files), each with its own id. */
   fork(count?: number): Promise<Sandbox[]>
   getHost(port: number): string
+  /** A URL to `port` that works without the access token until it expires (default 3600 s, at most a week). */
+  getSignedUrl(
+    port: number,
+    opts?: { expiresInSeconds?: number; path?: string; scheme?: 'http' | 'https'; urlPort?: number },
+  ): Promise<string>
   /** Resolve once something listens on `port` in the sandbox; `TimedOutError` after `timeoutMs` (default 60 000). */
   waitForPort(port: number, opts?: { timeoutMs?: number }): Promise<void>
   /**

@@ -375,6 +375,20 @@ export class Sandbox extends CodeInterpreter {
     })
   }
 
+  /**
+   * A URL to `port` that works without the sandbox's access token for `expiresInSeconds`
+   * (default 3600, at most a week), for a sandbox created with `publicUrls: false` (a
+   * public sandbox's URL comes back without a proof). Its first request sets a cookie for
+   * that host, so a page's own later requests work too. `urlPort`: the proxy's port when
+   * it is not the scheme's default (a laptop server's is 7172).
+   */
+  async getSignedUrl(port, { expiresInSeconds = 3600, path = '/', scheme = 'http', urlPort } = {}) {
+    const signed = await this._http.post(sandboxPath(this.sandboxId, '/signed-urls'), { port, expiresInSeconds })
+    const origin = `${scheme}://${signed.host}${urlPort !== undefined ? `:${urlPort}` : ''}`
+    if (!signed.query) return origin + path
+    return `${origin}${path}${path.includes('?') ? '&' : '?'}${signed.query}`
+  }
+
   /** The public host serving `port` inside the sandbox: `{sandboxId}-{port}.sandbox.{region}.{domain}`. */
   getHost(port) {
     if (!this.info.domain) throw new Error('the server did not say which domain serves this sandbox')

@@ -62,6 +62,18 @@ test('a sandbox without internet and with private URLs answers only to its token
     assert.equal((await get(`/?lizardAccessToken=${token}`, { Host: host })).status, 200)
     assert.equal((await get('/', { Host: host })).status, 403)
     assert.equal((await get('/', { Host: host, 'X-Lizard-Access-Token': 'lzat_wrong' })).status, 403)
+    // A signed URL stands in for the token: its host, path and proof, until it expires.
+    const url = new URL(await sb.getSignedUrl(8000, { expiresInSeconds: 2, path: '/?a=1' }))
+    assert.equal(url.hostname, host)
+    assert.ok(url.searchParams.get('lizardSignature'), url.href)
+    const signed = await get(url.pathname + url.search, { Host: host })
+    assert.equal(signed.status, 200, signed.body)
+    const until = Date.now() + 10_000
+    while ((await get(url.pathname + url.search, { Host: host })).status === 200) {
+      assert.ok(Date.now() < until, 'the signed URL outlived its expiry')
+      await new Promise((res) => setTimeout(res, 250))
+    }
+    await assert.rejects(sb.getSignedUrl(8000, { expiresInSeconds: 0 }), InvalidArgumentError)
   } finally {
     await sb.kill().catch(() => {})
   }

@@ -412,6 +412,24 @@ class SandboxBase(CodeInterpreter[F]):
         path = self._path(f"/ports/{port}/wait")
         yield from self._http.call("GET", path, params={"timeoutMs": timeout_ms}, timeout=timeout_ms / 1000 + 60)
 
+    @api
+    def get_signed_url(
+        self, port: int, *, expires_in: int = 3600, path: str = "/", scheme: str = "http", url_port: Optional[int] = None
+    ) -> Op[str]:
+        """A URL to ``port`` that works without the sandbox's access token for
+        ``expires_in`` seconds (at most a week), for a sandbox created with
+        ``public_urls=False`` (a public sandbox's URL comes back without a proof). Its
+        first request sets a cookie for that host, so a page's own later requests work
+        too. ``url_port``: the proxy's port when it is not the scheme's default (a laptop
+        server's is 7172)."""
+        body = {"port": port, "expiresInSeconds": expires_in}
+        signed = yield from self._http.call("POST", self._path("/signed-urls"), body)
+        origin = f"{scheme}://{signed['host']}" + (f":{url_port}" if url_port is not None else "")
+        query = str(signed["query"])
+        if not query:
+            return origin + path
+        return origin + path + ("&" if "?" in path else "?") + query
+
     def get_host(self, port: int) -> str:
         """The public host serving ``port`` inside the sandbox:
         ``{sandboxId}-{port}.sandbox.{region}.{domain}``."""

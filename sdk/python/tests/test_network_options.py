@@ -1,10 +1,11 @@
 """The network options of a create (``allow_internet_access``, ``allow_out``, ``deny_out``,
 ``public_urls``) against a real server: each reaches it (a bad CIDR in either list is
-refused), and a sandbox with private URLs answers only to its access token."""
+refused), and a sandbox with private URLs answers only to its access token or a signed URL."""
 
 from __future__ import annotations
 
 import time
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -51,5 +52,16 @@ def test_a_sandbox_without_internet_and_with_private_urls(server: Server, my_pro
         # ... and nothing else does.
         for headers in ({"Host": host}, {"Host": host, "X-Lizard-Access-Token": "lzat_wrong"}):
             assert _get(server.proxy, "/", headers).status_code == 403
+        # A signed URL stands in for the token: its host, path and proof, until it expires.
+        url = urlsplit(sb.get_signed_url(8000, expires_in=2, path="/?a=1"))
+        assert (url.scheme, url.hostname) == ("http", host) and "lizardSignature=" in url.query, url
+        r = _get(server.proxy, f"{url.path}?{url.query}", {"Host": host})
+        assert r.status_code == 200 and "lizard_signed=" in r.headers["set-cookie"], r.text
+        deadline = time.monotonic() + 10
+        while _get(server.proxy, f"{url.path}?{url.query}", {"Host": host}).status_code == 200:
+            assert time.monotonic() < deadline, "the signed URL outlived its expiry"
+            time.sleep(0.25)
+        with pytest.raises(InvalidArgumentError):
+            sb.get_signed_url(8000, expires_in=0)
     finally:
         sb.kill()

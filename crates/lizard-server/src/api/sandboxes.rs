@@ -16,7 +16,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::{StreamExt, TryStreamExt};
-use lizard_api::{ExecRequest, NewSandboxRequest, SandboxInfo, SetTimeoutRequest};
+use lizard_api::{ExecRequest, NewSandboxRequest, SandboxInfo, SetTimeoutRequest, SignUrlRequest, SignedUrl};
 use serde::Deserialize;
 
 /// The API's view of a sandbox: the node's facts plus the record's.
@@ -186,6 +186,29 @@ pub async fn set_timeout(
     let mut sandbox = running(&state, &p, &id).await?;
     sandbox.record = ops::set_timeout(&state, &sandbox, req.timeout_ms).await?;
     Ok(Json(sandbox_json(&state, &sandbox)))
+}
+
+/// A URL to one of a sandbox's ports that works without its access token until it
+/// expires (a sandbox with public URLs gets its plain host: it needs no proof).
+#[utoipa::path(
+    post,
+    path = lizard_api::routes::SIGN_URL.path,
+    tag = "sandboxes",
+    security(("apiKey" = [])),
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = SignUrlRequest,
+    responses((status = 200, description = "The URL's host and query", body = SignedUrl), Unauthenticated, NotFound, InvalidArgument)
+)]
+pub async fn sign_url(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(req): ApiJson<SignUrlRequest>,
+) -> ApiResult<Json<SignedUrl>> {
+    let sandbox = running(&state, &p, &id).await?;
+    let config = &state.server.config;
+    let domain = config.sandbox_domain(&config.region);
+    Ok(Json(crate::proxy::signed::mint(state.server.store.as_ref(), &domain, &sandbox.record.id, &req).await?))
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]

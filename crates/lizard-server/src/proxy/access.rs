@@ -5,14 +5,17 @@
 //! stored only as its SHA-256 ([`crate::store::AccessStore`]); every request through the
 //! proxy must then carry it, in the [`ACCESS_TOKEN_HEADER`] header or the
 //! [`ACCESS_TOKEN_QUERY`] query parameter (a URL that can be handed to a browser).
-//! Missing, wrong or another sandbox's token: 403, and no tunnel is opened. Either way the
-//! token is removed before the request reaches the guest.
+//! A [signed URL](super::signed) (or the cookie its first request set) stands in for the
+//! token until it expires. Missing, wrong or another sandbox's token, or a signature that
+//! does not hold: 403, and no tunnel is opened. Either way the proof is removed before the
+//! request reaches the guest.
 //!
 //! Only recorded, live sandboxes are reachable at all: a VM the control plane has not
 //! recorded (a create still booting, or one being undone) has no URL.
 
 use super::headers::ACCESS_TOKEN_HEADER;
 use super::host::Target;
+use super::signed;
 use crate::error::AppError;
 use crate::store::Store;
 use axum::http::{HeaderMap, Uri};
@@ -47,26 +50,58 @@ pub fn hash(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
+/// How a request to a sandbox's URL was let through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Granted {
+    /// Its URLs are public.
+    Public,
+    /// It carried the access token.
+    Token,
+    /// It carried a signed URL's proof (`set_cookie`: the first request, in the query) or
+    /// the cookie that proof set.
+    SignedUrl { set_cookie: Option<String> },
+}
+
 /// Allow the request to `target` or refuse it: 404 unless the sandbox is recorded and
-/// live, 403 when its URLs are private and the request carries no matching token.
-pub async fn check(store: &dyn Store, target: &Target, headers: &HeaderMap, uri: &Uri) -> Result<(), AppError> {
+/// live, 403 when its URLs are private and the request carries no matching token or
+/// signature.
+pub async fn check(store: &dyn Store, target: &Target, headers: &HeaderMap, uri: &Uri) -> Result<Granted, AppError> {
     let not_running = || AppError::not_found(format!("sandbox {} is not running", target.sandbox_id));
     let record = store.get_sandbox(&target.sandbox_id).await?.ok_or_else(not_running)?;
     if record.ended_at.is_some() {
         return Err(not_running());
     }
     let Some(required) = store.sandbox_access(&target.sandbox_id).await? else {
-        return Ok(());
+        return Ok(Granted::Public);
     };
-    let offered = token_in_headers(headers).or_else(|| token_in_query(uri));
-    match offered {
-        Some(token) if bool::from(hash(&token).ct_eq(required.as_slice())) => Ok(()),
-        Some(_) => Err(AppError::forbidden("wrong access token for this sandbox's URLs")),
-        None => Err(AppError::forbidden(format!(
-            "this sandbox's URLs are private: send its access token in the {ACCESS_TOKEN_HEADER} header \
-             or the {ACCESS_TOKEN_QUERY} query parameter"
-        ))),
+    if let Some(token) = token_in_headers(headers).or_else(|| query_value(uri, ACCESS_TOKEN_QUERY)) {
+        return match bool::from(hash(&token).ct_eq(required.as_slice())) {
+            true => Ok(Granted::Token),
+            false => Err(AppError::forbidden("wrong access token for this sandbox's URLs")),
+        };
     }
+    let now = signed::now();
+    let in_query = query_value(uri, signed::EXPIRES_QUERY).zip(query_value(uri, signed::SIGNATURE_QUERY));
+    if let Some((expires, signature)) = in_query {
+        let expires = expires.parse().map_err(|_| AppError::forbidden("this signed URL's expiry is not a number"))?;
+        signed::verify(&required, target, expires, &signature, now).map_err(|e| AppError::forbidden(e.to_string()))?;
+        return Ok(Granted::SignedUrl { set_cookie: Some(signed::cookie(expires, &signature, now)) });
+    }
+    if let Some((expires, signature)) = cookie_value(headers, signed::COOKIE).and_then(|c| signed::parse_cookie(&c)) {
+        signed::verify(&required, target, expires, &signature, now).map_err(|e| AppError::forbidden(e.to_string()))?;
+        return Ok(Granted::SignedUrl { set_cookie: None });
+    }
+    Err(AppError::forbidden(format!(
+        "this sandbox's URLs are private: send its access token in the {ACCESS_TOKEN_HEADER} header \
+         or the {ACCESS_TOKEN_QUERY} query parameter, or use a signed URL"
+    )))
+}
+
+/// The value of the first cookie called `name`.
+fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get_all(axum::http::header::COOKIE).iter().filter_map(|v| v.to_str().ok()).find_map(|v| {
+        v.split(';').find_map(|c| c.trim().split_once('=').filter(|(n, _)| *n == name).map(|(_, v)| v.to_string()))
+    })
 }
 
 /// The token header's value, when there is exactly one readable one.
@@ -78,15 +113,18 @@ fn token_in_headers(headers: &HeaderMap) -> Option<String> {
     }
 }
 
-/// The first token query parameter's value.
-fn token_in_query(uri: &Uri) -> Option<String> {
+/// The first value of the query parameter `name`.
+fn query_value(uri: &Uri, name: &str) -> Option<String> {
     uri.query()?
         .split('&')
-        .find_map(|pair| pair.split_once('=').filter(|(k, _)| *k == ACCESS_TOKEN_QUERY).map(|(_, v)| v.to_string()))
+        .find_map(|pair| pair.split_once('=').filter(|(k, _)| *k == name).map(|(_, v)| v.to_string()))
 }
 
+/// Query parameters that prove access: the platform's, never the guest's.
+const PROOF_QUERY: &[&str] = &[ACCESS_TOKEN_QUERY, signed::EXPIRES_QUERY, signed::SIGNATURE_QUERY];
+
 /// The path and query the guest sees: origin form (never the client's absolute form),
-/// without the token query parameter.
+/// without the token's or a signed URL's query parameters.
 pub fn guest_target(uri: &Uri) -> Uri {
     let path = uri.path();
     let path = if path.is_empty() { "/" } else { path };
@@ -94,7 +132,7 @@ pub fn guest_target(uri: &Uri) -> Uri {
         .query()
         .unwrap_or_default()
         .split('&')
-        .filter(|pair| !pair.is_empty() && pair.split_once('=').map_or(*pair, |(k, _)| k) != ACCESS_TOKEN_QUERY)
+        .filter(|pair| !pair.is_empty() && !PROOF_QUERY.contains(&pair.split_once('=').map_or(*pair, |(k, _)| k)))
         .collect();
     let target = if query.is_empty() { path.to_string() } else { format!("{path}?{}", query.join("&")) };
     // Built from an already-parsed URI's path and query: it parses again.
@@ -121,6 +159,7 @@ mod tests {
         assert_eq!(t("http://a1-80.x.example"), "/");
         assert_eq!(t("/p?x=lizardAccessToken"), "/p?x=lizardAccessToken");
         let uri: Uri = "/p?a=1&lizardAccessToken=tok".parse().unwrap();
-        assert_eq!(token_in_query(&uri).as_deref(), Some("tok"));
+        assert_eq!(query_value(&uri, ACCESS_TOKEN_QUERY).as_deref(), Some("tok"));
+        assert_eq!(t("/p?lizardExpires=1&a=1&lizardSignature=ab"), "/p?a=1");
     }
 }

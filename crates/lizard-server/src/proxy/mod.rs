@@ -33,6 +33,7 @@ pub mod access;
 pub mod headers;
 pub mod host;
 pub mod listener;
+pub mod signed;
 
 pub use host::{parse_host, Target};
 pub use listener::{serve, ClientAddr, ConnectionSlot, Limits};
@@ -94,10 +95,16 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
     let target = parse_host(&host, &config.sandbox_domain(&config.region))
         .ok_or_else(|| AppError::not_found(format!("{host:?} is not a sandbox or service host of this region")))?;
     check_port(&target)?;
-    access::check(state.server.store.as_ref(), &target, req.headers(), req.uri()).await?;
+    let granted = access::check(state.server.store.as_ref(), &target, req.headers(), req.uri()).await?;
     for_the_guest(&mut req, client, &host);
     let tunnel = ops::sandboxes::open_port(state, &target.sandbox_id, target.port).await?;
-    exchange(tunnel, req, target.port).await
+    let mut response = exchange(tunnel, req, target.port).await?;
+    if let access::Granted::SignedUrl { set_cookie: Some(cookie) } = granted {
+        if let Ok(value) = axum::http::HeaderValue::from_str(&cookie) {
+            response.headers_mut().append(axum::http::header::SET_COOKIE, value);
+        }
+    }
+    Ok(response)
 }
 
 /// What the guest sees of a request: no access token in its target, none of the
