@@ -1,9 +1,9 @@
-//! A tenant against another: keys scoped to one workspace, or to one project, aimed at
-//! every route of the API with the ids of another workspace's and another project's
-//! sandbox, volume, workspace, project and key, and at the operator's node and join-token
-//! routes and the nodes' own routes (a key is no node credential: ending the victim's
-//! sandbox as its node would is refused). Nothing may answer with success, and afterwards
-//! the victims are exactly as they were.
+//! A tenant against another: keys scoped to one workspace, or to one project, and an
+//! unscoped key of another account, aimed at every route of the API with the ids of
+//! another workspace's, project's or account's sandbox, volume, workspace, project and key,
+//! and at the operator's node and join-token routes and the nodes' own routes (a key is no
+//! node credential: ending the victim's sandbox as its node would is refused). Nothing may
+//! answer with success, and afterwards the victims are exactly as they were.
 
 #![allow(clippy::unwrap_used)]
 
@@ -252,4 +252,60 @@ async fn path_tricks_in_names_and_file_paths_stay_inside_their_sandbox() {
         assert_eq!(text, guest, "{path}");
         assert!(host.is_empty() || text != host || host == guest, "{path} read the host's file");
     }
+}
+
+/// A second account in the server's store with an unscoped key of its own (the plaintext).
+/// No route makes accounts (one server, one owner account); a multi-account operator's
+/// tooling would write them, as this does.
+async fn another_account(system: &System) -> String {
+    let db = system.data_dir().join("lizard.db");
+    let url = format!("sqlite://{}", db.display());
+    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let key = lizard_server::keys::generate();
+    let now = i64::try_from(std::time::SystemTime::UNIX_EPOCH.elapsed().unwrap().as_millis()).unwrap();
+    sqlx::query("INSERT INTO accounts (id, email, plan, created_at) VALUES ('acc_intruder', 'intruder@example.test', 'free', ?)")
+        .bind(now)
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO api_keys (id, account_id, name, prefix, hash, workspaces, projects, created_at) \
+         VALUES ('key_intruder', 'acc_intruder', 'intruder', ?, ?, NULL, NULL, ?)",
+    )
+    .bind(&key.prefix)
+    .bind(key.hash.to_vec())
+    .bind(now)
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    key.plaintext
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn another_accounts_key_reaches_nothing_of_this_account() {
+    let system = System::start(&[]).await;
+    let (_, own) = system.call(Method::GET, &format!("/v1/projects/{}", system.project), None).await;
+    let workspace = own["workspaceId"].as_str().unwrap().to_string();
+    let victims = victims_in(&system, &workspace, &system.project).await;
+    let intruder = another_account(&system).await;
+
+    // The key works, and every list it can read is its own account's: empty.
+    for path in ["/v1/sandboxes", "/v1/volumes", "/v1/workspaces", "/v1/projects", "/v1/billing/transactions"] {
+        let (status, list) = system.call_as(&intruder, Method::GET, path, None).await;
+        assert_eq!(status, 200, "{path}: {list}");
+        let items = list.get("items").unwrap_or(&list);
+        assert_eq!(items, &json!([]), "{path} shows another account's rows: {list}");
+    }
+    let (_, keys) = system.call_as(&intruder, Method::GET, "/v1/api-keys", None).await;
+    let names: Vec<&str> = keys.as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["intruder"], "{keys}");
+    let (_, live) = system.call_as(&intruder, Method::GET, "/v1/billing/live", None).await;
+    assert_eq!(live["sandboxes"], json!([]), "{live}");
+    // Nodes belong to the server's owner account only.
+    let (status, nodes) = system.call_as(&intruder, Method::GET, "/v1/nodes", None).await;
+    assert_eq!(status, 403, "{nodes}");
+
+    attack(&system, &intruder, &victims).await;
+    assert_untouched(&system, &victims).await;
 }
