@@ -152,6 +152,26 @@ async fn a_resume_is_admitted_like_a_create() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_guest_writing_its_disk_flat_out_is_held_to_the_disk_limit() {
+    // 4 MiB/s per disk: 24 MiB written past the guest's page cache take at least ~5 s.
+    let system = System::start(&["--vmm-disk-mib-per-second", "4"]).await;
+    let id = system.create_sandbox("base", json!({})).await;
+    let pid = vmm_pid(&id).expect("the sandbox's QEMU runs");
+    let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap().replace('\0', " ");
+    assert!(cmdline.contains(&format!("throttling.bps-total={}", 4 << 20)), "{cmdline}");
+    let started = Instant::now();
+    let (code, _, err) =
+        system.exec(&id, "dd if=/dev/zero of=/root/io bs=1M count=24 oflag=direct 2>&1 >/dev/null; sync").await;
+    let took = started.elapsed();
+    assert_eq!(code, 0, "{err}");
+    let mib_per_s = 24.0 / took.as_secs_f64();
+    eprintln!("24 MiB direct in {took:?}: {mib_per_s:.1} MiB/s ({err})");
+    assert!(mib_per_s <= 6.0, "the guest wrote at {mib_per_s:.1} MiB/s past a 4 MiB/s limit");
+    // Within its limit the disk works: the file is whole.
+    assert_eq!(system.exec(&id, "stat -c %s /root/io").await.1, format!("{}\n", 24 << 20));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn sizes_outside_the_documented_set_are_refused_before_any_snapshot_is_made() {
     let system = System::start(&[]).await;
     let snapshots = || dir_names(&system.node_dir().join("snapshots"));

@@ -134,8 +134,9 @@ pub enum ImagesCmd {
     Build {
         /// Templates to build [default: all]
         templates: Vec<String>,
+        /// Boxed: the node's options dwarf the other variants.
         #[command(flatten)]
-        node: local::NodeOpts,
+        node: Box<local::NodeOpts>,
     },
     /// List the templates this build knows.
     List,
@@ -268,7 +269,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         }
         #[cfg(feature = "node")]
         Command::Images(ImagesCmd::Build { templates, node }) => {
-            local::build_images(ctx.data_dir, templates, node).await.map(|_| 0)
+            local::build_images(ctx.data_dir, templates, *node).await.map(|_| 0)
         }
         Command::Sandbox(cmd @ (sandbox::SandboxCmd::Exec(_) | sandbox::SandboxCmd::Shell(_))) => {
             // `exec` and `shell` exit with the command's status; Lizard's own failures are 125.

@@ -61,6 +61,12 @@ pub struct NodeOpts {
     /// Memory a VMM may use beyond its guest's (its cgroup's limit is the sum).
     #[arg(long, value_name = "MIB", default_value_t = 512, env = "LIZARD_VMM_MEMORY_OVERHEAD_MIB")]
     pub vmm_memory_overhead_mib: u32,
+    /// Bandwidth each disk of a VMM may use (reads and writes together), in MiB/s; 0: no limit.
+    #[arg(long, value_name = "MIB", default_value_t = 512, env = "LIZARD_VMM_DISK_MIB_PER_SECOND")]
+    pub vmm_disk_mib_per_second: u64,
+    /// I/O operations per second each disk of a VMM may do; 0: no limit.
+    #[arg(long, value_name = "N", default_value_t = 20_000, env = "LIZARD_VMM_DISK_IOPS")]
+    pub vmm_disk_iops: u64,
     /// Host uids (and gids) for VMM processes, one per running VMM, as FIRST:COUNT; the
     /// gid FIRST-1 is the group they share. Must be the same for every node of the host.
     #[arg(long, value_name = "FIRST:COUNT", default_value = "1500000:65536", value_parser = parse_uid_range, env = "LIZARD_VMM_UIDS")]
@@ -92,6 +98,10 @@ impl NodeOpts {
         config.confine.cpu_overcommit = self.cpu_overcommit;
         config.confine.memory_overcommit = self.memory_overcommit;
         config.confine.memory_overhead_mib = self.vmm_memory_overhead_mib;
+        config.confine.disk_io = lizard_node::confine::DiskIo {
+            bytes_per_second: self.vmm_disk_mib_per_second.saturating_mul(1 << 20),
+            ops_per_second: self.vmm_disk_iops,
+        };
         config.confine.uids = self.vmm_uids;
         if let Some(a) = &self.agent {
             config.agent_bin = a.clone();

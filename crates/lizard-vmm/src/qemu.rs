@@ -77,7 +77,7 @@ impl QemuBackend {
             Some(policy) => Some(policy.enter(config, memory.copy_on_write_base(), &self.binary)?),
             None => None,
         };
-        let args = command_line(config, memory, incoming, jail.is_some());
+        let args = command_line(config, memory, incoming, self.jail.as_deref());
         tracing::debug!(id = %config.id, "qemu {}", args.join(" "));
         let mut cmd = tokio::process::Command::new(&self.binary);
         cmd.args(&args)
@@ -207,9 +207,11 @@ impl Memory<'_> {
 }
 
 /// The QEMU command line for `config`; with `incoming`, QEMU waits for a migration stream.
-/// `confined`: QEMU runs jailed ([`crate::jail`]): its seccomp filter on, and its TAP
-/// device opened for it (it has no right to open one by name).
-pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool, confined: bool) -> Vec<String> {
+/// `jail`: QEMU runs jailed by this policy ([`crate::jail`]): its seccomp filter on, its
+/// TAP device opened for it (it has no right to open one by name), its disks' I/O limited.
+pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool, jail: Option<&JailPolicy>) -> Vec<String> {
+    let confined = jail.is_some();
+    let throttle = jail.map_or(String::new(), |j| disk_throttle(j.disk_io));
     let (mem_path, share) = match memory {
         Memory::Own => (config.memory_file(), true),
         Memory::Snapshot(path, MemoryMapping::Shared) => (path.to_path_buf(), true),
@@ -259,7 +261,10 @@ pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool, confi
         let format = if disk.extension().is_some_and(|e| e == "qcow2") { "qcow2" } else { "raw" };
         push(&[
             "-drive",
-            &format!("id=disk{i},file={},format={format},if=none,cache=writeback,discard=unmap", disk.display()),
+            &format!(
+                "id=disk{i},file={},format={format},if=none,cache=writeback,discard=unmap{throttle}",
+                disk.display()
+            ),
         ]);
         push(&["-device", &format!("virtio-blk-device,drive=disk{i}")]);
     }
@@ -288,6 +293,18 @@ pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool, confi
         push(&["-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"]);
     }
     a
+}
+
+/// `-drive` options that hold one disk to `io` (nothing for a limit of 0).
+fn disk_throttle(io: crate::jail::DiskIo) -> String {
+    let mut opts = String::new();
+    if io.bytes_per_second > 0 {
+        opts.push_str(&format!(",throttling.bps-total={}", io.bytes_per_second));
+    }
+    if io.ops_per_second > 0 {
+        opts.push_str(&format!(",throttling.iops-total={}", io.ops_per_second));
+    }
+    opts
 }
 
 /// The guest kernel's command line, plus what the accelerator needs.
@@ -669,16 +686,22 @@ mod tests {
     #[test]
     fn a_nic_is_a_tap_in_the_namespace() {
         let mut c = config();
-        assert!(!command_line(&c, Memory::Own, false, false).join(" ").contains("-netdev"));
+        assert!(!command_line(&c, Memory::Own, false, None).join(" ").contains("-netdev"));
         c.net = Some(crate::NetAttachment {
             netns: "/run/netns/x".into(),
             tap: "tap0".into(),
             mac: "02:00:00:00:00:02".into(),
         });
-        let a = command_line(&c, Memory::Own, false, false).join(" ");
+        let a = command_line(&c, Memory::Own, false, None).join(" ");
         assert!(a.contains("-netdev tap,id=net0,ifname=tap0,script=no,downscript=no"), "{a}");
         assert!(a.contains("-device virtio-net-device,netdev=net0,mac=02:00:00:00:00:02"), "{a}");
         assert!(!a.contains("-sandbox"), "{a}");
+    }
+
+    /// A jail policy (never entered: only its command-line part is read).
+    fn policy() -> JailPolicy {
+        let cgroups = crate::jail::CgroupTree::V2 { parent: "/sys/fs/cgroup/lizard".into() };
+        JailPolicy::new(crate::jail::UidRange { first: 1000, count: 10 }, "/run/claims".into(), cgroups, 1 << 30)
     }
 
     #[test]
@@ -689,16 +712,23 @@ mod tests {
             tap: "tap0".into(),
             mac: "02:00:00:00:00:02".into(),
         });
-        let a = command_line(&c, Memory::Own, false, true).join(" ");
+        let a = command_line(&c, Memory::Own, false, Some(&policy())).join(" ");
         assert!(a.contains("-netdev tap,id=net0,fd=100 "), "{a}");
         assert!(!a.contains("ifname="), "{a}");
         assert!(a.contains("-sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"), "{a}");
         assert!(a.contains("console.log,append=on"), "{a}");
+        let (bps, iops) = (crate::jail::DEFAULT_DISK_IO.bytes_per_second, crate::jail::DEFAULT_DISK_IO.ops_per_second);
+        let limits = format!("discard=unmap,throttling.bps-total={bps},throttling.iops-total={iops} ");
+        assert_eq!(a.matches(&limits).count(), 2, "each disk is held to the policy's limits: {a}");
+        let mut unlimited = policy();
+        unlimited.disk_io = crate::jail::DiskIo { bytes_per_second: 0, ops_per_second: 0 };
+        assert!(!command_line(&c, Memory::Own, false, Some(&unlimited)).join(" ").contains("throttling"));
+        assert!(!command_line(&c, Memory::Own, false, None).join(" ").contains("throttling"), "unconfined: none");
     }
 
     #[test]
     fn cold_boot_maps_own_memory_shared() {
-        let a = command_line(&config(), Memory::Own, false, false).join(" ");
+        let a = command_line(&config(), Memory::Own, false, None).join(" ");
         assert!(a.contains("mem-path=/run/sbx1/memory,share=on"), "{a}");
         assert!(a.contains("-smp 2 -m 512M"));
         assert!(a.contains("file=/r/root.qcow2,format=qcow2"));
@@ -711,7 +741,7 @@ mod tests {
     #[test]
     fn clone_maps_snapshot_memory_private() {
         let a =
-            command_line(&config(), Memory::Snapshot(Path::new("/t/memory"), MemoryMapping::CopyOnWrite), true, false)
+            command_line(&config(), Memory::Snapshot(Path::new("/t/memory"), MemoryMapping::CopyOnWrite), true, None)
                 .join(" ");
         assert!(a.contains("mem-path=/t/memory,share=off"), "{a}");
         assert!(a.ends_with("-incoming defer"));
@@ -719,7 +749,7 @@ mod tests {
 
     #[test]
     fn a_delta_restore_starts_stopped_over_its_base() {
-        let a = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory")), true, false).join(" ");
+        let a = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory")), true, None).join(" ");
         assert!(a.contains("mem-path=/s/base-memory,share=off"), "{a}");
         assert!(a.ends_with("-incoming defer -S -global migration.send-configuration=off"), "{a}");
         assert_eq!(Memory::DeltaBase(Path::new("/b")).copy_on_write_base(), Some(Path::new("/b")));
@@ -728,12 +758,16 @@ mod tests {
 
     #[test]
     fn an_adopted_vm_finds_its_copy_on_write_base_in_its_command_line() {
-        let clone =
-            command_line(&config(), Memory::Snapshot(Path::new("/t/memory"), MemoryMapping::CopyOnWrite), true, true);
+        let clone = command_line(
+            &config(),
+            Memory::Snapshot(Path::new("/t/memory"), MemoryMapping::CopyOnWrite),
+            true,
+            Some(&policy()),
+        );
         assert_eq!(copy_on_write_base_of(&clone), Some(PathBuf::from("/t/memory")));
-        let delta = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory")), true, false);
+        let delta = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory")), true, None);
         assert_eq!(copy_on_write_base_of(&delta), Some(PathBuf::from("/s/base-memory")));
-        assert_eq!(copy_on_write_base_of(&command_line(&config(), Memory::Own, false, false)), None);
+        assert_eq!(copy_on_write_base_of(&command_line(&config(), Memory::Own, false, None)), None);
         assert_eq!(copy_on_write_base_of(&["qemu".to_string()]), None);
     }
 

@@ -16,7 +16,7 @@ use lizard_vmm::jail::{CgroupTree, JailPolicy};
 use std::path::PathBuf;
 
 pub use admission::{Capacity, CapacityExhausted, Reservation};
-pub use lizard_vmm::jail::UidRange;
+pub use lizard_vmm::jail::{DiskIo, UidRange};
 pub use sizes::UnsupportedSize;
 
 /// How the node confines VMMs and admits sandboxes.
@@ -37,6 +37,8 @@ pub struct ConfineConfig {
     pub cpu_overcommit: f64,
     /// Memory promised per byte of host memory.
     pub memory_overcommit: f64,
+    /// I/O limits for each disk of each VMM.
+    pub disk_io: DiskIo,
 }
 
 impl Default for ConfineConfig {
@@ -51,6 +53,7 @@ impl Default for ConfineConfig {
             // small sandboxes at once on 2 cores; each is still bounded by its quota.
             cpu_overcommit: 8.0,
             memory_overcommit: 1.5,
+            disk_io: lizard_vmm::jail::DEFAULT_DISK_IO,
         }
     }
 }
@@ -195,6 +198,7 @@ fn probe(config: &ConfineConfig) -> Result<JailPolicy, Vec<String>> {
         Some(tree) if missing.is_empty() => {
             let mut policy = JailPolicy::new(config.uids, config.claims_dir.clone(), tree, MAX_FILE_BYTES);
             policy.memory_overhead_mib = config.memory_overhead_mib;
+            policy.disk_io = config.disk_io;
             let swept = policy.sweep();
             if swept > 0 {
                 tracing::info!(swept, "removed cgroups of VMMs that ended");

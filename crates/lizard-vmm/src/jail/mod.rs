@@ -29,6 +29,19 @@ pub const DEFAULT_OPEN_FILES: u64 = 512;
 /// dirtied included; the template's shared pages are charged elsewhere); too tight kills VMs.
 pub const DEFAULT_MEMORY_OVERHEAD_MIB: u32 = 512;
 
+/// I/O limits for each of a VMM's disks, enforced by QEMU's block layer (a v1 `blkio`
+/// cgroup throttles only direct I/O, and a guest's writes reach the host's page cache):
+/// one guest cannot take a shared disk's bandwidth from its neighbours. `0`: no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskIo {
+    pub bytes_per_second: u64,
+    pub ops_per_second: u64,
+}
+
+/// Per disk: 512 MiB/s and 20 000 operations a second — beyond what a guest under TCG
+/// reaches in normal work, a fraction of a host NVMe device.
+pub const DEFAULT_DISK_IO: DiskIo = DiskIo { bytes_per_second: 512 << 20, ops_per_second: 20_000 };
+
 /// Why a VMM could not be confined.
 #[derive(Debug, thiserror::Error)]
 pub enum JailError {
@@ -56,6 +69,7 @@ pub struct JailPolicy {
     /// RLIMIT_FSIZE floor: the largest disk the node makes (a VMM's own memory and volume
     /// sizes raise it for that VMM).
     pub max_file_bytes: u64,
+    pub disk_io: DiskIo,
 }
 
 impl JailPolicy {
@@ -71,6 +85,7 @@ impl JailPolicy {
             pids: DEFAULT_PIDS,
             open_files: DEFAULT_OPEN_FILES,
             max_file_bytes,
+            disk_io: DEFAULT_DISK_IO,
         }
     }
 
