@@ -63,6 +63,23 @@ test('closeStdin gives EOF; kill ends a process; connect from another client rep
   await assert.rejects(sandbox.process.connect(999999), NotFoundError)
 })
 
+test('a callback that throws: wait() rejects with its error, then follows on without repeats', async () => {
+  const calls = []
+  const h = await sandbox.process.start('echo one; read x; echo two', {
+    onStdout: (t) => {
+      calls.push(t)
+      if (calls.length === 1) throw new Error('boom')
+    },
+  })
+  await assert.rejects(h.wait(), /boom/)
+  const listed = await sandbox.process.list()
+  assert.equal(listed.find((p) => p.pid === h.pid).exitCode, undefined) // it runs on
+  await h.sendStdin('go\n')
+  const r = await h.wait()
+  assert.equal(r.stdout, 'one\ntwo\n')
+  assert.deepEqual(calls, ['one\n', 'two\n'])
+})
+
 test('waitForPort resolves once a server listens, and times out with TIMED_OUT', async () => {
   // The README's quickstart: a Node server started in the background, then its URL.
   await sandbox.fs.write('/app/server.js', "require('http').createServer((_, r) => r.end('hello from Lizard')).listen(3000)")

@@ -6,6 +6,7 @@ async one for the same calls as coroutines."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from typing import Callable, Iterator, List
@@ -179,6 +180,52 @@ def test_pty_and_a_pause_in_the_middle(sandbox: Sandbox) -> None:
     r = counter.wait()
     assert (r.stdout, r.exit_code) == ("".join(f"{i}\n" for i in range(1, 41)), 0)
     assert "".join(counted) == r.stdout
+
+
+#: A full-screen editor for the test below. The built-in images have no vi, vim, nano or
+#: busybox (`base` is Debian's `--variant=apt` plus its recipe's packages); what they have is
+#: Python's curses, so the editor is the standard library's ``curses.textpad.Textbox``:
+#: ncurses on the terminal's terminfo (``TERM=xterm-256color``), cbreak mode, the keypad,
+#: cursor addressing, and ``SIGWINCH`` arriving as ``KEY_RESIZE``. ^G saves and quits.
+EDITOR = """
+import curses, curses.textpad, sys
+
+def main(screen):
+    screen.addstr(0, 0, "editing " + sys.argv[1] + ": ^G saves and quits")
+    screen.refresh()
+    lines, cols = screen.getmaxyx()
+    box = curses.textpad.Textbox(curses.newwin(lines - 2, cols - 1, 1, 0))
+
+    def key(ch):
+        if ch == curses.KEY_RESIZE:
+            curses.update_lines_cols()
+            screen.addstr(0, 0, "size %dx%d" % (curses.LINES, curses.COLS))
+            screen.refresh()
+            return 0
+        return ch
+
+    text = box.edit(key)
+    with open(sys.argv[1], "w") as f:
+        f.write("".join(line.rstrip() + "\\n" for line in text.splitlines() if line.strip()))
+
+curses.wrapper(main)
+"""
+
+
+def test_a_full_screen_editor_in_a_pty_types_saves_and_quits(sandbox: Sandbox) -> None:
+    sandbox.fs.write("/tmp/editor.py", EDITOR)
+    screen: List[str] = []
+    shown = lambda: re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", "".join(screen))  # noqa: E731
+    pty = sandbox.pty.create(cols=80, rows=24, cmd="python3 /tmp/editor.py /tmp/note.txt", on_data=screen.append)
+    _until(lambda: "^G saves and quits" in shown(), screen)
+    pty.send_input("hello from the pty")
+    _until(lambda: "the pty" in shown(), screen)
+    pty.resize(120, 40)
+    _until(lambda: "size 40x120" in shown(), screen)
+    pty.send_input("\nsecond line\x07")
+    r = pty.wait()
+    assert r.exit_code == 0, r.stdout
+    assert sandbox.fs.read("/tmp/note.txt") == "hello from the pty\nsecond line\n"
 
 
 def _wait_catching(pty: object) -> object:
