@@ -21,6 +21,7 @@ import inspect
 import os
 import random
 import re
+import socket
 import threading
 import time
 import uuid
@@ -473,6 +474,18 @@ class _Stopped(BaseException):
     """Unwinds a background operation whose handle was stopped."""
 
 
+def _interrupt(resp: httpx.Response) -> None:
+    """Wake a thread blocked reading ``resp``: closing a response from another thread does
+    not, shutting its socket down does."""
+    stream = resp.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed
+
+
 class WatchHandle:
     """A background operation of the blocking flavour (``sandbox.fs.watch``, a process's
     follower), running in a thread. ``stop()`` ends it, ``join()`` waits until it ended;
@@ -492,6 +505,7 @@ class WatchHandle:
         """End it (closing its stream) and wait until its thread did."""
         self.stopping = True
         for resp in self._responses:
+            _interrupt(resp)
             resp.close()
         self.join(timeout)
 

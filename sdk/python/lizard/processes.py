@@ -102,11 +102,13 @@ class ProcessHandle(Flavoured[F]):
 
     def _joined(self) -> Op[ProcessResult]:
         """The result: the follower's once it ended, else followed here."""
-        follower, self._follower = self._follower, None
+        follower = self._follower
         if self._result is None and follower is None:
             return (yield from self._follow())
         if follower is not None:
             yield Join(follower)
+            if self._follower is follower:
+                self._follower = None
         if self._result is None:
             raise follower.exception or APIConnectionError(f"the following of process {self.pid} was stopped")
         return self._result
