@@ -120,7 +120,10 @@ test('pause and resume in the middle of a streamed process and of a PTY session'
   const pty = await sandbox.pty.create({ onData: (d) => out.push(d) })
   await pty.sendInput('echo before-pause\n')
   await until('output before the pause', () => lines.join('').includes('3\n') && screen(out).includes('before-pause\r\n'))
+  // A wait() pending during the pause: its stream broke off, it tried once more and rejects.
+  const pending = pty.wait()
   await sandbox.pause()
+  await assert.rejects(pending)
   await sandbox.resume()
   // The counter ran on where it was; its handle follows it again, without repeats.
   const r = await counter.wait()
@@ -134,5 +137,9 @@ test('pause and resume in the middle of a streamed process and of a PTY session'
   await back.sendInput('echo after-$((20+1))\n')
   await until('output after the resume', () => screen(again).includes('after-21'))
   await back.sendInput('exit\n')
-  assert.equal((await back.wait()).exitCode, 0)
+  const whole = await back.wait()
+  assert.equal(whole.exitCode, 0)
+  // The first handle's wait() follows on where its stream broke off: each byte once.
+  assert.equal((await pty.wait()).stdout, whole.stdout)
+  assert.equal(screen(out), whole.stdout)
 })
