@@ -530,11 +530,9 @@ class AsyncWatchHandle:
 
     async def stop(self) -> None:
         """Cancel it and wait until it ended (its stream closed)."""
-        if self._task is None or self._task.done():
-            return
+        if self._task is None or self._task.done() or self._task is asyncio.current_task():
+            return  # ended, or stopped from one of its own callbacks (whose awaits go on)
         self._task.cancel()
-        if self._task is asyncio.current_task():
-            return  # stopped from one of its own callbacks: it ends at its next await
         try:
             await self._task
         except asyncio.CancelledError:

@@ -163,9 +163,10 @@ def test_pty_and_a_pause_in_the_middle(sandbox: Sandbox) -> None:
     until("40 120")
     _until(lambda: len(counted) > 0, counted)
     sandbox.pause()
-    # The followers' streams broke off: the waiting wait() tried once more and raised.
+    # The followers' streams broke off: the waiting wait() tried once more, and a paused
+    # sandbox answers that with ConflictError.
     waiter.join(timeout=60)
-    assert outcome and isinstance(outcome[0], Exception), outcome
+    assert outcome and isinstance(outcome[0], ConflictError), outcome
     sandbox.resume()
     # The same shell and the same counter run on after the resume.
     again: List[str] = []
