@@ -353,7 +353,11 @@ export interface BackgroundResult {
 export class ProcessHandle {
   info: ProcessInfo
   readonly pid: number
-  /** Wait for the end; a broken stream (a pause, a network cut) is followed again once. */
+  /**
+   * Wait for the end; a broken stream (a pause, a network cut) is followed again once, from
+   * where it stopped. Rejects with the error a callback threw (the process runs on; a next
+   * `wait()` follows on without delivering anything twice).
+   */
   wait(): Promise<BackgroundResult>
   kill(signal?: string): Promise<void>
   sendStdin(data: string | Uint8Array): Promise<void>

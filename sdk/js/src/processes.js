@@ -51,8 +51,9 @@ export class ProcessHandle {
   _follow(resp, abort, skip = 0) {
     this.#abort = abort
     this.#following = this.#consume(resp.body, skip)
-    // A failure is reported by wait(); nobody else awaits this.
-    this.#following.catch(() => {})
+    // A failure (a callback that threw, a stream that broke off) ends the following and
+    // closes its stream; wait() reports it, nobody else awaits this.
+    this.#following.catch(() => abort.abort())
   }
 
   async #consume(body, skip) {
@@ -94,7 +95,9 @@ export class ProcessHandle {
 
   /**
    * Wait for the process to end: `{ stdout, stderr, exitCode }` (output within the 1 MiB the
-   * sandbox keeps per process). A stream that broke off is followed again first.
+   * sandbox keeps per process). A stream that broke off is followed again first, from where
+   * it stopped. An error a callback threw rejects it (the process runs on; a next wait()
+   * follows on without delivering anything twice).
    */
   async wait() {
     for (let attempt = 0; ; attempt++) {

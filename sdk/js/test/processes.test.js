@@ -63,6 +63,23 @@ test('closeStdin gives EOF; kill ends a process; connect from another client rep
   await assert.rejects(sandbox.process.connect(999999), NotFoundError)
 })
 
+test('a callback that throws: wait() rejects with its error, then follows on without repeats', async () => {
+  const calls = []
+  const h = await sandbox.process.start('echo one; read x; echo two', {
+    onStdout: (t) => {
+      calls.push(t)
+      if (calls.length === 1) throw new Error('boom')
+    },
+  })
+  await assert.rejects(h.wait(), /boom/)
+  const listed = await sandbox.process.list()
+  assert.equal(listed.find((p) => p.pid === h.pid).exitCode, undefined) // it runs on
+  await h.sendStdin('go\n')
+  const r = await h.wait()
+  assert.equal(r.stdout, 'one\ntwo\n')
+  assert.deepEqual(calls, ['one\n', 'two\n'])
+})
+
 test('waitForPort resolves once a server listens, and times out with TIMED_OUT', async () => {
   // The README's quickstart: a Node server started in the background, then its URL.
   await sandbox.fs.write('/app/server.js', "require('http').createServer((_, r) => r.end('hello from Lizard')).listen(3000)")
@@ -103,7 +120,10 @@ test('pause and resume in the middle of a streamed process and of a PTY session'
   const pty = await sandbox.pty.create({ onData: (d) => out.push(d) })
   await pty.sendInput('echo before-pause\n')
   await until('output before the pause', () => lines.join('').includes('3\n') && screen(out).includes('before-pause\r\n'))
+  // A wait() pending during the pause: its stream broke off, it tried once more and rejects.
+  const pending = pty.wait()
   await sandbox.pause()
+  await assert.rejects(pending)
   await sandbox.resume()
   // The counter ran on where it was; its handle follows it again, without repeats.
   const r = await counter.wait()
@@ -117,5 +137,9 @@ test('pause and resume in the middle of a streamed process and of a PTY session'
   await back.sendInput('echo after-$((20+1))\n')
   await until('output after the resume', () => screen(again).includes('after-21'))
   await back.sendInput('exit\n')
-  assert.equal((await back.wait()).exitCode, 0)
+  const whole = await back.wait()
+  assert.equal(whole.exitCode, 0)
+  // The first handle's wait() follows on where its stream broke off: each byte once.
+  assert.equal((await pty.wait()).stdout, whole.stdout)
+  assert.equal(screen(out), whole.stdout)
 })

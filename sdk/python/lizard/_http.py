@@ -21,6 +21,7 @@ import inspect
 import os
 import random
 import re
+import socket
 import threading
 import time
 import uuid
@@ -29,7 +30,7 @@ from typing import Any, AsyncIterator, Callable, Dict, Generator, Iterator, List
 
 import httpx
 
-from ._ops import Async, Body, Emit, F, Flavoured, Invoke, Items, Next, Op, Open, Request, Send, Sleep, Started, Step, Sync, api
+from ._ops import Async, Body, Emit, F, Flavoured, Invoke, Items, Join, Next, Op, Open, Request, Send, Sleep, Spawn, Started, Step, Sync, api
 from .errors import APIConnectionError, APITimeoutError, error_for
 
 T = TypeVar("T")
@@ -81,6 +82,8 @@ class _Client(Flavoured[F]):
             self.headers["X-API-Key"] = self.api_key
         assert isinstance(self, (HttpClient, AsyncHttpClient))
         self._http = self  # its calls run on itself
+        #: The background operations (watches, process followers) that ``close()`` stops.
+        self._background: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
     def _request(
         self,
@@ -235,6 +238,9 @@ class HttpClient(_Client[Sync]):
         self._client = httpx.Client(base_url=self.api_url, headers=self.headers, timeout=timeout, transport=transport)
 
     def close(self) -> None:
+        """Stop the background operations (watches, process followers), then close."""
+        for watch in list(self._background):
+            watch.stop()
         self._client.close()
 
     def __enter__(self) -> "HttpClient":
@@ -301,6 +307,7 @@ class HttpClient(_Client[Sync]):
         started.wait()
         if early:
             raise early[0]
+        self._background.add(handle)
         return handle
 
     def _do(self, step: Step, opened: contextlib.ExitStack) -> Any:
@@ -323,6 +330,11 @@ class HttpClient(_Client[Sync]):
             time.sleep(step.seconds)
             return None
         if isinstance(step, Started):
+            return None
+        if isinstance(step, Spawn):
+            return self.spawn(step.op)
+        if isinstance(step, Join):
+            step.watch.stop() if step.stop else step.watch.join()
             return None
         if isinstance(step, Invoke):
             result = step.fn(*step.args)
@@ -349,6 +361,9 @@ class AsyncHttpClient(_Client[Async]):
         self._client = httpx.AsyncClient(base_url=self.api_url, headers=self.headers, timeout=timeout, transport=transport)
 
     async def close(self) -> None:
+        """Stop the background operations (watches, process followers), then close."""
+        for watch in list(self._background):
+            await watch.stop()
         await self._client.aclose()
 
     async def __aenter__(self) -> "AsyncHttpClient":
@@ -392,6 +407,7 @@ class AsyncHttpClient(_Client[Async]):
             waiting.cancel()
         if task.done() and not started.is_set():
             task.result()  # the error that came before the operation started
+        self._background.add(handle)
         return handle
 
     async def _drive(self, op: Op[None], on_started: Callable[[], None] = lambda: None) -> AsyncIterator[Any]:
@@ -439,6 +455,11 @@ class AsyncHttpClient(_Client[Async]):
         if isinstance(step, Sleep):
             await asyncio.sleep(step.seconds)
             return None
+        if isinstance(step, Spawn):
+            return await self.spawn(step.op)
+        if isinstance(step, Join):
+            await (step.watch.stop() if step.stop else step.watch.join())
+            return None
         if isinstance(step, Invoke):
             result = step.fn(*step.args)
             return await result if inspect.isawaitable(result) else result
@@ -453,9 +474,22 @@ class _Stopped(BaseException):
     """Unwinds a background operation whose handle was stopped."""
 
 
+def _interrupt(resp: httpx.Response) -> None:
+    """Wake a thread blocked reading ``resp``: closing a response from another thread does
+    not, shutting its socket down does."""
+    stream = resp.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed
+
+
 class WatchHandle:
-    """A background operation of the blocking flavour (``sandbox.fs.watch``), running in a
-    thread. ``stop()`` ends it; ``exception`` is what broke it, if anything did."""
+    """A background operation of the blocking flavour (``sandbox.fs.watch``, a process's
+    follower), running in a thread. ``stop()`` ends it, ``join()`` waits until it ended;
+    ``exception`` is what broke it, if anything did."""
 
     def __init__(self) -> None:
         self.stopping = False
@@ -471,14 +505,20 @@ class WatchHandle:
         """End it (closing its stream) and wait until its thread did."""
         self.stopping = True
         for resp in self._responses:
+            _interrupt(resp)
             resp.close()
+        self.join(timeout)
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        """Wait until it ended (by itself, or stopped)."""
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
 
 class AsyncWatchHandle:
     """A background operation of the async flavour, running as a task. ``await stop()``
-    ends it; ``exception`` is what broke it, if anything did."""
+    ends it, ``await join()`` waits until it ended; ``exception`` is what broke it, if
+    anything did."""
 
     def __init__(self) -> None:
         self.exception: Optional[BaseException] = None
@@ -490,13 +530,19 @@ class AsyncWatchHandle:
 
     async def stop(self) -> None:
         """Cancel it and wait until it ended (its stream closed)."""
-        if self._task is None or self._task.done():
-            return
+        if self._task is None or self._task.done() or self._task is asyncio.current_task():
+            return  # ended, or stopped from one of its own callbacks (whose awaits go on)
         self._task.cancel()
         try:
             await self._task
         except asyncio.CancelledError:
             pass
+
+    async def join(self) -> None:
+        """Wait until it ended (by itself, or stopped); cancelling this wait leaves it
+        running."""
+        if self._task is not None and self._task is not asyncio.current_task():
+            await asyncio.wait({self._task})
 
 
 _shared: Dict[Tuple[Optional[str], Optional[str]], HttpClient] = {}

@@ -1,7 +1,8 @@
 """One implementation, two flavours: every call of the SDK is written once, as an *operation*
 — a generator that yields the I/O it needs (:class:`Send` an HTTP request, :class:`Open` a
 streamed answer and read it with :class:`Next`, :class:`Sleep`, :class:`Invoke` a user
-callback, :class:`Emit` an item to an iterator) and gets the answers back — and run by a
+callback, :class:`Emit` an item to an iterator, :class:`Spawn` an operation that runs on in
+the background and :class:`Join` it) and gets the answers back — and run by a
 driver: the blocking one (``httpx.Client``) behind ``Lizard``/``Sandbox``, the asyncio one
 (``httpx.AsyncClient``) behind ``AsyncLizard``/``AsyncSandbox``. Request building, retry
 rules, answer parsing and control flow (fallbacks, polling) live in the operations only; a
@@ -114,17 +115,33 @@ class Started:
 
 
 @dataclass(frozen=True)
+class Spawn:
+    """Run ``op`` as ``api_background`` does (→ its ``WatchHandle`` in the blocking flavour,
+    ``AsyncWatchHandle`` in the async one, once ``op`` yielded :class:`Started`)."""
+
+    op: "Op[None]"
+
+
+@dataclass(frozen=True)
+class Join:
+    """Wait until a spawned operation ended, stopping it first when ``stop``."""
+
+    watch: Any
+    stop: bool = False
+
+
+@dataclass(frozen=True)
 class Emit(Generic[E]):
     """Hand an item to the caller of an iterating operation."""
 
     item: E
 
 
-Step = Union[Send, Open, Next, Sleep, Invoke, Started, Emit[Any]]
+Step = Union[Send, Open, Next, Sleep, Invoke, Started, Spawn, Join, Emit[Any]]
 #: An operation returning ``T``.
 Op = Generator[Step, Any, T]
 #: An operation that yields items of type ``E`` (through :class:`Emit`) to an iterator.
-Items = Generator[Union[Send, Open, Next, Sleep, Invoke, Started, Emit[E]], Any, None]
+Items = Generator[Union[Send, Open, Next, Sleep, Invoke, Started, Spawn, Join, Emit[E]], Any, None]
 
 
 class Body:
@@ -261,13 +278,19 @@ def from_iterable(pieces: Iterable[T]) -> Callable[[], Op[Optional[T]]]:
 
 
 def run_local(op: Op[T]) -> T:
-    """Run an operation that needs no I/O (its callbacks are called): the decoders' tests."""
+    """Run an operation that needs no I/O (its callbacks are called, and what they raise
+    is thrown into it, as the drivers do): the decoders' tests."""
     value: Any = None
+    error: Optional[Exception] = None
     while True:
         try:
-            step = op.send(value)
+            step = op.throw(error) if error is not None else op.send(value)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
         if not isinstance(step, Invoke):
             raise TypeError(f"{step!r} needs a client")
-        value = step.fn(*step.args)
+        value, error = None, None
+        try:
+            value = step.fn(*step.args)
+        except Exception as e:
+            error = e

@@ -10,12 +10,12 @@ from urllib.parse import quote
 
 from ._http import AsyncHttpClient, HttpClient, shared_async_client, shared_client
 from ._archive import pack_files
-from ._ops import Async, F, Flavoured, Op, Started, Sync, api, api_background, invoke, static_api
+from ._ops import Async, F, Flavoured, Join, Op, Started, Sync, api, api_background, invoke, static_api
 from .desktop import Desktop
 from .processes import BackgroundProcesses, Pty, command_body
 from .code import CodeInterpreter
 from .errors import APIConnectionError, LizardError, NotFoundError
-from ._frames import read_exec_frames
+from ._frames import Output, read_exec_frames
 from .models import ArchiveResult, FileEntry, FileInfo, FsEvent, ProcessResult, SandboxInfo
 
 Http = Union[HttpClient, AsyncHttpClient]
@@ -197,7 +197,7 @@ class Process(BackgroundProcesses[F]):
         if on_stdout is None and on_stderr is None:
             return ProcessResult.from_json((yield from self._http.call("POST", path, body, timeout=request_timeout)))
         stream = yield from self._http.open("POST", path, params={"stream": True}, json=body, timeout=request_timeout)
-        return (yield from read_exec_frames(lambda: self._http.next(stream), on_stdout, on_stderr))
+        return (yield from read_exec_frames(lambda: self._http.next(stream), Output(on_stdout, on_stderr)))
 
     exec_ = api(_exec)
     # The reference names it `exec_` (after the builtin); `exec` works too.
@@ -212,6 +212,8 @@ class SandboxBase(CodeInterpreter[F]):
     def __init__(self, info: SandboxInfo, http: Http) -> None:
         self.info = info
         self._http = http
+        #: The background followers of this object's process handles (``kill()`` stops them).
+        self._followers: List[Any] = []
         self.fs: Filesystem[F] = Filesystem(self)
         self.process: Process[F] = Process(self)
         self.pty: Pty[F] = Pty(self)
@@ -384,7 +386,10 @@ class SandboxBase(CodeInterpreter[F]):
 
     @api
     def kill(self) -> Op[None]:
-        """Stop the microVM and delete everything in it."""
+        """Stop the microVM and delete everything in it (and stop following its processes)."""
+        for follower in self._followers:
+            yield Join(follower, stop=True)
+        self._followers = []
         yield from self._http.call("DELETE", self._path())
 
     @api

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Iterator, List
+from typing import Callable, Iterator, List
 
 import pytest
 
@@ -100,6 +100,54 @@ def test_connect_list_and_set_timeout(sandbox_id: str) -> None:
     asyncio.run(main())
 
 
+async def _until(what: Callable[[], bool], seen: List[str]) -> None:
+    deadline = time.monotonic() + 60
+    while not what():
+        assert time.monotonic() < deadline, "".join(seen)
+        await asyncio.sleep(0.1)
+
+
+def test_callbacks_fire_as_output_arrives_without_a_wait(sandbox_id: str) -> None:
+    async def main() -> None:
+        lz = AsyncLizard(project="my-project")
+        sb = await lz.connect(sandbox_id)
+        out: List[str] = []
+
+        async def on_stdout(text: str) -> None:
+            out.append(text)
+
+        h = await sb.process.start("echo ready; read x; echo got-$x", on_stdout=on_stdout)
+        await _until(lambda: out == ["ready\n"], out)
+        await h.send_stdin("7\n")
+        r = await h.wait()
+        assert (r.stdout, "".join(out)) == ("ready\ngot-7\n", "ready\ngot-7\n")
+        # A callback that raises: wait() raises it; a next wait() follows on from there.
+        def boom(text: str) -> None:
+            raise ValueError(text)
+
+        bad = await sb.process.start("echo one; read x; echo two", on_stdout=boom)
+        with pytest.raises(ValueError, match="one"):
+            await bad.wait()
+        await bad.send_stdin("go\n")
+        rest: List[str] = []
+        r = await bad.wait(on_stdout=rest.append)
+        assert (r.stdout, rest) == ("one\ntwo\n", ["two\n"])
+        # A terminal's follower, and a reattached one, while nobody waits.
+        screen: List[str] = []
+        pty = await sb.pty.create(cols=50, rows=10, on_data=screen.append)
+        await pty.send_input("stty size\n")
+        await _until(lambda: "10 50" in "".join(screen), screen)
+        again: List[str] = []
+        await sb.pty.connect(pty.pid, on_data=again.append)
+        await _until(lambda: "10 50" in "".join(again), again)
+        # Closing the client stops its followers: no task is left behind.
+        await lz.close()
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+        await (await AsyncSandbox.connect(sandbox_id)).process.kill(pty.pid)
+
+    asyncio.run(main())
+
+
 def test_pause_resume_and_fork(sandbox_id: str) -> None:
     async def main() -> None:
         sb = await AsyncSandbox.connect(sandbox_id)
@@ -112,7 +160,14 @@ def test_pause_resume_and_fork(sandbox_id: str) -> None:
         [copy] = await sb.fork()
         assert isinstance(copy, AsyncSandbox) and copy.sandbox_id != sandbox_id
         assert await copy.fs.read("/tmp/kept-async") == "kept\n"
+        # kill() stops the followers of the sandbox's processes: no task is left.
+        seen: List[str] = []
+        h = await copy.process.start("echo b; exec sleep 600", on_stdout=seen.append)
+        await _until(lambda: seen == ["b\n"], seen)
         await copy.kill()
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+        with pytest.raises(NotFoundError):
+            await h.wait()
         assert not await copy.is_running()
 
     asyncio.run(main())
