@@ -642,6 +642,59 @@ mod tests {
         assert!(built.context.hashes().contains(&sha.as_str()));
     }
 
+    /// `qemu-img create` with `args`.
+    fn qemu_img(args: &[&str]) {
+        let status = Command::new("qemu-img").args(args).stdout(std::process::Stdio::null()).status().unwrap();
+        assert!(status.success(), "qemu-img {args:?}");
+    }
+
+    #[test]
+    fn a_layer_names_its_parent_by_its_resolved_path_not_through_a_link() {
+        // A data directory whose images are reached through a link (a test node sharing a
+        // cache): the published layer must name the parent where it really is.
+        let root = tempfile::tempdir().unwrap();
+        let (cache, data) = (root.path().join("cache"), root.path().join("node"));
+        fs::create_dir_all(cache.join("images")).unwrap();
+        fs::create_dir_all(&data).unwrap();
+        std::os::unix::fs::symlink(cache.join("images"), data.join("images")).unwrap();
+        let store = ImageStore::new(&data);
+        let parent_dir = store.images_dir().join("templates").join("base").join("k0");
+        fs::create_dir_all(&parent_dir).unwrap();
+        let parent_rootfs = parent_dir.join("rootfs.ext4");
+        qemu_img(&["create", "-q", "-f", "raw", parent_rootfs.to_str().unwrap(), "1M"]);
+        let top = root.path().join("top.qcow2");
+        qemu_img(&[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-F",
+            "raw",
+            "-b",
+            parent_rootfs.to_str().unwrap(),
+            top.to_str().unwrap(),
+        ]);
+        let parent = TemplateImage {
+            name: "base".into(),
+            rootfs: parent_rootfs.clone(),
+            layered: false,
+            hash: "k0".into(),
+            disk_gb: 1,
+            description: String::new(),
+            config: TemplateConfig::default(),
+            start: None,
+        };
+        let outcome = BuiltinOutcome { config: TemplateConfig::default(), start: None, build_seconds: 0.0 };
+        // Its answer needs the whole chain built; what is published is what this checks.
+        let _ = store.publish_builtin("interpreter", "k1", &top, Some(&parent), outcome);
+        let layer = cache.join("images/templates/interpreter/k1/rootfs.qcow2");
+        let info = Command::new("qemu-img").args(["info", "--output=json", "-U"]).arg(&layer).output().unwrap();
+        let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+        let backing = info["backing-filename"].as_str().unwrap_or_default();
+        assert_eq!(Path::new(backing), fs::canonicalize(&parent_rootfs).unwrap(), "{info}");
+        assert!(!backing.starts_with(data.to_str().unwrap()), "the layer names its parent through the link");
+    }
+
     #[test]
     fn builtin_recipes_parse_and_chain() {
         let names = ImageStore::template_names();
