@@ -84,7 +84,14 @@ async fn a_joined_node_survives_sigkill_reconciles_after_its_lease_and_stops_cle
 
     let mut agent = start_node(data.path(), &cp.url, port, Some(&token), &prefix, &[]);
     let node = cp.wait_for(&address, NodeState::Up, 120).await;
-    let kept = std::fs::metadata(data.path().join("node.json")).unwrap();
+    // The server records the join before the agent has its answer and writes the file.
+    let file = data.path().join("node.json");
+    let waited = std::time::Instant::now();
+    while !file.exists() {
+        assert!(waited.elapsed() < std::time::Duration::from_secs(10), "no node.json 10 s after the join");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let kept = std::fs::metadata(&file).unwrap();
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&kept.permissions()) & 0o777, 0o600);
     let kept: Value = serde_json::from_slice(&std::fs::read(data.path().join("node.json")).unwrap()).unwrap();
     assert_eq!(kept["nodeId"].as_str(), Some(node.id.as_str()));
