@@ -399,7 +399,7 @@ pub const CREATE_VOLUME: Route = create(
     path::VOLUMES,
     Json("CreateVolumeRequest"),
     Json("Volume"),
-    &[Unauthenticated, NotFound, Conflict, InvalidArgument, IdempotencyKeyReused],
+    &[Unauthenticated, NotFound, Conflict, InvalidArgument, PaymentRequired, IdempotencyKeyReused],
 );
 /// `?project=` or `?projectId=` for one project.
 pub const LIST_VOLUMES: Route = get(path::VOLUMES, JsonList("Volume"), &[Unauthenticated, NotFound, InvalidArgument]);

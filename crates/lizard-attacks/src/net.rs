@@ -216,10 +216,12 @@ fn reply(query: &[u8], answer: &impl Fn(&str) -> Ipv4Addr) -> Option<Vec<u8>> {
 }
 
 /// A web server in a [`TestNamespace`]: HTTP on port 80 (every request answered with
-/// [`TestWebServer::BODY`]), and on port 443 a recorder of the first bytes of each
-/// connection (a TLS ClientHello: no handshake follows).
+/// [`TestWebServer::BODY`], connections kept alive, each request's `Host` recorded), and
+/// on port 443 a recorder of the first bytes of each connection (a TLS ClientHello: no
+/// handshake follows).
 pub struct TestWebServer {
     http_hits: Arc<AtomicUsize>,
+    hosts: Arc<std::sync::Mutex<Vec<String>>>,
     hellos: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
     tasks: JoinSet<()>,
 }
@@ -239,25 +241,38 @@ impl TestWebServer {
         let tokio_listener = |l| tokio::net::TcpListener::from_std(l).expect("tokio listener");
         let (http, tls) = (tokio_listener(http), tokio_listener(tls));
         let (http_hits, hellos) = (Arc::new(AtomicUsize::new(0)), Arc::new(std::sync::Mutex::new(Vec::new())));
+        let hosts = Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut tasks = JoinSet::new();
-        let hits = http_hits.clone();
+        let (hits, seen_hosts) = (http_hits.clone(), hosts.clone());
         tasks.spawn(async move {
             while let Ok((mut conn, _)) = http.accept().await {
-                let hits = hits.clone();
+                let (hits, seen_hosts) = (hits.clone(), seen_hosts.clone());
                 tokio::spawn(async move {
-                    let mut head = Vec::new();
+                    // Requests without bodies, one after another on the connection.
+                    let mut pending = Vec::new();
                     let mut buf = [0u8; 1024];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
-                        match conn.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                    for _ in 0..16 {
+                        while !pending.windows(4).any(|w| w == b"\r\n\r\n") && pending.len() < 16 * 1024 {
+                            match conn.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => pending.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                        let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") else { return };
+                        let head = String::from_utf8_lossy(&pending[..end]).into_owned();
+                        pending.drain(..end + 4);
+                        let host = head.lines().find_map(|l| {
+                            let (k, v) = l.split_once(':')?;
+                            k.eq_ignore_ascii_case("host").then(|| v.trim().to_string())
+                        });
+                        seen_hosts.lock().expect("host log").push(host.unwrap_or_default());
+                        hits.fetch_add(1, Ordering::SeqCst);
+                        let body = TestWebServer::BODY;
+                        let resp = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+                        if conn.write_all(resp.as_bytes()).await.is_err() {
+                            return;
                         }
                     }
-                    hits.fetch_add(1, Ordering::SeqCst);
-                    let body = TestWebServer::BODY;
-                    let resp =
-                        format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
-                    let _ = conn.write_all(resp.as_bytes()).await;
                 });
             }
         });
@@ -274,12 +289,17 @@ impl TestWebServer {
                 });
             }
         });
-        TestWebServer { http_hits, hellos, tasks }
+        TestWebServer { http_hits, hosts, hellos, tasks }
     }
 
     /// HTTP requests answered so far.
     pub fn http_hits(&self) -> usize {
         self.http_hits.load(Ordering::SeqCst)
+    }
+
+    /// The `Host` of each HTTP request answered so far.
+    pub fn hosts(&self) -> Vec<String> {
+        self.hosts.lock().expect("host log").clone()
     }
 
     /// First bytes of each connection to port 443 so far.

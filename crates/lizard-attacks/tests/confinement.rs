@@ -76,14 +76,17 @@ async fn every_vmm_runs_as_its_own_uid_without_privileges_in_cgroups_of_its_own(
     }
     assert_ne!(uids[0], uids[1], "two VMMs share a uid");
 
-    // Killed: its cgroups go with it, and its files are root's again.
+    // Killed: its cgroups go with it, its files are root's again, its uid's claim file
+    // is removed (the host-wide claims directory does not grow with every VMM ever run).
     let pid = vmm_pid(&b).unwrap();
+    let claim = std::path::Path::new("/run/lizard/vmm-uids").join(format!("uid-{}.lock", uids[1]));
+    assert!(claim.exists(), "a running VMM's uid is claimed by {}", claim.display());
     let groups = cgroups(pid);
     assert!(lizard_attacks::confine::vmm_cgroups().contains(&groups["memory"]), "the census lists it");
     let (status_code, _) = system.call(Method::DELETE, &format!("/v1/sandboxes/{b}"), None).await;
     assert!(status_code < 300, "kill: {status_code}");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while groups.values().any(|d| d.exists()) && Instant::now() < deadline {
+    while (groups.values().any(|d| d.exists()) || claim.exists()) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     for (controller, dir) in &groups {
@@ -92,6 +95,7 @@ async fn every_vmm_runs_as_its_own_uid_without_privileges_in_cgroups_of_its_own(
         }
     }
     assert!(!lizard_attacks::confine::vmm_cgroups().contains(&groups["memory"]), "the census still lists it");
+    assert!(!claim.exists(), "{} left behind", claim.display());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -263,6 +263,61 @@ async fn a_flood_from_one_key_is_rate_limited_and_another_key_is_not() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_flood_of_invalid_keys_is_rate_limited_and_valid_keys_are_not() {
+    let system = System::start(&["--auth-failure-rate", "5", "--auth-failure-burst", "10"]).await;
+    let (status, other) = system.call(Method::POST, "/v1/api-keys", Some(serde_json::json!({"name": "other"}))).await;
+    assert_eq!(status, 201, "{other}");
+    let other = other["key"].as_str().unwrap().to_string();
+    let (status, revoked) = system.call(Method::POST, "/v1/api-keys", Some(serde_json::json!({"name": "gone"}))).await;
+    assert_eq!(status, 201, "{revoked}");
+    let (status, body) =
+        system.call(Method::DELETE, &format!("/v1/api-keys/{}", revoked["id"].as_str().unwrap()), None).await;
+    assert!(status < 300, "{status} {body}");
+    let revoked = revoked["key"].as_str().unwrap().to_string();
+    // Well-formed keys nobody holds, malformed ones, and a revoked one, all at once: what a
+    // guesser (or a guest, through its node's forwarder, from loopback) would send.
+    let bad: Vec<String> = (0..300)
+        .map(|i| match i % 3 {
+            0 => format!("lz_{}", (0..43).map(|_| char::from(b'a' + rand::random::<u8>() % 26)).collect::<String>()),
+            1 => format!("not-a-key-{i}"),
+            _ => revoked.clone(),
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let flood: Vec<_> =
+        bad.iter().map(|k| tokio::spawn(system.request_as(k, Method::GET, "/v1/workspaces").send())).collect();
+    // Meanwhile the keys that work, again and again: never refused.
+    for _ in 0..10 {
+        for key in [&system.key, &other] {
+            let (status, body) = system.call_as(key, Method::GET, "/v1/workspaces", None).await;
+            assert_eq!(status, 200, "a valid key during a flood of invalid ones: {body}");
+        }
+    }
+    let (mut looked_up, mut limited) = (0usize, Vec::new());
+    for answer in flood {
+        let answer = answer.await.unwrap().unwrap();
+        match answer.status().as_u16() {
+            401 => looked_up += 1,
+            429 => limited.push(answer),
+            other => panic!("an invalid key answered {other}"),
+        }
+    }
+    // Looked up at most the burst plus the rate over the flood's time (one second of slack).
+    let budget = 10 + 5 * (usize::try_from(started.elapsed().as_secs()).unwrap() + 1);
+    assert!(looked_up <= budget, "{looked_up} of 300 invalid keys were looked up (budget {budget})");
+    assert!(limited.len() >= 300 - budget, "{} of 300 limited", limited.len());
+    let first = limited.remove(0);
+    let retry_after = first.headers().get("retry-after").expect("Retry-After on a 429").to_str().unwrap().to_string();
+    assert!(retry_after.parse::<u64>().unwrap() >= 1, "{retry_after}");
+    let e: serde_json::Value = first.json().await.unwrap();
+    assert_eq!(e["code"], "RATE_LIMITED", "{e}");
+    // The budget refills: an invalid key is answered 401 again, the valid one still 200.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(system.call_as("lz_wrong", Method::GET, "/v1/workspaces", None).await.0, 401);
+    assert_eq!(system.call_as(&other, Method::GET, "/v1/workspaces", None).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_internal_failure_answers_a_request_id_and_no_host_detail() {
     let system = System::start(&[]).await;
     // Another process holds the database's write lock: the server's next write fails inside.

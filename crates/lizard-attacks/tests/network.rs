@@ -254,6 +254,16 @@ async fn with_internet_off_an_allowed_domain_is_reachable_by_name_and_nothing_el
     assert_ne!(guest_curl(&system, &id, "http://private.test/").await.0, 0);
     assert_eq!(web.http_hits(), 2, "a refused connection reached the web server");
 
+    // A keep-alive connection for the allowed name turning to another host at the same
+    // address (its second request): the first is answered, the second never reaches it.
+    let fronting = "exec 3<>/dev/tcp/allowed.test/80; \
+                    printf 'GET / HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n' >&3; sleep 1; \
+                    printf 'GET /fronted HTTP/1.1\\r\\nHost: other.test\\r\\n\\r\\n' >&3; \
+                    timeout 5 cat <&3";
+    let (_, out, _) = system.exec(&id, &format!("bash -c \"{fronting}\"")).await;
+    assert_eq!(out.matches(body).count(), 1, "{out}");
+    assert_eq!(web.hosts(), ["allowed.test"; 3], "the second Host reached the server");
+
     // TLS: the ClientHello for the allowed name reaches the server (SNI intact); one for
     // another name does not.
     guest_curl(&system, &id, "-k https://allowed.test/").await;

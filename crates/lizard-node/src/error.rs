@@ -267,11 +267,33 @@ pub enum NodeError {
     /// one the node runs.
     #[error(transparent)]
     Confine(#[from] crate::confine::ConfineError),
+    /// The filesystem of the node's data directory is full: `what` failed for want of
+    /// space (the cause names host paths: the log has it, clients get
+    /// [`NodeError::client_message`]'s summary).
+    #[error("no space left on the node's disk to {what}: {cause}")]
+    DiskFull { what: &'static str, cause: Box<NodeError> },
 }
 
 impl NodeError {
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         NodeError::Io { context: context.into(), source }
+    }
+
+    /// This error as [`NodeError::DiskFull`] when it is for want of space: an `ENOSPC`
+    /// itself, or — the VMM reports only "an IO error" — a failure while `data_dir`'s
+    /// filesystem has less than [`DISK_FULL_BELOW`] free.
+    pub fn or_disk_full(self, what: &'static str, data_dir: &std::path::Path) -> Self {
+        // The client's own mistakes stay theirs.
+        if !matches!(self.code(), ErrorCode::Internal | ErrorCode::BootFailed) {
+            return self;
+        }
+        let enospc = matches!(&self, NodeError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC));
+        let free = nix::sys::statvfs::statvfs(data_dir).map(|s| s.blocks_available() * s.fragment_size());
+        if enospc || free.is_ok_and(|f| f < DISK_FULL_BELOW) {
+            NodeError::DiskFull { what, cause: Box::new(self) }
+        } else {
+            self
+        }
     }
 
     pub fn code(&self) -> ErrorCode {
@@ -321,6 +343,8 @@ impl NodeError {
                 A::Internal => ErrorCode::Internal,
             },
             NodeError::Network(NetError::Exhausted) => ErrorCode::Unavailable,
+            // Another node may have room, or this one once space is freed.
+            NodeError::DiskFull { .. } => ErrorCode::Unavailable,
             NodeError::Confine(crate::confine::ConfineError::Size(_)) => ErrorCode::InvalidArgument,
             // Another node (or this one, later) may have room or be able to confine.
             NodeError::Confine(_) => ErrorCode::Unavailable,
@@ -342,6 +366,9 @@ impl NodeError {
             NodeError::Network(NetError::Exhausted) => self.to_string(),
             NodeError::Network(_) => format!("network: the sandbox's network could not be made {SEE_LOG}"),
             NodeError::Registry(_) | NodeError::Seal(_) => format!("internal error on the node {SEE_LOG}"),
+            NodeError::DiskFull { what, .. } => {
+                format!("no space left on the node's disk to {what}: try again once space is freed {SEE_LOG}")
+            }
             NodeError::Start(StartError::Agent(_))
             | NodeError::Build(BuildError::StartNotReady(StartError::Agent(_))) => {
                 format!("start command: the guest agent failed {SEE_LOG}")
@@ -415,6 +442,10 @@ fn vmm_summary(e: &VmmError) -> String {
 
 pub type Result<T, E = NodeError> = std::result::Result<T, E>;
 
+/// Free space under which a failure on the data directory's filesystem is taken for a
+/// full disk ([`NodeError::or_disk_full`]).
+pub const DISK_FULL_BELOW: u64 = 16 << 20;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,6 +463,24 @@ mod tests {
         assert_eq!((e.code(), e.to_api().message.as_str()), (ErrorCode::NotFound, "sandbox s not found: killed"));
         let e = NodeError::Paused { id: "s".into() };
         assert_eq!(e.to_api().message, "sandbox s is paused: resume it first");
+    }
+
+    #[test]
+    fn a_failure_for_want_of_space_says_so_without_host_paths() {
+        let roomy = std::env::temp_dir();
+        let full = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        let e = NodeError::io("create /var/lib/lizard/sandboxes/abc/root.qcow2", full)
+            .or_disk_full("make a sandbox", &roomy);
+        assert!(matches!(e, NodeError::DiskFull { .. }), "{e}");
+        let api = e.to_api();
+        assert_eq!(api.code, ErrorCode::Unavailable);
+        assert!(api.message.starts_with("no space left on the node's disk to make a sandbox"), "{}", api.message);
+        assert!(!api.message.contains("/var/lib"), "{}", api.message);
+        // Other failures, with room on the disk, and the client's own errors stay as they are.
+        let other = NodeError::io("read", std::io::Error::from_raw_os_error(libc::EIO)).or_disk_full("x", &roomy);
+        assert!(matches!(other, NodeError::Io { .. }));
+        let missing = NodeError::NotFound { id: "s".into() }.or_disk_full("x", &roomy);
+        assert_eq!(missing.code(), ErrorCode::NotFound);
     }
 
     #[test]

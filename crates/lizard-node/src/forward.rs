@@ -95,8 +95,29 @@ where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
+    copy_until_idle_checked(a, b, idle, |bytes, out| {
+        out.extend_from_slice(bytes);
+        Ok(())
+    })
+    .await
+}
+
+/// [`copy_until_idle`], with what `a` sends passed through `check` first: it appends
+/// to its second argument what may go to `b` now, or fails, which ends the copy.
+pub(crate) async fn copy_until_idle_checked<A, B, F>(
+    a: &mut A,
+    b: &mut B,
+    idle: Duration,
+    mut check: F,
+) -> std::io::Result<()>
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+    F: FnMut(&[u8], &mut Vec<u8>) -> std::io::Result<()>,
+{
     let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "idle connection closed");
     let (mut a_buf, mut b_buf) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
+    let mut checked = Vec::with_capacity(16 * 1024);
     let (mut a_open, mut b_open) = (true, true);
     while a_open || b_open {
         tokio::select! {
@@ -105,7 +126,11 @@ where
                     a_open = false;
                     let _ = b.shutdown().await;
                 }
-                n => tokio::time::timeout(idle, b.write_all(&a_buf[..n])).await.map_err(|_| timed_out())??,
+                n => {
+                    checked.clear();
+                    check(&a_buf[..n], &mut checked)?;
+                    tokio::time::timeout(idle, b.write_all(&checked)).await.map_err(|_| timed_out())??
+                }
             },
             r = b.read(&mut b_buf), if b_open => match r? {
                 0 => {

@@ -71,6 +71,11 @@ impl Principal {
     }
 }
 
+/// Set by [`crate::front_door`] on a request whose key it found invalid, so that the
+/// handler answers 401 without a second lookup.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyRefused;
+
 fn bad_key() -> AppError {
     AppError::unauthenticated("invalid or revoked API key")
 }
@@ -105,7 +110,9 @@ where
         if let Some(p) = parts.extensions.get::<Principal>() {
             return Ok(p.clone());
         }
-        if parts.headers.get(API_KEY_HEADER).is_some_and(|v| v.to_str().is_err()) {
+        if parts.extensions.get::<KeyRefused>().is_some()
+            || parts.headers.get(API_KEY_HEADER).is_some_and(|v| v.to_str().is_err())
+        {
             return Err(bad_key());
         }
         let Some(key) = presented_key(&parts.headers) else {

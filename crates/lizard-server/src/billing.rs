@@ -7,7 +7,8 @@
 //! - [`run_metering`]: every [`BillingConfig::tick`] it bills each open meter up to now
 //!   (one transaction), then pauses the running sandboxes of accounts whose balance has
 //!   been at or below zero for [`BillingConfig::grace`];
-//! - [`require_funds`]: 402 `PAYMENT_REQUIRED` for create and resume at zero balance.
+//! - [`require_funds`]: 402 `PAYMENT_REQUIRED` for creates (sandboxes, volumes) and
+//!   resumes at zero balance.
 //!
 //! **Crash bound.** Metered time reaches the ledger at each tick; a process that dies
 //! loses what its sandboxes ran since the last tick (at most one tick, by default 5 s per
@@ -119,15 +120,15 @@ impl Default for BillingConfig {
 }
 
 /// 402 `PAYMENT_REQUIRED` when the account's balance is zero or below: no new sandbox may
-/// start (create) or run again (resume) on it.
+/// start (create) or run again (resume) on it, and no new volume be made.
 pub async fn require_funds(store: &dyn Store, account_id: &str) -> ApiResult<()> {
     let b = store.balance(account_id).await?;
     if b.balance_nanos <= 0 {
         return Err(AppError::new(
             ErrorCode::PaymentRequired,
             format!(
-                "the account's balance is {} USD: creating and resuming sandboxes needs credits; \
-                 ask the operator to add some (lizard billing credit)",
+                "the account's balance is {} USD: creating sandboxes and volumes and resuming \
+                 sandboxes needs credits; ask the operator to add some (lizard billing credit)",
                 lizard_api::format_usd(b.balance_nanos)
             ),
         ));

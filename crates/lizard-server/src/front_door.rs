@@ -8,11 +8,17 @@
 //!    rate or its requests in flight it answers 429 `RATE_LIMITED` with `Retry-After`.
 //!    The key's [`Principal`] is handed to the handler, which does not look it up again.
 //!
-//! Requests without a valid key pass untouched: their handler answers 401.
+//! 4. a request with a key that is not one is counted against the budget of failed
+//!    authentications ([`crate::bad_keys`]): past it, 429 `RATE_LIMITED` with
+//!    `Retry-After` before the key is looked up; else its handler answers 401 without
+//!    looking it up again ([`auth::KeyRefused`]).
+//!
+//! Requests without a key pass untouched: their handler answers 401.
 
 use crate::auth::{self, Principal};
 use crate::error::{AppError, BodyReadTimeout};
 use crate::guard::Refusal;
+use crate::keys;
 use crate::request_id;
 use crate::state::ServerState;
 use axum::extract::{MatchedPath, Request, State};
@@ -36,12 +42,26 @@ pub async fn front_door(State(state): State<ServerState>, mut req: Request, next
         req.extensions_mut().insert(BodyReadTimeout(state.config.traffic.body_read));
         let mut permit = None;
         if let Some(key) = auth::presented_key(req.headers()) {
-            if let Ok(principal) = auth::authenticate(state.store.as_ref(), key).await {
-                match state.guard.admit(&principal.key_id) {
-                    Ok(p) => permit = Some(p),
-                    Err(refusal) => return refused(&principal, refusal),
+            let fingerprint = keys::hash(key);
+            let ticket = match state.bad_keys.admit(&fingerprint) {
+                Ok(ticket) => ticket,
+                Err(wait) => return too_many(wait, "too many requests with invalid API keys"),
+            };
+            match auth::authenticate(state.store.as_ref(), key).await {
+                Ok(principal) => {
+                    state.bad_keys.succeeded(&fingerprint, ticket);
+                    match state.guard.admit(&principal.key_id) {
+                        Ok(p) => permit = Some(p),
+                        Err(refusal) => return refused(&principal, refusal),
+                    }
+                    req.extensions_mut().insert::<Principal>(principal);
                 }
-                req.extensions_mut().insert::<Principal>(principal);
+                Err(e) if e.code() == ErrorCode::Unauthenticated => {
+                    state.bad_keys.failed(&fingerprint);
+                    req.extensions_mut().insert(auth::KeyRefused);
+                }
+                // The store did not answer: the handler's own lookup reports it.
+                Err(_) => state.bad_keys.undecided(&fingerprint, ticket),
             }
         }
         let response = next.run(req).await;
@@ -65,6 +85,11 @@ fn refused(principal: &Principal, refusal: Refusal) -> Response {
         Refusal::Concurrency => (Duration::from_secs(1), "this API key has too many requests in flight"),
     };
     tracing::debug!(key = %principal.key_id, "{why}");
+    too_many(wait, why)
+}
+
+/// 429 `RATE_LIMITED`, with `Retry-After` in whole seconds (at least 1).
+fn too_many(wait: Duration, why: &str) -> Response {
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     let mut response = AppError::new(ErrorCode::RateLimited, format!("{why}; retry after {secs} s")).into_response();
     response.headers_mut().insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));

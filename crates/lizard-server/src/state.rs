@@ -68,6 +68,8 @@ pub struct ServerState {
     pub reaper: Arc<dyn SandboxReaper>,
     /// Each key's request rate and requests in flight.
     pub guard: Arc<crate::guard::Guard>,
+    /// The budget of failed authentications.
+    pub bad_keys: Arc<crate::bad_keys::BadKeys>,
     /// This process's Prometheus metrics.
     pub telemetry: Arc<crate::telemetry::Telemetry>,
 }
@@ -75,8 +77,9 @@ pub struct ServerState {
 impl ServerState {
     pub fn new(store: Arc<dyn Store>, config: ServerConfig) -> Self {
         let guard = Arc::new(crate::guard::Guard::new(config.traffic.clone()));
+        let bad_keys = Arc::new(crate::bad_keys::BadKeys::new(&config.traffic));
         let telemetry = Arc::new(crate::telemetry::Telemetry::new());
-        ServerState { store, config: Arc::new(config), reaper: Arc::new(NoReaper), guard, telemetry }
+        ServerState { store, config: Arc::new(config), reaper: Arc::new(NoReaper), guard, bad_keys, telemetry }
     }
 
     /// Install the hook that kills sandboxes removed by a forced workspace delete.

@@ -276,6 +276,14 @@ async fn creating_at_zero_balance_is_payment_required_and_starts_nothing() {
     }
     assert!(api.node.list().is_empty(), "no VM started");
     assert_eq!(api.ok("GET", "/v1/sandboxes", &api.owner, None).await, json!([]));
+    // A volume accrues from its create: refused the same way, no record, no disk.
+    let (status, v) =
+        api.call("POST", "/v1/volumes", &k1, Some(json!({"name": "data", "projectId": p1, "sizeGb": 1}))).await;
+    assert_eq!((status, v["code"].as_str()), (402, Some("PAYMENT_REQUIRED")), "{v}");
+    assert!(v["message"].as_str().unwrap().contains("volumes"), "{v}");
+    assert_eq!(api.ok("GET", "/v1/volumes", &api.owner, None).await, json!([]));
+    let disks = std::fs::read_dir(api.dir.path().join("node/volumes")).map(Iterator::count).unwrap_or(0);
+    assert_eq!(disks, 0, "no volume disk made");
     let b = api.ok("GET", "/v1/billing/balance", &api.owner, None).await;
     assert_eq!(b["balanceNanos"], 0);
     assert!(b["depletedSince"].is_string(), "{b}");

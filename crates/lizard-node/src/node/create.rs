@@ -55,7 +55,9 @@ impl Node {
     /// request) must not leave a VM that nothing tracks.
     pub async fn create(self: &Arc<Self>, req: CreateSandboxRequest) -> Result<Arc<Sandbox>> {
         let node = self.clone();
-        tokio::spawn(async move { node.create_now(req).await }).await.expect("create task panicked")
+        let data_dir = self.config.data_dir.clone();
+        let created = tokio::spawn(async move { node.create_now(req).await }).await.expect("create task panicked");
+        created.map_err(|e| e.or_disk_full("make a sandbox", &data_dir))
     }
 
     async fn create_now(self: &Arc<Self>, req: CreateSandboxRequest) -> Result<Arc<Sandbox>> {

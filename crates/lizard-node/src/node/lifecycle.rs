@@ -30,7 +30,8 @@ impl Node {
     pub async fn pause(self: &Arc<Self>, id: &str) -> Result<Arc<Sandbox>> {
         let sandbox = self.get(id)?;
         let (node, s) = (self.clone(), sandbox.clone());
-        tokio::spawn(async move { node.pause_now(&s).await }).await.expect("pause task panicked")?;
+        let paused = tokio::spawn(async move { node.pause_now(&s).await }).await.expect("pause task panicked");
+        paused.map_err(|e| e.or_disk_full("save the sandbox", &self.config.data_dir))?;
         Ok(sandbox)
     }
 
@@ -54,30 +55,42 @@ impl Node {
         let _ = tokio::time::timeout(Duration::from_secs(2), live.agent().shutdown()).await;
         tokio::time::sleep(AGENT_SETTLE).await;
         let vm = live.vm();
-        let saved = vm::save_in_place(vm, own_memory).await;
-        if let Err(e) = saved {
-            // Not paused after all: run on, with a new session.
-            let _ = vm.resume().await;
-            let deadline = self.config.boot_timeout;
-            match vm::connect_agent(vm, &sandbox.secret, deadline, Some(vm::RESTORED_HANDSHAKE)).await {
-                Ok(agent) => {
-                    self.forward_api(&sandbox.id, &agent);
-                    live.set_agent(agent)
-                }
-                Err(e) => tracing::warn!(id = %sandbox.id, "no agent session after a failed pause: {e}"),
+        let saved = match vm::save_in_place(vm, own_memory).await {
+            Ok(saved) => saved,
+            Err(e) => {
+                self.run_on(sandbox, &live).await;
+                return Err(e.into());
             }
-            sandbox.pausing.store(false, Ordering::SeqCst);
-            return Err(e.into());
-        }
-        // From here the saved VM is the sandbox: the process must not run on. Taking it
-        // out of the state first tells its monitor that its exit is no crash.
+        };
+        // From here the saved VM is the sandbox once its record says so: the process
+        // must not run on. Taking it out of the state first tells its monitor that its
+        // exit is no crash.
         sandbox.state().live = None;
+        if let Err(e) = sandbox.write_record(&self.seal, Durability::Synced) {
+            // Still recorded as running (a full disk, say): so it is, and runs on.
+            sandbox.state().live = Some(live.clone());
+            self.run_on(sandbox, &live).await;
+            return Err(e);
+        }
         sandbox.pausing.store(false, Ordering::SeqCst);
-        let recorded = sandbox.write_record(&self.seal, Durability::Synced);
         let _ = vm.kill().await;
-        recorded?;
         tracing::info!(id = %sandbox.id, form = ?saved, "sandbox paused");
         Ok(())
+    }
+
+    /// Not paused after all: the VM runs on, with a new agent session.
+    async fn run_on(&self, sandbox: &Sandbox, live: &Arc<Live>) {
+        let vm = live.vm();
+        let _ = vm.resume().await;
+        let deadline = self.config.boot_timeout;
+        match vm::connect_agent(vm, &sandbox.secret, deadline, Some(vm::RESTORED_HANDSHAKE)).await {
+            Ok(agent) => {
+                self.forward_api(&sandbox.id, &agent);
+                live.set_agent(agent)
+            }
+            Err(e) => tracing::warn!(id = %sandbox.id, "no agent session after a failed pause: {e}"),
+        }
+        sandbox.pausing.store(false, Ordering::SeqCst);
     }
 
     /// Start a paused sandbox's VM again where it stopped. Resuming a running sandbox

@@ -44,7 +44,9 @@ pub fn is_id(name_or_id: &str) -> bool {
 }
 
 /// Record a volume of `size_gb` in `project` on a node of `region` (any when `None`),
-/// then have that node make its disk. 409 when the name is taken in the project.
+/// then have that node make its disk. 409 when the name is taken in the project; 402 at
+/// zero balance, as for a sandbox's create (a volume accrues from its create; existing
+/// ones keep their data and accrue on, as a paused sandbox's saved state does).
 pub async fn create(
     state: &AppState,
     account_id: &str,
@@ -53,8 +55,9 @@ pub async fn create(
     size_gb: u32,
     region: Option<&str>,
 ) -> ApiResult<VolumeRecord> {
-    let placed = placement::place_volume(state, region).await?;
     let store = state.server.store.as_ref();
+    crate::billing::require_funds(store, account_id).await?;
+    let placed = placement::place_volume(state, region).await?;
     let new = NewVolume {
         id: ids::new_id(ID_PREFIX),
         project_id: project.id.clone(),

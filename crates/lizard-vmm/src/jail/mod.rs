@@ -89,10 +89,12 @@ impl JailPolicy {
         }
     }
 
-    /// Remove the cgroups that VMMs which have ended left (a node that died never removed
-    /// theirs); groups of uids someone holds stay.
+    /// Remove the cgroups and uid claim files that VMMs which have ended left (a node that
+    /// died never removed theirs); those of uids someone holds stay. The number of groups.
     pub fn sweep(&self) -> usize {
-        self.cgroups.sweep(|uid| uids::try_claim(uid, &self.claims_dir))
+        let groups = self.cgroups.sweep(|uid| uids::try_claim(uid, &self.claims_dir));
+        uids::sweep(&self.claims_dir);
+        groups
     }
 
     /// Confine the VMM of `config`: claim a uid, make its cgroups, hand it its files
@@ -217,10 +219,11 @@ impl Jail {
     }
 
     /// Undo the jail once its VMM has ended: files back to root, cgroups removed, uid
-    /// free (when this drops the claim).
+    /// free and its claim file gone.
     pub fn release(self) {
         let refs: Vec<&Path> = self.writable.iter().map(PathBuf::as_path).collect();
         files::take_back(&self.run_dir, &refs, self.claim.uid);
         self.cgroup.remove();
+        self.claim.release();
     }
 }

@@ -5,6 +5,12 @@
 //! The lock's open file is inherited by the VMM itself ([`UidClaim::fd`] is passed to the
 //! child), so the claim lasts exactly as long as the VMM process: a node that dies leaves
 //! its VMMs' uids claimed until they end, and a VMM killed by anyone frees its uid.
+//!
+//! A released claim removes its file ([`UidClaim::release`], unlinked while still locked),
+//! and [`sweep`] removes the files of free uids an earlier node left, so the directory
+//! holds about one file per running VMM. A claimer may have opened a file just before
+//! its last holder unlinked it: on locking it checks that its path still names the file
+//! it locked, else it opens the path again ([`lock`]).
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -45,6 +51,7 @@ pub enum UidError {
 #[derive(Debug)]
 pub struct UidClaim {
     pub uid: u32,
+    path: PathBuf,
     lock: nix::fcntl::Flock<std::fs::File>,
 }
 
@@ -53,6 +60,52 @@ impl UidClaim {
     pub fn fd(&self) -> RawFd {
         self.lock.as_raw_fd()
     }
+
+    /// Free the uid and remove its file. Only once no VMM holds the lock through this
+    /// claim any more (it has ended, or never started): the lock is the file's, and a
+    /// VMM that inherited it would keep a file nobody can find.
+    pub fn release(self) {
+        // Unlinked while locked: whoever opened it meanwhile finds it stale on locking.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// How often a claimer opens a path again whose file was removed under it.
+const STALE_RETRIES: usize = 3;
+
+/// Lock the claim file at `path` without waiting: `None` when someone holds it.
+fn lock(path: &Path) -> Option<nix::fcntl::Flock<std::fs::File>> {
+    for _ in 0..STALE_RETRIES {
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(path).ok()?;
+        match lock_opened(path, file) {
+            Locked::Held(lock) => return Some(lock),
+            Locked::Busy => return None,
+            Locked::Stale => continue,
+        }
+    }
+    None
+}
+
+enum Locked {
+    Held(nix::fcntl::Flock<std::fs::File>),
+    Busy,
+    /// Locked, but `path` names another file now (or none): its holder released it.
+    Stale,
+}
+
+fn lock_opened(path: &Path, file: std::fs::File) -> Locked {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(lock) = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) else {
+        return Locked::Busy;
+    };
+    match (lock.metadata(), std::fs::metadata(path)) {
+        (Ok(held), Ok(named)) if (held.dev(), held.ino()) == (named.dev(), named.ino()) => Locked::Held(lock),
+        _ => Locked::Stale,
+    }
+}
+
+fn claim_path(dir: &Path, uid: u32) -> PathBuf {
+    dir.join(format!("uid-{uid}.lock"))
 }
 
 /// Where allocation starts next: spread over the range so that uids are seldom reused
@@ -85,13 +138,8 @@ pub fn claim(range: UidRange, dir: &Path) -> Result<UidClaim, UidError> {
         let offset = CURSOR.fetch_add(1, Ordering::Relaxed) % range.count;
         let uid = range.first + offset;
         debug_assert!(range.contains(uid));
-        let path = dir.join(format!("uid-{uid}.lock"));
-        let Ok(file) = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path)
-        else {
-            continue;
-        };
-        if let Ok(lock) = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-            return Ok(UidClaim { uid, lock });
+        if let Some(claim) = try_claim(uid, dir) {
+            return Ok(claim);
         }
     }
     Err(UidError::Exhausted { first: range.first, count: range.count })
@@ -99,10 +147,20 @@ pub fn claim(range: UidRange, dir: &Path) -> Result<UidClaim, UidError> {
 
 /// `uid`'s claim under `dir`, if nobody holds it now.
 pub fn try_claim(uid: u32, dir: &Path) -> Option<UidClaim> {
-    let path = dir.join(format!("uid-{uid}.lock"));
-    let file = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(path).ok()?;
-    let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).ok()?;
-    Some(UidClaim { uid, lock })
+    let path = claim_path(dir, uid);
+    let lock = lock(&path)?;
+    Some(UidClaim { uid, path, lock })
+}
+
+/// Remove the files of uids nobody holds (left by node processes before this one, or by
+/// versions that kept them); the number removed.
+pub fn sweep(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let uids: Vec<u32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("uid-")?.strip_suffix(".lock")?.parse().ok())
+        .collect();
+    uids.into_iter().filter_map(|uid| try_claim(uid, dir)).map(UidClaim::release).count()
 }
 
 #[cfg(test)]
@@ -125,6 +183,57 @@ mod tests {
         drop(b);
         assert!(try_claim(freed, dir.path()).is_some());
         assert_eq!(claim(range, dir.path()).unwrap().uid, freed);
+    }
+
+    fn files(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_released_claim_leaves_no_file_and_its_uid_is_claimed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let range = UidRange { first: 2_000_000, count: 2 };
+        let (a, b) = (claim(range, dir.path()).unwrap(), claim(range, dir.path()).unwrap());
+        let freed = a.uid;
+        a.release();
+        assert_eq!(files(dir.path()), [format!("uid-{}.lock", b.uid)]);
+        let again = claim(range, dir.path()).unwrap();
+        assert_eq!(again.uid, freed);
+        assert!(claim(range, dir.path()).is_err(), "both held again");
+    }
+
+    #[test]
+    fn a_file_opened_before_its_release_is_stale_and_the_uid_goes_to_one_claimer() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = try_claim(7, dir.path()).unwrap();
+        let path = claim_path(dir.path(), 7);
+        // A racing claimer opened the file, then the holder released it.
+        let opened_early = std::fs::File::open(&path).unwrap();
+        held.release();
+        assert!(matches!(lock_opened(&path, opened_early), Locked::Stale), "its path names no file now");
+        let winner = try_claim(7, dir.path()).expect("a fresh file is claimed");
+        // The early opener tries again: the path's file is the winner's, locked.
+        let reopened = std::fs::File::open(&path).unwrap();
+        assert!(matches!(lock_opened(&path, reopened), Locked::Busy));
+        assert!(try_claim(7, dir.path()).is_none());
+        drop(winner);
+    }
+
+    #[test]
+    fn the_sweep_removes_free_uids_files_and_keeps_held_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = try_claim(11, dir.path()).unwrap();
+        for uid in [12, 13] {
+            drop(try_claim(uid, dir.path()).unwrap()); // dropped, not released: a node that died
+        }
+        std::fs::write(dir.path().join("other"), "").unwrap();
+        assert_eq!(sweep(dir.path()), 2);
+        assert_eq!(files(dir.path()), ["other", "uid-11.lock"]);
+        assert!(try_claim(11, dir.path()).is_none(), "still held");
+        drop(held);
     }
 
     #[test]

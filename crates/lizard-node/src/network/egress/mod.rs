@@ -13,12 +13,17 @@
 //!    trusted, so a name cannot be pointed at an address of the attacker's choosing;
 //! 4. dials the first address that is public (never the platform's deny list: private,
 //!    loopback, link-local ranges, the host's own addresses) and not in `denyOut`, on the
-//!    original port, from the host, and passes the bytes read in step 1 on unchanged.
+//!    original port, from the host, and passes the bytes read in step 1 on unchanged;
+//! 5. on plain HTTP, checks every later request of the connection the same way as it
+//!    passes ([`http1`]: one `Host`, the same name), so a keep-alive connection cannot
+//!    turn to another virtual host at the same address; a TLS connection's name is its
+//!    ClientHello's (what follows is encrypted).
 //!
 //! So allowing only a package registry's domain, with internet access off, lets that
 //! client work and nothing else. [`super::NetworkConfig::egress_test_allow`] is a
 //! test-only exception to step 4's deny list.
 
+mod http1;
 mod sniff;
 
 use super::{firewall, io_err, Result};
@@ -56,6 +61,8 @@ enum EgressError {
     NotAllowed(String),
     #[error("{0} resolves to no address the sandbox may reach")]
     NoAddress(String),
+    #[error(transparent)]
+    Request(#[from] http1::Refused),
     #[error("{0}: {1}")]
     Io(String, std::io::Error),
 }
@@ -134,6 +141,16 @@ async fn carry(mut guest: TcpStream, port: u16, egress: &Egress) -> Result<(), E
         .into_iter()
         .find(|ip| may_dial(*ip, &policy, &egress.test_allow))
         .ok_or_else(|| EgressError::NoAddress(name.clone()))?;
+    // Plain HTTP: the first request framed and checked too, before anything is dialed.
+    let mut requests = (port == 80).then(|| http1::Requests::new(name.clone(), SNIFF_LIMIT));
+    let first = match &mut requests {
+        Some(requests) => {
+            let mut checked = Vec::with_capacity(first.len());
+            requests.feed(&first, &mut checked)?;
+            checked
+        }
+        None => first,
+    };
     let target = SocketAddr::from((addr, port));
     let mut upstream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target)).await {
         Ok(Ok(s)) => s,
@@ -144,10 +161,16 @@ async fn carry(mut guest: TcpStream, port: u16, egress: &Egress) -> Result<(), E
         }
     };
     upstream.write_all(&first).await.map_err(|e| EgressError::Io(format!("write to {name}"), e))?;
-    crate::forward::copy_until_idle(&mut guest, &mut upstream, IDLE_TIMEOUT)
-        .await
-        .map_err(|e| EgressError::Io(format!("carry {name}"), e))?;
-    Ok(())
+    let carried = match requests {
+        Some(mut requests) => {
+            let check = |bytes: &[u8], out: &mut Vec<u8>| {
+                requests.feed(bytes, out).map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e))
+            };
+            crate::forward::copy_until_idle_checked(&mut guest, &mut upstream, IDLE_TIMEOUT, check).await
+        }
+        None => crate::forward::copy_until_idle(&mut guest, &mut upstream, IDLE_TIMEOUT).await,
+    };
+    carried.map_err(|e| EgressError::Io(format!("carry {name}"), e))
 }
 
 /// Read until the name shows (TLS on 443, HTTP on 80): the bytes read and the name.
