@@ -11,8 +11,10 @@
 //! sees a head the proxy did not check, whatever it makes of ambiguous framing. The proxy
 //! reads only the guest's side; answers pass untouched.
 //!
-//! Hand-written: the HTTP crates (`httparse`, hyper) parse heads but do not carry a
-//! client's byte stream through unchanged, which is what must reach the server.
+//! Heads and chunk-size lines are parsed by `httparse`; the framing around them is kept
+//! here because the bytes must reach the server exactly as the guest sent them (hyper
+//! would parse and write requests anew), and because this check is stricter than a
+//! lenient parser (bare LFs, repeated framing headers).
 
 use super::sniff::{self, Sniffed};
 
@@ -141,39 +143,32 @@ fn pass(left: u64, bytes: &mut &[u8], out: &mut Vec<u8>) -> u64 {
     left - u64::try_from(n).expect("at most left")
 }
 
-fn count_crlf(bytes: &[u8]) -> usize {
-    bytes.windows(2).filter(|w| w == b"\r\n").count()
-}
+/// Headers a head may have.
+const MAX_HEADERS: usize = 128;
 
 /// Check a complete head (see the module doc); the state its body starts in.
 fn check_head(head: &[u8], name: &str) -> Result<State, Refused> {
-    let text = std::str::from_utf8(head).map_err(|_| Refused::Unframed("a head that is not text"))?;
-    if text.matches('\n').count() != count_crlf(head) {
+    if head.iter().filter(|&&b| b == b'\n').count() != head.windows(2).filter(|w| w == b"\r\n").count() {
         return Err(Refused::Unframed("a bare LF in a head"));
     }
-    let mut lines = text.trim_end_matches("\r\n").split("\r\n");
-    let request_line = lines.next().unwrap_or_default();
-    let mut parts = request_line.split(' ');
-    let (method, target, version) = (parts.next(), parts.next(), parts.next());
-    let (Some(method), Some(target), Some(version), None) = (method, target, version, parts.next()) else {
-        return Err(Refused::Unframed("a malformed request line"));
-    };
-    if !version.starts_with("HTTP/1.") || method.eq_ignore_ascii_case("CONNECT") {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(head) {
+        Ok(httparse::Status::Complete(n)) if n == head.len() => {}
+        _ => return Err(Refused::Unframed("a malformed head")),
+    }
+    let (method, target) = (request.method.unwrap_or_default(), request.path.unwrap_or_default());
+    if method.eq_ignore_ascii_case("CONNECT") {
         return Err(Refused::Unframed("not an HTTP/1 request the proxy carries"));
     }
     if !(target.starts_with('/') || target == "*") {
         return Err(Refused::Unframed("a target that is not a path"));
     }
     let (mut length, mut chunked) = (None, false);
-    for line in lines {
-        if line.starts_with([' ', '\t']) {
-            return Err(Refused::Unframed("a folded header line"));
-        }
-        let Some((field, value)) = line.split_once(':') else {
-            return Err(Refused::Unframed("a header line without a colon"));
-        };
-        let value = value.trim();
-        match field.to_ascii_lowercase().as_str() {
+    for header in request.headers.iter() {
+        let value =
+            std::str::from_utf8(header.value).map_err(|_| Refused::Unframed("a header that is not text"))?.trim();
+        match header.name.to_ascii_lowercase().as_str() {
             "content-length" => {
                 let n = value.parse::<u64>().map_err(|_| Refused::Unframed("a bad Content-Length"))?;
                 if length.replace(n).is_some_and(|m| m != n) || !value.bytes().all(|b| b.is_ascii_digit()) {
@@ -199,14 +194,12 @@ fn check_head(head: &[u8], name: &str) -> Result<State, Refused> {
     }
 }
 
-/// The size of a chunk from its size line (`1a;ext=1\r\n`).
+/// The size of a chunk from its whole size line (`1a;ext=1\r\n`).
 fn chunk_size(line: &[u8]) -> Result<u64, Refused> {
-    let line = std::str::from_utf8(line).map_err(|_| Refused::Unframed("a bad chunk size"))?;
-    let digits = line.trim_end_matches("\r\n").split(';').next().unwrap_or_default();
-    if digits.is_empty() || digits.len() > 15 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(Refused::Unframed("a bad chunk size"));
+    match httparse::parse_chunk_size(line) {
+        Ok(httparse::Status::Complete((used, size))) if used == line.len() => Ok(size),
+        _ => Err(Refused::Unframed("a bad chunk size")),
     }
-    u64::from_str_radix(digits, 16).map_err(|_| Refused::Unframed("a bad chunk size"))
 }
 
 #[cfg(test)]
