@@ -16,7 +16,7 @@ from .processes import BackgroundProcesses, Pty, command_body
 from .code import CodeInterpreter
 from .errors import APIConnectionError, LizardError, NotFoundError
 from ._frames import read_exec_frames
-from .models import ArchiveResult, FileEntry, FileInfo, FsEvent, ProcessResult, SandboxInfo
+from .models import ArchiveResult, FileEntry, FileInfo, FsEvent, ListeningPort, ProcessResult, SandboxInfo
 
 Http = Union[HttpClient, AsyncHttpClient]
 
@@ -411,6 +411,13 @@ class SandboxBase(CodeInterpreter[F]):
         watches the socket table); ``TimedOutError`` after ``timeout_ms`` (at most 10 min)."""
         path = self._path(f"/ports/{port}/wait")
         yield from self._http.call("GET", path, params={"timeoutMs": timeout_ms}, timeout=timeout_ms / 1000 + 60)
+
+    @api
+    def list_ports(self) -> Op[List[ListeningPort]]:
+        """The TCP ports something listens on in the sandbox, by port (the platform's own
+        left out); ``ConflictError`` while it is paused."""
+        data = yield from self._http.call("GET", self._path("/ports"))
+        return [ListeningPort.from_json(d) for d in data]
 
     def get_host(self, port: int) -> str:
         """The public host serving ``port`` inside the sandbox:
