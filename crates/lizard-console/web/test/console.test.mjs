@@ -124,7 +124,8 @@ test('every page shows what the API says, and its forms work', async () => {
   assert.deepEqual(await context.cookies(), [])
   assert.ok(!page.url().includes(OWNER))
 
-  await page.waitForSelector(`#sandbox-list a:text("${sbx.sandboxId}")`)
+  await page.waitForSelector(`#sandbox-list a:text("${sbx.sandboxId}")`, { timeout: 60_000 })
+    .catch(async (e) => assert.fail(`no row for ${sbx.sandboxId}: ${await page.textContent('main')}\n${e.message}`))
   const row = await page.textContent(`#sandbox-list tr:has(a:text("${sbx.sandboxId}"))`)
   assert.match(row, /running/)
   assert.match(row, /base/)
@@ -294,6 +295,7 @@ test('the terminal reattaches after a reload and in a second tab; an ended shell
   await page.waitForSelector('#new-shell:visible')
   await page.reload()
   await page.waitForSelector('#terminal-status:text("The shell exited (5).")', { timeout: 60_000 })
+    .catch(async (e) => assert.fail(`after a reload: ${await page.textContent('#terminal-status')}\n${e.message}`))
   await page.waitForSelector('#new-shell:visible')
   // A pid that is no shell here: said so, nothing opened.
   await page.goto(`${API}/console/#/sandboxes/${sbx.sandboxId}?pid=999999`)

@@ -101,8 +101,9 @@ function currentParams(): URLSearchParams {
 interface ProcessInfo { pid: number, pty: boolean, exitCode?: number }
 
 /** The terminal card: a new shell, or with `?pid=` the shell a reload or another tab left
- * running, its kept output replayed. */
-async function terminalCard(page: Page, id: string, params: URLSearchParams): Promise<HTMLElement> {
+ * running, its kept output replayed. `open` connects it, once the card is on the page
+ * (xterm.js sizes itself to what it is shown in). */
+async function terminalCard(page: Page, id: string, params: URLSearchParams): Promise<{ card: HTMLElement, open: () => void }> {
   const term = h('div', { id: 'terminal' })
   const termStatus = h('p', { class: 'muted', id: 'terminal-status' }, 'Connecting…')
   const newShell = h('button', {
@@ -124,17 +125,19 @@ async function terminalCard(page: Page, id: string, params: URLSearchParams): Pr
     if (!shell) {
       termStatus.textContent = `There is no shell ${asked} in this sandbox any more (it ended before the sandbox restarted, or never ran here).`
       newShell.hidden = false
-      return card
+      return { card, open: () => {} }
     }
   }
-  closeTerminal = openTerminal(term, id, pid, {
-    status: (s) => { termStatus.textContent = s },
-    started: (started) => {
-      if (started !== pid && !page.gone()) history.replaceState(history.state, '', sandboxHash(id, started))
-    },
-    ended: () => { newShell.hidden = false },
-  })
-  return card
+  const open = (): void => {
+    closeTerminal = openTerminal(term, id, pid, {
+      status: (s) => { termStatus.textContent = s },
+      started: (started) => {
+        if (started !== pid && !page.gone()) history.replaceState(history.state, '', sandboxHash(id, started))
+      },
+      ended: () => { newShell.hidden = false },
+    })
+  }
+  return { card, open }
 }
 
 export async function sandboxPage(page: Page, id: string, params: URLSearchParams): Promise<void> {
@@ -158,9 +161,10 @@ export async function sandboxPage(page: Page, id: string, params: URLSearchParam
     replace(page.main, facts, errors, h('p', { class: 'muted' }, 'Resume the sandbox to use its terminal, files and ports.'))
     return
   }
-  replace(page.main, facts, errors,
-    await terminalCard(page, id, params),
+  const terminal = await terminalCard(page, id, params)
+  replace(page.main, facts, errors, terminal.card,
     h('div', { class: 'grid2' }, filesCard(id, errors), portsCard(s, settings, errors)))
+  terminal.open()
   // Leaving the page ends its shell, as closing a terminal window does (a reload does not).
   window.addEventListener('hashchange', () => closeTerminal(true), { once: true })
 }
