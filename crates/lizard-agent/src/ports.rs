@@ -132,7 +132,12 @@ fn listening_ports() -> Vec<ListeningPort> {
         .into_iter()
         .map(|l| {
             let pid = l.inode.and_then(|i| owners.get(&i).copied());
-            ListeningPort { port: l.port, address: l.address.to_string(), pid, cmd: pid.and_then(|p| command_line(proc, p)) }
+            ListeningPort {
+                port: l.port,
+                address: l.address.to_string(),
+                pid,
+                cmd: pid.and_then(|p| command_line(proc, p)),
+            }
         })
         .collect();
     ports.sort_by(|a, b| (a.port, &a.address).cmp(&(b.port, &b.address)));

@@ -212,7 +212,11 @@ mod tests {
             pid: Some(1),
             cmd: Some("x".into()),
         };
-        let listed = user_ports(vec![guest(8000), guest(crate::code::FORWARD_GUEST_PORT), guest(crate::code::CODE_SERVICE_PORT)]);
+        let listed = user_ports(vec![
+            guest(8000),
+            guest(crate::code::FORWARD_GUEST_PORT),
+            guest(crate::code::CODE_SERVICE_PORT),
+        ]);
         assert_eq!(listed.iter().map(|p| p.port).collect::<Vec<_>>(), [8000]);
         for (port, t) in [("0", None), ("65536", None), ("x", None), ("80", Some(MAX_PORT_WAIT_MS + 1))] {
             assert_eq!(port_wait_args(port, t).unwrap_err().code, crate::ErrorCode::InvalidArgument, "{port}");

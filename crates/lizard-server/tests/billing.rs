@@ -242,14 +242,21 @@ async fn every_key_reads_the_cost_so_far_of_its_own_sandboxes_only() {
     // The owner: both, in the order asked; an ended sandbox accrues nothing more.
     let costs = api.ok("GET", "/v1/billing/sandboxes?ids=sbx_cost2,sbx_cost1,sbx_cost2", &api.owner, None).await;
     assert_eq!(ids_of(&costs, "sandboxId").len(), 2);
-    assert_eq!(costs[0], json!({"sandboxId": "sbx_cost2", "chargedNanos": 4 * 2_500, "unbilledNanos": 0, "costNanos": 4 * 2_500, "cost": lizard_api::format_usd(4 * 2_500)}));
+    assert_eq!(
+        costs[0],
+        json!({"sandboxId": "sbx_cost2", "chargedNanos": 4 * 2_500, "unbilledNanos": 0, "costNanos": 4 * 2_500, "cost": lizard_api::format_usd(4 * 2_500)})
+    );
     assert_eq!(costs[1]["sandboxId"], "sbx_cost1");
     // What they cost is what the ledger says.
     let charged: i64 = api.usage_of("sbx_cost2").await.iter().map(|t| -t["amountNanos"].as_i64().unwrap()).sum();
     assert_eq!(charged, 4 * 2_500);
 
     let many = (0..=lizard_api::MAX_COST_IDS).map(|i| format!("sbx_{i}")).collect::<Vec<_>>().join(",");
-    for uri in ["/v1/billing/sandboxes?ids=".to_string(), "/v1/billing/sandboxes".into(), format!("/v1/billing/sandboxes?ids={many}")] {
+    for uri in [
+        "/v1/billing/sandboxes?ids=".to_string(),
+        "/v1/billing/sandboxes".into(),
+        format!("/v1/billing/sandboxes?ids={many}"),
+    ] {
         api.fails_with("GET", &uri, &k1, 422, "INVALID_ARGUMENT").await;
     }
     api.fails_with("GET", "/v1/billing/sandboxes?ids=sbx_cost1", "lz_not-a-key", 401, "UNAUTHENTICATED").await;

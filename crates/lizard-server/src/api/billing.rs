@@ -282,8 +282,13 @@ pub async fn sandbox_costs(
     }
     let now = ids::now_ms();
     let charged = state.store.charged_by_sandbox(&p.account_id, &reached).await?;
-    let unbilled: BTreeMap<String, i64> =
-        state.store.open_meters(Some(&p.account_id)).await?.into_iter().map(|m| (m.sandbox_id.clone(), m.charge(now).0)).collect();
+    let unbilled: BTreeMap<String, i64> = state
+        .store
+        .open_meters(Some(&p.account_id))
+        .await?
+        .into_iter()
+        .map(|m| (m.sandbox_id.clone(), m.charge(now).0))
+        .collect();
     Ok(Json(
         reached
             .into_iter()

@@ -22,8 +22,8 @@ use axum::Json;
 use futures_util::{SinkExt, StreamExt, TryStreamExt};
 use lizard_agent_proto::frame::FrameKind;
 use lizard_api::processes::{
-    ListeningPort, ProcessControl, ProcessInfo, PtyClientMessage, PtyServerMessage, PtySize, SignalRequest, StartProcessRequest,
-    PTY_PROTOCOL,
+    ListeningPort, ProcessControl, ProcessInfo, PtyClientMessage, PtyServerMessage, PtySize, SignalRequest,
+    StartProcessRequest, PTY_PROTOCOL,
 };
 use lizard_api::{ApiError, ErrorCode};
 use serde::Deserialize;
