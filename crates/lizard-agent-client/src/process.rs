@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use lizard_agent_proto::frame::{Frame, FrameCodec, FrameError};
 use lizard_agent_proto::routes;
-use lizard_agent_proto::types::{ProcessInfo, PtySize, SignalRequest, StartProcess};
+use lizard_agent_proto::types::{ListeningPort, ProcessInfo, PtySize, SignalRequest, StartProcess};
 
 /// A process's frames as the agent sends them: `Started`, `Stdout`/`Stderr`, `Exit`. An
 /// error ends the stream (the channel went away: the process runs on, and
@@ -67,6 +67,11 @@ impl AgentClient {
     /// Resize a process's terminal.
     pub async fn resize_process(&self, pid: u32, size: PtySize) -> Result<(), ClientError> {
         self.call_json(Method::POST, routes::process_resize(pid), &size).await.map(drop)
+    }
+
+    /// The guest's listening TCP sockets, ordered by port.
+    pub async fn listening_ports(&self) -> Result<Vec<ListeningPort>, ClientError> {
+        self.json(self.call(Method::GET, routes::PORTS.to_string(), empty()).await?).await
     }
 
     /// Answer once something listens on TCP `port` in the guest; the agent's

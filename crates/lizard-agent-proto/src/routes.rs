@@ -26,6 +26,7 @@
 //! | DELETE | [`process_stdin`]   | –                           | – (204): stdin closed    |
 //! | POST   | [`process_signal`]  | [`crate::types::SignalRequest`] | – (204)              |
 //! | POST   | [`process_resize`]  | [`crate::types::PtySize`]   | – (204)                  |
+//! | GET    | [`PORTS`]           | –                           | `[ListeningPort]`: TCP listeners, by port |
 //! | GET    | [`port_wait`]`?timeoutMs=` | –                    | – (204) once something listens on the port |
 //! | CONNECT | authority `127.0.0.1:<port>` | raw TCP bytes, host → guest | raw TCP bytes, guest → host |
 //!
@@ -105,6 +106,9 @@ pub const PROCESS_OUTPUT: &str = "/v1/processes/{pid}/output";
 pub const PROCESS_STDIN: &str = "/v1/processes/{pid}/stdin";
 pub const PROCESS_SIGNAL: &str = "/v1/processes/{pid}/signal";
 pub const PROCESS_RESIZE: &str = "/v1/processes/{pid}/resize";
+/// The guest's listening TCP sockets ([`crate::types::ListeningPort`]), the agent's own
+/// included (the host decides what a user sees).
+pub const PORTS: &str = "/v1/ports";
 /// Answers once something listens on a TCP port in the guest (`timeoutMs`, default and
 /// cap [`PORT_WAIT_MAX_MS`]).
 pub const PORT_WAIT: &str = "/v1/ports/{port}/wait";

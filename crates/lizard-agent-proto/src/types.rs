@@ -74,6 +74,21 @@ pub struct ProcessInfo {
     pub exit_code: Option<i32>,
 }
 
+/// A listening TCP socket in the guest, from `/proc/net/tcp{,6}`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ListeningPort {
+    pub port: u16,
+    /// The local address it listens on (`0.0.0.0`, `127.0.0.1`, `::`).
+    pub address: String,
+    /// The process holding the socket, where the agent finds it in `/proc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// That process's command line (arguments joined by spaces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmd: Option<String>,
+}
+
 /// `POST /v1/processes/{pid}/signal`: a signal by name (`SIGTERM`, `TERM`) or number.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -103,6 +103,7 @@ pub fn router(state: AppState) -> Router {
         .route(routes::PROCESS_STDIN, post(processes::stdin_handler).delete(processes::close_stdin_handler))
         .route(routes::PROCESS_SIGNAL, post(processes::signal_handler))
         .route(routes::PROCESS_RESIZE, post(processes::resize_handler))
+        .route(routes::PORTS, get(ports::list))
         .route(routes::PORT_WAIT, get(ports::wait))
         .fallback(fallback)
         .with_state(state)

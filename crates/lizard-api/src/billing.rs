@@ -223,6 +223,25 @@ pub struct LiveSandbox {
     pub unbilled_nanos: i64,
 }
 
+/// `GET /v1/billing/sandboxes?ids=`: what one sandbox has cost so far.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxCost {
+    pub sandbox_id: String,
+    /// Charged to the account so far: the sum of its ledger entries (positive).
+    pub charged_nanos: i64,
+    /// Accrued since the last metering tick, not yet in the ledger (0 once it ended).
+    pub unbilled_nanos: i64,
+    /// `chargedNanos + unbilledNanos`.
+    pub cost_nanos: i64,
+    /// The same, in dollars.
+    pub cost: String,
+}
+
+/// Most sandbox ids one `GET /v1/billing/sandboxes` may name.
+pub const MAX_COST_IDS: usize = 200;
+
 /// `GET /v1/billing/live`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

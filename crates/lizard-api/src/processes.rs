@@ -70,6 +70,34 @@ pub struct ProcessInfo {
     pub exit_code: Option<i32>,
 }
 
+/// `GET /v1/sandboxes/{id}/ports`: a TCP port something listens on in the sandbox, as
+/// the guest's socket table shows it. The platform's own guest ports
+/// ([`crate::code::RESERVED_GUEST_PORTS`]) are never listed: no sandbox URL routes to them.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ListeningPort {
+    pub port: u16,
+    /// The address it listens on: `0.0.0.0` or `::` (every address) or a loopback one.
+    pub address: String,
+    /// The process holding the socket, where the guest's agent found it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// That process's command line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmd: Option<String>,
+}
+
+/// The user's listening ports among what the guest's agent reports: the platform's own
+/// guest ports left out.
+pub fn user_ports(ports: Vec<lizard_agent_proto::types::ListeningPort>) -> Vec<ListeningPort> {
+    ports
+        .into_iter()
+        .filter(|p| !crate::code::is_reserved_guest_port(p.port))
+        .map(|p| ListeningPort { port: p.port, address: p.address, pid: p.pid, cmd: p.cmd })
+        .collect()
+}
+
 /// `POST /v1/sandboxes/{id}/processes/{pid}/signal`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -178,6 +206,18 @@ mod tests {
         assert_eq!((r.env["A"].as_str(), r.pty), ("1", Some(PtySize { cols: 80, rows: 24 })));
         assert_eq!(SignalRequest::default().signal(), "SIGKILL");
         assert_eq!(port_wait_args("3000", None), Ok((3000, DEFAULT_PORT_WAIT_MS)));
+        let guest = |port| lizard_agent_proto::types::ListeningPort {
+            port,
+            address: "127.0.0.1".into(),
+            pid: Some(1),
+            cmd: Some("x".into()),
+        };
+        let listed = user_ports(vec![
+            guest(8000),
+            guest(crate::code::FORWARD_GUEST_PORT),
+            guest(crate::code::CODE_SERVICE_PORT),
+        ]);
+        assert_eq!(listed.iter().map(|p| p.port).collect::<Vec<_>>(), [8000]);
         for (port, t) in [("0", None), ("65536", None), ("x", None), ("80", Some(MAX_PORT_WAIT_MS + 1))] {
             assert_eq!(port_wait_args(port, t).unwrap_err().code, crate::ErrorCode::InvalidArgument, "{port}");
         }

@@ -131,6 +131,7 @@ pub mod path {
     pub const PROCESS_SIGNAL: &str = "/v1/sandboxes/{id}/processes/{pid}/signal";
     pub const PROCESS_RESIZE: &str = "/v1/sandboxes/{id}/processes/{pid}/resize";
     pub const PTY: &str = "/v1/sandboxes/{id}/pty";
+    pub const PORTS: &str = "/v1/sandboxes/{id}/ports";
     pub const PORT_WAIT: &str = "/v1/sandboxes/{id}/ports/{port}/wait";
     pub const CODE: &str = "/v1/sandboxes/{id}/code";
     pub const CODE_CONTEXTS: &str = "/v1/sandboxes/{id}/code/contexts";
@@ -149,6 +150,7 @@ pub mod path {
     pub const TRANSACTIONS: &str = "/v1/billing/transactions";
     pub const SUMMARY: &str = "/v1/billing/summary";
     pub const LIVE: &str = "/v1/billing/live";
+    pub const SANDBOX_COSTS: &str = "/v1/billing/sandboxes";
     pub const METRICS: &str = "/v1/metrics";
     pub const VOLUMES: &str = "/v1/volumes";
     pub const VOLUME: &str = "/v1/volumes/{nameOrId}";
@@ -315,6 +317,9 @@ pub const CLOSE_PROCESS_STDIN: Route = delete(path::PROCESS_STDIN, PROCESS_ERROR
 pub const SIGNAL_PROCESS: Route = route(Post, path::PROCESS_SIGNAL, Json("SignalRequest"), 204, Empty, PROCESS_ERRORS);
 /// A new size for a PTY process's terminal.
 pub const RESIZE_PROCESS: Route = route(Post, path::PROCESS_RESIZE, Json("PtySize"), 204, Empty, PROCESS_ERRORS);
+/// The TCP ports something listens on in the sandbox (the platform's own left out); a
+/// paused sandbox answers 409 `CONFLICT`, as every in-guest route.
+pub const LIST_PORTS: Route = get(path::PORTS, JsonList("ListeningPort"), &[Unauthenticated, NotFound, Conflict]);
 /// `?timeoutMs=` (default 60 s, at most 10 min): answers once something listens on the
 /// TCP port in the sandbox (any address), 408 `TIMED_OUT` when nothing did in time.
 pub const WAIT_FOR_PORT: Route =
@@ -391,6 +396,9 @@ pub const TRANSACTIONS: Route =
 pub const SUMMARY: Route =
     get(path::SUMMARY, Json("BillingSummary"), &[Unauthenticated, AccountScopeRequired, InvalidArgument]);
 pub const LIVE: Route = get(path::LIVE, Json("LiveBilling"), &[Unauthenticated, AccountScopeRequired]);
+/// `?ids=a,b,…` (at most [`crate::MAX_COST_IDS`]): what each sandbox has cost so far, for
+/// every key (a scoped one gets its own sandboxes'; ids it does not reach are left out).
+pub const SANDBOX_COSTS: Route = get(path::SANDBOX_COSTS, JsonList("SandboxCost"), &[Unauthenticated, InvalidArgument]);
 /// `?workspaceId=&projectId=&from=&to=`, within the key's scope.
 pub const METRICS: Route = get(path::METRICS, Json("Metrics"), &[Unauthenticated, NotFound, InvalidArgument]);
 
@@ -556,6 +564,7 @@ pub const SERVER: &[Route] = &[
     CLOSE_PROCESS_STDIN,
     SIGNAL_PROCESS,
     RESIZE_PROCESS,
+    LIST_PORTS,
     WAIT_FOR_PORT,
     PTY,
     RUN_CODE,
@@ -582,6 +591,7 @@ pub const SERVER: &[Route] = &[
     TRANSACTIONS,
     SUMMARY,
     LIVE,
+    SANDBOX_COSTS,
     METRICS,
     CREATE_VOLUME,
     LIST_VOLUMES,
@@ -658,6 +668,7 @@ pub mod node {
     pub const CLOSE_PROCESS_STDIN: Route = Route { errors: VM_ERRORS, ..super::CLOSE_PROCESS_STDIN };
     pub const SIGNAL_PROCESS: Route = Route { errors: VM_ERRORS, ..super::SIGNAL_PROCESS };
     pub const RESIZE_PROCESS: Route = Route { errors: VM_ERRORS, ..super::RESIZE_PROCESS };
+    pub const LIST_PORTS: Route = Route { errors: VM_ERRORS, ..super::LIST_PORTS };
     /// 408 `TIMED_OUT` too.
     pub const WAIT_FOR_PORT: Route = Route {
         errors: &[NotFound, InvalidArgument, Conflict, BootFailed, Unavailable, TimedOut],
@@ -724,6 +735,7 @@ pub mod node {
         CLOSE_PROCESS_STDIN,
         SIGNAL_PROCESS,
         RESIZE_PROCESS,
+        LIST_PORTS,
         WAIT_FOR_PORT,
         CREATE_VOLUME,
         DELETE_VOLUME,

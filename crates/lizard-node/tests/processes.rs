@@ -96,6 +96,8 @@ async fn processes_and_ptys_run_on_across_a_pause_and_reattach() {
     }
     let e = sbx.list_processes().await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::Conflict, "{e}");
+    let e = sbx.listening_ports().await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Conflict, "{e}");
     t.node.resume(&sbx.id).await.unwrap();
 
     // Both run on: the counter's whole output once, in order, then its end.
@@ -118,6 +120,10 @@ async fn processes_and_ptys_run_on_across_a_pause_and_reattach() {
     let server = r#"node -e "require('http').createServer((q,s)=>s.end('up')).listen(3000)""#;
     drop(sbx.start_process(sh(server)).await.unwrap());
     sbx.wait_for_port(3000, 60_000).await.unwrap();
+    let ports = sbx.listening_ports().await.unwrap();
+    let web = ports.iter().find(|p| p.port == 3000).unwrap_or_else(|| panic!("{ports:?}"));
+    assert!(web.pid.is_some() && web.cmd.as_deref().is_some_and(|c| c.contains("createServer")), "{web:?}");
+    assert!(!ports.iter().any(|p| lizard_api::code::is_reserved_guest_port(p.port)), "{ports:?}");
     let e = sbx.wait_for_port(3999, 300).await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::TimedOut, "{e}");
     t.finish().await;

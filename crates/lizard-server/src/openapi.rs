@@ -209,6 +209,7 @@ mod tests {
             ("/v1/billing/transactions", &["get"]),
             ("/v1/billing/summary", &["get"]),
             ("/v1/billing/live", &["get"]),
+            ("/v1/billing/sandboxes", &["get"]),
             ("/v1/metrics", &["get"]),
         ];
         let paths = v["paths"].as_object().unwrap();

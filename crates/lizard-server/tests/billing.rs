@@ -216,6 +216,54 @@ async fn scoped_keys_are_refused_on_billing_and_read_only_their_own_metrics() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn every_key_reads_the_cost_so_far_of_its_own_sandboxes_only() {
+    let api = start(manual_metering()).await;
+    let (_, p1, k1) = api.tenant("c1").await;
+    let (_, p2, k2) = api.tenant("c2").await;
+    let t0 = now_ms() - 5_000;
+    api.record_sandbox("sbx_cost1", &p1, t0).await;
+    api.record_sandbox("sbx_cost2", &p2, t0).await;
+    let store = &api.state.server.store;
+    store.bill_meters(t0 + 1_000).await.unwrap();
+    store.bill_meters(t0 + 3_000).await.unwrap();
+    store.end_sandbox("sbx_cost2", t0 + 4_000, "killed").await.unwrap();
+
+    // A scoped key: its own sandbox (charged: every tick; unbilled: since the last one);
+    // another workspace's and unknown ids are left out, as if they did not exist.
+    let costs = api.ok("GET", "/v1/billing/sandboxes?ids=sbx_cost1,sbx_cost2,sbx_nope", &k1, None).await;
+    assert_eq!(costs.as_array().unwrap().len(), 1, "{costs}");
+    let c = &costs[0];
+    assert_eq!((c["sandboxId"].as_str(), c["chargedNanos"].as_i64()), (Some("sbx_cost1"), Some(3 * 2_500)));
+    let unbilled = c["unbilledNanos"].as_i64().unwrap();
+    assert!(unbilled >= 2 * 2_500, "{c}");
+    assert_eq!(c["costNanos"].as_i64(), Some(3 * 2_500 + unbilled));
+    assert_eq!(c["cost"], lizard_api::format_usd(3 * 2_500 + unbilled));
+    assert_eq!(api.ok("GET", "/v1/billing/sandboxes?ids=sbx_cost1", &k2, None).await, json!([]));
+    // The owner: both, in the order asked; an ended sandbox accrues nothing more.
+    let costs = api.ok("GET", "/v1/billing/sandboxes?ids=sbx_cost2,sbx_cost1,sbx_cost2", &api.owner, None).await;
+    assert_eq!(ids_of(&costs, "sandboxId").len(), 2);
+    assert_eq!(
+        costs[0],
+        json!({"sandboxId": "sbx_cost2", "chargedNanos": 4 * 2_500, "unbilledNanos": 0, "costNanos": 4 * 2_500, "cost": lizard_api::format_usd(4 * 2_500)})
+    );
+    assert_eq!(costs[1]["sandboxId"], "sbx_cost1");
+    // What they cost is what the ledger says.
+    let charged: i64 = api.usage_of("sbx_cost2").await.iter().map(|t| -t["amountNanos"].as_i64().unwrap()).sum();
+    assert_eq!(charged, 4 * 2_500);
+
+    let many = (0..=lizard_api::MAX_COST_IDS).map(|i| format!("sbx_{i}")).collect::<Vec<_>>().join(",");
+    for uri in [
+        "/v1/billing/sandboxes?ids=".to_string(),
+        "/v1/billing/sandboxes".into(),
+        format!("/v1/billing/sandboxes?ids={many}"),
+    ] {
+        api.fails_with("GET", &uri, &k1, 422, "INVALID_ARGUMENT").await;
+    }
+    api.fails_with("GET", "/v1/billing/sandboxes?ids=sbx_cost1", "lz_not-a-key", 401, "UNAUTHENTICATED").await;
+    api.assert_balance_is_ledger_sum().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn pagination_returns_every_transaction_exactly_once() {
     let api = start(manual_metering()).await;
     let (_, p1, _) = api.tenant("u1").await;

@@ -1,6 +1,6 @@
 //! Background processes, port waits and the PTY WebSocket through the control plane,
 //! with a real microVM: the frames of a start, scopes (another workspace's key gets 404 on
-//! every route), `TIMED_OUT`, and a terminal over a WebSocket whose key travels as a
+//! every route), `TIMED_OUT`, the listening ports, and a terminal over a WebSocket whose key travels as a
 //! subprotocol, as a browser sends it.
 
 // Test code: a failed unwrap is a failed test.
@@ -107,6 +107,7 @@ async fn processes_ports_and_the_pty_websocket_behind_scopes() {
         ("POST", format!("{p}/processes/{pid}/signal"), Some(json!({"signal": "KILL"}))),
         ("POST", format!("{p}/processes/{pid}/resize"), Some(json!({"cols": 10, "rows": 10}))),
         ("GET", format!("{p}/ports/22/wait?timeoutMs=10"), None),
+        ("GET", format!("{p}/ports"), None),
     ] {
         api.fails(method, &path, &k2, body, "NOT_FOUND").await;
     }
@@ -125,6 +126,23 @@ async fn processes_ports_and_the_pty_websocket_behind_scopes() {
     let started = Instant::now();
     api.fails("GET", &format!("{p}/ports/3999/wait?timeoutMs=300"), &k1, None, "TIMED_OUT").await;
     assert!(started.elapsed() >= Duration::from_millis(300));
+
+    // The listening ports: a user's server with its process; the agent's API forward (which
+    // listens in every guest) is the platform's, never listed.
+    let server = json!({"cmd": "exec python3 -m http.server 8123 --bind 127.0.0.1"});
+    let resp = api.client.post(format!("{}{p}/processes", api.base)).header("x-api-key", &k1).json(&server);
+    let resp = resp.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    drop(resp);
+    api.ok("GET", &format!("{p}/ports/8123/wait?timeoutMs=120000"), &k1, None).await;
+    let tables = api.sh(&k1, &id, "cat /proc/net/tcp").await.1;
+    assert!(tables.lines().any(|l| l.contains(":C013 ") && l.split_whitespace().nth(3) == Some("0A")), "{tables}");
+    let ports = api.ok("GET", &format!("{p}/ports"), &k1, None).await;
+    let listed: Vec<u64> = ports.as_array().unwrap().iter().map(|p| p["port"].as_u64().unwrap()).collect();
+    assert!(!listed.contains(&49171), "{ports}");
+    let web = ports.as_array().unwrap().iter().find(|p| p["port"] == 8123).unwrap_or_else(|| panic!("{ports}"));
+    assert_eq!(web["address"], "127.0.0.1", "{web}");
+    assert!(web["pid"].as_u64().is_some() && web["cmd"].as_str().unwrap().contains("http.server"), "{web}");
 
     // A terminal over a WebSocket, the key as a subprotocol (no X-API-Key).
     let mut ws = open_pty(&api, &id, &k1, "cols=80&rows=24").await.unwrap();
@@ -156,5 +174,24 @@ async fn processes_ports_and_the_pty_websocket_behind_scopes() {
         assert!(Instant::now() < deadline, "the terminal was not hung up: {list}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+
+    // `detach=true`: the client leaves, the shell stays; `pid=` reattaches with its output.
+    let mut ws = open_pty(&api, &id, &k1, "detach=true").await.unwrap();
+    let pty_pid = next_text(&mut ws).await["pid"].as_u64().unwrap();
+    ws.send(Message::binary(b"export MARK=$((40+2)); echo marked-$MARK\n".to_vec())).await.unwrap();
+    screen_until(&mut ws, |s| s.contains("marked-42")).await;
+    ws.close(None).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut ws = open_pty(&api, &id, &k1, &format!("pid={pty_pid}&detach=true")).await.unwrap();
+    assert_eq!(next_text(&mut ws).await, json!({"type": "started", "pid": pty_pid}));
+    screen_until(&mut ws, |s| s.contains("marked-42")).await;
+    ws.send(Message::binary(b"echo again-$MARK\n".to_vec())).await.unwrap();
+    screen_until(&mut ws, |s| s.contains("again-42")).await;
+    ws.send(Message::binary(b"exit 4\n".to_vec())).await.unwrap();
+    assert_eq!(next_text(&mut ws).await, json!({"type": "exit", "exitCode": 4}));
+
+    // A paused sandbox's guest answers nothing: the ports are a conflict, as every in-guest route.
+    api.ok("POST", &format!("{p}/pause"), &k1, None).await;
+    api.fails("GET", &format!("{p}/ports"), &k1, None, "CONFLICT").await;
     api.ok("DELETE", &p, &k1, None).await;
 }

@@ -150,6 +150,9 @@ async fn every_node_client_method_works_through_the_node_api() {
     let e = remote.control_process(&id, pid, ProcessControl::Resize(PtySize { cols: 9, rows: 9 })).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::Conflict, "{e}");
     assert_eq!(remote.wait_for_port(&id, 3999, 200).await.unwrap_err().code, ErrorCode::TimedOut);
+    // The agent's API forward listens in every guest; it is the platform's, never listed.
+    let ports = remote.listening_ports(&id).await.unwrap();
+    assert!(!ports.iter().any(|p| lizard_api::code::is_reserved_guest_port(p.port)), "{ports:?}");
 
     // --- files ----------------------------------------------------------------------------
     remote.make_dir(&id, "/tmp/rn/sub").await.unwrap();

@@ -345,6 +345,15 @@ export interface ProcessInfo {
   pty: boolean
   exitCode?: number
 }
+/** A TCP port something listens on in a sandbox (`sandbox.listPorts()`). */
+export interface ListeningPort {
+  port: number
+  /** `0.0.0.0`, `::` or a loopback address. */
+  address: string
+  /** The process holding it, where the sandbox's agent found it. */
+  pid?: number
+  cmd?: string
+}
 export interface BackgroundResult {
   stdout: string
   stderr: string
@@ -419,6 +428,8 @@ export class Sandbox {
   ): Promise<string>
   /** Resolve once something listens on `port` in the sandbox; `TimedOutError` after `timeoutMs` (default 60 000). */
   waitForPort(port: number, opts?: { timeoutMs?: number }): Promise<void>
+  /** The TCP ports something listens on in the sandbox (the platform's own left out); `ConflictError` while paused. */
+  listPorts(): Promise<ListeningPort[]>
   /**
    * Run code in a context (the `interpreter` template): `context`, or `language`'s default
    * one (default python), not both. Output streams to the callbacks as it happens; an

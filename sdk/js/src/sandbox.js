@@ -389,6 +389,14 @@ export class Sandbox extends CodeInterpreter {
     return `${origin}${path}${path.includes('?') ? '&' : '?'}${signed.query}`
   }
 
+  /**
+   * The TCP ports something listens on in the sandbox, by port (the platform's own left
+   * out): `{ port, address, pid?, cmd? }`; `ConflictError` while it is paused.
+   */
+  async listPorts() {
+    return this._http.get(sandboxPath(this.sandboxId, '/ports'))
+  }
+
   /** The public host serving `port` inside the sandbox: `{sandboxId}-{port}.sandbox.{region}.{domain}`. */
   getHost(port) {
     if (!this.info.domain) throw new Error('the server did not say which domain serves this sandbox')

@@ -85,6 +85,12 @@ test('waitForPort resolves once a server listens, and times out with TIMED_OUT',
   await sandbox.fs.write('/app/server.js', "require('http').createServer((_, r) => r.end('hello from Lizard')).listen(3000)")
   await sandbox.process.start('node /app/server.js')
   await sandbox.waitForPort(3000, { timeoutMs: 60_000 })
+  const ports = await sandbox.listPorts()
+  const web = ports.find((p) => p.port === 3000)
+  assert.ok(web && Number.isInteger(web.pid) && web.cmd.includes('server.js'), JSON.stringify(ports))
+  assert.ok(['0.0.0.0', '::'].includes(web.address), JSON.stringify(web))
+  // The platform's own guest ports (the agent's API forward) are never a user's.
+  assert.ok(!ports.some((p) => [49171, 49999].includes(p.port)), JSON.stringify(ports))
   const r = await getViaProxy(proxy, sandbox.getHost(3000))
   assert.deepEqual([r.status, r.body], [200, 'hello from Lizard'])
   const started = Date.now()

@@ -116,6 +116,7 @@ async function sweep() {
     () => sb.pause(),
     () => sb.resume(),
     () => sb.fork(2),
+    () => sb.listPorts(),
     () => sb.fs.write('/x', 'y', { mode: 0o644 }),
     () => sb.fs.read('/x'),
     () => sb.fs.list('/'),

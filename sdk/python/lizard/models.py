@@ -179,6 +179,18 @@ class ProcessInfo(Model):
 
 
 @dataclass
+class ListeningPort(Model):
+    """A TCP port something listens on in the sandbox (``sandbox.list_ports()``): the port,
+    the address it listens on (``0.0.0.0``, ``::``, ``127.0.0.1``), and the process holding
+    it where the sandbox's agent found it. The platform's own guest ports are never listed."""
+
+    port: int = 0
+    address: str = ""
+    pid: Optional[int] = None
+    cmd: Optional[str] = None
+
+
+@dataclass
 class Record(Model):
     """A JSON object the SDK has no dedicated type for (billing, metrics): read it through
     ``raw`` or item access (``r["balance"]``)."""

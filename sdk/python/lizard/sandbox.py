@@ -16,7 +16,7 @@ from .processes import BackgroundProcesses, Pty, command_body
 from .code import CodeInterpreter
 from .errors import APIConnectionError, LizardError, NotFoundError
 from ._frames import Output, read_exec_frames
-from .models import ArchiveResult, FileEntry, FileInfo, FsEvent, ProcessResult, SandboxInfo
+from .models import ArchiveResult, FileEntry, FileInfo, FsEvent, ListeningPort, ProcessResult, SandboxInfo
 
 Http = Union[HttpClient, AsyncHttpClient]
 
@@ -434,6 +434,13 @@ class SandboxBase(CodeInterpreter[F]):
         if not query:
             return origin + path
         return origin + path + ("&" if "?" in path else "?") + query
+
+    @api
+    def list_ports(self) -> Op[List[ListeningPort]]:
+        """The TCP ports something listens on in the sandbox, by port (the platform's own
+        left out); ``ConflictError`` while it is paused."""
+        data = yield from self._http.call("GET", self._path("/ports"))
+        return [ListeningPort.from_json(d) for d in data]
 
     def get_host(self, port: int) -> str:
         """The public host serving ``port`` inside the sandbox:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from conftest import Server
-from lizard import AsyncLizard, ConflictError, Lizard, NotFoundError, ProcessInfo, Sandbox, TimedOutError
+from lizard import AsyncLizard, ConflictError, ListeningPort, Lizard, NotFoundError, ProcessInfo, Sandbox, TimedOutError
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +62,12 @@ def test_wait_for_port_and_timed_out(sandbox: Sandbox, server: Server) -> None:
     sandbox.fs.write("/app/py-server.js", "require('http').createServer((_, r) => r.end('py ok')).listen(3100)")
     sandbox.process.start("node /app/py-server.js")
     sandbox.wait_for_port(3100, timeout_ms=60_000)
+    ports = sandbox.list_ports()
+    web = next(p for p in ports if p.port == 3100)
+    assert web.pid is not None and "py-server.js" in (web.cmd or ""), web
+    assert web.address in ("0.0.0.0", "::"), web
+    # The platform's own guest ports (the agent's API forward) are never a user's.
+    assert not any(p.port in (49171, 49999) for p in ports), ports
     r = httpx.get(f"http://{server.proxy}/", headers={"Host": sandbox.get_host(3100)}, timeout=10)
     assert (r.status_code, r.text) == (200, "py ok")
     started = time.monotonic()
@@ -256,5 +262,6 @@ def test_the_async_flavour(sandbox: Sandbox) -> None:
             assert r.exit_code == 2 and "10 50" in r.stdout, r.stdout
             with pytest.raises(TimedOutError):
                 await sb.wait_for_port(3998, timeout_ms=300)
+            assert all(isinstance(p, ListeningPort) for p in await sb.list_ports())
 
     asyncio.run(main())

@@ -110,6 +110,7 @@ def _sweep() -> None:
         lambda: sb.pause(),
         lambda: sb.resume(),
         lambda: sb.fork(2),
+        lambda: sb.list_ports(),
         lambda: sb.fs.write("/x", "y", mode=0o644),
         lambda: sb.fs.read("/x"),
         lambda: sb.fs.list("/"),

@@ -92,7 +92,10 @@ async function route(): Promise<void> {
     }
   }
   const mine = ++generation
-  const parts = (location.hash.replace(/^#\/?/, '') || 'sandboxes').split('/').map(decodeURIComponent)
+  // `#/page/ID?name=value`: the path picks the page, the query is the page's own state.
+  const [path, query] = location.hash.replace(/^#\/?/, '').split('?', 2)
+  const parts = (path || 'sandboxes').split('/').map(decodeURIComponent)
+  const params = new URLSearchParams(query ?? '')
   const timers: number[] = []
   const gone = (): boolean => mine !== generation
   const page: Page = {
@@ -111,7 +114,7 @@ async function route(): Promise<void> {
   window.addEventListener('hashchange', () => timers.forEach(clearTimeout), { once: true })
   try {
     switch (parts[0]) {
-      case 'sandboxes': return parts[1] ? await sandboxPage(page, parts[1]) : await sandboxesPage(page)
+      case 'sandboxes': return parts[1] ? await sandboxPage(page, parts[1], params) : await sandboxesPage(page)
       case 'templates': return parts[1] ? await templatePage(page, parts[1]) : await templatesPage(page)
       case 'volumes': return await volumesPage(page)
       case 'keys': return await keysPage(page)

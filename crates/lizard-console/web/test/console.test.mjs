@@ -124,7 +124,8 @@ test('every page shows what the API says, and its forms work', async () => {
   assert.deepEqual(await context.cookies(), [])
   assert.ok(!page.url().includes(OWNER))
 
-  await page.waitForSelector(`#sandbox-list a:text("${sbx.sandboxId}")`)
+  await page.waitForSelector(`#sandbox-list a:text("${sbx.sandboxId}")`, { timeout: 60_000 })
+    .catch(async (e) => assert.fail(`no row for ${sbx.sandboxId}: ${await page.textContent('main')}\n${e.message}`))
   const row = await page.textContent(`#sandbox-list tr:has(a:text("${sbx.sandboxId}"))`)
   assert.match(row, /running/)
   assert.match(row, /base/)
@@ -156,6 +157,10 @@ test('every page shows what the API says, and its forms work', async () => {
   assert.ok(await page.$('#port-list a'), `no open port listed: ${await page.textContent('#port-list')}`)
   const link = await page.getAttribute('#port-list a', 'href')
   assert.equal(link, `http://${sbx.sandboxId}-8000.${sbx.domain}:${SANDBOX_URL_PORT}/`)
+  // From the guest's agent: the process that listens; never the platform's own ports.
+  const ports = await page.textContent('#port-list')
+  assert.match(ports, /http\.server/)
+  assert.ok(!ports.includes('49171'), ports)
   await page.waitForSelector('#terminal-status:text("Connected")', { timeout: 60_000 })
   await run(page, 'echo hi', /^hi$/)
   await page.evaluate(() => window.scrollTo(0, 0))
@@ -196,8 +201,8 @@ test('sign in, create a sandbox from the form, use its terminal, kill it from it
   await page.selectOption('#create-project', a.project.id)
   await page.selectOption('#create-template', 'base')
   await page.click('#create-sandbox button[type=submit]')
-  await page.waitForURL(/#\/sandboxes\/[a-z0-9]+$/, { timeout: CREATE_MS })
-  const id = decodeURIComponent(page.url().split('#/sandboxes/')[1])
+  await page.waitForURL(/#\/sandboxes\/[a-z0-9]+(\?pid=\d+)?$/, { timeout: CREATE_MS })
+  const id = decodeURIComponent(page.url().split('#/sandboxes/')[1].split('?')[0])
   made.sandboxes.push(id)
   const created = await ok('GET', `/v1/sandboxes/${id}`, OWNER)
   assert.deepEqual([created.state, created.template, created.projectId], ['running', 'base', a.project.id])
@@ -243,6 +248,67 @@ test('sign in, create a sandbox from the form, use its terminal, kill it from it
   await context.close()
 })
 
+/** The shell pid the terminal status names, once it says Connected. */
+async function connectedPid(page) {
+  await page.waitForSelector('#terminal-status:text("Connected")', { timeout: 60_000 })
+  return Number((await page.textContent('#terminal-status')).match(/pid (\d+)/)[1])
+}
+
+test('the terminal reattaches after a reload and in a second tab; an ended shell offers a new one', async () => {
+  const sbx = await ok('POST', '/v1/sandboxes', OWNER, { template: 'base', projectId: a.project.id, timeoutMs: 600_000 })
+  made.sandboxes.push(sbx.sandboxId)
+  const { context, page, problems } = await signedIn(OWNER)
+  await page.goto(`${API}/console/#/sandboxes/${sbx.sandboxId}`)
+  const pid = await connectedPid(page)
+  // The page's address names the shell once it runs.
+  await page.waitForURL(new RegExp(`#/sandboxes/${sbx.sandboxId}\\?pid=${pid}$`))
+  await run(page, 'export MARK=$((40+2)); echo marked', /^marked$/)
+  const url = page.url()
+
+  // A reload: the same shell (its variable is still set), its earlier output replayed.
+  await page.reload()
+  assert.equal(await connectedPid(page), pid)
+  assert.equal(page.url(), url)
+  await page.waitForFunction(() => document.querySelector('#terminal .xterm-rows').textContent.includes('export MARK'))
+  await run(page, 'echo $MARK', /^42$/)
+
+  // A second tab on the same address sees the same shell and what the first one types.
+  const second = await signedIn(OWNER)
+  await second.page.goto(url)
+  assert.equal(await connectedPid(second.page), pid)
+  await second.page.waitForFunction(() => [...document.querySelectorAll('#terminal .xterm-rows > div')]
+    .some((r) => r.textContent.replace(/\u00a0/g, ' ').trim() === '42'))
+  await run(page, 'echo from-first-$MARK', /^from-first-42$/)
+  await second.page.waitForFunction(() => [...document.querySelectorAll('#terminal .xterm-rows > div')]
+    .some((r) => r.textContent.replace(/\u00a0/g, ' ').trim() === 'from-first-42'))
+  await run(second.page, 'echo from-second', /^from-second$/)
+  const shells = (await ok('GET', `/v1/sandboxes/${sbx.sandboxId}/processes`, OWNER)).filter((p) => p.pty && p.exitCode === undefined)
+  assert.deepEqual(shells.map((p) => p.pid), [pid], 'one shell, shared')
+  assert.deepEqual(second.problems, [])
+  await second.context.close()
+
+  // The shell's end: a clear message, and a button for a new shell, also after a reload.
+  await page.click('#terminal')
+  await page.keyboard.type('exit 5')
+  await page.keyboard.press('Enter')
+  await page.waitForSelector('#terminal-status:text("The shell exited (5).")', { timeout: 60_000 })
+  await page.waitForSelector('#new-shell:visible')
+  await page.reload()
+  await page.waitForSelector('#terminal-status:text("The shell exited (5).")', { timeout: 60_000 })
+    .catch(async (e) => assert.fail(`after a reload: ${await page.textContent('#terminal-status')}\n${e.message}`))
+  await page.waitForSelector('#new-shell:visible')
+  // A pid that is no shell here: said so, nothing opened.
+  await page.goto(`${API}/console/#/sandboxes/${sbx.sandboxId}?pid=999999`)
+  await page.waitForSelector('#terminal-status:text("There is no shell 999999")')
+  await page.click('#new-shell')
+  const fresh = await connectedPid(page)
+  assert.notEqual(fresh, pid)
+  await page.waitForURL(new RegExp(`\\?pid=${fresh}$`))
+  await run(page, 'echo "[$MARK]"', /^\[\]$/)
+  assert.deepEqual(problems, [])
+  await context.close()
+})
+
 test('a key scoped to one workspace sees only that workspace', async () => {
   const mine = await ok('POST', '/v1/sandboxes', OWNER, { template: 'base', projectId: a.project.id, timeoutMs: 600_000 })
   made.sandboxes.push(mine.sandboxId)
@@ -254,8 +320,11 @@ test('a key scoped to one workspace sees only that workspace', async () => {
   assert.ok(!listed.includes(theirs.sandboxId), 'another workspace\'s sandbox is listed')
   const projects = await page.$$eval('#create-project option', (o) => o.map((x) => x.value))
   assert.deepEqual(projects, [a.project.id])
-  // Cost comes from the account's ledger, which a scoped key may not read.
-  assert.ok(listed.includes('—'))
+  // Cost so far comes from the server, which sums it for a scoped key's own sandboxes too.
+  const row = await page.textContent(`#sandbox-list tr:has(a:text("${mine.sandboxId}"))`)
+  assert.match(row, /\$\d/, 'cost so far')
+  const costs = await ok('GET', `/v1/billing/sandboxes?ids=${mine.sandboxId},${theirs.sandboxId}`, scopedKey)
+  assert.deepEqual(costs.map((c) => c.sandboxId), [mine.sandboxId])
   // Another workspace's sandbox by its URL: the API's 404, shown as such.
   await page.goto(`${API}/console/#/sandboxes/${theirs.sandboxId}`)
   await page.waitForSelector('.error[role=alert]')

@@ -94,6 +94,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route(table::CLOSE_PROCESS_STDIN.path, serve(&table::CLOSE_PROCESS_STDIN, processes::close_stdin))
         .route(table::SIGNAL_PROCESS.path, serve(&table::SIGNAL_PROCESS, processes::signal))
         .route(table::RESIZE_PROCESS.path, serve(&table::RESIZE_PROCESS, processes::resize))
+        .route(table::LIST_PORTS.path, serve(&table::LIST_PORTS, processes::ports))
         .route(table::WAIT_FOR_PORT.path, serve(&table::WAIT_FOR_PORT, processes::wait_for_port))
         .route(table::CREATE_VOLUME.path, serve(&table::CREATE_VOLUME, volumes::create))
         .route(table::DELETE_VOLUME.path, serve(&table::DELETE_VOLUME, volumes::delete))

@@ -9,7 +9,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::TryStreamExt;
-use lizard_api::processes::{ProcessControl, ProcessInfo, PtySize, SignalRequest, StartProcessRequest};
+use lizard_api::processes::{ListeningPort, ProcessControl, ProcessInfo, PtySize, SignalRequest, StartProcessRequest};
 use lizard_api::{ApiError, ErrorCode};
 use serde::Deserialize;
 use std::sync::Arc;
@@ -35,6 +35,10 @@ pub async fn start(State(node): State<Arc<Node>>, Path(id): Path<String>, body: 
 
 pub async fn list(State(node): State<Arc<Node>>, Path(id): Path<String>) -> Result<Json<Vec<ProcessInfo>>> {
     Ok(Json(node.get(&id)?.list_processes().await?))
+}
+
+pub async fn ports(State(node): State<Arc<Node>>, Path(id): Path<String>) -> Result<Json<Vec<ListeningPort>>> {
+    Ok(Json(node.get(&id)?.listening_ports().await?))
 }
 
 pub async fn output(State(node): State<Arc<Node>>, Path((id, pid)): Path<(String, String)>) -> Result<Response> {

@@ -262,6 +262,12 @@ impl Sandbox {
         done.map_err(|e| self.agent_error(e))
     }
 
+    /// The TCP ports something listens on in the guest, the platform's own left out.
+    pub async fn listening_ports(&self) -> Result<Vec<lizard_api::processes::ListeningPort>> {
+        let ports = self.live()?.agent().listening_ports().await.map_err(|e| self.agent_error(e))?;
+        Ok(lizard_api::processes::user_ports(ports))
+    }
+
     /// Answer once something listens on TCP `port` in the guest, or `TIMED_OUT`.
     pub async fn wait_for_port(&self, port: u16, timeout_ms: u64) -> Result<()> {
         self.live()?.agent().wait_for_port(port, timeout_ms).await.map_err(|e| self.agent_error(e))

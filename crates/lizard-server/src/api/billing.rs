@@ -2,7 +2,8 @@
 //!
 //! Billing belongs to the account, shared by every workspace, so every route here is for
 //! unscoped keys only: a scoped key (handed to a user, put in a sandbox) gets 403
-//! `ACCOUNT_SCOPE_REQUIRED` and learns nothing. Per-scope spend is `/v1/metrics`.
+//! `ACCOUNT_SCOPE_REQUIRED` and learns nothing. Per-scope spend is `/v1/metrics`, and what
+//! the key's own sandboxes cost is `/v1/billing/sandboxes`, open to every key.
 
 use crate::auth::{require_account_scope, Principal};
 use crate::error::{ApiQuery, ApiResult, AppError};
@@ -13,8 +14,8 @@ use crate::store::billing::{Granularity, LedgerEntry, LedgerKind, MeterState};
 use axum::extract::State;
 use axum::Json;
 use lizard_api::{
-    format_usd, Balance, BillingSummary, LiveBilling, LiveSandbox, ProjectSpend, SummaryPeriod, Transaction,
-    TransactionKind, TransactionPage, UsageKind, WorkspaceSpend,
+    format_usd, Balance, BillingSummary, LiveBilling, LiveSandbox, ProjectSpend, SandboxCost, SummaryPeriod,
+    Transaction, TransactionKind, TransactionPage, UsageKind, WorkspaceSpend, MAX_COST_IDS,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -242,4 +243,61 @@ pub async fn live(State(state): State<ServerState>, p: Principal) -> ApiResult<J
         burn_nanos_per_second: burn,
         burn_per_hour: format_usd(burn.saturating_mul(3600)),
     }))
+}
+
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct SandboxCostsQuery {
+    /// Sandbox ids, comma-separated (at most 200).
+    ids: String,
+}
+
+/// What each sandbox has cost so far: its ledger entries plus what it accrued since the
+/// last metering tick. Every key may ask; ids the key does not reach (another workspace's,
+/// unknown ones) are left out, as if they did not exist.
+#[utoipa::path(
+    get,
+    path = lizard_api::routes::SANDBOX_COSTS.path,
+    tag = "billing",
+    security(("apiKey" = [])),
+    params(SandboxCostsQuery),
+    responses((status = 200, description = "Cost so far of each sandbox the key reaches, in the order asked", body = Vec<SandboxCost>), Unauthenticated, InvalidArgument)
+)]
+pub async fn sandbox_costs(
+    State(state): State<ServerState>,
+    p: Principal,
+    ApiQuery(q): ApiQuery<SandboxCostsQuery>,
+) -> ApiResult<Json<Vec<SandboxCost>>> {
+    let mut seen = std::collections::HashSet::new();
+    let asked: Vec<&str> = q.ids.split(',').map(str::trim).filter(|i| !i.is_empty() && seen.insert(*i)).collect();
+    if asked.is_empty() || asked.len() > MAX_COST_IDS {
+        return Err(AppError::invalid(format!("ids must name 1..={MAX_COST_IDS} sandboxes, got {}", asked.len())));
+    }
+    let mut reached = Vec::with_capacity(asked.len());
+    for id in asked {
+        if state.store.get_sandbox(id).await?.is_some_and(|s| p.sees_sandbox(&s)) {
+            reached.push(id.to_string());
+        }
+    }
+    let now = ids::now_ms();
+    let charged = state.store.charged_by_sandbox(&p.account_id, &reached).await?;
+    let unbilled: BTreeMap<String, i64> = state
+        .store
+        .open_meters(Some(&p.account_id))
+        .await?
+        .into_iter()
+        .map(|m| (m.sandbox_id.clone(), m.charge(now).0))
+        .collect();
+    Ok(Json(
+        reached
+            .into_iter()
+            .map(|id| {
+                let charged_nanos = charged.get(&id).copied().unwrap_or(0);
+                let unbilled_nanos = unbilled.get(&id).copied().unwrap_or(0);
+                let cost_nanos = charged_nanos.saturating_add(unbilled_nanos);
+                SandboxCost { sandbox_id: id, charged_nanos, unbilled_nanos, cost_nanos, cost: format_usd(cost_nanos) }
+            })
+            .collect(),
+    ))
 }

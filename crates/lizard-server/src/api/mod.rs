@@ -52,6 +52,7 @@ where
         .routes(routes!(billing::transactions))
         .routes(routes!(billing::summary))
         .routes(routes!(billing::live))
+        .routes(routes!(billing::sandbox_costs))
         .routes(routes!(metrics::metrics))
 }
 
@@ -80,6 +81,7 @@ pub fn all_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(processes::stdin, processes::close_stdin))
         .routes(routes!(processes::signal))
         .routes(routes!(processes::resize))
+        .routes(routes!(processes::ports))
         .routes(routes!(processes::wait_for_port))
         .routes(routes!(processes::pty))
         .routes(routes!(code::run_code))

@@ -22,8 +22,8 @@ use axum::Json;
 use futures_util::{SinkExt, StreamExt, TryStreamExt};
 use lizard_agent_proto::frame::FrameKind;
 use lizard_api::processes::{
-    ProcessControl, ProcessInfo, PtyClientMessage, PtyServerMessage, PtySize, SignalRequest, StartProcessRequest,
-    PTY_PROTOCOL,
+    ListeningPort, ProcessControl, ProcessInfo, PtyClientMessage, PtyServerMessage, PtySize, SignalRequest,
+    StartProcessRequest, PTY_PROTOCOL,
 };
 use lizard_api::{ApiError, ErrorCode};
 use serde::Deserialize;
@@ -198,6 +198,26 @@ pub async fn resize(
     control(&state, &p, &id, pid, ProcessControl::Resize(size)).await
 }
 
+/// The TCP ports something listens on in the sandbox, by port: each with its address and,
+/// where the guest's agent found it, the process holding it. The platform's own guest
+/// ports are left out (no sandbox URL reaches them); a paused sandbox answers 409.
+#[utoipa::path(
+    get,
+    path = lizard_api::routes::LIST_PORTS.path,
+    tag = "processes",
+    security(("apiKey" = [])),
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses((status = 200, description = "Listening TCP ports", body = Vec<ListeningPort>), Unauthenticated, NotFound, Conflict)
+)]
+pub async fn ports(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<Vec<ListeningPort>>> {
+    let sandbox = running(&state, &p, &id).await?;
+    Ok(Json(sandbox.node.listening_ports(sandbox.id()).await?))
+}
+
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -243,15 +263,19 @@ pub struct PtyQuery {
     user: Option<String>,
     /// Reattach to this PTY process instead of starting one.
     pid: Option<u32>,
+    /// `true`: closing the socket leaves the process running for a later `?pid=` (the
+    /// console's terminal, which a reload or a second tab reattaches); without it closing
+    /// hangs the terminal up.
+    detach: Option<bool>,
 }
 
 /// A terminal in the sandbox, as a WebSocket (subprotocol `lizard.pty`; the key may be a
 /// second subprotocol `lizard.key.<key>`). Binary messages carry the terminal's bytes
 /// both ways; text messages are JSON: `{"type":"resize","cols":…,"rows":…}` from the
 /// client, `started` (with the pid), `exit` (with the exit code) or `error` from the
-/// server. A client that closes the socket hangs the terminal up (`SIGHUP`); when the
-/// server closes it first (the sandbox paused or stopped answering) the process runs on
-/// and `?pid=` reattaches.
+/// server. A client that closes the socket hangs the terminal up (`SIGHUP`) unless it
+/// asked for `?detach=true`; when the server closes it first (the sandbox paused or
+/// stopped answering) the process runs on and `?pid=` reattaches.
 #[utoipa::path(
     get,
     path = lizard_api::routes::PTY.path,
@@ -290,7 +314,8 @@ pub async fn pty(
     };
     let node = sandbox.node.clone();
     let id = sandbox.id().to_string();
-    Ok(upgrade.protocols([PTY_PROTOCOL]).on_upgrade(move |socket| bridge(socket, frames, node, id)))
+    let hang_up_on_close = !q.detach.unwrap_or(false);
+    Ok(upgrade.protocols([PTY_PROTOCOL]).on_upgrade(move |socket| bridge(socket, frames, node, id, hang_up_on_close)))
 }
 
 /// How a PTY WebSocket ended.
@@ -308,8 +333,14 @@ fn text(message: &PtyServerMessage) -> Message {
 }
 
 /// Pass the terminal's output to the socket and the socket's input to the terminal until
-/// one side ends.
-async fn bridge(socket: WebSocket, mut frames: FrameStream, node: Arc<dyn NodeClient>, id: String) {
+/// one side ends; a client that leaves hangs the terminal up when `hang_up_on_close`.
+async fn bridge(
+    socket: WebSocket,
+    mut frames: FrameStream,
+    node: Arc<dyn NodeClient>,
+    id: String,
+    hang_up_on_close: bool,
+) {
     let (mut out, mut input) = socket.split();
     let pid = match frames.next().await {
         Some(Ok(f)) if f.kind == FrameKind::Started => {
@@ -324,7 +355,10 @@ async fn bridge(socket: WebSocket, mut frames: FrameStream, node: Arc<dyn NodeCl
         return;
     };
     if out.send(text(&PtyServerMessage::Started { pid })).await.is_err() {
-        return hang_up(node.as_ref(), &id, pid).await;
+        if hang_up_on_close {
+            hang_up(node.as_ref(), &id, pid).await;
+        }
+        return;
     }
     let screen = async {
         while let Some(frame) = frames.next().await {
@@ -377,7 +411,8 @@ async fn bridge(socket: WebSocket, mut frames: FrameStream, node: Arc<dyn NodeCl
         ended = keyboard => ended,
     };
     match ended {
-        Ended::ClientLeft => hang_up(node.as_ref(), &id, pid).await,
+        Ended::ClientLeft if hang_up_on_close => hang_up(node.as_ref(), &id, pid).await,
+        Ended::ClientLeft => {}
         Ended::Exited | Ended::BrokeOff => {
             let _ = out.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await;
         }

@@ -7,7 +7,7 @@ use super::{
 };
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use lizard_api::processes::{ProcessControl, ProcessInfo, StartProcessRequest};
+use lizard_api::processes::{ListeningPort, ProcessControl, ProcessInfo, StartProcessRequest};
 use lizard_api::templates::BuildEvent;
 use lizard_api::{
     ArchiveResult, CreateSandboxRequest, ExecRequest, FileEntry, FileInfo, ProcessResult, SandboxInfo, WriteResult,
@@ -167,6 +167,10 @@ impl NodeClient for LocalNode {
 
     async fn control_process(&self, id: &str, pid: u32, control: ProcessControl) -> NodeResult<()> {
         self.0.get(id).map_err(api)?.control_process(pid, control).await.map_err(api)
+    }
+
+    async fn listening_ports(&self, id: &str) -> NodeResult<Vec<ListeningPort>> {
+        self.0.get(id).map_err(api)?.listening_ports().await.map_err(api)
     }
 
     async fn wait_for_port(&self, id: &str, port: u16, timeout_ms: u64) -> NodeResult<()> {

@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
 use lizard_agent_proto::frame::Frame;
-use lizard_api::processes::{ProcessControl, ProcessInfo, StartProcessRequest};
+use lizard_api::processes::{ListeningPort, ProcessControl, ProcessInfo, StartProcessRequest};
 use lizard_api::templates::{BuildEvent, BuildFailure};
 pub use lizard_api::templates::{BuildTemplate, BuiltTemplate};
 use lizard_api::{
@@ -152,6 +152,8 @@ pub trait NodeClient: Send + Sync + 'static {
     async fn list_processes(&self, id: &str) -> NodeResult<Vec<ProcessInfo>>;
     /// Input, end of input, a signal or a resize for a process.
     async fn control_process(&self, id: &str, pid: u32, control: ProcessControl) -> NodeResult<()>;
+    /// The TCP ports something listens on in the guest (the platform's own left out).
+    async fn listening_ports(&self, id: &str) -> NodeResult<Vec<ListeningPort>>;
     /// Answer once something listens on TCP `port` in the guest; `TIMED_OUT` after
     /// `timeout_ms`.
     async fn wait_for_port(&self, id: &str, port: u16, timeout_ms: u64) -> NodeResult<()>;

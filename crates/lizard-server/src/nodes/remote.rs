@@ -21,7 +21,7 @@ use futures_util::stream::BoxStream;
 use futures_util::{StreamExt, TryStreamExt};
 use http_body_util::{BodyExt, StreamBody};
 use lizard_api::node_api::{NodeVolumeRequest, VolumeHolder};
-use lizard_api::processes::{ProcessControl, ProcessInfo, SignalRequest, StartProcessRequest};
+use lizard_api::processes::{ListeningPort, ProcessControl, ProcessInfo, SignalRequest, StartProcessRequest};
 use lizard_api::routes::node as table;
 use lizard_api::templates::BuildEvent;
 use lizard_api::{
@@ -242,6 +242,10 @@ impl NodeClient for RemoteNode {
             ProcessControl::Resize(size) => (Call::new(&table::RESIZE_PROCESS, &args), Payload::Bytes(json(&size))),
         };
         self.channel.unit(&call, payload).await
+    }
+
+    async fn listening_ports(&self, id: &str) -> NodeResult<Vec<ListeningPort>> {
+        self.channel.json(&Call::new(&table::LIST_PORTS, &[id]), NO_BODY).await
     }
 
     async fn wait_for_port(&self, id: &str, port: u16, timeout_ms: u64) -> NodeResult<()> {

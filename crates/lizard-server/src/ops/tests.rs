@@ -194,6 +194,9 @@ impl NodeClient for FakeNode {
     async fn control_process(&self, _: &str, _: u32, _: lizard_api::processes::ProcessControl) -> NodeResult<()> {
         not_here()
     }
+    async fn listening_ports(&self, _: &str) -> NodeResult<Vec<lizard_api::processes::ListeningPort>> {
+        not_here()
+    }
     async fn wait_for_port(&self, _: &str, _: u16, _: u64) -> NodeResult<()> {
         not_here()
     }

@@ -18,6 +18,7 @@
 
 use super::Result;
 use async_trait::async_trait;
+use std::collections::BTreeMap;
 
 /// What a sandbox costs, fixed when it is created (a price change applies to new
 /// sandboxes only).
@@ -252,6 +253,10 @@ pub trait BillingStore: Send + Sync + 'static {
     /// tick bills from the watermark. Only the in-process node's sandboxes: those of
     /// remote nodes live on while this process restarts.
     async fn close_meters_at_watermark(&self, running: &[String]) -> Result<u64>;
+
+    /// What each of `sandbox_ids` (of the account) has been charged so far: the sum of its
+    /// usage entries, positive. Sandboxes without entries are absent.
+    async fn charged_by_sandbox(&self, account_id: &str, sandbox_ids: &[String]) -> Result<BTreeMap<String, i64>>;
 
     /// Meters not ended, of one account or all.
     async fn open_meters(&self, account_id: Option<&str>) -> Result<Vec<MeterRecord>>;

@@ -1,5 +1,5 @@
 // Background processes, terminals and port waits, used as a program would (checked by `npm run typecheck`).
-import { Lizard, TimedOutError, type ProcessHandle, type PtyHandle, type ProcessInfo } from '@lizard-build/sdk'
+import { Lizard, TimedOutError, type ProcessHandle, type PtyHandle, type ProcessInfo, type ListeningPort } from '@lizard-build/sdk'
 
 async function background(): Promise<void> {
   const sandbox = await new Lizard({ project: 'my-project' }).create('base')
@@ -11,6 +11,8 @@ async function background(): Promise<void> {
   })
   try {
     await sandbox.waitForPort(3000, { timeoutMs: 30_000 })
+    const ports: ListeningPort[] = await sandbox.listPorts()
+    console.log(ports.map((p) => `${p.port} ${p.address} ${p.pid ?? ''} ${p.cmd ?? ''}`))
   } catch (e) {
     if (e instanceof TimedOutError) console.log(e.code)
   }

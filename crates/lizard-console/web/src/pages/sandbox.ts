@@ -1,5 +1,5 @@
-// One sandbox: its facts and actions, a live terminal, a file browser (list, download,
-// upload) and its open ports as links to its URLs.
+// One sandbox: its facts and actions, a live terminal (reattached after a reload), a file
+// browser (list, download, upload) and its open ports as links to its URLs.
 
 import * as api from '../api'
 import { age, attempt, bytes, h, replace, table, until } from '../dom'
@@ -7,29 +7,15 @@ import type { Page } from '../main'
 import { openTerminal } from '../terminal'
 import { kill, pause, resume, Sandbox, stateBadge } from './sandboxes'
 
-/** Lizard's own guest ports: never a user's service, never routed by sandbox URLs. */
-const RESERVED_PORTS = new Set([49171, 49999])
-
 interface Settings { sandboxUrlPort?: number | null }
 
 /** Closes the terminal the page shows: before the page is drawn again (Pause, Resume)
  * or left, so no socket stays open behind it. */
-let closeTerminal = (): void => {}
+let closeTerminal = (_hangUp?: boolean): void => {}
 
-/** The TCP ports something listens on in the guest, from /proc/net/tcp{,6}. */
-export async function listeningPorts(id: string): Promise<number[]> {
-  const r = await api.call('POST', `/v1/sandboxes/${api.enc(id)}/exec`, { cmd: 'cat /proc/net/tcp /proc/net/tcp6 2>/dev/null', timeoutMs: 10_000 })
-  const ports = new Set<number>()
-  for (const line of String(r.stdout).split('\n')) {
-    const f = line.trim().split(/\s+/)
-    // sl local_address rem_address st …; st 0A is LISTEN.
-    if (f.length > 3 && f[3] === '0A') {
-      const port = parseInt(f[1].split(':')[1], 16)
-      if (port && !RESERVED_PORTS.has(port)) ports.add(port)
-    }
-  }
-  return [...ports].sort((a, b) => a - b)
-}
+/** A TCP port something listens on in the guest (`GET /v1/sandboxes/{id}/ports`; the
+ * platform's own ports are never listed). */
+interface ListeningPort { port: number, address: string, pid?: number, cmd?: string }
 
 function filesCard(id: string, errors: HTMLElement): HTMLElement {
   const listing = h('div', { id: 'file-list' })
@@ -80,19 +66,81 @@ function filesCard(id: string, errors: HTMLElement): HTMLElement {
 function portsCard(s: Sandbox, settings: Settings, errors: HTMLElement): HTMLElement {
   const list = h('div', { id: 'port-list' }, h('p', { class: 'muted' }, 'Looking for listening ports…'))
   const scan = async (): Promise<void> => {
-    const ports = await listeningPorts(s.sandboxId)
+    const ports = await api.get<ListeningPort[]>(`/v1/sandboxes/${api.enc(s.sandboxId)}/ports`)
     const link = (p: number): HTMLElement => {
       if (!s.domain || !settings.sandboxUrlPort) return h('span', { class: 'mono' }, String(p))
       const url = `${location.protocol}//${s.sandboxId}-${p}.${s.domain}:${settings.sandboxUrlPort}/`
       return h('a', { href: url, target: '_blank', rel: 'noopener noreferrer', class: 'mono' }, url)
     }
-    replace(list, ports.length ? h('ul', {}, ports.map((p) => h('li', {}, `${p}: `, link(p)))) : h('p', { class: 'muted' }, 'Nothing listens on a TCP port.'))
+    // A sandbox URL reaches the port on any address it listens on: one link per port.
+    const byPort = new Map<number, ListeningPort[]>()
+    for (const p of ports) byPort.set(p.port, [...(byPort.get(p.port) ?? []), p])
+    replace(list, byPort.size
+      ? table(['Port', 'Address', 'Process', 'Sandbox URL'], [...byPort].map(([port, on]) => [
+        h('span', { class: 'mono' }, String(port)),
+        h('span', { class: 'mono' }, on.map((p) => p.address).join(', ')),
+        h('span', { class: 'mono' }, on[0].pid !== undefined ? `${on[0].pid} ${on[0].cmd ?? ''}` : ''),
+        link(port),
+      ]))
+      : h('p', { class: 'muted' }, 'Nothing listens on a TCP port.'))
   }
   void attempt(errors, scan)
   return h('div', { class: 'card' }, h('h2', {}, 'Open ports'), list, h('button', { onclick: () => attempt(errors, scan) }, 'Scan again'))
 }
 
-export async function sandboxPage(page: Page, id: string): Promise<void> {
+/** The sandbox page's address; with `pid`, the shell its terminal reattaches to. */
+function sandboxHash(id: string, pid?: number): string {
+  return `#/sandboxes/${api.enc(id)}` + (pid === undefined ? '' : api.q({ pid }))
+}
+
+/** The page's query as it stands now (the terminal writes its shell's pid there). */
+function currentParams(): URLSearchParams {
+  return new URLSearchParams(location.hash.split('?', 2)[1] ?? '')
+}
+
+interface ProcessInfo { pid: number, pty: boolean, exitCode?: number }
+
+/** The terminal card: a new shell, or with `?pid=` the shell a reload or another tab left
+ * running, its kept output replayed. `open` connects it, once the card is on the page
+ * (xterm.js sizes itself to what it is shown in). */
+async function terminalCard(page: Page, id: string, params: URLSearchParams): Promise<{ card: HTMLElement, open: () => void }> {
+  const term = h('div', { id: 'terminal' })
+  const termStatus = h('p', { class: 'muted', id: 'terminal-status' }, 'Connecting…')
+  const newShell = h('button', {
+    id: 'new-shell',
+    hidden: true,
+    onclick: () => {
+      closeTerminal(true)
+      history.replaceState(history.state, '', sandboxHash(id))
+      void sandboxPage(page, id, new URLSearchParams())
+    },
+  }, 'New shell')
+  const card = h('div', { class: 'card' }, h('h2', {}, 'Terminal'), term, h('div', { class: 'inline' }, termStatus, newShell))
+  const asked = params.get('pid')
+  const pid = asked !== null && /^\d+$/.test(asked) ? Number(asked) : undefined
+  if (asked !== null) {
+    const shell = pid === undefined
+      ? undefined
+      : (await api.get<ProcessInfo[]>(`/v1/sandboxes/${api.enc(id)}/processes`)).find((p) => p.pid === pid && p.pty)
+    if (!shell) {
+      termStatus.textContent = `There is no shell ${asked} in this sandbox any more (it ended before the sandbox restarted, or never ran here).`
+      newShell.hidden = false
+      return { card, open: () => {} }
+    }
+  }
+  const open = (): void => {
+    closeTerminal = openTerminal(term, id, pid, {
+      status: (s) => { termStatus.textContent = s },
+      started: (started) => {
+        if (started !== pid && !page.gone()) history.replaceState(history.state, '', sandboxHash(id, started))
+      },
+      ended: () => { newShell.hidden = false },
+    })
+  }
+  return { card, open }
+}
+
+export async function sandboxPage(page: Page, id: string, params: URLSearchParams): Promise<void> {
   closeTerminal()
   const [s, settings] = await Promise.all([
     api.get<Sandbox>(`/v1/sandboxes/${api.enc(id)}`),
@@ -100,7 +148,7 @@ export async function sandboxPage(page: Page, id: string): Promise<void> {
   ])
   const errors = h('div', {})
   const act = (fn: () => Promise<void>, then: () => void) => () => attempt(errors, async () => { await fn(); then() })
-  const reload = (): void => { void sandboxPage(page, id) }
+  const reload = (): void => { void sandboxPage(page, id, currentParams()) }
   const facts = h('div', { class: 'card', id: 'sandbox-facts' },
     h('h1', {}, h('span', { class: 'mono' }, s.sandboxId), ' ', stateBadge(s.state)),
     h('p', {}, `Template ${s.template} · ${s.vcpus} vCPU · ${s.memoryMib} MiB · started ${age(s.startedAt)} ago`,
@@ -113,11 +161,10 @@ export async function sandboxPage(page: Page, id: string): Promise<void> {
     replace(page.main, facts, errors, h('p', { class: 'muted' }, 'Resume the sandbox to use its terminal, files and ports.'))
     return
   }
-  const term = h('div', { id: 'terminal' })
-  const termStatus = h('p', { class: 'muted', id: 'terminal-status' }, 'Connecting…')
-  replace(page.main, facts, errors,
-    h('div', { class: 'card' }, h('h2', {}, 'Terminal'), term, termStatus),
+  const terminal = await terminalCard(page, id, params)
+  replace(page.main, facts, errors, terminal.card,
     h('div', { class: 'grid2' }, filesCard(id, errors), portsCard(s, settings, errors)))
-  closeTerminal = openTerminal(term, id, (status) => { termStatus.textContent = status })
-  window.addEventListener('hashchange', () => closeTerminal(), { once: true })
+  terminal.open()
+  // Leaving the page ends its shell, as closing a terminal window does (a reload does not).
+  window.addEventListener('hashchange', () => closeTerminal(true), { once: true })
 }

@@ -18,6 +18,7 @@ use crate::store::{Result, SandboxState, StoreError};
 use async_trait::async_trait;
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row, Transaction};
+use std::collections::BTreeMap;
 
 const LEDGER_COLUMNS: &str = "seq, id, account_id, kind, amount_nanos, description, workspace_id, project_id, \
      sandbox_id, usage_kind, period_start, period_end, quantity_ms, nanos_per_second, idempotency_key, created_at";
@@ -511,6 +512,19 @@ impl BillingStore for PostgresStore {
         .map_err(backend)?;
         tx.commit().await.map_err(backend)?;
         Ok(r.rows_affected())
+    }
+
+    async fn charged_by_sandbox(&self, account_id: &str, sandbox_ids: &[String]) -> Result<BTreeMap<String, i64>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT sandbox_id, (-SUM(amount_nanos))::BIGINT FROM ledger WHERE account_id = $1 AND kind = 'usage' \
+             AND sandbox_id = ANY($2) GROUP BY sandbox_id",
+        )
+        .bind(account_id)
+        .bind(sandbox_ids)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        Ok(rows.into_iter().collect())
     }
 
     async fn open_meters(&self, account_id: Option<&str>) -> Result<Vec<MeterRecord>> {

@@ -11,6 +11,7 @@ use crate::store::{Result, SandboxState, StoreError};
 use async_trait::async_trait;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, Sqlite, Transaction};
+use std::collections::BTreeMap;
 
 /// Idempotency key of the free credits every account starts with.
 pub const SIGNUP_CREDIT_KEY: &str = "signup-credit";
@@ -503,6 +504,20 @@ impl BillingStore for SqliteStore {
         .await
         .map_err(backend)?;
         Ok(r.rows_affected())
+    }
+
+    async fn charged_by_sandbox(&self, account_id: &str, sandbox_ids: &[String]) -> Result<BTreeMap<String, i64>> {
+        let ids = serde_json::to_string(sandbox_ids).map_err(super::json_err)?;
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT sandbox_id, -SUM(amount_nanos) FROM ledger WHERE account_id = ?1 AND kind = 'usage' \
+             AND sandbox_id IN (SELECT value FROM json_each(?2)) GROUP BY sandbox_id",
+        )
+        .bind(account_id)
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        Ok(rows.into_iter().collect())
     }
 
     async fn open_meters(&self, account_id: Option<&str>) -> Result<Vec<MeterRecord>> {

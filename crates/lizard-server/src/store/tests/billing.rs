@@ -302,7 +302,28 @@ async fn usage_by_project_and_period(db: TestDb) {
     assert_eq!(ws_b, -4 * RATE);
 }
 
+async fn charges_sum_each_sandboxs_usage_within_its_account(db: TestDb) {
+    let s = seeded(&db).await;
+    s.grant_signup_credits(1_000_000_000, 0).await.unwrap();
+    s.insert_sandbox(&sbx("sbx_a", "prj_a", 0, 0)).await.unwrap();
+    s.insert_sandbox(&sbx("sbx_b", "prj_b", 0, 0)).await.unwrap();
+    s.bill_meters(1_000).await.unwrap();
+    s.bill_meters(3_000).await.unwrap();
+    s.end_sandbox("sbx_b", 4_000, "killed").await.unwrap();
+    let ids = |list: &[&str]| list.iter().map(|i| i.to_string()).collect::<Vec<_>>();
+    let charged = s.charged_by_sandbox("acc_1", &ids(&["sbx_a", "sbx_b", "sbx_none"])).await.unwrap();
+    // Several ticks add up; the credit (no sandbox) counts for none.
+    assert_eq!(charged.into_iter().collect::<Vec<_>>(), [("sbx_a".into(), 3 * RATE), ("sbx_b".into(), 4 * RATE)]);
+    assert_eq!(usage_of(&*s, "sbx_a").await.len(), 2);
+    let one = s.charged_by_sandbox("acc_1", &ids(&["sbx_b"])).await.unwrap();
+    assert_eq!(one.into_iter().collect::<Vec<_>>(), [("sbx_b".into(), 4 * RATE)]);
+    // Another account's ledger has none of them.
+    assert!(s.charged_by_sandbox("acc_other", &ids(&["sbx_a"])).await.unwrap().is_empty());
+    assert!(s.charged_by_sandbox("acc_1", &[]).await.unwrap().is_empty());
+}
+
 store_tests!(
+    charges_sum_each_sandboxs_usage_within_its_account,
     ledger_is_append_only,
     signup_credits_once_and_idempotent_credits,
     ticks_and_end_bill_each_millisecond_once,
