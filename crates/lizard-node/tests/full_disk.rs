@@ -25,26 +25,37 @@ impl SmallFs {
         std::fs::create_dir(&mount).unwrap();
         let ok = |c: &mut Command| assert!(c.status().unwrap().success(), "{c:?}");
         ok(Command::new("truncate").args(["-s", size]).arg(&image));
-        ok(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image));
+        // No blocks reserved for root: the node runs as root and would write into them.
+        ok(Command::new("mkfs.ext4").args(["-q", "-F", "-m", "0"]).arg(&image));
         ok(Command::new("mount").args(["-o", "loop"]).arg(&image).arg(&mount));
         SmallFs { mount, _dir: dir }
     }
 
-    /// Take every free byte with one file.
+    /// Take every free byte with one file, and keep it so until
+    /// nothing frees more: a node may still be removing what its first create left (a
+    /// template VM's run directory) after that create returned.
     fn fill(&self) -> PathBuf {
         let filler = self.mount.join("filler");
-        let free = nix::sys::statvfs::statvfs(&self.mount).unwrap();
-        let bytes = free.blocks_available() * free.fragment_size();
-        let _ = Command::new("fallocate").args(["-l", &bytes.to_string()]).arg(&filler).status();
-        // What fallocate could not take (reserved rounding), a write takes.
-        let _ = Command::new("dd")
-            .args(["if=/dev/zero", "bs=64k", "oflag=append", "conv=notrunc"])
-            .arg(format!("of={}", filler.display()))
-            .stderr(std::process::Stdio::null())
-            .status();
-        let left = nix::sys::statvfs::statvfs(&self.mount).unwrap();
-        assert!(left.blocks_available() * left.fragment_size() < 1 << 20, "the filesystem is not full");
-        filler
+        // What a writer can still take (ext4 keeps a few clusters for its own metadata
+        // out of everyone's reach; with `-m 0` root has no more than others).
+        let free = || {
+            let s = nix::sys::statvfs::statvfs(&self.mount).unwrap();
+            s.blocks_available() * s.fragment_size()
+        };
+        for _ in 0..20 {
+            let _ = Command::new("fallocate").args(["-l", &free().to_string()]).arg(&filler).status();
+            // What fallocate could not take (reserved rounding), a write takes.
+            let _ = Command::new("dd")
+                .args(["if=/dev/zero", "bs=64k", "oflag=append", "conv=notrunc"])
+                .arg(format!("of={}", filler.display()))
+                .stderr(std::process::Stdio::null())
+                .status();
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            if free() < 1 << 20 {
+                return filler;
+            }
+        }
+        panic!("the filesystem does not stay full: {} bytes free", free());
     }
 }
 

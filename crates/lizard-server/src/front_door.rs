@@ -11,11 +11,13 @@
 //! 4. a request with a key that is not one is counted against the budget of failed
 //!    authentications ([`crate::bad_keys`]): past it, 429 `RATE_LIMITED` with
 //!    `Retry-After` before the key is looked up; else its handler answers 401 without
-//!    looking it up again ([`auth::KeyRefused`]).
+//!    looking it up again ([`auth::KeyRefused`]). A key refused a moment ago is answered
+//!    401 without a lookup and without spending that budget.
 //!
 //! Requests without a key pass untouched: their handler answers 401.
 
 use crate::auth::{self, Principal};
+use crate::bad_keys;
 use crate::error::{AppError, BodyReadTimeout};
 use crate::guard::Refusal;
 use crate::keys;
@@ -43,25 +45,30 @@ pub async fn front_door(State(state): State<ServerState>, mut req: Request, next
         let mut permit = None;
         if let Some(key) = auth::presented_key(req.headers()) {
             let fingerprint = keys::hash(key);
-            let ticket = match state.bad_keys.admit(&fingerprint) {
-                Ok(ticket) => ticket,
-                Err(wait) => return too_many(wait, "too many requests with invalid API keys"),
-            };
-            match auth::authenticate(state.store.as_ref(), key).await {
-                Ok(principal) => {
-                    state.bad_keys.succeeded(&fingerprint, ticket);
-                    match state.guard.admit(&principal.key_id) {
-                        Ok(p) => permit = Some(p),
-                        Err(refusal) => return refused(&principal, refusal),
-                    }
-                    req.extensions_mut().insert::<Principal>(principal);
+            match state.bad_keys.admit(&fingerprint) {
+                Err(bad_keys::NotChecked::OverBudget(wait)) => {
+                    return too_many(wait, "too many requests with invalid API keys")
                 }
-                Err(e) if e.code() == ErrorCode::Unauthenticated => {
-                    state.bad_keys.failed(&fingerprint);
+                // Refused a moment ago: the handler answers 401 without a lookup.
+                Err(bad_keys::NotChecked::Refused) => {
                     req.extensions_mut().insert(auth::KeyRefused);
                 }
-                // The store did not answer: the handler's own lookup reports it.
-                Err(_) => state.bad_keys.undecided(&fingerprint, ticket),
+                Ok(ticket) => match auth::authenticate(state.store.as_ref(), key).await {
+                    Ok(principal) => {
+                        state.bad_keys.succeeded(&fingerprint, ticket);
+                        match state.guard.admit(&principal.key_id) {
+                            Ok(p) => permit = Some(p),
+                            Err(refusal) => return refused(&principal, refusal),
+                        }
+                        req.extensions_mut().insert::<Principal>(principal);
+                    }
+                    Err(e) if e.code() == ErrorCode::Unauthenticated => {
+                        state.bad_keys.failed(&fingerprint);
+                        req.extensions_mut().insert(auth::KeyRefused);
+                    }
+                    // The store did not answer: the handler's own lookup reports it.
+                    Err(_) => state.bad_keys.undecided(ticket),
+                },
             }
         }
         let response = next.run(req).await;

@@ -35,18 +35,12 @@ impl TokenBucket {
 
     /// Take a token at `now`, or say how long until one is there.
     pub(crate) fn take(&mut self, now: Instant, rate: u32, burst: u32) -> Result<(), Duration> {
-        self.peek(now, rate, burst)?;
-        self.tokens -= 1.0;
-        Ok(())
-    }
-
-    /// Whether a token is there at `now` (refilling up to it), without taking it.
-    pub(crate) fn peek(&mut self, now: Instant, rate: u32, burst: u32) -> Result<(), Duration> {
         let rate = f64::from(rate.max(1));
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
         self.tokens = (self.tokens + elapsed * rate).min(f64::from(burst.max(1)));
         self.last = now;
         if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
             Ok(())
         } else {
             Err(Duration::from_secs_f64((1.0 - self.tokens) / rate))
@@ -56,11 +50,6 @@ impl TokenBucket {
     /// Return a token taken for something that turned out not to count.
     pub(crate) fn give_back(&mut self, burst: u32) {
         self.tokens = (self.tokens + 1.0).min(f64::from(burst.max(1)));
-    }
-
-    /// When it was last refilled.
-    pub(crate) fn last(&self) -> Instant {
-        self.last
     }
 }
 
