@@ -45,19 +45,9 @@ impl Cli {
         String::from_utf8(out.stdout).unwrap()
     }
 
-    /// The daemon this CLI started, by its command line.
+    /// The daemon this CLI started and its VMMs, by their command lines.
     fn daemon_pids(&self) -> Vec<i32> {
-        let needle = self.data.path().to_string_lossy().into_owned();
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
-            .filter(|pid| {
-                let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-                cmd.contains(&needle) && (cmd.contains("node run") || cmd.contains("qemu-system"))
-            })
-            .collect()
+        common::processes_of(self.data.path(), &["node run", "qemu-system"])
     }
 }
 

@@ -43,18 +43,7 @@ impl Local {
 impl Local {
     /// The node daemon and VMMs of this data directory, by their command lines.
     fn processes(&self, what: &str) -> Vec<nix::unistd::Pid> {
-        let needle = self.data.path().to_string_lossy().into_owned();
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
-            .filter(|pid| {
-                let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-                cmd.contains(&needle) && cmd.contains(what)
-            })
-            .map(nix::unistd::Pid::from_raw)
-            .collect()
+        common::processes_of(self.data.path(), &[what]).into_iter().map(nix::unistd::Pid::from_raw).collect()
     }
 }
 

@@ -55,3 +55,19 @@ pub fn free_port() -> u16 {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// Processes whose command line names `data` and one of `words` (a data directory's node
+/// daemon, `node run`, and its VMMs, `qemu-system`).
+pub fn processes_of(data: &Path, words: &[&str]) -> Vec<i32> {
+    let needle = data.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            cmd.contains(&needle) && words.iter().any(|w| cmd.contains(w))
+        })
+        .collect()
+}
