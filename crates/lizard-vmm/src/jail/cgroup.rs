@@ -232,6 +232,53 @@ mod tests {
         assert_eq!(own_path(text, None), Some("/unified/y"));
     }
 
+    /// A unified (v2) tree as the kernel shows it, in a plain directory: these hosts have
+    /// v1 only, so the v2 writes are checked against files (the kernel fills
+    /// `cgroup.controllers` of a new group; here the test does).
+    fn fake_v2(dir: &Path, controllers: &str) -> PathBuf {
+        let own = dir.join("node.service");
+        for d in [dir, own.as_path(), &dir.join("lizard")] {
+            std::fs::create_dir_all(d).unwrap();
+            std::fs::write(d.join("cgroup.controllers"), controllers).unwrap();
+        }
+        own
+    }
+
+    #[test]
+    fn on_v2_the_parent_sits_beside_the_nodes_group_and_each_vmm_gets_its_limits() {
+        let root = tempfile::tempdir().unwrap();
+        let own = fake_v2(root.path(), "cpuset cpu io memory pids");
+        // The node's group has processes: the parent goes beside it, controllers enabled
+        // in the group above and in the parent.
+        let parent = v2_parent(&own, "lizard").unwrap();
+        assert_eq!(parent, root.path().join("lizard"));
+        for d in [root.path(), parent.as_path()] {
+            let enabled = std::fs::read_to_string(d.join("cgroup.subtree_control")).unwrap();
+            assert!(enabled.starts_with('+'), "{}: {enabled}", d.display());
+        }
+        let tree = CgroupTree::V2 { parent: parent.clone() };
+        let group = tree.create(1_500_007, CgroupLimits { cpus: 2, memory_bytes: 1 << 30, pids: 256 }).unwrap();
+        let dir = parent.join("vmm-1500007");
+        assert_eq!(group.dirs(), [dir.clone()]);
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+        assert_eq!(read("cpu.max"), "200000 100000", "two vCPUs' quota per period");
+        assert_eq!(read("memory.max"), (1u64 << 30).to_string());
+        assert_eq!(read("memory.swap.max"), "0");
+        assert_eq!(read("pids.max"), "256");
+        let procs: Vec<String> = group.procs_files().into_iter().map(|c| c.into_string().unwrap()).collect();
+        assert_eq!(procs, [dir.join("cgroup.procs").display().to_string()]);
+    }
+
+    #[test]
+    fn on_v2_a_missing_controller_is_named() {
+        let root = tempfile::tempdir().unwrap();
+        let own = fake_v2(root.path(), "cpu memory");
+        match v2_parent(&own, "lizard") {
+            Err(CgroupError::Missing(controller)) => assert_eq!(controller, "pids"),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn a_group_names_its_procs_files() {
         let g = VmCgroup { dirs: vec!["/c/cpu/lizard/vmm-7".into(), "/c/memory/lizard/vmm-7".into()] };
