@@ -84,6 +84,45 @@ async fn warm_pool_claims_are_unique_and_the_pool_refills_after_a_burst() {
     t.finish().await;
 }
 
+/// Pool machines count toward what the node promises: a shelf fills only as far as the
+/// node's CPUs allow, a create that does not fit makes one give way (a sandbox never
+/// does), a create of the pool's shape claims one without counting it twice, and with
+/// nothing left to give way the next create is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn pool_machines_count_toward_admission_and_give_way_to_creates() {
+    // Two vCPUs in all, and a warm pool that would hold three 1-vCPU machines.
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let t = common::node_with(|c| {
+        c.warm_pool.insert("base".into(), 3);
+        c.confine.cpu_overcommit = 2.0 / cpus as f64;
+    })
+    .await;
+    wait_ready(&t.node, 2, Duration::from_secs(180)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(t.node.pool_ready("base"), 2, "a pool machine beyond the node's CPUs");
+    assert_eq!(common::vmm_processes(t.dir.path()).len(), 2);
+    // Placement sees no sandbox yet: pool machines give way to any create.
+    assert_eq!(t.node.load().1, (0, 0));
+
+    // Another shape cannot claim a machine of the pool: one gives way.
+    let other_shape = CreateSandboxRequest { memory_mib: Some(1024), ..base() };
+    let a = t.node.create(other_shape.clone()).await.unwrap();
+    assert_eq!(out(&a, "echo hi").await, "hi");
+    assert_eq!(t.node.pool_ready("base"), 1);
+    // The pool's shape claims the last one (it is not counted twice).
+    let pool_vmm = common::vmm_processes(t.dir.path()).into_iter().find(|p| *p != pid_of(&a)).unwrap();
+    let b = t.node.create(base()).await.unwrap();
+    assert_eq!(pid_of(&b), pool_vmm, "the create restored beside the pool instead of claiming it");
+    assert_eq!(t.node.pool_ready("base"), 0);
+    // Nothing left to give way: refused, and the shelf is not refilled past the node.
+    let refused = t.node.create(other_shape).await.unwrap_err();
+    assert!(refused.to_string().contains("promised"), "{refused}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(common::vmm_processes(t.dir.path()).len(), 2);
+    assert_eq!(t.node.list().len(), 2);
+    t.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn prespawned_vmms_serve_the_next_creates() {
     let t = common::node_with(|c| c.prespawn = 2).await;

@@ -69,7 +69,11 @@ impl Node {
         let template = self.resolve_template(&req.template).await?;
         let (vcpus, memory_mib) = self.sandbox_size(&template, req.vcpus, req.memory_mib)?;
         // Held until the sandbox is in the map (and counted there) or failed.
-        let _reservation = self.reserve(1, vcpus, memory_mib)?;
+        let _reservation = match &req.volume {
+            // A create with a volume never takes a pool machine.
+            Some(_) => self.reserve(1, vcpus, memory_mib)?,
+            None => self.reserve_create(&template.name, vcpus, memory_mib)?,
+        };
         let boot = self.assets.boot_files().await?;
         let machine = Machine::new(&boot, vcpus, memory_mib, self.accel().await?);
         let snap = if self.config.snapshots {

@@ -217,10 +217,18 @@ impl Node {
 
     /// What this node admits in all (host × overcommit) and what its running sandboxes
     /// hold of it now, as `((vcpus, memory_mib), (vcpus, memory_mib))`: read-only, for the
-    /// control plane's placement and its node list.
+    /// control plane's placement and its node list. Pool machines are left out: they give
+    /// way to any create ([`Node::reserve`]).
     pub fn load(&self) -> ((u64, u64), (u64, u64)) {
         let capacity = self.confinement.capacity();
         ((capacity.vcpus, capacity.memory_mib), self.running_size())
+    }
+
+    /// vCPUs and MiB of the sandboxes running now and of the machines on the pool's
+    /// shelves (less one a create of `claimable` would claim: see [`pool::Pool::held`]).
+    fn promised_size(&self, claimable: Option<(&str, u32, u32)>) -> (u64, u64) {
+        let (running, pool) = (self.running_size(), self.pool.held(claimable));
+        (running.0 + pool.0, running.1 + pool.1)
     }
 
     /// vCPUs and MiB of the sandboxes running now.
@@ -232,12 +240,45 @@ impl Node {
     }
 
     /// Reserve CPUs and memory for `count` sandboxes of `vcpus` and `memory_mib` beside
-    /// the running ones, or the refusal (nothing was started).
+    /// the running ones and the pool's machines — which give way, one at a time, when
+    /// they are what stands in the way —, or the refusal (nothing was started).
     pub(crate) fn reserve(&self, count: u32, vcpus: u32, memory_mib: u32) -> Result<crate::confine::Reservation> {
-        let running = self.running_size();
+        self.reserve_beside_pool(None, count, vcpus, memory_mib)
+    }
+
+    /// [`Node::reserve`] for a create of `template`, which would claim a pool machine of
+    /// its shape if there is one.
+    pub(crate) fn reserve_create(
+        &self,
+        template: &str,
+        vcpus: u32,
+        memory_mib: u32,
+    ) -> Result<crate::confine::Reservation> {
+        self.reserve_beside_pool(Some(template), 1, vcpus, memory_mib)
+    }
+
+    fn reserve_beside_pool(
+        &self,
+        template: Option<&str>,
+        count: u32,
+        vcpus: u32,
+        memory_mib: u32,
+    ) -> Result<crate::confine::Reservation> {
         let want_vcpus = vcpus.saturating_mul(count);
         let want_memory = u64::from(memory_mib) * u64::from(count);
-        Ok(self.confinement.admit(running, want_vcpus, want_memory)?)
+        let claimable = template.map(|t| (t, vcpus, memory_mib));
+        loop {
+            match self.confinement.admit(self.promised_size(claimable), want_vcpus, want_memory) {
+                Ok(reservation) => return Ok(reservation),
+                Err(crate::confine::ConfineError::Capacity(_)) if self.pool.discard_one() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Reserve room for one more pool machine of `machine`'s shape, never making room.
+    pub(crate) fn reserve_for_pool(&self, machine: &crate::vm::Machine) -> Result<crate::confine::Reservation> {
+        Ok(self.confinement.admit(self.promised_size(None), machine.vcpus, u64::from(machine.memory_mib))?)
     }
 
     fn sandboxes_dir(&self) -> PathBuf {

@@ -19,6 +19,12 @@
 //! never listed, billed or reachable through the API. A machine that fails its claim is
 //! discarded and the create goes the ordinary way.
 //!
+//! Pool machines count toward the node's admission like sandboxes: a refill makes a
+//! machine only if it fits beside everything promised, and a create that does not fit
+//! discards machines (least recently used shelves first) before it is refused. A create
+//! does not count the machine it would claim (two creates at once may both count on the
+//! last one: the one that finds it gone restores beside the pool, one machine over).
+//!
 //! Pool machines live in `<data>/sandboxes/<id>` like any sandbox (QEMU holds paths
 //! there; a rename would break later disk reopens), with no `sandbox.json`: a node
 //! restart finds them without a record and sweeps them.
@@ -145,6 +151,32 @@ impl Pool {
         shelf.ready.pop_front()
     }
 
+    /// vCPUs and MiB of the machines on the shelves, less one that a create of
+    /// `claimable` (template, vCPUs, MiB) would claim: taking it adds nothing.
+    pub fn held(&self, claimable: Option<(&str, u32, u32)>) -> (u64, u64) {
+        let mut exempt = claimable;
+        self.shelves().values().fold((0, 0), |(c, m), s| {
+            let mut n = s.ready.len() as u64;
+            let shape = (s.snap.meta.template.as_str(), s.machine.vcpus, s.machine.memory_mib);
+            if n > 0 && exempt == Some(shape) {
+                n -= 1;
+                exempt = None;
+            }
+            (c + n * u64::from(s.machine.vcpus), m + n * u64::from(s.machine.memory_mib))
+        })
+    }
+
+    /// Discard one machine, of the least recently used shelf that has one; whether there
+    /// was one.
+    pub fn discard_one(&self) -> bool {
+        let discarded = {
+            let mut shelves = self.shelves();
+            let lru = shelves.values_mut().filter(|s| !s.ready.is_empty()).min_by_key(|s| s.last_used);
+            lru.and_then(|s| s.ready.pop_back())
+        };
+        discarded.is_some()
+    }
+
     /// How many machines of `template` are ready (all shapes), for tests and the bench.
     pub fn ready_of(&self, template: &str) -> usize {
         self.shelves().values().filter(|s| s.snap.meta.template == template).map(|s| s.ready.len()).sum()
@@ -269,12 +301,26 @@ impl Node {
                     (shelf.snap.clone(), shelf.machine.clone(), shelf.warm, shelf.snap.meta.template.clone())
                 };
                 let (snap, machine, warm, template) = job;
+                // Held until the machine is on its shelf (and counted there) or failed.
+                let reservation = match node.reserve_for_pool(&machine) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::debug!(%template, "pool: no room for another machine: {e}");
+                        if let Some(shelf) = node.pool.shelves().get_mut(&key) {
+                            shelf.filling = false;
+                        }
+                        return;
+                    }
+                };
                 let made = node.make_ready(&snap, &machine, warm).await;
                 let mut shelves = node.pool.shelves();
                 // A shelf drained meanwhile (template deleted, evicted) drops the machine.
                 let Some(shelf) = shelves.get_mut(&key) else { return };
                 match made {
-                    Ok(ready) => shelf.ready.push_back(ready),
+                    Ok(ready) => {
+                        shelf.ready.push_back(ready);
+                        drop(reservation);
+                    }
                     Err(e) => {
                         tracing::warn!(%template, "pool: could not make a machine ready: {e}");
                         shelf.filling = false;
