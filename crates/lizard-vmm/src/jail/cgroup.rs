@@ -259,7 +259,7 @@ mod tests {
         let tree = CgroupTree::V2 { parent: parent.clone() };
         let group = tree.create(1_500_007, CgroupLimits { cpus: 2, memory_bytes: 1 << 30, pids: 256 }).unwrap();
         let dir = parent.join("vmm-1500007");
-        assert_eq!(group.dirs(), [dir.clone()]);
+        assert_eq!(group.dirs(), std::slice::from_ref(&dir));
         let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
         assert_eq!(read("cpu.max"), "200000 100000", "two vCPUs' quota per period");
         assert_eq!(read("memory.max"), (1u64 << 30).to_string());

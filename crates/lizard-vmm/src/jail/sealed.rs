@@ -11,7 +11,9 @@
 //! root's and is read by no VMM.
 //!
 //! One memfd per base file (by device and inode, so a clone's hard link to its template's
-//! memory shares it), kept while the file exists; a VMM's mapping keeps its own copy alive.
+//! memory shares it), kept while the file exists and either a VMM holds it or it was used
+//! within [`IDLE`] (a paused clone of an old template version keeps the file, but its copy
+//! is made again at its resume); a VMM's mapping keeps its own copy alive.
 //! Its name, which `/proc/<pid>/maps` shows, carries the file's identity: a delta save
 //! finds the mapping by it, and a node that takes a running VMM back finds the base file
 //! in the VMM's run directory by it.
@@ -26,6 +28,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Start of every such memfd's name.
 const NAME_PREFIX: &str = "lizard-memory:";
@@ -33,6 +36,8 @@ const NAME_PREFIX: &str = "lizard-memory:";
 const CHUNK: usize = 1 << 20;
 /// Page size: all-zero pages are left as holes (which read as zeros).
 const PAGE: usize = 4096;
+/// How long a copy no VMM holds is kept for the next clone.
+pub const IDLE: Duration = Duration::from_secs(600);
 
 /// A base memory file's content in a sealed memfd.
 #[derive(Debug)]
@@ -60,12 +65,29 @@ impl SealedMemory {
 struct Cached {
     sealed: Arc<SealedMemory>,
     file: File,
+    last_used: Instant,
+}
+
+impl Cached {
+    /// Whether it is worth keeping: its file still exists, and a VMM holds it (each
+    /// jail keeps a reference) or it was used within `idle`.
+    fn keep(&self, idle: Duration) -> bool {
+        let exists = self.file.metadata().is_ok_and(|m| m.nlink() > 0);
+        exists && (Arc::strong_count(&self.sealed) > 1 || self.last_used.elapsed() < idle)
+    }
 }
 
 /// The sealed copies of the base files clones of this node map.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SealedMemories {
     by_inode: Mutex<HashMap<(u64, u64), Cached>>,
+    idle: Duration,
+}
+
+impl Default for SealedMemories {
+    fn default() -> Self {
+        SealedMemories { by_inode: Mutex::default(), idle: IDLE }
+    }
 }
 
 /// The `/proc/<pid>/maps` name of the memfd made from the file `(dev, ino)`.
@@ -92,15 +114,16 @@ impl SealedMemories {
         }
         let key = (meta.dev(), meta.ino());
         let mut cache = self.by_inode.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Files deleted under every name since: their copies go (VMMs keep theirs).
-        cache.retain(|_, c| c.file.metadata().is_ok_and(|m| m.nlink() > 0));
-        if let Some(cached) = cache.get(&key) {
+        // Copies of files deleted since, or idle: they go (VMMs keep theirs).
+        cache.retain(|k, c| *k == key || c.keep(self.idle));
+        if let Some(cached) = cache.get_mut(&key).filter(|c| c.keep(self.idle)) {
+            cached.last_used = Instant::now();
             return Ok(cached.sealed.clone());
         }
         let t = std::time::Instant::now();
         let sealed = Arc::new(seal_copy(&file, meta.len(), key)?);
         tracing::debug!(file = %path.display(), bytes = meta.len(), took = ?t.elapsed(), "base memory sealed");
-        cache.insert(key, Cached { sealed: sealed.clone(), file });
+        cache.insert(key, Cached { sealed: sealed.clone(), file, last_used: Instant::now() });
         Ok(sealed)
     }
 }
@@ -256,6 +279,25 @@ mod tests {
         assert!(!Arc::ptr_eq(&first, &second));
         assert_eq!(read_all(second.fd()), vec![3u8; PAGE]);
         assert_eq!(memories.by_inode.lock().unwrap().len(), 1, "the deleted file's copy was kept");
+    }
+
+    #[test]
+    fn a_copy_no_vmm_holds_goes_when_idle_and_is_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, content) = base(dir.path());
+        std::fs::create_dir(dir.path().join("o")).unwrap();
+        let (other, _) = base(&dir.path().join("o"));
+        let memories = SealedMemories { by_inode: Mutex::default(), idle: Duration::ZERO };
+        let held = memories.get(&path).unwrap();
+        let unheld = Arc::downgrade(&memories.get(&other).unwrap());
+        // Another file's lookup sweeps: the copy a "VMM" holds stays, the other goes.
+        let _ = memories.get(&path).unwrap();
+        assert!(Arc::ptr_eq(&held, &memories.get(&path).unwrap()), "a held copy was made again");
+        assert_eq!(memories.by_inode.lock().unwrap().len(), 1, "an idle copy no one holds was kept");
+        assert!(unheld.upgrade().is_none(), "the idle copy is still open");
+        drop(held);
+        let again = memories.get(&path).unwrap();
+        assert_eq!(read_all(again.fd()), content);
     }
 
     #[test]
