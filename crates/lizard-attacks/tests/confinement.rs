@@ -1,10 +1,9 @@
 //! The VMM behind a sandbox assumed broken: what a guest that took over its QEMU would
 //! hold, read back from the kernel (/proc, the cgroup files) — its own unprivileged uid,
 //! no capabilities, `no_new_privs`, a seccomp filter, resource limits, cgroups of its
-//! own, no way to change the memory other clones start from — and what a tenant can make
-//! the host spend: CPUs and memory beyond the node's, sizes that each leave a snapshot on
-//! disk, a console log without end, a neighbour's latency under a CPU spinner and a fork
-//! bomb.
+//! own — and what a tenant can make the host spend: CPUs and memory beyond the node's,
+//! sizes that each leave a snapshot on disk, a console log without end, a neighbour's
+//! latency under a CPU spinner and a fork bomb.
 
 #![allow(clippy::unwrap_used)]
 
@@ -97,109 +96,6 @@ async fn every_vmm_runs_as_its_own_uid_without_privileges_in_cgroups_of_its_own(
     }
     assert!(!lizard_attacks::confine::vmm_cgroups().contains(&groups["memory"]), "the census still lists it");
     assert!(!claim.exists(), "{} left behind", claim.display());
-}
-
-/// Files under `dir` (to `depth` levels) that are `(dev, ino)`.
-fn files_of_inode(dir: &std::path::Path, inode: (u64, u64), depth: usize, found: &mut Vec<std::path::PathBuf>) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for path in entries.flatten().map(|e| e.path()) {
-        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
-        if meta.is_dir() && depth > 0 {
-            files_of_inode(&path, inode, depth - 1, found);
-        } else if meta.is_file() && (meta.dev(), meta.ino()) == inode {
-            found.push(path);
-        }
-    }
-}
-
-/// What a taken-over VMM tries against the memory its clone maps: open the base file and
-/// the template's (argv 1, 2) for writing; write, map shared, resize and punch the memfd
-/// it holds at descriptor 3. Prints what got through.
-const TAMPER: &str = r#"
-import ctypes, mmap, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-def punch():  # fallocate(PUNCH_HOLE | KEEP_SIZE)
-    if libc.fallocate(3, 3, ctypes.c_long(0), ctypes.c_long(4096)) != 0:
-        raise OSError(ctypes.get_errno(), "fallocate")
-got = []
-for path in sys.argv[1:3]:
-    try:
-        os.open(path, os.O_RDWR); got.append("opened " + path)
-    except PermissionError:
-        pass
-for what, attempt in [
-    ("wrote", lambda: os.pwrite(3, b"x", 0)),
-    ("mapped shared", lambda: mmap.mmap(3, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)),
-    ("truncated", lambda: os.ftruncate(3, 4096)),
-    ("punched", punch),
-]:
-    try:
-        attempt(); got.append(what)
-    except PermissionError:
-        pass
-print(";".join(got) or "refused")
-"#;
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_vmm_taken_over_cannot_change_the_memory_other_clones_start_from() {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    use std::os::unix::process::CommandExt;
-    let system = System::start(&[]).await;
-    let a = system.create_sandbox("base", json!({})).await;
-    let b = system.create_sandbox("base", json!({})).await;
-    assert_eq!(system.exec(&a, "echo $((6 * 7)) > /tmp/kept").await.0, 0);
-    let pid = vmm_pid(&a).unwrap();
-    let uid: u32 = status(pid)["Uid"].split_whitespace().next().unwrap().parse().unwrap();
-
-    // The clone's base (a link to the template's memory) is root's alone.
-    let base = system.node_dir().join("sandboxes").join(&a).join("base-memory");
-    let meta = std::fs::metadata(&base).unwrap();
-    assert_eq!((meta.uid(), meta.gid(), meta.permissions().mode() & 0o777), (0, 0, 0o600), "{}", base.display());
-    let mut names = vec![];
-    files_of_inode(&system.node_dir(), (meta.dev(), meta.ino()), 6, &mut names);
-    let template = names.iter().find(|p| !p.starts_with(system.node_dir().join("sandboxes"))).cloned();
-    let template = template.unwrap_or_else(|| panic!("the template's memory file among {names:?}"));
-    // QEMU maps a sealed memfd named after the file, and no file of the node's.
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    let sealed = format!("/memfd:lizard-memory:{}:{} (deleted)", meta.dev(), meta.ino());
-    assert!(maps.contains(&sealed), "no mapping of {sealed}:\n{maps}");
-    assert!(!maps.contains(base.to_str().unwrap()) && !maps.contains(template.to_str().unwrap()), "{maps}");
-    let held = std::fs::read_link(format!("/proc/{pid}/fd/102")).unwrap();
-    assert_eq!(held.to_str(), Some(sealed.as_str()));
-
-    // As the VMM's uid, holding its descriptor: nothing gets through.
-    let memfd = std::fs::OpenOptions::new().read(true).write(true).open(format!("/proc/{pid}/fd/102")).unwrap();
-    let before = std::fs::read(&template).unwrap();
-    let mut tamper = std::process::Command::new("python3");
-    tamper.args(["-c", TAMPER]).arg(&base).arg(&template);
-    let (fd, shared_gid) = (std::os::fd::AsRawFd::as_raw_fd(&memfd), FIRST_VMM_UID - 1);
-    // SAFETY: only system calls between fork and exec; the descriptor lives in the parent.
-    unsafe {
-        tamper.pre_exec(move || {
-            use nix::unistd::{Gid, Uid};
-            nix::unistd::dup2(fd, 3)?;
-            nix::unistd::setgroups(&[Gid::from_raw(shared_gid)])?;
-            nix::unistd::setgid(Gid::from_raw(uid))?;
-            nix::unistd::setuid(Uid::from_raw(uid))?;
-            Ok(())
-        });
-    }
-    let out = tamper.output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "refused");
-    assert!(std::fs::read(&template).unwrap() == before, "the template's memory changed");
-
-    // The clones work on, and a pause saves (and a resume maps) through the sealed copy.
-    assert_eq!(system.exec(&b, "echo ok").await.1, "ok\n");
-    let path = |id: &str, action: &str| format!("/v1/sandboxes/{id}/{action}");
-    assert_eq!(system.call(Method::POST, &path(&a, "pause"), None).await.0, 200);
-    let (code, err) = system.call(Method::POST, &path(&a, "resume"), None).await;
-    assert_eq!(code, 200, "{err}");
-    assert_eq!(system.exec(&a, "cat /tmp/kept").await.1, "42\n");
-    let pid = vmm_pid(&a).unwrap();
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    assert!(maps.contains(&sealed), "the resumed VMM maps no {sealed}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -101,15 +101,6 @@ impl QemuBackend {
         if let Some(ns) = &netns {
             crate::netns::enter_before_exec(&mut cmd, ns);
         }
-        // How its memory mapping shows in /proc/<pid>/maps: the sealed copy's name when
-        // confined, else the file's path.
-        let memory_base = memory.copy_on_write_base().map(|path| MemoryBase {
-            path: path.to_path_buf(),
-            mapped_as: jail
-                .as_ref()
-                .and_then(|(j, _)| j.memory_mapped_as())
-                .map_or_else(|| path.display().to_string(), str::to_string),
-        });
         let jail = jail.map(|(jail, mut setup)| {
             // Opened by the child after it joined the namespace the TAP lives in.
             setup.tap = config.net.as_ref().and_then(|n| crate::jail::child::ifreq_name(&n.tap));
@@ -175,6 +166,7 @@ impl QemuBackend {
                 return Err(e);
             }
         };
+        let memory_base = memory.copy_on_write_base().map(Path::to_path_buf);
         Ok(QemuVm { config: config.clone(), pid, qmp, exit: rx, running, memory_base, uid })
     }
 }
@@ -223,10 +215,6 @@ pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool, jail:
     let (mem_path, share) = match memory {
         Memory::Own => (config.memory_file(), true),
         Memory::Snapshot(path, MemoryMapping::Shared) => (path.to_path_buf(), true),
-        // A confined VMM maps the sealed copy it was handed (jail::sealed).
-        Memory::Snapshot(..) | Memory::DeltaBase(_) if confined => {
-            (PathBuf::from(format!("/proc/self/fd/{}", crate::jail::child::MEMORY_FD)), false)
-        }
         Memory::Snapshot(path, MemoryMapping::CopyOnWrite) | Memory::DeltaBase(path) => (path.to_path_buf(), false),
     };
     let accel = match config.accel {
@@ -396,10 +384,10 @@ impl Backend for QemuBackend {
         let loaded = loading.await.expect("delta load task panicked");
         let vm = spawned?;
         let ready = t.elapsed();
-        let (pid, base) = (vm.pid, vm.memory_base.clone().expect("a delta base is mapped copy-on-write"));
+        let (pid, base) = (vm.pid, saved.base.clone());
         let applied = match loaded {
             Ok(delta) => tokio::task::spawn_blocking(move || {
-                let mapping = crate::delta::find_mapping(pid, &base.mapped_as, len)?;
+                let mapping = crate::delta::find_mapping(pid, &base, len)?;
                 crate::delta::write_into(pid, mapping, &delta).map(|()| delta.pages())
             })
             .await
@@ -433,18 +421,7 @@ impl Backend for QemuBackend {
         let args = std::fs::read(format!("/proc/{pid}/cmdline"))
             .map_err(|e| VmmError::io(format!("read the command line of pid {pid}"), e))?;
         let args: Vec<String> = args.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-        let memory_base = copy_on_write_base_of(&args).and_then(|path| {
-            if path == Path::new(&format!("/proc/self/fd/{}", crate::jail::child::MEMORY_FD)) {
-                // A sealed copy: the file it was made from is in the run directory.
-                let found = crate::jail::sealed::base_of_running(pid, crate::jail::child::MEMORY_FD, &config.run_dir);
-                if found.is_none() {
-                    tracing::warn!(id = %config.id, pid, "the base of a sealed memory is not in the run directory: its pauses save all of memory");
-                }
-                found.map(|(path, mapped_as)| MemoryBase { path, mapped_as })
-            } else {
-                Some(MemoryBase { mapped_as: path.display().to_string(), path })
-            }
-        });
+        let memory_base = copy_on_write_base_of(&args);
         let qmp = Qmp::connect(&qmp_socket(config), QMP_DEADLINE).await?;
         let (tx, rx) = watch::channel(None);
         let running = Arc::new(AtomicBool::new(true));
@@ -512,14 +489,6 @@ impl PendingVm for Incoming {
     }
 }
 
-/// The file a VM's memory is a private copy-on-write mapping of.
-#[derive(Debug, Clone)]
-struct MemoryBase {
-    path: PathBuf,
-    /// The name of the mapping in `/proc/<pid>/maps`: the path, or a sealed copy's name.
-    mapped_as: String,
-}
-
 /// A running `qemu-system-x86_64` process.
 pub struct QemuVm {
     config: VmConfig,
@@ -528,7 +497,7 @@ pub struct QemuVm {
     exit: watch::Receiver<Option<VmExit>>,
     running: Arc<AtomicBool>,
     /// The file guest memory is a private copy-on-write mapping of, if it is one.
-    memory_base: Option<MemoryBase>,
+    memory_base: Option<PathBuf>,
     /// The VMM's own uid when it is confined: files it must write later are handed to it.
     uid: Option<u32>,
 }
@@ -607,7 +576,7 @@ impl Vm for QemuVm {
     }
 
     fn memory_base(&self) -> Option<&Path> {
-        self.memory_base.as_ref().map(|b| b.path.as_path())
+        self.memory_base.as_deref()
     }
 
     async fn save_delta(&self, delta: &Path, devices: &Path) -> Result<DeltaStats> {
@@ -631,7 +600,7 @@ impl Vm for QemuVm {
         let (pid, delta, len) = (self.pid, delta.to_path_buf(), memory_bytes(&self.config));
         let t = std::time::Instant::now();
         let stats = tokio::task::spawn_blocking(move || {
-            let mapping = crate::delta::find_mapping(pid, &base.mapped_as, len)?;
+            let mapping = crate::delta::find_mapping(pid, &base, len)?;
             let pages = crate::delta::dirty_pages(pid, mapping)?;
             crate::delta::save(pid, mapping, &pages, &delta)
         })
@@ -795,12 +764,7 @@ mod tests {
             true,
             Some(&policy()),
         );
-        // Confined, it maps the sealed copy handed to it, never the file.
-        assert_eq!(copy_on_write_base_of(&clone), Some(PathBuf::from("/proc/self/fd/102")));
-        assert!(!clone.join(" ").contains("/t/memory"), "{clone:?}");
-        let unconfined =
-            command_line(&config(), Memory::Snapshot(Path::new("/t/memory"), MemoryMapping::CopyOnWrite), true, None);
-        assert_eq!(copy_on_write_base_of(&unconfined), Some(PathBuf::from("/t/memory")));
+        assert_eq!(copy_on_write_base_of(&clone), Some(PathBuf::from("/t/memory")));
         let delta = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory")), true, None);
         assert_eq!(copy_on_write_base_of(&delta), Some(PathBuf::from("/s/base-memory")));
         assert_eq!(copy_on_write_base_of(&command_line(&config(), Memory::Own, false, None)), None);

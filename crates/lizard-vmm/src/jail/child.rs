@@ -15,9 +15,6 @@ use std::os::fd::RawFd;
 pub const TAP_FD: RawFd = 100;
 /// The descriptor that keeps the VMM's uid claim locked for as long as it lives.
 pub const CLAIM_FD: RawFd = 101;
-/// The descriptor of the sealed memory a copy-on-write clone maps ([`super::sealed`]),
-/// which QEMU opens as `/proc/self/fd/102`.
-pub const MEMORY_FD: RawFd = 102;
 
 /// `IFF_TAP | IFF_NO_PI | IFF_VNET_HDR`: what QEMU itself asks for when it opens a TAP
 /// by name, so that the device (and a snapshot's virtio-net features) stay the same.
@@ -38,8 +35,6 @@ pub struct ChildSetup {
     pub tap: Option<[libc::c_char; libc::IFNAMSIZ]>,
     /// The uid claim's lock file, to be kept open at [`CLAIM_FD`].
     pub claim_fd: RawFd,
-    /// Sealed base memory, to be kept open at [`MEMORY_FD`].
-    pub memory_fd: Option<RawFd>,
     pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
     /// The highest capability number this kernel knows.
     pub last_cap: libc::c_ulong,
@@ -115,21 +110,11 @@ impl ChildSetup {
                 }
             }
         }
-        // Each kept descriptor is first copied above the fixed numbers (close-on-exec), so
-        // that placing one cannot overwrite another that happened to sit at its number.
-        let above = |fd: RawFd| {
-            // SAFETY: duplicates a descriptor this process has; integer arguments only.
-            let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, MEMORY_FD + 1) };
-            check(copy).map(|()| copy)
-        };
-        let claim = above(self.claim_fd)?;
-        let memory = self.memory_fd.map(above).transpose()?;
-        // SAFETY: dup2 onto a fixed number above which the source lies; the new
-        // descriptor is not close-on-exec.
-        check(unsafe { libc::dup2(claim, CLAIM_FD) })?;
-        if let Some(memory) = memory {
-            // SAFETY: as above.
-            check(unsafe { libc::dup2(memory, MEMORY_FD) })?;
+        // SAFETY: dup2 onto a fixed number; the claim's descriptor stays open in the parent.
+        check(unsafe { libc::dup2(self.claim_fd, CLAIM_FD) })?;
+        if self.claim_fd == CLAIM_FD {
+            // SAFETY: clears FD_CLOEXEC on a descriptor this process owns.
+            check(unsafe { libc::fcntl(CLAIM_FD, libc::F_SETFD, 0) })?;
         }
         if let Some(name) = self.tap {
             // SAFETY: a static NUL-terminated path; the descriptor is checked.

@@ -4,8 +4,8 @@
 //! overlay, secret, staging disk) and the disks it writes outside it (volumes). Files it
 //! only reads (kernel, initramfs, the backing files of its overlay) stay root's and
 //! world-readable in directories that can be passed through but not listed. The memory
-//! file of a template snapshot that clones map copy-on-write is root's alone: a VMM maps
-//! a sealed copy of it ([`super::sealed`]).
+//! file of a template snapshot that clones map copy-on-write is shared, root's and in the
+//! group every VMM has: QEMU 7.2 opens even a private memory mapping's file read-write.
 //! When the VMM ends, what its uid owns is given back to root, so that a later VMM that
 //! draws the same uid finds nothing of its own.
 
@@ -34,22 +34,12 @@ pub fn hand_over(run_dir: &Path, writable: &[&Path], uid: u32, gid: u32) -> std:
     Ok(())
 }
 
-/// Make the memory file that clones map copy-on-write root's, read and written by no one
-/// else: VMMs get a sealed copy of it ([`super::sealed`]).
-/// Changed through a descriptor opened without following links: the file may sit in a
-/// run directory a VMM could write to.
-pub fn keep_from_vmms(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
-    }
-    if (meta.uid(), meta.gid(), meta.mode() & 0o7777) != (0, 0, 0o600) {
-        std::os::unix::fs::fchown(&file, Some(0), Some(0))?;
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    }
-    Ok(())
+/// Make the memory file that clones map copy-on-write usable by every VMM and owned by
+/// none: root's, read-write for `shared_gid`.
+pub fn share_memory(path: &Path, shared_gid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::chown(path, Some(0), Some(shared_gid))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
 }
 
 /// Make `path`, a file every VMM only reads (kernel, initramfs), readable to them: when

@@ -1,8 +1,7 @@
 //! Confining VMM processes, as a jailer would: each VMM runs as a uid and gid of its own
 //! ([`uids`]), with no capabilities, `no_new_privs`, QEMU's seccomp filter, resource
-//! limits ([`child`]), in cgroups of its own ([`cgroup`]), owns only its run directory
-//! and the disks it writes ([`files`]), and maps the memory clones share from a sealed
-//! copy it cannot change ([`sealed`]).
+//! limits ([`child`]), in cgroups of its own ([`cgroup`]), and owns only its run directory
+//! and the disks it writes ([`files`]).
 //!
 //! A [`JailPolicy`] is the host's part (ranges, where cgroups go, the limits); [`JailPolicy::enter`]
 //! makes one VMM's [`Jail`] and the [`child::ChildSetup`] its process applies before exec.
@@ -11,7 +10,6 @@
 pub mod cgroup;
 pub mod child;
 pub mod files;
-pub mod sealed;
 pub mod uids;
 pub mod view;
 
@@ -19,9 +17,7 @@ pub use cgroup::{CgroupError, CgroupLimits, CgroupTree};
 pub use uids::{UidError, UidRange};
 
 use crate::VmConfig;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// Tasks (threads) one VMM may have: QEMU runs a thread per vCPU, a few of its own and
 /// up to 64 block-I/O workers.
@@ -56,9 +52,6 @@ pub enum JailError {
     /// Handing the run directory or a disk to the VMM's uid failed.
     #[error("give {} to the VMM's uid: {source}", .path.display())]
     Files { path: PathBuf, source: std::io::Error },
-    /// The base memory could not be copied into a sealed memfd.
-    #[error("seal the memory {}: {source}", .path.display())]
-    Seal { path: PathBuf, source: std::io::Error },
 }
 
 /// How this host confines its VMMs.
@@ -67,7 +60,7 @@ pub struct JailPolicy {
     pub uids: UidRange,
     /// Host-wide directory of uid claims (one for every node of the host).
     pub claims_dir: PathBuf,
-    /// The group every VMM has besides its own: files all of them read (kernel, initramfs).
+    /// The group every VMM has besides its own: files all of them share (template memory).
     pub shared_gid: u32,
     pub cgroups: CgroupTree,
     pub memory_overhead_mib: u32,
@@ -77,8 +70,6 @@ pub struct JailPolicy {
     /// sizes raise it for that VMM).
     pub max_file_bytes: u64,
     pub disk_io: DiskIo,
-    /// The sealed copies of the memory files clones map.
-    pub memories: Arc<sealed::SealedMemories>,
 }
 
 impl JailPolicy {
@@ -95,7 +86,6 @@ impl JailPolicy {
             open_files: DEFAULT_OPEN_FILES,
             max_file_bytes,
             disk_io: DEFAULT_DISK_IO,
-            memories: Arc::default(),
         }
     }
 
@@ -108,25 +98,14 @@ impl JailPolicy {
     }
 
     /// Confine the VMM of `config`: claim a uid, make its cgroups, hand it its files
-    /// (`shared_memory`: the file it maps copy-on-write, shared with other VMs, which it
-    /// gets as a sealed copy at [`child::MEMORY_FD`]). The returned setup runs in the
-    /// child; the jail is released when the VMM ends.
+    /// (`shared_memory`: the file it maps copy-on-write, shared with other VMs). The
+    /// returned setup runs in the child; the jail is released when the VMM ends.
     pub fn enter(
         &self,
         config: &VmConfig,
         shared_memory: Option<&Path>,
         binary: &Path,
     ) -> Result<(Jail, child::ChildSetup), JailError> {
-        let memory = match shared_memory {
-            Some(path) => {
-                // Root's and nobody else's: VMMs map the sealed copy, never the file.
-                files::keep_from_vmms(path).map_err(|source| JailError::Files { path: path.to_owned(), source })?;
-                let sealed =
-                    self.memories.get(path).map_err(|source| JailError::Seal { path: path.to_owned(), source })?;
-                Some(sealed)
-            }
-            None => None,
-        };
         let claim = uids::claim(self.uids, &self.claims_dir)?;
         let uid = claim.uid;
         let memory_bytes = u64::from(config.memory_mib) << 20;
@@ -136,8 +115,7 @@ impl JailPolicy {
             pids: self.pids,
         };
         let cgroup = self.cgroups.create(uid, limits)?;
-        let jail =
-            Jail { claim, cgroup, run_dir: config.run_dir.clone(), writable: writable_outside_run_dir(config), memory };
+        let jail = Jail { claim, cgroup, run_dir: config.run_dir.clone(), writable: writable_outside_run_dir(config) };
         let handed = (|| {
             let refs: Vec<&Path> = jail.writable.iter().map(PathBuf::as_path).collect();
             files::hand_over(&config.run_dir, &refs, uid, uid)
@@ -145,6 +123,10 @@ impl JailPolicy {
             for input in [&config.kernel, &config.initramfs] {
                 files::share_readable(input, self.shared_gid)
                     .map_err(|source| JailError::Files { path: input.clone(), source })?;
+            }
+            if let Some(memory) = shared_memory {
+                files::share_memory(memory, self.shared_gid)
+                    .map_err(|source| JailError::Files { path: memory.to_owned(), source })?;
             }
             Ok(())
         })();
@@ -166,6 +148,7 @@ impl JailPolicy {
         let mut needed: Vec<PathBuf> = vec![config.run_dir.clone(), config.kernel.clone(), config.initramfs.clone()];
         needed.extend(view::backing_chain(&config.root_disk));
         needed.extend(config.extra_disks.iter().cloned());
+        needed.extend(shared_memory.map(Path::to_path_buf));
         needed.extend(view::executable(binary));
         let setup = child::ChildSetup {
             uid,
@@ -174,7 +157,6 @@ impl JailPolicy {
             cgroup_procs: jail.cgroup.procs_files(),
             tap: None,
             claim_fd: jail.claim.fd(),
-            memory_fd: jail.memory.as_ref().map(|m| m.fd().as_raw_fd()),
             rlimits: vec![
                 (libc::RLIMIT_NOFILE, self.open_files),
                 (libc::RLIMIT_NPROC, u64::from(self.pids)),
@@ -212,8 +194,7 @@ impl JailPolicy {
             return;
         };
         let cgroup = self.cgroups.group(uid);
-        let run_dir = config.run_dir.clone();
-        Jail { claim, cgroup, run_dir, writable: writable_outside_run_dir(config), memory: None }.release();
+        Jail { claim, cgroup, run_dir: config.run_dir.clone(), writable: writable_outside_run_dir(config) }.release();
     }
 }
 
@@ -225,18 +206,11 @@ pub struct Jail {
     cgroup: cgroup::VmCgroup,
     run_dir: PathBuf,
     writable: Vec<PathBuf>,
-    /// The sealed memory it maps, held (open) for as long as the VMM lives.
-    memory: Option<Arc<sealed::SealedMemory>>,
 }
 
 impl Jail {
     pub fn uid(&self) -> u32 {
         self.claim.uid
-    }
-
-    /// How the VMM's mapping of its sealed base memory shows in `/proc/<pid>/maps`.
-    pub fn memory_mapped_as(&self) -> Option<&str> {
-        self.memory.as_deref().map(sealed::SealedMemory::mapped_as)
     }
 
     /// The VMM's cgroup directories.
