@@ -238,6 +238,9 @@ async fn a_cpu_spinner_and_a_fork_bomb_leave_a_neighbour_responsive_and_the_host
     let bomber_pid = vmm_pid(&bomber).expect("the fork bomb's QEMU runs");
     let (spun_before, bombed_before, t) = (cpu_time(spinner_pid), cpu_time(bomber_pid), Instant::now());
     let loaded = exec_latency(&system, &neighbour, 25).await;
+    // A fork bomb's CPU use comes in lumps (forks fail, children die, the guest reclaims):
+    // shares are read over at least 5 s.
+    tokio::time::sleep(Duration::from_secs(5).saturating_sub(t.elapsed())).await;
     let spun = cpu_time(spinner_pid) - spun_before;
     let bombed = cpu_time(bomber_pid) - bombed_before;
     let window = t.elapsed();
@@ -248,9 +251,10 @@ async fn a_cpu_spinner_and_a_fork_bomb_leave_a_neighbour_responsive_and_the_host
          host tasks {tasks_before} → {tasks_during}; the bomber's QEMU has {bomber_tasks} threads; \
          the spinner used {spun:?} and the bomber {bombed:?} of CPU in {window:?}"
     );
-    assert!(bombed >= window.mul_f64(0.25), "the fork bomb used only {bombed:?} in {window:?}");
-    // The attack was real: the spinner took what CPU it could get beside the others on
-    // this 2-core host (measured: 0.5–1 CPU), and no more than its 2-CPU quota.
+    // The attacks were real: the bomber used at least 10 % of a CPU (an idle guest uses
+    // under 1 %; measured 19–66 % beside the spinner), and the spinner took what CPU it
+    // could get on this 2-core host (measured: 0.5–1.1 CPU), and no more than its 2-CPU quota.
+    assert!(bombed >= window.mul_f64(0.1), "the fork bomb used only {bombed:?} in {window:?}");
     assert!(spun >= window.mul_f64(0.25), "the spinner used only {spun:?} in {window:?}");
     assert!(spun <= window.mul_f64(2.2), "the spinner used {spun:?} in {window:?}, beyond its 2-CPU quota");
     // The fork bomb runs in the guest: the host sees only its VMM's threads, which its
