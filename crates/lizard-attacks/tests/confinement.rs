@@ -1,9 +1,10 @@
 //! The VMM behind a sandbox assumed broken: what a guest that took over its QEMU would
 //! hold, read back from the kernel (/proc, the cgroup files) — its own unprivileged uid,
 //! no capabilities, `no_new_privs`, a seccomp filter, resource limits, cgroups of its
-//! own — and what a tenant can make the host spend: CPUs and memory beyond the node's,
-//! sizes that each leave a snapshot on disk, a console log without end, a neighbour's
-//! latency under a CPU spinner and a fork bomb.
+//! own, no way to change the memory other clones start from — and what a tenant can make
+//! the host spend: CPUs and memory beyond the node's, sizes that each leave a snapshot on
+//! disk, a console log without end, a neighbour's latency under a CPU spinner and a fork
+//! bomb.
 
 #![allow(clippy::unwrap_used)]
 
@@ -96,6 +97,112 @@ async fn every_vmm_runs_as_its_own_uid_without_privileges_in_cgroups_of_its_own(
     }
     assert!(!lizard_attacks::confine::vmm_cgroups().contains(&groups["memory"]), "the census still lists it");
     assert!(!claim.exists(), "{} left behind", claim.display());
+}
+
+/// Files under `dir` (to `depth` levels) that are `(dev, ino)`.
+fn files_of_inode(dir: &std::path::Path, inode: (u64, u64), depth: usize, found: &mut Vec<std::path::PathBuf>) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for path in entries.flatten().map(|e| e.path()) {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if meta.is_dir() && depth > 0 {
+            files_of_inode(&path, inode, depth - 1, found);
+        } else if meta.is_file() && (meta.dev(), meta.ino()) == inode {
+            found.push(path);
+        }
+    }
+}
+
+/// What a taken-over VMM tries against the memory its clone maps, by each path it is
+/// given (the clone's base, the template's file, QEMU's own descriptor for it): open it
+/// for writing, truncate it, make it writable. Prints what got through.
+const TAMPER: &str = r#"
+import os, sys
+got = []
+for path in sys.argv[1:]:
+    for what, attempt in [
+        ("opened", lambda: os.open(path, os.O_RDWR)),
+        ("truncated", lambda: os.truncate(path, 4096)),
+        ("made writable", lambda: os.chmod(path, 0o666)),
+    ]:
+        try:
+            attempt(); got.append(what + " " + path)
+        except PermissionError:
+            pass
+print(";".join(got) or "refused")
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vmm_taken_over_cannot_change_the_memory_other_clones_start_from() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    let system = System::start(&[]).await;
+    let a = system.create_sandbox("base", json!({})).await;
+    let b = system.create_sandbox("base", json!({})).await;
+    assert_eq!(system.exec(&a, "echo $((6 * 7)) > /tmp/kept").await.0, 0);
+    let pid = vmm_pid(&a).unwrap();
+    let uid: u32 = status(pid)["Uid"].split_whitespace().next().unwrap().parse().unwrap();
+    let shared_gid = FIRST_VMM_UID - 1;
+
+    // The clone's base (a link to the template's memory) is root's and only readable to
+    // the VMMs' group.
+    let base = system.node_dir().join("sandboxes").join(&a).join("base-memory");
+    let meta = std::fs::metadata(&base).unwrap();
+    let owner = (meta.uid(), meta.gid(), meta.permissions().mode() & 0o777);
+    assert_eq!(owner, (0, shared_gid, 0o440), "{}", base.display());
+    let mut names = vec![];
+    files_of_inode(&system.node_dir(), (meta.dev(), meta.ino()), 6, &mut names);
+    let template = names.iter().find(|p| !p.starts_with(system.node_dir().join("sandboxes"))).cloned();
+    let template = template.unwrap_or_else(|| panic!("the template's memory file among {names:?}"));
+    // QEMU holds it read-only, and maps it private and writable (copy-on-write).
+    let held: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == base))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!held.is_empty(), "QEMU holds no descriptor of {}", base.display());
+    for fd in &held {
+        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap();
+        let flags = info.lines().find_map(|l| l.strip_prefix("flags:")).unwrap().trim();
+        let flags = u32::from_str_radix(flags, 8).unwrap();
+        assert_eq!(flags & 0o3, 0, "QEMU's descriptor {fd} of the memory is not read-only: {info}");
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mapped = maps.lines().find(|l| l.ends_with(base.to_str().unwrap())).expect("QEMU maps the base");
+    assert_eq!(mapped.split_whitespace().nth(1), Some("rw-p"), "{mapped}");
+
+    // As the VMM's uid and groups, with its descriptor at hand: nothing gets through.
+    let before = std::fs::metadata(&template).unwrap();
+    let mut tamper = std::process::Command::new("python3");
+    tamper.args(["-c", TAMPER]).arg(&base).arg(&template).arg(format!("/proc/{pid}/fd/{}", held[0]));
+    // SAFETY: only system calls between fork and exec.
+    unsafe {
+        tamper.pre_exec(move || {
+            use nix::unistd::{Gid, Uid};
+            nix::unistd::setgroups(&[Gid::from_raw(shared_gid)])?;
+            nix::unistd::setgid(Gid::from_raw(uid))?;
+            nix::unistd::setuid(Uid::from_raw(uid))?;
+            Ok(())
+        });
+    }
+    let out = tamper.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "refused");
+    let after = std::fs::metadata(&template).unwrap();
+    let stamp = |m: &std::fs::Metadata| (m.len(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec(), m.mode());
+    assert_eq!(stamp(&after), stamp(&before), "the template's memory changed");
+
+    // The clones work on, and a pause saves (and a resume maps) through the read-only file.
+    assert_eq!(system.exec(&b, "echo ok").await.1, "ok\n");
+    let path = |id: &str, action: &str| format!("/v1/sandboxes/{id}/{action}");
+    assert_eq!(system.call(Method::POST, &path(&a, "pause"), None).await.0, 200);
+    let (code, err) = system.call(Method::POST, &path(&a, "resume"), None).await;
+    assert_eq!(code, 200, "{err}");
+    assert_eq!(system.exec(&a, "cat /tmp/kept").await.1, "42\n");
+    let pid = vmm_pid(&a).unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(maps.contains(base.to_str().unwrap()), "the resumed VMM maps no {}", base.display());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -104,6 +104,7 @@ impl QemuBackend {
         let jail = jail.map(|(jail, mut setup)| {
             // Opened by the child after it joined the namespace the TAP lives in.
             setup.tap = config.net.as_ref().and_then(|n| crate::jail::child::ifreq_name(&n.tap));
+            cmd.envs(setup.env.iter().map(|(k, v)| (k, v)));
             // SAFETY: `apply` makes only system calls on data prepared before the fork
             // (see jail::child); it runs after the namespace change registered above.
             unsafe { cmd.pre_exec(move || setup.apply()) };

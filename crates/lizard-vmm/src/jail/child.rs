@@ -15,6 +15,9 @@ use std::os::fd::RawFd;
 pub const TAP_FD: RawFd = 100;
 /// The descriptor that keeps the VMM's uid claim locked for as long as it lives.
 pub const CLAIM_FD: RawFd = 101;
+/// The descriptor of the library that lets QEMU map a template's memory read-only
+/// ([`super::preload`]), which the dynamic loader opens as `/proc/self/fd/102`.
+pub const PRELOAD_FD: RawFd = 102;
 
 /// `IFF_TAP | IFF_NO_PI | IFF_VNET_HDR`: what QEMU itself asks for when it opens a TAP
 /// by name, so that the device (and a snapshot's virtio-net features) stay the same.
@@ -35,12 +38,17 @@ pub struct ChildSetup {
     pub tap: Option<[libc::c_char; libc::IFNAMSIZ]>,
     /// The uid claim's lock file, to be kept open at [`CLAIM_FD`].
     pub claim_fd: RawFd,
+    /// The preload library's memfd, to be kept open at [`PRELOAD_FD`].
+    pub preload_fd: Option<RawFd>,
     pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
     /// The highest capability number this kernel knows.
     pub last_cap: libc::c_ulong,
     /// Directories covered by an empty tmpfs in the VMM's own mount namespace
     /// ([`super::view`]).
     pub hide: Vec<CString>,
+    /// Environment the VMM starts with (set on the command before the fork, not by
+    /// [`ChildSetup::apply`]): the preload library's.
+    pub env: Vec<(String, String)>,
 }
 
 #[repr(C)]
@@ -110,11 +118,20 @@ impl ChildSetup {
                 }
             }
         }
-        // SAFETY: dup2 onto a fixed number; the claim's descriptor stays open in the parent.
-        check(unsafe { libc::dup2(self.claim_fd, CLAIM_FD) })?;
-        if self.claim_fd == CLAIM_FD {
-            // SAFETY: clears FD_CLOEXEC on a descriptor this process owns.
-            check(unsafe { libc::fcntl(CLAIM_FD, libc::F_SETFD, 0) })?;
+        // Each kept descriptor is first copied above the fixed numbers (close-on-exec), so
+        // that placing one cannot overwrite another that happened to sit at its number.
+        let above = |fd: RawFd| {
+            // SAFETY: duplicates a descriptor this process has; integer arguments only.
+            let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, PRELOAD_FD + 1) };
+            check(copy).map(|()| copy)
+        };
+        let claim = above(self.claim_fd)?;
+        let preload = self.preload_fd.map(above).transpose()?;
+        // SAFETY: dup2 onto a fixed number below the source; the copy is not close-on-exec.
+        check(unsafe { libc::dup2(claim, CLAIM_FD) })?;
+        if let Some(preload) = preload {
+            // SAFETY: as above.
+            check(unsafe { libc::dup2(preload, PRELOAD_FD) })?;
         }
         if let Some(name) = self.tap {
             // SAFETY: a static NUL-terminated path; the descriptor is checked.

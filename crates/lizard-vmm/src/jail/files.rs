@@ -4,8 +4,8 @@
 //! overlay, secret, staging disk) and the disks it writes outside it (volumes). Files it
 //! only reads (kernel, initramfs, the backing files of its overlay) stay root's and
 //! world-readable in directories that can be passed through but not listed. The memory
-//! file of a template snapshot that clones map copy-on-write is shared, root's and in the
-//! group every VMM has: QEMU 7.2 opens even a private memory mapping's file read-write.
+//! file of a template snapshot that clones map copy-on-write is shared: root's, and only
+//! readable to the group every VMM has (QEMU opens it read-only through [`super::preload`]).
 //! When the VMM ends, what its uid owns is given back to root, so that a later VMM that
 //! draws the same uid finds nothing of its own.
 
@@ -34,12 +34,12 @@ pub fn hand_over(run_dir: &Path, writable: &[&Path], uid: u32, gid: u32) -> std:
     Ok(())
 }
 
-/// Make the memory file that clones map copy-on-write usable by every VMM and owned by
-/// none: root's, read-write for `shared_gid`.
+/// Make the memory file that clones map copy-on-write readable by every VMM and
+/// writable by none: root's, read-only for `shared_gid`.
 pub fn share_memory(path: &Path, shared_gid: u32) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::os::unix::fs::chown(path, Some(0), Some(shared_gid))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o440))
 }
 
 /// Make `path`, a file every VMM only reads (kernel, initramfs), readable to them: when

@@ -1,7 +1,8 @@
 //! Confining VMM processes, as a jailer would: each VMM runs as a uid and gid of its own
 //! ([`uids`]), with no capabilities, `no_new_privs`, QEMU's seccomp filter, resource
 //! limits ([`child`]), in cgroups of its own ([`cgroup`]), and owns only its run directory
-//! and the disks it writes ([`files`]).
+//! and the disks it writes ([`files`]); the memory clones share it may only read
+//! ([`preload`]).
 //!
 //! A [`JailPolicy`] is the host's part (ranges, where cgroups go, the limits); [`JailPolicy::enter`]
 //! makes one VMM's [`Jail`] and the [`child::ChildSetup`] its process applies before exec.
@@ -10,6 +11,7 @@
 pub mod cgroup;
 pub mod child;
 pub mod files;
+pub mod preload;
 pub mod uids;
 pub mod view;
 
@@ -52,6 +54,9 @@ pub enum JailError {
     /// Handing the run directory or a disk to the VMM's uid failed.
     #[error("give {} to the VMM's uid: {source}", .path.display())]
     Files { path: PathBuf, source: std::io::Error },
+    /// The library that maps shared memory read-only could not be prepared.
+    #[error("prepare the read-only memory library: {0}")]
+    Preload(std::io::Error),
 }
 
 /// How this host confines its VMMs.
@@ -127,13 +132,18 @@ impl JailPolicy {
             if let Some(memory) = shared_memory {
                 files::share_memory(memory, self.shared_gid)
                     .map_err(|source| JailError::Files { path: memory.to_owned(), source })?;
+                return preload::for_memory(memory).map(Some).map_err(JailError::Preload);
             }
-            Ok(())
+            Ok(None)
         })();
-        if let Err(e) = handed {
-            jail.release();
-            return Err(e);
-        }
+        let (preload_fd, env) = match handed {
+            Ok(Some((fd, env))) => (Some(fd), env),
+            Ok(None) => (None, vec![]),
+            Err(e) => {
+                jail.release();
+                return Err(e);
+            }
+        };
         let largest_disk = jail.writable.iter().filter_map(|d| std::fs::metadata(d).ok()).map(|m| m.len()).max();
         let file_size = self.max_file_bytes.max(memory_bytes).max(largest_disk.unwrap_or(0));
         let mut groups = vec![self.shared_gid];
@@ -157,6 +167,8 @@ impl JailPolicy {
             cgroup_procs: jail.cgroup.procs_files(),
             tap: None,
             claim_fd: jail.claim.fd(),
+            preload_fd,
+            env,
             rlimits: vec![
                 (libc::RLIMIT_NOFILE, self.open_files),
                 (libc::RLIMIT_NPROC, u64::from(self.pids)),
