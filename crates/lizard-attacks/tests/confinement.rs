@@ -55,6 +55,7 @@ async fn every_vmm_runs_as_its_own_uid_without_privileges_in_cgroups_of_its_own(
         }
         assert_eq!(cgroup_value(&groups["cpu"], "cpu.cfs_quota_us"), (vcpus * 100_000).to_string());
         assert_eq!(cgroup_value(&groups["cpu"], "cpu.cfs_period_us"), "100000");
+        assert_eq!(cgroup_value(&groups["cpu"], "cpu.cfs_burst_us"), (vcpus * 100_000).to_string());
         let memory_limit: u64 = cgroup_value(&groups["memory"], "memory.limit_in_bytes").parse().unwrap();
         assert_eq!(memory_limit, (memory_mib + 512) << 20, "guest memory + the VMM's 512 MiB");
         assert_eq!(cgroup_value(&groups["pids"], "pids.max"), "256");

@@ -2,6 +2,11 @@
 //! bounds a neighbour's share of the host: CPU (a quota of its vCPUs), memory (guest
 //! size plus the VMM's own overhead) and pids (the VMM's threads).
 //!
+//! The CPU quota may be exceeded by one period's worth of quota saved while the VMM was
+//! idle (the CFS burst, where the kernel has it: Linux 5.14+): a restore or a first
+//! command is a short spike across QEMU's threads, and a quota alone would stall it until
+//! the next period. Over any longer time the VMM stays within its vCPUs.
+//!
 //! cgroup v2 when the host has it (`/sys/fs/cgroup/cgroup.controllers`), v1 otherwise
 //! (one hierarchy per controller). The parent sits below the node's own cgroup in each
 //! hierarchy, so that whoever bounds the node bounds its VMs too. The VMM joins its group
@@ -101,12 +106,14 @@ impl CgroupTree {
                     let [cpu, memory, pids] = [0, 1, 2].map(|i| &group.dirs[i]);
                     write(&cpu.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
                     write(&cpu.join("cpu.cfs_quota_us"), &quota.to_string())?;
+                    write_if_known(&cpu.join("cpu.cfs_burst_us"), &quota.to_string())?;
                     write(&memory.join("memory.limit_in_bytes"), &limits.memory_bytes.to_string())?;
                     write(&pids.join("pids.max"), &limits.pids.to_string())?;
                 }
                 CgroupTree::V2 { .. } => {
                     let dir = &group.dirs[0];
                     write(&dir.join("cpu.max"), &format!("{quota} {CPU_PERIOD_US}"))?;
+                    write_if_known(&dir.join("cpu.max.burst"), &quota.to_string())?;
                     write(&dir.join("memory.max"), &limits.memory_bytes.to_string())?;
                     // No swap: a guest's memory must not spill to the host's disk unbounded.
                     let _ = write(&dir.join("memory.swap.max"), "0");
@@ -184,6 +191,15 @@ fn v2_parent(own: &Path, name: &str) -> Result<PathBuf, CgroupError> {
     Ok(parent)
 }
 
+/// [`write`], where a kernel without the file (older than the feature) is no error.
+fn write_if_known(path: &Path, value: &str) -> Result<(), CgroupError> {
+    if !path.exists() {
+        tracing::debug!("{} is not in this kernel", path.display());
+        return Ok(());
+    }
+    write(path, value)
+}
+
 fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
     std::fs::write(path, value).map_err(io(path))
 }
@@ -257,11 +273,15 @@ mod tests {
             assert!(enabled.starts_with('+'), "{}: {enabled}", d.display());
         }
         let tree = CgroupTree::V2 { parent: parent.clone() };
-        let group = tree.create(1_500_007, CgroupLimits { cpus: 2, memory_bytes: 1 << 30, pids: 256 }).unwrap();
+        // A kernel with the CFS burst shows its file in every new group.
         let dir = parent.join("vmm-1500007");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("cpu.max.burst"), "0").unwrap();
+        let group = tree.create(1_500_007, CgroupLimits { cpus: 2, memory_bytes: 1 << 30, pids: 256 }).unwrap();
         assert_eq!(group.dirs(), std::slice::from_ref(&dir));
         let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
         assert_eq!(read("cpu.max"), "200000 100000", "two vCPUs' quota per period");
+        assert_eq!(read("cpu.max.burst"), "200000", "one period's quota saved while idle");
         assert_eq!(read("memory.max"), (1u64 << 30).to_string());
         assert_eq!(read("memory.swap.max"), "0");
         assert_eq!(read("pids.max"), "256");
