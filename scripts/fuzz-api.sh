@@ -22,6 +22,7 @@ for _ in $(seq 1 100); do
 done
 key=$(sed -n 's/^LIZARD_API_KEY=//p' "$data/out")
 [ -n "$key" ] || { echo "fuzz-api: the server did not start:" >&2; cat "$data/err" >&2; exit 1; }
-"$venv/bin/schemathesis" run "http://127.0.0.1:$port/openapi.json" \
+# Hooks: scripts/fuzz_hooks.py (no endless log streams).
+PYTHONPATH=scripts SCHEMATHESIS_HOOKS=fuzz_hooks "$venv/bin/schemathesis" run "http://127.0.0.1:$port/openapi.json" \
   -H "X-API-Key: $key" --checks not_a_server_error --max-examples 25 --request-timeout 120 \
   --seed 1 --no-color
