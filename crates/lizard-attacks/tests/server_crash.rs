@@ -52,6 +52,16 @@ async fn running_sandboxes_survive_a_server_crash_and_are_billed_on() {
     // Still metered, and billed for the time it ran while the server was down.
     let entry = metered(&system, &id).await.expect("billed after the crash");
     assert_eq!(entry["state"], "running");
+    // Its pause still saves only the pages it changed over its base (the VMM taken back is
+    // traced to that file by its command line), and it resumes with what it ran.
+    assert_eq!(system.call(Method::POST, &format!("/v1/sandboxes/{id}/pause"), None).await.0, 200);
+    let run_dir = system.node_dir().join("sandboxes").join(&id);
+    let saved = confine::dir_names(&run_dir);
+    assert!(saved.contains(&"memory.delta".to_string()), "not a delta save: {saved:?}");
+    let (status, info) = system.call(Method::POST, &format!("/v1/sandboxes/{id}/resume"), None).await;
+    assert_eq!(status, 200, "{info}");
+    assert_eq!(system.exec(&id, "pgrep -x sleep").await.1, sleeper);
+    assert_eq!(system.exec(&id, "cat /root/note.txt").await.1, "kept\n");
 
     // Ending it ends everything of it.
     let (status, _) = system.call(Method::DELETE, &format!("/v1/sandboxes/{id}"), None).await;

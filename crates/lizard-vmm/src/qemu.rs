@@ -296,7 +296,6 @@ pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool, jail:
     a
 }
 
-/// `-drive` options that hold one disk to `io` (nothing for a limit of 0).
 /// TCG's translation cache, in MiB. QEMU 7.2's default is 1 GiB, which it fills before it
 /// flushes anything: a guest that has run a lot of code makes its VMM outgrow the memory its
 /// cgroup allows beyond the guest (three VMMs were killed at guest + 512 MiB in one bench
@@ -310,6 +309,7 @@ fn tcg_cache_mib(jail: Option<&JailPolicy>) -> u32 {
     jail.map_or(TCG_CACHE_MIB, |j| (j.memory_overhead_mib / 2).clamp(MIN_TCG_CACHE_MIB, TCG_CACHE_MIB))
 }
 
+/// `-drive` options that hold one disk to `io` (nothing for a limit of 0).
 fn disk_throttle(io: crate::jail::DiskIo) -> String {
     let mut opts = String::new();
     if io.bytes_per_second > 0 {

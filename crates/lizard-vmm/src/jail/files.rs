@@ -36,8 +36,13 @@ pub fn hand_over(run_dir: &Path, writable: &[&Path], uid: u32, gid: u32) -> std:
 
 /// Make the memory file that clones map copy-on-write readable by every VMM and
 /// writable by none: root's, read-only for `shared_gid`.
+/// Every clone's spawn calls it: a file already so is only looked at.
 pub fn share_memory(path: &Path, shared_gid: u32) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path)?;
+    if (meta.uid(), meta.gid(), meta.mode() & 0o7777) == (0, shared_gid, 0o440) {
+        return Ok(());
+    }
     std::os::unix::fs::chown(path, Some(0), Some(shared_gid))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o440))
 }

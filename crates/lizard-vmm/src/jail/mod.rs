@@ -137,8 +137,7 @@ impl JailPolicy {
             Ok(None)
         })();
         let (preload_fd, env) = match handed {
-            Ok(Some((fd, env))) => (Some(fd), env),
-            Ok(None) => (None, vec![]),
+            Ok(preload) => preload.map_or((None, vec![]), |(fd, env)| (Some(fd), env)),
             Err(e) => {
                 jail.release();
                 return Err(e);
