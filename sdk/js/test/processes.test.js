@@ -126,10 +126,11 @@ test('pause and resume in the middle of a streamed process and of a PTY session'
   const pty = await sandbox.pty.create({ onData: (d) => out.push(d) })
   await pty.sendInput('echo before-pause\n')
   await until('output before the pause', () => lines.join('').includes('3\n') && screen(out).includes('before-pause\r\n'))
-  // A wait() pending during the pause: its stream broke off, it tried once more and rejects.
-  const pending = pty.wait()
+  // A wait() pending during the pause: its stream broke off, it tried once more and rejects
+  // (the check is attached at once: the rejection may come before pause() returns).
+  const pending = assert.rejects(pty.wait())
   await sandbox.pause()
-  await assert.rejects(pending)
+  await pending
   await sandbox.resume()
   // The counter ran on where it was; its handle follows it again, without repeats.
   const r = await counter.wait()
