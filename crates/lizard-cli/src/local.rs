@@ -46,6 +46,11 @@ pub struct NodeOpts {
     /// no identity, closed network, not billed.
     #[arg(long, value_name = "TEMPLATE=N", value_parser = parse_warm_pool, value_delimiter = ',', env = "LIZARD_WARM_POOL")]
     pub warm_pool: Vec<(String, u32)>,
+    /// Seconds a paused sandbox's VM stays in memory, stopped, once its state is saved: a
+    /// resume within that time continues it at once instead of restoring the save. Kept
+    /// VMs give way to creates that need their memory. 0 ends them at once.
+    #[arg(long, value_name = "SECS", default_value_t = 60, env = "LIZARD_KEEP_PAUSED_VM")]
+    pub keep_paused_vm: u64,
     /// Run VMMs unconfined (as root: no own uid, no seccomp, no cgroups) when the host
     /// cannot confine them, instead of refusing sandboxes. Development hosts only: one
     /// emulator bug is then host root.
@@ -94,6 +99,7 @@ impl NodeOpts {
         config.boot_timeout = Duration::from_secs(self.boot_timeout);
         config.prespawn = self.prespawn;
         config.warm_pool = self.warm_pool.iter().cloned().collect();
+        config.keep_paused_vm = Duration::from_secs(self.keep_paused_vm);
         config.confine.insecure_no_confine = self.insecure_no_confine;
         config.confine.cpu_overcommit = self.cpu_overcommit;
         config.confine.memory_overcommit = self.memory_overcommit;

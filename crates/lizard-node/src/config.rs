@@ -46,6 +46,11 @@ pub struct NodeConfig {
     /// Restores (and pool refills) that run at once; more wait their turn in order, so
     /// that a burst does not thrash the CPUs. Default: the host's CPU count.
     pub max_concurrent_restores: usize,
+    /// How long a paused sandbox's VMM stays, stopped, once its state is saved: a resume
+    /// within that time continues it instead of restoring the save (see `node::kept`).
+    /// Kept VMMs give way to creates that need their memory. Zero (the default here;
+    /// `lizard server` keeps them 60 s): ended at once.
+    pub keep_paused_vm: Duration,
     /// How VMMs are confined and sandboxes admitted.
     pub confine: crate::confine::ConfineConfig,
 }
@@ -70,6 +75,7 @@ impl NodeConfig {
             prespawn: 0,
             warm_pool: Default::default(),
             max_concurrent_restores: std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get),
+            keep_paused_vm: Duration::ZERO,
             confine: Default::default(),
         }
     }

@@ -1,5 +1,6 @@
 //! Pause, resume and fork of real guests: running processes, files and ports survive a
-//! pause (the VMM process gone in between) and a node restart; forks are independent.
+//! pause (the VMM process gone in between, or kept stopped a while) and a node restart;
+//! forks are independent.
 
 // Helpers of these tests unwrap as the tests do (clippy.toml's allow-unwrap-in-tests
 // covers only the #[test] functions themselves).
@@ -114,6 +115,99 @@ async fn pause_and_resume_keep_processes_files_and_ports() {
     t.node.kill(&sbx.id).await.unwrap();
     assert_eq!(t.node.resume(&sbx.id).await.unwrap_err().code(), ErrorCode::NotFound);
     t.finish().await;
+}
+
+/// CPU time (user + system, in clock ticks) of process `pid` so far.
+fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// With `keep_paused_vm`, a pause saves the sandbox as ever but leaves its VMM stopped
+/// for that long: a resume within it continues the same process (nothing restored, the
+/// save discarded), one after it restores the save into a new VMM. A kept VMM uses no CPU,
+/// gives way to a create that needs its vCPU (its sandbox stays paused and whole), and
+/// goes with a kill of its sandbox.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_sandboxs_vmm_is_kept_a_while_and_a_resume_continues_it() {
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let t = common::node_with(|c| {
+        c.keep_paused_vm = Duration::from_secs(6);
+        // One vCPU in all: a second sandbox fits only once the kept VMM gives way.
+        c.confine.cpu_overcommit = 1.0 / cpus as f64;
+    })
+    .await;
+    let sbx = base(&t).await;
+    run(&sbx, COUNTER).await;
+    run(&sbx, "echo kept > /root/note.txt").await;
+    let run_dir = t.dir.path().join("sandboxes").join(&sbx.id);
+    let vmm = common::vmm_processes(t.dir.path());
+    assert_eq!(vmm.len(), 1);
+
+    // Kept: the same process, stopped, its save on disk all the same.
+    let before = counter(&sbx).await;
+    t.node.pause(&sbx.id).await.unwrap();
+    assert_eq!(sbx.info().state, SandboxState::Paused);
+    assert_eq!(common::vmm_processes(t.dir.path()), vmm, "the VMM was not kept");
+    assert!(run_dir.join("memory.delta").is_file() && run_dir.join("devices").is_file(), "no save beside it");
+    assert_eq!(sbx.exec_collect(sh("true")).await.unwrap_err().code(), ErrorCode::Conflict);
+    let ticks = cpu_ticks(vmm[0]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let used = cpu_ticks(vmm[0]) - ticks;
+    assert!(used <= 10, "a kept VMM used {used} ticks in 2 s");
+    t.node.resume(&sbx.id).await.unwrap();
+    assert_eq!(common::vmm_processes(t.dir.path()), vmm, "resumed into another VMM");
+    assert!(!run_dir.join("memory.delta").exists(), "the save of a continued VM stays");
+    assert_counter_continues(&sbx, before).await;
+    assert_eq!(run(&sbx, "cat /root/note.txt").await, "kept\n");
+    let guest: i64 = run(&sbx, "date +%s").await.trim().parse().unwrap();
+    let host = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    assert!((guest - host).abs() <= 5, "guest clock {guest} vs host {host}");
+
+    // Paused past the keep: the VMM ends, and the resume restores the save.
+    let before = counter(&sbx).await;
+    t.node.pause(&sbx.id).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !common::vmm_processes(t.dir.path()).is_empty() {
+        assert!(Instant::now() < deadline, "the kept VMM outlived its time");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    t.node.resume(&sbx.id).await.unwrap();
+    let restored = common::vmm_processes(t.dir.path());
+    assert!(restored.len() == 1 && restored != vmm, "{restored:?}");
+    assert_counter_continues(&sbx, before).await;
+
+    // A create that needs the vCPU a kept VMM holds: the VMM gives way, the sandbox stays
+    // paused and whole, and resumes (restored) once there is room.
+    let before = counter(&sbx).await;
+    t.node.pause(&sbx.id).await.unwrap();
+    let other = base(&t).await;
+    assert_eq!(run(&other, "echo hi").await, "hi\n");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while common::vmm_processes(t.dir.path()).len() != 1 {
+        assert!(Instant::now() < deadline, "the kept VMM did not give way");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let refused = t.node.resume(&sbx.id).await.unwrap_err();
+    assert!(refused.to_string().contains("promised"), "{refused}");
+    assert_eq!(sbx.info().state, SandboxState::Paused);
+    t.node.kill(&other.id).await.unwrap();
+    t.node.resume(&sbx.id).await.unwrap();
+    assert_counter_continues(&sbx, before).await;
+    assert_eq!(run(&sbx, "cat /root/note.txt").await, "kept\n");
+
+    // Killed while its VMM is kept: nothing of it stays.
+    t.node.pause(&sbx.id).await.unwrap();
+    assert_eq!(common::vmm_processes(t.dir.path()).len(), 1);
+    t.node.kill(&sbx.id).await.unwrap();
+    assert_eq!(common::vmm_processes(t.dir.path()), Vec::<i32>::new());
+    // And one kept at shutdown ends with the node (its sandbox stays on disk, paused).
+    let last = base(&t).await;
+    t.node.pause(&last.id).await.unwrap();
+    assert_eq!(common::vmm_processes(t.dir.path()).len(), 1);
+    t.node.shutdown().await;
+    assert_eq!(common::vmm_processes(t.dir.path()), Vec::<i32>::new(), "a kept VMM outlived the node");
 }
 
 #[tokio::test(flavor = "multi_thread")]

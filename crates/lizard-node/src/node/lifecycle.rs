@@ -1,7 +1,8 @@
 //! A sandbox's life after create: admitting a started one, watching its VM, pause to
 //! disk, resume, kill, and node shutdown.
 //!
-//! A paused sandbox has no VMM process. Its directory holds everything it is: the root
+//! A paused sandbox's directory holds everything it is (its VMM, when kept a while for a
+//! quick resume, is stopped, and can go at any moment: see [`super::kept`]): the root
 //! disk overlay, the secret, `sandbox.json`, and its saved VM — either device state only
 //! beside a memory file of its own (a cold boot), or, for a clone whose memory is a
 //! private copy-on-write mapping of a template's (or a fork's) memory, the pages it
@@ -10,6 +11,7 @@
 //! older node loads into a memory file of the sandbox's own (see [`crate::vm`]'s
 //! `save_in_place`).
 
+use super::kept::{self, Taken};
 use super::Node;
 use crate::error::EndReason;
 use crate::sandbox::{Durability, Live, Sandbox};
@@ -24,9 +26,9 @@ use std::time::Duration;
 const AGENT_SETTLE: Duration = Duration::from_millis(50);
 
 impl Node {
-    /// Stop a sandbox's vCPUs, save it to its directory and end its VMM process. Its
-    /// processes, memory and files come back with [`Node::resume`]. Pausing a paused
-    /// sandbox does nothing.
+    /// Stop a sandbox's vCPUs, save it to its directory and end its VMM process (or keep
+    /// it, stopped, for [`crate::NodeConfig::keep_paused_vm`]). Its processes, memory and
+    /// files come back with [`Node::resume`]. Pausing a paused sandbox does nothing.
     pub async fn pause(self: &Arc<Self>, id: &str) -> Result<Arc<Sandbox>> {
         let sandbox = self.get(id)?;
         let (node, s) = (self.clone(), sandbox.clone());
@@ -35,7 +37,7 @@ impl Node {
         Ok(sandbox)
     }
 
-    async fn pause_now(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
+    async fn pause_now(self: &Arc<Self>, sandbox: &Arc<Sandbox>) -> Result<()> {
         let _transition = sandbox.transition.lock().await;
         self.get(&sandbox.id)?; // killed while we waited
         let (live, own_memory) = {
@@ -73,9 +75,25 @@ impl Node {
             return Err(e);
         }
         sandbox.pausing.store(false, Ordering::SeqCst);
-        let _ = vm.kill().await;
+        if self.config.keep_paused_vm.is_zero() {
+            let _ = vm.kill().await;
+        } else {
+            self.keep_stopped(sandbox, live);
+        }
         tracing::info!(id = %sandbox.id, form = ?saved, "sandbox paused");
         Ok(())
+    }
+
+    /// Keep a just-paused sandbox's stopped VMM for [`crate::NodeConfig::keep_paused_vm`].
+    fn keep_stopped(self: &Arc<Self>, sandbox: &Sandbox, live: Arc<Live>) {
+        let token = self.kept.keep(&sandbox.id, live, sandbox.vcpus, sandbox.memory_mib);
+        let (node, id, keep) = (Arc::downgrade(self), sandbox.id.clone(), self.config.keep_paused_vm);
+        tokio::spawn(async move {
+            tokio::time::sleep(keep).await;
+            if let Some(node) = node.upgrade() {
+                node.kept.let_go_if(&id, token);
+            }
+        });
     }
 
     /// Not paused after all: the VM runs on, with a new agent session.
@@ -112,9 +130,34 @@ impl Node {
             }
             (st.config.clone(), st.own_memory)
         };
-        // A resume starts a VMM like a create does: the node admits it only with the CPUs
-        // and memory to spare, else it stays paused, intact.
-        let _reservation = self.reserve(1, sandbox.vcpus, sandbox.memory_mib)?;
+        let kept = self.kept.take(&sandbox.id);
+        // A resume starts a VMM like a create does (or keeps the one it kept): the node
+        // admits it only with the CPUs and memory to spare, else it stays paused, intact.
+        let _reservation = match self.reserve(1, sandbox.vcpus, sandbox.memory_mib) {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some(kept) = kept {
+                    kept.ended().await;
+                }
+                return Err(e);
+            }
+        };
+        match kept {
+            Some(Taken::Stopped(live)) => match self.continue_kept(sandbox, &live).await {
+                Ok(true) => return Ok(()),
+                // The VMM did not start again (it died meanwhile): the save is whole.
+                Ok(false) => Taken::Dying(live).ended().await,
+                // It ran, and its agent did not answer: what ran since the pause may have
+                // reached the disk, so the save no longer matches it. Paused, as a failed
+                // restore leaves a sandbox.
+                Err(e) => {
+                    Taken::Dying(live).ended().await;
+                    return Err(e);
+                }
+            },
+            Some(dying) => dying.ended().await,
+            None => {}
+        }
         // Taken back after a node restart: the old process's namespace is gone (swept at
         // start), so it gets a new one, same policy; the guest's side is the same in every
         // namespace.
@@ -138,6 +181,28 @@ impl Node {
         sandbox.write_record(&self.seal, Durability::Cached)?;
         tracing::info!(id = %sandbox.id, "sandbox resumed");
         Ok(())
+    }
+
+    /// Continue a kept VMM where its pause stopped it, with a new agent session (whose
+    /// handshake sets the clock); false when it would not start again.
+    async fn continue_kept(&self, sandbox: &Arc<Sandbox>, live: &Arc<Live>) -> Result<bool> {
+        let vm = live.vm();
+        if let Err(e) = vm.resume().await {
+            tracing::warn!(id = %sandbox.id, "the kept VMM of a paused sandbox did not continue, restoring its save: {e}");
+            return Ok(false);
+        }
+        let deadline = self.config.boot_timeout;
+        let agent =
+            vm::give_identity(vm, &sandbox.id, &sandbox.secret, &sandbox.secret, deadline, vm::RESTORED_HANDSHAKE)
+                .await?;
+        live.set_agent(agent);
+        sandbox.state().live = Some(live.clone());
+        vm::discard_saved(&sandbox.run_dir);
+        // Its monitor from before the pause still waits on it; only the session is new.
+        self.forward_api(&sandbox.id, &live.agent());
+        sandbox.write_record(&self.seal, Durability::Cached)?;
+        tracing::info!(id = %sandbox.id, "sandbox resumed (its VMM was kept)");
+        Ok(true)
     }
 
     /// Put a just-started sandbox in the map, under watch, with its record written; or,
@@ -204,6 +269,9 @@ impl Node {
                 Some(live) => live.vm().kill().await.map(drop).map_err(NodeError::from),
                 None => Ok(()),
             };
+            if let Some(kept) = node.kept.take(&sandbox.id) {
+                kept.ended().await;
+            }
             sandbox.cleanup();
             node.release_layers(&sandbox);
             node.release_volume(sandbox.volume.as_deref(), &sandbox.id);
@@ -221,6 +289,8 @@ impl Node {
         for id in running {
             let _ = self.kill(&id).await;
         }
+        // Paused sandboxes are their saves: kept VMMs end with the node.
+        futures_util::future::join_all(self.kept.take_all().into_iter().map(kept::Taken::ended)).await;
         // The next node process may have the directory now.
         self.dir_lock.lock().expect("data directory lock poisoned").take();
     }

@@ -5,6 +5,7 @@
 //! - [`create`]: create a sandbox (cold boot, or a clone of the template's snapshot).
 //! - [`lifecycle`]: pause, resume, kill, shutdown, and watching VMs that die.
 //! - [`pool`]: machines made ahead of demand (pre-spawned VMMs, warm pools).
+//! - [`kept`]: paused sandboxes' stopped VMMs, kept a while for a quick resume.
 //! - [`fork`]: copies of a running sandbox, and the frozen disk layers they share.
 //! - [`restart`]: what a node takes back from, or sweeps after, an earlier node process.
 //! - [`volumes`]: volume disks and which sandbox holds each.
@@ -14,6 +15,7 @@ mod build;
 mod builtin;
 mod create;
 mod fork;
+mod kept;
 mod lifecycle;
 mod pool;
 mod restart;
@@ -74,6 +76,8 @@ pub struct Node {
     template_claims: Mutex<HashMap<String, usize>>,
     /// Machines made ahead of demand.
     pool: pool::Pool,
+    /// Paused sandboxes' VMMs, stopped and kept for a while.
+    kept: kept::KeptVms,
     /// Restores that may run at once ([`NodeConfig::max_concurrent_restores`]); a tokio
     /// semaphore serves waiters in order.
     restores: tokio::sync::Semaphore,
@@ -191,6 +195,7 @@ impl Node {
             builds_running: std::sync::atomic::AtomicUsize::new(0),
             template_claims: Mutex::new(HashMap::new()),
             pool: pool::Pool::new(),
+            kept: kept::KeptVms::default(),
             restores: tokio::sync::Semaphore::new(config.max_concurrent_restores.max(1)),
             seal,
             confinement,
@@ -224,11 +229,12 @@ impl Node {
         ((capacity.vcpus, capacity.memory_mib), self.running_size())
     }
 
-    /// vCPUs and MiB of the sandboxes running now and of the machines on the pool's
-    /// shelves (less one a create of `claimable` would claim: see [`pool::Pool::held`]).
+    /// vCPUs and MiB of the sandboxes running now, of the machines on the pool's shelves
+    /// (less one a create of `claimable` would claim: see [`pool::Pool::held`]) and of
+    /// the kept VMMs of paused sandboxes.
     fn promised_size(&self, claimable: Option<(&str, u32, u32)>) -> (u64, u64) {
-        let (running, pool) = (self.running_size(), self.pool.held(claimable));
-        (running.0 + pool.0, running.1 + pool.1)
+        let (running, pool, kept) = (self.running_size(), self.pool.held(claimable), self.kept.held());
+        (running.0 + pool.0 + kept.0, running.1 + pool.1 + kept.1)
     }
 
     /// vCPUs and MiB of the sandboxes running now.
@@ -240,8 +246,9 @@ impl Node {
     }
 
     /// Reserve CPUs and memory for `count` sandboxes of `vcpus` and `memory_mib` beside
-    /// the running ones and the pool's machines — which give way, one at a time, when
-    /// they are what stands in the way —, or the refusal (nothing was started).
+    /// the running ones, the kept VMMs of paused ones and the pool's machines — the last
+    /// two give way, one at a time, when they are what stands in the way —, or the
+    /// refusal (nothing was started).
     pub(crate) fn reserve(&self, count: u32, vcpus: u32, memory_mib: u32) -> Result<crate::confine::Reservation> {
         self.reserve_beside_pool(None, count, vcpus, memory_mib)
     }
@@ -270,7 +277,9 @@ impl Node {
         loop {
             match self.confinement.admit(self.promised_size(claimable), want_vcpus, want_memory) {
                 Ok(reservation) => return Ok(reservation),
-                Err(crate::confine::ConfineError::Capacity(_)) if self.pool.discard_one() => {}
+                // Kept VMMs first: their sandboxes are saved, and resume without them.
+                Err(crate::confine::ConfineError::Capacity(_))
+                    if self.kept.let_go_oldest() || self.pool.discard_one() => {}
                 Err(e) => return Err(e.into()),
             }
         }

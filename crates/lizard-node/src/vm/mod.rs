@@ -14,7 +14,7 @@ mod qcow2;
 mod run_dir;
 mod saved;
 
-pub(crate) use agent::{connect_agent, RESTORED_HANDSHAKE};
+pub(crate) use agent::{connect_agent, give_identity, RESTORED_HANDSHAKE};
 pub(crate) use config::{probe_vm, sandbox_vm, Machine};
 pub(crate) use disk::{create_overlay, create_overlay_naming, virtual_size};
 pub(crate) use launch::{
