@@ -445,6 +445,20 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
         rows.push(Summary::new(p.pause).row(&format!("API: pause, {mib} MiB touched"), "ms"));
         rows.push(Summary::new(p.resume).row(&format!("API: resume, {mib} MiB touched"), "ms"));
         rows.push(Summary::new(vec![p.state_mib]).row("… a paused sandbox's files on disk", "MiB"));
+        // The same on a server that keeps paused VMMs (`lizard server`'s default): each
+        // resume comes within the keep, so it continues the stopped VMM.
+        let kept = api::Bench::start_with(image_root, true, |c| c.keep_paused_vm = Duration::from_secs(60)).await?;
+        let k = kept.pause_resume(t, mib, args.pause_cycles).await?;
+        kept.stop().await;
+        rows.push(Summary::new(vec![k.first_resume]).row(
+            &format!("API: first resume, {mib} MiB touched, within `--keep-paused-vm` (continues the kept VMM)"),
+            "ms",
+        ));
+        rows.push(Summary::new(k.pause).row(&format!("API: pause, {mib} MiB touched, VMM kept"), "ms"));
+        rows.push(
+            Summary::new(k.resume)
+                .row(&format!("API: resume, {mib} MiB touched, within `--keep-paused-vm`"), "ms"),
+        );
     }
     if args.idle > 0 {
         let window = std::time::Duration::from_secs(args.idle_cpu_window);

@@ -10,6 +10,7 @@
 use super::run_dir::{FULL_STATE, VMSTATE};
 use lizard_vmm::{DeltaSnapshot, Snapshot, Vm, VmmError};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A hard link to the file a copy-on-write clone's memory maps.
 pub(crate) const BASE_MEMORY: &str = "base-memory";
@@ -132,10 +133,29 @@ pub(crate) fn saved_form(run_dir: &Path, own_memory: bool) -> Option<SavedForm> 
 }
 
 /// Remove what [`save_paused`] wrote, once the VM runs again (the base link stays: the
-/// running clone maps it).
+/// running clone maps it). The files are renamed out of the way at once and deleted on a
+/// thread of their own: freeing a delta of hundreds of MiB takes the filesystem tens of
+/// milliseconds, which a resume need not wait for.
 pub(crate) fn discard_saved(run_dir: &Path) {
-    for f in [FULL_STATE, VMSTATE, MEMORY_DELTA, DEVICE_STATE] {
-        let _ = std::fs::remove_file(run_dir.join(f));
+    static DISCARDS: AtomicU64 = AtomicU64::new(0);
+    let n = DISCARDS.fetch_add(1, Ordering::Relaxed);
+    let doomed: Vec<PathBuf> = [FULL_STATE, VMSTATE, MEMORY_DELTA, DEVICE_STATE]
+        .into_iter()
+        .filter_map(|f| {
+            let discarded = run_dir.join(format!("{f}.discarded-{n}"));
+            std::fs::rename(run_dir.join(f), &discarded).ok().map(|()| discarded)
+        })
+        .collect();
+    if doomed.is_empty() {
+        return;
+    }
+    let remove = move || {
+        for f in &doomed {
+            let _ = std::fs::remove_file(f);
+        }
+    };
+    if let Err(e) = std::thread::Builder::new().name("discard-save".into()).spawn(remove) {
+        tracing::warn!("cannot start a thread to delete a discarded save (left in {}): {e}", run_dir.display());
     }
 }
 
@@ -161,6 +181,13 @@ mod tests {
         discard_saved(d);
         assert!(d.join(BASE_MEMORY).exists(), "the base link went with the save");
         assert_eq!(saved_form(d, false), None);
+        // Deleted in the background: soon nothing but the base link is left.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let names = || -> Vec<_> { std::fs::read_dir(d).unwrap().flatten().map(|e| e.file_name()).collect() };
+        while names().len() > 1 {
+            assert!(std::time::Instant::now() < deadline, "left: {:?}", names());
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 
     #[test]
