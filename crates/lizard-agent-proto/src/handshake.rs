@@ -18,9 +18,15 @@
 //! parsed.
 //!
 //! Both sides read one byte at a time so that no byte of the HTTP/2 stream that follows
-//! is swallowed by a buffer. Lines that do not start with the expected prefix are skipped
-//! (bounded): after a snapshot restore, stale bytes from the previous session may still be
-//! in flight on a virtio-serial port.
+//! is swallowed by a buffer. Lines without the expected prefix are skipped (bounded), and
+//! bytes before the prefix on its line are dropped: after a snapshot restore, stale bytes
+//! from the previous session may still be in flight on a virtio-serial port.
+//!
+//! A guest saved mid-session (a fork's copy: the source's host was connected) wakes up
+//! serving a host that is gone, and would not see the new host's connection until that
+//! one hung up. The host therefore opens such a connection with
+//! [`STALE_SESSION_BREAKER`]: the stale session takes it for a frame it must refuse and
+//! ends, and the agent starts this handshake on the same connection.
 
 use crate::types::Identity;
 use hmac::{Hmac, Mac};
@@ -36,6 +42,13 @@ const FAILED: &str = "LIZARD/1 FAILED";
 const MAX_LINE: usize = 4096;
 /// How many bytes of unrelated lines either side skips before giving up.
 const MAX_SKIP: usize = 1 << 20;
+
+/// What a host sends first to a guest restored mid-session. To the stale HTTP/2 session it
+/// is a frame header announcing a 16 MiB DATA frame on stream 0 — over the largest frame
+/// the agent accepts, and on a stream DATA may not use: a connection error, so the session
+/// ends at once (its GOAWAY reaches the host before the challenge and is skipped). An
+/// agent that is already in this handshake skips it as a line that is not an AUTH line.
+pub const STALE_SESSION_BREAKER: &[u8] = b"\xff\xff\xff\x00\x00\x00\x00\x00\x00\n";
 
 /// Why a handshake failed.
 #[derive(Debug, thiserror::Error)]
@@ -112,13 +125,14 @@ async fn read_line<R: AsyncRead + Unpin>(r: &mut R) -> Result<String, HandshakeE
     }
 }
 
-/// Read lines until one starts with `prefix` (or, if given, equals `alt`); skip the rest.
+/// Read lines until one holds one of `prefixes`, and return it from the prefix on (what
+/// precedes it on the line is stale bytes); skip the rest.
 async fn read_expected<R: AsyncRead + Unpin>(r: &mut R, prefixes: &[&str]) -> Result<String, HandshakeError> {
     let mut skipped = 0usize;
     loop {
         let line = read_line(r).await?;
-        if prefixes.iter().any(|p| line.starts_with(p)) {
-            return Ok(line);
+        if let Some(at) = prefixes.iter().filter_map(|p| line.find(p)).min() {
+            return Ok(line[at..].to_string());
         }
         skipped += line.len() + 1;
         if skipped > MAX_SKIP {
@@ -373,6 +387,21 @@ mod tests {
         let agent = tokio::spawn(async move { agent_accept(&mut a, &s2, no_identity).await });
         host_connect(&mut h, &secret).await.unwrap();
         agent.await.unwrap().unwrap();
+    }
+
+    /// The stale session's last bytes (a GOAWAY, no newline) may precede the challenge on
+    /// its line; the breaker reaches an agent already in the handshake, which skips it.
+    #[tokio::test]
+    async fn a_fork_copys_handshake_gets_past_the_stale_session() {
+        let secret = Secret::generate();
+        let (mut a, mut h) = tokio::io::duplex(4096);
+        a.write_all(b"\0\0\x08\x07\0\0\0\0\0\0\0\0\x01\0\0\0\x02").await.unwrap();
+        h.write_all(STALE_SESSION_BREAKER).await.unwrap();
+        let (applied, agent) = agent(a, secret.clone(), false);
+        let id = identity();
+        host_connect_with_identity(&mut h, &secret, &id).await.unwrap();
+        agent.await.unwrap().unwrap();
+        assert_eq!(applied.lock().unwrap().as_slice(), std::slice::from_ref(&id));
     }
 
     #[test]

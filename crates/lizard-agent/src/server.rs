@@ -175,6 +175,27 @@ pub mod tests {
         (status, resp.into_body().collect().await.unwrap().to_bytes())
     }
 
+    /// A fork's copy wakes up in the source's session, its host gone: the new host's
+    /// first bytes end that session at once (rather than when the new host gives up).
+    #[tokio::test]
+    async fn the_stale_session_breaker_ends_an_open_session() {
+        use lizard_agent_proto::handshake;
+        use tokio::io::AsyncWriteExt;
+        crate::reaper::start(false).unwrap();
+        let secret = Secret::generate();
+        let state = AppState { secret: Arc::new(RwLock::new(secret.clone())), pid1: false };
+        let (guest, mut host) = tokio::io::duplex(1 << 16);
+        let session = tokio::spawn(serve_connection(guest, state));
+        handshake::host_connect(&mut host, &secret).await.unwrap();
+        // The old host's HTTP/2 session: the client preface and its (empty) settings.
+        host.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(!session.is_finished(), "the session did not open");
+        host.write_all(handshake::STALE_SESSION_BREAKER).await.unwrap();
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(5), session).await;
+        assert!(ended.expect("the stale session ran on").unwrap().is_err());
+    }
+
     #[tokio::test]
     async fn health_and_unknown_routes() {
         let (status, body) = call("GET", routes::HEALTH, Body::empty()).await;

@@ -456,8 +456,7 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
         ));
         rows.push(Summary::new(k.pause).row(&format!("API: pause, {mib} MiB touched, VMM kept"), "ms"));
         rows.push(
-            Summary::new(k.resume)
-                .row(&format!("API: resume, {mib} MiB touched, within `--keep-paused-vm`"), "ms"),
+            Summary::new(k.resume).row(&format!("API: resume, {mib} MiB touched, within `--keep-paused-vm`"), "ms"),
         );
     }
     if args.idle > 0 {

@@ -4,7 +4,7 @@
 use super::{BootCause, BootError};
 use crate::{NodeError, Result};
 use lizard_agent_client::{AgentClient, ClientError};
-use lizard_agent_proto::handshake::{HandshakeError, Secret};
+use lizard_agent_proto::handshake::{HandshakeError, Secret, STALE_SESSION_BREAKER};
 use lizard_agent_proto::types::Identity;
 use lizard_vmm::Vm;
 use std::time::{Duration, Instant, SystemTime};
@@ -12,8 +12,14 @@ use std::time::{Duration, Instant, SystemTime};
 /// How long the first handshake may take on a guest that is known to be up (restored);
 /// each retry doubles it. A retry covers a connection that races the guest noticing that
 /// the host it had before the snapshot left (its old session then waits for that host
-/// until this one gives up and reconnects).
+/// until this one gives up and reconnects), and a stale session the breaker did not end.
 pub(crate) const RESTORED_HANDSHAKE: Duration = Duration::from_secs(2);
+
+/// [`RESTORED_HANDSHAKE`] for a fork's copy, whose stale session the breaker should have
+/// ended: short, so that a session it did not end (one caught mid-frame) costs little
+/// before the reconnect that ends it. (When the copy had to outwait it every time, the
+/// first handshake was 50 ms: 200 ms had cost a copy ≈700 ms of retries.)
+const COPY_HANDSHAKE: Duration = Duration::from_millis(250);
 
 /// How long the first handshake with a cold-booting guest may take before the node
 /// reconnects (each retry doubles it): far above a boot's few seconds, so that it only
@@ -29,8 +35,9 @@ enum Auth<'a> {
     /// With the guest's current secret.
     Plain(&'a Secret),
     /// With the secret a restored guest was saved with, giving it a new identity in the
-    /// same message.
-    WithIdentity { saved: &'a Secret, identity: &'a Identity, new: &'a Secret },
+    /// same message; `stale_session`: the guest was saved mid-session (a fork's copy), so
+    /// each connection opens with [`STALE_SESSION_BREAKER`].
+    WithIdentity { saved: &'a Secret, identity: &'a Identity, new: &'a Secret, stale_session: bool },
 }
 
 /// Connect to the agent's socket and run the handshake, retrying until the guest is up.
@@ -82,7 +89,7 @@ async fn connect_with(
                     // booting, or the VMM is gone (checked below).
                     Err(e) => {
                         tracing::debug!("agent handshake: {e}");
-                        if let Auth::WithIdentity { identity, saved, new } = auth {
+                        if let Auth::WithIdentity { identity, saved, new, .. } = auth {
                             identity_maybe_taken = (saved != new).then_some(identity);
                         }
                         limit = limit.map(|l| l * 2);
@@ -106,10 +113,16 @@ async fn connect_with(
 }
 
 /// One handshake on `stream`.
-async fn handshake(stream: tokio::net::UnixStream, auth: Auth<'_>) -> Result<AgentClient, ClientError> {
+async fn handshake(mut stream: tokio::net::UnixStream, auth: Auth<'_>) -> Result<AgentClient, ClientError> {
     match auth {
         Auth::Plain(secret) => AgentClient::connect(stream, secret).await,
-        Auth::WithIdentity { saved, identity, .. } => AgentClient::connect_with_identity(stream, saved, identity).await,
+        Auth::WithIdentity { saved, identity, stale_session, .. } => {
+            if stale_session {
+                use tokio::io::AsyncWriteExt;
+                stream.write_all(STALE_SESSION_BREAKER).await.map_err(|e| ClientError::Handshake(e.into()))?;
+            }
+            AgentClient::connect_with_identity(stream, saved, identity).await
+        }
     }
 }
 
@@ -145,13 +158,36 @@ pub(crate) async fn give_identity(
     saved_secret: &Secret,
     secret: &Secret,
     deadline: Duration,
-    first_attempt: Duration,
+) -> Result<AgentClient> {
+    identify(vm, id, saved_secret, secret, deadline, false).await
+}
+
+/// [`give_identity`] for a guest saved mid-session (a fork's copy): its agent first ends
+/// the session of the host that is gone ([`STALE_SESSION_BREAKER`]).
+pub(crate) async fn give_identity_to_copy(
+    vm: &dyn Vm,
+    id: &str,
+    source_secret: &Secret,
+    secret: &Secret,
+    deadline: Duration,
+) -> Result<AgentClient> {
+    identify(vm, id, source_secret, secret, deadline, true).await
+}
+
+async fn identify(
+    vm: &dyn Vm,
+    id: &str,
+    saved_secret: &Secret,
+    secret: &Secret,
+    deadline: Duration,
+    stale_session: bool,
 ) -> Result<AgentClient> {
     let start = Instant::now();
     let identity = new_identity(id, secret);
-    let auth = Auth::WithIdentity { saved: saved_secret, identity: &identity, new: secret };
-    let agent = connect_with(vm, auth, deadline, Some(first_attempt)).await?;
-    tracing::debug!(%id, handshake = ?start.elapsed(), "restored guest took its identity");
+    let auth = Auth::WithIdentity { saved: saved_secret, identity: &identity, new: secret, stale_session };
+    let first = if stale_session { COPY_HANDSHAKE } else { RESTORED_HANDSHAKE };
+    let agent = connect_with(vm, auth, deadline, Some(first)).await?;
+    tracing::debug!(%id, handshake = ?start.elapsed(), stale_session, "restored guest took its identity");
     Ok(agent)
 }
 

@@ -4,7 +4,9 @@
 //! ([`super::saved`] has the forms a save takes). Each start ends with an authenticated agent connection; on
 //! failure the VM is killed (the caller removes the run directory).
 
-use super::agent::{connect_agent, give_identity, mount_volume, send_identity, RESTORED_HANDSHAKE};
+use super::agent::{
+    connect_agent, give_identity, give_identity_to_copy, mount_volume, send_identity, RESTORED_HANDSHAKE,
+};
 use super::disk::create_overlay;
 use super::run_dir::{self, FULL_STATE, VMSTATE};
 use super::saved::{self, SavedForm};
@@ -14,13 +16,6 @@ use lizard_agent_proto::handshake::Secret;
 use lizard_vmm::{Backend, DeltaSnapshot, MemoryMapping, PendingVm, Snapshot, Vm, VmConfig, VmmError};
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// The first handshake's limit for a fork's copy. The source's agent session was open when
-/// it was saved, so a copy's agent first serves a host that is gone: the first handshake
-/// cannot succeed, and only its giving up ends that session. Short, so that it gives up
-/// soon (each retry doubles it, for a guest that is merely slow): 200 ms cost a copy
-/// ≈700 ms of retries, 50 ms ≈150–400 ms (fork ×5 p50 3.3 s → 0.7 s).
-const FORK_COPY_HANDSHAKE: Duration = Duration::from_millis(50);
 
 /// A VMM process and the authenticated connection to its agent.
 pub(crate) struct Launched {
@@ -116,7 +111,7 @@ pub(crate) async fn restore_clone(
     unclaimed.0 = None;
     let id = vm.config().id.clone();
     let agent = match secret {
-        Some(secret) => give_identity(vm.as_ref(), &id, saved_secret, secret, deadline, RESTORED_HANDSHAKE).await,
+        Some(secret) => give_identity(vm.as_ref(), &id, saved_secret, secret, deadline).await,
         None => connect_agent(vm.as_ref(), saved_secret, deadline, Some(RESTORED_HANDSHAKE)).await,
     };
     let agent = connected(vm.as_ref(), std::future::ready(agent)).await?;
@@ -176,8 +171,8 @@ async fn prepare_copy(config: &VmConfig, layer: &Path, secret: &Secret) -> Resul
     create_overlay(layer, "qcow2", &config.root_disk).await
 }
 
-/// A fork copy's new identity, through a handshake that first outwaits the source's
-/// stale session; on failure the VM is killed.
+/// A fork copy's new identity, through a handshake that first ends the source's stale
+/// session; on failure the VM is killed.
 async fn identify_copy(
     vm: Box<dyn Vm>,
     source_secret: &Secret,
@@ -185,7 +180,7 @@ async fn identify_copy(
     deadline: Duration,
 ) -> Result<Launched> {
     let id = vm.config().id.clone();
-    let identity = give_identity(vm.as_ref(), &id, source_secret, secret, deadline, FORK_COPY_HANDSHAKE);
+    let identity = give_identity_to_copy(vm.as_ref(), &id, source_secret, secret, deadline);
     let agent = connected(vm.as_ref(), identity).await?;
     Ok(Launched { vm, agent })
 }
@@ -218,7 +213,7 @@ pub(crate) async fn resume_in_place(
         SavedForm::Delta => backend.restore_delta(config, &saved::delta_snapshot(&config.run_dir)).await?,
         SavedForm::Full => backend.load(config, &config.run_dir.join(FULL_STATE)).await?,
     };
-    let identity = give_identity(vm.as_ref(), &config.id, secret, secret, deadline, RESTORED_HANDSHAKE);
+    let identity = give_identity(vm.as_ref(), &config.id, secret, secret, deadline);
     let agent = connected(vm.as_ref(), identity).await?;
     Ok((Launched { vm, agent }, form != SavedForm::Delta))
 }
