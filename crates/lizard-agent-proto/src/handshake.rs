@@ -24,8 +24,8 @@
 //!
 //! A guest saved mid-session (a fork's copy: the source's host was connected) wakes up
 //! serving a host that is gone, and would not see the new host's connection until that
-//! one hung up. The host therefore opens such a connection with
-//! [`STALE_SESSION_BREAKER`]: the stale session takes it for a frame it must refuse and
+//! one hung up. The host therefore opens every connection with
+//! [`STALE_SESSION_BREAKER`]: a stale session takes it for a frame it must refuse and
 //! ends, and the agent starts this handshake on the same connection.
 
 use crate::types::Identity;

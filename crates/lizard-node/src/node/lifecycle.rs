@@ -21,10 +21,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long the agent gets to notice that its host left (it polls every 2 ms) before
-/// the VM is paused. If it has not by then, the resume's handshake retries cover it.
-const AGENT_SETTLE: Duration = Duration::from_millis(50);
-
 impl Node {
     /// Stop a sandbox's vCPUs, save it to its directory and end its VMM process (or keep
     /// it, stopped, for [`crate::NodeConfig::keep_paused_vm`]). Its processes, memory and
@@ -52,10 +48,10 @@ impl Node {
         sandbox.sync_volume().await;
         // New operations are refused from here, as for a paused sandbox.
         sandbox.pausing.store(true, Ordering::SeqCst);
-        // The agent goes back to waiting for a host while the guest still runs, so that
-        // the first connection after the resume is simply its next session.
+        // The agent goes back to waiting for a host, so that the first connection after the
+        // resume is simply its next session. Not waited for: a session the agent had not
+        // seen end yet is ended by that connection's first bytes (see `vm::agent`).
         let _ = tokio::time::timeout(Duration::from_secs(2), live.agent().shutdown()).await;
-        tokio::time::sleep(AGENT_SETTLE).await;
         let vm = live.vm();
         let saved = match vm::save_in_place(vm, own_memory).await {
             Ok(saved) => saved,

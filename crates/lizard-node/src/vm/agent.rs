@@ -10,9 +10,8 @@ use lizard_vmm::Vm;
 use std::time::{Duration, Instant, SystemTime};
 
 /// How long the first handshake may take on a guest that is known to be up (restored);
-/// each retry doubles it. A retry covers a connection that races the guest noticing that
-/// the host it had before the snapshot left (its old session then waits for that host
-/// until this one gives up and reconnects), and a stale session the breaker did not end.
+/// each retry doubles it. A retry covers a stale session the breaker did not end (one
+/// caught mid-frame: the next connection's hang-up ends it).
 pub(crate) const RESTORED_HANDSHAKE: Duration = Duration::from_secs(2);
 
 /// [`RESTORED_HANDSHAKE`] for a fork's copy, whose stale session the breaker should have
@@ -35,9 +34,8 @@ enum Auth<'a> {
     /// With the guest's current secret.
     Plain(&'a Secret),
     /// With the secret a restored guest was saved with, giving it a new identity in the
-    /// same message; `stale_session`: the guest was saved mid-session (a fork's copy), so
-    /// each connection opens with [`STALE_SESSION_BREAKER`].
-    WithIdentity { saved: &'a Secret, identity: &'a Identity, new: &'a Secret, stale_session: bool },
+    /// same message.
+    WithIdentity { saved: &'a Secret, identity: &'a Identity, new: &'a Secret },
 }
 
 /// Connect to the agent's socket and run the handshake, retrying until the guest is up.
@@ -89,7 +87,7 @@ async fn connect_with(
                     // booting, or the VMM is gone (checked below).
                     Err(e) => {
                         tracing::debug!("agent handshake: {e}");
-                        if let Auth::WithIdentity { identity, saved, new, .. } = auth {
+                        if let Auth::WithIdentity { identity, saved, new } = auth {
                             identity_maybe_taken = (saved != new).then_some(identity);
                         }
                         limit = limit.map(|l| l * 2);
@@ -112,17 +110,16 @@ async fn connect_with(
     }
 }
 
-/// One handshake on `stream`.
+/// One handshake on `stream`. It opens with [`STALE_SESSION_BREAKER`]: a guest saved or
+/// left mid-session (a fork's copy, a pause the agent had not noticed yet, a node that
+/// restarted) ends that session at once instead of when this connection gives up; an
+/// agent already waiting skips it.
 async fn handshake(mut stream: tokio::net::UnixStream, auth: Auth<'_>) -> Result<AgentClient, ClientError> {
+    use tokio::io::AsyncWriteExt;
+    stream.write_all(STALE_SESSION_BREAKER).await.map_err(|e| ClientError::Handshake(e.into()))?;
     match auth {
         Auth::Plain(secret) => AgentClient::connect(stream, secret).await,
-        Auth::WithIdentity { saved, identity, stale_session, .. } => {
-            if stale_session {
-                use tokio::io::AsyncWriteExt;
-                stream.write_all(STALE_SESSION_BREAKER).await.map_err(|e| ClientError::Handshake(e.into()))?;
-            }
-            AgentClient::connect_with_identity(stream, saved, identity).await
-        }
+        Auth::WithIdentity { saved, identity, .. } => AgentClient::connect_with_identity(stream, saved, identity).await,
     }
 }
 
@@ -159,11 +156,11 @@ pub(crate) async fn give_identity(
     secret: &Secret,
     deadline: Duration,
 ) -> Result<AgentClient> {
-    identify(vm, id, saved_secret, secret, deadline, false).await
+    identify(vm, id, saved_secret, secret, deadline, RESTORED_HANDSHAKE).await
 }
 
-/// [`give_identity`] for a guest saved mid-session (a fork's copy): its agent first ends
-/// the session of the host that is gone ([`STALE_SESSION_BREAKER`]).
+/// [`give_identity`] for a guest saved mid-session (a fork's copy), whose first handshake
+/// is shorter (see [`COPY_HANDSHAKE`]).
 pub(crate) async fn give_identity_to_copy(
     vm: &dyn Vm,
     id: &str,
@@ -171,7 +168,7 @@ pub(crate) async fn give_identity_to_copy(
     secret: &Secret,
     deadline: Duration,
 ) -> Result<AgentClient> {
-    identify(vm, id, source_secret, secret, deadline, true).await
+    identify(vm, id, source_secret, secret, deadline, COPY_HANDSHAKE).await
 }
 
 async fn identify(
@@ -180,14 +177,13 @@ async fn identify(
     saved_secret: &Secret,
     secret: &Secret,
     deadline: Duration,
-    stale_session: bool,
+    first_attempt: Duration,
 ) -> Result<AgentClient> {
     let start = Instant::now();
     let identity = new_identity(id, secret);
-    let auth = Auth::WithIdentity { saved: saved_secret, identity: &identity, new: secret, stale_session };
-    let first = if stale_session { COPY_HANDSHAKE } else { RESTORED_HANDSHAKE };
-    let agent = connect_with(vm, auth, deadline, Some(first)).await?;
-    tracing::debug!(%id, handshake = ?start.elapsed(), stale_session, "restored guest took its identity");
+    let auth = Auth::WithIdentity { saved: saved_secret, identity: &identity, new: secret };
+    let agent = connect_with(vm, auth, deadline, Some(first_attempt)).await?;
+    tracing::debug!(%id, handshake = ?start.elapsed(), "restored guest took its identity");
     Ok(agent)
 }
 
