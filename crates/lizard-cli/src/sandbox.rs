@@ -39,7 +39,8 @@ pub enum SandboxCmd {
     },
     /// Stop a sandbox and delete everything in it.
     Kill { id: String },
-    /// Pause a sandbox: its processes, memory and files wait on disk, its VM uses no CPU or memory.
+    /// Pause a sandbox: its processes, memory and files wait on disk, its VM uses no CPU (and,
+    /// once the server's --keep-paused-vm has passed, no memory).
     Pause { id: String },
     /// Resume a paused sandbox where it stopped.
     Resume { id: String },
