@@ -140,7 +140,7 @@ impl Node {
         };
         match kept {
             Some(Taken::Stopped(live)) => match self.continue_kept(sandbox, &live).await {
-                Ok(true) => return Ok(()),
+                Ok(true) => return self.record_resumed(sandbox, "its VMM was kept"),
                 // The VMM did not start again (it died meanwhile): the save is whole.
                 Ok(false) => Taken::Dying(live).ended().await,
                 // It ran, and its agent did not answer: what ran since the pause may have
@@ -174,13 +174,19 @@ impl Node {
         }
         vm::discard_saved(&sandbox.run_dir);
         self.watch(sandbox.clone(), live);
+        self.record_resumed(sandbox, "its save restored")
+    }
+
+    /// Record a sandbox that runs again (an error leaves it running, as it is).
+    fn record_resumed(&self, sandbox: &Sandbox, how: &str) -> Result<()> {
         sandbox.write_record(&self.seal, Durability::Cached)?;
-        tracing::info!(id = %sandbox.id, "sandbox resumed");
+        tracing::info!(id = %sandbox.id, how, "sandbox resumed");
         Ok(())
     }
 
     /// Continue a kept VMM where its pause stopped it, with a new agent session (whose
-    /// handshake sets the clock); false when it would not start again.
+    /// handshake sets the clock); false when it would not start again. An error comes
+    /// only before the sandbox counts as running again.
     async fn continue_kept(&self, sandbox: &Arc<Sandbox>, live: &Arc<Live>) -> Result<bool> {
         let vm = live.vm();
         if let Err(e) = vm.resume().await {
@@ -194,8 +200,6 @@ impl Node {
         vm::discard_saved(&sandbox.run_dir);
         // Its monitor from before the pause still waits on it; only the session is new.
         self.forward_api(&sandbox.id, &live.agent());
-        sandbox.write_record(&self.seal, Durability::Cached)?;
-        tracing::info!(id = %sandbox.id, "sandbox resumed (its VMM was kept)");
         Ok(true)
     }
 
