@@ -43,8 +43,8 @@ const MAX_LINE: usize = 4096;
 /// How many bytes of unrelated lines either side skips before giving up.
 const MAX_SKIP: usize = 1 << 20;
 
-/// What a host sends first to a guest restored mid-session. To the stale HTTP/2 session it
-/// is a frame header announcing a 16 MiB DATA frame on stream 0 — over the largest frame
+/// What a host sends first on every connection to an agent, for a guest that may have been
+/// saved or left mid-session. To a stale HTTP/2 session it is a frame header announcing a 16 MiB DATA frame on stream 0 — over the largest frame
 /// the agent accepts, and on a stream DATA may not use: a connection error, so the session
 /// ends at once (its GOAWAY reaches the host before the challenge and is skipped). An
 /// agent that is already in this handshake skips it as a line that is not an AUTH line.
