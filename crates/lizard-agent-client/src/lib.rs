@@ -11,6 +11,7 @@
 //! neither side holds a whole file or a whole command's output. [`AgentClient::connect_tcp`]
 //! opens a TCP connection to a port inside the guest, carried on the same channel.
 
+mod cut;
 mod error;
 mod exec;
 mod process;
@@ -139,6 +140,7 @@ impl AgentClient {
     where
         S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
+        let (stream, cutter) = cut::Cuttable::new(stream);
         let (tx, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
@@ -154,7 +156,9 @@ impl AgentClient {
         tokio::spawn(async move {
             tokio::select! {
                 _ = connection => {}
-                _ = stopped.notified() => {}
+                // hyper's own task drives the connection on while a handle or body uses
+                // it: its stream is cut, so that it (and every stream on it) ends now.
+                _ = stopped.notified() => cutter.cut(),
             }
             let _ = done_tx.send(true);
         });

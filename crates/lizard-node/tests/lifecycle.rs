@@ -145,9 +145,19 @@ async fn a_paused_sandboxs_vmm_is_kept_a_while_and_a_resume_continues_it() {
     let vmm = common::vmm_processes(t.dir.path());
     assert_eq!(vmm.len(), 1);
 
-    // Kept: the same process, stopped, its save on disk all the same.
+    // Kept: the same process, stopped, its save on disk all the same; the session's
+    // streams end at the pause all the same (the VMM keeps its end of the channel open).
+    let mut watch = sbx.watch("/tmp", false).await.unwrap();
     let before = counter(&sbx).await;
     t.node.pause(&sbx.id).await.unwrap();
+    let ended = loop {
+        match tokio::time::timeout(Duration::from_secs(10), futures_util::StreamExt::next(&mut watch)).await {
+            Ok(Some(Ok(_))) => continue,
+            Ok(end) => break end,
+            Err(_) => panic!("a watch ran on across the pause"),
+        }
+    };
+    assert!(ended.as_ref().is_none_or(|r| r.is_err()), "{ended:?}");
     assert_eq!(sbx.info().state, SandboxState::Paused);
     assert_eq!(common::vmm_processes(t.dir.path()), vmm, "the VMM was not kept");
     assert!(run_dir.join("memory.delta").is_file() && run_dir.join("devices").is_file(), "no save beside it");
