@@ -201,6 +201,7 @@ async fn host_answer<S: AsyncRead + AsyncWrite + Unpin>(
     secret: &Secret,
     identity: Option<&str>,
 ) -> Result<(), HandshakeError> {
+    stream.write_all(STALE_SESSION_BREAKER).await?;
     let line = read_expected(stream, &[CHALLENGE]).await?;
     let challenge =
         hex::decode(&line[CHALLENGE.len()..]).map_err(|_| HandshakeError::Protocol("challenge is not hex".into()))?;
@@ -396,7 +397,6 @@ mod tests {
         let secret = Secret::generate();
         let (mut a, mut h) = tokio::io::duplex(4096);
         a.write_all(b"\0\0\x08\x07\0\0\0\0\0\0\0\0\x01\0\0\0\x02").await.unwrap();
-        h.write_all(STALE_SESSION_BREAKER).await.unwrap();
         let (applied, agent) = agent(a, secret.clone(), false);
         let id = identity();
         host_connect_with_identity(&mut h, &secret, &id).await.unwrap();

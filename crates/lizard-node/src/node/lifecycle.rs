@@ -194,7 +194,9 @@ impl Node {
             return Ok(false);
         }
         let deadline = self.config.boot_timeout;
-        let agent = vm::give_identity(vm, &sandbox.id, &sandbox.secret, &sandbox.secret, deadline).await?;
+        let agent =
+            vm::give_identity(vm, &sandbox.id, &sandbox.secret, &sandbox.secret, deadline, vm::RESTORED_HANDSHAKE)
+                .await?;
         live.set_agent(agent);
         sandbox.state().live = Some(live.clone());
         vm::discard_saved(&sandbox.run_dir);

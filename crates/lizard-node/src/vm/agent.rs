@@ -4,7 +4,7 @@
 use super::{BootCause, BootError};
 use crate::{NodeError, Result};
 use lizard_agent_client::{AgentClient, ClientError};
-use lizard_agent_proto::handshake::{HandshakeError, Secret, STALE_SESSION_BREAKER};
+use lizard_agent_proto::handshake::{HandshakeError, Secret};
 use lizard_agent_proto::types::Identity;
 use lizard_vmm::Vm;
 use std::time::{Duration, Instant, SystemTime};
@@ -15,10 +15,10 @@ use std::time::{Duration, Instant, SystemTime};
 pub(crate) const RESTORED_HANDSHAKE: Duration = Duration::from_secs(2);
 
 /// [`RESTORED_HANDSHAKE`] for a fork's copy, whose stale session the breaker should have
-/// ended: short, so that a session it did not end (one caught mid-frame) costs little
+/// ended (`STALE_SESSION_BREAKER`): short, so that a session it did not end (one caught mid-frame) costs little
 /// before the reconnect that ends it. (When the copy had to outwait it every time, the
 /// first handshake was 50 ms: 200 ms had cost a copy ≈700 ms of retries.)
-const COPY_HANDSHAKE: Duration = Duration::from_millis(250);
+pub(crate) const COPY_HANDSHAKE: Duration = Duration::from_millis(250);
 
 /// How long the first handshake with a cold-booting guest may take before the node
 /// reconnects (each retry doubles it): far above a boot's few seconds, so that it only
@@ -110,13 +110,10 @@ async fn connect_with(
     }
 }
 
-/// One handshake on `stream`. It opens with [`STALE_SESSION_BREAKER`]: a guest saved or
-/// left mid-session (a fork's copy, a pause the agent had not noticed yet, a node that
-/// restarted) ends that session at once instead of when this connection gives up; an
-/// agent already waiting skips it.
-async fn handshake(mut stream: tokio::net::UnixStream, auth: Auth<'_>) -> Result<AgentClient, ClientError> {
-    use tokio::io::AsyncWriteExt;
-    stream.write_all(STALE_SESSION_BREAKER).await.map_err(|e| ClientError::Handshake(e.into()))?;
+/// One handshake on `stream` (it opens with the protocol's stale-session breaker: a guest
+/// saved or left mid-session — a fork's copy, a pause the agent had not noticed yet, a node
+/// that restarted — ends that session at once).
+async fn handshake(stream: tokio::net::UnixStream, auth: Auth<'_>) -> Result<AgentClient, ClientError> {
     match auth {
         Auth::Plain(secret) => AgentClient::connect(stream, secret).await,
         Auth::WithIdentity { saved, identity, .. } => AgentClient::connect_with_identity(stream, saved, identity).await,
@@ -150,28 +147,6 @@ fn boot_failure(vm: &dyn Vm, cause: BootCause) -> NodeError {
 /// while this one, already authenticated, carries on (a reconnect to prove the switch
 /// cost ≈100 ms per create under TCG; the snapshot tests prove it instead).
 pub(crate) async fn give_identity(
-    vm: &dyn Vm,
-    id: &str,
-    saved_secret: &Secret,
-    secret: &Secret,
-    deadline: Duration,
-) -> Result<AgentClient> {
-    identify(vm, id, saved_secret, secret, deadline, RESTORED_HANDSHAKE).await
-}
-
-/// [`give_identity`] for a guest saved mid-session (a fork's copy), whose first handshake
-/// is shorter (see [`COPY_HANDSHAKE`]).
-pub(crate) async fn give_identity_to_copy(
-    vm: &dyn Vm,
-    id: &str,
-    source_secret: &Secret,
-    secret: &Secret,
-    deadline: Duration,
-) -> Result<AgentClient> {
-    identify(vm, id, source_secret, secret, deadline, COPY_HANDSHAKE).await
-}
-
-async fn identify(
     vm: &dyn Vm,
     id: &str,
     saved_secret: &Secret,

@@ -4,9 +4,7 @@
 //! ([`super::saved`] has the forms a save takes). Each start ends with an authenticated agent connection; on
 //! failure the VM is killed (the caller removes the run directory).
 
-use super::agent::{
-    connect_agent, give_identity, give_identity_to_copy, mount_volume, send_identity, RESTORED_HANDSHAKE,
-};
+use super::agent::{connect_agent, give_identity, mount_volume, send_identity, COPY_HANDSHAKE, RESTORED_HANDSHAKE};
 use super::disk::create_overlay;
 use super::run_dir::{self, FULL_STATE, VMSTATE};
 use super::saved::{self, SavedForm};
@@ -111,7 +109,7 @@ pub(crate) async fn restore_clone(
     unclaimed.0 = None;
     let id = vm.config().id.clone();
     let agent = match secret {
-        Some(secret) => give_identity(vm.as_ref(), &id, saved_secret, secret, deadline).await,
+        Some(secret) => give_identity(vm.as_ref(), &id, saved_secret, secret, deadline, RESTORED_HANDSHAKE).await,
         None => connect_agent(vm.as_ref(), saved_secret, deadline, Some(RESTORED_HANDSHAKE)).await,
     };
     let agent = connected(vm.as_ref(), std::future::ready(agent)).await?;
@@ -180,7 +178,7 @@ async fn identify_copy(
     deadline: Duration,
 ) -> Result<Launched> {
     let id = vm.config().id.clone();
-    let identity = give_identity_to_copy(vm.as_ref(), &id, source_secret, secret, deadline);
+    let identity = give_identity(vm.as_ref(), &id, source_secret, secret, deadline, COPY_HANDSHAKE);
     let agent = connected(vm.as_ref(), identity).await?;
     Ok(Launched { vm, agent })
 }
@@ -213,7 +211,7 @@ pub(crate) async fn resume_in_place(
         SavedForm::Delta => backend.restore_delta(config, &saved::delta_snapshot(&config.run_dir)).await?,
         SavedForm::Full => backend.load(config, &config.run_dir.join(FULL_STATE)).await?,
     };
-    let identity = give_identity(vm.as_ref(), &config.id, secret, secret, deadline);
+    let identity = give_identity(vm.as_ref(), &config.id, secret, secret, deadline, RESTORED_HANDSHAKE);
     let agent = connected(vm.as_ref(), identity).await?;
     Ok((Launched { vm, agent }, form != SavedForm::Delta))
 }
