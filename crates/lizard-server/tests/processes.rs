@@ -52,6 +52,17 @@ async fn next_text(ws: &mut Socket) -> Value {
     }
 }
 
+/// The server's Close (1000), after any of the terminal's bytes.
+async fn expect_close(ws: &mut Socket) {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(60), ws.next()).await.unwrap() {
+            Some(Ok(Message::Binary(_))) => continue,
+            Some(Ok(Message::Close(Some(frame)))) => return assert_eq!(u16::from(frame.code), 1000),
+            other => panic!("not the server's Close: {other:?}"),
+        }
+    }
+}
+
 /// The terminal's bytes until `done(screen)` holds.
 async fn screen_until(ws: &mut Socket, done: impl Fn(&str) -> bool) -> String {
     let mut screen = String::new();
@@ -189,6 +200,19 @@ async fn processes_ports_and_the_pty_websocket_behind_scopes() {
     screen_until(&mut ws, |s| s.contains("again-42")).await;
     ws.send(Message::binary(b"exit 4\n".to_vec())).await.unwrap();
     assert_eq!(next_text(&mut ws).await, json!({"type": "exit", "exitCode": 4}));
+    // The server ends the socket with the closing handshake: what the client still sends is
+    // read, not left unread to reset the connection (a browser then loses the Close).
+    for _ in 0..16 {
+        ws.send(Message::binary(vec![b' '; 4096])).await.unwrap();
+    }
+    expect_close(&mut ws).await;
+    // Reattaching to the ended shell, as a browser reloading its page does (a resize as it
+    // opens): how it ended, then the Close.
+    let mut ws = open_pty(&api, &id, &k1, &format!("pid={pty_pid}&detach=true")).await.unwrap();
+    ws.send(Message::text(r#"{"type":"resize","cols":90,"rows":30}"#)).await.unwrap();
+    assert_eq!(next_text(&mut ws).await, json!({"type": "started", "pid": pty_pid}));
+    assert_eq!(next_text(&mut ws).await, json!({"type": "exit", "exitCode": 4}));
+    expect_close(&mut ws).await;
 
     // A paused sandbox's guest answers nothing: the ports are a conflict, as every in-guest route.
     api.ok("POST", &format!("{p}/pause"), &k1, None).await;

@@ -19,6 +19,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt, TryStreamExt};
 use lizard_agent_proto::frame::FrameKind;
 use lizard_api::processes::{
@@ -31,6 +32,9 @@ use std::sync::Arc;
 
 /// A terminal's size when the request names none.
 const DEFAULT_PTY_SIZE: PtySize = PtySize { cols: 80, rows: 24 };
+
+/// How long a PTY socket the server closes waits for the client's Close.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn frames_response(frames: FrameStream) -> Response {
     let body = Body::from_stream(frames.map_ok(|f| f.to_bytes()));
@@ -351,7 +355,7 @@ async fn bridge(
     let Some(pid) = pid else {
         let e = PtyServerMessage::Error { code: ErrorCode::Unavailable, message: "the terminal did not start".into() };
         let _ = out.send(text(&e)).await;
-        let _ = out.close().await;
+        close(out, input).await;
         return;
     };
     if out.send(text(&PtyServerMessage::Started { pid })).await.is_err() {
@@ -413,10 +417,27 @@ async fn bridge(
     match ended {
         Ended::ClientLeft if hang_up_on_close => hang_up(node.as_ref(), &id, pid).await,
         Ended::ClientLeft => {}
-        Ended::Exited | Ended::BrokeOff => {
-            let _ = out.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await;
-        }
+        Ended::Exited | Ended::BrokeOff => close(out, input).await,
     }
+}
+
+/// End the socket from the server's side with the closing handshake: send Close, then read
+/// (and drop) what the client still sends until its Close, within [`CLOSE_WAIT`]. Dropping
+/// the connection with the client's bytes unread (a resize sent as it opened) makes the
+/// kernel reset it, and a browser then loses what it had not read yet (the exit message,
+/// the Close) and reports 1006.
+async fn close(mut out: SplitSink<WebSocket, Message>, mut input: SplitStream<WebSocket>) {
+    if out.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await.is_err() {
+        return;
+    }
+    let _ = tokio::time::timeout(CLOSE_WAIT, async {
+        while let Some(Ok(message)) = input.next().await {
+            if matches!(message, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// The client went away: hang the terminal up, as closing a terminal window does.
