@@ -195,7 +195,7 @@ impl Network {
         if !self.names.complete(slot) {
             return Err(NetError::NotTakenBack(format!("slot {slot}'s namespace or host link is gone")));
         }
-        let mut net = self.sandbox_net(slot, None, policy);
+        let mut net = self.sandbox_net(slot, None, policy, Rules::Replaceable);
         net.set_policy(policy).await?;
         net.relay = Some(self.services(slot, net.policy.clone()).await?);
         // Only now does dropping `net` tear the namespace down: a failed take-back above
@@ -206,7 +206,7 @@ impl Network {
 
     /// Slot `slot`'s network under `policy`, its services not started yet; with `lock`,
     /// dropping it tears the slot down.
-    fn sandbox_net(&self, slot: u32, lock: Option<SlotLock>, policy: &ParsedPolicy) -> SandboxNet {
+    fn sandbox_net(&self, slot: u32, lock: Option<SlotLock>, policy: &ParsedPolicy, rules: Rules) -> SandboxNet {
         SandboxNet {
             slot,
             names: self.names.clone(),
@@ -215,6 +215,7 @@ impl Network {
             lock,
             relay: None,
             policy: Arc::new(RwLock::new(policy.clone())),
+            rules: tokio::sync::Mutex::new(rules),
         }
     }
 
@@ -232,7 +233,8 @@ impl Network {
             tokio::task::spawn_blocking(move || names.teardown(slot)).await.expect("network teardown panicked");
         }
         // From here on, dropping `net` undoes whatever part was made.
-        let mut net = self.sandbox_net(slot, Some(lock), policy);
+        let rules = if firewall::policy_additions(policy).is_empty() { Rules::Closed } else { Rules::Replaceable };
+        let mut net = self.sandbox_net(slot, Some(lock), policy, rules);
         net.relay = Some(self.build(slot, policy, net.policy.clone()).await?);
         tracing::debug!(slot, took = ?start.elapsed(), "sandbox network ready");
         Ok(net)
@@ -293,6 +295,19 @@ pub struct SandboxNet {
     /// Its policy as the DNS relay and the egress proxy read it (follows
     /// [`SandboxNet::set_policy`]).
     policy: Arc<RwLock<ParsedPolicy>>,
+    /// What the namespace's rules are now, which decides how a policy is set.
+    rules: tokio::sync::Mutex<Rules>,
+}
+
+/// The namespace's rules, as [`SandboxNet::set_policy`] finds them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rules {
+    /// The closed table a fresh namespace got, nothing of a policy added (a pool
+    /// machine's): a policy is only added to it, which spares the kernel's wait that a
+    /// deletion costs.
+    Closed,
+    /// Anything else: a policy replaces the whole table.
+    Replaceable,
 }
 
 impl SandboxNet {
@@ -314,11 +329,19 @@ impl SandboxNet {
     /// Replace the sandbox's firewall policy in place, in one atomic nftables transaction:
     /// the old rules and lists are gone and the new ones in force once this returns (on
     /// error the old ones stay). Flows already open are held to the new policy too: only
-    /// replies into the sandbox pass on connection state. A warm pool attaches a closed
-    /// network ahead of demand and opens it at claim.
+    /// replies into the sandbox pass on connection state. A pool machine's network is
+    /// attached closed ahead of demand and opened at claim: its closed table only gains
+    /// the policy's rules (≈5 ms of `nft`, against ≈15 for a replacement).
     pub async fn set_policy(&self, policy: &ParsedPolicy) -> Result<()> {
-        let ruleset = firewall::sandbox_ruleset(&self.pool, self.ns_addr, policy);
-        links::run("nft", &["-f", "-"], Some(&ruleset), Some(&self.names.netns_path(self.slot))).await?;
+        let mut rules = self.rules.lock().await;
+        let script = match *rules {
+            Rules::Closed => firewall::policy_additions(policy),
+            Rules::Replaceable => firewall::replacement_ruleset(&self.pool, self.ns_addr, policy),
+        };
+        if !script.is_empty() {
+            links::run("nft", &["-f", "-"], Some(&script), Some(&self.names.netns_path(self.slot))).await?;
+            *rules = Rules::Replaceable;
+        }
         *self.policy.write().expect("policy lock") = policy.clone();
         Ok(())
     }

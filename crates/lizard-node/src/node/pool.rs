@@ -234,11 +234,13 @@ impl Pool {
 
 /// Run one short command in a warm machine. Under TCG a new VMM process translates each
 /// guest code path the first time it runs (a restored guest's first command takes ≈150 ms,
-/// later ones ≈35): this way the claimant's first command does not pay for it. What it
-/// leaves is a finished process; a failure only means a slower first command.
+/// later ones ≈35): this way the claimant's first command does not pay for it. It writes
+/// to stdout and stderr, as most first commands do, so that the output paths are
+/// translated too. What it leaves is a finished process; a failure only means a slower
+/// first command.
 async fn warm_up(launched: &Launched) {
     let req = lizard_agent_proto::types::ExecRequest {
-        argv: Some(vec!["/bin/sh".into(), "-c".into(), "true".into()]),
+        argv: Some(vec!["/bin/sh".into(), "-c".into(), "echo warm; echo up >&2".into()]),
         ..Default::default()
     };
     match tokio::time::timeout(WARM_UP_LIMIT, launched.agent.exec_collect(req)).await {
@@ -407,23 +409,25 @@ impl Node {
         // Nothing of the guest goes out before the claim returns, and on failure the VM
         // is killed (the caller removes the directory and the network).
         let policy_set = async {
-            match &ready.net {
+            let done = match &ready.net {
                 Some(net) => net.set_policy(policy).await.map_err(crate::NodeError::from),
                 None => Ok(()),
-            }
+            };
+            (done, start.elapsed())
         };
         let stage = ready.stage.take().expect("a machine on the shelf has a stage");
         let (secret, vmstate) = (&ready.secret, snap.vm_snapshot().vmstate);
         let started = async {
-            match stage {
+            let done = match stage {
                 Stage::Spawned(pending) => {
                     let _permit = self.restores.acquire().await.expect("the restore semaphore is never closed");
                     vm::restore_clone(pending, &vmstate, &snap.secret, Some(secret), deadline).await
                 }
                 Stage::Warm(launched) => vm::identify(launched, secret, deadline).await,
-            }
+            };
+            (done, start.elapsed())
         };
-        let (policy_set, started) = tokio::join!(policy_set, started);
+        let ((policy_set, policy_took), (started, started_took)) = tokio::join!(policy_set, started);
         let launched = match (policy_set, started) {
             (Ok(()), Ok(launched)) => launched,
             (Err(e), Ok(launched)) => {
@@ -432,7 +436,7 @@ impl Node {
             }
             (_, Err(e)) => return Err(e),
         };
-        tracing::debug!(id = %ready.config.id, took = ?start.elapsed(), "pool machine claimed");
+        tracing::debug!(id = %ready.config.id, policy = ?policy_took, guest = ?started_took, took = ?start.elapsed(), "pool machine claimed");
         Ok(launched)
     }
 }
