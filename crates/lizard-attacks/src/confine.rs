@@ -67,12 +67,7 @@ pub fn median(samples: &mut [std::time::Duration]) -> std::time::Duration {
 
 /// The pid of sandbox `id`'s QEMU (its `-name lizard-<id>` argument), if it runs.
 pub fn vmm_pid(id: &str) -> Option<u32> {
-    let needle = format!("lizard-{id}");
-    let entries = std::fs::read_dir("/proc").ok()?;
-    entries.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()).find(|pid| {
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
-        cmdline.starts_with(b"qemu-system") && cmdline.split(|b| *b == 0).any(|arg| arg == needle.as_bytes())
-    })
+    lizard_vmm::census::live_vmms(&format!("lizard-{id}")).first().copied()
 }
 
 /// Names of the entries of `dir`, sorted (empty when it cannot be read).

@@ -6,17 +6,7 @@ use std::path::Path;
 
 /// Pids of QEMU processes whose command line names a path under `data_dir`.
 pub fn vmm_pids(data_dir: &Path) -> Vec<u32> {
-    let needle = data_dir.to_string_lossy().into_owned();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return vec![] };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
-            let cmdline = String::from_utf8_lossy(&cmdline);
-            cmdline.starts_with("qemu-system") && cmdline.contains(&needle)
-        })
-        .collect()
+    lizard_vmm::census::live_vmms(&data_dir.to_string_lossy())
 }
 
 /// Network namespaces (under /run/netns) whose name starts with `prefix`.

@@ -17,6 +17,7 @@ use cluster::{start_node, until, ControlPlane};
 use common::{free_port, link_images};
 use lizard_api::cluster::NodeState;
 use lizard_api::ProcessResult;
+use lizard_vmm::census::live_vmms;
 use nix::sys::signal::Signal;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -24,23 +25,6 @@ use serde_json::{json, Value};
 /// How long the server waits for a silent node: long enough for a restart to come back
 /// within it on a loaded machine, short enough to wait out.
 const LEASE_MS: u64 = 8000;
-
-/// Pids of live QEMU processes whose command line mentions `needle`.
-fn vmms(needle: &str) -> Vec<i32> {
-    let mut pids = vec![];
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let cmd =
-            String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).unwrap_or_default()).replace('\0', " ");
-        let zombie = std::fs::read_to_string(e.path().join("stat"))
-            .map(|s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
-            .unwrap_or(true);
-        if cmd.contains("qemu-system") && cmd.contains(needle) && !zombie {
-            pids.push(pid);
-        }
-    }
-    pids
-}
 
 /// Network namespaces and host links whose names start with `prefix`.
 fn networks(prefix: &str) -> Vec<String> {
@@ -98,13 +82,13 @@ async fn a_joined_node_survives_sigkill_reconciles_after_its_lease_and_stops_cle
 
     // A sandbox through the server's API runs on the node.
     let id = create(&cp, &project).await;
-    let vmm = vmms(&id);
+    let vmm = live_vmms(&id);
     assert_eq!(vmm.len(), 1);
 
     // SIGKILL: the VM outlives the agent; the next start takes it back, without a join.
     agent.signal(Signal::SIGKILL);
     agent.child.wait().unwrap();
-    assert_eq!(vmms(&id), vmm, "the VM outlives its agent");
+    assert_eq!(live_vmms(&id), vmm, "the VM outlives its agent");
     let beat = cp.node(&node.id).await.last_heartbeat;
     let mut agent = start_node(data.path(), &cp.url, port, None, &prefix, &[]);
     until("a heartbeat from the restarted agent holding the sandbox", 60, || async {
@@ -115,7 +99,7 @@ async fn a_joined_node_survives_sigkill_reconciles_after_its_lease_and_stops_cle
     let nodes = cp.nodes().await;
     assert_eq!(nodes.len(), 1, "a restart does not join again: {nodes:?}");
     assert_eq!(nodes[0].state, NodeState::Up, "back within its lease: {nodes:?}");
-    assert_eq!(vmms(&id), vmm, "the same VM, taken back");
+    assert_eq!(live_vmms(&id), vmm, "the same VM, taken back");
     let (status, r) =
         cp.call(Method::POST, &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": "echo still here"}))).await;
     assert_eq!(status, 200, "{r}");
@@ -133,10 +117,10 @@ async fn a_joined_node_survives_sigkill_reconciles_after_its_lease_and_stops_cle
     agent.child.wait().unwrap();
     cp.wait_for(&address, NodeState::Down, 60).await;
     assert!(ended_with(&cp, &id, "lost: its node stopped answering").await, "{:?}", sandbox(&cp, &id).await);
-    assert_eq!(vmms(&id), vmm, "nothing killed the VM yet");
+    assert_eq!(live_vmms(&id), vmm, "nothing killed the VM yet");
     let mut agent = start_node(data.path(), &cp.url, port, None, &prefix, &[]);
     cp.wait_for(&address, NodeState::Up, 60).await;
-    until("the lost sandbox's VM killed by the stop list", 60, || async { vmms(&id).is_empty() }).await;
+    until("the lost sandbox's VM killed by the stop list", 60, || async { live_vmms(&id).is_empty() }).await;
     until("a heartbeat without it", 30, || async { cp.node(&node.id).await.usage.sandboxes == 0 }).await;
     assert!(ended_with(&cp, &id, "lost: its node stopped answering").await, "the record keeps why");
 
@@ -149,13 +133,13 @@ async fn a_joined_node_survives_sigkill_reconciles_after_its_lease_and_stops_cle
     assert_eq!(status, 200, "{body}");
     let (status, body) = cp.call(Method::POST, &format!("/v1/sandboxes/{kept}/pause"), None).await;
     assert_eq!((status, body["state"].as_str()), (200, Some("paused")), "{body}");
-    assert_eq!(vmms(&last).len(), 1);
+    assert_eq!(live_vmms(&last).len(), 1);
     agent.signal(Signal::SIGTERM);
     let status = agent.child.wait().unwrap();
     assert!(status.success(), "{status:?}\n{}", agent.log());
     // The node is gone: an ended record is all the server can answer from.
     assert!(ended_with(&cp, &last, "its node shut down").await, "{:?}", sandbox(&cp, &last).await);
-    assert!(vmms(&data.path().to_string_lossy()).is_empty(), "VMMs left behind");
+    assert!(live_vmms(&data.path().to_string_lossy()).is_empty(), "VMMs left behind");
     let mut agent = start_node(data.path(), &cp.url, port, None, &prefix, &[]);
     let beat = cp.node(&node.id).await.last_heartbeat;
     until("a heartbeat from the restarted agent", 60, || async { cp.node(&node.id).await.last_heartbeat > beat }).await;
@@ -173,7 +157,7 @@ async fn a_joined_node_survives_sigkill_reconciles_after_its_lease_and_stops_cle
     let status = agent.child.wait().unwrap();
     assert!(status.success(), "{status:?}\n{}", agent.log());
     assert_eq!(cp.node(&node.id).await.usage.sandboxes, 0, "the goodbye heartbeat holds nothing");
-    assert!(vmms(&data.path().to_string_lossy()).is_empty(), "VMMs left behind");
+    assert!(live_vmms(&data.path().to_string_lossy()).is_empty(), "VMMs left behind");
     let left: Vec<_> = std::fs::read_dir(data.path().join("sandboxes")).unwrap().flatten().collect();
     assert!(left.is_empty(), "sandbox directories left: {left:?}");
     assert_eq!(networks(&prefix), Vec::<String>::new(), "networks left behind");

@@ -21,6 +21,7 @@ use lizard_api::routes;
 use lizard_api::services::{CreateServiceRequest, ServiceSpec};
 use lizard_api::templates::{ContextEntry, ContextEntryKind};
 use lizard_cli::client::{json_body, Call};
+use lizard_vmm::census::live_vmms;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -103,20 +104,6 @@ fn instances(s: &serde_json::Value) -> Vec<(String, String)> {
         .iter()
         .map(|i| (i["sandboxId"].as_str().unwrap().to_owned(), i["state"].as_str().unwrap().to_owned()))
         .collect()
-}
-
-/// QEMU processes of the sandbox `id`.
-fn qemu_of(id: &str) -> Vec<i32> {
-    let mut pids = vec![];
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        if cmd.contains("qemu-system") && cmd.contains(id) {
-            pids.push(pid);
-        }
-    }
-    pids
 }
 
 #[test]
@@ -261,12 +248,12 @@ fn services_end_to_end() {
     let (paused, _) = instances(&status(&server, &key_a, "hello")).into_iter().next().unwrap();
     // Its QEMU stays a while, stopped (the server's default `--keep-paused-vm`): the request
     // continues that very process rather than restoring the save into a new one.
-    let kept = qemu_of(&paused);
+    let kept = live_vmms(&paused);
     assert_eq!(kept.len(), 1, "{kept:?}");
     let resumed = Instant::now();
     assert_eq!(get(server.proxy_port, &host), Ok((200, "v2".into())));
     eprintln!("request to a paused service: {} ms", resumed.elapsed().as_millis());
-    assert_eq!(qemu_of(&paused), kept, "the kept QEMU continued");
+    assert_eq!(live_vmms(&paused), kept, "the kept QEMU continued");
 
     // --- a version failing its health checks: rolled back, the reason shown -----------------
     std::fs::write(dir.join("version.txt"), "broken-v3").unwrap();

@@ -16,26 +16,10 @@ use lizard_api::cluster::{JoinRequest, NodeReport, SandboxEnded};
 use lizard_api::routes;
 use lizard_node_agent::server_api::ServerApi;
 use lizard_node_agent::{run, AgentConfig};
+use lizard_vmm::census::live_vmms;
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-
-/// Pids of live QEMU processes whose command line mentions `needle`.
-fn vmms(needle: &str) -> Vec<i32> {
-    let mut pids = vec![];
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let cmd =
-            String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).unwrap_or_default()).replace('\0', " ");
-        let zombie = std::fs::read_to_string(e.path().join("stat"))
-            .map(|s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
-            .unwrap_or(true);
-        if cmd.contains("qemu-system") && cmd.contains(needle) && !zombie {
-            pids.push(pid);
-        }
-    }
-    pids
-}
 
 fn image_root() -> PathBuf {
     std::env::var_os("LIZARD_TEST_DATA_DIR").map(PathBuf::from).unwrap_or_else(|| "/var/cache/lizard-test-data".into())
@@ -95,7 +79,7 @@ async fn the_real_control_plane_drives_real_vms_through_the_agent() {
 
     // Two sandboxes through the server's API: they run on the agent and its heartbeats say so.
     let (killed, crashed) = (create(&cp, &project).await, create(&cp, &project).await);
-    assert_eq!((vmms(&killed).len(), vmms(&crashed).len()), (1, 1), "one VMM each");
+    assert_eq!((live_vmms(&killed).len(), live_vmms(&crashed).len()), (1, 1), "one VMM each");
     until("a heartbeat with both", 30, || async {
         let n = cp.node(&node_id).await;
         n.usage.sandboxes == 2 && n.usage.vcpus > 0 && n.usage.memory_mib > 0
@@ -136,7 +120,7 @@ async fn the_real_control_plane_drives_real_vms_through_the_agent() {
     // A kill through the API stops the VM; the record keeps the server's reason.
     let (status, body) = cp.call(Method::DELETE, &format!("/v1/sandboxes/{killed}"), None).await;
     assert_eq!(status, 204, "{body}");
-    assert!(vmms(&killed).is_empty(), "the kill reached the node");
+    assert!(live_vmms(&killed).is_empty(), "the kill reached the node");
     assert!(ended_with(&cp, &killed, "killed").await, "{:?}", sandbox(&cp, &killed).await);
 
     // A third times out while the server cannot reach the node: the reaper ends its record
@@ -149,11 +133,15 @@ async fn the_real_control_plane_drives_real_vms_through_the_agent() {
     let (status, body) = sandbox(&cp, &timed).await;
     assert_eq!((status, body["code"].as_str()), (503, Some("UNAVAILABLE")), "the node is cut off: {body}");
     // Meanwhile the second one's VMM dies: the node posts its end, with why.
-    let pids = vmms(&crashed);
+    let pids = live_vmms(&crashed);
     assert_eq!(pids.len(), 1, "one VMM for {crashed}");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pids[0]), nix::sys::signal::Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pids[0]).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
 
-    until("the timed-out sandbox stopped by the stop list", 60, || async { vmms(&timed).is_empty() }).await;
+    until("the timed-out sandbox stopped by the stop list", 60, || async { live_vmms(&timed).is_empty() }).await;
     let gone = http.get(on_node(&timed)).bearer_auth(&credential).send().await.unwrap().status();
     assert_eq!(gone, 404, "the node no longer has it");
     // The server cannot ask the node now: an ended record is all it can answer from.
@@ -177,7 +165,7 @@ async fn the_real_control_plane_drives_real_vms_through_the_agent() {
     agent.await.unwrap().unwrap();
     assert!(ended_with(&cp, &last, "its node shut down").await, "{:?}", sandbox(&cp, &last).await);
     assert_eq!(cp.node(&node_id).await.usage.sandboxes, 0, "the goodbye heartbeat holds nothing");
-    assert!(vmms(&dir.path().to_string_lossy()).is_empty(), "VMMs left behind");
+    assert!(live_vmms(&dir.path().to_string_lossy()).is_empty(), "VMMs left behind");
     let left: Vec<_> = std::fs::read_dir(Path::new(dir.path()).join("sandboxes")).unwrap().flatten().collect();
     assert!(left.is_empty(), "sandbox directories left: {left:?}");
 }

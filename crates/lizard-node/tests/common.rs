@@ -56,25 +56,12 @@ pub fn assert_no_leftovers(data_dir: &Path) {
     let left: Vec<_> =
         std::fs::read_dir(&sandboxes).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
     assert!(left.is_empty(), "sandbox directories left behind: {left:?}");
-    assert_eq!(vmm_processes(data_dir), Vec::<i32>::new(), "VMM processes left behind");
+    assert_eq!(vmm_processes(data_dir), Vec::<u32>::new(), "VMM processes left behind");
 }
 
-/// Pids of live processes whose command line mentions `dir`.
-pub fn vmm_processes(dir: &Path) -> Vec<i32> {
-    let needle = dir.to_string_lossy().into_owned();
-    let mut pids = vec![];
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        let is_zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
-            .unwrap_or(true);
-        if cmd.contains("qemu-system") && cmd.contains(&needle) && !is_zombie {
-            pids.push(pid);
-        }
-    }
-    pids
+/// Pids of live QEMU processes whose command line mentions `dir`.
+pub fn vmm_processes(dir: &Path) -> Vec<u32> {
+    lizard_vmm::census::live_vmms(&dir.to_string_lossy())
 }
 
 pub fn sh(cmd: &str) -> lizard_api::ExecRequest {

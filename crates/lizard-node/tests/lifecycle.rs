@@ -90,7 +90,7 @@ async fn pause_and_resume_keep_processes_files_and_ports() {
         let before = counter(&sbx).await;
         t.node.pause(&sbx.id).await.unwrap();
         assert_eq!(sbx.info().state, SandboxState::Paused);
-        assert_eq!(common::vmm_processes(t.dir.path()), Vec::<i32>::new(), "a paused sandbox has no VMM");
+        assert_eq!(common::vmm_processes(t.dir.path()), Vec::<u32>::new(), "a paused sandbox has no VMM");
         let e = sbx.exec_collect(sh("true")).await.unwrap_err();
         assert_eq!(e.code(), ErrorCode::Conflict, "{e}");
         assert!(e.to_string().contains("paused"), "{e}");
@@ -118,7 +118,7 @@ async fn pause_and_resume_keep_processes_files_and_ports() {
 }
 
 /// CPU time (user + system, in clock ticks) of process `pid` so far.
-fn cpu_ticks(pid: i32) -> u64 {
+fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
@@ -211,13 +211,13 @@ async fn a_paused_sandboxs_vmm_is_kept_a_while_and_a_resume_continues_it() {
     t.node.pause(&sbx.id).await.unwrap();
     assert_eq!(common::vmm_processes(t.dir.path()).len(), 1);
     t.node.kill(&sbx.id).await.unwrap();
-    assert_eq!(common::vmm_processes(t.dir.path()), Vec::<i32>::new());
+    assert_eq!(common::vmm_processes(t.dir.path()), Vec::<u32>::new());
     // And one kept at shutdown ends with the node (its sandbox stays on disk, paused).
     let last = base(&t).await;
     t.node.pause(&last.id).await.unwrap();
     assert_eq!(common::vmm_processes(t.dir.path()).len(), 1);
     t.node.shutdown().await;
-    assert_eq!(common::vmm_processes(t.dir.path()), Vec::<i32>::new(), "a kept VMM outlived the node");
+    assert_eq!(common::vmm_processes(t.dir.path()), Vec::<u32>::new(), "a kept VMM outlived the node");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -129,7 +129,7 @@ async fn prespawned_vmms_serve_the_next_creates() {
     let first = t.node.create(base()).await.unwrap();
     // The first create of the template registers its shelf; two VMMs wait from then on.
     wait_ready(&t.node, 2, Duration::from_secs(60)).await;
-    let waiting: HashSet<i32> =
+    let waiting: HashSet<u32> =
         common::vmm_processes(t.dir.path()).into_iter().filter(|p| *p != pid_of(&first)).collect();
     assert_eq!(waiting.len(), 2);
     for pid in &waiting {
@@ -156,7 +156,7 @@ async fn a_dead_pool_machine_falls_back_to_an_ordinary_restore() {
     let t = common::node_with(|c| c.prespawn = 1).await;
     let first = t.node.create(base()).await.unwrap();
     wait_ready(&t.node, 1, Duration::from_secs(60)).await;
-    let waiting: Vec<i32> = common::vmm_processes(t.dir.path()).into_iter().filter(|p| *p != pid_of(&first)).collect();
+    let waiting: Vec<u32> = common::vmm_processes(t.dir.path()).into_iter().filter(|p| *p != pid_of(&first)).collect();
     assert_eq!(waiting.len(), 1);
     let dead_dir = std::fs::read_dir(t.dir.path().join("sandboxes"))
         .unwrap()
@@ -164,7 +164,11 @@ async fn a_dead_pool_machine_falls_back_to_an_ordinary_restore() {
         .map(|e| e.path())
         .find(|d| !d.ends_with(&first.id))
         .expect("the pool machine's directory");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(waiting[0]), nix::sys::signal::Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(waiting[0]).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
 
     let second = t.node.create(base()).await.unwrap();
     assert_ne!(pid_of(&second), waiting[0]);
@@ -185,20 +189,31 @@ async fn a_claim_gets_the_creates_network_policy() {
     }
     let _warm_up = t.node.create(base()).await.unwrap();
     wait_ready(&t.node, 1, Duration::from_secs(60)).await;
-    let req =
-        CreateSandboxRequest { allow_internet_access: Some(false), allow_out: vec!["192.0.2.0/24".into()], ..base() };
+    let req = CreateSandboxRequest {
+        allow_internet_access: Some(false),
+        allow_out: vec!["192.0.2.0/24".into(), "registry.example".into()],
+        deny_out: vec!["192.0.2.9".into()],
+        ..base()
+    };
     let sbx = t.node.create(req).await.unwrap();
+    assert_eq!(t.node.pool_ready("base"), 0, "the create did not claim the pool's machine");
     let (netns, _) = sbx.network().unwrap();
     let rules = std::process::Command::new("ip")
         .args(["netns", "exec", &netns, "nft", "list", "table", "inet", "lizard"])
         .output()
         .unwrap();
     let rules = String::from_utf8_lossy(&rules.stdout);
-    assert!(rules.contains("192.0.2.0/24"), "the create's allowOut is not in the claimed network's rules:\n{rules}");
+    // The closed table gained the create's policy: its lists (deny before allow), the
+    // redirect of web traffic to the egress proxy for the named domain, no internet.
+    let at = |s: &str| rules.find(s).unwrap_or_else(|| panic!("{s:?} is not in the claimed network's rules:\n{rules}"));
+    assert!(rules.contains("192.0.2.0/24") && rules.contains("192.0.2.9"), "{rules}");
+    assert!(at("@platform_deny drop") < at("@user_deny drop") && at("@user_deny drop") < at("@user_allow accept"));
+    at("dnat ip to 10.0.2.1:15443");
+    assert!(!rules.contains("\t\taccept\n\t}"), "internet is off, yet the forward chain ends in accept:\n{rules}");
     assert_eq!(rules.matches("table inet lizard").count(), 1, "{rules}");
     t.finish().await;
 }
 
-fn pid_of(s: &Sandbox) -> i32 {
-    i32::try_from(s.live().unwrap().vm().pid()).unwrap()
+fn pid_of(s: &Sandbox) -> u32 {
+    s.live().unwrap().vm().pid()
 }

@@ -423,7 +423,7 @@ async fn a_damaged_or_missing_delta_fails_the_resume_and_keeps_the_sandbox() {
         assert!(api.message.contains("saved memory is damaged or missing"), "{what}: {}", api.message);
         assert!(!api.message.contains(dir.to_str().unwrap()), "{what}: a host path in {}", api.message);
         assert_eq!(sbx.info().state, lizard_api::SandboxState::Paused, "{what}");
-        assert_eq!(common::vmm_processes(t.dir.path()), Vec::<i32>::new(), "{what}: a VMM runs on");
+        assert_eq!(common::vmm_processes(t.dir.path()), Vec::<u32>::new(), "{what}: a VMM runs on");
         for f in ["sandbox.json", "devices", "base-memory", "root.qcow2"] {
             assert!(dir.join(f).is_file(), "{what}: {f} is gone");
         }

@@ -18,6 +18,7 @@ use lizard_api::templates::BuildEvent;
 use lizard_api::{CreateSandboxRequest, ErrorCode, ExecRequest, SandboxState};
 use lizard_server::nodes::remote::RemoteNode;
 use lizard_server::nodes::{BuildTemplate, NodeClient};
+use lizard_vmm::census::live_vmms;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -322,24 +323,6 @@ run = "echo step-ran > /opt/step.txt"
     assert!(left.is_empty(), "sandbox directories left: {left:?}");
 }
 
-/// Live QEMU processes whose command line names `dir`.
-fn vmms_under(dir: &std::path::Path) -> usize {
-    let needle = dir.to_string_lossy().into_owned();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter(|e| {
-            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            let zombie = std::fs::read_to_string(e.path().join("stat"))
-                .map(|s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
-                .unwrap_or(true);
-            cmd.contains("qemu-system") && cmd.contains(&needle) && !zombie
-        })
-        .count()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn cancelling_a_remote_build_stops_it_on_the_node() {
     let served = serve_node().await;
@@ -371,7 +354,7 @@ async fn cancelling_a_remote_build_stops_it_on_the_node() {
             break;
         }
     }
-    assert!(vmms_under(served._dir.path()) > 0, "the build VM runs");
+    assert!(!live_vmms(&served._dir.path().to_string_lossy()).is_empty(), "the build VM runs");
     cancel.cancel();
     match task.await.unwrap() {
         Err(lizard_server::nodes::BuildError::Failed(f)) => assert_eq!(f.code, "CANCELLED"),
@@ -379,7 +362,7 @@ async fn cancelling_a_remote_build_stops_it_on_the_node() {
     }
     // The node notices the closed connection and removes what the build made.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while vmms_under(served._dir.path()) > 0
+    while !live_vmms(&served._dir.path().to_string_lossy()).is_empty()
         || std::fs::read_dir(served._dir.path().join("build-blobs")).unwrap().next().is_some()
     {
         assert!(Instant::now() < deadline, "the node's build outlived its cancelled connection");

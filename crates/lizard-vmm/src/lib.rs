@@ -13,6 +13,7 @@
 //! whose other end is the agent's transport (a virtio-serial port under QEMU).
 
 pub mod accel;
+pub mod census;
 mod console;
 pub mod delta;
 pub mod exit_watch;

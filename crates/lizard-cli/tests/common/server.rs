@@ -136,20 +136,7 @@ pub fn names(dir: &Path) -> BTreeSet<String> {
 }
 
 pub fn vmm_processes(data: &Path) -> usize {
-    let needle = data.to_string_lossy().into_owned();
-    let mut n = 0;
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
-            .unwrap_or(true);
-        if cmd.contains("qemu-system") && cmd.contains(&needle) && !zombie {
-            n += 1;
-        }
-    }
-    n
+    lizard_vmm::census::live_vmms(&data.to_string_lossy()).len()
 }
 
 pub fn footprint(data: &Path) -> Footprint {
