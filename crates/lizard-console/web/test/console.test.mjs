@@ -132,11 +132,20 @@ test('every page shows what the API says, and its forms work', async () => {
   assert.match(row, /\$\d/, 'cost so far')
   await shot(page, 'sandboxes')
 
+  // The page's first listing (of /root) answers late, after the one asked for below: the
+  // listing asked for last is the one shown.
+  await page.route(/\/files\/list\?path=%2Froot$/, async (route) => {
+    await new Promise((resolve) => setTimeout(resolve, 1500))
+    await route.continue()
+  }, { times: 1 })
   await page.click(`#sandbox-list a:text("${sbx.sandboxId}")`)
   await page.waitForSelector('#sandbox-facts')
   await page.fill('#file-path', '/root/app')
   await page.click('form:has(#file-path) button')
   await page.waitForSelector('#file-list :text("hello.txt")')
+  await page.waitForTimeout(2000)
+  assert.ok(await page.isVisible('#file-list :text("hello.txt")'), 'the late first listing replaced the one asked for')
+  assert.equal(await page.inputValue('#file-path'), '/root/app')
   const download = page.waitForEvent('download')
   await page.click('#file-list tr:has-text("hello.txt") button')
   const file = await download

@@ -21,9 +21,14 @@ function filesCard(id: string, errors: HTMLElement): HTMLElement {
   const listing = h('div', { id: 'file-list' })
   const path = h('input', { id: 'file-path', value: '/root', style: 'width:320px' }) as HTMLInputElement
   const base = `/v1/sandboxes/${api.enc(id)}/files`
+  // Listings can overlap (the first one still loading when the user lists another
+  // directory): only the latest one asked for is drawn.
+  let latest = 0
   const show = async (dir: string): Promise<void> => {
+    const asked = ++latest
     path.value = dir
     const entries = await api.get(`${base}/list` + api.q({ path: dir }))
+    if (asked !== latest) return
     const parent = dir.replace(/\/[^/]+\/?$/, '') || '/'
     replace(listing, table(['Name', 'Size', 'Modified', ''], [
       ...(dir !== '/' ? [[h('a', { href: '#', onclick: (e: Event) => { e.preventDefault(); void attempt(errors, () => show(parent)) } }, '..'), '', '', '']] : []),
