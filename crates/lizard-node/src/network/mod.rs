@@ -300,7 +300,6 @@ pub struct SandboxNet {
 }
 
 /// The namespace's rules, as [`SandboxNet::set_policy`] finds them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Rules {
     /// The closed table a fresh namespace got, nothing of a policy added (a pool
     /// machine's): a policy is only added to it, which spares the kernel's wait that a

@@ -14,10 +14,11 @@ use std::time::{Duration, Instant, SystemTime};
 /// caught mid-frame: the next connection's hang-up ends it).
 pub(crate) const RESTORED_HANDSHAKE: Duration = Duration::from_secs(2);
 
-/// [`RESTORED_HANDSHAKE`] for a fork's copy, whose stale session the breaker should have
-/// ended (`STALE_SESSION_BREAKER`): short, so that a session it did not end (one caught mid-frame) costs little
-/// before the reconnect that ends it. (When the copy had to outwait it every time, the
-/// first handshake was 50 ms: 200 ms had cost a copy ≈700 ms of retries.)
+/// [`RESTORED_HANDSHAKE`] for a fork's copy, whose stale session the protocol's
+/// `STALE_SESSION_BREAKER` should have ended: short, so that a session it did not end (one
+/// caught mid-frame) costs little before the reconnect that ends it. (When the copy had to
+/// outwait it every time, the first handshake was 50 ms: 200 ms had cost a copy ≈700 ms of
+/// retries.)
 pub(crate) const COPY_HANDSHAKE: Duration = Duration::from_millis(250);
 
 /// How long the first handshake with a cold-booting guest may take before the node
