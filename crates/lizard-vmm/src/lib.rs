@@ -205,9 +205,9 @@ pub trait Backend: Send + Sync {
     /// VM can later be snapshotted without copying memory. It runs when this returns.
     async fn load(&self, config: &VmConfig, state: &Path) -> Result<Box<dyn Vm>>;
     /// Start a VM from a delta save ([`Vm::save_delta`]): `saved.base` mapped
-    /// copy-on-write, the delta's pages written into it and the device state loaded before
-    /// the guest runs. A damaged or missing delta fails here, the VMM killed. It runs when
-    /// this returns, still a copy-on-write clone of `saved.base`.
+    /// copy-on-write, the delta's pages mapped over it (or written into it) and the device
+    /// state loaded before the guest runs. A damaged or missing delta fails here, the VMM
+    /// killed. It runs when this returns, still a copy-on-write clone of `saved.base`.
     async fn restore_delta(&self, config: &VmConfig, saved: &DeltaSnapshot) -> Result<Box<dyn Vm>>;
     /// Take back the running VMM process `pid` of `config`, which an earlier process of
     /// the caller started (a node restart): its control channel is reconnected and its

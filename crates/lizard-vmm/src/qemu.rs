@@ -74,7 +74,7 @@ impl QemuBackend {
             return Err(VmmError::Unconfined(why.clone()));
         }
         let jail = match &self.jail {
-            Some(policy) => Some(policy.enter(config, memory.copy_on_write_base(), &self.binary)?),
+            Some(policy) => Some(policy.enter(config, memory.copy_on_write_base(), memory.delta(), &self.binary)?),
             None => None,
         };
         let args = command_line(config, memory, incoming, self.jail.as_deref());
@@ -104,7 +104,7 @@ impl QemuBackend {
         let jail = jail.map(|(jail, mut setup)| {
             // Opened by the child after it joined the namespace the TAP lives in.
             setup.tap = config.net.as_ref().and_then(|n| crate::jail::child::ifreq_name(&n.tap));
-            cmd.envs(setup.env.iter().map(|(k, v)| (k, v)));
+            cmd.envs(setup.preload.iter().flat_map(|p| p.env.iter().map(|(k, v)| (k, v))));
             // SAFETY: `apply` makes only system calls on data prepared before the fork
             // (see jail::child); it runs after the namespace change registered above.
             unsafe { cmd.pre_exec(move || setup.apply()) };
@@ -189,20 +189,30 @@ pub enum Memory<'a> {
     Own,
     /// A snapshot's memory file, mapped as given.
     Snapshot(&'a Path, MemoryMapping),
-    /// A delta restore's base file, mapped copy-on-write; QEMU starts stopped (`-S`), so
+    /// A delta restore's base file, mapped copy-on-write, and the delta file that a confined
+    /// QEMU maps over it ([`crate::delta`]); QEMU starts stopped (`-S`), so
     /// that the guest runs only once the delta is in, and loads device state saved without
     /// a configuration section (`xen-save-devices-state` writes none). Such a VM is saved
     /// by [`Vm::save_delta`] only: a migration stream it wrote would lack that section too,
     /// and only a `DeltaBase` QEMU could load it.
-    DeltaBase(&'a Path),
+    DeltaBase(&'a Path, Option<std::os::fd::BorrowedFd<'a>>),
 }
 
 impl Memory<'_> {
     /// The file mapped private copy-on-write, if any.
     fn copy_on_write_base(&self) -> Option<&Path> {
         match self {
-            Memory::Snapshot(path, MemoryMapping::CopyOnWrite) | Memory::DeltaBase(path) => Some(path),
+            Memory::Snapshot(path, MemoryMapping::CopyOnWrite) | Memory::DeltaBase(path, _) => Some(path),
             Memory::Own | Memory::Snapshot(_, MemoryMapping::Shared) => None,
+        }
+    }
+
+    /// The delta file the VMM maps over its base, if any.
+    fn delta(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        match self {
+            Memory::DeltaBase(_, delta) => delta.map(|d| d.as_raw_fd()),
+            _ => None,
         }
     }
 }
@@ -216,7 +226,7 @@ pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool, jail:
     let (mem_path, share) = match memory {
         Memory::Own => (config.memory_file(), true),
         Memory::Snapshot(path, MemoryMapping::Shared) => (path.to_path_buf(), true),
-        Memory::Snapshot(path, MemoryMapping::CopyOnWrite) | Memory::DeltaBase(path) => (path.to_path_buf(), false),
+        Memory::Snapshot(path, MemoryMapping::CopyOnWrite) | Memory::DeltaBase(path, _) => (path.to_path_buf(), false),
     };
     let accel = match config.accel {
         Accel::Kvm => "kvm".to_string(),
@@ -285,7 +295,7 @@ pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool, jail:
     if incoming {
         push(&["-incoming", "defer"]);
     }
-    if let Memory::DeltaBase(_) = memory {
+    if let Memory::DeltaBase(..) = memory {
         push(&["-S", "-global", "migration.send-configuration=off"]);
     }
     if confined {
@@ -391,25 +401,37 @@ impl Backend for QemuBackend {
     async fn restore_delta(&self, config: &VmConfig, saved: &DeltaSnapshot) -> Result<Box<dyn Vm>> {
         let t = std::time::Instant::now();
         let len = memory_bytes(config);
-        // The delta is read and checked while QEMU starts: a damaged one never reaches it.
-        let path = saved.delta.clone();
-        let loading = tokio::task::spawn_blocking(move || crate::delta::load(&path, len));
-        let spawned = self.spawn(config, Memory::DeltaBase(&saved.base), true).await;
+        // Opened once: a confined VMM maps the delta's pages from this descriptor, and the
+        // check below reads the same file.
+        let open = |e| crate::delta::DeltaError::Io { context: format!("open {}", saved.delta.display()), source: e };
+        let file = std::fs::File::open(&saved.delta).map_err(open)?;
+        let checked = file.try_clone().map_err(open)?;
+        // The delta is read and checked while QEMU starts: a damaged one never runs.
+        let name = saved.delta.clone();
+        let loading = tokio::task::spawn_blocking(move || crate::delta::load_from(&checked, &name, len));
+        // Only a confined VMM loads the library that maps it; any other gets it written.
+        let mapped_by_vmm = self.jail.is_some().then(|| file.as_fd());
+        let spawned = self.spawn(config, Memory::DeltaBase(&saved.base, mapped_by_vmm), true).await;
         let loaded = loading.await.expect("delta load task panicked");
         let vm = spawned?;
         let ready = t.elapsed();
         let (pid, base) = (vm.pid, saved.base.clone());
         let applied = match loaded {
             Ok(delta) => tokio::task::spawn_blocking(move || {
-                let mapping = crate::delta::find_mapping(pid, &base, len)?;
-                crate::delta::write_into(pid, mapping, &delta).map(|()| delta.pages())
+                let layout = crate::delta::layout(pid, &base, len)?;
+                let mapped = delta.mapped_in(&layout)?;
+                let written = crate::delta::write_into(pid, layout.mapping, &delta, Some(&mapped))?;
+                Ok((delta.pages(), written))
             })
             .await
             .expect("delta write task panicked"),
             Err(e) => Err(e),
         };
+        drop(file);
         match applied {
-            Ok(pages) => tracing::debug!(id = %config.id, pages, ?ready, applied = ?t.elapsed(), "delta applied"),
+            Ok((pages, written)) => {
+                tracing::debug!(id = %config.id, pages, written, ?ready, applied = ?t.elapsed(), "delta applied");
+            }
             Err(e) => {
                 // Part of the delta may be in guest memory: this guest must never run.
                 let _ = vm.kill().await;
@@ -614,9 +636,9 @@ impl Vm for QemuVm {
         let (pid, delta, len) = (self.pid, delta.to_path_buf(), memory_bytes(&self.config));
         let t = std::time::Instant::now();
         let stats = tokio::task::spawn_blocking(move || {
-            let mapping = crate::delta::find_mapping(pid, &base, len)?;
-            let pages = crate::delta::dirty_pages(pid, mapping)?;
-            crate::delta::save(pid, mapping, &pages, &delta)
+            let layout = crate::delta::layout(pid, &base, len)?;
+            let pages = crate::delta::dirty_pages(pid, &layout)?;
+            crate::delta::save(pid, layout.mapping, &pages, &delta)
         })
         .await
         .expect("delta save task panicked")?;
@@ -778,10 +800,10 @@ mod tests {
 
     #[test]
     fn a_delta_restore_starts_stopped_over_its_base() {
-        let a = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory")), true, None).join(" ");
+        let a = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory"), None), true, None).join(" ");
         assert!(a.contains("mem-path=/s/base-memory,share=off"), "{a}");
         assert!(a.ends_with("-incoming defer -S -global migration.send-configuration=off"), "{a}");
-        assert_eq!(Memory::DeltaBase(Path::new("/b")).copy_on_write_base(), Some(Path::new("/b")));
+        assert_eq!(Memory::DeltaBase(Path::new("/b"), None).copy_on_write_base(), Some(Path::new("/b")));
         assert_eq!(Memory::Own.copy_on_write_base(), None);
     }
 
@@ -794,7 +816,7 @@ mod tests {
             Some(&policy()),
         );
         assert_eq!(copy_on_write_base_of(&clone), Some(PathBuf::from("/t/memory")));
-        let delta = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory")), true, None);
+        let delta = command_line(&config(), Memory::DeltaBase(Path::new("/s/base-memory"), None), true, None);
         assert_eq!(copy_on_write_base_of(&delta), Some(PathBuf::from("/s/base-memory")));
         assert_eq!(copy_on_write_base_of(&command_line(&config(), Memory::Own, false, None)), None);
         assert_eq!(copy_on_write_base_of(&["qemu".to_string()]), None);

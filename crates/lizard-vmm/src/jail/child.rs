@@ -18,6 +18,9 @@ pub const CLAIM_FD: RawFd = 101;
 /// The descriptor of the library that lets QEMU map a template's memory read-only
 /// ([`super::preload`]), which the dynamic loader opens as `/proc/self/fd/102`.
 pub const PRELOAD_FD: RawFd = 102;
+/// The descriptor of the memory delta a restore's VMM maps over its base, read-only
+/// ([`crate::delta`]); the preload library closes it once mapped.
+pub const DELTA_FD: RawFd = 103;
 
 /// `IFF_TAP | IFF_NO_PI | IFF_VNET_HDR`: what QEMU itself asks for when it opens a TAP
 /// by name, so that the device (and a snapshot's virtio-net features) stay the same.
@@ -38,17 +41,14 @@ pub struct ChildSetup {
     pub tap: Option<[libc::c_char; libc::IFNAMSIZ]>,
     /// The uid claim's lock file, to be kept open at [`CLAIM_FD`].
     pub claim_fd: RawFd,
-    /// The preload library's memfd, to be kept open at [`PRELOAD_FD`].
-    pub preload_fd: Option<RawFd>,
+    /// The preload library and what it is given, for a VMM that maps a shared memory file.
+    pub preload: Option<super::preload::Preload>,
     pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
     /// The highest capability number this kernel knows.
     pub last_cap: libc::c_ulong,
     /// Directories covered by an empty tmpfs in the VMM's own mount namespace
     /// ([`super::view`]).
     pub hide: Vec<CString>,
-    /// Environment the VMM starts with (set on the command before the fork, not by
-    /// [`ChildSetup::apply`]): the preload library's.
-    pub env: Vec<(String, String)>,
 }
 
 #[repr(C)]
@@ -122,16 +122,20 @@ impl ChildSetup {
         // that placing one cannot overwrite another that happened to sit at its number.
         let above = |fd: RawFd| {
             // SAFETY: duplicates a descriptor this process has; integer arguments only.
-            let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, PRELOAD_FD + 1) };
+            let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, DELTA_FD + 1) };
             check(copy).map(|()| copy)
         };
-        let claim = above(self.claim_fd)?;
-        let preload = self.preload_fd.map(above).transpose()?;
-        // SAFETY: dup2 onto a fixed number below the source; the copy is not close-on-exec.
-        check(unsafe { libc::dup2(claim, CLAIM_FD) })?;
-        if let Some(preload) = preload {
-            // SAFETY: as above.
-            check(unsafe { libc::dup2(preload, PRELOAD_FD) })?;
+        // No allocation here: a fixed array of (copy, fixed number), unused slots -1.
+        let mut kept = [(above(self.claim_fd)?, CLAIM_FD), (-1, PRELOAD_FD), (-1, DELTA_FD)];
+        if let Some(preload) = &self.preload {
+            kept[1].0 = above(preload.library_fd)?;
+            if let Some(delta) = preload.delta_fd {
+                kept[2].0 = above(delta)?;
+            }
+        }
+        for (copy, fixed) in kept.into_iter().filter(|(copy, _)| *copy >= 0) {
+            // SAFETY: dup2 onto a fixed number below the copy; the result is not close-on-exec.
+            check(unsafe { libc::dup2(copy, fixed) })?;
         }
         if let Some(name) = self.tap {
             // SAFETY: a static NUL-terminated path; the descriptor is checked.

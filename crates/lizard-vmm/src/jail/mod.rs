@@ -103,12 +103,14 @@ impl JailPolicy {
     }
 
     /// Confine the VMM of `config`: claim a uid, make its cgroups, hand it its files
-    /// (`shared_memory`: the file it maps copy-on-write, shared with other VMs). The
-    /// returned setup runs in the child; the jail is released when the VMM ends.
+    /// (`shared_memory`: the file it maps copy-on-write, shared with other VMs; `delta`: an
+    /// open memory delta it maps over that, read-only). The returned setup runs in the
+    /// child; the jail is released when the VMM ends.
     pub fn enter(
         &self,
         config: &VmConfig,
         shared_memory: Option<&Path>,
+        delta: Option<std::os::fd::RawFd>,
         binary: &Path,
     ) -> Result<(Jail, child::ChildSetup), JailError> {
         let claim = uids::claim(self.uids, &self.claims_dir)?;
@@ -132,12 +134,12 @@ impl JailPolicy {
             if let Some(memory) = shared_memory {
                 files::share_memory(memory, self.shared_gid)
                     .map_err(|source| JailError::Files { path: memory.to_owned(), source })?;
-                return preload::for_memory(memory).map(Some).map_err(JailError::Preload);
+                return preload::for_memory(memory, delta).map(Some).map_err(JailError::Preload);
             }
             Ok(None)
         })();
-        let (preload_fd, env) = match handed {
-            Ok(preload) => preload.map_or((None, vec![]), |(fd, env)| (Some(fd), env)),
+        let preload = match handed {
+            Ok(preload) => preload,
             Err(e) => {
                 jail.release();
                 return Err(e);
@@ -166,8 +168,7 @@ impl JailPolicy {
             cgroup_procs: jail.cgroup.procs_files(),
             tap: None,
             claim_fd: jail.claim.fd(),
-            preload_fd,
-            env,
+            preload,
             rlimits: vec![
                 (libc::RLIMIT_NOFILE, self.open_files),
                 (libc::RLIMIT_NPROC, u64::from(self.pids)),
