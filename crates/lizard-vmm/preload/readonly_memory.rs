@@ -103,7 +103,9 @@ unsafe fn open_at_cwd(path: *const c_char, flags: c_int, mode: c_uint) -> c_int 
 unsafe fn raw_mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, offset: i64) -> *mut c_void {
     // SAFETY: the system call's own arguments; on failure it returns -1 (MAP_FAILED) and
     // sets errno, as mmap does.
-    unsafe { syscall(SYS_MMAP, addr, len, c_long::from(prot), c_long::from(flags), c_long::from(fd), offset) as *mut c_void }
+    unsafe {
+        syscall(SYS_MMAP, addr, len, c_long::from(prot), c_long::from(flags), c_long::from(fd), offset) as *mut c_void
+    }
 }
 
 /// `mmap` and `mmap64`: as asked; when it is the shared memory file's private mapping and
@@ -112,7 +114,14 @@ unsafe fn raw_mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd:
 ///
 /// # Safety
 /// As `mmap(2)`.
-unsafe fn mmap_with_delta(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, offset: i64) -> *mut c_void {
+unsafe fn mmap_with_delta(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: i64,
+) -> *mut c_void {
     // SAFETY: forwarded as the caller gave them.
     let mapped = unsafe { raw_mmap(addr, len, prot, flags, fd, offset) };
     if mapped as isize == -1 || fd < 0 || flags & MAP_PRIVATE == 0 || offset != 0 {
@@ -264,7 +273,14 @@ unsafe fn map_delta(base: *mut u8, len: usize, prot: c_int, extra: c_int, delta:
 /// # Safety
 /// As `mmap(2)`.
 #[no_mangle]
-pub unsafe extern "C" fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, offset: i64) -> *mut c_void {
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: i64,
+) -> *mut c_void {
     // SAFETY: as the caller's.
     unsafe { mmap_with_delta(addr, len, prot, flags, fd, offset) }
 }
@@ -272,7 +288,14 @@ pub unsafe extern "C" fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags:
 /// # Safety
 /// As `mmap(2)`.
 #[no_mangle]
-pub unsafe extern "C" fn mmap64(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, offset: i64) -> *mut c_void {
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: i64,
+) -> *mut c_void {
     // SAFETY: as the caller's.
     unsafe { mmap_with_delta(addr, len, prot, flags, fd, offset) }
 }
