@@ -272,17 +272,30 @@ fn remote_pid(pid: u32) -> Result<nix::unistd::Pid> {
 
 /// Write the `pages` of `mapping` in process `pid` (stopped: nothing may change them
 /// meanwhile) to a new delta file `out`. The file is written beside it and renamed into
-/// place: a file of that name that a VMM still maps is never changed.
+/// place: a file of that name that a VMM still maps is never changed, and a failed save
+/// leaves nothing behind.
 pub fn save(pid: u32, mapping: Mapping, pages: &[u64], out: &Path) -> Result<DeltaStats> {
+    let mut partial = out.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    let written = write_delta(pid, mapping, pages, &partial).and_then(|stats| {
+        std::fs::rename(&partial, out).map_err(|e| io(format!("rename {} into place", partial.display()), e))?;
+        Ok(stats)
+    });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    written
+}
+
+/// [`save`] into `path`, a new file.
+fn write_delta(pid: u32, mapping: Mapping, pages: &[u64], path: &Path) -> Result<DeltaStats> {
     let remote_pid = remote_pid(pid)?;
     let count = u64::try_from(pages.len()).map_err(|_| DeltaError::BadIndex(u64::MAX))?;
     let data_at = data_offset(count);
     let mut crc = crc32fast::Hasher::new();
     crc.update(&mapping.len.to_le_bytes());
     crc.update(&count.to_le_bytes());
-    let mut partial = out.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = PathBuf::from(partial);
     // Root's alone: a VMM that maps it gets a descriptor, never the path.
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
@@ -290,10 +303,10 @@ pub fn save(pid: u32, mapping: Mapping, pages: &[u64], out: &Path) -> Result<Del
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .open(&partial)
-        .map_err(|e| io(format!("create {}", partial.display()), e))?;
+        .open(path)
+        .map_err(|e| io(format!("create {}", path.display()), e))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
-    let werr = |e| io(format!("write {}", partial.display()), e);
+    let werr = |e| io(format!("write {}", path.display()), e);
     w.write_all(&[0u8; HEADER]).map_err(werr)?;
     for p in pages {
         let b = p.to_le_bytes();
@@ -321,7 +334,6 @@ pub fn save(pid: u32, mapping: Mapping, pages: &[u64], out: &Path) -> Result<Del
     let mut file = w.into_inner().map_err(|e| werr(e.into_error()))?;
     file.seek(SeekFrom::Start(0)).map_err(werr)?;
     file.write_all(&header(mapping.len, count, crc.finalize())).map_err(werr)?;
-    std::fs::rename(&partial, out).map_err(|e| io(format!("rename {} into place", partial.display()), e))?;
     Ok(DeltaStats { pages: count, bytes: data_at + count * PAGE_SIZE })
 }
 
@@ -669,6 +681,17 @@ mod tests {
             overlays: vec![Overlay { first_page: 1, pages: 1, offset: 48, file: this_file }],
         };
         assert!(matches!(delta.mapped_in(&layout), Err(DeltaError::WrongOverlay { page: 1 })));
+    }
+
+    #[test]
+    fn a_save_that_fails_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("delta");
+        // Page 0 of a "memory" at an address this process does not map.
+        let nowhere = Mapping { start: 4096, len: 8 * PAGE_SIZE };
+        assert!(matches!(save(std::process::id(), nowhere, &[0], &file), Err(DeltaError::ProcessMemory { .. })));
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
     }
 
     #[test]
