@@ -108,15 +108,10 @@ pub struct FileId {
 }
 
 impl FileId {
-    /// The identity of an open file.
-    pub fn of(file: &File) -> std::io::Result<FileId> {
+    /// The identity of a file from its metadata.
+    pub fn of(meta: &std::fs::Metadata) -> FileId {
         use std::os::unix::fs::MetadataExt;
-        let meta = file.metadata()?;
-        Ok(FileId {
-            major: nix::sys::stat::major(meta.dev()),
-            minor: nix::sys::stat::minor(meta.dev()),
-            inode: meta.ino(),
-        })
+        FileId { major: nix::sys::stat::major(meta.dev()), minor: nix::sys::stat::minor(meta.dev()), inode: meta.ino() }
     }
 }
 
@@ -416,8 +411,8 @@ pub fn load(delta: &Path, memory: u64) -> Result<LoadedDelta> {
 /// [`load`] the delta file `delta` that `file` has open.
 pub fn load_from(file: &File, delta: &Path, memory: u64) -> Result<LoadedDelta> {
     let rerr = |e| io(format!("read {}", delta.display()), e);
-    let len = file.metadata().map_err(rerr)?.len();
-    let id = FileId::of(file).map_err(rerr)?;
+    let meta = file.metadata().map_err(rerr)?;
+    let (len, id) = (meta.len(), FileId::of(&meta));
     if len < HEADER_LEN {
         return Err(DeltaError::Length { expected: HEADER_LEN, found: len });
     }
@@ -675,7 +670,7 @@ mod tests {
         assert_eq!(dst[PAGE..2 * PAGE], src[PAGE..2 * PAGE]);
         assert_eq!(dst[6 * PAGE..7 * PAGE], src[6 * PAGE..7 * PAGE]);
         // Its pages are not page-aligned in the file: nothing of it may be mapped.
-        let this_file = FileId::of(&File::open(&file).unwrap()).unwrap();
+        let this_file = FileId::of(&std::fs::metadata(&file).unwrap());
         let layout = Layout {
             mapping: mapping_of(&dst),
             overlays: vec![Overlay { first_page: 1, pages: 1, offset: 48, file: this_file }],
