@@ -55,6 +55,23 @@ async fn exit_code(frames: &mut ProcessFrames) -> i32 {
     .unwrap()
 }
 
+/// Poll (bounded) until the command lines of session `sid`'s processes satisfy `done`: a
+/// keystroke must not race the shell starting or ending the job it is meant for.
+async fn wait_for_session(client: &lizard_agent_client::AgentClient, sid: u32, done: impl Fn(&str) -> bool) {
+    let ps = || lizard_agent_client::ExecRequest { cmd: Some(format!("ps -o args= -s {sid}")), ..Default::default() };
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let out = client.exec_collect(ps()).await.unwrap();
+            if done(&String::from_utf8_lossy(&out.stdout)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("session {sid} never reached the awaited state"));
+}
+
 #[tokio::test]
 async fn a_process_outlives_its_session_and_a_new_session_reattaches() {
     let agent = Agent::start();
@@ -131,18 +148,20 @@ async fn a_pty_is_a_terminal_with_a_size_and_job_control() {
     client.process_stdin(info.pid, "sleep 100 &\njobs\n".into()).await.unwrap();
     read_until(&mut pty, |t| t.contains("Running") && t.contains("sleep 100")).await;
     client.process_stdin(info.pid, "sleep 50\n".into()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_session(&client, info.pid, |args| args.contains("sleep 50")).await;
     // ^C flushes the terminal's input queue: what follows is typed after it.
     client.process_stdin(info.pid, "\x03".into()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_session(&client, info.pid, |args| !args.contains("sleep 50")).await;
     client.process_stdin(info.pid, "echo interrupted $?\n".into()).await.unwrap();
     read_until(&mut pty, |t| t.contains("interrupted 130")).await;
     client.process_stdin(info.pid, "jobs\n".into()).await.unwrap();
     read_until(&mut pty, |t| t.contains("Running") && t.contains("sleep 100")).await;
     // A full-screen program draws on it: `top` clears the screen and positions its cursor.
-    client.process_stdin(info.pid, "top -n 1\n".into()).await.unwrap();
-    // The screen arrives in pieces: wait for its header and its process table.
-    let screen = read_until(&mut pty, |t| t.contains("load average") && t.contains("PID")).await;
+    // Wait for the shell again before typing on: keys typed while `top` runs are its commands.
+    // The marker is computed so the terminal's echo of the typed line does not match it.
+    client.process_stdin(info.pid, "top -n 1; echo top-$((40+2))\n".into()).await.unwrap();
+    let screen = read_until(&mut pty, |t| t.contains("top-42")).await;
+    assert!(screen.contains("load average") && screen.contains("PID"), "{screen:?}");
     assert!(screen.contains("\x1b[H"), "the cursor is sent home: {screen:?}");
     client.process_stdin(info.pid, "kill %1; exit 6\n".into()).await.unwrap();
     assert_eq!(exit_code(&mut pty).await, 6);
