@@ -626,3 +626,66 @@ async fn a_network_released_on_a_runtime_worker_is_gone_at_once_and_stalls_nothi
     assert!(turns_during_releases > 0, "the runtime's other task never ran while networks were removed");
     drop_host_rules(&link_prefix);
 }
+
+/// Set in the re-executed copy of [`a_namespace_pin_survives_ip_netns_add_on_the_host`].
+const PRIVATE_MOUNTS: &str = "LIZARD_TEST_IN_PRIVATE_MOUNTS";
+
+/// A host where nothing has run `ip netns add` yet has a plain /run/netns. The first
+/// `ip netns add` after a node pinned namespaces there (an operator's, another tool's)
+/// must not hide those pins: a hidden pin keeps its file busy after the release, and its
+/// slot could never be used again. Needs /run/netns plain, so the test runs itself again
+/// in a mount namespace of its own (`unshare --mount`), where it unmounts what the host
+/// has on /run/netns; the host's mounts are untouched.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_namespace_pin_survives_ip_netns_add_on_the_host() {
+    if std::env::var_os(PRIVATE_MOUNTS).is_none() {
+        let exe = std::env::current_exe().unwrap();
+        let out = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--"])
+            .arg(exe)
+            .args(["a_namespace_pin_survives_ip_netns_add_on_the_host", "--exact", "--nocapture"])
+            .env(PRIVATE_MOUNTS, "1")
+            .output()
+            .unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "the copy in its own mount namespace failed:\n{said}");
+        assert!(said.contains("1 passed"), "the copy ran no test:\n{said}");
+        return;
+    }
+    let netns_dir = std::path::Path::new("/run/netns");
+    let mounted_on = |dir: &std::path::Path| {
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        info.lines().any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
+    };
+    for _ in 0..16 {
+        if !mounted_on(netns_dir) {
+            break;
+        }
+        nix::mount::umount2(netns_dir, nix::mount::MntFlags::MNT_DETACH).unwrap();
+    }
+    assert!(!mounted_on(netns_dir), "/run/netns is still a mount point");
+
+    let state = tempfile::tempdir().unwrap();
+    let mut config = NetworkConfig { state_dir: state.path().to_path_buf(), ..Default::default() };
+    own_prefixes(&mut config);
+    let link_prefix = config.link_prefix.clone();
+    let other = format!("{}other", config.netns_prefix);
+    let net = lizard_node::network::Network::start(config).await.unwrap();
+    let sbx = net.attach(&lizard_api::network::ParsedPolicy::default()).await.unwrap();
+    let pin = netns_dir.join(sbx.netns_name());
+    let is_namespace = |p: &std::path::Path| {
+        nix::sys::statfs::statfs(p).is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::NSFS_MAGIC)
+    };
+    assert!(is_namespace(&pin), "{} is no namespace", pin.display());
+    // What an operator may run beside the node: a namespace of this test's own.
+    ip(&format!("netns add {other}"));
+    let still_visible = is_namespace(&pin);
+    ip(&format!("netns del {other}"));
+    assert!(still_visible, "`ip netns add` hid the sandbox's namespace at {}", pin.display());
+    sbx.release();
+    assert!(!pin.exists(), "{} outlived its release", pin.display());
+    // Later networks still get made (nothing of the first blocks its slot).
+    let again = net.attach(&lizard_api::network::ParsedPolicy::default()).await.unwrap();
+    again.release();
+    drop_host_rules(&link_prefix);
+}

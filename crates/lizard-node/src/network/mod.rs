@@ -227,17 +227,34 @@ impl Network {
     /// Make a sandbox's network, with `policy`, ready for a VM to attach to.
     pub async fn attach(&self, policy: &ParsedPolicy) -> Result<SandboxNet> {
         let start = std::time::Instant::now();
-        let (slot, lock) = self.slots.allocate()?;
-        if self.names.leftovers(slot) {
-            let names = self.names.clone();
-            tokio::task::spawn_blocking(move || names.teardown(slot)).await.expect("network teardown panicked");
-        }
+        let (slot, lock) = self.free_slot().await?;
         // From here on, dropping `net` undoes whatever part was made.
         let rules = if firewall::policy_additions(policy).is_empty() { Rules::Closed } else { Rules::Replaceable };
         let mut net = self.sandbox_net(slot, Some(lock), policy, rules);
         net.relay = Some(self.build(slot, policy, net.policy.clone()).await?);
         tracing::debug!(slot, took = ?start.elapsed(), "sandbox network ready");
         Ok(net)
+    }
+
+    /// A slot with nothing of an earlier network left: what a dead node process left is
+    /// removed first; a slot whose leftovers cannot be removed (a namespace pin hidden
+    /// under a later mount of /run/netns keeps its file busy) is passed over, with a
+    /// warning for the operator, rather than failing the create.
+    async fn free_slot(&self) -> Result<(u32, SlotLock)> {
+        const TRIES: usize = 8;
+        for _ in 0..TRIES {
+            let (slot, lock) = self.slots.allocate()?;
+            if !self.names.leftovers(slot) {
+                return Ok((slot, lock));
+            }
+            let names = self.names.clone();
+            tokio::task::spawn_blocking(move || names.teardown(slot)).await.expect("network teardown panicked");
+            if !self.names.leftovers(slot) {
+                return Ok((slot, lock));
+            }
+            tracing::warn!(slot, "passing over a slot whose earlier network cannot be removed");
+        }
+        Err(NetError::Exhausted)
     }
 
     /// Links and addresses, then the namespace's firewall, then the DNS relay and the

@@ -173,6 +173,7 @@ fn new_namespace(path: &Path, runtime: &tokio::runtime::Handle) -> Result<(Owned
 fn pin(path: &Path) -> Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(io_err(format!("create {}", dir.display())))?;
+        share_dir(dir)?;
     }
     std::fs::OpenOptions::new()
         .write(true)
@@ -191,6 +192,30 @@ fn pin(path: &Path) -> Result<()> {
         return Err(io_err(format!("bind the namespace to {}", path.display()))(e.into()));
     }
     Ok(())
+}
+
+/// Make `dir` a shared mount point of its own, as `ip netns add` does before its first pin.
+/// A pin made while `dir` is a plain directory is hidden by the first `ip netns add` after
+/// it (an operator's, another tool's): that bind-mounts `dir` over itself, with a copy of
+/// every pin in it, so unpinning removes only the copy and the original keeps the file
+/// busy forever. Once `dir` is a mount point, `ip netns add` only marks it shared again.
+/// One at a time: two concurrent first pins would stack two layers, the second hiding the
+/// first's pin in the same way.
+fn share_dir(dir: &Path) -> Result<()> {
+    use nix::mount::{mount, MsFlags};
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let shared = || mount(None::<&str>, dir, None::<&str>, MsFlags::MS_SHARED | MsFlags::MS_REC, None::<&str>);
+    let what = || format!("make {} a shared mount point", dir.display());
+    match shared() {
+        // Not a mount point yet.
+        Err(nix::errno::Errno::EINVAL) => {
+            mount(Some(dir), dir, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
+                .map_err(|e| io_err(what())(e.into()))?;
+            shared().map_err(|e| io_err(what())(e.into()))
+        }
+        r => r.map_err(|e| io_err(what())(e.into())),
+    }
 }
 
 /// Unpin the namespace at `path` and remove its file (the namespace ends with its last
