@@ -627,36 +627,28 @@ async fn a_network_released_on_a_runtime_worker_is_gone_at_once_and_stalls_nothi
     drop_host_rules(&link_prefix);
 }
 
-/// Set in the re-executed copy of [`a_namespace_pin_survives_ip_netns_add_on_the_host`].
+/// Set in a test's copy re-executed by [`in_own_mount_namespace`].
 const PRIVATE_MOUNTS: &str = "LIZARD_TEST_IN_PRIVATE_MOUNTS";
 
-/// A host where nothing has run `ip netns add` yet has a plain /run/netns. The first
-/// `ip netns add` after a node pinned namespaces there (an operator's, another tool's)
-/// must not hide those pins: a hidden pin keeps its file busy after the release, and its
-/// slot could never be used again. Needs /run/netns plain, so the test runs itself again
-/// in a mount namespace of its own (`unshare --mount`), where it unmounts what the host
-/// has on /run/netns; the host's mounts are untouched.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_namespace_pin_survives_ip_netns_add_on_the_host() {
+/// False: this process ran test `name` again in a mount namespace of its own (`unshare
+/// --mount`, nothing propagated back to the host) and checked that it passed. True: this
+/// is that copy, with /run/netns made a plain directory again (the host's mounts on it
+/// unmounted here only), as on a host where nothing has run `ip netns add` yet.
+fn in_own_mount_namespace(name: &str) -> bool {
+    let netns_dir = std::path::Path::new("/run/netns");
     if std::env::var_os(PRIVATE_MOUNTS).is_none() {
-        let exe = std::env::current_exe().unwrap();
         let out = Command::new("unshare")
             .args(["--mount", "--propagation", "private", "--"])
-            .arg(exe)
-            .args(["a_namespace_pin_survives_ip_netns_add_on_the_host", "--exact", "--nocapture"])
+            .arg(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture"])
             .env(PRIVATE_MOUNTS, "1")
             .output()
             .unwrap();
         let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success(), "the copy in its own mount namespace failed:\n{said}");
         assert!(said.contains("1 passed"), "the copy ran no test:\n{said}");
-        return;
+        return false;
     }
-    let netns_dir = std::path::Path::new("/run/netns");
-    let mounted_on = |dir: &std::path::Path| {
-        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        info.lines().any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
-    };
     for _ in 0..16 {
         if !mounted_on(netns_dir) {
             break;
@@ -664,7 +656,29 @@ async fn a_namespace_pin_survives_ip_netns_add_on_the_host() {
         nix::mount::umount2(netns_dir, nix::mount::MntFlags::MNT_DETACH).unwrap();
     }
     assert!(!mounted_on(netns_dir), "/run/netns is still a mount point");
+    std::fs::create_dir_all(netns_dir).unwrap();
+    true
+}
 
+/// Something is mounted on `dir` in this mount namespace.
+fn mounted_on(dir: &std::path::Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines().any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
+}
+
+fn is_namespace(p: &std::path::Path) -> bool {
+    nix::sys::statfs::statfs(p).is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::NSFS_MAGIC)
+}
+
+/// The first `ip netns add` after a node pinned namespaces in a plain /run/netns (an
+/// operator's, another tool's) must not hide those pins: a hidden pin keeps its file busy
+/// after the release, and its slot could never be used again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_namespace_pin_survives_ip_netns_add_on_the_host() {
+    if !in_own_mount_namespace("a_namespace_pin_survives_ip_netns_add_on_the_host") {
+        return;
+    }
+    let netns_dir = std::path::Path::new("/run/netns");
     let state = tempfile::tempdir().unwrap();
     let mut config = NetworkConfig { state_dir: state.path().to_path_buf(), ..Default::default() };
     own_prefixes(&mut config);
@@ -673,9 +687,6 @@ async fn a_namespace_pin_survives_ip_netns_add_on_the_host() {
     let net = lizard_node::network::Network::start(config).await.unwrap();
     let sbx = net.attach(&lizard_api::network::ParsedPolicy::default()).await.unwrap();
     let pin = netns_dir.join(sbx.netns_name());
-    let is_namespace = |p: &std::path::Path| {
-        nix::sys::statfs::statfs(p).is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::NSFS_MAGIC)
-    };
     assert!(is_namespace(&pin), "{} is no namespace", pin.display());
     // What an operator may run beside the node: a namespace of this test's own.
     ip(&format!("netns add {other}"));
@@ -684,8 +695,59 @@ async fn a_namespace_pin_survives_ip_netns_add_on_the_host() {
     assert!(still_visible, "`ip netns add` hid the sandbox's namespace at {}", pin.display());
     sbx.release();
     assert!(!pin.exists(), "{} outlived its release", pin.display());
-    // Later networks still get made (nothing of the first blocks its slot).
-    let again = net.attach(&lizard_api::network::ParsedPolicy::default()).await.unwrap();
-    again.release();
     drop_host_rules(&link_prefix);
+}
+
+/// A slot whose earlier namespace cannot be removed (its pin hidden under a later mount
+/// of /run/netns, as before the fix above) is passed over: a create gets another slot,
+/// and only when every slot is stuck does it fail, with the pool exhausted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slot_whose_leftovers_cannot_be_removed_is_passed_over() {
+    if !in_own_mount_namespace("a_slot_whose_leftovers_cannot_be_removed_is_passed_over") {
+        return;
+    }
+    let netns_dir = std::path::Path::new("/run/netns");
+    let state = tempfile::tempdir().unwrap();
+    // Four slots (a /28 of /30s), in a pool of this test's own.
+    let mut config = NetworkConfig {
+        state_dir: state.path().to_path_buf(),
+        pool: Ipv4Addr::new(10, 201, 77, 0),
+        pool_prefix: 28,
+        ..Default::default()
+    };
+    own_prefixes(&mut config);
+    let (link_prefix, netns_prefix) = (config.link_prefix.clone(), config.netns_prefix.clone());
+    let bind = |from: &str, to: &std::path::Path| {
+        nix::mount::mount(Some(from), to, None::<&str>, nix::mount::MsFlags::MS_BIND, None::<&str>).unwrap();
+    };
+    let stick = |slots: &[u32]| {
+        for slot in slots {
+            let pin = netns_dir.join(format!("{netns_prefix}{slot}"));
+            std::fs::File::create(&pin).unwrap();
+            bind("/proc/self/ns/net", &pin);
+        }
+        // The directory mounted over itself, not recursively: those pins are hidden and
+        // their files busy.
+        bind("/run/netns", netns_dir);
+    };
+    stick(&[0, 1, 3]);
+    let net = lizard_node::network::Network::start(config).await.unwrap();
+    let sbx = net.attach(&lizard_api::network::ParsedPolicy::default()).await.unwrap();
+    let got = sbx.netns_name();
+    sbx.release();
+    stick(&[2]);
+    let all_stuck = net.attach(&lizard_api::network::ParsedPolicy::default()).await.err();
+    drop_host_rules(&link_prefix);
+    // The files are the host's too (only the mounts are this namespace's): uncover the
+    // pins, unmount them and remove the files before asserting.
+    while mounted_on(netns_dir) {
+        nix::mount::umount2(netns_dir, nix::mount::MntFlags::MNT_DETACH).unwrap();
+    }
+    for slot in 0..4 {
+        let pin = netns_dir.join(format!("{netns_prefix}{slot}"));
+        let _ = nix::mount::umount2(&pin, nix::mount::MntFlags::MNT_DETACH);
+        let _ = std::fs::remove_file(&pin);
+    }
+    assert_eq!(got, format!("{netns_prefix}2"), "the only slot left");
+    assert!(matches!(all_stuck, Some(lizard_node::network::NetError::Exhausted)), "{all_stuck:?}");
 }
