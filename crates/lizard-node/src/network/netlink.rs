@@ -4,7 +4,8 @@
 //! Making slot S's namespace:
 //!
 //! 1. a thread of its own `unshare`s a new network namespace, pins it by bind-mounting
-//!    `/proc/thread-self/ns/net` on `/run/netns/<name>` (what `ip netns add` does), sets
+//!    `/proc/thread-self/ns/net` on `/run/netns/<name>` (what `ip netns add` does, in a
+//!    `/run/netns` made a shared mount point of its own first, as it does too), sets
 //!    its sysctls, makes the VM's persistent TAP device there (TUNSETIFF + TUNSETPERSIST:
 //!    the kernel makes TAPs only through ioctls) and opens a netlink socket that stays
 //!    bound to the namespace after the thread ends;
