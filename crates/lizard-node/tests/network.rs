@@ -33,6 +33,15 @@ fn own_prefixes(c: &mut NetworkConfig) {
     c.link_prefix = format!("lzt{tag}");
 }
 
+/// A network configuration of the test's own: its prefixes, and slot locks in a directory
+/// that lives as long as the returned guard.
+fn own_config() -> (NetworkConfig, tempfile::TempDir) {
+    let state = tempfile::tempdir().unwrap();
+    let mut config = NetworkConfig { state_dir: state.path().to_path_buf(), ..Default::default() };
+    own_prefixes(&mut config);
+    (config, state)
+}
+
 /// A node whose networks carry prefixes of their own.
 struct NetNode {
     t: common::TestNode,
@@ -515,9 +524,7 @@ fn guest_reaches(guest_ns: &str, addr: Ipv4Addr, token: &str) -> bool {
 async fn set_policy_replaces_a_live_sandboxs_rules() {
     use lizard_agent_proto::net::{GATEWAY, GUEST_ADDR, PREFIX_LEN};
     use lizard_api::network::ParsedPolicy;
-    let state = tempfile::tempdir().unwrap();
-    let mut config = NetworkConfig { state_dir: state.path().to_path_buf(), ..Default::default() };
-    own_prefixes(&mut config);
+    let (config, _state) = own_config();
     let link_prefix = config.link_prefix.clone();
     let net = lizard_node::network::Network::start(config).await.unwrap();
     let token = format!("lizard-policy-{}", rand::random::<u64>());
@@ -589,9 +596,7 @@ async fn set_policy_replaces_a_live_sandboxs_rules() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_network_released_on_a_runtime_worker_is_gone_at_once_and_stalls_nothing() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let state = tempfile::tempdir().unwrap();
-    let mut config = NetworkConfig { state_dir: state.path().to_path_buf(), ..Default::default() };
-    own_prefixes(&mut config);
+    let (config, _state) = own_config();
     let link_prefix = config.link_prefix.clone();
     let net = lizard_node::network::Network::start(config).await.unwrap();
     let mut turns_during_releases = 0;
@@ -679,9 +684,7 @@ async fn a_namespace_pin_survives_ip_netns_add_on_the_host() {
         return;
     }
     let netns_dir = std::path::Path::new("/run/netns");
-    let state = tempfile::tempdir().unwrap();
-    let mut config = NetworkConfig { state_dir: state.path().to_path_buf(), ..Default::default() };
-    own_prefixes(&mut config);
+    let (config, _state) = own_config();
     let link_prefix = config.link_prefix.clone();
     let other = format!("{}other", config.netns_prefix);
     let net = lizard_node::network::Network::start(config).await.unwrap();
@@ -707,15 +710,9 @@ async fn a_slot_whose_leftovers_cannot_be_removed_is_passed_over() {
         return;
     }
     let netns_dir = std::path::Path::new("/run/netns");
-    let state = tempfile::tempdir().unwrap();
+    let (mut config, _state) = own_config();
     // Four slots (a /28 of /30s), in a pool of this test's own.
-    let mut config = NetworkConfig {
-        state_dir: state.path().to_path_buf(),
-        pool: Ipv4Addr::new(10, 201, 77, 0),
-        pool_prefix: 28,
-        ..Default::default()
-    };
-    own_prefixes(&mut config);
+    (config.pool, config.pool_prefix) = (Ipv4Addr::new(10, 201, 77, 0), 28);
     let (link_prefix, netns_prefix) = (config.link_prefix.clone(), config.netns_prefix.clone());
     let bind = |from: &str, to: &std::path::Path| {
         nix::mount::mount(Some(from), to, None::<&str>, nix::mount::MsFlags::MS_BIND, None::<&str>).unwrap();

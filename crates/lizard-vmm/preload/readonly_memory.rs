@@ -108,13 +108,13 @@ unsafe fn raw_mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd:
     }
 }
 
-/// `mmap` and `mmap64`: as asked; when it is the shared memory file's private mapping and
-/// a delta was handed over, the delta's pages mapped over it (once, for the first such
-/// mapping).
+/// As asked; when it is the shared memory file's private mapping and a delta was handed
+/// over, the delta's pages mapped over it (once, for the first such mapping).
 ///
 /// # Safety
 /// As `mmap(2)`.
-unsafe fn mmap_with_delta(
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
     addr: *mut c_void,
     len: usize,
     prot: c_int,
@@ -270,21 +270,8 @@ unsafe fn map_delta(base: *mut u8, len: usize, prot: c_int, extra: c_int, delta:
     }
 }
 
-/// # Safety
-/// As `mmap(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn mmap(
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    offset: i64,
-) -> *mut c_void {
-    // SAFETY: as the caller's.
-    unsafe { mmap_with_delta(addr, len, prot, flags, fd, offset) }
-}
-
+/// [`mmap`] under its large-file name (the same call on 64-bit).
+///
 /// # Safety
 /// As `mmap(2)`.
 #[no_mangle]
@@ -297,7 +284,7 @@ pub unsafe extern "C" fn mmap64(
     offset: i64,
 ) -> *mut c_void {
     // SAFETY: as the caller's.
-    unsafe { mmap_with_delta(addr, len, prot, flags, fd, offset) }
+    unsafe { mmap(addr, len, prot, flags, fd, offset) }
 }
 
 /// # Safety

@@ -13,6 +13,8 @@ use std::time::Duration;
 /// Namespaces are `lizard-<slot>`, host links `lzv<slot>` (by default).
 pub const NETNS_PREFIX: &str = "lizard-";
 pub const HOST_IF_PREFIX: &str = "lzv";
+/// Where namespaces are pinned (as `ip netns` does).
+pub(super) const NETNS_DIR: &str = "/run/netns";
 /// Interface names hold 15 bytes; a slot takes up to 5 digits.
 pub(super) const MAX_LINK_PREFIX: usize = 10;
 /// The namespace side of the veth pair and the VM's TAP device, inside the namespace.
@@ -76,7 +78,7 @@ impl Slots {
     /// node's).
     pub fn sweep(&self, names: &Names) {
         let mut slots = std::collections::BTreeSet::new();
-        for (dir, prefix) in [("/run/netns", &names.netns_prefix), ("/sys/class/net", &names.link_prefix)] {
+        for (dir, prefix) in [(NETNS_DIR, &names.netns_prefix), ("/sys/class/net", &names.link_prefix)] {
             let Ok(entries) = std::fs::read_dir(dir) else { continue };
             for e in entries.flatten() {
                 if let Some(s) =
@@ -143,7 +145,7 @@ impl Names {
     }
 
     pub fn netns_path(&self, slot: u32) -> PathBuf {
-        Path::new("/run/netns").join(self.netns(slot))
+        Path::new(NETNS_DIR).join(self.netns(slot))
     }
 
     pub fn link(&self, slot: u32) -> String {

@@ -145,6 +145,7 @@ impl Network {
             return Err(NetError::BadPrefixes);
         }
         std::fs::create_dir_all(&config.state_dir).map_err(io_err(format!("create {}", config.state_dir.display())))?;
+        netlink::share_dir(std::path::Path::new(links::NETNS_DIR))?;
         let resolvers = dns::resolvers(&config.resolvers);
         if resolvers.is_empty() {
             tracing::warn!("no DNS resolvers on the host: guests will not resolve names");

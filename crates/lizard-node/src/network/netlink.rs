@@ -5,7 +5,7 @@
 //!
 //! 1. a thread of its own `unshare`s a new network namespace, pins it by bind-mounting
 //!    `/proc/thread-self/ns/net` on `/run/netns/<name>` (what `ip netns add` does, in a
-//!    `/run/netns` made a shared mount point of its own first, as it does too), sets
+//!    `/run/netns` made a shared mount point of its own at start, [`share_dir`]), sets
 //!    its sysctls, makes the VM's persistent TAP device there (TUNSETIFF + TUNSETPERSIST:
 //!    the kernel makes TAPs only through ioctls) and opens a netlink socket that stays
 //!    bound to the namespace after the thread ends;
@@ -174,7 +174,6 @@ fn new_namespace(path: &Path, runtime: &tokio::runtime::Handle) -> Result<(Owned
 fn pin(path: &Path) -> Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(io_err(format!("create {}", dir.display())))?;
-        share_dir(dir)?;
     }
     std::fs::OpenOptions::new()
         .write(true)
@@ -195,17 +194,18 @@ fn pin(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Make `dir` a shared mount point of its own, as `ip netns add` does before its first pin.
-/// A pin made while `dir` is a plain directory is hidden by the first `ip netns add` after
-/// it (an operator's, another tool's): that bind-mounts `dir` over itself, with a copy of
-/// every pin in it, so unpinning removes only the copy and the original keeps the file
-/// busy forever. Once `dir` is a mount point, `ip netns add` only marks it shared again.
-/// One at a time: two concurrent first pins would stack two layers, the second hiding the
-/// first's pin in the same way.
-fn share_dir(dir: &Path) -> Result<()> {
+/// Make `dir` (created if need be) a shared mount point of its own, as `ip netns add` does
+/// before its first pin; once, when the node's networking starts, before any pin. A pin
+/// made while `dir` is a plain directory is hidden by the first `ip netns add` after it (an
+/// operator's, another tool's): that bind-mounts `dir` over itself, with a copy of every
+/// pin in it, so unpinning removes only the copy and the original keeps the file busy
+/// forever. Once `dir` is a mount point, `ip netns add` only marks it shared again. One at
+/// a time: two networks of one process starting together would stack two layers.
+pub(super) fn share_dir(dir: &Path) -> Result<()> {
     use nix::mount::{mount, MsFlags};
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    std::fs::create_dir_all(dir).map_err(io_err(format!("create {}", dir.display())))?;
     let shared = || mount(None::<&str>, dir, None::<&str>, MsFlags::MS_SHARED | MsFlags::MS_REC, None::<&str>);
     let what = || format!("make {} a shared mount point", dir.display());
     match shared() {
