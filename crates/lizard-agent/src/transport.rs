@@ -49,6 +49,15 @@ impl TransportError {
 }
 
 /// A non-blocking file descriptor (serial port, vsock connection) as a tokio stream.
+///
+/// Once the port hung up, tokio reports it ready for good (a closed state is final to
+/// it), so "would block" after that must end the stream rather than wait again: waiting
+/// would return at once, and the loop would spin without ever yielding — in a 1-vCPU
+/// guest, on the runtime's only worker, stalling every other task of the agent. It
+/// happens when a host drops its connection and another connects before the session
+/// noticed (a fork's copy whose first handshake took longer than the node waited): the
+/// port reads "would block" rather than end of stream, and the new host's connection
+/// needs a session of its own anyway.
 pub struct FdStream(AsyncFd<OwnedFd>);
 
 impl FdStream {
@@ -69,6 +78,7 @@ impl AsyncRead for FdStream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         loop {
             let mut guard = ready!(self.0.poll_read_ready(cx))?;
+            let hung_up_since = guard.ready().is_read_closed();
             let unfilled = buf.initialize_unfilled();
             match guard.try_io(|fd| read_available(fd.as_raw_fd(), unfilled)) {
                 Ok(Ok(n)) => {
@@ -76,6 +86,8 @@ impl AsyncRead for FdStream {
                     return Poll::Ready(Ok(()));
                 }
                 Ok(Err(e)) => return Poll::Ready(Err(e)),
+                // See [`FdStream`]: the host this session served is gone. End of stream.
+                Err(_would_block) if hung_up_since => return Poll::Ready(Ok(())),
                 Err(_would_block) => continue,
             }
         }
@@ -86,12 +98,14 @@ impl AsyncWrite for FdStream {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         loop {
             let mut guard = ready!(self.0.poll_write_ready(cx))?;
+            let hung_up_since = guard.ready().is_write_closed();
             match guard.try_io(|fd| nix::unistd::write(fd.get_ref().as_fd(), buf).map_err(io::Error::from)) {
                 Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Ok(result) => return Poll::Ready(result),
                 // A virtio-serial port whose host went away reports "would block" on write
-                // for good, and no writability event will ever follow: end the stream.
-                Err(_would_block) if hung_up(self.0.get_ref()) => {
+                // for good, and no writability event will ever follow; one whose host
+                // came back belongs to a new session (see [`FdStream`]): end the stream.
+                Err(_would_block) if hung_up_since || hung_up(self.0.get_ref()) => {
                     return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
                 }
                 Err(_would_block) => continue,
@@ -313,6 +327,52 @@ mod tests {
         nix::unistd::write(&host, b"x").unwrap();
         let port = tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("not woken").unwrap();
         assert!(!hung_up(&port));
+    }
+
+    /// A host that left and another that connected before the session read again (a
+    /// FIFO again: a new writer clears POLLHUP, and its reader then reads "would block").
+    /// The session's stream must end, not spin: the read runs on a runtime of its own
+    /// thread, since a spinning read never lets a timer of its runtime fire.
+    #[test]
+    fn a_stream_whose_host_left_and_another_came_ends_instead_of_spinning() {
+        use nix::fcntl::OFlag;
+        use tokio::io::AsyncReadExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("port");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let open = move |flags| {
+            let fd = nix::fcntl::open(&fifo, flags | OFlag::O_NONBLOCK, nix::sys::stat::Mode::empty()).unwrap();
+            // SAFETY: open just returned this descriptor; nothing else owns it.
+            unsafe { OwnedFd::from_raw_fd(fd) }
+        };
+        let port = open(OFlag::O_RDONLY);
+        let first_host = open(OFlag::O_WRONLY);
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let (left_tx, left) = tokio::sync::oneshot::channel::<()>();
+        let (back_tx, back) = std::sync::mpsc::channel::<()>();
+        let session = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                let mut stream = FdStream::new(port).unwrap();
+                nix::unistd::write(&first_host, b"x").unwrap();
+                let mut byte = [0u8; 1];
+                assert_eq!(stream.read(&mut byte).await.unwrap(), 1);
+                drop(first_host);
+                // The reactor takes in the hang-up while the session does something else.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let _ = left_tx.send(());
+                back.recv().unwrap();
+                let _ = done_tx.send(stream.read(&mut byte).await.map_err(|e| e.kind()));
+            });
+        });
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(left).unwrap();
+        let second_host = open(OFlag::O_WRONLY);
+        back_tx.send(()).unwrap();
+        let read = done.recv_timeout(Duration::from_secs(5)).expect("the read spun instead of ending the stream");
+        assert_eq!(read, Ok(0), "end of stream");
+        drop(second_host);
+        session.join().unwrap();
     }
 
     #[tokio::test]

@@ -40,6 +40,8 @@ async fn every_vmm_runs_as_its_own_uid_without_privileges_in_cgroups_of_its_own(
         }
         assert_eq!(st["NoNewPrivs"], "1");
         assert_eq!(st["Seccomp"], "2", "QEMU runs under its seccomp filter");
+        // What an idle VMM holds: 4 KiB pages only, not a 2 MiB huge page per ROM it read.
+        assert_eq!(st["THP_enabled"], "0", "QEMU may use transparent huge pages");
         let lim = limits(pid);
         assert_eq!(lim["Max open files"], "512");
         assert_eq!(lim["Max core file size"], "0");

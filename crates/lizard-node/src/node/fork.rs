@@ -159,6 +159,9 @@ impl Node {
         let config = vm::sandbox_vm(&id, run_dir.clone(), machine, None, net.as_ref().map(|n| n.attachment()));
         let deadline = self.config.boot_timeout;
         let backend = self.backend.as_ref();
+        // Copies restore like creates, a few at a time: all at once on a small host, each
+        // handshake outlasts the node's first wait for it and costs a retry.
+        let permit = self.restores.acquire().await.expect("the restore semaphore is never closed");
         let (launched, own_memory) = match save {
             SourceSave::Full(state) => {
                 (vm::load_copy(backend, &config, layer, state, &source.secret, &secret, deadline).await, true)
@@ -167,6 +170,7 @@ impl Node {
                 (vm::delta_copy(backend, &config, layer, d, &source.secret, &secret, deadline).await, false)
             }
         };
+        drop(permit);
         let started = launched.map(|launched| {
             let live = Some(Arc::new(Live::new(launched)));
             let state = State { live, config, own_memory, layers: layers.to_vec() };
