@@ -348,7 +348,7 @@ mod tests {
         let port = open(OFlag::O_RDONLY);
         let first_host = open(OFlag::O_WRONLY);
         let (done_tx, done) = std::sync::mpsc::channel();
-        let (left_tx, left) = tokio::sync::oneshot::channel::<()>();
+        let (left_tx, left) = std::sync::mpsc::channel::<()>();
         let (back_tx, back) = std::sync::mpsc::channel::<()>();
         let session = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -365,8 +365,7 @@ mod tests {
                 let _ = done_tx.send(stream.read(&mut byte).await.map_err(|e| e.kind()));
             });
         });
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(left).unwrap();
+        left.recv_timeout(Duration::from_secs(5)).unwrap();
         let second_host = open(OFlag::O_WRONLY);
         back_tx.send(()).unwrap();
         let read = done.recv_timeout(Duration::from_secs(5)).expect("the read spun instead of ending the stream");

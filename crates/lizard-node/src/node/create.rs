@@ -153,7 +153,7 @@ impl Node {
         let with_volume = req.volume.is_some();
         let mut restored = None;
         if let Some(snap) = snap {
-            let _permit = self.restores.acquire().await.expect("the restore semaphore is never closed");
+            let _permit = self.restore_permit().await;
             match self.clone_template(&config, snap, &secret, with_volume).await {
                 Ok(launched) => restored = Some(launched),
                 Err(e) => {

@@ -161,7 +161,7 @@ impl Node {
         let backend = self.backend.as_ref();
         // Copies restore like creates, a few at a time: all at once on a small host, each
         // handshake outlasts the node's first wait for it and costs a retry.
-        let permit = self.restores.acquire().await.expect("the restore semaphore is never closed");
+        let permit = self.restore_permit().await;
         let (launched, own_memory) = match save {
             SourceSave::Full(state) => {
                 (vm::load_copy(backend, &config, layer, state, &source.secret, &secret, deadline).await, true)

@@ -135,6 +135,11 @@ fn lock_data_dir(data_dir: &std::path::Path) -> Result<nix::fcntl::Flock<std::fs
 }
 
 impl Node {
+    /// A turn to restore a VM (creates, pool machines, fork copies), waited for in order.
+    async fn restore_permit(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.restores.acquire().await.expect("the restore semaphore is never closed")
+    }
+
     /// Open the node's data directory, cleaning up anything a previous process left.
     pub async fn start(mut config: NodeConfig) -> Result<Arc<Node>> {
         // Disk overlays and VMM arguments name these paths; relative ones would resolve

@@ -335,7 +335,7 @@ impl Node {
 
     /// One machine of `snap`: pre-spawned, and with `warm` restored too.
     async fn make_ready(&self, snap: &TemplateSnapshot, machine: &Machine, warm: bool) -> Result<Ready> {
-        let _permit = self.restores.acquire().await.expect("the restore semaphore is never closed");
+        let _permit = self.restore_permit().await;
         let closed = lizard_api::network::ParsedPolicy::default();
         let net = match &self.network {
             Some(n) => Some(n.attach(&closed).await?),
@@ -420,7 +420,7 @@ impl Node {
         let started = async {
             let done = match stage {
                 Stage::Spawned(pending) => {
-                    let _permit = self.restores.acquire().await.expect("the restore semaphore is never closed");
+                    let _permit = self.restore_permit().await;
                     vm::restore_clone(pending, &vmstate, &snap.secret, Some(secret), deadline).await
                 }
                 Stage::Warm(launched) => vm::identify(launched, secret, deadline).await,

@@ -1,8 +1,9 @@
 //! What a confined VMM does to itself between fork and exec, still as root: join its
 //! cgroups, open its TAP device (it will not have CAP_NET_ADMIN), keep its uid claim
-//! open, set its resource limits, then give up root for good — bounding and ambient
-//! capabilities dropped, groups, gid and uid set to its own, every capability set cleared
-//! and `no_new_privs` set, so that exec (and anything after it) gains nothing back.
+//! open, set its resource limits, turn transparent huge pages off, then give up root for
+//! good — bounding and ambient capabilities dropped, groups, gid and uid set to its own,
+//! every capability set cleared and `no_new_privs` set, so that exec (and anything after
+//! it) gains nothing back.
 //!
 //! Runs in the forked child of a multithreaded process: only system calls, no
 //! allocation, no locks. Everything it needs is prepared before the fork.
