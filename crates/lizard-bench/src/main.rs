@@ -193,7 +193,9 @@ fn ms(d: Duration) -> f64 {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt().with_env_filter("warn").with_writer(std::io::stderr).init();
+    // RUST_LOG (e.g. `lizard_node=debug`) shows the node's timestamps of each step.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let args = Args::parse();
     let image_root = args.image_root.clone().unwrap_or_else(lizard_node::default_data_dir);
     let start = |snapshots: bool| start_node(image_root.clone(), snapshots, true);
