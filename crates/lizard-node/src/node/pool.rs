@@ -362,9 +362,9 @@ impl Node {
             let deadline = self.config.boot_timeout;
             let restored = async {
                 let l = vm::restore_clone(pending, &vmstate, &snap.secret, None, deadline).await?;
-                // An identity of the shelf's own (a secret nobody gets, fresh entropy,
-                // the clock): the template's secret opens nothing from here on, and the
-                // claim's identity call runs guest code that is already translated.
+                // The shelf's throwaway identity (see the module doc), through the same
+                // call as the claim's rather than in the handshake: that translates the
+                // claim's code path (guest leg p50 ≈13 ms, ≈17 ms via the handshake).
                 vm::identify(l, &Secret::generate(), deadline).await
             };
             match restored.await {
