@@ -324,7 +324,8 @@ test('a key scoped to one workspace sees only that workspace', async () => {
   const theirs = await ok('POST', '/v1/sandboxes', OWNER, { template: 'base', projectId: b.project.id, timeoutMs: 600_000 })
   made.sandboxes.push(theirs.sandboxId)
   const { context, page, problems } = await signedIn(scopedKey)
-  await page.waitForSelector(`#sandbox-list a:text("${mine.sandboxId}")`)
+  await page.waitForSelector(`#sandbox-list a:text("${mine.sandboxId}")`, { timeout: 60_000 })
+    .catch(async (e) => assert.fail(`no row for ${mine.sandboxId}: ${await page.textContent('main')}\n${e.message}`))
   const listed = await page.textContent('#sandbox-list')
   assert.ok(!listed.includes(theirs.sandboxId), 'another workspace\'s sandbox is listed')
   const projects = await page.$$eval('#create-project option', (o) => o.map((x) => x.value))
@@ -334,6 +335,16 @@ test('a key scoped to one workspace sees only that workspace', async () => {
   assert.match(row, /\$\d/, 'cost so far')
   const costs = await ok('GET', `/v1/billing/sandboxes?ids=${mine.sandboxId},${theirs.sandboxId}`, scopedKey)
   assert.deepEqual(costs.map((c) => c.sandboxId), [mine.sandboxId])
+  // A list that fails to load says why, and shows the sandboxes at the next refresh.
+  await page.goto(`${API}/console/#/usage`)
+  await page.waitForSelector('#usage-cost')
+  await page.route(/\/v1\/sandboxes$/, (route) => route.fulfill({
+    status: 503, contentType: 'application/json', body: JSON.stringify({ code: 'UNAVAILABLE', message: 'try again' }),
+  }), { times: 1 })
+  await page.goto(`${API}/console/#/sandboxes`)
+  await page.waitForSelector('#sandbox-list-errors .error:text("UNAVAILABLE: try again")')
+  await page.waitForSelector(`#sandbox-list a:text("${mine.sandboxId}")`)
+  assert.equal(await page.textContent('#sandbox-list-errors'), '')
   // Another workspace's sandbox by its URL: the API's 404, shown as such.
   await page.goto(`${API}/console/#/sandboxes/${theirs.sandboxId}`)
   await page.waitForSelector('.error[role=alert]')

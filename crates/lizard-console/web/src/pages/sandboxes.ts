@@ -46,6 +46,7 @@ export async function setTimeoutMinutes(id: string, minutes: number): Promise<vo
 
 export async function sandboxesPage(page: Page): Promise<void> {
   const errors = h('div', {})
+  const listErrors = h('div', { id: 'sandbox-list-errors' })
   const list = h('div', { id: 'sandbox-list' }, h('p', { class: 'muted' }, 'Loading…'))
   const [templates, projects] = await Promise.all([api.get('/v1/templates'), api.get('/v1/projects')])
   const template = h('select', { name: 'template', id: 'create-template' },
@@ -76,6 +77,18 @@ export async function sandboxesPage(page: Page): Promise<void> {
       ]
     }), 'No sandboxes running.'))
   }
+  // A failed load is shown above the list and tried again at the next tick, the first one
+  // included: a passing fault must not leave the page at "Loading…". A refused key still
+  // ends the page (the router signs it out).
+  const reload = async (): Promise<void> => {
+    try {
+      await refresh()
+      listErrors.replaceChildren()
+    } catch (e) {
+      if (e instanceof api.ApiError && e.status === 401) throw e
+      if (!page.gone()) listErrors.replaceChildren(h('p', { class: 'error', role: 'alert' }, e instanceof Error ? e.message : String(e)))
+    }
+  }
   const create = h('form', {
     class: 'inline',
     id: 'create-sandbox',
@@ -101,7 +114,7 @@ export async function sandboxesPage(page: Page): Promise<void> {
   }, 'Template', template, 'Project', project, 'Timeout (min)', minutes, h('button', { class: 'primary', type: 'submit' }, 'Create'))
   replace(page.main, h('h1', {}, 'Sandboxes'),
     projects.length ? create : h('p', { class: 'muted' }, 'This key reaches no project to create sandboxes in.'),
-    errors, list)
-  await refresh()
-  page.every(3000, refresh)
+    errors, listErrors, list)
+  await reload()
+  page.every(3000, reload)
 }
