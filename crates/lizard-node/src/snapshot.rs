@@ -12,7 +12,8 @@
 //!   clone answers to until the node gives it its own identity.
 //!
 //! The key is a hash over everything that must match for a restore to be valid: template
-//! image, kernel, initramfs (hence the agent), vCPUs, memory, accelerator and
+//! image, kernel, initramfs (hence the agent), vCPUs, memory, accelerator, the VMM's
+//! version (device state is only promised to load into the QEMU that saved it) and
 //! [`FORMAT`]. A directory is built under a temporary name and renamed into place, so a
 //! `snapshot.json` that exists belongs to a complete snapshot.
 
@@ -95,7 +96,15 @@ impl TemplateSnapshot {
 }
 
 /// The directory name of the snapshot for this template and shape.
-pub fn key(template: &NodeTemplate, boot: &BootFiles, vcpus: u32, memory_mib: u32, accel: Accel, nic: bool) -> String {
+pub fn key(
+    template: &NodeTemplate,
+    boot: &BootFiles,
+    vcpus: u32,
+    memory_mib: u32,
+    accel: Accel,
+    vmm: &str,
+    nic: bool,
+) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     for part in [
@@ -106,6 +115,7 @@ pub fn key(template: &NodeTemplate, boot: &BootFiles, vcpus: u32, memory_mib: u3
         format!("vcpus={vcpus}"),
         format!("memory={memory_mib}"),
         format!("accel={accel:?}"),
+        format!("vmm={vmm}"),
         format!("devices={DEVICE_LAYOUT}"),
         format!("nic={nic}"),
     ] {

@@ -185,6 +185,11 @@ pub type Result<T, E = VmmError> = std::result::Result<T, E>;
 pub trait Backend: Send + Sync {
     /// Short name for logs, e.g. "qemu".
     fn name(&self) -> &'static str;
+    /// The VMM's own version, e.g. "QEMU emulator version 10.0.2 (…)": saved device state
+    /// and an accelerator probe hold for this version only. Empty when it cannot be told.
+    fn version(&self) -> String {
+        String::new()
+    }
     /// Cold-boot a VM.
     async fn boot(&self, config: &VmConfig) -> Result<Box<dyn Vm>>;
     /// Start a VM from a snapshot; it runs when this returns.

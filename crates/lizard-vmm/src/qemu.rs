@@ -37,17 +37,19 @@ pub struct QemuBackend {
     /// Why no QEMU may start at all (the host cannot confine them and running them
     /// unconfined was not allowed).
     refused: Option<String>,
+    /// `binary --version`'s first line, asked once.
+    version: Arc<std::sync::OnceLock<String>>,
 }
 
 impl Default for QemuBackend {
     fn default() -> Self {
-        QemuBackend { binary: PathBuf::from("qemu-system-x86_64"), jail: None, refused: None }
+        QemuBackend::with_binary("qemu-system-x86_64")
     }
 }
 
 impl QemuBackend {
     pub fn with_binary(binary: impl Into<PathBuf>) -> Self {
-        QemuBackend { binary: binary.into(), jail: None, refused: None }
+        QemuBackend { binary: binary.into(), jail: None, refused: None, version: Arc::default() }
     }
 
     /// Confine every QEMU this backend starts (boots, restores, pre-spawns alike) by `policy`.
@@ -370,6 +372,24 @@ fn parse_cpu_mhz(cpuinfo: &str) -> Option<u64> {
 impl Backend for QemuBackend {
     fn name(&self) -> &'static str {
         "qemu"
+    }
+
+    fn version(&self) -> String {
+        self.version
+            .get_or_init(|| match std::process::Command::new(&self.binary).arg("--version").output() {
+                Ok(out) if out.status.success() => {
+                    String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or_default().trim().to_string()
+                }
+                Ok(out) => {
+                    tracing::warn!(binary = %self.binary.display(), status = %out.status, "the VMM did not tell its version");
+                    String::new()
+                }
+                Err(e) => {
+                    tracing::warn!(binary = %self.binary.display(), "the VMM did not tell its version: {e}");
+                    String::new()
+                }
+            })
+            .clone()
     }
 
     async fn boot(&self, config: &VmConfig) -> Result<Box<dyn Vm>> {
@@ -701,6 +721,17 @@ impl Vm for QemuVm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_version_is_the_first_line_of_version_and_empty_when_it_cannot_be_asked() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("qemu");
+        std::fs::write(&fake, "#!/bin/sh\necho 'QEMU emulator version 10.0.2 (Debian)'\necho 'Copyright'\n").unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(QemuBackend::with_binary(&fake).version(), "QEMU emulator version 10.0.2 (Debian)");
+        assert_eq!(QemuBackend::with_binary(dir.path().join("missing")).version(), "");
+    }
 
     fn config() -> VmConfig {
         VmConfig {

@@ -242,7 +242,8 @@ impl Node {
         machine: &Machine,
     ) -> Result<snapshot::TemplateSnapshot> {
         let (vcpus, memory_mib, accel) = (machine.vcpus, machine.memory_mib, machine.accel);
-        let key = snapshot::key(template, boot, vcpus, memory_mib, accel, self.network.is_some());
+        let key =
+            snapshot::key(template, boot, vcpus, memory_mib, accel, &self.backend.version(), self.network.is_some());
         let dir = self.snapshots_dir().join(&key);
         if let Some(s) = snapshot::TemplateSnapshot::load(&dir) {
             return Ok(s);
