@@ -261,6 +261,9 @@ pub fn command_line(config: &VmConfig, memory: Memory<'_>, incoming: bool, jail:
         ),
     ]);
     push(&["-nodefaults", "-no-user-config", "-nographic", "-no-reboot"]);
+    // qboot, the minimal firmware that loads `-kernel` itself: QEMU ≥ 8 gives microvm
+    // SeaBIOS by default, which without option ROMs looks for a boot disk instead.
+    push(&["-bios", "qboot.rom"]);
     push(&["-kernel", &config.kernel.display().to_string()]);
     push(&["-initrd", &config.initramfs.display().to_string()]);
     push(&["-append", &kernel_cmdline(config)]);
