@@ -383,12 +383,9 @@ impl Backend for QemuBackend {
                 Ok(out) if out.status.success() => {
                     String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or_default().trim().to_string()
                 }
-                Ok(out) => {
-                    tracing::warn!(binary = %self.binary.display(), status = %out.status, "the VMM did not tell its version");
-                    String::new()
-                }
-                Err(e) => {
-                    tracing::warn!(binary = %self.binary.display(), "the VMM did not tell its version: {e}");
+                failed => {
+                    let why = failed.map_or_else(|e| e.to_string(), |out| out.status.to_string());
+                    tracing::warn!(binary = %self.binary.display(), "the VMM did not tell its version: {why}");
                     String::new()
                 }
             })
