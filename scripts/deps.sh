@@ -23,8 +23,9 @@ export DEBIAN_FRONTEND=noninteractive
 qemu_from=
 if [ "${VERSION_CODENAME:-}" = bookworm ]; then
   qemu_from=bookworm-backports
-  if ! apt-cache policy | grep -q " $qemu_from/main "; then
-    mirror="$(apt-cache policy | awk '$3 == "bookworm/main" { print $2; exit }')"
+  sources="$(apt-cache policy)"
+  if ! grep -q " $qemu_from/main " <<<"$sources"; then
+    mirror="$(awk '$3 == "bookworm/main" { print $2; exit }' <<<"$sources")"
     [ -n "$mirror" ] || { echo "apt has no bookworm mirror to add $qemu_from (QEMU) from" >&2; exit 1; }
     echo "deb $mirror $qemu_from main" >"/etc/apt/sources.list.d/lizard-$qemu_from.list"
     echo "==> adding $qemu_from to apt's sources, for QEMU"

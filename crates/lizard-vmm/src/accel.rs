@@ -38,7 +38,7 @@ pub const PROBE_DEADLINE: Duration = Duration::from_secs(8);
 /// `probe_config` must describe a VM that boots the agent in probe mode; its `accel`
 /// field is ignored.
 pub async fn choose(backend: &dyn Backend, probe_config: &VmConfig, cache: &Path) -> Accel {
-    let key = cache_key(&backend.version(), probe_config);
+    let key = cache_key(&backend.version(), &probe_config.kernel);
     if let Ok(text) = std::fs::read_to_string(cache) {
         if let Ok(v) = serde_json::from_str::<Verdict>(&text) {
             if v.key == key {
@@ -58,10 +58,10 @@ pub async fn choose(backend: &dyn Backend, probe_config: &VmConfig, cache: &Path
 }
 
 /// What a verdict holds for: the host's kernel, the guest's and the VMM's version.
-fn cache_key(vmm: &str, c: &VmConfig) -> String {
+fn cache_key(vmm: &str, kernel: &Path) -> String {
     let release = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
-    let kernel_meta = std::fs::metadata(&c.kernel).map(|m| m.len()).unwrap_or(0);
-    format!("host={release};guest-kernel={}:{kernel_meta};vmm={vmm}", c.kernel.display())
+    let kernel_meta = std::fs::metadata(kernel).map(|m| m.len()).unwrap_or(0);
+    format!("host={release};guest-kernel={}:{kernel_meta};vmm={vmm}", kernel.display())
 }
 
 async fn probe(backend: &dyn Backend, base: &VmConfig) -> (Accel, String) {
@@ -110,21 +110,9 @@ mod tests {
 
     #[test]
     fn a_verdict_holds_for_one_vmm_version() {
-        let c = VmConfig {
-            id: "probe".into(),
-            vcpus: 1,
-            memory_mib: 128,
-            kernel: "/nonexistent/vmlinux".into(),
-            initramfs: "/nonexistent/initrd".into(),
-            cmdline: String::new(),
-            root_disk: "/nonexistent/root".into(),
-            extra_disks: vec![],
-            secret_file: None,
-            run_dir: "/nonexistent/run".into(),
-            accel: Accel::Kvm,
-            net: None,
-        };
-        let (a, b) = (cache_key("QEMU emulator version 7.2.22", &c), cache_key("QEMU emulator version 10.0.2", &c));
+        let kernel = Path::new("/nonexistent/vmlinux");
+        let (a, b) =
+            (cache_key("QEMU emulator version 7.2.22", kernel), cache_key("QEMU emulator version 10.0.2", kernel));
         assert_ne!(a, b);
         assert!(b.ends_with(";vmm=QEMU emulator version 10.0.2"), "{b}");
     }
