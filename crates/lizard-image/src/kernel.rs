@@ -127,6 +127,12 @@ impl ImageStore {
         Ok(kernel)
     }
 
+    /// Whether a complete kernel is cached here: [`ImageStore::kernel`] then answers
+    /// without building anything unless apt names a newer package.
+    pub fn has_kernel(&self) -> bool {
+        newest_cached(&self.images_dir().join("kernel")).is_some()
+    }
+
     /// The versioned kernel package, from apt or the memo.
     fn resolve_kernel_package(&self) -> Result<KernelPackage, ImageError> {
         let mut memo = self.kernel_memo.lock().unwrap_or_else(|e| e.into_inner());

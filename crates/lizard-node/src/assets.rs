@@ -87,6 +87,12 @@ impl Assets {
         Ok(files)
     }
 
+    /// Whether [`Assets::boot_files`] has an answer memoized (false while one is being
+    /// made).
+    pub fn has_boot_files(&self) -> bool {
+        self.boot.try_lock().is_ok_and(|boot| boot.is_some())
+    }
+
     /// The image store (for building what is not cached).
     pub fn images(&self) -> Arc<ImageStore> {
         self.images.clone()

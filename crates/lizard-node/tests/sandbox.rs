@@ -16,6 +16,24 @@ fn base() -> CreateSandboxRequest {
     CreateSandboxRequest { template: "base".into(), ..Default::default() }
 }
 
+/// A node over an image root that has a kernel prepares its boot files on its own after a
+/// start (apt's answer about the kernel package, the initramfs check), so that its first
+/// create does not wait for them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_prepares_its_boot_files_at_start() {
+    assert!(
+        lizard_image::ImageStore::new(common::image_root()).has_kernel(),
+        "no kernel in the test image root: scripts/test.sh builds the images first"
+    );
+    let t = common::node().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !t.node.has_boot_files() {
+        assert!(std::time::Instant::now() < deadline, "boot files not prepared 60 s after the start");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    t.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn base_template_boots_a_real_vm_with_files_and_processes() {
     let t = common::node().await;

@@ -213,7 +213,31 @@ impl Node {
         snapshot::sweep(&node.snapshots_dir());
         crate::volumes::sweep(&node.volumes_dir());
         node.start_warm_pools();
+        node.prepare_boot_files();
         Ok(node)
+    }
+
+    /// Memoize the boot files now, in the background, when the image root has a kernel:
+    /// else the first create after a start waits for apt's answer about the kernel package
+    /// (≈0.5–1 s) and the initramfs check, and holds that lock meanwhile, so a create that
+    /// comes earlier simply waits for this. An image root with no kernel is left alone:
+    /// building one takes minutes and is for `lizard images build` or a create to start.
+    fn prepare_boot_files(self: &Arc<Self>) {
+        if !self.assets.images().has_kernel() {
+            return;
+        }
+        let node = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = node.assets.boot_files().await {
+                tracing::warn!("boot files not prepared at start (the first create tries again): {e}");
+            }
+        });
+    }
+
+    /// Whether the boot files are memoized: a start prepares them when it can, so that the
+    /// first create skips apt.
+    pub fn has_boot_files(&self) -> bool {
+        self.assets.has_boot_files()
     }
 
     pub fn config(&self) -> &NodeConfig {
