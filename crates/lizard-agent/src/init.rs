@@ -8,8 +8,9 @@
 //!    the host uses it to find out whether an accelerator works at all.
 //! 4. Wait for the root device, mount it, move /dev, /proc, /sys into it and switch root
 //!    (`mount --move . /` + `chroot`, as pivot_root cannot leave an initramfs).
-//! 5. Mount the rest (/dev/pts, /dev/shm, /tmp, /run, cgroup2), bring up `lo` (and `eth0`, see `net`), set the
-//!    hostname, start the reaper, and serve the host on the chosen transport.
+//! 5. Mount the rest (/dev/pts, /dev/shm, /tmp, /run, cgroup2), quiet what would wake an
+//!    idle guest (see `quiet`), bring up `lo` (and `eth0`, see `net`), set the hostname,
+//!    start the reaper, and serve the host on the chosen transport.
 //!
 //! PID 1 must never exit (the kernel would panic, and the host would see a hung VM rather
 //! than an exit): anything fatal is printed to the console and the VM is powered off.
@@ -164,6 +165,8 @@ fn boot() -> Result<Infallible, InitError> {
     wait_for_device(&root)?;
     switch_root(&root)?;
     mount_late();
+    // Before the runtime: stopping the PIT takes a port grant that threads would inherit.
+    crate::quiet::quiet_idle_wakeups();
     // The kernel adds 127.0.0.1/8 and ::1 by itself once `lo` is up.
     if let Err(e) = crate::net::link_up("lo") {
         eprintln!("lizard-agent: cannot bring up lo: {e}");

@@ -12,6 +12,7 @@ mod net;
 mod ports;
 mod processes;
 mod pty;
+mod quiet;
 mod reaper;
 mod server;
 mod staged;

@@ -34,6 +34,42 @@ async fn a_node_prepares_its_boot_files_at_start() {
     t.finish().await;
 }
 
+/// PIT channel 0's status byte by the read-back command, from inside the guest: Python
+/// has no `in`/`out`, so three instructions (`mov edx, edi; mov eax, esi; out dx, al`, then
+/// `mov edx, edi; xor eax, eax; in al, dx`) run from an executable mapping.
+const PIT_STATUS_PY: &str = r#"
+import ctypes, mmap
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.ioperm(0x40, 4, 1) == 0, ctypes.get_errno()
+code = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+code.write(bytes([0x89, 0xFA, 0x89, 0xF0, 0xEE, 0xC3, 0x89, 0xFA, 0x31, 0xC0, 0xEC, 0xC3]))
+base = ctypes.addressof(ctypes.c_char.from_buffer(code))
+outb = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int)(base)
+inb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(base + 6)
+outb(0x43, 0xE2)
+print((inb(0x40) >> 1) & 7)
+"#;
+
+/// An idle guest does not wake its VMM for nothing: the PIT that the firmware left
+/// ticking is stopped (mode 0, where it was mode 3) and the kernel's proactive compaction
+/// and soft-lockup watchdog are off, in a sandbox restored from the template snapshot.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_guest_has_its_pit_and_periodic_kernel_work_stopped() {
+    let t = common::node().await;
+    let sbx = t.node.create(base()).await.unwrap();
+    let r = sbx
+        .exec_collect(sh("cat /proc/sys/vm/compaction_proactiveness /proc/sys/kernel/watchdog"))
+        .await
+        .unwrap();
+    assert_eq!((r.exit_code, r.stdout.as_str()), (0, "0\n0\n"), "{r:?}");
+    let w = sbx.write_file("/root/pit.py", None, bytes_stream(PIT_STATUS_PY.as_bytes().to_vec())).await.unwrap();
+    assert_eq!(w.bytes_written, PIT_STATUS_PY.len() as u64);
+    let r = sbx.exec_collect(sh("python3 /root/pit.py")).await.unwrap();
+    assert_eq!((r.exit_code, r.stdout.as_str()), (0, "0\n"), "PIT channel 0 not in mode 0: {r:?}");
+    t.node.kill(&sbx.id).await.unwrap();
+    t.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn base_template_boots_a_real_vm_with_files_and_processes() {
     let t = common::node().await;
