@@ -165,7 +165,7 @@ fn boot() -> Result<Infallible, InitError> {
     wait_for_device(&root)?;
     switch_root(&root)?;
     mount_late();
-    // Before the runtime: stopping the PIT takes a port grant that threads would inherit.
+    // Before the runtime starts its threads (see `quiet::stop_pit`).
     crate::quiet::quiet_idle_wakeups();
     // The kernel adds 127.0.0.1/8 and ::1 by itself once `lo` is up.
     if let Err(e) = crate::net::link_up("lo") {

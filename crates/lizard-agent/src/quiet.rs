@@ -41,8 +41,8 @@ const PIT_CHANNEL0: u16 = 0x40;
 const PIT_MODE: u16 = 0x43;
 
 /// Put PIT channel 0 in mode 0 (one shot) with a zero count: it fires once more and then
-/// stays quiet. Must run before any other thread exists: `ioperm` grants this thread the
-/// ports, threads it creates inherit the grant, and it is taken back before returning.
+/// stays quiet. `ioperm` grants the ports to this thread (threads it started meanwhile
+/// would inherit them; it starts none), and the grant is taken back before returning.
 #[cfg(target_arch = "x86_64")]
 fn stop_pit() -> io::Result<()> {
     // SAFETY: ioperm only changes which I/O ports this thread may use; it touches no memory.

@@ -57,10 +57,7 @@ print((inb(0x40) >> 1) & 7)
 async fn an_idle_guest_has_its_pit_and_periodic_kernel_work_stopped() {
     let t = common::node().await;
     let sbx = t.node.create(base()).await.unwrap();
-    let r = sbx
-        .exec_collect(sh("cat /proc/sys/vm/compaction_proactiveness /proc/sys/kernel/watchdog"))
-        .await
-        .unwrap();
+    let r = sbx.exec_collect(sh("cat /proc/sys/vm/compaction_proactiveness /proc/sys/kernel/watchdog")).await.unwrap();
     assert_eq!((r.exit_code, r.stdout.as_str()), (0, "0\n0\n"), "{r:?}");
     let w = sbx.write_file("/root/pit.py", None, bytes_stream(PIT_STATUS_PY.as_bytes().to_vec())).await.unwrap();
     assert_eq!(w.bytes_written, PIT_STATUS_PY.len() as u64);

@@ -217,11 +217,11 @@ impl Node {
         Ok(node)
     }
 
-    /// Memoize the boot files now, in the background, when the image root has a kernel:
-    /// else the first create after a start waits for apt's answer about the kernel package
-    /// (≈0.5–1 s) and the initramfs check, and holds that lock meanwhile, so a create that
-    /// comes earlier simply waits for this. An image root with no kernel is left alone:
-    /// building one takes minutes and is for `lizard images build` or a create to start.
+    /// Memoize the boot files in the background when the image root has a kernel, so that
+    /// the first create after a start does not wait for apt's answer about the kernel
+    /// package (≈0.5–1 s) and the initramfs check; a create that comes first waits on the
+    /// same lock. An image root with no kernel is left alone: building one takes minutes,
+    /// for `lizard images build` or a create to start.
     fn prepare_boot_files(self: &Arc<Self>) {
         if !self.assets.images().has_kernel() {
             return;
