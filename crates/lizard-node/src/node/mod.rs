@@ -223,11 +223,13 @@ impl Node {
     /// same lock. An image root with no kernel is left alone: building one takes minutes,
     /// for `lizard images build` or a create to start.
     fn prepare_boot_files(self: &Arc<Self>) {
-        if !self.assets.images().has_kernel() {
-            return;
-        }
         let node = self.clone();
         tokio::spawn(async move {
+            // Reading the kernel cache is file I/O: off the start path and off the runtime.
+            let images = node.assets.images();
+            if !tokio::task::spawn_blocking(move || images.has_kernel()).await.unwrap_or(false) {
+                return;
+            }
             if let Err(e) = node.assets.boot_files().await {
                 tracing::warn!("boot files not prepared at start (the first create tries again): {e}");
             }
