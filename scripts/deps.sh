@@ -59,7 +59,10 @@ for p in qemu-system-x86 qemu-utils; do
   if [ "$(dpkg-query -W -f='${Status} ${Version}' "$p" 2>/dev/null)" != "install ok installed $qemu" ]; then
     echo "==> installing QEMU $qemu"
     if [ -n "$qemu_from" ]; then
-      apt-get install -y -q --no-install-recommends --allow-downgrades "qemu-system-x86/$qemu_from" "qemu-utils/$qemu_from"
+      # The suite as the target release, not `pkg/suite`: that form takes only the named
+      # packages from it, and their dependencies (qemu-system-common, -data, seabios) must
+      # come from it too.
+      apt-get install -y -q --no-install-recommends --allow-downgrades -t "$qemu_from" qemu-system-x86 qemu-utils
     else
       apt-get install -y -q --no-install-recommends --allow-downgrades qemu-system-x86 "qemu-utils=$qemu"
     fi
