@@ -27,6 +27,12 @@
 //! one hung up. The host therefore opens every connection with
 //! [`STALE_SESSION_BREAKER`]: a stale session takes it for a frame it must refuse and
 //! ends, and the agent starts this handshake on the same connection.
+//!
+//! The breaker also reaches an agent in the middle of this handshake when the host it
+//! challenged gave up and another connected (a slow guest). That agent's challenge may
+//! have gone to the host that left, or reached the new one: it cannot tell. So it sends
+//! another challenge and accepts an answer to either; a host that already answered the
+//! first skips the second line as it waits for READY.
 
 use crate::types::Identity;
 use hmac::{Hmac, Mac};
@@ -42,6 +48,9 @@ const FAILED: &str = "LIZARD/1 FAILED";
 const MAX_LINE: usize = 4096;
 /// How many bytes of unrelated lines either side skips before giving up.
 const MAX_SKIP: usize = 1 << 20;
+/// How many challenges one agent handshake sends at most: the first, and one for each
+/// host that connected during it.
+const MAX_CHALLENGES: usize = 8;
 
 /// What a host sends first on every connection to an agent, for a guest that may have been
 /// saved or left mid-session. To a stale HTTP/2 session it is a frame header announcing a 16 MiB DATA frame on stream 0 — over the largest frame
@@ -108,8 +117,8 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// Read one `\n`-terminated line without reading past it.
-async fn read_line<R: AsyncRead + Unpin>(r: &mut R) -> Result<String, HandshakeError> {
+/// Read one `\n`-terminated line (without it) and read no further.
+async fn read_line<R: AsyncRead + Unpin>(r: &mut R) -> Result<Vec<u8>, HandshakeError> {
     let mut line = Vec::with_capacity(96);
     loop {
         let mut b = [0u8; 1];
@@ -117,7 +126,7 @@ async fn read_line<R: AsyncRead + Unpin>(r: &mut R) -> Result<String, HandshakeE
             return Err(HandshakeError::Closed);
         }
         if b[0] == b'\n' {
-            return Ok(String::from_utf8_lossy(&line).trim_end_matches('\r').to_string());
+            return Ok(line);
         }
         if line.len() < MAX_LINE {
             line.push(b[0]);
@@ -125,18 +134,42 @@ async fn read_line<R: AsyncRead + Unpin>(r: &mut R) -> Result<String, HandshakeE
     }
 }
 
-/// Read lines until one holds one of `prefixes`, and return it from the prefix on (what
-/// precedes it on the line is stale bytes); skip the rest.
-async fn read_expected<R: AsyncRead + Unpin>(r: &mut R, prefixes: &[&str]) -> Result<String, HandshakeError> {
+/// A line read while waiting for a handshake line.
+enum Line {
+    /// The line, from the first of the expected prefixes on (what precedes it on the
+    /// line is stale bytes).
+    Expected(String),
+    /// A [`STALE_SESSION_BREAKER`]: a host (re)connected.
+    Breaker,
+}
+
+/// Read lines until one holds one of `prefixes` or is a breaker; skip the rest.
+async fn read_expected_or_breaker<R: AsyncRead + Unpin>(r: &mut R, prefixes: &[&str]) -> Result<Line, HandshakeError> {
+    let breaker = &STALE_SESSION_BREAKER[..STALE_SESSION_BREAKER.len() - 1];
     let mut skipped = 0usize;
     loop {
-        let line = read_line(r).await?;
-        if let Some(at) = prefixes.iter().filter_map(|p| line.find(p)).min() {
-            return Ok(line[at..].to_string());
+        let bytes = read_line(r).await?;
+        if bytes.ends_with(breaker) {
+            return Ok(Line::Breaker);
         }
-        skipped += line.len() + 1;
+        let line = String::from_utf8_lossy(&bytes);
+        let line = line.trim_end_matches('\r');
+        if let Some(at) = prefixes.iter().filter_map(|p| line.find(p)).min() {
+            return Ok(Line::Expected(line[at..].to_string()));
+        }
+        skipped += bytes.len() + 1;
         if skipped > MAX_SKIP {
             return Err(HandshakeError::Protocol("no handshake line from peer".into()));
+        }
+    }
+}
+
+/// Read lines until one holds one of `prefixes`, and return it from the prefix on; skip
+/// the rest (a breaker among them).
+async fn read_expected<R: AsyncRead + Unpin>(r: &mut R, prefixes: &[&str]) -> Result<String, HandshakeError> {
+    loop {
+        if let Line::Expected(line) = read_expected_or_breaker(r, prefixes).await? {
+            return Ok(line);
         }
     }
 }
@@ -144,22 +177,33 @@ async fn read_expected<R: AsyncRead + Unpin>(r: &mut R, prefixes: &[&str]) -> Re
 /// Agent side: challenge the host and accept only a correct answer. An identity that
 /// comes with a correct answer is handed to `apply` before the host hears READY; if
 /// `apply` fails the host hears FAILED and the session ends. A wrong answer is DENIED
-/// without `apply` ever being called.
+/// without `apply` ever being called. A breaker from a host that connected meanwhile
+/// brings another challenge (see the module doc).
 pub async fn agent_accept<S, F, E>(stream: &mut S, secret: &Secret, apply: F) -> Result<(), HandshakeError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
     F: FnOnce(Identity) -> Result<(), E>,
     E: std::fmt::Display,
 {
-    let mut challenge = [0u8; 32];
-    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut challenge);
-    stream.write_all(format!("{CHALLENGE}{}\n", hex::encode(challenge)).as_bytes()).await?;
-    stream.flush().await?;
-    let line = read_expected(stream, &[AUTH]).await?;
+    let mut challenges = Vec::new();
+    let line = loop {
+        if challenges.len() == MAX_CHALLENGES {
+            return Err(HandshakeError::Protocol("too many hosts connected during one handshake".into()));
+        }
+        let mut challenge = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut challenge);
+        stream.write_all(format!("{CHALLENGE}{}\n", hex::encode(challenge)).as_bytes()).await?;
+        stream.flush().await?;
+        challenges.push(challenge);
+        if let Line::Expected(line) = read_expected_or_breaker(stream, &[AUTH]).await? {
+            break line;
+        }
+    };
     let (proof, identity) = line[AUTH.len()..].split_once(' ').unwrap_or((&line[AUTH.len()..], ""));
     let proof = hex::decode(proof).unwrap_or_default();
     // verify_slice compares in constant time.
-    if secret.answer(&challenge, identity.as_bytes()).verify_slice(&proof).is_err() {
+    let proven = challenges.iter().any(|c| secret.answer(c, identity.as_bytes()).verify_slice(&proof).is_ok());
+    if !proven {
         send_line(stream, DENIED).await?;
         return Err(HandshakeError::Denied);
     }
@@ -234,6 +278,7 @@ async fn send_line<S: AsyncWrite + Unpin>(stream: &mut S, line: &str) -> Result<
 mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
     fn no_identity(_: Identity) -> Result<(), String> {
         panic!("no identity was sent")
@@ -302,7 +347,7 @@ mod tests {
         let forged = serde_json::to_string(&Identity { hostname: "other".into(), ..identity() }).unwrap();
         let auth = auth_line(&secret, &challenge, Some(&genuine)).replace(&genuine, &forged);
         send_line(&mut h, &auth).await.unwrap();
-        assert_eq!(read_line(&mut h).await.unwrap(), DENIED);
+        assert_eq!(read_line(&mut h).await.unwrap(), DENIED.as_bytes());
         assert!(matches!(task.await.unwrap(), Err(HandshakeError::Denied)));
         assert!(applied.lock().unwrap().is_empty());
     }
@@ -317,7 +362,7 @@ mod tests {
         let line = read_expected(&mut h, &[CHALLENGE]).await.unwrap();
         let recorded = auth_line(&secret, &hex::decode(&line[CHALLENGE.len()..]).unwrap(), Some(&json));
         send_line(&mut h, &recorded).await.unwrap();
-        assert_eq!(read_line(&mut h).await.unwrap(), READY);
+        assert_eq!(read_line(&mut h).await.unwrap(), READY.as_bytes());
         task.await.unwrap().unwrap();
         assert_eq!(applied.lock().unwrap().len(), 1);
 
@@ -325,7 +370,7 @@ mod tests {
         let (applied, task) = agent(a, secret, false);
         read_expected(&mut h, &[CHALLENGE]).await.unwrap();
         send_line(&mut h, &recorded).await.unwrap();
-        assert_eq!(read_line(&mut h).await.unwrap(), DENIED);
+        assert_eq!(read_line(&mut h).await.unwrap(), DENIED.as_bytes());
         assert!(matches!(task.await.unwrap(), Err(HandshakeError::Denied)));
         assert!(applied.lock().unwrap().is_empty());
     }
@@ -348,7 +393,7 @@ mod tests {
         let line = read_expected(&mut h, &[CHALLENGE]).await.unwrap();
         let challenge = hex::decode(&line[CHALLENGE.len()..]).unwrap();
         send_line(&mut h, &auth_line(&secret, &challenge, Some("{not json"))).await.unwrap();
-        assert_eq!(read_line(&mut h).await.unwrap(), FAILED);
+        assert_eq!(read_line(&mut h).await.unwrap(), FAILED.as_bytes());
         assert!(matches!(task.await.unwrap(), Err(HandshakeError::IdentityFailed)));
         assert!(applied.lock().unwrap().is_empty());
     }
@@ -402,6 +447,50 @@ mod tests {
         host_connect_with_identity(&mut h, &secret, &id).await.unwrap();
         agent.await.unwrap().unwrap();
         assert_eq!(applied.lock().unwrap().as_slice(), std::slice::from_ref(&id));
+    }
+
+    /// The host the agent challenged gave up before reading the challenge, and another
+    /// connected: its breaker brings a second challenge, which it answers.
+    #[tokio::test]
+    async fn a_host_that_connects_after_the_challenge_was_lost_gets_another() {
+        let secret = Secret::generate();
+        let (a, mut h) = tokio::io::duplex(8192);
+        let (applied, agent) = agent(a, secret.clone(), false);
+        read_expected(&mut h, &[CHALLENGE]).await.unwrap();
+        let id = identity();
+        let connect = host_connect_with_identity(&mut h, &secret, &id);
+        tokio::time::timeout(Duration::from_secs(5), connect).await.expect("no second challenge").unwrap();
+        agent.await.unwrap().unwrap();
+        assert_eq!(applied.lock().unwrap().as_slice(), std::slice::from_ref(&id));
+    }
+
+    /// A new host that did read the first challenge answers it; the second challenge its
+    /// breaker brought is skipped, and the stream stays aligned for what follows.
+    #[tokio::test]
+    async fn an_answer_to_the_first_challenge_counts_after_a_breaker() {
+        let secret = Secret::generate();
+        let (mut a, mut h) = tokio::io::duplex(8192);
+        let s2 = secret.clone();
+        let agent = tokio::spawn(async move {
+            agent_accept(&mut a, &s2, no_identity).await.unwrap();
+            a
+        });
+        host_connect(&mut h, &secret).await.unwrap();
+        let mut a = agent.await.unwrap();
+        a.write_all(b"after\n").await.unwrap();
+        assert_eq!(read_line(&mut h).await.unwrap(), b"after");
+    }
+
+    /// Hosts that keep connecting during one handshake end it after a bound.
+    #[tokio::test]
+    async fn breakers_without_end_end_the_handshake() {
+        let (mut a, mut h) = tokio::io::duplex(1 << 16);
+        let agent = tokio::spawn(async move { agent_accept(&mut a, &Secret::generate(), no_identity).await });
+        for _ in 0..MAX_CHALLENGES {
+            h.write_all(STALE_SESSION_BREAKER).await.unwrap();
+        }
+        let r = tokio::time::timeout(Duration::from_secs(5), agent).await.expect("the handshake ran on").unwrap();
+        assert!(matches!(r, Err(HandshakeError::Protocol(_))), "{r:?}");
     }
 
     #[test]

@@ -50,20 +50,38 @@ impl TransportError {
 
 /// A non-blocking file descriptor (serial port, vsock connection) as a tokio stream.
 ///
-/// Once the port hung up, tokio reports it ready for good (a closed state is final to
-/// it), so "would block" after that must end the stream rather than wait again: waiting
-/// would return at once, and the loop would spin without ever yielding — in a 1-vCPU
-/// guest, on the runtime's only worker, stalling every other task of the agent. It
-/// happens when a host drops its connection and another connects before the session
-/// noticed (a fork's copy whose first handshake took longer than the node waited): the
-/// port reads "would block" rather than end of stream, and the new host's connection
-/// needs a session of its own anyway.
+/// The stream ends when its peer is gone: a vsock connection that closed, a virtio-serial
+/// port whose host side is disconnected. A port's host may also leave and another connect
+/// while a session runs (a node gave up a handshake that took too long and connected
+/// again). Then the stream carries on with the new host's bytes: each host opens with the
+/// protocol's stale-session breaker, which ends a session that served the old host or
+/// restarts a handshake, so the stream need not guess whom the session served. (Ending it
+/// instead broke a session that had shaken hands with the new host: the old host's
+/// hang-up could land after the session began and before its challenge reached the new
+/// host, and the next session's challenge then cut into the new host's HTTP/2 stream.)
+///
+/// tokio keeps "closed" as a final readiness state, so after a hang-up it would report the
+/// port ready for good and a read that would block would spin — in a 1-vCPU guest, on the
+/// runtime's only worker, stalling every other task of the agent. A stream whose host
+/// came back therefore registers its descriptor anew (a duplicate of it, so that the
+/// port stays open), which forgets that state.
 pub struct FdStream(AsyncFd<OwnedFd>);
 
 impl FdStream {
     /// `fd` must already be non-blocking.
     pub fn new(fd: OwnedFd) -> io::Result<FdStream> {
         Ok(FdStream(register(fd)?))
+    }
+
+    /// After a would-block on a registration that saw the peer hang up: whether the
+    /// stream ended (no peer now), or it has one again and goes on under a fresh
+    /// registration (see [`FdStream`]).
+    fn ended_or_renewed(&mut self) -> io::Result<bool> {
+        if hung_up(self.0.get_ref()) {
+            return Ok(true);
+        }
+        self.0 = register(self.0.get_ref().try_clone()?)?;
+        Ok(false)
     }
 }
 
@@ -75,7 +93,7 @@ pub(crate) fn register(fd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
 }
 
 impl AsyncRead for FdStream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         loop {
             let mut guard = ready!(self.0.poll_read_ready(cx))?;
             let hung_up_since = guard.ready().is_read_closed();
@@ -86,8 +104,13 @@ impl AsyncRead for FdStream {
                     return Poll::Ready(Ok(()));
                 }
                 Ok(Err(e)) => return Poll::Ready(Err(e)),
-                // See [`FdStream`]: the host this session served is gone. End of stream.
-                Err(_would_block) if hung_up_since => return Poll::Ready(Ok(())),
+                // See [`FdStream`]: no host, end of stream; or another host, read on.
+                Err(_would_block) if hung_up_since => {
+                    drop(guard);
+                    if self.ended_or_renewed()? {
+                        return Poll::Ready(Ok(()));
+                    }
+                }
                 Err(_would_block) => continue,
             }
         }
@@ -95,7 +118,7 @@ impl AsyncRead for FdStream {
 }
 
 impl AsyncWrite for FdStream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         loop {
             let mut guard = ready!(self.0.poll_write_ready(cx))?;
             let hung_up_since = guard.ready().is_write_closed();
@@ -103,10 +126,13 @@ impl AsyncWrite for FdStream {
                 Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Ok(result) => return Poll::Ready(result),
                 // A virtio-serial port whose host went away reports "would block" on write
-                // for good, and no writability event will ever follow; one whose host
-                // came back belongs to a new session (see [`FdStream`]): end the stream.
+                // for good, and no writability event will ever follow: a broken pipe. One
+                // whose host came back writes on (see [`FdStream`]).
                 Err(_would_block) if hung_up_since || hung_up(self.0.get_ref()) => {
-                    return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+                    drop(guard);
+                    if self.ended_or_renewed()? {
+                        return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+                    }
                 }
                 Err(_would_block) => continue,
             }
@@ -331,11 +357,14 @@ mod tests {
 
     /// A host that left and another that connected before the session read again (a
     /// FIFO again: a new writer clears POLLHUP, and its reader then reads "would block").
-    /// The session's stream must end, not spin: the read runs on a runtime of its own
-    /// thread, since a spinning read never lets a timer of its runtime fire.
+    /// The stream carries on with the new host's bytes, waits for more without spinning,
+    /// and ends once no host is left. The reads run on a runtime of their own thread: a
+    /// spinning read never lets a timer of its runtime fire, and that thread's CPU time
+    /// says whether it spun.
     #[test]
-    fn a_stream_whose_host_left_and_another_came_ends_instead_of_spinning() {
+    fn a_stream_whose_host_left_and_another_came_carries_on_without_spinning() {
         use nix::fcntl::OFlag;
+        use nix::time::{clock_gettime, ClockId};
         use tokio::io::AsyncReadExt;
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("port");
@@ -347,9 +376,10 @@ mod tests {
         };
         let port = open(OFlag::O_RDONLY);
         let first_host = open(OFlag::O_WRONLY);
-        let (done_tx, done) = std::sync::mpsc::channel();
         let (left_tx, left) = std::sync::mpsc::channel::<()>();
         let (back_tx, back) = std::sync::mpsc::channel::<()>();
+        let (waited_tx, waited) = std::sync::mpsc::channel::<()>();
+        let (gone_tx, gone) = std::sync::mpsc::channel::<()>();
         let session = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async move {
@@ -362,16 +392,27 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 let _ = left_tx.send(());
                 back.recv().unwrap();
-                let _ = done_tx.send(stream.read(&mut byte).await.map_err(|e| e.kind()));
-            });
+                assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "the new host's byte");
+                assert_eq!(&byte, b"y");
+                let cpu = || clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).unwrap();
+                let before = cpu();
+                let wait = tokio::time::timeout(Duration::from_millis(300), stream.read(&mut byte)).await;
+                assert!(wait.is_err(), "the read returned while the new host was there: {wait:?}");
+                let used = Duration::from(cpu() - before);
+                assert!(used < Duration::from_millis(30), "waiting used {used:?} of CPU in 300 ms");
+                let _ = waited_tx.send(());
+                gone.recv().unwrap();
+                stream.read(&mut byte).await.map_err(|e| e.kind())
+            })
         });
         left.recv_timeout(Duration::from_secs(5)).unwrap();
         let second_host = open(OFlag::O_WRONLY);
+        nix::unistd::write(&second_host, b"y").unwrap();
         back_tx.send(()).unwrap();
-        let read = done.recv_timeout(Duration::from_secs(5)).expect("the read spun instead of ending the stream");
-        assert_eq!(read, Ok(0), "end of stream");
+        waited.recv_timeout(Duration::from_secs(5)).expect("the read spun or failed");
         drop(second_host);
-        session.join().unwrap();
+        gone_tx.send(()).unwrap();
+        assert_eq!(session.join().unwrap(), Ok(0), "end of stream once no host is left");
     }
 
     #[tokio::test]
