@@ -56,7 +56,7 @@ const MAX_CHALLENGES: usize = 8;
 /// saved or left mid-session. To a stale HTTP/2 session it is a frame header announcing a 16 MiB DATA frame on stream 0 — over the largest frame
 /// the agent accepts, and on a stream DATA may not use: a connection error, so the session
 /// ends at once (its GOAWAY reaches the host before the challenge and is skipped). An
-/// agent that is already in this handshake skips it as a line that is not an AUTH line.
+/// agent that is already in this handshake answers it with another challenge.
 pub const STALE_SESSION_BREAKER: &[u8] = b"\xff\xff\xff\x00\x00\x00\x00\x00\x00\n";
 
 /// Why a handshake failed.
@@ -143,23 +143,28 @@ enum Line {
     Breaker,
 }
 
-/// Read lines until one holds one of `prefixes` or is a breaker; skip the rest.
-async fn read_expected_or_breaker<R: AsyncRead + Unpin>(r: &mut R, prefixes: &[&str]) -> Result<Line, HandshakeError> {
+/// Read lines until one holds one of `prefixes` or is a breaker; skip the rest. `skipped`
+/// counts the bytes of skipped lines and breakers over the whole handshake: a peer that
+/// sends either without end is cut off.
+async fn read_expected_or_breaker<R: AsyncRead + Unpin>(
+    r: &mut R,
+    prefixes: &[&str],
+    skipped: &mut usize,
+) -> Result<Line, HandshakeError> {
     let breaker = &STALE_SESSION_BREAKER[..STALE_SESSION_BREAKER.len() - 1];
-    let mut skipped = 0usize;
     loop {
         let bytes = read_line(r).await?;
-        if bytes.ends_with(breaker) {
-            return Ok(Line::Breaker);
-        }
         let line = String::from_utf8_lossy(&bytes);
         let line = line.trim_end_matches('\r');
         if let Some(at) = prefixes.iter().filter_map(|p| line.find(p)).min() {
             return Ok(Line::Expected(line[at..].to_string()));
         }
-        skipped += bytes.len() + 1;
-        if skipped > MAX_SKIP {
+        *skipped += bytes.len() + 1;
+        if *skipped > MAX_SKIP {
             return Err(HandshakeError::Protocol("no handshake line from peer".into()));
+        }
+        if bytes.ends_with(breaker) {
+            return Ok(Line::Breaker);
         }
     }
 }
@@ -167,8 +172,9 @@ async fn read_expected_or_breaker<R: AsyncRead + Unpin>(r: &mut R, prefixes: &[&
 /// Read lines until one holds one of `prefixes`, and return it from the prefix on; skip
 /// the rest (a breaker among them).
 async fn read_expected<R: AsyncRead + Unpin>(r: &mut R, prefixes: &[&str]) -> Result<String, HandshakeError> {
+    let mut skipped = 0;
     loop {
-        if let Line::Expected(line) = read_expected_or_breaker(r, prefixes).await? {
+        if let Line::Expected(line) = read_expected_or_breaker(r, prefixes, &mut skipped).await? {
             return Ok(line);
         }
     }
@@ -185,7 +191,7 @@ where
     F: FnOnce(Identity) -> Result<(), E>,
     E: std::fmt::Display,
 {
-    let mut challenges = Vec::new();
+    let (mut challenges, mut skipped) = (Vec::new(), 0);
     let line = loop {
         if challenges.len() == MAX_CHALLENGES {
             return Err(HandshakeError::Protocol("too many hosts connected during one handshake".into()));
@@ -195,7 +201,7 @@ where
         stream.write_all(format!("{CHALLENGE}{}\n", hex::encode(challenge)).as_bytes()).await?;
         stream.flush().await?;
         challenges.push(challenge);
-        if let Line::Expected(line) = read_expected_or_breaker(stream, &[AUTH]).await? {
+        if let Line::Expected(line) = read_expected_or_breaker(stream, &[AUTH], &mut skipped).await? {
             break line;
         }
     };
@@ -491,6 +497,17 @@ mod tests {
         }
         let r = tokio::time::timeout(Duration::from_secs(5), agent).await.expect("the handshake ran on").unwrap();
         assert!(matches!(r, Err(HandshakeError::Protocol(_))), "{r:?}");
+    }
+
+    /// A guest that sends breakers without end does not hold the host's handshake.
+    #[tokio::test]
+    async fn a_host_reading_breakers_without_end_gives_up() {
+        let (mut a, mut h) = tokio::io::duplex(1 << 16);
+        let flood = tokio::spawn(async move { while a.write_all(STALE_SESSION_BREAKER).await.is_ok() {} });
+        let r = tokio::time::timeout(Duration::from_secs(20), host_connect(&mut h, &Secret::generate())).await;
+        assert!(matches!(r.expect("the host read on"), Err(HandshakeError::Protocol(_))));
+        drop(h);
+        flood.await.unwrap();
     }
 
     #[test]
