@@ -2,7 +2,7 @@
 # The `desktop` template's desktop: Xvfb on :0 with openbox, and on demand the live view
 # (x11vnc on a Unix socket, behind stream.py on port 6080).
 #
-#   lizard-desktop start [WxH]     the desktop (default $LIZARD_DESKTOP_RESOLUTION or 1024x768)
+#   lizard-desktop start [WxH]     (re)start the desktop (default $LIZARD_DESKTOP_RESOLUTION or 1024x768)
 #   lizard-desktop resize WxH      restart it at another size (windows are closed)
 #   lizard-desktop open TARGET     a URL or file in Chromium (detached)
 #   lizard-desktop launch CMD      a shell command line, detached, on the desktop
@@ -38,12 +38,16 @@ stop() {
   rm -f "$pidfile"
 }
 
-# until COMMAND… succeeds, at most $1 tenths of a second
-until_ok() {
-  n=$1
-  shift
+# until the daemon NAME answers COMMAND…, at most $2 tenths of a second; fails at once
+# when the daemon has exited, so that its log, not a timeout, says why
+until_up() {
+  name=$1
+  n=$2
+  shift 2
+  pid=$(cat "$RUN/$name.pid")
   i=0
   until "$@" >/dev/null 2>&1; do
+    kill -0 "$pid" 2>/dev/null || return 1
     i=$((i + 1))
     [ $i -le "$n" ] || return 1
     sleep 0.1
@@ -62,14 +66,17 @@ check_size() {
     || die "resolution $1 is outside 320x240..7680x4320"
 }
 
+# the desktop at size $1 (checked by the caller)
 start_desktop() {
-  size=${1:-${LIZARD_DESKTOP_RESOLUTION:-1024x768}}
-  check_size "$size"
+  size=$1
   rm -f "$RUN/ready" /tmp/.X0-lock /tmp/.X11-unix/X0
-  daemon xvfb Xvfb "$DISPLAY" -screen 0 "${size}x24" -dpi 96 -nolisten tcp -ac
-  until_ok 300 xdotool getdisplaygeometry || die "Xvfb did not start: $(tail -5 "$RUN/xvfb.log")"
+  # -noreset: by default Xvfb resets whenever its last client leaves (every probe below,
+  # every xdotool action), recompiling its keymap each time; on one slow vCPU a client
+  # that came during a reset was refused ("Failed to open the display").
+  daemon xvfb Xvfb "$DISPLAY" -screen 0 "${size}x24" -dpi 96 -nolisten tcp -noreset -ac
+  until_up xvfb 300 xdotool getdisplaygeometry || die "Xvfb did not start: $(tail -5 "$RUN/xvfb.log")"
   daemon wm openbox
-  until_ok 300 sh -c 'xprop -root _NET_SUPPORTING_WM_CHECK | grep -q "window id"' \
+  until_up wm 300 sh -c 'xprop -root _NET_SUPPORTING_WM_CHECK | grep -q "window id"' \
     || die "openbox did not start: $(tail -5 "$RUN/wm.log")"
   # After openbox, which paints the root window black when it starts.
   xsetroot -solid '#3b4252' || true
@@ -96,13 +103,13 @@ start_stream() {
   rm -f "$RUN/vnc.sock"
   daemon vnc x11vnc -display "$DISPLAY" -rfbport 0 -unixsock "$RUN/vnc.sock" -forever -shared -nopw \
     -noxdamage -quiet
-  until_ok 200 test -S "$RUN/vnc.sock" || die "x11vnc did not start: $(tail -5 "$RUN/vnc.log")"
+  until_up vnc 200 test -S "$RUN/vnc.sock" || die "x11vnc did not start: $(tail -5 "$RUN/vnc.log")"
   umask 077
   printf '%s\n' "$secret" >"$RUN/stream.secret"
   rm -f "$RUN/stream.ready"
   daemon stream python3 /usr/local/lib/lizard-desktop/stream.py --port "$STREAM_PORT" \
     --secret-file "$RUN/stream.secret" --vnc "$RUN/vnc.sock" --web /usr/share/novnc --ready "$RUN/stream.ready"
-  until_ok 200 test -e "$RUN/stream.ready" || die "the live view did not start: $(tail -5 "$RUN/stream.log")"
+  until_up stream 200 test -e "$RUN/stream.ready" || die "the live view did not start: $(tail -5 "$RUN/stream.log")"
   echo "$STREAM_PORT"
 }
 
@@ -115,7 +122,14 @@ stop_stream() {
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
-  start) start_desktop "$@" ;;
+  start)
+    [ $# -le 1 ] || die "usage: lizard-desktop start [WxH]"
+    size=${1:-${LIZARD_DESKTOP_RESOLUTION:-1024x768}}
+    check_size "$size"
+    # A desktop already up is replaced: a second Xvfb beside it cannot take display :0.
+    stop_desktop
+    start_desktop "$size"
+    ;;
   stop) stop_desktop ;;
   resize)
     [ $# -eq 1 ] || die "usage: lizard-desktop resize WxH"

@@ -369,6 +369,11 @@ impl NodeError {
             NodeError::DiskFull { what, .. } => {
                 format!("no space left on the node's disk to {what}: try again once space is freed {SEE_LOG}")
             }
+            // A create's start command, which no build status shows: the guest's output
+            // says why, as a boot's console does.
+            NodeError::Start(StartError::NotReady { output_tail, .. }) if !output_tail.trim().is_empty() => {
+                format!("{self}; its output ends: {}", output_tail.trim())
+            }
             NodeError::Start(StartError::Agent(_))
             | NodeError::Build(BuildError::StartNotReady(StartError::Agent(_))) => {
                 format!("start command: the guest agent failed {SEE_LOG}")
@@ -407,13 +412,23 @@ impl NodeError {
         })
     }
 
+    /// What a template's start command printed, when this error is its failure: the
+    /// operator's log carries it, since a start that is never ready says why only there.
+    pub fn start_output(&self) -> Option<&str> {
+        match self {
+            NodeError::Build(BuildError::StartNotReady(e)) | NodeError::Start(e) => e.output_tail(),
+            _ => None,
+        }
+    }
+
     /// The API's form of this error; the full cause is logged here.
     pub fn to_api(&self) -> lizard_api::ApiError {
         let code = self.code();
+        let start_output = self.start_output();
         match code {
-            ErrorCode::Internal => tracing::error!(?code, "{self}"),
-            ErrorCode::BootFailed | ErrorCode::Unavailable => tracing::warn!(?code, "{self}"),
-            _ => tracing::debug!(?code, "{self}"),
+            ErrorCode::Internal => tracing::error!(?code, start_output, "{self}"),
+            ErrorCode::BootFailed | ErrorCode::Unavailable => tracing::warn!(?code, start_output, "{self}"),
+            _ => tracing::debug!(?code, start_output, "{self}"),
         }
         lizard_api::ApiError::new(code, self.client_message())
     }
@@ -541,6 +556,15 @@ mod tests {
             assert_eq!(e.build_failure().unwrap().code, code, "{e}");
             assert_eq!(e.code(), api, "{e}");
         }
+        // A create's start command that never got ready: its output goes to the client
+        // (no build status carries it) and to the operator's log.
+        let not_ready =
+            StartError::NotReady { ready: "port 80".into(), timeout_s: 5, output_tail: "bind failed\n".into() };
+        let e = NodeError::Start(not_ready);
+        assert_eq!(e.start_output(), Some("bind failed\n"));
+        let api = e.to_api();
+        assert_eq!(api.code, ErrorCode::BootFailed);
+        assert!(api.message.ends_with("within 5 s; its output ends: bind failed"), "{}", api.message);
         let e = NodeError::TemplateNotFound { name: "nope".into() };
         assert_eq!(e.to_api().message, "template nope not found");
         let e = NodeError::TemplateInUse { name: "t".into(), users: 1 };

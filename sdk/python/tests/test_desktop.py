@@ -221,5 +221,13 @@ def test_resolution_at_create(server: Server, my_project: lizard_sdk.Project) ->
         assert decode(sandbox.desktop.screenshot()).size == (1280, 800)
         with pytest.raises(lizard_sdk.DesktopError, match="WIDTHxHEIGHT|outside"):
             sandbox.desktop.set_resolution(10, 10)
+        # A refused size leaves the desktop as it was.
+        assert sandbox.desktop.get_screen_size() == (1280, 800)
+        # Restarts one after another on one vCPU: Xvfb once refused openbox here while it
+        # reset after each probe, so every restart but the first failed.
+        for size in [(800, 600), (1024, 768), (1280, 800)]:
+            sandbox.desktop.set_resolution(*size)
+            assert sandbox.desktop.get_screen_size() == size
+        assert decode(sandbox.desktop.screenshot()).size == (1280, 800)
     finally:
         sandbox.kill()

@@ -80,7 +80,7 @@ impl Node {
             match self.template_snapshot(&template, &boot, &machine).await {
                 Ok(snap) => Some(snap),
                 Err(e) => {
-                    tracing::warn!(template = %template.name, "no template snapshot, cold-booting: {e}");
+                    tracing::warn!(template = %template.name, start_output = e.start_output(), "no template snapshot, cold-booting: {e}");
                     None
                 }
             }
