@@ -413,7 +413,7 @@ impl NodeError {
     }
 
     /// What a template's start command printed, when this error is its failure: the
-    /// operator's log carries it, since a start that is never ready says why only there.
+    /// operator's log carries it beside the error, as the build status and client do.
     pub fn start_output(&self) -> Option<&str> {
         match self {
             NodeError::Build(BuildError::StartNotReady(e)) | NodeError::Start(e) => e.output_tail(),
