@@ -84,6 +84,9 @@ test('the template brings its own size and a 1024x768 screen', async () => {
 test('a left click on the button changes it, and the next screenshot shows it there', async () => {
   await sandbox.fs.write('/srv/jspage/index.html', PAGE)
   await sandbox.process.exec('cd /srv/jspage && nohup python3 -m http.server 8001 --bind 127.0.0.1 >/dev/null 2>&1 &')
+  // Up before Chromium asks for the page: it retries a refused load only after growing
+  // pauses (seconds, then minutes).
+  await sandbox.waitForPort(8001)
   await sandbox.desktop.open('http://127.0.0.1:8001/')
   const image = await screenUntil((im) => boxOf(im, BUTTON) !== null, 180_000, "the page's button")
   const [left, top, right, bottom] = boxOf(image, BUTTON)

@@ -78,14 +78,19 @@ def bbox_of(image: Image.Image, colour: Pixel) -> Optional[Tuple[int, int, int, 
     return min(xs), min(ys), max(xs), max(ys)
 
 
-def screen_until(desktop: lizard_sdk.Desktop, ok: Callable[[Image.Image], bool], timeout_s: float, what: str) -> Image.Image:
-    """Screenshots until ``ok`` holds for one (bounded in time)."""
+def screen_until(sandbox: lizard_sdk.Sandbox, ok: Callable[[Image.Image], bool], timeout_s: float, what: str) -> Image.Image:
+    """Screenshots until ``ok`` holds for one (bounded in time); a timeout says what the
+    guest's browser and page server were doing."""
     deadline = time.monotonic() + timeout_s
     while True:
-        image = decode(desktop.screenshot())
+        image = decode(sandbox.desktop.screenshot())
         if ok(image):
             return image
-        assert time.monotonic() < deadline, f"{what}: not on screen within {timeout_s} s"
+        if time.monotonic() >= deadline:
+            guest = sandbox.process.exec_(
+                "pgrep -a chromium | head -3; tail -c 1500 /run/lizard-desktop/chromium.log; tail -5 /srv/page.log"
+            )
+            raise AssertionError(f"{what}: not on screen within {timeout_s} s; in the guest:\n{guest.stdout}")
         time.sleep(1)
 
 
@@ -98,6 +103,9 @@ def sandbox(server: Server, my_project: lizard_sdk.Project) -> Iterator[lizard_s
         sandbox.process.exec_(
             f"cd /srv/page && nohup python3 -m http.server {PAGE_PORT} --bind 127.0.0.1 > /srv/page.log 2>&1 &"
         )
+        # Up before Chromium asks for the page: it retries a refused load only after growing
+        # pauses (seconds, then minutes).
+        sandbox.wait_for_port(PAGE_PORT)
         yield sandbox
     finally:
         sandbox.kill()
@@ -128,7 +136,7 @@ def test_the_async_flavour_drives_the_same_desktop(sandbox: lizard_sdk.Sandbox) 
 def test_a_click_on_the_button_changes_the_page_where_it_was_clicked(sandbox: lizard_sdk.Sandbox) -> None:
     desktop = sandbox.desktop
     desktop.open(f"http://127.0.0.1:{PAGE_PORT}/")
-    image = screen_until(desktop, lambda im: bbox_of(im, BUTTON) is not None, 180, "the page's button")
+    image = screen_until(sandbox, lambda im: bbox_of(im, BUTTON) is not None, 180, "the page's button")
     box = bbox_of(image, BUTTON)
     assert box is not None
     left, top, right, bottom = box
@@ -137,7 +145,7 @@ def test_a_click_on_the_button_changes_the_page_where_it_was_clicked(sandbox: li
     below = (x, bottom + 30)  # page background under the button
     assert image.getpixel(below) == (255, 255, 255)
     desktop.left_click(x, y)
-    after = screen_until(desktop, lambda im: im.getpixel((x, y)) == CLICKED, 30, "the clicked button's colour")
+    after = screen_until(sandbox, lambda im: im.getpixel((x, y)) == CLICKED, 30, "the clicked button's colour")
     assert after.getpixel(below) == CLICKED
     assert bbox_of(after, BUTTON) is None
     assert desktop.get_cursor_position() == (x, y)
@@ -145,14 +153,14 @@ def test_a_click_on_the_button_changes_the_page_where_it_was_clicked(sandbox: li
 
 def test_write_types_into_the_focused_input(sandbox: lizard_sdk.Sandbox) -> None:
     desktop = sandbox.desktop
-    image = screen_until(desktop, lambda im: bbox_of(im, INPUT) is not None, 60, "the page's text box")
+    image = screen_until(sandbox, lambda im: bbox_of(im, INPUT) is not None, 60, "the page's text box")
     box = bbox_of(image, INPUT)
     assert box is not None
     left, top, right, bottom = box
     desktop.left_click((left + right) // 2, (top + bottom) // 2)
     desktop.write(TEXT)
     spot = ((left + right) // 2, bottom + 40)
-    screen_until(desktop, lambda im: im.getpixel(spot) == TYPED, 30, "the page's colour for the typed text")
+    screen_until(sandbox, lambda im: im.getpixel(spot) == TYPED, 30, "the page's colour for the typed text")
     log = sandbox.fs.read("/srv/page.log")
     assert "/typed?hello%20lizard" in log, log[-2000:]
     # press: a key the page sees (Backspace removes the last character, so the text no
