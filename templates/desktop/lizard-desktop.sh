@@ -66,9 +66,12 @@ check_size() {
     || die "resolution $1 is outside 320x240..7680x4320"
 }
 
-# the desktop at size $1 (checked by the caller)
+# the desktop at size $1, in place of one already up (a second Xvfb beside it cannot
+# take display :0); a bad size is refused before anything is stopped
 start_desktop() {
   size=$1
+  check_size "$size"
+  stop_desktop
   rm -f "$RUN/ready" /tmp/.X0-lock /tmp/.X11-unix/X0
   # -noreset: by default Xvfb resets whenever its last client leaves (every probe below,
   # every xdotool action), recompiling its keymap each time; on one slow vCPU a client
@@ -124,17 +127,11 @@ cmd=${1:-}
 case "$cmd" in
   start)
     [ $# -le 1 ] || die "usage: lizard-desktop start [WxH]"
-    size=${1:-${LIZARD_DESKTOP_RESOLUTION:-1024x768}}
-    check_size "$size"
-    # A desktop already up is replaced: a second Xvfb beside it cannot take display :0.
-    stop_desktop
-    start_desktop "$size"
+    start_desktop "${1:-${LIZARD_DESKTOP_RESOLUTION:-1024x768}}"
     ;;
   stop) stop_desktop ;;
   resize)
     [ $# -eq 1 ] || die "usage: lizard-desktop resize WxH"
-    check_size "$1"
-    stop_desktop
     start_desktop "$1"
     ;;
   open)

@@ -412,11 +412,13 @@ impl NodeError {
         })
     }
 
-    /// What a template's start command printed, when this error is its failure: the
-    /// operator's log carries it beside the error, as the build status and client do.
+    /// What a template's start command printed before it was given up as never ready:
+    /// the operator's log carries it beside the error, as the build status and client do
+    /// (a launch failure's message holds its output already).
     pub fn start_output(&self) -> Option<&str> {
         match self {
-            NodeError::Build(BuildError::StartNotReady(e)) | NodeError::Start(e) => e.output_tail(),
+            NodeError::Build(BuildError::StartNotReady(StartError::NotReady { output_tail, .. }))
+            | NodeError::Start(StartError::NotReady { output_tail, .. }) => Some(output_tail),
             _ => None,
         }
     }
