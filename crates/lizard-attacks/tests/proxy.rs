@@ -2,7 +2,8 @@
 //! side (the platform's credentials never reach a guest, forwarding headers are the
 //! proxy's), cannot reach another sandbox or the platform's own guest ports by host
 //! tricks, cannot hold the listener with slow or idle connections, and cannot use a
-//! private sandbox's URLs without that sandbox's token.
+//! private sandbox's URLs without that sandbox's token; a guest cannot set the
+//! platform's cookies for other sandboxes' hosts.
 //!
 //! Requests are written by hand over TCP to loopback, so that malformed ones (two `Host`
 //! headers, absolute-form targets) reach the server as sent.
@@ -16,7 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// A guest HTTP server on 127.0.0.1:8000 that answers every GET with the path and headers
-/// it received, and appends the path to /tmp/hits (what reached the guest at all).
+/// it received, and appends the path to /tmp/hits (what reached the guest at all). Each
+/// answer sets a cookie of its own and tries to set the platform's for the parent domain.
 const ECHO_SERVER: &str = r#"cat > /tmp/echo.py <<'EOF'
 import http.server, json
 class H(http.server.BaseHTTPRequestHandler):
@@ -27,6 +29,9 @@ class H(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header('content-type', 'application/json')
         self.send_header('content-length', str(len(body)))
+        # Its own cookie, and a tossed platform one for every sandbox of the domain.
+        self.send_header('set-cookie', 'app=1; Path=/')
+        self.send_header('set-cookie', 'Lizard_Signed=1.00; Domain=' + self.headers['host'].split('.', 1)[-1] + '; Path=/')
         self.end_headers()
         self.wfile.write(body)
     def log_message(self, *a):
@@ -310,20 +315,24 @@ async fn a_signed_url_opens_one_port_of_a_private_sandbox_until_it_expires() {
     assert_eq!(status, 200, "{body}");
     let echo: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(echo["path"], "/q?a=1", "the signature reached the guest");
-    let cookie = head
+    let set_cookies: Vec<&str> = head
         .lines()
-        .find_map(|l| l.strip_prefix("set-cookie: ").or_else(|| l.strip_prefix("Set-Cookie: ")))
-        .expect("the first request sets the cookie")
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
-    assert!(cookie.starts_with("lizard_signed=") && head.contains("HttpOnly"), "{head}");
+        .filter_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case("set-cookie")))
+        .map(|(_, v)| v.trim())
+        .collect();
+    let platform: Vec<&str> = set_cookies.iter().copied().filter(|c| c.to_lowercase().starts_with("lizard_")).collect();
+    assert_eq!(platform.len(), 1, "only the proxy sets a platform cookie, the guest's tossed one is dropped: {head}");
+    assert!(set_cookies.contains(&"app=1; Path=/"), "the guest's own cookie passes: {head}");
+    let cookie = platform[0].split(';').next().unwrap().to_string();
+    assert!(cookie.starts_with("lizard_signed=") && !cookie.ends_with("=1.00") && head.contains("HttpOnly"), "{head}");
     let with_cookie = [format!("Host: {host}"), format!("Cookie: {cookie}; app=1")];
     let (status, body) = raw(&system, &get("/asset.js", &with_cookie)).await;
     assert_eq!(status, 200, "the page's later requests ride on the cookie: {body}");
     let echo: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(seen(&echo, "cookie"), ["app=1"], "the platform's cookie reached the guest");
+    // A cookie tossed in by another page (a browser sends both) spoils nothing.
+    let tossed = [format!("Host: {host}"), format!("Cookie: lizard_signed=1.00; {cookie}")];
+    assert_eq!(raw(&system, &get("/tossed", &tossed)).await.0, 200, "a tossed cookie beside a valid one");
 
     // Not another port, not another sandbox, not a changed expiry or signature.
     let expires = query.split('&').find_map(|p| p.strip_prefix("lizardExpires=")).unwrap();
@@ -341,7 +350,7 @@ async fn a_signed_url_opens_one_port_of_a_private_sandbox_until_it_expires() {
     for req in &refused {
         assert_eq!(raw(&system, req).await.0, 403, "{req:?}");
     }
-    assert_eq!(guest_hits(&system, &id).await, 2, "a refused request reached the guest");
+    assert_eq!(guest_hits(&system, &id).await, 3, "a refused request reached the guest");
 
     // Expired: neither the URL nor its cookie opens anything.
     let until = Instant::now() + Duration::from_secs(5);

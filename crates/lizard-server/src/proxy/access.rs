@@ -87,9 +87,17 @@ pub async fn check(store: &dyn Store, target: &Target, headers: &HeaderMap, uri:
         signed::verify(&required, target, expires, &signature, now).map_err(|e| AppError::forbidden(e.to_string()))?;
         return Ok(Granted::SignedUrl { set_cookie: Some(signed::cookie(expires, &signature, now)) });
     }
-    if let Some((expires, signature)) = cookie_value(headers, signed::COOKIE).and_then(|c| signed::parse_cookie(&c)) {
-        signed::verify(&required, target, expires, &signature, now).map_err(|e| AppError::forbidden(e.to_string()))?;
-        return Ok(Granted::SignedUrl { set_cookie: None });
+    // Any valid one among several cookies of the name grants: a browser sends every
+    // cookie that matches, and a stale or foreign one must not spoil a valid one.
+    let mut first_error = None;
+    for (expires, signature) in cookie_values(headers, signed::COOKIE).filter_map(|c| signed::parse_cookie(&c)) {
+        match signed::verify(&required, target, expires, &signature, now) {
+            Ok(()) => return Ok(Granted::SignedUrl { set_cookie: None }),
+            Err(e) => first_error = first_error.or(Some(e)),
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(AppError::forbidden(e.to_string()));
     }
     Err(AppError::forbidden(format!(
         "this sandbox's URLs are private: send its access token in the {ACCESS_TOKEN_HEADER} header \
@@ -97,10 +105,11 @@ pub async fn check(store: &dyn Store, target: &Target, headers: &HeaderMap, uri:
     )))
 }
 
-/// The value of the first cookie called `name`.
-fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers.get_all(axum::http::header::COOKIE).iter().filter_map(|v| v.to_str().ok()).find_map(|v| {
-        v.split(';').find_map(|c| c.trim().split_once('=').filter(|(n, _)| *n == name).map(|(_, v)| v.to_string()))
+/// The values of every cookie called `name`, in the order sent.
+fn cookie_values<'a>(headers: &'a HeaderMap, name: &'a str) -> impl Iterator<Item = String> + 'a {
+    headers.get_all(axum::http::header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(move |v| {
+        v.split(';')
+            .filter_map(move |c| c.trim().split_once('=').filter(|(n, _)| *n == name).map(|(_, v)| v.to_string()))
     })
 }
 
@@ -161,5 +170,13 @@ mod tests {
         let uri: Uri = "/p?a=1&lizardAccessToken=tok".parse().unwrap();
         assert_eq!(query_value(&uri, ACCESS_TOKEN_QUERY).as_deref(), Some("tok"));
         assert_eq!(t("/p?lizardExpires=1&a=1&lizardSignature=ab"), "/p?a=1");
+    }
+
+    #[test]
+    fn every_cookie_of_a_name_is_found_across_headers() {
+        let mut h = HeaderMap::new();
+        h.append("cookie", "lizard_signed=1.00; app=x".parse().unwrap());
+        h.append("cookie", "lizard_signedx=no;lizard_signed=2.ab".parse().unwrap());
+        assert_eq!(cookie_values(&h, "lizard_signed").collect::<Vec<_>>(), ["1.00", "2.ab"]);
     }
 }

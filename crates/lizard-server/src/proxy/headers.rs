@@ -6,6 +6,10 @@
 //! untrusted), so those stop here. The user's own `Authorization` and cookies pass: they
 //! belong to the guest's application. `X-Forwarded-*` and `Forwarded` from the client are
 //! replaced, so a guest that trusts them learns the real client and host.
+//!
+//! The other way, a guest's response may not set a platform cookie: sandbox hosts share
+//! a parent domain, so one sandbox's page could otherwise set a `lizard_signed` cookie
+//! for every sandbox (cookie tossing) and spoil their signed-URL sessions.
 
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
 use std::net::IpAddr;
@@ -34,6 +38,21 @@ pub fn strip_platform_credentials(headers: &mut HeaderMap) {
     keep_list_items(headers, header::SEC_WEBSOCKET_PROTOCOL, ',', ", ", |p| {
         !p.starts_with(lizard_api::processes::PTY_KEY_PROTOCOL_PREFIX)
     });
+}
+
+/// Remove a guest response's `Set-Cookie` headers that would set a platform cookie
+/// (a name starting with [`PLATFORM_COOKIE_PREFIX`], any case); a value that is not
+/// text is removed too.
+pub fn strip_platform_set_cookies(headers: &mut HeaderMap) {
+    let values: Vec<HeaderValue> = headers.get_all(header::SET_COOKIE).iter().cloned().collect();
+    headers.remove(header::SET_COOKIE);
+    for value in values {
+        let Ok(text) = value.to_str() else { continue };
+        let name = text.split_once('=').map_or(text, |(n, _)| n).trim();
+        if !name.to_ascii_lowercase().starts_with(PLATFORM_COOKIE_PREFIX) {
+            headers.append(header::SET_COOKIE, value);
+        }
+    }
 }
 
 /// Keep only the items of the list header `name` (items split at `sep`, trimmed) that
@@ -105,6 +124,19 @@ mod tests {
         assert_eq!(h.get("authorization").unwrap(), "Bearer users-own");
         let cookies: Vec<_> = h.get_all("cookie").iter().map(|v| v.to_str().unwrap()).collect();
         assert_eq!(cookies, ["a=1", "b=2"]);
+    }
+
+    #[test]
+    fn a_guest_sets_its_own_cookies_and_never_the_platforms() {
+        let mut h = map(&[
+            ("set-cookie", "app=1; Path=/"),
+            ("set-cookie", "lizard_signed=1.00; Domain=sandbox.example; Path=/"),
+            ("set-cookie", " LIZARD_Session=x"),
+            ("set-cookie", "theme=dark"),
+        ]);
+        strip_platform_set_cookies(&mut h);
+        let set: Vec<_> = h.get_all("set-cookie").iter().map(|v| v.to_str().unwrap()).collect();
+        assert_eq!(set, ["app=1; Path=/", "theme=dark"]);
     }
 
     #[test]

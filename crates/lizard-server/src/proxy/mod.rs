@@ -176,6 +176,7 @@ async fn exchange(tunnel: Box<dyn crate::nodes::Tunnel>, mut req: Request, port:
             });
         }
     }
+    headers::strip_platform_set_cookies(resp.headers_mut());
     Ok(resp.map(Body::new))
 }
 
