@@ -70,3 +70,9 @@ for p in qemu-system-x86 qemu-utils; do
   fi
 done
 command -v cargo >/dev/null || { echo "cargo (Rust >= 1.85) is required: https://rustup.rs" >&2; exit 1; }
+# cargo-nextest runs the tests: scripts/test.sh compiles the workspace once and picks each
+# phase's tests from that build with nextest's filter expressions.
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "==> installing cargo-nextest (compiled from crates.io, a few minutes)"
+  cargo install --locked cargo-nextest
+fi

@@ -2,23 +2,31 @@
 # The Python and TypeScript SDK suites and the web console's browser tests against one
 # real `lizard server` (real microVMs): builds the CLI and the guest agent, starts the
 # server on free loopback ports with a throw-away data directory (guest images shared from
-# LIZARD_TEST_DATA_DIR), runs the suites, and stops the server (which kills its sandboxes).
+# the machine's image store), runs the suites, and stops the server (which kills its
+# sandboxes).
 #
-#   scripts/test-sdk.sh [python|js|console]...      # default: all three
+#   scripts/test-sdk.sh [python|js|console|quickstart]...   # default: python js console
+#
+# `quickstart` is the Python SDK's quick start alone (the quick tier of scripts/test.sh).
+# LIZARD_BIN: the `lizard` to serve (default: this checkout's debug build, built here with
+# the workspace's one feature set); LIZARD_TEMPLATES: the images to build (default: all).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 suites=("$@")
 [ ${#suites[@]} -eq 0 ] && suites=(python js console)
 
-export LIZARD_TEST_DATA_DIR="${LIZARD_TEST_DATA_DIR:-/var/cache/lizard-test-data}"
+export LIZARD_TEST_DATA_DIR="${LIZARD_TEST_DATA_DIR:-${LIZARD_DATA_DIR:-/var/lib/lizard}}"
 if [ -z "${LIZARD_AGENT_BIN:-}" ]; then
   export LIZARD_AGENT_BIN="$(scripts/build-agent.sh)"
 fi
-cargo build -p lizard-cli >&2
-lizard="$root/target/debug/lizard"
-# Every built-in: the suites use them all (the reference's examples run on `codex`).
-"$lizard" --data-dir "$LIZARD_TEST_DATA_DIR" images build >&2
+if [ -z "${LIZARD_BIN:-}" ]; then
+  cargo build --workspace --all-features >&2
+fi
+lizard="${LIZARD_BIN:-$root/target/debug/lizard}"
+# Every built-in unless told: the suites use them all (the reference's examples run on `codex`).
+# shellcheck disable=SC2086
+"$lizard" --data-dir "$LIZARD_TEST_DATA_DIR" images build ${LIZARD_TEMPLATES:-} >&2
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 data="$(mktemp -d /tmp/lizard-sdk-test.XXXXXX)"
@@ -60,7 +68,7 @@ status=0
 venv="$root/target/sdk-venv"
 for suite in "${suites[@]}"; do
   case "$suite" in
-    python)
+    python | quickstart)
       [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
       "$venv/bin/pip" install -q "./sdk/python[test]" >&2
       # Type hints throughout: the package passes mypy --strict.
@@ -74,7 +82,7 @@ for suite in "${suites[@]}"; do
       # Playwright (playwright-core, from the lockfile) drives Debian's chromium (deps.sh).
       (cd crates/lizard-console/web && npm ci --no-audit --no-fund --silent) || status=1
       ;;
-    *) echo "unknown suite $suite (python|js|console)" >&2; exit 2 ;;
+    *) echo "unknown suite $suite (python|js|console|quickstart)" >&2; exit 2 ;;
   esac
 done
 
@@ -115,6 +123,10 @@ for suite in "${suites[@]}"; do
     # shellcheck disable=SC2046
     js) run_files js $(others sdk/js/test '*.test.js' examples.test.js) ;;
     console) (cd crates/lizard-console/web && node --test test/) || status=1 ;;
+    quickstart)
+      (cd sdk/python/tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider -o testpaths=. --rootdir=. \
+        test_examples.py::test_quickstart_python_http_server) || status=1
+      ;;
   esac
 done
 if [ "$status" -ne 0 ]; then

@@ -12,11 +12,9 @@ use std::time::{Duration, Instant};
 /// How long the server may take to listen (it restarts nothing and builds no image).
 const LISTEN_DEADLINE: Duration = Duration::from_secs(60);
 
-/// The suite's guest images: `LIZARD_TEST_DATA_DIR`, else `/var/cache/lizard-test-data`.
+/// The suite's guest images: the machine's shared image store.
 pub fn image_root() -> PathBuf {
-    std::env::var_os("LIZARD_TEST_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/lizard-test-data"))
+    lizard_node::shared_image_root()
 }
 
 /// A free loopback port.
@@ -57,7 +55,7 @@ impl System {
     /// process counts depend on timing), plus `extra` server arguments.
     pub async fn start(extra: &[&str]) -> System {
         let data = tempfile::Builder::new().prefix("lizard-attack-").tempdir().expect("temp dir");
-        let images = image_root().canonicalize().expect("LIZARD_TEST_DATA_DIR exists").join("images");
+        let images = image_root().canonicalize().expect("the image store exists").join("images");
         std::os::unix::fs::symlink(images, data.path().join("images")).expect("link images");
         let verdict = image_root().join("accel.json");
         if verdict.exists() {

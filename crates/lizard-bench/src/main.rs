@@ -197,7 +197,7 @@ async fn main() -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let args = Args::parse();
-    let image_root = args.image_root.clone().unwrap_or_else(lizard_node::default_data_dir);
+    let image_root = args.image_root.clone().unwrap_or_else(lizard_node::shared_image_root);
     let start = |snapshots: bool| start_node(image_root.clone(), snapshots, true);
     let (node, _dir) = start(false).await?;
     eprintln!("preparing images for {} (first run builds them)…", args.template);

@@ -315,7 +315,7 @@ fn files_named(data_dir: &Path, kind: &str) -> Vec<String> {
 
 /// The suite's cached guest images, linked into a new data directory.
 fn link_images(dir: &Path) {
-    let images: PathBuf = image_root().canonicalize().expect("LIZARD_TEST_DATA_DIR exists").join("images");
+    let images: PathBuf = image_root().canonicalize().expect("the image store exists").join("images");
     std::os::unix::fs::symlink(images, dir.join("images")).expect("link images");
     let verdict = image_root().join("accel.json");
     if verdict.exists() {

@@ -26,6 +26,11 @@
 //! `.lock-<kind>` and re-checks the cache after taking it, so concurrent processes build
 //! each artefact once. A cache hit costs a few file reads and a hash of the inputs.
 //!
+//! One store serves a whole machine (the installed server, `lizard images`, the test suites
+//! and the bench). A process holds every template directory it uses (a shared `flock` on
+//! the directory, [`ImageStore::cached_builtin`] and [`ImageStore::publish_builtin`] take
+//! it), and [`ImageStore::prune`] removes none that another process holds.
+//!
 //! All functions block (they run tools and hash files); call them from `spawn_blocking`.
 
 #![forbid(unsafe_code)]
@@ -39,6 +44,7 @@ mod modules;
 mod template;
 mod util;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -64,6 +70,9 @@ pub struct ImageStore {
     ca_bundle: Option<PathBuf>,
     apt_refresh: Duration,
     kernel_memo: Mutex<Option<(Instant, kernel::KernelPackage)>>,
+    /// Template directories this process uses, held against [`ImageStore::prune`] by
+    /// another process (one store serves every process of a machine).
+    in_use: Mutex<BTreeMap<PathBuf, util::InUse>>,
 }
 
 impl ImageStore {
@@ -75,6 +84,7 @@ impl ImageStore {
             ca_bundle: Some(PathBuf::from(HOST_CA_BUNDLE)),
             apt_refresh: DEFAULT_APT_REFRESH,
             kernel_memo: Mutex::new(None),
+            in_use: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -97,6 +107,17 @@ impl ImageStore {
     /// The data directory this store was created with.
     pub fn data_dir(&self) -> &std::path::Path {
         &self.data_dir
+    }
+
+    /// Hold template directory `dir` for as long as this store lives; false if it is gone.
+    fn hold(&self, dir: &std::path::Path) -> Result<bool, ImageError> {
+        let mut in_use = self.in_use.lock().expect("in-use holds poisoned");
+        if in_use.contains_key(dir) {
+            return Ok(true);
+        }
+        let Some(held) = util::InUse::hold(dir)? else { return Ok(false) };
+        in_use.insert(dir.to_owned(), held);
+        Ok(true)
     }
 
     /// `<data_dir>/images`.

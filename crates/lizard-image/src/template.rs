@@ -32,7 +32,7 @@ use lizard_recipe::{Base, Context, ContextLimits, DebianBase, Entry, EntryKind, 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::util::{self, BuildLock, Hasher, Step};
+use crate::util::{self, BuildLock, Hasher, InUse, Step};
 use crate::{ImageError, ImageStore};
 
 /// Bumped whenever the build steps change in a way that changes the image.
@@ -292,10 +292,20 @@ impl ImageStore {
         self.images_dir().join("templates").join(name).join(key)
     }
 
-    /// Built-in `name` if it is built for its current recipe, else `None`.
+    /// Built-in `name` if it is built for its current recipe, else `None`. Found, it is held
+    /// (with the parent a layered image is backed by) until this store is dropped.
     pub fn cached_builtin(&self, name: &str) -> Result<Option<TemplateImage>, ImageError> {
         let key = self.builtin_key(name)?;
         let dir = self.builtin_dir(name, &key);
+        // Held before it is read: a prune either removed it already or now leaves it alone.
+        if !self.hold(&dir)? {
+            return Ok(None);
+        }
+        if let Base::Template(parent) = &Self::builtin_recipe(name)?.from {
+            if self.cached_builtin(parent)?.is_none() {
+                return Ok(None);
+            }
+        }
         let Some(meta) = util::read_meta::<BuiltinMeta>(&dir.join("template.json")) else { return Ok(None) };
         let rootfs = dir.join(if meta.layered { "rootfs.qcow2" } else { "rootfs.ext4" });
         if meta.key != key || meta.format != TEMPLATE_FORMAT || !rootfs.is_file() {
@@ -315,8 +325,9 @@ impl ImageStore {
 
     /// Delete the images no built-in of this build uses: templates of other recipes (older
     /// keys, names no longer built in) and Debian roots under none of them. Each name is
-    /// pruned holding its build lock, so nothing being built is touched; a running sandbox
-    /// of a deleted image keeps its open file. Returns the directories removed.
+    /// pruned holding its build lock, so nothing being built is touched, and a template
+    /// another process holds (a running server of another version) is kept. Returns the
+    /// directories removed.
     pub fn prune(&self) -> Result<Vec<PathBuf>, ImageError> {
         let mut keep_debian = BTreeSet::new();
         for name in Self::template_names() {
@@ -333,12 +344,19 @@ impl ImageStore {
                 Err(_) => None,
             };
             let _lock = self.lock_builtin(&name)?;
+            let mut held = false;
             for key in subdirs(&templates.join(&name))? {
                 if current.as_deref() != Some(key.as_str()) {
-                    removed.push(remove_dir(&templates.join(&name).join(key))?);
+                    let dir = templates.join(&name).join(key);
+                    let Some(_unused) = InUse::unused(&dir)? else {
+                        tracing::info!(dir = %dir.display(), "kept: a running process uses it");
+                        held = true;
+                        continue;
+                    };
+                    removed.push(remove_dir(&dir)?);
                 }
             }
-            if current.is_none() {
+            if current.is_none() && !held {
                 removed.push(remove_dir(&templates.join(&name))?);
             }
         }
@@ -776,6 +794,52 @@ mod tests {
             assert!(!d.exists(), "{} is still there", d.display());
         }
         assert!(store.prune().unwrap().is_empty(), "nothing left to prune");
+    }
+
+    #[test]
+    fn prune_leaves_what_another_process_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(dir.path().join("data")).with_ca_bundle(None);
+        let templates = store.images_dir().join("templates");
+        let (old, retired) = (templates.join("base/0ld"), templates.join("retired/k1"));
+        for d in [&old, &retired] {
+            fs::create_dir_all(d).unwrap();
+            fs::write(d.join("rootfs.ext4"), "x").unwrap();
+        }
+        // A lock of its own open file, as another process's server would hold it.
+        let held = [InUse::hold(&old).unwrap().unwrap(), InUse::hold(&retired).unwrap().unwrap()];
+        assert!(store.prune().unwrap().is_empty(), "a held image was removed");
+        assert!(old.join("rootfs.ext4").is_file() && retired.join("rootfs.ext4").is_file());
+        drop(held);
+        let mut removed = store.prune().unwrap();
+        removed.sort();
+        assert_eq!(removed, [old, templates.join("retired"), retired.clone()]);
+        assert!(InUse::hold(&retired).unwrap().is_none(), "a removed directory cannot be held");
+    }
+
+    #[test]
+    fn a_found_template_is_held_while_its_store_lives() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(dir.path().join("data")).with_ca_bundle(None);
+        let key = store.builtin_key("base").unwrap();
+        let published = store.builtin_dir("base", &key);
+        fs::create_dir_all(&published).unwrap();
+        fs::write(published.join("rootfs.ext4"), "x").unwrap();
+        let meta = BuiltinMeta {
+            format: TEMPLATE_FORMAT,
+            key,
+            recipe: ImageStore::builtin_recipe("base").unwrap(),
+            config: TemplateConfig::default(),
+            start: None,
+            build_seconds: 0.0,
+            layered: false,
+        };
+        util::write_meta(&published.join("template.json"), &meta).unwrap();
+        assert!(InUse::unused(&published).unwrap().is_some(), "nothing holds it yet");
+        assert!(store.cached_builtin("base").unwrap().is_some());
+        assert!(InUse::unused(&published).unwrap().is_none(), "the store that found it holds it");
+        drop(store);
+        assert!(InUse::unused(&published).unwrap().is_some(), "released with its store");
     }
 
     #[test]

@@ -110,6 +110,43 @@ impl BuildLock {
     }
 }
 
+/// A published artefact directory marked as in use by this process: a shared `flock` on
+/// the directory itself, released when the process lets go of it or exits (so a crashed
+/// server holds nothing). Pruning takes the exclusive lock without waiting and leaves a
+/// held directory alone.
+#[derive(Debug)]
+pub(crate) struct InUse {
+    _lock: Flock<File>,
+}
+
+impl InUse {
+    /// Hold `dir`; `None` if it does not exist (pruned or never published). Waits only for a
+    /// prune that is removing this very directory, after which it is gone.
+    pub(crate) fn hold(dir: &Path) -> Result<Option<Self>, ImageError> {
+        let file = match File::open(dir) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(ImageError::io("open", dir)(e)),
+        };
+        let lock = Flock::lock(file, FlockArg::LockShared).map_err(|(_, e)| ImageError::Io {
+            action: "lock",
+            path: dir.to_owned(),
+            source: e.into(),
+        })?;
+        Ok(dir.exists().then_some(InUse { _lock: lock }))
+    }
+
+    /// The exclusive lock of `dir` if no process holds it; `None` if one does.
+    pub(crate) fn unused(dir: &Path) -> Result<Option<Flock<File>>, ImageError> {
+        let file = File::open(dir).map_err(ImageError::io("open", dir))?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => Ok(Some(lock)),
+            Err((_, Errno::EWOULDBLOCK)) => Ok(None),
+            Err((_, e)) => Err(ImageError::Io { action: "lock", path: dir.to_owned(), source: e.into() }),
+        }
+    }
+}
+
 /// Removes leftovers (`.tmp-*`) of builds that died; only call while holding the lock.
 pub(crate) fn remove_stale_temps(dir: &Path) {
     let Ok(entries) = fs::read_dir(dir) else {

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
 fn image_root() -> PathBuf {
-    std::env::var_os("LIZARD_TEST_DATA_DIR").map(PathBuf::from).unwrap_or_else(|| "/var/cache/lizard-test-data".into())
+    lizard_node::shared_image_root()
 }
 
 /// `POST /v1/sandboxes` of `base` in `project`: the new sandbox's id.

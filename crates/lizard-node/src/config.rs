@@ -142,6 +142,14 @@ pub fn default_data_dir() -> PathBuf {
     base.join("lizard")
 }
 
+/// The data directory whose `images/` every process of this machine shares: the installed
+/// server, `lizard images`, the test suites and the bench. `LIZARD_TEST_DATA_DIR`, else
+/// [`default_data_dir`]: one image store per machine, so a clone's test run after
+/// `install.sh` builds no image (artefacts are keyed by content, built under a lock).
+pub fn shared_image_root() -> PathBuf {
+    std::env::var_os("LIZARD_TEST_DATA_DIR").map_or_else(default_data_dir, PathBuf::from)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -3,7 +3,7 @@
 ``scripts/test-sdk.sh`` starts one server for both SDK suites and passes it in
 ``LIZARD_SDK_TEST_API_URL``, ``LIZARD_SDK_TEST_API_KEY`` and ``LIZARD_SDK_TEST_PROXY``.
 Without those, this starts its own from ``target/debug/lizard`` (guest images from
-``LIZARD_TEST_DATA_DIR``, default ``/var/cache/lizard-test-data``)."""
+``LIZARD_TEST_DATA_DIR``, default the machine's image store ``/var/lib/lizard``)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _free_port() -> int:
 
 def _start_server() -> Tuple[Server, subprocess.Popen, Path]:
     binary = Path(os.environ.get("LIZARD_BIN", REPO / "target/debug/lizard"))
-    images = Path(os.environ.get("LIZARD_TEST_DATA_DIR", "/var/cache/lizard-test-data"))
+    images = Path(os.environ.get("LIZARD_TEST_DATA_DIR", "/var/lib/lizard"))
     data = Path(tempfile.mkdtemp(prefix="lizard-sdk-py-"))
     (data / "images").symlink_to(images / "images")
     if (images / "accel.json").exists():

@@ -1,6 +1,9 @@
 //! Test harness: the real agent binary in dev mode (`serve --unix`), driven through
 //! `lizard-agent-client` over the Unix socket.
 
+// Helpers of these tests unwrap as the tests do (clippy.toml's allow-unwrap-in-tests
+// covers only the #[test] functions themselves).
+#![allow(clippy::unwrap_used)]
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 use lizard_agent_client::{AgentClient, Secret};

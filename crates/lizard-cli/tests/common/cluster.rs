@@ -4,6 +4,9 @@
 //! when the test fails), and calls to the server with the owner's key (an operator key:
 //! unscoped, of the account made at first start).
 
+// Helpers of these tests unwrap as the tests do (clippy.toml's allow-unwrap-in-tests
+// covers only the #[test] functions themselves).
+#![allow(clippy::unwrap_used)]
 // Each test target uses only part of this.
 #![allow(dead_code)]
 

@@ -1,6 +1,9 @@
 //! What the `lizard` binary's integration tests share: where the suite's guest images and agent are,
 //! and a `lizard` command that inherits none of the caller's LIZARD_* variables.
 
+// Helpers of these tests unwrap as the tests do (clippy.toml's allow-unwrap-in-tests
+// covers only the #[test] functions themselves).
+#![allow(clippy::unwrap_used)]
 // Each test target is its own crate and uses only part of this.
 #![allow(dead_code)]
 
@@ -11,9 +14,7 @@ use std::process::{Command, Output};
 
 /// The suite's data directory, whose `images/` every test shares instead of building its own.
 pub fn image_root() -> PathBuf {
-    std::env::var_os("LIZARD_TEST_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/lizard-test-data"))
+    lizard_node::shared_image_root()
 }
 
 /// The guest agent to boot: LIZARD_AGENT_BIN, else the one `scripts/build-agent.sh` builds.

@@ -7,6 +7,9 @@
 //!
 //! All of them check on every answer that an error body is exactly `{code, message}`.
 
+// Helpers of these tests unwrap as the tests do (clippy.toml's allow-unwrap-in-tests
+// covers only the #[test] functions themselves).
+#![allow(clippy::unwrap_used)]
 #![allow(dead_code)]
 
 use axum::Router;
@@ -18,12 +21,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Guest images for tests: `LIZARD_TEST_DATA_DIR`, else `/var/cache/lizard-test-data`
-/// (outside the checkout, so a fresh clone reuses them).
+/// Guest images for tests: the machine's shared image store (outside the checkout, so a
+/// fresh clone reuses them).
 pub fn image_root() -> PathBuf {
-    std::env::var_os("LIZARD_TEST_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/lizard-test-data"))
+    lizard_node::shared_image_root()
 }
 
 /// How to start an [`Api`]: which background parts run beside the routes.

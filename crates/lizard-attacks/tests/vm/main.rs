@@ -1,0 +1,12 @@
+//! The attack suite: a real `lizard server` with real microVMs, attacked as a hostile
+//! tenant, guest and client would; every attack asserts that nothing got through.
+//!
+//! One test binary for all of them: each file is a module, so the crate links once.
+
+mod confinement;
+mod control_plane;
+mod guest_reach;
+mod network;
+mod proxy;
+mod server_crash;
+mod tenancy;
