@@ -642,10 +642,13 @@ const PRIVATE_MOUNTS: &str = "LIZARD_TEST_IN_PRIVATE_MOUNTS";
 fn in_own_mount_namespace(name: &str) -> bool {
     let netns_dir = std::path::Path::new("/run/netns");
     if std::env::var_os(PRIVATE_MOUNTS).is_none() {
+        // The harness names a test by its path below the binary's root (`network::…`).
+        let module = module_path!().split_once("::").map_or("", |(_, m)| m);
+        let test = format!("{module}::{name}");
         let out = Command::new("unshare")
             .args(["--mount", "--propagation", "private", "--"])
             .arg(std::env::current_exe().unwrap())
-            .args([name, "--exact", "--nocapture"])
+            .args([test.as_str(), "--exact", "--nocapture"])
             .env(PRIVATE_MOUNTS, "1")
             .output()
             .unwrap();
