@@ -14,9 +14,12 @@
 //! retry must not run it again); a new attempt takes a new key. An answer that cannot be
 //! replayed (a streamed exec, or one larger than [`MAX_STORED_ANSWER`]) is recorded as
 //! given: a retry gets 409 saying so. Requests refused before their handler (bad key,
-//! rate limit) claim nothing.
+//! rate limit) claim nothing. Kept answers are sealed under the caller's API key
+//! ([`sealed`]): the store alone shows none of them.
 
-use crate::auth::Principal;
+mod sealed;
+
+use crate::auth::{self, Principal};
 use crate::error::{AppError, BodyReadTimeout};
 use crate::ids;
 use crate::state::ServerState;
@@ -54,6 +57,8 @@ pub async fn layer(State(state): State<ServerState>, req: Request, next: Next) -
     let Some(route) = idempotent_route(&req) else { return next.run(req).await };
     let Some(key) = req.headers().get(HEADER) else { return next.run(req).await };
     let Some(principal) = req.extensions().get::<Principal>().cloned() else { return next.run(req).await };
+    // The key the principal was found by: it seals the kept answer.
+    let Some(api_key) = auth::presented_key(req.headers()).map(str::to_owned) else { return next.run(req).await };
     let idem_key = match key.to_str().ok().filter(|k| valid_key(k)) {
         Some(k) => k.to_owned(),
         None => {
@@ -72,18 +77,20 @@ pub async fn layer(State(state): State<ServerState>, req: Request, next: Next) -
     };
     let hash = request_hash(parts.uri.path(), parts.uri.query(), &body);
     let id = IdempotencyId { key_id: principal.key_id, route, idem_key };
+    let answer_key = sealed::AnswerKey::derive(&api_key, &id);
     let now = ids::now_ms();
     let retention = i64::try_from(RETENTION.as_millis()).unwrap_or(i64::MAX);
     match state.store.claim_idempotent(&id, &hash, now, now.saturating_sub(retention)).await {
         Err(e) => return AppError::from(e).into_response(),
-        Ok(Some(entry)) => return answer_existing(entry, &hash),
+        Ok(Some(entry)) => return answer_existing(entry, &hash, &answer_key),
         Ok(None) => {}
     }
     let req = Request::from_parts(parts, Body::from(body));
     let (store, claimed) = (state.store.clone(), id.clone());
     let work = async move {
         let response = next.run(req).await;
-        let (response, answer) = keep(response).await;
+        let (response, mut answer) = keep(response).await;
+        answer.body = answer_key.seal(&answer.body);
         if let Err(e) = store.finish_idempotent(&id, &answer).await {
             tracing::error!(route = %id.route, "cannot record an idempotent answer: {e}");
         }
@@ -127,7 +134,7 @@ fn request_hash(path: &str, query: Option<&str>, body: &[u8]) -> Vec<u8> {
 }
 
 /// The answer to a retry.
-fn answer_existing(entry: IdempotencyEntry, hash: &[u8]) -> Response {
+fn answer_existing(entry: IdempotencyEntry, hash: &[u8], key: &sealed::AnswerKey) -> Response {
     let reused = || {
         AppError::new(
             ErrorCode::IdempotencyKeyReused,
@@ -144,7 +151,13 @@ fn answer_existing(entry: IdempotencyEntry, hash: &[u8]) -> Response {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             response
         }
-        IdempotencyEntry::Done { request_hash, answer } if request_hash == hash => replay(answer),
+        IdempotencyEntry::Done { request_hash, mut answer } if request_hash == hash => match key.open(answer.body) {
+            Ok(body) => {
+                answer.body = body;
+                replay(answer)
+            }
+            Err(e) => AppError::internal(e.to_string()).into_response(),
+        },
         _ => reused(),
     }
 }
@@ -212,12 +225,17 @@ mod tests {
 
     #[test]
     fn a_retry_gets_the_first_answer_and_another_request_is_refused() {
-        let answer = StoredAnswer { status: 201, content_type: Some("application/json".into()), body: b"{}".to_vec() };
+        let id = IdempotencyId { key_id: "k".into(), route: "POST /v1/sandboxes".into(), idem_key: "c-1".into() };
+        let key = sealed::AnswerKey::derive("lz_caller", &id);
+        let body = key.seal(br#"{"accessToken":"lzt_x"}"#);
+        let answer = StoredAnswer { status: 201, content_type: Some("application/json".into()), body };
         let done = IdempotencyEntry::Done { request_hash: b"h".to_vec(), answer };
-        let r = answer_existing(done.clone(), b"h");
+        let r = answer_existing(done.clone(), b"h", &key);
         assert_eq!((r.status(), r.headers().get(REPLAYED_HEADER).is_some()), (StatusCode::CREATED, true));
-        assert_eq!(answer_existing(done, b"other").status(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(answer_existing(done.clone(), b"other", &key).status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let stranger = sealed::AnswerKey::derive("lz_stranger", &id);
+        assert_eq!(answer_existing(done, b"h", &stranger).status(), StatusCode::INTERNAL_SERVER_ERROR);
         let running = IdempotencyEntry::InProgress { request_hash: b"h".to_vec() };
-        assert_eq!(answer_existing(running, b"h").status(), StatusCode::CONFLICT);
+        assert_eq!(answer_existing(running, b"h", &key).status(), StatusCode::CONFLICT);
     }
 }

@@ -426,6 +426,42 @@ async fn a_retry_with_an_idempotency_key_runs_nothing_twice() {
     assert_eq!((other.0, other.2["code"].as_str()), (422, Some("IDEMPOTENCY_KEY_REUSED")), "{:?}", other.2);
     // Without a key nothing is kept: each call runs.
     assert_eq!(system.exec(&id, "echo run >> /tmp/runs; wc -l < /tmp/runs").await.1, "2\n");
+
+    // A private sandbox's create, retried: its access token again, and kept nowhere in the
+    // clear (not in the database, its log or any other file of the server's).
+    let private = serde_json::json!({"template": "base", "projectId": system.project, "publicUrls": false});
+    let create = || {
+        let req = system.request(Method::POST, "/v1/sandboxes").header("idempotency-key", "private-1").json(&private);
+        async move {
+            let r = req.send().await.unwrap();
+            let replayed = r.headers().get("idempotency-replayed").is_some();
+            (r.status().as_u16(), replayed, r.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let first = create().await;
+    assert_eq!((first.0, first.1), (201, false), "{}", first.2);
+    let token = first.2["accessToken"].as_str().expect("a private sandbox's token").to_string();
+    let again = create().await;
+    assert_eq!((again.0, again.1, &again.2), (201, true, &first.2), "the retry gets the token it lost");
+    assert_eq!(files_holding(system.data_dir(), token.as_bytes()), Vec::<std::path::PathBuf>::new());
+}
+
+/// The files under `dir` (symlinks not followed; disks past 256 MiB skipped) that hold
+/// `needle`.
+fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut found = vec![];
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let (path, kind) = (entry.path(), entry.file_type().unwrap());
+        if kind.is_dir() {
+            found.extend(files_holding(&path, needle));
+        } else if kind.is_file() && entry.metadata().is_ok_and(|m| m.len() <= 256 << 20) {
+            let bytes = std::fs::read(&path).unwrap_or_default();
+            if bytes.windows(needle.len()).any(|w| w == needle) {
+                found.push(path);
+            }
+        }
+    }
+    found
 }
 
 /// Open descriptors of process `pid`.
