@@ -12,10 +12,9 @@ use std::time::{Duration, Instant};
 /// How long the server may take to listen (it restarts nothing and builds no image).
 const LISTEN_DEADLINE: Duration = Duration::from_secs(60);
 
-/// The suite's guest images: the machine's shared image store.
-pub fn image_root() -> PathBuf {
-    lizard_node::shared_image_root()
-}
+/// The data directory of the machine's one image store (outside the checkout: a fresh
+/// clone reuses its images).
+pub use lizard_node::shared_image_root as image_root;
 
 /// A free loopback port.
 pub fn free_port() -> u16 {

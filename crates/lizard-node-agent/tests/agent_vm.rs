@@ -19,11 +19,11 @@ use lizard_node_agent::{run, AgentConfig};
 use lizard_vmm::census::live_vmms;
 use reqwest::Method;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn image_root() -> PathBuf {
-    lizard_node::shared_image_root()
-}
+/// The data directory of the machine's one image store (outside the checkout: a fresh
+/// clone reuses its images).
+use lizard_node::shared_image_root as image_root;
 
 /// `POST /v1/sandboxes` of `base` in `project`: the new sandbox's id.
 async fn create(cp: &ControlPlane, project: &str) -> String {

@@ -12,10 +12,9 @@ pub mod server;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The suite's data directory, whose `images/` every test shares instead of building its own.
-pub fn image_root() -> PathBuf {
-    lizard_node::shared_image_root()
-}
+/// The data directory of the machine's one image store (outside the checkout: a fresh
+/// clone reuses its images).
+pub use lizard_node::shared_image_root as image_root;
 
 /// The guest agent to boot: LIZARD_AGENT_BIN, else the one `scripts/build-agent.sh` builds.
 pub fn agent_bin() -> PathBuf {

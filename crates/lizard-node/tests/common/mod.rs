@@ -7,14 +7,12 @@
 #![allow(dead_code)]
 
 use lizard_node::{Node, NodeConfig};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-/// Images are shared by every test of a run and with the rest of the machine: the
-/// machine's image store (outside the checkout, so a fresh clone reuses them).
-pub fn image_root() -> PathBuf {
-    lizard_node::shared_image_root()
-}
+/// The data directory of the machine's one image store (outside the checkout: a fresh
+/// clone reuses its images).
+pub use lizard_node::shared_image_root as image_root;
 
 pub struct TestNode {
     pub node: Arc<Node>,

@@ -18,14 +18,12 @@ use lizard_server::nodes::Nodes;
 use lizard_server::{AppState, ServerConfig, ServerState};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-/// Guest images for tests: the machine's shared image store (outside the checkout, so a
-/// fresh clone reuses them).
-pub fn image_root() -> PathBuf {
-    lizard_node::shared_image_root()
-}
+/// The data directory of the machine's one image store (outside the checkout: a fresh
+/// clone reuses its images).
+pub use lizard_node::shared_image_root as image_root;
 
 /// How to start an [`Api`]: which background parts run beside the routes.
 pub struct ApiBuilder {

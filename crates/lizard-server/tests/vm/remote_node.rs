@@ -20,7 +20,6 @@ use lizard_server::nodes::remote::RemoteNode;
 use lizard_server::nodes::{BuildTemplate, NodeClient};
 use lizard_vmm::census::live_vmms;
 use sha2::{Digest, Sha256};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -28,9 +27,9 @@ use tokio_util::sync::CancellationToken;
 
 const CREDENTIAL: &str = "test-node-credential";
 
-fn image_root() -> PathBuf {
-    lizard_node::shared_image_root()
-}
+/// The data directory of the machine's one image store (outside the checkout: a fresh
+/// clone reuses its images).
+use lizard_node::shared_image_root as image_root;
 
 fn sh(cmd: &str) -> ExecRequest {
     ExecRequest { cmd: Some(cmd.to_string()), ..Default::default() }
