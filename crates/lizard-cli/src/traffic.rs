@@ -36,6 +36,11 @@ pub struct TrafficOpts {
     /// Requests with an invalid API key at once above that rate.
     #[arg(long, value_name = "N", default_value_t = TrafficLimits::default().auth_failure_burst)]
     pub auth_failure_burst: u32,
+    /// MiB of sandbox output the server holds at once for calls that must collect it
+    /// (non-streamed execs, code executions' lines), all sandboxes together; one sandbox
+    /// gets a quarter. A call past it gets 503 UNAVAILABLE (an exec) or an error event.
+    #[arg(long, value_name = "MIB", default_value_t = TrafficLimits::default().guest_buffer_bytes >> 20)]
+    pub guest_buffer_mib: usize,
 }
 
 fn millis(d: Duration) -> u64 {
@@ -53,6 +58,7 @@ impl TrafficOpts {
             body_read: Duration::from_millis(self.body_read_timeout_ms.max(1)),
             auth_failure_rate: self.auth_failure_rate.max(1),
             auth_failure_burst: self.auth_failure_burst.max(1),
+            guest_buffer_bytes: self.guest_buffer_mib.max(1).saturating_mul(1 << 20),
         }
     }
 }

@@ -128,6 +128,9 @@ pub struct TrafficLimits {
     pub auth_failure_rate: u32,
     /// Failed authentications at once above that rate.
     pub auth_failure_burst: u32,
+    /// Bytes of guest-decided data (non-streamed exec output, code-service lines) the
+    /// server holds at once, all sandboxes together ([`crate::guest_buffers`]).
+    pub guest_buffer_bytes: usize,
 }
 
 impl Default for TrafficLimits {
@@ -143,6 +146,7 @@ impl Default for TrafficLimits {
             body_read: std::time::Duration::from_secs(60),
             auth_failure_rate: 50,
             auth_failure_burst: 500,
+            guest_buffer_bytes: crate::guest_buffers::DEFAULT_TOTAL_BYTES,
         }
     }
 }

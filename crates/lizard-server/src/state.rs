@@ -72,6 +72,8 @@ pub struct ServerState {
     pub bad_keys: Arc<crate::bad_keys::BadKeys>,
     /// This process's Prometheus metrics.
     pub telemetry: Arc<crate::telemetry::Telemetry>,
+    /// What calls hold of guests' data.
+    pub guest_buffers: Arc<crate::guest_buffers::GuestBuffers>,
 }
 
 impl ServerState {
@@ -79,7 +81,16 @@ impl ServerState {
         let guard = Arc::new(crate::guard::Guard::new(config.traffic.clone()));
         let bad_keys = Arc::new(crate::bad_keys::BadKeys::new(&config.traffic));
         let telemetry = Arc::new(crate::telemetry::Telemetry::new());
-        ServerState { store, config: Arc::new(config), reaper: Arc::new(NoReaper), guard, bad_keys, telemetry }
+        let guest_buffers = Arc::new(crate::guest_buffers::GuestBuffers::new(config.traffic.guest_buffer_bytes));
+        ServerState {
+            store,
+            config: Arc::new(config),
+            reaper: Arc::new(NoReaper),
+            guard,
+            bad_keys,
+            telemetry,
+            guest_buffers,
+        }
     }
 
     /// Install the hook that kills sandboxes removed by a forced workspace delete.

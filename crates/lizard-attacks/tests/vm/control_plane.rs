@@ -540,3 +540,90 @@ async fn a_fork_whose_client_vanishes_leaves_only_recorded_and_billed_copies() {
     assert_eq!(leftovers::vmm_pids(system.data_dir()).len(), listed.len());
     assert_eq!(control::billed(&system).await, listed);
 }
+
+/// The server's peak resident memory so far (kB).
+fn peak_rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM in /proc/<pid>/status");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_cannot_exhaust_the_servers_memory_through_calls_that_collect_its_output() {
+    // A sandbox's share is a quarter: 64 MiB.
+    let system = System::start(&["--guest-buffer-mib", "256"]).await;
+    let id = system.create_sandbox("base", serde_json::json!({})).await;
+    // A fake code service in a plain base sandbox: every execution answers one 60 MiB line.
+    let fake = "import socket, threading\n\
+                line = b'{\"type\":\"stdout\",\"text\":\"' + b'x' * (60 << 20) + b'\"}\\n'\n\
+                def answer(c):\n\
+                \x20   try:\n\
+                \x20       c.recv(65536)\n\
+                \x20       c.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Type: application/x-ndjson\\r\\nConnection: close\\r\\n\\r\\n' + line)\n\
+                \x20   except OSError:\n\
+                \x20       pass\n\
+                \x20   c.close()\n\
+                s = socket.socket()\n\
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+                s.bind(('127.0.0.1', 49999))\n\
+                s.listen(16)\n\
+                print('listening', flush=True)\n\
+                while True:\n\
+                \x20   threading.Thread(target=answer, args=(s.accept()[0],)).start()\n";
+    let put = system
+        .request(Method::PUT, &format!("/v1/sandboxes/{id}/files?path=/tmp/fake.py"))
+        .body(fake.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    system.exec(&id, "nohup python3 /tmp/fake.py >/tmp/fake.out 2>&1 &").await;
+    let listening = control::eventually(Duration::from_secs(30), || async {
+        system.exec(&id, "cat /tmp/fake.out").await.1.contains("listening")
+    })
+    .await;
+    assert!(listening, "the fake code service listens");
+    let server = system.pid().unwrap();
+    let before = peak_rss_kb(server);
+
+    // Six code calls at once: each ends with an error event, none holds its line.
+    let code = format!("/v1/sandboxes/{id}/code");
+    let calls = (0..6).map(|_| async {
+        let resp = system.request(Method::POST, &code).json(&serde_json::json!({"code": "1"})).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.text().await.unwrap()
+    });
+    for answer in futures_util::future::join_all(calls).await {
+        let events: Vec<serde_json::Value> = answer.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let error =
+            events.iter().find(|e| e["type"] == "error").unwrap_or_else(|| panic!("no error event: {answer:.300}"));
+        let why = error["value"].as_str().unwrap();
+        assert!(why.contains("passed 4 MiB") || why.contains("hold"), "{why}");
+        assert_eq!(events.last().unwrap()["type"], "end");
+    }
+    // Six non-streamed execs of 15 MiB each in the same sandbox, each answer 30 MiB with
+    // its JSON: its 64 MiB share lets two collect at a time; the others are told to stream.
+    let exec = format!("/v1/sandboxes/{id}/exec");
+    let fifteen = serde_json::json!({"cmd": "head -c 15728640 /dev/zero | tr '\\0' x"});
+    let calls = (0..6).map(|_| system.call(Method::POST, &exec, Some(fifteen.clone())));
+    for (status, answer) in futures_util::future::join_all(calls).await {
+        match status {
+            200 => assert_eq!(answer["stdout"].as_str().unwrap().len(), 15 << 20),
+            _ => {
+                assert_eq!((status, answer["code"].as_str()), (503, Some("UNAVAILABLE")), "{answer:.300}");
+                assert!(answer["message"].as_str().unwrap().contains("stream=true"), "{answer}");
+            }
+        }
+    }
+    // 15 MiB of NUL bytes is 90 MiB of JSON: more than the share, so never collected.
+    let nul = serde_json::json!({"cmd": "head -c 15728640 /dev/zero"});
+    let (status, answer) = system.call(Method::POST, &exec, Some(nul)).await;
+    assert_eq!((status, answer["code"].as_str()), (422, Some("OUTPUT_TOO_LARGE")), "{answer:.300}");
+    let grown_mb = peak_rss_kb(server).saturating_sub(before) / 1024;
+    eprintln!("the server's peak memory grew by {grown_mb} MB");
+    // Unbounded, six 60 MiB lines took the server from 73 MB to 909 MB.
+    assert!(grown_mb < 200, "the server's peak memory grew by {grown_mb} MB");
+    // Everything was given back: one more full-size exec collects.
+    let (status, answer) = system.call(Method::POST, &exec, Some(fifteen)).await;
+    assert_eq!(status, 200, "{answer:.300}");
+}

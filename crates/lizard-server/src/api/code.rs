@@ -47,7 +47,7 @@ pub async fn run_code(
 ) -> ApiResult<Response> {
     req.validate().map_err(|e| crate::error::AppError::invalid(e.to_string()))?;
     let sandbox = running(&state, &p, &id).await?;
-    let events = ops::run(&sandbox, req).await?;
+    let events = ops::run(&state.server.guest_buffers, &sandbox, req).await?;
     let body = Body::from_stream(events.map(|e| line(&e)));
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
 }

@@ -248,7 +248,15 @@ pub async fn exec(
         let body = Body::from_stream(frames.map_ok(|f| f.to_bytes()));
         Ok(([(header::CONTENT_TYPE, lizard_agent_proto::routes::FRAMES_CONTENT_TYPE)], body).into_response())
     } else {
-        Ok(Json(crate::ops::exec::collect(frames).await?).into_response())
+        let answer = crate::ops::exec::collect(&state.server.guest_buffers, sandbox.id(), frames).await?;
+        // The answer's memory stays charged until the body is sent.
+        let charge = answer.charge;
+        let chunk = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(bytes::Bytes::from(answer.json))]);
+        let body = Body::from_stream(chunk.map(move |c| {
+            let _held = &charge;
+            c
+        }));
+        Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
     }
 }
 

@@ -10,11 +10,17 @@
 //! or passes the execution's timeout by more than [`DEADLINE_GRACE`], an error event
 //! says so first.
 //!
+//! Any process listening on that port answers, so what it sends is bounded: a line may
+//! carry at most [`MAX_LINE_BYTES`] (a result's base64 image included), and what a call
+//! buffers is charged to the sandbox's and the server's [`GuestBuffers`]; past either,
+//! the execution ends with an error event that says so.
+//!
 //! The guest's own errors (`{code, message}`) keep their code when it is the caller's
 //! (`NOT_FOUND` for an unknown context, `INVALID_ARGUMENT`); anything else becomes
 //! `CODE_SERVICE_UNAVAILABLE`, its detail logged, not shown.
 
 use crate::error::{ApiResult, AppError};
+use crate::guest_buffers::{Charge, Exhausted, GuestBuffers};
 use crate::nodes::Tunnel;
 use crate::ops::sandboxes::LiveSandbox;
 use axum::body::Body;
@@ -28,7 +34,7 @@ use serde::de::DeserializeOwned;
 use std::collections::VecDeque;
 use std::time::Duration;
 use tokio::time::Instant;
-use tokio_util::codec::{FramedRead, LinesCodec};
+use tokio_util::codec::{Decoder, FramedRead, LinesCodec, LinesCodecError};
 use tokio_util::io::StreamReader;
 
 /// An execution's events, as the guest produced them; always ends with `End`.
@@ -39,17 +45,17 @@ pub type CodeEvents = BoxStream<'static, CodeEvent>;
 pub const DEADLINE_GRACE: Duration = Duration::from_secs(60);
 /// Bound on a context call (creating one starts an interpreter: seconds under TCG).
 const CALL_TIMEOUT: Duration = Duration::from_secs(180);
-/// Largest line of an execution (a result's base64 image included).
-const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+/// Largest line of an execution (a result's base64 image included): 4 MiB.
+pub const MAX_LINE_BYTES: usize = 4 << 20;
 /// Largest non-streamed answer read from the service.
 const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 
 /// Run code in the sandbox: its events, streamed as the code runs.
-pub async fn run(sandbox: &LiveSandbox, req: RunCodeRequest) -> ApiResult<CodeEvents> {
+pub async fn run(buffers: &GuestBuffers, sandbox: &LiveSandbox, req: RunCodeRequest) -> ApiResult<CodeEvents> {
     req.validate().map_err(|e| AppError::invalid(e.to_string()))?;
     let deadline = Instant::now() + Duration::from_millis(req.timeout_ms()) + DEADLINE_GRACE;
     let tunnel = connect(sandbox).await?;
-    run_over(tunnel, &req, deadline).await
+    run_over(tunnel, &req, deadline, buffers.charge(sandbox.id())).await
 }
 
 /// The sandbox's code contexts.
@@ -98,17 +104,64 @@ async fn connect(sandbox: &LiveSandbox) -> ApiResult<Box<dyn Tunnel>> {
 }
 
 /// Execution over an open tunnel (the unit under test: no node needed).
-async fn run_over(tunnel: Box<dyn Tunnel>, req: &RunCodeRequest, deadline: Instant) -> ApiResult<CodeEvents> {
+async fn run_over(
+    tunnel: Box<dyn Tunnel>,
+    req: &RunCodeRequest,
+    deadline: Instant,
+    charge: Charge,
+) -> ApiResult<CodeEvents> {
     let body = serde_json::to_vec(req).map_err(AppError::internal)?;
     let answer = request(tunnel, Method::POST, "/execute", Some(body)).await?;
     let bytes = Body::new(answer.into_body()).into_data_stream().map_err(std::io::Error::other);
-    let lines = FramedRead::new(StreamReader::new(bytes), LinesCodec::new_with_max_length(MAX_LINE_BYTES));
+    let decoder = ChargedLines { lines: LinesCodec::new_with_max_length(MAX_LINE_BYTES), charge };
+    let lines = FramedRead::new(StreamReader::new(bytes), decoder);
     let reading = Reading { lines: Box::pin(lines), deadline, queued: VecDeque::new(), ended: false };
     Ok(stream::unfold(reading, Reading::next).boxed())
 }
 
-type Lines =
-    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<String, tokio_util::codec::LinesCodecError>> + Send>>;
+type Lines = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<String, LineError>> + Send>>;
+
+/// Lines whose buffer (and the line copied out of it) are charged as they grow: each
+/// decode charges what the read buffer holds, so the charge follows the longest line
+/// being read and shrinks once it is handed on.
+struct ChargedLines {
+    lines: LinesCodec,
+    charge: Charge,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum LineError {
+    #[error("an output line passed {} MiB, the most one event may carry", MAX_LINE_BYTES >> 20)]
+    TooLong,
+    #[error("{0}")]
+    Exhausted(#[from] Exhausted),
+    #[error("the connection to the code service broke during the execution")]
+    Read(#[from] std::io::Error),
+}
+
+impl From<LinesCodecError> for LineError {
+    fn from(e: LinesCodecError) -> Self {
+        match e {
+            LinesCodecError::MaxLineLengthExceeded => LineError::TooLong,
+            LinesCodecError::Io(e) => LineError::Read(e),
+        }
+    }
+}
+
+impl Decoder for ChargedLines {
+    type Item = String;
+    type Error = LineError;
+
+    fn decode(&mut self, src: &mut bytes::BytesMut) -> Result<Option<String>, LineError> {
+        self.charge.hold(src.capacity() + src.len())?;
+        Ok(self.lines.decode(src)?)
+    }
+
+    fn decode_eof(&mut self, src: &mut bytes::BytesMut) -> Result<Option<String>, LineError> {
+        self.charge.hold(src.capacity() + src.len())?;
+        Ok(self.lines.decode_eof(src)?)
+    }
+}
 
 /// The state of an execution's stream.
 struct Reading {
@@ -137,8 +190,8 @@ impl Reading {
                     Err(e) => tracing::warn!("code service: a line that is no event ({e}), skipped"),
                 },
                 Ok(Some(Err(e))) => {
-                    tracing::warn!("code service: reading an execution failed: {e}");
-                    self.broken("the connection to the code service broke during the execution");
+                    tracing::warn!("code service: reading an execution failed: {e:?}");
+                    self.broken(&e.to_string());
                 }
                 Ok(None) => self.broken("the code service ended the execution without its end"),
                 Err(_) => self.broken("the code service did not end the execution within its timeout"),
@@ -253,7 +306,8 @@ mod tests {
 
     async fn events(tunnel: Box<dyn Tunnel>, deadline: Instant) -> Vec<CodeEvent> {
         let req = RunCodeRequest { code: "x + 1".into(), ..Default::default() };
-        run_over(tunnel, &req, deadline).await.expect("the execution starts").collect().await
+        let buffers = GuestBuffers::new(64 << 20);
+        run_over(tunnel, &req, deadline, buffers.charge("s")).await.expect("the execution starts").collect().await
     }
 
     #[tokio::test]
@@ -283,6 +337,38 @@ mod tests {
         assert_eq!(got[2], CodeEvent::End { execution_count: None });
     }
 
+    /// A stdout event whose text is `len` bytes, as one line.
+    fn long_line(len: usize) -> &'static str {
+        Box::leak(format!("{{\"type\":\"stdout\",\"text\":\"{}\"}}\n", "x".repeat(len)).into_boxed_str())
+    }
+
+    #[tokio::test]
+    async fn a_line_past_the_cap_ends_the_execution_without_being_held() {
+        let body: &'static str = Box::leak(format!("{}{}", long_line(10), long_line(MAX_LINE_BYTES)).into_boxed_str());
+        let buffers = GuestBuffers::new(64 << 20);
+        let req = RunCodeRequest { code: "1".into(), ..Default::default() };
+        let events = run_over(fake_service(200, body), &req, later(), buffers.charge("s")).await.unwrap();
+        let got: Vec<CodeEvent> = events.collect().await;
+        assert_eq!(got.len(), 3, "{:?}", &got[1..]);
+        assert!(matches!(&got[1], CodeEvent::Error { value, .. } if value.contains("passed 4 MiB")), "{:?}", got[1]);
+        assert_eq!(buffers.held_kib(), 0, "an ended execution holds nothing");
+    }
+
+    #[tokio::test]
+    async fn a_line_past_the_sandboxs_share_ends_the_execution() {
+        // A 1 MiB line, where the sandbox's share is 256 KiB of a 1 MiB server total.
+        let buffers = GuestBuffers::new(1 << 20);
+        let req = RunCodeRequest { code: "1".into(), ..Default::default() };
+        let events = run_over(fake_service(200, long_line(1 << 20)), &req, later(), buffers.charge("s")).await.unwrap();
+        let got: Vec<CodeEvent> = events.collect().await;
+        assert!(matches!(&got[0], CodeEvent::Error { value, .. } if value.contains("for one sandbox")), "{got:?}");
+        assert_eq!(got.len(), 2);
+        // A small execution of the same sandbox runs after it.
+        let small = "{\"type\":\"end\",\"executionCount\":1}\n";
+        let events = run_over(fake_service(200, small), &req, later(), buffers.charge("s")).await.unwrap();
+        assert_eq!(events.collect::<Vec<_>>().await, [CodeEvent::End { execution_count: Some(1) }]);
+    }
+
     #[tokio::test]
     async fn a_silent_service_is_cut_off_at_the_deadline() {
         // The service answers its headers, then never writes nor closes.
@@ -303,10 +389,12 @@ mod tests {
     async fn the_guests_errors_keep_the_callers_codes_and_hide_the_rest() {
         let req = RunCodeRequest { code: "1".into(), ..Default::default() };
         let not_found = r#"{"code":"NOT_FOUND","message":"code context abc not found"}"#;
-        let e = run_over(fake_service(404, not_found), &req, later()).await.err().expect("refused");
+        let buffers = GuestBuffers::new(64 << 20);
+        let e =
+            run_over(fake_service(404, not_found), &req, later(), buffers.charge("s")).await.err().expect("refused");
         assert_eq!((e.code(), e.0.message.as_str()), (ErrorCode::NotFound, "code context abc not found"));
         let internal = r#"{"code":"INTERNAL","message":"Traceback at /opt/lizard/code/code_server.py"}"#;
-        let e = run_over(fake_service(500, internal), &req, later()).await.err().expect("refused");
+        let e = run_over(fake_service(500, internal), &req, later(), buffers.charge("s")).await.err().expect("refused");
         assert_eq!(e.code(), ErrorCode::CodeServiceUnavailable);
         assert!(!e.0.message.contains("/opt"), "the guest's detail is logged, not answered: {e}");
         let e = call::<CodeContext>(fake_service(200, "[1, 2]"), Method::GET, "/contexts", None).await.unwrap_err();

@@ -28,6 +28,9 @@ pub const SLOW: Duration = Duration::from_secs(30 * 60);
 const TRIES: u32 = 3;
 /// The most of an error answer that is read.
 const MAX_ERROR_BODY: usize = 64 << 10;
+/// Largest JSON answer read from a node: some carry what a guest decides (its processes,
+/// a directory's entries), so none is read without bound.
+const MAX_JSON_BODY: usize = 64 << 20;
 
 /// One node's API.
 #[derive(Clone)]
@@ -227,8 +230,7 @@ impl Channel {
     /// Send and decode a JSON answer.
     pub async fn json<T: serde::de::DeserializeOwned>(&self, call: &Call, payload: Payload) -> Result<T, ApiError> {
         let resp = self.send(call, payload).await?;
-        let bytes = resp
-            .into_body()
+        let bytes = http_body_util::Limited::new(resp.into_body(), MAX_JSON_BODY)
             .collect()
             .await
             .map_err(|e| self.unreachable(format!("{}: the answer broke off: {e}", call.uri)))?
