@@ -230,7 +230,12 @@ class PythonContext(Context):
 
 class ProcessContext(Context):
     """A child process fed one cell at a time, its stdout/stderr read as they come, and a
-    private pipe (fd passed in LIZARD_EVENTS_FD) on which it says when a cell is done."""
+    private pipe (fd passed in LIZARD_EVENTS_FD) on which it says when a cell is done.
+
+    A cell runs in that same process and can write to the pipe too, so every event line
+    carries the cell's nonce, which only the runner knows: a line without it (a cell's
+    `echo 0 >&$LIZARD_EVENTS_FD`, or an earlier cell's late end) is ignored, and a cell
+    cannot end itself early and leak its later output into the next one."""
 
     def command(self) -> list[str]:
         raise NotImplementedError
@@ -262,10 +267,11 @@ class ProcessContext(Context):
         os.close(self.events_r)
 
     def send(self, code: str, envs: dict[str, str], timeout_ms: int) -> None:
+        """Start a cell whose event lines carry `self.nonce`."""
         raise NotImplementedError
 
     def done(self, line: str, emit: Emit) -> None:
-        """A line from the events pipe."""
+        """A line from the events pipe (any line: check its nonce)."""
         raise NotImplementedError
 
     def interrupt(self) -> None:
@@ -286,6 +292,7 @@ class ProcessContext(Context):
     def execute(self, code: str, envs: dict[str, str], timeout_ms: int, emit: Emit) -> None:
         self._drain(None)  # output of background work since the last cell is not this cell's
         self.finished = False
+        self.nonce = secrets.token_hex(16)
         try:
             self.send(code, envs, timeout_ms)
         except (BrokenPipeError, OSError):
@@ -346,11 +353,17 @@ class JavascriptContext(ProcessContext):
 
     def send(self, code: str, envs: dict[str, str], timeout_ms: int) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"code": code, "envs": envs, "timeoutMs": timeout_ms}).encode() + b"\n")
+        cell = {"code": code, "envs": envs, "timeoutMs": timeout_ms, "nonce": self.nonce}
+        self.proc.stdin.write(json.dumps(cell).encode() + b"\n")
         self.proc.stdin.flush()
 
     def done(self, line: str, emit: Emit) -> None:
-        event = json.loads(line)
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(event, dict) or event.pop("cell", None) != self.nonce:
+            return
         if event.get("type") == "done":
             self.count += 1
             self.finished = True
@@ -389,7 +402,7 @@ class BashContext(ProcessContext):
             after += f'if [ -n "$__lz_s{i}" ]; then export {k}="$__lz_v{i}"; else unset {k}; fi; '
         script = (
             f"{before}. {shlex.quote(path)} < /dev/null; __lz_rc=$?; rm -f {shlex.quote(path)}; {after}"
-            'printf "%s\\n" "$__lz_rc" >&$LIZARD_EVENTS_FD\n'
+            f'printf "%s %s\\n" {self.nonce} "$__lz_rc" >&$LIZARD_EVENTS_FD\n'
         )
         self.proc.stdin.write(script.encode())
         self.proc.stdin.flush()
@@ -399,9 +412,12 @@ class BashContext(ProcessContext):
         subprocess.run(["pkill", "-INT", "-P", str(self.proc.pid)], check=False)
 
     def done(self, line: str, emit: Emit) -> None:
+        nonce, _, rc = line.strip().partition(" ")
+        if nonce != self.nonce:
+            return
         self.count += 1
         self.finished = True
-        status = int(line.strip() or "0")
+        status = int(rc or "0")
         if status != 0:
             emit({"type": "error", "name": "NonZeroExitStatus", "value": f"exit status {status}", "traceback": ""})
 

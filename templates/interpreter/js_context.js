@@ -11,7 +11,9 @@ const vm = require('vm')
 
 const eventsFd = Number(process.env.LIZARD_EVENTS_FD)
 delete process.env.LIZARD_EVENTS_FD
-const send = (event) => fs.writeSync(eventsFd, JSON.stringify(event) + '\n')
+// Every event carries its cell's nonce: the service ignores lines without it, which is
+// all a cell could write to the pipe itself.
+const send = (nonce, event) => fs.writeSync(eventsFd, JSON.stringify({ ...event, cell: nonce }) + '\n')
 
 // Cells see what a Node.js module sees.
 globalThis.require = require
@@ -47,7 +49,7 @@ function compile (code) {
   }
 }
 
-async function runCell ({ code, envs, timeoutMs }) {
+async function runCell ({ code, envs, timeoutMs, nonce }) {
   const saved = {}
   for (const [k, v] of Object.entries(envs || {})) {
     saved[k] = process.env[k]
@@ -67,12 +69,12 @@ async function runCell ({ code, envs, timeoutMs }) {
         clearTimeout(timer)
       }
     }
-    if (value !== undefined && !wrapped) send(resultEvent(value))
+    if (value !== undefined && !wrapped) send(nonce, resultEvent(value))
   } catch (e) {
     if (e && e.code === 'ERR_SCRIPT_EXECUTION_TIMEOUT') {
-      send({ type: 'error', name: 'TimeoutError', value: `execution exceeded its timeout of ${timeoutMs} ms; the context was interrupted`, traceback: '' })
+      send(nonce, { type: 'error', name: 'TimeoutError', value: `execution exceeded its timeout of ${timeoutMs} ms; the context was interrupted`, traceback: '' })
     } else {
-      send(errorEvent(e))
+      send(nonce, errorEvent(e))
     }
   } finally {
     for (const [k, v] of Object.entries(saved)) {
@@ -80,7 +82,7 @@ async function runCell ({ code, envs, timeoutMs }) {
       else process.env[k] = v
     }
   }
-  send({ type: 'done' })
+  send(nonce, { type: 'done' })
 }
 
 // One cell at a time, in order.

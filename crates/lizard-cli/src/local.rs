@@ -80,6 +80,10 @@ pub struct NodeOpts {
     /// [default: the nameservers of the host's /etc/resolv.conf].
     #[arg(long = "dns-resolver", value_name = "ADDR")]
     pub dns_resolvers: Vec<std::net::SocketAddr>,
+    /// Guest → API connections all sandboxes of the node share beyond each one's first
+    /// 8, which are its own (a sandbox has at most 64 open).
+    #[arg(long, value_name = "N", default_value_t = lizard_node::forward::TOTAL, env = "LIZARD_GUEST_API_CONNECTION_POOL")]
+    pub guest_api_connection_pool: usize,
     /// TESTS ONLY: a CIDR the egress proxy may dial although it is private (a test's own
     /// namespace). Never set in production.
     #[arg(long = "egress-test-allow", value_name = "CIDR", hide = true)]
@@ -100,6 +104,7 @@ impl NodeOpts {
         config.prespawn = self.prespawn;
         config.warm_pool = self.warm_pool.iter().cloned().collect();
         config.keep_paused_vm = Duration::from_secs(self.keep_paused_vm);
+        config.api_forward_shared = self.guest_api_connection_pool.max(1);
         config.confine.insecure_no_confine = self.insecure_no_confine;
         config.confine.cpu_overcommit = self.cpu_overcommit;
         config.confine.memory_overcommit = self.memory_overcommit;

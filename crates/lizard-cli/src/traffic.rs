@@ -1,6 +1,6 @@
 //! `lizard server`'s flags for what clients may take of it: per key (request rate,
-//! requests in flight), failed authentications, and per listener (connections, header
-//! and body read times).
+//! requests in flight), per listener (connections, header and body read times), and the
+//! sandbox output the server holds for them.
 
 use clap::Args;
 use lizard_server::config::TrafficLimits;
@@ -28,14 +28,6 @@ pub struct TrafficOpts {
     /// Milliseconds a client may take to send a JSON request body.
     #[arg(long, value_name = "MS", default_value_t = millis(TrafficLimits::default().body_read))]
     pub body_read_timeout_ms: u64,
-    /// Requests with an invalid API key (unknown, revoked, malformed) per second, all
-    /// clients together, before they get 429 RATE_LIMITED; keys that work are never
-    /// held to it, and one repeated invalid key gets at most 1/s of it.
-    #[arg(long, value_name = "N", default_value_t = TrafficLimits::default().auth_failure_rate)]
-    pub auth_failure_rate: u32,
-    /// Requests with an invalid API key at once above that rate.
-    #[arg(long, value_name = "N", default_value_t = TrafficLimits::default().auth_failure_burst)]
-    pub auth_failure_burst: u32,
     /// MiB of sandbox output the server holds at once for calls that must collect it
     /// (non-streamed execs, code executions' lines), all sandboxes together; one sandbox
     /// gets a quarter. A call past it gets 503 UNAVAILABLE (an exec) or an error event.
@@ -56,8 +48,6 @@ impl TrafficOpts {
             max_connections: self.max_connections.max(1),
             header_read: Duration::from_millis(self.header_read_timeout_ms.max(1)),
             body_read: Duration::from_millis(self.body_read_timeout_ms.max(1)),
-            auth_failure_rate: self.auth_failure_rate.max(1),
-            auth_failure_burst: self.auth_failure_burst.max(1),
             guest_buffer_bytes: self.guest_buffer_mib.max(1).saturating_mul(1 << 20),
         }
     }

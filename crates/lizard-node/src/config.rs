@@ -36,6 +36,9 @@ pub struct NodeConfig {
     /// Where connections to the guest's API address ([`lizard_agent_proto::routes::FORWARD_GUEST_URL`])
     /// go: the control plane's API. `None`: guests cannot reach any API.
     pub api_forward: Option<std::net::SocketAddr>,
+    /// Forwarded API connections all sandboxes share beyond each one's reserved few
+    /// ([`crate::forward`]).
+    pub api_forward_shared: usize,
     /// VMM processes started ahead of demand and waiting for a snapshot's state, per
     /// template snapshot and shape that sandboxes were created from (the few most
     /// recently used): a create then skips QEMU's start. 0: none.
@@ -72,6 +75,7 @@ impl NodeConfig {
             network: nix::unistd::geteuid().is_root().then(network::NetworkConfig::default),
             guest_cli: default_guest_cli(),
             api_forward: None,
+            api_forward_shared: crate::forward::TOTAL,
             prespawn: 0,
             warm_pool: Default::default(),
             max_concurrent_restores: std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get),

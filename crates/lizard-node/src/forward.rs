@@ -6,13 +6,16 @@
 //!
 //! Bounded, because every piped connection costs the host two file descriptors in the
 //! server's process: a sandbox has at most [`PER_SANDBOX`] open (a waiter takes a slot
-//! before it accepts, so more wait in the agent's queue inside the guest), all sandboxes
-//! of this process together at most [`TOTAL`], and a connection with no bytes either way
-//! for [`IDLE_TIMEOUT`] is closed.
+//! before it accepts, so more wait in the agent's queue inside the guest), and a
+//! connection with no bytes either way for [`IDLE_TIMEOUT`] is closed. Fairly: the first
+//! [`RESERVED`] of a sandbox's connections are its own, and only the ones beyond draw from
+//! the node's shared pool ([`SharedSlots`], [`TOTAL`] by default). Sandboxes that fill the
+//! pool (32 × 64 filled 2048 before) make others wait for more than their reserved few,
+//! never for their first.
 
 use lizard_agent_client::{AgentClient, ClientError, TcpTunnel};
 use std::net::SocketAddr;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -24,24 +27,53 @@ const WAITERS: usize = 4;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections one sandbox may have open to the API at once.
 pub const PER_SANDBOX: usize = 64;
-/// Connections all sandboxes of this process may have open to the API at once.
+/// Of those, the ones no other sandbox can take from it.
+pub const RESERVED: usize = 8;
+/// Default size of the pool the connections beyond [`RESERVED`] share, all sandboxes of
+/// a node together.
 pub const TOTAL: usize = 2048;
 /// A connection idle this long (no bytes either way) is closed. Long enough for a
 /// long-running call that streams nothing for minutes.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// The process-wide slots behind [`TOTAL`].
-static TOTAL_SLOTS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(TOTAL)));
+/// The node's pool of connections beyond each sandbox's reserved ones.
+#[derive(Clone)]
+pub struct SharedSlots(Arc<Semaphore>);
+
+impl SharedSlots {
+    pub fn new(total: usize) -> Self {
+        SharedSlots(Arc::new(Semaphore::new(total)))
+    }
+}
+
+/// One sandbox's slots: its reserved ones, and its allowance of the shared pool.
+#[derive(Clone)]
+struct SandboxSlots {
+    reserved: Arc<Semaphore>,
+    beyond: Arc<Semaphore>,
+    shared: SharedSlots,
+}
+
+/// A connection's slot, given back when dropped.
+#[allow(dead_code)] // held for its drop
+enum Slot {
+    Reserved(OwnedSemaphorePermit),
+    Shared(OwnedSemaphorePermit, OwnedSemaphorePermit),
+}
 
 /// Serve `agent`'s forwarded connections until its channel closes.
-pub fn spawn(id: String, agent: AgentClient, target: SocketAddr) {
-    let own = Arc::new(Semaphore::new(PER_SANDBOX));
+pub fn spawn(id: String, agent: AgentClient, target: SocketAddr, shared: &SharedSlots) {
+    let slots = SandboxSlots {
+        reserved: Arc::new(Semaphore::new(RESERVED)),
+        beyond: Arc::new(Semaphore::new(PER_SANDBOX - RESERVED)),
+        shared: shared.clone(),
+    };
     for _ in 0..WAITERS {
-        let (agent, id, own) = (agent.clone(), id.clone(), own.clone());
+        let (agent, id, own) = (agent.clone(), id.clone(), slots.clone());
         tokio::spawn(async move {
             loop {
                 let slots = tokio::select! {
-                    s = take_slots(&own) => s,
+                    s = take_slot(&own) => s,
                     _ = agent.closed() => return,
                 };
                 let tunnel = tokio::select! {
@@ -68,11 +100,22 @@ pub fn spawn(id: String, agent: AgentClient, target: SocketAddr) {
     }
 }
 
-/// A slot of this sandbox's and one of the process's.
-async fn take_slots(own: &Arc<Semaphore>) -> (OwnedSemaphorePermit, OwnedSemaphorePermit) {
-    let mine = own.clone().acquire_owned().await.expect("the sandbox's slots are never closed");
-    let all = TOTAL_SLOTS.clone().acquire_owned().await.expect("the process's slots are never closed");
-    (mine, all)
+/// A reserved slot if one is free, else one beyond them and one of the shared pool —
+/// whichever comes first.
+async fn take_slot(own: &SandboxSlots) -> Slot {
+    const OPEN: &str = "forwarding slots are never closed";
+    if let Ok(mine) = own.reserved.clone().try_acquire_owned() {
+        return Slot::Reserved(mine);
+    }
+    let shared = async {
+        let mine = own.beyond.clone().acquire_owned().await.expect(OPEN);
+        let pool = own.shared.0.clone().acquire_owned().await.expect(OPEN);
+        Slot::Shared(mine, pool)
+    };
+    tokio::select! {
+        mine = own.reserved.clone().acquire_owned() => Slot::Reserved(mine.expect(OPEN)),
+        slot = shared => slot,
+    }
 }
 
 /// Copy both ways between a guest connection and a new connection to `target`.
@@ -148,6 +191,54 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sandbox(shared: &SharedSlots) -> SandboxSlots {
+        SandboxSlots {
+            reserved: Arc::new(Semaphore::new(RESERVED)),
+            beyond: Arc::new(Semaphore::new(PER_SANDBOX - RESERVED)),
+            shared: shared.clone(),
+        }
+    }
+
+    async fn taken(slots: &SandboxSlots) -> Option<Slot> {
+        tokio::time::timeout(Duration::from_millis(50), take_slot(slots)).await.ok()
+    }
+
+    #[tokio::test]
+    async fn a_sandbox_that_fills_the_shared_pool_leaves_others_their_reserved_slots() {
+        let shared = SharedSlots::new(16);
+        let (greedy, other) = (sandbox(&shared), sandbox(&shared));
+        let mut held = Vec::new();
+        while let Some(slot) = taken(&greedy).await {
+            held.push(slot);
+        }
+        assert_eq!(held.len(), RESERVED + 16, "its own, then all of the pool");
+        let mut others = Vec::new();
+        while let Some(slot) = taken(&other).await {
+            others.push(slot);
+        }
+        assert_eq!(others.len(), RESERVED, "the other sandbox still gets its reserved slots");
+        // A slot of the pool given back goes to whoever waits for it.
+        let waiting = tokio::spawn({
+            let other = other.clone();
+            async move { take_slot(&other).await }
+        });
+        held.pop();
+        let slot = tokio::time::timeout(Duration::from_secs(1), waiting).await.expect("served").unwrap();
+        assert!(matches!(slot, Slot::Shared(..)));
+    }
+
+    #[tokio::test]
+    async fn one_sandbox_holds_at_most_its_share() {
+        let shared = SharedSlots::new(TOTAL);
+        let greedy = sandbox(&shared);
+        let mut held = Vec::new();
+        while let Some(slot) = taken(&greedy).await {
+            held.push(slot);
+        }
+        assert_eq!(held.len(), PER_SANDBOX);
+        assert_eq!(shared.0.available_permits(), TOTAL - (PER_SANDBOX - RESERVED));
+    }
 
     #[tokio::test]
     async fn bytes_pass_both_ways_and_both_ends_finish() {

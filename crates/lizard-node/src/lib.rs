@@ -34,7 +34,7 @@ pub mod assets;
 mod config;
 pub mod confine;
 mod error;
-mod forward;
+pub mod forward;
 mod guest_steps;
 pub mod http;
 mod layer_store;

@@ -3,7 +3,7 @@
 //!
 //! | instruction | recipe |
 //! |---|---|
-//! | `FROM <lizard template>` | `from` (anything with `:`, `/` or `@` is a container image: refused, there is no registry) |
+//! | `FROM <lizard template>` | `from` (anything with `:`, `/` or `@` is a container image: refused, there is no registry; `AS name`: refused, there are no stages) |
 //! | `RUN cmd` / `RUN ["a", "b"]` | `run` |
 //! | `COPY [--chown=u:g] src… dest` | one `copy` per source |
 //! | `ENV k=v …` / `ENV k v` | `env` |
@@ -40,7 +40,14 @@ pub fn parse(text: &str, name: &str) -> Result<Recipe, RecipeError> {
                 }
                 let words: Vec<&str> = rest.split_whitespace().collect();
                 let image = match words.as_slice() {
-                    [image] | [image, _, _] if words.len() == 1 || words[1].eq_ignore_ascii_case("as") => *image,
+                    [image] => *image,
+                    // A stage name means stages to come, which this subset has not: a
+                    // Dockerfile written for them would build something else.
+                    [_, as_, stage] if as_.eq_ignore_ascii_case("as") => {
+                        return Err(err(format!(
+                            "FROM … AS {stage}: named stages belong to multi-stage builds, which are not supported"
+                        )))
+                    }
                     _ => return Err(err("FROM takes one template name".into())),
                 };
                 if image.starts_with("--") || image.contains([':', '/', '@']) || image == "scratch" {
@@ -268,6 +275,7 @@ ready = { port = 8080 }
             ("FROM scratch", "there is no container registry"),
             ("RUN true", "RUN before FROM"),
             ("FROM base\nFROM base", "line 2: a second FROM"),
+            ("FROM base AS build", "line 1: FROM … AS build: named stages"),
             ("FROM base\n\nADD https://x/y /z", "line 3: ADD is not supported"),
             ("FROM base\nARG X=1", "ARG is not in Lizard's Dockerfile subset"),
             ("FROM base\nENTRYPOINT [\"x\"]", "use CMD"),

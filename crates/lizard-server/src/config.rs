@@ -123,11 +123,6 @@ pub struct TrafficLimits {
     pub header_read: std::time::Duration,
     /// How long a client may take to send a JSON request body.
     pub body_read: std::time::Duration,
-    /// Failed authentications (unknown, revoked or malformed keys) per second, all
-    /// presented keys together, sustained ([`crate::bad_keys`]).
-    pub auth_failure_rate: u32,
-    /// Failed authentications at once above that rate.
-    pub auth_failure_burst: u32,
     /// Bytes of guest-decided data (non-streamed exec output, code-service lines) the
     /// server holds at once, all sandboxes together ([`crate::guest_buffers`]).
     pub guest_buffer_bytes: usize,
@@ -144,8 +139,6 @@ impl Default for TrafficLimits {
             max_connections: 2048,
             header_read: std::time::Duration::from_secs(30),
             body_read: std::time::Duration::from_secs(60),
-            auth_failure_rate: 50,
-            auth_failure_burst: 500,
             guest_buffer_bytes: crate::guest_buffers::DEFAULT_TOTAL_BYTES,
         }
     }

@@ -8,19 +8,16 @@
 //!    rate or its requests in flight it answers 429 `RATE_LIMITED` with `Retry-After`.
 //!    The key's [`Principal`] is handed to the handler, which does not look it up again.
 //!
-//! 4. a request with a key that is not one is counted against the budget of failed
-//!    authentications ([`crate::bad_keys`]): past it, 429 `RATE_LIMITED` with
-//!    `Retry-After` before the key is looked up; else its handler answers 401 without
-//!    looking it up again ([`auth::KeyRefused`]). A key refused a moment ago is answered
-//!    401 without a lookup and without spending that budget.
+//! 4. a request with a key the store does not hold is answered 401 by its handler
+//!    ([`auth::KeyRefused`]) without a store read: the [`crate::key_index`] knows every
+//!    key's hash, so no flood of bad keys costs the store or refuses anyone else.
 //!
 //! Requests without a key pass untouched: their handler answers 401.
 
 use crate::auth::{self, Principal};
-use crate::bad_keys;
 use crate::error::{AppError, BodyReadTimeout};
 use crate::guard::Refusal;
-use crate::keys;
+use crate::key_index::Verdict;
 use crate::request_id;
 use crate::state::ServerState;
 use axum::extract::{MatchedPath, Request, State};
@@ -44,18 +41,13 @@ pub async fn front_door(State(state): State<ServerState>, mut req: Request, next
         req.extensions_mut().insert(BodyReadTimeout(state.config.traffic.body_read));
         let mut permit = None;
         if let Some(key) = auth::presented_key(req.headers()) {
-            let fingerprint = keys::hash(key);
-            match state.bad_keys.admit(&fingerprint) {
-                Err(bad_keys::NotChecked::OverBudget(wait)) => {
-                    return too_many(wait, "too many requests with invalid API keys")
-                }
-                // Refused a moment ago: the handler answers 401 without a lookup.
-                Err(bad_keys::NotChecked::Refused) => {
+            match state.key_index.check(state.store.as_ref(), key).await {
+                // No such key: the handler answers 401 without a lookup.
+                Ok(Verdict::Refuse) => {
                     req.extensions_mut().insert(auth::KeyRefused);
                 }
-                Ok(ticket) => match auth::authenticate(state.store.as_ref(), key).await {
+                Ok(Verdict::Check) => match auth::authenticate(state.store.as_ref(), key).await {
                     Ok(principal) => {
-                        state.bad_keys.succeeded(&fingerprint, ticket);
                         match state.guard.admit(&principal.key_id) {
                             Ok(p) => permit = Some(p),
                             Err(refusal) => return refused(&principal, refusal),
@@ -63,12 +55,14 @@ pub async fn front_door(State(state): State<ServerState>, mut req: Request, next
                         req.extensions_mut().insert::<Principal>(principal);
                     }
                     Err(e) if e.code() == ErrorCode::Unauthenticated => {
-                        state.bad_keys.failed(&fingerprint);
+                        state.key_index.refused(key);
                         req.extensions_mut().insert(auth::KeyRefused);
                     }
                     // The store did not answer: the handler's own lookup reports it.
-                    Err(_) => state.bad_keys.undecided(ticket),
+                    Err(_) => {}
                 },
+                // Reading new keys failed: the handler's own lookup reports it.
+                Err(e) => tracing::warn!("reading new API keys failed: {e}"),
             }
         }
         let response = next.run(req).await;

@@ -23,18 +23,18 @@ struct KeyState {
 
 /// A token bucket: `burst` tokens, refilled at `rate` per second.
 #[derive(Debug, Clone)]
-pub struct TokenBucket {
+struct TokenBucket {
     tokens: f64,
     last: Instant,
 }
 
 impl TokenBucket {
-    pub(crate) fn full(burst: u32) -> TokenBucket {
+    fn full(burst: u32) -> TokenBucket {
         TokenBucket { tokens: f64::from(burst), last: Instant::now() }
     }
 
     /// Take a token at `now`, or say how long until one is there.
-    pub(crate) fn take(&mut self, now: Instant, rate: u32, burst: u32) -> Result<(), Duration> {
+    fn take(&mut self, now: Instant, rate: u32, burst: u32) -> Result<(), Duration> {
         let rate = f64::from(rate.max(1));
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
         self.tokens = (self.tokens + elapsed * rate).min(f64::from(burst.max(1)));
@@ -45,11 +45,6 @@ impl TokenBucket {
         } else {
             Err(Duration::from_secs_f64((1.0 - self.tokens) / rate))
         }
-    }
-
-    /// Return a token taken for something that turned out not to count.
-    pub(crate) fn give_back(&mut self, burst: u32) {
-        self.tokens = (self.tokens + 1.0).min(f64::from(burst.max(1)));
     }
 }
 

@@ -16,7 +16,7 @@
 //!
 //! Layers, each importing only those below it (no circles): `ids`, `keys`, `scope`,
 //! `request_id`, `telemetry` (the process's Prometheus metrics) → `store` → `error`, `limits` → `billing` → `config` → `guard` (per-key
-//! rate and concurrency), `guest_buffers` (guest-sized data held at once) → `bad_keys` (failed authentications), `connections` (listener limits); `nodes` (no imports from this
+//! rate and concurrency), `guest_buffers` (guest-sized data held at once) → `key_index` (every key's hash), `connections` (listener limits); `nodes` (no imports from this
 //! crate), `blobs` (pushed files by hash), `builds` (template builds in flight) → `state`
 //! → `auth`, `placement` → `front_door` (request id, per-key limits), `idempotency` →
 //! `ops` → `cluster` (join tokens, node calls, the operator's node view, node-lease
@@ -54,7 +54,6 @@
 
 pub mod api;
 pub mod auth;
-pub mod bad_keys;
 pub mod billing;
 pub mod blobs;
 pub mod builds;
@@ -67,6 +66,7 @@ pub mod guard;
 pub mod guest_buffers;
 pub mod idempotency;
 pub mod ids;
+pub mod key_index;
 pub mod keys;
 pub mod limits;
 pub mod nodes;

@@ -68,8 +68,8 @@ pub struct ServerState {
     pub reaper: Arc<dyn SandboxReaper>,
     /// Each key's request rate and requests in flight.
     pub guard: Arc<crate::guard::Guard>,
-    /// The budget of failed authentications.
-    pub bad_keys: Arc<crate::bad_keys::BadKeys>,
+    /// Every key's hash: which presented keys are worth a store read.
+    pub key_index: Arc<crate::key_index::KeyIndex>,
     /// This process's Prometheus metrics.
     pub telemetry: Arc<crate::telemetry::Telemetry>,
     /// What calls hold of guests' data.
@@ -79,7 +79,6 @@ pub struct ServerState {
 impl ServerState {
     pub fn new(store: Arc<dyn Store>, config: ServerConfig) -> Self {
         let guard = Arc::new(crate::guard::Guard::new(config.traffic.clone()));
-        let bad_keys = Arc::new(crate::bad_keys::BadKeys::new(&config.traffic));
         let telemetry = Arc::new(crate::telemetry::Telemetry::new());
         let guest_buffers = Arc::new(crate::guest_buffers::GuestBuffers::new(config.traffic.guest_buffer_bytes));
         ServerState {
@@ -87,7 +86,7 @@ impl ServerState {
             config: Arc::new(config),
             reaper: Arc::new(NoReaper),
             guard,
-            bad_keys,
+            key_index: Arc::default(),
             telemetry,
             guest_buffers,
         }

@@ -30,8 +30,21 @@ pub(super) struct Slots {
     cursor: AtomicU32,
 }
 
-/// A slot's lock file, held while the slot is in use.
-pub(super) type SlotLock = nix::fcntl::Flock<std::fs::File>;
+/// A slot's lock file, held while the slot is in use, and removed when it is given up
+/// (still locked, so no one can hold it meanwhile): lock files do not pile up in the
+/// host-wide directory. A taker checks that the file it locked is still the one at the
+/// path; one removed under it is taken again.
+#[derive(Debug)]
+pub(super) struct SlotLock {
+    path: PathBuf,
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl Drop for SlotLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
 
 impl Slots {
     /// The /30s of `pool`/`prefix`, locked under `state_dir`; allocation starts at a
@@ -53,8 +66,22 @@ impl Slots {
 
     /// Take slot `slot` if no live process holds it.
     pub fn try_lock(&self, slot: u32) -> Option<SlotLock> {
-        let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(self.lock_path(slot)).ok()?;
-        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).ok()
+        use std::os::unix::fs::MetadataExt;
+        let path = self.lock_path(slot);
+        // A file removed between our open and our lock by its last holder is no lock:
+        // try again on the new one (twice is enough, one removal per holder).
+        for _ in 0..3 {
+            let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).ok()?;
+            let lock = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).ok()?;
+            let same = match (lock.metadata(), std::fs::metadata(&path)) {
+                (Ok(held), Ok(now)) => (held.dev(), held.ino()) == (now.dev(), now.ino()),
+                _ => false,
+            };
+            if same {
+                return Some(SlotLock { path, _lock: lock });
+            }
+        }
+        None
     }
 
     /// A free slot: its lock taken, and its addresses on no interface of the host (a
@@ -88,11 +115,21 @@ impl Slots {
                 }
             }
         }
-        for slot in slots.into_iter().filter(|s| *s < self.count) {
+        for slot in slots.iter().copied().filter(|s| *s < self.count) {
             if let Some(lock) = self.try_lock(slot) {
                 tracing::warn!(slot, "removing a sandbox network left by a dead node process");
                 names.teardown(slot);
                 drop(lock);
+            }
+        }
+        // Lock files of slots with nothing left (a process killed after its teardown):
+        // taken and given up, which removes them.
+        let Ok(entries) = std::fs::read_dir(&self.state_dir) else { return };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let slot = name.to_str().and_then(|n| n.strip_prefix("slot-")?.strip_suffix(".lock")?.parse::<u32>().ok());
+            if let Some(slot) = slot.filter(|s| !slots.contains(s)) {
+                drop(self.try_lock(slot));
             }
         }
     }
@@ -218,5 +255,24 @@ mod tests {
         let names = Names { netns_prefix: NETNS_PREFIX.into(), link_prefix: HOST_IF_PREFIX.into() };
         assert_eq!(names.link(16383), "lzv16383");
         assert_eq!(names.netns_path(7), Path::new("/run/netns/lizard-7"));
+    }
+
+    #[test]
+    fn a_slot_lock_is_exclusive_and_its_file_goes_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let slots = Slots::new(Ipv4Addr::new(10, 200, 0, 0), 16, dir.path().to_path_buf());
+        let held = slots.try_lock(3).expect("a free slot");
+        assert!(slots.try_lock(3).is_none(), "held already");
+        assert!(dir.path().join("slot-3.lock").exists());
+        drop(held);
+        assert!(!dir.path().join("slot-3.lock").exists(), "the file went with the lock");
+        let again = slots.try_lock(3).expect("free again");
+        // A stale file (its holder killed) is swept; a held one is not.
+        std::fs::write(dir.path().join("slot-9.lock"), "").unwrap();
+        let names = Names { netns_prefix: "lztest-none-".into(), link_prefix: "lztnone".into() };
+        slots.sweep(&names);
+        assert!(!dir.path().join("slot-9.lock").exists(), "the stale file is gone");
+        assert!(dir.path().join("slot-3.lock").exists(), "the held one stays");
+        drop(again);
     }
 }

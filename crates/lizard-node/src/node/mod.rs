@@ -59,6 +59,8 @@ pub struct Node {
     /// Every end as it happens ([`Node::ended_sandboxes`]): the control plane stops a
     /// dead VM's meter at once instead of at the next call that touches it.
     ends: tokio::sync::broadcast::Sender<(String, EndReason)>,
+    /// The pool of forwarded API connections beyond each sandbox's reserved ones.
+    forward_slots: forward::SharedSlots,
     /// One lock per snapshot key: the first create of a template builds its snapshot,
     /// the ones behind it wait for it.
     snapshot_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -193,6 +195,7 @@ impl Node {
             sandboxes: RwLock::new(HashMap::new()),
             tombstones: Mutex::new(VecDeque::new()),
             ends: tokio::sync::broadcast::Sender::new(ENDS_BUFFERED),
+            forward_slots: forward::SharedSlots::new(config.api_forward_shared.max(1)),
             snapshot_locks: Mutex::new(HashMap::new()),
             volume_holders: Mutex::new(HashMap::new()),
             templates: Registry::open(&config.data_dir.join("templates")),
@@ -469,7 +472,7 @@ impl Node {
     /// until this agent channel closes (a pause ends it; a resume opens a new one).
     fn forward_api(&self, id: &str, agent: &lizard_agent_client::AgentClient) {
         if let Some(target) = self.config.api_forward {
-            forward::spawn(id.to_string(), agent.clone(), target);
+            forward::spawn(id.to_string(), agent.clone(), target, &self.forward_slots);
         }
     }
 }

@@ -106,7 +106,7 @@ pub async fn create(
         revoked_at: None,
     };
     store.insert_key(&record).await?;
-    state.bad_keys.vouch(&new.hash);
+    state.key_index.vouch(new.hash);
     tracing::info!(key = %record.id, by = %p.key_id, scoped = record.scope.is_some(), "api key created");
     let k = key_json(record);
     let created = CreatedApiKey {

@@ -305,6 +305,10 @@ pub trait Store:
     /// does not know the account yet.
     async fn keys_by_prefix(&self, prefix: &str) -> Result<Vec<KeyRecord>>;
 
+    /// The hashes of the keys (revoked ones too) created at or after `since` (ms), across
+    /// accounts: what the in-memory [`crate::key_index`] reads.
+    async fn key_hashes_since(&self, since: i64) -> Result<Vec<Vec<u8>>>;
+
     /// A key of the account that is not revoked.
     async fn get_key(&self, account_id: &str, key_id: &str) -> Result<Option<KeyRecord>>;
 

@@ -613,6 +613,14 @@ impl Store for PostgresStore {
             .collect()
     }
 
+    async fn key_hashes_since(&self, since: i64) -> Result<Vec<Vec<u8>>> {
+        sqlx::query_scalar("SELECT hash FROM api_keys WHERE created_at >= $1")
+            .bind(since)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)
+    }
+
     async fn get_key(&self, account_id: &str, key_id: &str) -> Result<Option<KeyRecord>> {
         sqlx::query(&format!(
             "SELECT {KEY_COLUMNS} FROM api_keys WHERE account_id = $1 AND id = $2 AND revoked_at IS NULL"

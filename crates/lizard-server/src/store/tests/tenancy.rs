@@ -209,6 +209,16 @@ async fn unknown_states_and_policies_are_errors_not_guesses(db: TestDb) {
     assert_eq!((sb.state, sb.on_timeout), (SandboxState::Running, OnTimeout::Kill));
 }
 
+async fn key_hashes_are_read_by_creation_time(db: TestDb) {
+    let s = seeded(&db).await;
+    let later = KeyRecord { hash: vec![9; 32], created_at: 50, ..k("key_later", None) };
+    s.insert_key(&later).await.unwrap();
+    s.revoke_key("acc_1", "key_later", 60).await.unwrap();
+    assert_eq!(s.key_hashes_since(50).await.unwrap(), vec![vec![9; 32]], "revoked ones too");
+    assert_eq!(s.key_hashes_since(51).await.unwrap(), Vec::<Vec<u8>>::new());
+    assert!(s.key_hashes_since(0).await.unwrap().len() >= 2, "the seeded key as well");
+}
+
 async fn last_unscoped_key_cannot_be_revoked(db: TestDb) {
     let s = seeded(&db).await;
     assert!(matches!(s.revoke_key("acc_1", "key_root", 5).await, Err(StoreError::Conflict(_))));
@@ -229,5 +239,6 @@ store_tests!(
     project_delete_after_sandboxes_end,
     sandboxes_by_scope_and_due,
     unknown_states_and_policies_are_errors_not_guesses,
+    key_hashes_are_read_by_creation_time,
     last_unscoped_key_cannot_be_revoked
 );
