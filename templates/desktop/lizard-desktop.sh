@@ -104,7 +104,9 @@ start_stream() {
   [ -f "$RUN/ready" ] || die "the desktop is not running"
   stop_stream
   rm -f "$RUN/vnc.sock"
-  daemon vnc x11vnc -display "$DISPLAY" -rfbport 0 -unixsock "$RUN/vnc.sock" -forever -shared -nopw \
+  # The Unix socket only: -rfbport 0 ends IPv4 listening, -rfbportv6 -1 the IPv6 listener
+  # (*:5900, without a password) that this build opens even with -rfbport 0 -no6.
+  daemon vnc x11vnc -display "$DISPLAY" -rfbport 0 -rfbportv6 -1 -no6 -unixsock "$RUN/vnc.sock" -forever -shared -nopw \
     -noxdamage -quiet
   until_up vnc 200 test -S "$RUN/vnc.sock" || die "x11vnc did not start: $(tail -5 "$RUN/vnc.log")"
   umask 077

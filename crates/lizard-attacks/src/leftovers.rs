@@ -19,6 +19,17 @@ pub fn links(prefix: &str) -> Vec<String> {
     names_in(Path::new("/sys/class/net"), prefix)
 }
 
+/// The host's nftables tables (`family name`) whose name starts with `prefix`.
+pub fn nft_tables(prefix: &str) -> Vec<String> {
+    let out = std::process::Command::new("nft").args(["list", "tables"]).output().expect("nft runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("table "))
+        .filter(|t| t.split_whitespace().nth(1).is_some_and(|name| name.starts_with(prefix)))
+        .map(str::to_string)
+        .collect()
+}
+
 /// Sandbox directories (run dirs and disks) of a node.
 pub fn sandbox_dirs(node_dir: &Path) -> Vec<String> {
     names_in(&node_dir.join("sandboxes"), "")

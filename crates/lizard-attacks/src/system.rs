@@ -240,9 +240,10 @@ async fn send(req: reqwest::RequestBuilder, body: Option<Value>) -> (u16, Value)
     (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
-impl Drop for System {
-    /// SIGTERM (the server stops its sandboxes), then whatever is left of its VMMs.
-    fn drop(&mut self) {
+impl System {
+    /// SIGTERM, as an operator stops the server (it stops its sandboxes), and wait for it
+    /// to exit (SIGKILL after 30 s).
+    pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             if let Ok(pid) = i32::try_from(child.id()) {
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
@@ -254,6 +255,13 @@ impl Drop for System {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+impl Drop for System {
+    /// [`System::stop`], then whatever is left of its VMMs.
+    fn drop(&mut self) {
+        self.stop();
         for pid in crate::leftovers::vmm_pids(self.data.path()) {
             if let Ok(pid) = i32::try_from(pid) {
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);

@@ -38,6 +38,7 @@ pub mod forward;
 mod guest_steps;
 pub mod http;
 mod layer_store;
+mod lock_file;
 pub mod network;
 mod node;
 mod sandbox;

@@ -252,17 +252,10 @@ pub(crate) fn sweep(snapshots_dir: &Path) {
 }
 
 /// An exclusive lock on `path` between node processes sharing a data directory, held
-/// while the returned value lives.
-pub(crate) async fn file_lock(path: PathBuf) -> Result<nix::fcntl::Flock<std::fs::File>> {
+/// while the returned value lives (its file goes with it).
+pub(crate) async fn file_lock(path: PathBuf) -> Result<crate::lock_file::LockFile> {
     tokio::task::spawn_blocking(move || {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| NodeError::io(format!("open {}", path.display()), e))?;
-        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| NodeError::io(format!("lock {}", path.display()), e.into()))
+        crate::lock_file::LockFile::acquire(&path).map_err(|e| NodeError::io(format!("lock {}", path.display()), e))
     })
     .await
     .expect("lock task panicked")

@@ -334,7 +334,9 @@ async fn a_flood_of_invalid_keys_from_clients_and_guests_refuses_no_valid_key_ev
         serde_json::from_str(counted.trim()).unwrap_or_else(|e| panic!("{counted}: {e}"));
     eprintln!("the guest's flood: {counted:?}");
     assert_eq!(counted.keys().collect::<Vec<_>>(), ["401"], "every key the guest made up: 401, none 429");
-    assert!(counted["401"] > 100, "the guest flooded: {counted:?}");
+    // Each unknown key waits for a read of new keys begun after it (at most ten a second):
+    // one connection's flood is slowed to that pace.
+    assert!(counted["401"] > 20, "the guest flooded: {counted:?}");
     // A new key made now works at once.
     let (status, fresh) = system.call(Method::POST, "/v1/api-keys", Some(serde_json::json!({"name": "fresh"}))).await;
     assert_eq!(status, 201, "{fresh}");
@@ -705,4 +707,19 @@ async fn a_guest_holding_the_nodes_api_connections_leaves_other_sandboxes_theirs
     assert_eq!(put.status(), 200);
     let (code, out, err) = system.exec(&other, "python3 /tmp/health.py").await;
     assert_eq!((code, out.as_str()), (0, "200\n200\n200\n"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_server_leaves_nothing_on_the_host() {
+    let mut system = System::start(&[]).await;
+    let table = format!("lizard_{}", system.net_prefix.replace('-', "_"));
+    let id = system.create_sandbox("base", serde_json::json!({})).await;
+    assert_eq!(system.exec(&id, "echo up").await.1, "up\n");
+    assert_eq!(leftovers::nft_tables(&table).len(), 1, "the host's rules while it runs");
+    system.stop();
+    assert!(leftovers::vmm_pids(system.data_dir()).is_empty(), "a VMM outlived the server");
+    assert!(leftovers::netns(&system.net_prefix).is_empty(), "namespaces left");
+    assert!(leftovers::links(&system.net_prefix).is_empty(), "links left");
+    // Before: the table stayed after every stop.
+    assert_eq!(leftovers::nft_tables(&table), Vec::<String>::new(), "the host's firewall table left");
 }

@@ -144,3 +144,21 @@ impl Drop for Cleanup {
         let _ = std::process::Command::new("ip").args(["netns", "del", &self.0]).output();
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_desktops_screen_is_served_on_no_tcp_port_but_its_guarded_live_view() {
+    let system = System::start(&[]).await;
+    let id = system.create_sandbox("desktop", serde_json::json!({})).await;
+    let (code, port, err) =
+        system.exec(&id, "printf 'attack-suite-secret-0123\\n' | lizard-desktop stream-start").await;
+    assert_eq!(code, 0, "{err}");
+    // x11vnc (no password: the live view's token guards it) answers on its Unix socket only.
+    let as_root = serde_json::json!({"cmd": "ss -Hltnp; echo --; ss -Hlxp", "user": "root"});
+    let (status, listening) =
+        system.call(reqwest::Method::POST, &format!("/v1/sandboxes/{id}/exec"), Some(as_root)).await;
+    assert_eq!(status, 200, "{listening}");
+    let (tcp, unix) = listening["stdout"].as_str().unwrap().split_once("--").unwrap();
+    assert!(!tcp.contains("x11vnc"), "x11vnc listens on TCP:\n{tcp}");
+    assert!(unix.contains("x11vnc") && unix.contains("vnc.sock"), "x11vnc's Unix socket:\n{unix}");
+    assert!(tcp.contains(&format!(":{}", port.trim())), "the live view listens on {port}:\n{tcp}");
+}

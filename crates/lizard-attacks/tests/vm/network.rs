@@ -273,6 +273,60 @@ async fn with_internet_off_an_allowed_domain_is_reachable_by_name_and_nothing_el
     assert!(hellos[0].windows(12).any(|w| w == b"allowed.test"), "the server name was not passed on");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn names_sent_to_the_egress_proxy_spend_the_sandboxs_dns_budget() {
+    let ns = TestNamespace::new();
+    let resolver = TestResolver::start(&ns, ns.addr);
+    let web = lizard_attacks::net::TestWebServer::start(&ns);
+    let system = System::start(&[
+        "--dns-resolver",
+        &resolver.addr.to_string(),
+        "--egress-test-allow",
+        &format!("{}/32", ns.addr),
+    ])
+    .await;
+    let id = system.create_sandbox("base", json!({"allowInternetAccess": false, "allowOut": ["*.allowed.test"]})).await;
+    // Each connection names another host under the allowed domain: an exfiltration channel
+    // through the proxy's own lookups if they were free. Dialed by address, so the guest
+    // itself asks DNS nothing.
+    let script = r#"cat > /tmp/hosts.py <<'EOF'
+import socket, sys, time
+names = sys.argv[1:] if len(sys.argv) > 1 else ['x%d.exfil.allowed.test' % i for i in range(400)]
+start = time.time()
+ok = 0
+for name in names:
+    s = socket.create_connection(('203.0.113.1', 80), timeout=5)
+    s.sendall(b'GET / HTTP/1.1\r\nHost: ' + name.encode() + b'\r\nConnection: close\r\n\r\n')
+    try:
+        ok += s.recv(65536).startswith(b'HTTP/1')
+    except OSError:
+        pass
+    s.close()
+print('answered=%d secs=%.2f' % (ok, time.time() - start))
+EOF
+echo ready"#;
+    let (code, out, err) = system.exec(&id, script).await;
+    assert_eq!((code, out.trim()), (0, "ready"), "{err}");
+    let before = resolver.udp_queries();
+    let (code, out, err) = system.exec(&id, "python3 /tmp/hosts.py").await;
+    assert_eq!(code, 0, "{err}");
+    let looked_up = resolver.udp_queries() - before;
+    let secs: f64 = out.trim().rsplit("secs=").next().unwrap().parse().unwrap();
+    let answered: usize = out.trim().strip_prefix("answered=").unwrap().split(' ').next().unwrap().parse().unwrap();
+    println!("400 names: {}; {looked_up} lookups reached the resolver", out.trim());
+    // The relay's budget: a burst of 100, then 50 a second (with two seconds of slack).
+    let bound = 100.0 + 50.0 * (secs + 2.0);
+    assert!((looked_up as f64) <= bound, "{looked_up} lookups in {secs:.2} s (bound {bound}); before: 400 in 1.2 s");
+    assert!(answered > 0 && answered == web.http_hits(), "{answered} answered, {} hits", web.http_hits());
+    // One name again and again: looked up once, then cached.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let before = resolver.udp_queries();
+    let same = vec!["same.allowed.test"; 20].join(" ");
+    let (code, out, _) = system.exec(&id, &format!("python3 /tmp/hosts.py {same}")).await;
+    assert_eq!((code, out.trim().starts_with("answered=20 ")), (0, true), "{out}");
+    assert_eq!(resolver.udp_queries() - before, 1, "20 connections to one name, one lookup");
+}
+
 /// The issue's case: with internet access off and only the package registry's domain
 /// allowed, `npm` reaches its registry (through the egress proxy, which dials the
 /// registry's public addresses itself). The registry's name is read from npm's own

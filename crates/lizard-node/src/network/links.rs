@@ -30,21 +30,8 @@ pub(super) struct Slots {
     cursor: AtomicU32,
 }
 
-/// A slot's lock file, held while the slot is in use, and removed when it is given up
-/// (still locked, so no one can hold it meanwhile): lock files do not pile up in the
-/// host-wide directory. A taker checks that the file it locked is still the one at the
-/// path; one removed under it is taken again.
-#[derive(Debug)]
-pub(super) struct SlotLock {
-    path: PathBuf,
-    _lock: nix::fcntl::Flock<std::fs::File>,
-}
-
-impl Drop for SlotLock {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
+/// A slot's lock file, held while the slot is in use (removed when given up).
+pub(super) type SlotLock = crate::lock_file::LockFile;
 
 impl Slots {
     /// The /30s of `pool`/`prefix`, locked under `state_dir`; allocation starts at a
@@ -66,22 +53,7 @@ impl Slots {
 
     /// Take slot `slot` if no live process holds it.
     pub fn try_lock(&self, slot: u32) -> Option<SlotLock> {
-        use std::os::unix::fs::MetadataExt;
-        let path = self.lock_path(slot);
-        // A file removed between our open and our lock by its last holder is no lock:
-        // try again on the new one (twice is enough, one removal per holder).
-        for _ in 0..3 {
-            let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).ok()?;
-            let lock = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).ok()?;
-            let same = match (lock.metadata(), std::fs::metadata(&path)) {
-                (Ok(held), Ok(now)) => (held.dev(), held.ino()) == (now.dev(), now.ino()),
-                _ => false,
-            };
-            if same {
-                return Some(SlotLock { path, _lock: lock });
-            }
-        }
-        None
+        SlotLock::try_acquire(&self.lock_path(slot))
     }
 
     /// A free slot: its lock taken, and its addresses on no interface of the host (a

@@ -162,10 +162,23 @@ impl Network {
             egress_test_allow: Arc::new(config.egress_test_allow.clone()),
             config,
         });
-        let table = format!("lizard_{}", net.config.link_prefix.replace('-', "_"));
-        let rules = firewall::host_ruleset(&table, &net.config.link_prefix, &net.pool());
+        let rules = firewall::host_ruleset(&net.host_table(), &net.config.link_prefix, &net.pool());
         links::run("nft", &["-f", "-"], Some(&rules), None).await?;
         Ok(net)
+    }
+
+    /// The host's table of this node's rules.
+    fn host_table(&self) -> String {
+        format!("lizard_{}", self.config.link_prefix.replace('-', "_"))
+    }
+
+    /// Remove the host's rules, once no sandbox of this node runs (a node's shutdown: a
+    /// crashed node leaves them to the VMs that outlive it, and its successor replaces them).
+    pub async fn stop(&self) {
+        let table = self.host_table();
+        if let Err(e) = links::run("nft", &["delete", "table", "ip", &table], None, None).await {
+            tracing::warn!("removing the host's firewall table {table}: {e}");
+        }
     }
 
     /// Remove the namespaces and links with this node's prefixes whose slot no live
@@ -287,10 +300,12 @@ impl Network {
             tokio::task::spawn_blocking(move || links::in_namespace(&ns_path, || Ok((dns::bind()?, egress::bind()?))))
                 .await
                 .expect("namespace setup panicked")?;
-        let mut tasks = dns::start(sockets, self.resolvers.clone(), Arc::new(dns::Gate::new(policy_cell.clone())))?;
+        let gate = Arc::new(dns::Gate::new(policy_cell.clone()));
+        let mut tasks = dns::start(sockets, self.resolvers.clone(), gate.clone())?;
         let egress = egress::Egress {
             policy: policy_cell,
             resolvers: self.resolvers.clone(),
+            dns: gate,
             test_allow: self.egress_test_allow.clone(),
         };
         egress::start(listeners, Arc::new(egress), &mut tasks)?;

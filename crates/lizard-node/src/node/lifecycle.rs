@@ -291,6 +291,9 @@ impl Node {
         }
         // Paused sandboxes are their saves: kept VMMs end with the node.
         futures_util::future::join_all(self.kept.take_all().into_iter().map(kept::Taken::ended)).await;
+        if let Some(network) = &self.network {
+            network.stop().await;
+        }
         // The next node process may have the directory now.
         self.dir_lock.lock().expect("data directory lock poisoned").take();
     }

@@ -14,7 +14,9 @@
 //! - [`message`]: the wire format, as far as the relay reads it;
 //! - [`limit`]: the token bucket;
 //! - this file: binding, the [`Gate`] (policy and budget), the UDP and TCP relays, and
-//!   [`resolve_a`] for the egress proxy.
+//!   [`Gate::resolve_for_egress`]: the egress proxy's own lookups, which draw on the same
+//!   budget (so a guest cannot send its queries as HTTP `Host`s or TLS names instead) and
+//!   are cached for [`EGRESS_CACHE_TTL`].
 
 mod limit;
 pub(super) mod message;
@@ -23,9 +25,10 @@ use super::{io_err, Result};
 use lizard_agent_proto::net::GATEWAY;
 use lizard_api::network::ParsedPolicy;
 use message::{Query, HEADER_LEN};
-use std::net::{IpAddr, SocketAddr};
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
@@ -39,6 +42,10 @@ const DNS_TCP_TIMEOUT: Duration = Duration::from_secs(20);
 /// Messages one TCP connection may carry.
 const DNS_TCP_MESSAGES: usize = 64;
 const DNS_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the egress proxy reuses a lookup (an answer or none).
+pub(super) const EGRESS_CACHE_TTL: Duration = Duration::from_secs(30);
+/// Names the egress proxy remembers per sandbox; past it, the expired go, then all.
+const EGRESS_CACHE_NAMES: usize = 512;
 
 /// What the relay does with one sandbox's queries.
 #[derive(Debug)]
@@ -46,6 +53,8 @@ pub(super) struct Gate {
     /// The sandbox's policy, as [`super::SandboxNet::set_policy`] last set it.
     policy: Arc<RwLock<ParsedPolicy>>,
     budget: Mutex<limit::TokenBucket>,
+    /// The egress proxy's lookups: name → when, and what it resolved to.
+    egress_lookups: Mutex<HashMap<String, (Instant, Vec<Ipv4Addr>)>>,
 }
 
 /// The fate of one query.
@@ -59,7 +68,35 @@ enum Verdict {
 
 impl Gate {
     pub(super) fn new(policy: Arc<RwLock<ParsedPolicy>>) -> Gate {
-        Gate { policy, budget: Mutex::default() }
+        Gate { policy, budget: Mutex::default(), egress_lookups: Mutex::default() }
+    }
+
+    /// The IPv4 addresses of `name` for the egress proxy: a lookup of the last
+    /// [`EGRESS_CACHE_TTL`], or a new one if the sandbox's DNS budget has a query left
+    /// (none if not: the connection is refused, as an over-budget query is dropped).
+    pub(super) async fn resolve_for_egress(&self, name: &str, resolvers: &[SocketAddr]) -> Vec<Ipv4Addr> {
+        let now = Instant::now();
+        {
+            let lookups = self.egress_lookups.lock().expect("egress lookups lock");
+            if let Some((at, addrs)) = lookups.get(name) {
+                if now.saturating_duration_since(*at) < EGRESS_CACHE_TTL {
+                    return addrs.clone();
+                }
+            }
+        }
+        if !self.budget.lock().expect("DNS budget lock").take() {
+            return vec![];
+        }
+        let addrs = resolve_a(name, resolvers).await;
+        let mut lookups = self.egress_lookups.lock().expect("egress lookups lock");
+        if lookups.len() >= EGRESS_CACHE_NAMES {
+            lookups.retain(|_, (at, _)| now.saturating_duration_since(*at) < EGRESS_CACHE_TTL);
+            if lookups.len() >= EGRESS_CACHE_NAMES {
+                lookups.clear();
+            }
+        }
+        lookups.insert(name.to_owned(), (now, addrs.clone()));
+        addrs
     }
 
     /// The fate of a query for `name`.
@@ -76,7 +113,7 @@ impl Gate {
 
 /// The IPv4 addresses `resolvers` give for `name` (the first that answers), for the
 /// egress proxy, which resolves names itself rather than trusting the guest's lookup.
-pub(super) async fn resolve_a(name: &str, resolvers: &[SocketAddr]) -> Vec<std::net::Ipv4Addr> {
+async fn resolve_a(name: &str, resolvers: &[SocketAddr]) -> Vec<std::net::Ipv4Addr> {
     let id = rand::random::<u16>();
     let Some(msg) = message::a_query(id, name) else { return vec![] };
     let Ok(query) = Query::parse(&msg) else { return vec![] };
@@ -319,6 +356,42 @@ mod tests {
         assert_eq!(g.admit("a.example"), Verdict::Refuse);
         let verdicts: Vec<_> = (0..limit::BURST * 2).map(|_| g.admit("b.example")).collect();
         assert!(verdicts.contains(&Verdict::Drop), "no budget");
+    }
+
+    /// A resolver on loopback that answers every UDP query with the query, QR set (no
+    /// address), and counts them.
+    async fn fake_udp_resolver() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = sock.local_addr().unwrap();
+        let queries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = queries.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 1500];
+            while let Ok((n, from)) = sock.recv_from(&mut buf).await {
+                seen.fetch_add(1, Ordering::SeqCst);
+                buf[2] |= 0x80;
+                let _ = sock.send_to(&buf[..n], from).await;
+            }
+        });
+        (addr, queries)
+    }
+
+    #[tokio::test]
+    async fn the_egress_proxys_lookups_spend_the_sandboxs_budget_and_are_cached() {
+        let (resolver, queries) = fake_udp_resolver().await;
+        let (g, _) = gate(policy(true));
+        for _ in 0..20 {
+            g.resolve_for_egress("same.example", &[resolver]).await;
+        }
+        assert_eq!(queries.load(Ordering::SeqCst), 1, "one lookup, then the cache");
+        // Distinct names (what exfiltration through Host headers sends): held to the budget.
+        for i in 0..limit::BURST * 2 {
+            g.resolve_for_egress(&format!("x{i}.exfil.example"), &[resolver]).await;
+        }
+        let sent = queries.load(Ordering::SeqCst);
+        assert!(sent <= usize::try_from(limit::BURST).unwrap() + 5, "{sent} lookups reached the resolver");
+        // The relay's own queries now find the budget spent too.
+        assert_eq!(g.admit("y.example"), Verdict::Drop);
     }
 
     /// A resolver on loopback that answers every framed query over TCP with the query, QR

@@ -10,7 +10,9 @@
 //! 2. checks it against the policy ([`ParsedPolicy::allows_name`]: `denyOut` names, then
 //!    `allowOut` names, then the internet switch);
 //! 3. resolves it itself, through the node's resolvers — what the guest resolved is not
-//!    trusted, so a name cannot be pointed at an address of the attacker's choosing;
+//!    trusted, so a name cannot be pointed at an address of the attacker's choosing — on
+//!    the sandbox's DNS budget, cached ([`super::dns::Gate::resolve_for_egress`]: names
+//!    sent as `Host`s are queries too);
 //! 4. dials the first address that is public (never the platform's deny list: private,
 //!    loopback, link-local ranges, the host's own addresses) and not in `denyOut`, on the
 //!    original port, from the host, and passes the bytes read in step 1 on unchanged;
@@ -72,6 +74,8 @@ pub(super) struct Egress {
     /// The sandbox's policy, as [`super::SandboxNet::set_policy`] last set it.
     pub policy: Arc<RwLock<ParsedPolicy>>,
     pub resolvers: Arc<Vec<SocketAddr>>,
+    /// The sandbox's DNS relay gate, whose budget and cache lookups use.
+    pub dns: Arc<super::dns::Gate>,
     /// Test only: addresses dialed although the platform denies them.
     pub test_allow: Arc<Vec<Cidr>>,
 }
@@ -134,7 +138,7 @@ async fn carry(mut guest: TcpStream, port: u16, egress: &Egress) -> Result<(), E
             vec![ip]
         }
         Ok(_) => return Err(EgressError::NotAllowed(name)),
-        Err(_) if policy.allows_name(&name) => super::dns::resolve_a(&name, &egress.resolvers).await,
+        Err(_) if policy.allows_name(&name) => egress.dns.resolve_for_egress(&name, &egress.resolvers).await,
         Err(_) => return Err(EgressError::NotAllowed(name)),
     };
     let addr = candidates
