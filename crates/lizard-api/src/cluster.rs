@@ -161,9 +161,12 @@ pub struct NodeInfo {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateNodeTokenRequest {
-    /// How long it may be used to join, seconds (default: until revoked).
+    /// How long it may be used to join, seconds (default: one hour).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_secs: Option<u64>,
+    /// How many nodes may join with it (default 1: each join spends one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uses: Option<u32>,
 }
 
 /// A join token. `token` is shown only in the answer to its creation.
@@ -181,4 +184,8 @@ pub struct NodeToken {
     /// RFC 3339, when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// Joins it still allows; absent for a token minted before tokens had a number of uses
+    /// (it joins until it expires or is revoked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uses_left: Option<u64>,
 }

@@ -34,12 +34,15 @@ pub enum NodeCmd {
 
 #[derive(Subcommand, Debug)]
 pub enum TokenCmd {
-    /// Make a join token (shown once); reusable by any number of nodes until it expires or
-    /// is revoked.
+    /// Make a join token (shown once), good for one join unless --uses says more, until it
+    /// expires or is revoked.
     Create {
-        /// How long it may be used to join (e.g. 1h, 7d) [default: until revoked]
+        /// How long it may be used to join (e.g. 30m, 7d) [default: 1h]
         #[arg(long, value_name = "DURATION")]
         ttl: Option<humantime::Duration>,
+        /// How many nodes may join with it [default: 1]
+        #[arg(long, value_name = "N")]
+        uses: Option<u32>,
     },
     List,
     /// Revoke a join token (nodes that joined with it stay).
@@ -168,8 +171,9 @@ fn node_fields(n: &NodeInfo) -> Vec<(&'static str, String)> {
 
 async fn token(ctx: &Ctx, api: &ApiClient, cmd: TokenCmd) -> Result<()> {
     match cmd {
-        TokenCmd::Create { ttl } => {
-            let req = CreateNodeTokenRequest { ttl_secs: ttl.map(|d| std::time::Duration::from(d).as_secs().max(1)) };
+        TokenCmd::Create { ttl, uses } => {
+            let ttl_secs = ttl.map(|d| std::time::Duration::from(d).as_secs().max(1));
+            let req = CreateNodeTokenRequest { ttl_secs, uses };
             let t: NodeToken = api.json(&Call::new(&routes::CREATE_NODE_TOKEN, &[]), json_body(&req)).await?;
             if ctx.json {
                 return print_json(&t);
@@ -178,6 +182,7 @@ async fn token(ctx: &Ctx, api: &ApiClient, cmd: TokenCmd) -> Result<()> {
                 ("id", t.id.clone()),
                 ("token", t.token.clone().unwrap_or_default()),
                 ("expires", t.expires_at.clone().unwrap_or_else(|| "never (until revoked)".into())),
+                ("uses", t.uses_left.map_or_else(|| "any number".into(), |n| n.to_string())),
             ]);
             eprintln!("The token is shown this once: `lizard node join --token …` on each node machine.");
         }
@@ -186,9 +191,10 @@ async fn token(ctx: &Ctx, api: &ApiClient, cmd: TokenCmd) -> Result<()> {
             if ctx.json {
                 return print_json(&tokens);
             }
-            let mut t = Table::new(&["ID", "CREATED", "EXPIRES"]);
+            let mut t = Table::new(&["ID", "CREATED", "EXPIRES", "USES LEFT"]);
             for k in tokens {
-                t.row(vec![k.id, k.created_at, k.expires_at.unwrap_or_else(|| "never".into())]);
+                let uses = k.uses_left.map_or_else(|| "any".into(), |n| n.to_string());
+                t.row(vec![k.id, k.created_at, k.expires_at.unwrap_or_else(|| "never".into()), uses]);
             }
             t.print();
         }

@@ -90,7 +90,7 @@ impl Fleet {
         let (status, p) = fleet.call(0, Method::POST, "/v1/projects", Some(body)).await;
         assert_eq!(status, 201, "{p}");
         fleet.project = p["id"].as_str().expect("project id").to_string();
-        let (status, token) = fleet.call(0, Method::POST, "/v1/node-tokens", Some(json!({}))).await;
+        let (status, token) = fleet.call(0, Method::POST, "/v1/node-tokens", Some(json!({"uses": nodes}))).await;
         assert_eq!(status, 201, "{token}");
         let token = token["token"].as_str().expect("the join token, shown once").to_string();
         for _ in 0..nodes {

@@ -104,7 +104,7 @@ async fn joins_once_heartbeats_and_serves_its_api_behind_the_credential() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_wrong_revoked_or_expired_token_is_refused_and_nothing_joins() {
+async fn a_wrong_revoked_expired_or_spent_token_is_refused_and_nothing_joins() {
     let cp = ControlPlane::start(5000).await;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -135,14 +135,20 @@ async fn a_wrong_revoked_or_expired_token_is_refused_and_nothing_joins() {
     let agent = spawn_agent(agent_config(dir.path(), &cp.url, Some(&good), port));
     cp.wait_up(&format!("http://127.0.0.1:{port}"), 30).await;
     assert_eq!(cp.nodes().await.len(), 1);
+    // Its one join is spent: the same token copied to another machine joins nothing.
+    let other = tempfile::tempdir().unwrap();
+    let copied = run(agent_config(other.path(), &cp.url, Some(&good), free_port()), std::future::pending()).await;
+    let e = copied.unwrap_err();
+    assert!(refused_with(&e, ErrorCode::Unauthenticated), "{e}");
+    assert_eq!(cp.nodes().await.len(), 1);
     agent.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_speaks_only_for_itself() {
     let cp = ControlPlane::start(5000).await;
-    let (_, token) = cp.mint_token().await;
-    // One token for a fleet: two nodes join with it.
+    let (_, token) = cp.mint_token_for(2).await;
+    // One token for a fleet of two: both join with it.
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (port_a, port_b) = (free_port(), free_port());
     let a = spawn_agent(agent_config(dir_a.path(), &cp.url, Some(&token), port_a));

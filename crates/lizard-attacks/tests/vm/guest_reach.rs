@@ -162,3 +162,22 @@ async fn a_desktops_screen_is_served_on_no_tcp_port_but_its_guarded_live_view() 
     assert!(unix.contains("x11vnc") && unix.contains("vnc.sock"), "x11vnc's Unix socket:\n{unix}");
     assert!(tcp.contains(&format!(":{}", port.trim())), "the live view listens on {port}:\n{tcp}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_reaches_no_neighbour_on_the_hosts_own_public_subnet() {
+    // The host gets an address on a public-looking /30 whose other end is a web server;
+    // a second address of that namespace, routed beyond the subnet, is the control.
+    let ns = lizard_attacks::net::TestNamespace::on_a_public_subnet();
+    let beyond = Ipv4Addr::new(198, 19, ns.addr.octets()[2], ns.addr.octets()[3]);
+    ns.add_routed_address(beyond);
+    let web = lizard_attacks::net::TestWebServer::start(&ns);
+    let system = System::start(&[]).await;
+    let id = system.create_sandbox("base", serde_json::json!({})).await;
+    let curl = |addr: Ipv4Addr| format!("curl -s --max-time 5 http://{addr}/");
+    let (code, out, _) = system.exec(&id, &curl(beyond)).await;
+    assert_eq!((code, out.as_str()), (0, lizard_attacks::net::TestWebServer::BODY), "the public address beyond");
+    // Before: the host's neighbour answered too.
+    let (code, _, _) = system.exec(&id, &curl(ns.addr)).await;
+    assert_ne!(code, 0, "a guest reached {} on the host's own subnet", ns.addr);
+    assert_eq!(web.http_hits(), 1);
+}

@@ -54,14 +54,15 @@ async fn operator_commands_against_the_real_control_plane() {
     let cp = ControlPlane::start(3000).await;
 
     // Tokens: the CLI mints them (shown once), lists them, and a node joins with one.
-    let made = lizard(&cp, &["node", "token", "create", "--ttl", "1h"]);
+    let made = lizard(&cp, &["node", "token", "create", "--ttl", "2h", "--uses", "2"]);
     let (ttl_id, token) = (field(&made, "id"), field(&made, "token"));
     assert!(token.starts_with("lzn_"), "{made}");
-    assert!(field(&made, "expires").starts_with("20"), "an expiry an hour out: {made}");
-    let forever: NodeToken = serde_json::from_str(&lizard(&cp, &["--json", "node", "token", "create"])).unwrap();
-    assert_eq!(forever.expires_at, None);
+    assert!(field(&made, "expires").starts_with("20"), "an expiry two hours out: {made}");
+    assert_eq!(field(&made, "uses"), "2", "{made}");
+    let default: NodeToken = serde_json::from_str(&lizard(&cp, &["--json", "node", "token", "create"])).unwrap();
+    assert!(default.expires_at.is_some() && default.uses_left == Some(1), "an hour, one join: {default:?}");
     let listed = lizard(&cp, &["node", "token", "list"]);
-    assert!(listed.contains(&ttl_id) && listed.contains(&forever.id), "{listed}");
+    assert!(listed.contains(&ttl_id) && listed.contains(&default.id), "{listed}");
     assert!(!listed.contains(&token), "a token's plaintext is shown once: {listed}");
 
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());

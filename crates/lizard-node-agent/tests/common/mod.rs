@@ -116,9 +116,14 @@ impl ControlPlane {
         (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
     }
 
-    /// A join token from `POST /v1/node-tokens`: (its id, the token).
+    /// A single-use join token from `POST /v1/node-tokens`: (its id, the token).
     pub async fn mint_token(&self) -> (String, String) {
-        let (status, t) = self.call(Method::POST, "/v1/node-tokens", Some(json!({}))).await;
+        self.mint_token_for(1).await
+    }
+
+    /// A join token for `uses` nodes.
+    pub async fn mint_token_for(&self, uses: u32) -> (String, String) {
+        let (status, t) = self.call(Method::POST, "/v1/node-tokens", Some(json!({"uses": uses}))).await;
         assert_eq!(status, 201, "{t}");
         (t["id"].as_str().unwrap().to_owned(), t["token"].as_str().unwrap().to_owned())
     }

@@ -9,7 +9,9 @@ use lizard_api::network::{Cidr, ParsedPolicy};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Ranges no sandbox reaches, whatever its allow list says (IPv4; IPv6 is not forwarded
-/// at all). The node's pool and the host's own addresses are added to it.
+/// at all). The node's pool and every subnet the host is connected to (its own addresses
+/// and their neighbours, public or not: a cloud host's uplink neighbours are other
+/// machines of its network) are added to it.
 pub const PLATFORM_DENY: &[&str] = &[
     "0.0.0.0/8",
     "10.0.0.0/8",
@@ -68,7 +70,7 @@ pub(super) fn replacement_ruleset(pool: &str, ns_addr: Ipv4Addr, policy: &Parsed
 fn closed_table(pool: &str, ns_addr: Ipv4Addr) -> String {
     let mut deny: Vec<String> = PLATFORM_DENY.iter().map(|s| s.to_string()).collect();
     deny.push(pool.to_string());
-    deny.extend(host_addresses().into_iter().map(|a| format!("{a}/32")));
+    deny.extend(host_subnets());
     format!(
         "table inet lizard {{\n\tset platform_deny {}\n\
          \tchain input {{ type filter hook input priority filter; policy drop;\n\
@@ -124,11 +126,38 @@ fn interval_set(elems: &[String]) -> String {
     format!("{{ type ipv4_addr; flags interval; auto-merge; elements = {{ {} }} }}", elems.join(", "))
 }
 
-/// IPv4 addresses of the host's own interfaces that the platform list does not already
-/// cover (e.g. a public uplink address). The host's input rule drops sandbox traffic to
-/// them anyway; listing them here stops it one hop earlier.
-fn host_addresses() -> Vec<Ipv4Addr> {
-    let mut v: Vec<Ipv4Addr> = all_host_addresses().into_iter().filter(|ip| !platform_denies(*ip)).collect();
+/// The subnets of the host's own interfaces that the platform list does not already
+/// cover (e.g. a public uplink's): the host itself (whose input rule drops sandbox traffic
+/// anyway) and its neighbours there, which a sandbox must not reach through it.
+fn host_subnets() -> Vec<String> {
+    subnets_outside_the_platform_list(host_networks().into_iter())
+}
+
+/// Every IPv4 address on the host's interfaces with its prefix length (this thread's
+/// namespace: the host's).
+fn host_networks() -> Vec<(Ipv4Addr, u8)> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else { return vec![] };
+    addrs
+        .filter_map(|a| {
+            let ip = a.address?.as_sockaddr_in()?.ip();
+            let prefix = a.netmask.and_then(|m| m.as_sockaddr_in().map(|m| u32::from(m.ip()).count_ones()));
+            Some((ip, u8::try_from(prefix.unwrap_or(32)).unwrap_or(32)))
+        })
+        .collect()
+}
+
+/// Whether `ip` is in a subnet the host is connected to.
+pub(super) fn on_a_host_subnet(ip: Ipv4Addr) -> bool {
+    host_networks().into_iter().any(|(net, prefix)| u32::from(ip) & mask(prefix) == u32::from(net) & mask(prefix))
+}
+
+/// The subnets of `addrs` (address and prefix length) that [`PLATFORM_DENY`] does not
+/// cover already, as CIDRs, each once.
+fn subnets_outside_the_platform_list(addrs: impl Iterator<Item = (Ipv4Addr, u8)>) -> Vec<String> {
+    let mut v: Vec<String> = addrs
+        .filter(|(ip, _)| !platform_denies(*ip))
+        .map(|(ip, prefix)| format!("{}/{prefix}", Ipv4Addr::from(u32::from(ip) & mask(prefix))))
+        .collect();
     v.sort();
     v.dedup();
     v
@@ -151,6 +180,18 @@ pub(super) fn platform_denies(ip: Ipv4Addr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hosts_subnets_are_denied_whole() {
+        let addrs = [
+            (Ipv4Addr::new(203, 0, 113, 5), 24),
+            (Ipv4Addr::new(203, 0, 113, 9), 24),
+            (Ipv4Addr::new(198, 51, 100, 7), 32),
+            (Ipv4Addr::new(10, 0, 2, 15), 24),
+            (Ipv4Addr::new(127, 0, 0, 1), 8),
+        ];
+        assert_eq!(subnets_outside_the_platform_list(addrs.into_iter()), ["198.51.100.7/32", "203.0.113.0/24"]);
+    }
 
     #[test]
     fn platform_deny_comes_before_the_users_lists() {

@@ -1,6 +1,7 @@
 //! The cluster key (read or created at start) and join tokens: minted by an operator
-//! (`lzn_…`, shown once, stored as SHA-256), reusable by a fleet until they expire or are
-//! revoked.
+//! (`lzn_…`, shown once, stored as SHA-256), good for a set number of joins (one unless
+//! the operator asks for more) until they expire or are revoked. Each join spends one,
+//! atomically: a token copied off a machine after its join is worth nothing.
 
 use crate::ids;
 use crate::nodes::ClusterKey;
@@ -21,7 +22,7 @@ pub enum TokenError {
     Malformed,
     #[error("unknown join token")]
     Unknown,
-    #[error("this join token was revoked or has expired")]
+    #[error("this join token was revoked, has expired or was used up")]
     Unusable,
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -39,8 +40,8 @@ pub fn hash(token: &str) -> Vec<u8> {
     Sha256::digest(token.as_bytes()).to_vec()
 }
 
-/// A new join token: its stored record and its plaintext (shown once).
-pub fn mint(now: i64, ttl_ms: Option<i64>) -> (NodeTokenRecord, String) {
+/// A new join token good for `uses` joins: its stored record and its plaintext (shown once).
+pub fn mint(now: i64, ttl_ms: Option<i64>, uses: u32) -> (NodeTokenRecord, String) {
     let mut bytes = [0u8; TOKEN_BYTES];
     rand::rngs::OsRng.fill_bytes(&mut bytes);
     let plaintext = format!("{TOKEN_PREFIX}{}", hex::encode(bytes));
@@ -50,21 +51,23 @@ pub fn mint(now: i64, ttl_ms: Option<i64>) -> (NodeTokenRecord, String) {
         created_at: now,
         expires_at: ttl_ms.map(|ttl| now.saturating_add(ttl)),
         revoked_at: None,
+        uses_left: Some(i64::from(uses)),
     };
     (record, plaintext)
 }
 
-/// The usable token `presented` is, at `now`.
-pub async fn check(store: &dyn Store, presented: &str, now: i64) -> Result<NodeTokenRecord, TokenError> {
+/// Spend one join of the token `presented` is, at `now`: the token after it.
+pub async fn spend(store: &dyn Store, presented: &str, now: i64) -> Result<NodeTokenRecord, TokenError> {
     let body = presented.strip_prefix(TOKEN_PREFIX).ok_or(TokenError::Malformed)?;
     if body.len() != TOKEN_BYTES * 2 || !body.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(TokenError::Malformed);
     }
-    let record = store.node_token_by_hash(&hash(presented)).await?.ok_or(TokenError::Unknown)?;
-    if !record.is_usable(now) {
-        return Err(TokenError::Unusable);
+    let hash = hash(presented);
+    match store.use_node_token(&hash, now).await? {
+        Some(record) => Ok(record),
+        None if store.node_token_by_hash(&hash).await?.is_some() => Err(TokenError::Unusable),
+        None => Err(TokenError::Unknown),
     }
-    Ok(record)
 }
 
 #[cfg(test)]
@@ -74,28 +77,36 @@ mod tests {
     use crate::store::ClusterStore;
 
     #[tokio::test]
-    async fn tokens_join_until_revoked_or_expired_and_the_key_is_made_once() {
+    async fn tokens_join_their_number_of_times_until_revoked_or_expired_and_the_key_is_made_once() {
         let store = SqliteStore::memory().await.unwrap();
-        let (forever, plain) = mint(1_000, None);
-        assert!(plain.starts_with(TOKEN_PREFIX) && !plain.contains(&hex::encode(&forever.hash)));
-        store.insert_node_token(&forever).await.unwrap();
-        let (short, short_plain) = mint(1_000, Some(500));
+        let (twice, plain) = mint(1_000, None, 2);
+        assert!(plain.starts_with(TOKEN_PREFIX) && !plain.contains(&hex::encode(&twice.hash)));
+        store.insert_node_token(&twice).await.unwrap();
+        let (short, short_plain) = mint(1_000, Some(500), 5);
         store.insert_node_token(&short).await.unwrap();
-        assert_eq!(check(&store, &plain, 2_000).await.unwrap().id, forever.id);
-        assert_eq!(check(&store, &short_plain, 1_499).await.unwrap().id, short.id);
-        assert!(matches!(check(&store, &short_plain, 1_500).await, Err(TokenError::Unusable)));
-        assert!(matches!(check(&store, "lzn_nope", 0).await, Err(TokenError::Malformed)));
-        let (_, unknown) = mint(0, None);
-        assert!(matches!(check(&store, &unknown, 0).await, Err(TokenError::Unknown)));
+        assert_eq!(spend(&store, &plain, 2_000).await.unwrap().uses_left, Some(1));
+        assert!(matches!(spend(&store, &short_plain, 1_500).await, Err(TokenError::Unusable)), "expired");
+        assert_eq!(spend(&store, &short_plain, 1_499).await.unwrap().id, short.id);
+        assert!(matches!(spend(&store, "lzn_nope", 0).await, Err(TokenError::Malformed)));
+        let (_, unknown) = mint(0, None, 1);
+        assert!(matches!(spend(&store, &unknown, 0).await, Err(TokenError::Unknown)));
         let mut listed: Vec<String> = store.list_node_tokens(1_200).await.unwrap().into_iter().map(|t| t.id).collect();
-        let mut both = vec![forever.id.clone(), short.id.clone()];
+        let mut both = vec![twice.id.clone(), short.id.clone()];
         listed.sort();
         both.sort();
         assert_eq!(listed, both);
         assert_eq!(store.list_node_tokens(1_600).await.unwrap().len(), 1, "expired tokens are not listed");
-        store.revoke_node_token(&forever.id, 3_000).await.unwrap();
-        assert!(matches!(check(&store, &plain, 3_001).await, Err(TokenError::Unusable)));
-        assert!(matches!(store.revoke_node_token(&forever.id, 3_002).await, Err(StoreError::NotFound(_))));
+        // Its second join spends it: a third is refused, and it is no longer listed.
+        assert_eq!(spend(&store, &plain, 2_001).await.unwrap().uses_left, Some(0));
+        assert!(matches!(spend(&store, &plain, 2_002).await, Err(TokenError::Unusable)));
+        assert!(store.list_node_tokens(2_003).await.unwrap().is_empty());
+        // Racing joins for one last use: exactly one wins.
+        let (last, last_plain) = mint(3_000, None, 1);
+        store.insert_node_token(&last).await.unwrap();
+        let (a, b) = tokio::join!(spend(&store, &last_plain, 3_001), spend(&store, &last_plain, 3_001));
+        assert_eq!(u8::from(a.is_ok()) + u8::from(b.is_ok()), 1);
+        store.revoke_node_token(&twice.id, 3_000).await.unwrap();
+        assert!(matches!(store.revoke_node_token(&twice.id, 3_002).await, Err(StoreError::NotFound(_))));
 
         let a = load_key(&store).await.unwrap();
         let b = load_key(&store).await.unwrap();

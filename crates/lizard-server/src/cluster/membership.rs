@@ -38,11 +38,6 @@ pub async fn join(state: &AppState, bearer: Option<&str>, req: JoinRequest) -> A
     let store = state.server.store.as_ref();
     let now = ids::now_ms();
     let token = bearer.ok_or_else(|| AppError::unauthenticated("a join needs a join token as the bearer token"))?;
-    match credentials::check(store, token, now).await {
-        Ok(_) => {}
-        Err(TokenError::Store(e)) => return Err(e.into()),
-        Err(e) => return Err(AppError::unauthenticated(e.to_string())),
-    }
     let region = req.region.trim();
     if region.is_empty() || region.len() > MAX_FIELD || region.chars().any(char::is_control) {
         return Err(AppError::invalid("region must be a non-empty name"));
@@ -53,6 +48,12 @@ pub async fn join(state: &AppState, bearer: Option<&str>, req: JoinRequest) -> A
         && !address.chars().any(|c| c.is_control() || c.is_whitespace());
     if !well_formed {
         return Err(AppError::invalid("address must be the node API's base URL, e.g. http://10.0.0.5:7180"));
+    }
+    // Last, so that a join refused for its fields spends nothing.
+    match credentials::spend(store, token, now).await {
+        Ok(_) => {}
+        Err(TokenError::Store(e)) => return Err(e.into()),
+        Err(e) => return Err(AppError::unauthenticated(e.to_string())),
     }
     let node_id = ids::new_id("node");
     let node = NewNode {

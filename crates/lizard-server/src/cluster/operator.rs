@@ -15,6 +15,10 @@ use lizard_api::cluster::{CreateNodeTokenRequest, NodeInfo, NodeToken};
 
 /// Longest join-token lifetime one may ask for (ten years).
 pub const MAX_TOKEN_TTL_SECS: u64 = 10 * 365 * 24 * 3600;
+/// A join token's life unless its creator says: an hour, long enough to set a machine up.
+pub const DEFAULT_TOKEN_TTL_SECS: u64 = 3600;
+/// Most joins one token may allow.
+pub const MAX_TOKEN_USES: u32 = 10_000;
 
 /// 403 unless `principal` is an unscoped key of the owner account.
 pub async fn require_operator(state: &AppState, principal: &Principal) -> ApiResult<()> {
@@ -90,20 +94,23 @@ fn token_json(t: NodeTokenRecord, plaintext: Option<String>) -> NodeToken {
         token: plaintext,
         created_at: ids::rfc3339(t.created_at),
         expires_at: t.expires_at.map(ids::rfc3339),
+        uses_left: t.uses_left.and_then(|n| u64::try_from(n).ok()),
     }
 }
 
 /// Mint a join token; its plaintext is in this answer only.
 pub async fn create_token(state: &AppState, req: CreateNodeTokenRequest) -> ApiResult<NodeToken> {
-    let ttl_ms = match req.ttl_secs {
-        None => None,
-        Some(secs) if (1..=MAX_TOKEN_TTL_SECS).contains(&secs) => {
-            // Bounded just above: at most ten years of milliseconds.
-            Some(i64::try_from(secs * 1000).expect("at most MAX_TOKEN_TTL_SECS"))
-        }
-        Some(secs) => return Err(AppError::invalid(format!("ttlSecs must be 1..={MAX_TOKEN_TTL_SECS}, got {secs}"))),
-    };
-    let (record, plaintext) = credentials::mint(ids::now_ms(), ttl_ms);
+    let secs = req.ttl_secs.unwrap_or(DEFAULT_TOKEN_TTL_SECS);
+    if !(1..=MAX_TOKEN_TTL_SECS).contains(&secs) {
+        return Err(AppError::invalid(format!("ttlSecs must be 1..={MAX_TOKEN_TTL_SECS}, got {secs}")));
+    }
+    // Bounded just above: at most ten years of milliseconds.
+    let ttl_ms = i64::try_from(secs * 1000).expect("at most MAX_TOKEN_TTL_SECS");
+    let uses = req.uses.unwrap_or(1);
+    if !(1..=MAX_TOKEN_USES).contains(&uses) {
+        return Err(AppError::invalid(format!("uses must be 1..={MAX_TOKEN_USES}, got {uses}")));
+    }
+    let (record, plaintext) = credentials::mint(ids::now_ms(), Some(ttl_ms), uses);
     state.server.store.insert_node_token(&record).await?;
     tracing::info!(token = %record.id, "a join token was minted");
     Ok(token_json(record, Some(plaintext)))

@@ -94,7 +94,7 @@ async fn spec(state: &AppState) -> NewSandboxSpec {
 async fn nodes_join_take_sandboxes_by_load_answer_by_record_and_are_lost_when_silent() {
     let c = cluster().await;
     let state = &c.state;
-    let (record, plain) = credentials::mint(crate::ids::now_ms(), None);
+    let (record, plain) = credentials::mint(crate::ids::now_ms(), None, 2);
     state.server.store.insert_node_token(&record).await.unwrap();
     let req = JoinRequest { region: "local".into(), address: "http://a:7180".into(), report: report(0) };
     let e = membership::join(state, None, req.clone()).await.unwrap_err();
@@ -106,6 +106,11 @@ async fn nodes_join_take_sandboxes_by_load_answer_by_record_and_are_lost_when_si
     // B is busier than A.
     let a = join(&c, &plain, "http://a:7180", 0).await;
     let b = join(&c, &plain, "http://b:7180/", 4096).await;
+    // Its two joins are spent (the refused one above spent none): a third is refused.
+    let third = JoinRequest { region: "local".into(), address: "http://c:7180".into(), report: report(0) };
+    let e = membership::join(state, Some(&plain), third).await.unwrap_err();
+    assert_eq!(e.0.code, ErrorCode::Unauthenticated);
+    assert!(e.0.message.contains("used up"), "{}", e.0.message);
 
     // Heartbeats: only with that node's credential.
     let a_cred = c.key.credential(&a);
@@ -193,14 +198,17 @@ async fn only_an_unscoped_key_of_the_owner_manages_nodes() {
     let other = principal("acc_other", None);
     assert_eq!(operator::require_operator(&c.state, &other).await.unwrap_err().0.code, ErrorCode::Forbidden);
 
-    let token = operator::create_token(&c.state, lizard_api::cluster::CreateNodeTokenRequest { ttl_secs: Some(60) })
-        .await
-        .unwrap();
-    assert!(token.token.as_deref().is_some_and(|t| t.starts_with("lzn_")) && token.expires_at.is_some());
+    let token = operator::create_token(&c.state, Default::default()).await.unwrap();
+    assert!(token.token.as_deref().is_some_and(|t| t.starts_with("lzn_")));
+    assert!(token.expires_at.is_some() && token.uses_left == Some(1), "an hour and one join by default: {token:?}");
     let listed = operator::list_tokens(&c.state).await.unwrap();
     assert_eq!((listed.len(), listed[0].token.as_deref()), (1, None), "the plaintext is shown once");
-    let bad = lizard_api::cluster::CreateNodeTokenRequest { ttl_secs: Some(0) };
-    assert_eq!(operator::create_token(&c.state, bad).await.unwrap_err().0.code, ErrorCode::InvalidArgument);
+    for bad in [
+        lizard_api::cluster::CreateNodeTokenRequest { ttl_secs: Some(0), uses: None },
+        lizard_api::cluster::CreateNodeTokenRequest { ttl_secs: None, uses: Some(0) },
+    ] {
+        assert_eq!(operator::create_token(&c.state, bad).await.unwrap_err().0.code, ErrorCode::InvalidArgument);
+    }
     operator::revoke_token(&c.state, &token.id).await.unwrap();
     assert_eq!(operator::revoke_token(&c.state, &token.id).await.unwrap_err().0.code, ErrorCode::NotFound);
     assert!(operator::list_tokens(&c.state).await.unwrap().is_empty());
@@ -253,8 +261,8 @@ async fn the_cluster_routes_through_the_router() {
     assert_eq!((s, e["code"].as_str()), (StatusCode::FORBIDDEN, Some("FORBIDDEN")));
     assert_eq!(call("GET", "/v1/nodes", None, None).await.0, StatusCode::UNAUTHORIZED);
 
-    let (s, token) = call("POST", "/v1/node-tokens", api_key(&owner), Some(json!({}))).await;
-    assert_eq!(s, StatusCode::CREATED, "{token}");
+    let (s, token) = call("POST", "/v1/node-tokens", api_key(&owner), Some(json!({"uses": 2}))).await;
+    assert_eq!((s, token["usesLeft"].as_u64()), (StatusCode::CREATED, Some(2)), "{token}");
     let token = token["token"].as_str().unwrap().to_string();
     let join = json!({"region": "local", "address": "http://10.0.0.5:7180", "report": report(0)});
     assert_eq!(call("POST", "/v1/cluster/join", None, Some(join.clone())).await.0, StatusCode::UNAUTHORIZED);
@@ -281,7 +289,7 @@ async fn the_cluster_routes_through_the_router() {
     let (s, drained) = call("POST", &format!("/v1/nodes/{id}/drain"), api_key(&owner), None).await;
     assert_eq!((s, drained["state"].as_str()), (StatusCode::OK, Some("draining")));
     let (s, tokens) = call("GET", "/v1/node-tokens", api_key(&owner), None).await;
-    assert_eq!((s, tokens[0].get("token")), (StatusCode::OK, None));
+    assert_eq!((s, tokens[0].get("token"), tokens[0]["usesLeft"].as_u64()), (StatusCode::OK, None, Some(1)));
     let revoke = format!("/v1/node-tokens/{}", tokens[0]["id"].as_str().unwrap());
     assert_eq!(call("DELETE", &revoke, api_key(&owner), None).await.0, StatusCode::NO_CONTENT);
 }

@@ -66,12 +66,14 @@ pub struct NodeTokenRecord {
     pub created_at: i64,
     pub expires_at: Option<i64>,
     pub revoked_at: Option<i64>,
+    /// Joins it still allows; `None`: any number (tokens minted before single use).
+    pub uses_left: Option<i64>,
 }
 
 impl NodeTokenRecord {
     /// Whether it lets a node join at `now`.
     pub fn is_usable(&self, now: i64) -> bool {
-        self.revoked_at.is_none() && self.expires_at.is_none_or(|at| now < at)
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|at| now < at) && self.uses_left != Some(0)
     }
 }
 
@@ -112,10 +114,15 @@ pub trait ClusterStore: Send + Sync {
 
     async fn insert_node_token(&self, token: &NodeTokenRecord) -> Result<()>;
 
-    /// The token with this hash, revoked and expired ones too.
+    /// The token with this hash, revoked, expired and used up ones too.
     async fn node_token_by_hash(&self, hash: &[u8]) -> Result<Option<NodeTokenRecord>>;
 
-    /// Tokens not revoked and not expired at `now`, oldest first.
+    /// Spend one join of the token with this hash, if it is usable at `now` (atomically:
+    /// of two joins racing for a token's last use, one wins). The token after it, or
+    /// `None` (unknown, revoked, expired or used up).
+    async fn use_node_token(&self, hash: &[u8], now: i64) -> Result<Option<NodeTokenRecord>>;
+
+    /// Tokens not revoked, not expired at `now` and not used up, oldest first.
     async fn list_node_tokens(&self, now: i64) -> Result<Vec<NodeTokenRecord>>;
 
     /// Revoke a token; NotFound for an unknown or already revoked one.

@@ -44,6 +44,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (10, "blob content", include_str!("../../migrations/postgres/0010_blob_content.sql")),
     (11, "services", include_str!("../../migrations/postgres/0011_services.sql")),
     (12, "ledger by sandbox", include_str!("../../migrations/postgres/0012_ledger_by_sandbox.sql")),
+    (13, "join token uses", include_str!("../../migrations/postgres/0013_join_token_uses.sql")),
 ];
 
 mod access;

@@ -198,7 +198,7 @@ async fn read_name(guest: &mut TcpStream, port: u16) -> Result<(Vec<u8>, String)
 }
 
 /// Whether the proxy may connect to `ip` for a sandbox with `policy`: never in `denyOut`;
-/// never in the platform's deny list or on the host, unless a test allows it.
+/// never in the platform's deny list or on a subnet of the host's, unless a test allows it.
 fn may_dial(ip: Ipv4Addr, policy: &ParsedPolicy, test_allow: &[Cidr]) -> bool {
     let ip_any = IpAddr::V4(ip);
     if policy.deny_out.iter().any(|c| c.contains(ip_any)) {
@@ -207,7 +207,7 @@ fn may_dial(ip: Ipv4Addr, policy: &ParsedPolicy, test_allow: &[Cidr]) -> bool {
     if test_allow.iter().any(|c| c.contains(ip_any)) {
         return true;
     }
-    !firewall::platform_denies(ip) && !firewall::all_host_addresses().contains(&ip)
+    !firewall::platform_denies(ip) && !firewall::on_a_host_subnet(ip)
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use sqlx::{Postgres, Row, Transaction};
 const NODE_COLUMNS: &str = "id, region, address, state, vcpus, memory_mib, disk_gib, used_vcpus, used_memory_mib, \
      sandboxes, templates, last_heartbeat, created_at";
 
-const TOKEN_COLUMNS: &str = "id, hash, created_at, expires_at, revoked_at";
+const TOKEN_COLUMNS: &str = "id, hash, created_at, expires_at, revoked_at, uses_left";
 
 fn int<T: TryFrom<i64>>(r: &PgRow, column: &str) -> Result<T>
 where
@@ -63,6 +63,7 @@ fn token(r: &PgRow) -> Result<NodeTokenRecord> {
         created_at: r.try_get("created_at").map_err(backend)?,
         expires_at: r.try_get("expires_at").map_err(backend)?,
         revoked_at: r.try_get("revoked_at").map_err(backend)?,
+        uses_left: r.try_get("uses_left").map_err(backend)?,
     })
 }
 
@@ -109,12 +110,13 @@ impl ClusterStore for PostgresStore {
     }
 
     async fn insert_node_token(&self, t: &NodeTokenRecord) -> Result<()> {
-        sqlx::query(&format!("INSERT INTO node_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5)"))
+        sqlx::query(&format!("INSERT INTO node_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)"))
             .bind(&t.id)
             .bind(&t.hash)
             .bind(t.created_at)
             .bind(t.expires_at)
             .bind(t.revoked_at)
+            .bind(t.uses_left)
             .execute(&self.pool)
             .await
             .map_err(|e| conflict_or_backend(e, || format!("node token {} already exists", t.id)))?;
@@ -132,10 +134,26 @@ impl ClusterStore for PostgresStore {
             .transpose()
     }
 
+    async fn use_node_token(&self, hash: &[u8], now: i64) -> Result<Option<NodeTokenRecord>> {
+        sqlx::query(&format!(
+            "UPDATE node_tokens SET uses_left = uses_left - 1 \
+             WHERE hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2) \
+             AND (uses_left IS NULL OR uses_left > 0) RETURNING {TOKEN_COLUMNS}"
+        ))
+        .bind(hash)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend)?
+        .as_ref()
+        .map(token)
+        .transpose()
+    }
+
     async fn list_node_tokens(&self, now: i64) -> Result<Vec<NodeTokenRecord>> {
         sqlx::query(&format!(
             "SELECT {TOKEN_COLUMNS} FROM node_tokens WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $1) \
-             ORDER BY created_at, id"
+             AND (uses_left IS NULL OR uses_left > 0) ORDER BY created_at, id"
         ))
         .bind(now)
         .fetch_all(&self.pool)

@@ -10,7 +10,7 @@ use sqlx::{Row, Sqlite, Transaction};
 const NODE_COLUMNS: &str = "id, region, address, state, vcpus, memory_mib, disk_gib, used_vcpus, used_memory_mib, \
      sandboxes, templates, last_heartbeat, created_at";
 
-const TOKEN_COLUMNS: &str = "id, hash, created_at, expires_at, revoked_at";
+const TOKEN_COLUMNS: &str = "id, hash, created_at, expires_at, revoked_at, uses_left";
 
 fn int<T: TryFrom<i64>>(r: &SqliteRow, column: &str) -> Result<T>
 where
@@ -58,6 +58,7 @@ fn token(r: &SqliteRow) -> Result<NodeTokenRecord> {
         created_at: r.try_get("created_at").map_err(backend)?,
         expires_at: r.try_get("expires_at").map_err(backend)?,
         revoked_at: r.try_get("revoked_at").map_err(backend)?,
+        uses_left: r.try_get("uses_left").map_err(backend)?,
     })
 }
 
@@ -102,12 +103,13 @@ impl ClusterStore for SqliteStore {
     }
 
     async fn insert_node_token(&self, t: &NodeTokenRecord) -> Result<()> {
-        sqlx::query(&format!("INSERT INTO node_tokens ({TOKEN_COLUMNS}) VALUES (?, ?, ?, ?, ?)"))
+        sqlx::query(&format!("INSERT INTO node_tokens ({TOKEN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"))
             .bind(&t.id)
             .bind(&t.hash)
             .bind(t.created_at)
             .bind(t.expires_at)
             .bind(t.revoked_at)
+            .bind(t.uses_left)
             .execute(&self.pool)
             .await
             .map_err(|e| conflict_or_backend(e, || format!("node token {} already exists", t.id)))?;
@@ -125,10 +127,26 @@ impl ClusterStore for SqliteStore {
             .transpose()
     }
 
+    async fn use_node_token(&self, hash: &[u8], now: i64) -> Result<Option<NodeTokenRecord>> {
+        sqlx::query(&format!(
+            "UPDATE node_tokens SET uses_left = uses_left - 1 \
+             WHERE hash = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?) \
+             AND (uses_left IS NULL OR uses_left > 0) RETURNING {TOKEN_COLUMNS}"
+        ))
+        .bind(hash)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend)?
+        .as_ref()
+        .map(token)
+        .transpose()
+    }
+
     async fn list_node_tokens(&self, now: i64) -> Result<Vec<NodeTokenRecord>> {
         sqlx::query(&format!(
             "SELECT {TOKEN_COLUMNS} FROM node_tokens WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?) \
-             ORDER BY created_at, id"
+             AND (uses_left IS NULL OR uses_left > 0) ORDER BY created_at, id"
         ))
         .bind(now)
         .fetch_all(&self.pool)

@@ -87,6 +87,7 @@ async fn join_tokens_are_hashed_expire_and_revoke(db: TestDb) {
         created_at: 10,
         expires_at,
         revoked_at: None,
+        uses_left: None,
     };
     s.insert_node_token(&token("ntk_1", 1, None)).await.unwrap();
     s.insert_node_token(&token("ntk_2", 2, Some(100))).await.unwrap();
@@ -100,6 +101,16 @@ async fn join_tokens_are_hashed_expire_and_revoke(db: TestDb) {
     assert!(matches!(s.revoke_node_token("ntk_1", 61).await, Err(StoreError::NotFound(_))));
     assert!(!s.node_token_by_hash(&[1; 32]).await.unwrap().unwrap().is_usable(62));
     assert!(s.list_node_tokens(50).await.unwrap().iter().all(|t| t.id != "ntk_1"));
+    assert_eq!(s.use_node_token(&[1; 32], 62).await.unwrap(), None, "revoked");
+    assert_eq!(s.use_node_token(&[2; 32], 100).await.unwrap(), None, "expired");
+    // A token for two joins: two uses, then none; one before uses (`None`) joins on.
+    s.insert_node_token(&NodeTokenRecord { uses_left: Some(2), ..token("ntk_4", 4, None) }).await.unwrap();
+    assert_eq!(s.use_node_token(&[4; 32], 70).await.unwrap().unwrap().uses_left, Some(1));
+    assert_eq!(s.use_node_token(&[4; 32], 70).await.unwrap().unwrap().uses_left, Some(0));
+    assert_eq!(s.use_node_token(&[4; 32], 70).await.unwrap(), None, "used up");
+    assert!(ids(s.list_node_tokens(70).await.unwrap()).iter().all(|id| id != "ntk_4"), "a spent token is not listed");
+    assert_eq!(s.use_node_token(&[2; 32], 90).await.unwrap().unwrap().uses_left, None);
+    assert_eq!(s.use_node_token(&[2; 32], 91).await.unwrap().unwrap().uses_left, None);
 }
 
 /// A node stops heartbeating: the expiry (on one replica, while the other ticks) marks
