@@ -522,6 +522,8 @@ pub const GET_NODE: Route = get(path::NODE, Json("NodeInfo"), &[Unauthenticated,
 pub const DRAIN_NODE: Route = post(path::NODE_DRAIN, Empty, Json("NodeInfo"), &[Unauthenticated, Forbidden, NotFound]);
 pub const UNDRAIN_NODE: Route =
     post(path::NODE_UNDRAIN, Empty, Json("NodeInfo"), &[Unauthenticated, Forbidden, NotFound, Conflict]);
+/// Forget a node with nothing on it: its credential is refused from then on.
+pub const REMOVE_NODE: Route = delete(path::NODE, &[Unauthenticated, Forbidden, NotFound, Conflict]);
 pub const CREATE_NODE_TOKEN: Route = create(
     path::NODE_TOKENS,
     Json("CreateNodeTokenRequest"),
@@ -620,6 +622,7 @@ pub const SERVER: &[Route] = &[
     GET_NODE,
     DRAIN_NODE,
     UNDRAIN_NODE,
+    REMOVE_NODE,
     CREATE_NODE_TOKEN,
     LIST_NODE_TOKENS,
     REVOKE_NODE_TOKEN,

@@ -27,6 +27,9 @@ pub enum NodeCmd {
     Drain { id: String },
     /// Let NODE take new sandboxes again (operator).
     Undrain { id: String },
+    /// Forget NODE: its credential is refused from now on. Only once no sandbox runs or
+    /// is paused there and no volume lives there: drain it first (operator).
+    Remove { id: String },
     /// Join tokens: what a node joins the cluster with (operator).
     #[command(subcommand)]
     Token(TokenCmd),
@@ -98,6 +101,13 @@ pub async fn run(ctx: &Ctx, cmd: NodeCmd) -> Result<()> {
         NodeCmd::Get { id } => show(ctx, &ctx.require_server("node get")?, &routes::GET_NODE, &id).await,
         NodeCmd::Drain { id } => show(ctx, &ctx.require_server("node drain")?, &routes::DRAIN_NODE, &id).await,
         NodeCmd::Undrain { id } => show(ctx, &ctx.require_server("node undrain")?, &routes::UNDRAIN_NODE, &id).await,
+        NodeCmd::Remove { id } => {
+            ctx.require_server("node remove")?.send(&Call::new(&routes::REMOVE_NODE, &[&id]), empty()).await?;
+            if !ctx.json {
+                println!("removed {id}");
+            }
+            Ok(())
+        }
         NodeCmd::Token(cmd) => token(ctx, &ctx.require_server("node token")?, cmd).await,
     }
 }

@@ -48,7 +48,8 @@ async fn ended_with(cp: &ControlPlane, id: &str, reason: &str) -> bool {
 async fn the_real_control_plane_drives_real_vms_through_the_agent() {
     let mut cp = ControlPlane::start(30_000).await;
     let project = cp.project().await;
-    let (_, token) = cp.mint_token().await;
+    // Two joins: this node, and a stranger below.
+    let (_, token) = cp.mint_token_for(2).await;
     let dir = tempfile::Builder::new().prefix("lizard-agent-").tempdir().unwrap();
     let mut node = lizard_node::NodeConfig::new(dir.path());
     node.image_root = image_root();

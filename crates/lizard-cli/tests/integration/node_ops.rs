@@ -121,6 +121,13 @@ async fn operator_commands_against_the_real_control_plane() {
     assert!(c.log().contains("UNAUTHENTICATED") || c.log().contains("401"), "{}", c.log());
     assert_eq!(cp.nodes().await.len(), 2, "nothing joined");
 
+    // remove: the stopped B is forgotten (the server refuses its credential from now on,
+    // `cluster::tests`); A, which runs, is refused nothing.
+    assert_eq!(lizard(&cp, &["node", "remove", &b.id]), format!("removed {}\n", b.id));
+    fails(&cp, &cp.key, &["node", "get", &b.id], "NOT_FOUND");
+    fails(&cp, &cp.key, &["node", "remove", &b.id], "NOT_FOUND");
+    assert_eq!(cp.nodes().await.iter().map(|n| n.id.as_str()).collect::<Vec<_>>(), [a.id.as_str()]);
+
     // Only an operator key: a workspace's key is refused, a wrong key unknown.
     let (status, ws) = cp.call(Method::POST, "/v1/workspaces", Some(json!({"name": "scoped"}))).await;
     assert_eq!(status, 201, "{ws}");

@@ -115,7 +115,7 @@ pub fn all_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(cluster::heartbeat))
         .routes(routes!(cluster::events))
         .routes(routes!(nodes::list))
-        .routes(routes!(nodes::get))
+        .routes(routes!(nodes::get, nodes::remove))
         .routes(routes!(nodes::drain))
         .routes(routes!(nodes::undrain))
         .routes(routes!(nodes::create_token, nodes::list_tokens))

@@ -111,6 +111,26 @@ pub async fn list_tokens(State(state): State<AppState>, p: Principal) -> ApiResu
     Ok(Json(ops::list_tokens(&state).await?))
 }
 
+/// Remove a node: its credential is refused from then on. Only a node with no live
+/// sandbox and no volume on it (409 says what holds it), never the in-process one.
+#[utoipa::path(
+    delete,
+    path = lizard_api::routes::REMOVE_NODE.path,
+    tag = "nodes",
+    security(("apiKey" = [])),
+    params(("id" = String, Path, description = "Node id")),
+    responses((status = 204, description = "Removed"), Unauthenticated, Forbidden, NotFound, Conflict)
+)]
+pub async fn remove(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<StatusCode> {
+    ops::require_operator(&state, &p).await?;
+    ops::remove(&state, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 /// Revoke a join token: no node joins with it any more (joined nodes stay).
 #[utoipa::path(
     delete,

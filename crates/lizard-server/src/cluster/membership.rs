@@ -74,13 +74,18 @@ pub async fn join(state: &AppState, bearer: Option<&str>, req: JoinRequest) -> A
     })
 }
 
-/// 401 unless `bearer` is the credential of `node_id`.
-fn authenticate(state: &AppState, node_id: &str, bearer: Option<&str>) -> ApiResult<()> {
+/// 401 unless `bearer` is the credential of `node_id`, a node the store still has (a
+/// removed node's credential is refused, though its HMAC still checks).
+async fn authenticate(state: &AppState, node_id: &str, bearer: Option<&str>) -> ApiResult<()> {
     let key = cluster_key(state)?;
     match bearer {
-        Some(presented) if key.verify(node_id, presented) => Ok(()),
-        Some(_) => Err(AppError::unauthenticated("not this node's credential")),
-        None => Err(AppError::unauthenticated("a node call needs the node's credential as the bearer token")),
+        Some(presented) if key.verify(node_id, presented) => {}
+        Some(_) => return Err(AppError::unauthenticated("not this node's credential")),
+        None => return Err(AppError::unauthenticated("a node call needs the node's credential as the bearer token")),
+    }
+    match state.server.store.get_node(node_id).await? {
+        Some(_) => Ok(()),
+        None => Err(AppError::unauthenticated(format!("node {node_id} was removed: join again with a new token"))),
     }
 }
 
@@ -98,7 +103,7 @@ pub async fn heartbeat(
     bearer: Option<&str>,
     report: NodeReport,
 ) -> ApiResult<HeartbeatResponse> {
-    authenticate(state, node_id, bearer)?;
+    authenticate(state, node_id, bearer).await?;
     let outcome = state
         .server
         .store
@@ -117,9 +122,8 @@ pub async fn heartbeat(
 /// Sandboxes that ended by themselves on `node_id`: their records end with the node's
 /// reason. Sandboxes recorded on another node are ignored (logged).
 pub async fn events(state: &AppState, node_id: &str, bearer: Option<&str>, ended: Vec<SandboxEnded>) -> ApiResult<()> {
-    authenticate(state, node_id, bearer)?;
+    authenticate(state, node_id, bearer).await?;
     let store = state.server.store.as_ref();
-    store.get_node(node_id).await?.ok_or_else(|| AppError::not_found(format!("node {node_id} not found")))?;
     for e in ended {
         match store.get_sandbox(&e.sandbox_id).await? {
             Some(record) if record.node_id == node_id => {

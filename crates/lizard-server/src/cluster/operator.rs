@@ -74,6 +74,20 @@ pub async fn get(state: &AppState, node_id: &str) -> ApiResult<NodeInfo> {
     Ok(info(fresh(state, node)))
 }
 
+/// Remove a node: its credential is refused from then on (heartbeats, events, anything a
+/// machine holding it sends). Only a node with no live sandbox and no volume recorded on
+/// it (drain it and let them end first); 409 otherwise, saying what holds it.
+pub async fn remove(state: &AppState, node_id: &str) -> ApiResult<()> {
+    match state.server.store.remove_node(node_id).await {
+        Ok(()) => {
+            tracing::info!(node = %node_id, "a node was removed: its credential is refused from now on");
+            Ok(())
+        }
+        Err(StoreError::NotFound(_)) => Err(not_found(node_id)),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Drain (no new sandboxes; nothing is stopped) or undrain a node. A down node stays
 /// down (drain it once it is back); undraining it is a 409.
 pub async fn set_draining(state: &AppState, node_id: &str, draining: bool) -> ApiResult<NodeInfo> {

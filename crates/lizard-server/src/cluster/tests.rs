@@ -292,4 +292,15 @@ async fn the_cluster_routes_through_the_router() {
     assert_eq!((s, tokens[0].get("token"), tokens[0]["usesLeft"].as_u64()), (StatusCode::OK, None, Some(1)));
     let revoke = format!("/v1/node-tokens/{}", tokens[0]["id"].as_str().unwrap());
     assert_eq!(call("DELETE", &revoke, api_key(&owner), None).await.0, StatusCode::NO_CONTENT);
+
+    // Removed (nothing lives on it): its credential is refused from then on.
+    let node = format!("/v1/nodes/{id}");
+    assert_eq!(call("DELETE", &node, api_key(&scoped), None).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(call("DELETE", &node, api_key(&owner), None).await.0, StatusCode::NO_CONTENT);
+    let (s, e) = call("POST", &hb, bearer(&credential), Some(serde_json::to_value(report(0)).unwrap())).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{e}");
+    assert!(e["message"].as_str().unwrap().contains("was removed"), "{e}");
+    assert_eq!(call("POST", &events, bearer(&credential), Some(json!([]))).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(call("GET", &node, api_key(&owner), None).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(call("DELETE", &node, api_key(&owner), None).await.0, StatusCode::NOT_FOUND);
 }

@@ -138,6 +138,12 @@ pub trait ClusterStore: Send + Sync {
 
     async fn get_node(&self, node_id: &str) -> Result<Option<ClusterNode>>;
 
+    /// Forget a joined node, so that its credential is refused from now on. Refuses
+    /// ([`StoreError::Conflict`], saying what holds it) while a live sandbox or a volume is
+    /// recorded on it, or for the node inside the server process; NotFound for an unknown
+    /// node.
+    async fn remove_node(&self, node_id: &str) -> Result<()>;
+
     /// Every node, oldest first.
     async fn list_nodes(&self) -> Result<Vec<ClusterNode>>;
 

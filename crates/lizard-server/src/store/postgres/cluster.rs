@@ -219,6 +219,40 @@ impl ClusterStore for PostgresStore {
             .transpose()
     }
 
+    async fn remove_node(&self, node_id: &str) -> Result<()> {
+        let mut tx = self.write().await?;
+        let address: Option<Option<String>> = sqlx::query_scalar("SELECT address FROM nodes WHERE id = $1")
+            .bind(node_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+        match address {
+            None => return Err(StoreError::NotFound(format!("node {node_id}"))),
+            Some(None) => return Err(StoreError::Conflict(format!("node {node_id} runs inside the server process"))),
+            Some(Some(_)) => {}
+        }
+        let sandboxes: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM sandboxes WHERE node_id = $1 AND ended_at IS NULL")
+                .bind(node_id)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(backend)?;
+        let volumes: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM volumes WHERE node_id = $1")
+            .bind(node_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if sandboxes > 0 || volumes > 0 {
+            return Err(StoreError::Conflict(format!(
+                "node {node_id} holds {sandboxes} sandbox(es) and {volumes} volume(s): drain it, and end or move them first"
+            )));
+        }
+        for table in ["node_unrecorded WHERE node_id", "nodes WHERE id"] {
+            sqlx::query(&format!("DELETE FROM {table} = $1")).bind(node_id).execute(&mut *tx).await.map_err(backend)?;
+        }
+        tx.commit().await.map_err(backend)
+    }
+
     async fn list_nodes(&self) -> Result<Vec<ClusterNode>> {
         sqlx::query(&format!("SELECT {NODE_COLUMNS} FROM nodes ORDER BY created_at, id"))
             .fetch_all(&self.pool)

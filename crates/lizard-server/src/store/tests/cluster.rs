@@ -245,7 +245,29 @@ async fn a_finished_build_is_held_by_its_node_before_the_next_heartbeat(db: Test
     assert_eq!(held, ["tpl_a"], "the node's own report is the truth");
 }
 
+/// A node is removed only with nothing recorded on it; then it is gone for every call.
+async fn a_node_is_removed_only_once_nothing_lives_on_it(db: TestDb) {
+    let s = db.seeded("acc_1", &[("ws_a", "prj_a")]).await;
+    let n = NewNode {
+        id: "node_r".into(),
+        region: "eu-1".into(),
+        address: "http://r:7180".into(),
+        report: report(&[]),
+        at: 1,
+    };
+    s.insert_node(&n).await.unwrap();
+    s.insert_sandbox(&sandbox_on("sbx_r", "node_r", 1)).await.unwrap();
+    let e = s.remove_node("node_r").await.unwrap_err();
+    assert!(matches!(&e, StoreError::Conflict(m) if m.contains("1 sandbox(es)")), "{e:?}");
+    assert!(s.end_sandbox("sbx_r", 5, "killed").await.unwrap());
+    s.remove_node("node_r").await.unwrap();
+    assert_eq!(s.get_node("node_r").await.unwrap(), None);
+    assert!(matches!(s.remove_node("node_r").await, Err(StoreError::NotFound(_))));
+    assert!(matches!(s.record_heartbeat("node_r", &report(&[]), 6, 60_000).await, Err(StoreError::NotFound(_))));
+}
+
 store_tests!(
+    a_node_is_removed_only_once_nothing_lives_on_it,
     a_finished_build_is_held_by_its_node_before_the_next_heartbeat,
     sandboxes_placed_since_a_heartbeat_are_counted,
     one_lease_holder_at_a_time,
