@@ -327,6 +327,28 @@ echo ready"#;
     assert_eq!(resolver.udp_queries() - before, 1, "20 connections to one name, one lookup");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn an_address_behind_a_denied_name_is_refused_when_dialed_directly() {
+    let ns = TestNamespace::new();
+    // Two public-looking addresses of the test's namespace: one is `blocked.test`'s.
+    let octets = ns.addr.octets();
+    let (blocked, other) =
+        (Ipv4Addr::new(198, 19, octets[2], octets[3]), Ipv4Addr::new(198, 19, octets[2], octets[3] + 1));
+    ns.add_routed_address(blocked);
+    ns.add_routed_address(other);
+    let resolver = TestResolver::start_with(&ns, &[("blocked.test", blocked)], other);
+    let web = lizard_attacks::net::TestWebServer::start(&ns);
+    let system = System::start(&["--dns-resolver", &resolver.addr.to_string()]).await;
+    let id = system.create_sandbox("base", json!({"denyOut": ["blocked.test"]})).await;
+    let body = lizard_attacks::net::TestWebServer::BODY;
+    // The control: internet access is on, another address answers.
+    assert_eq!(guest_curl(&system, &id, &format!("http://{other}:80/")).await, (0, body.to_string()));
+    // The denied name's address, dialed by address whatever the port (80 here goes through the egress proxy, as a bare address).
+    // Before: it answered (only the name was refused).
+    assert_ne!(guest_curl(&system, &id, &format!("http://{blocked}:80/")).await.0, 0);
+    assert_eq!(web.http_hits(), 1, "the denied name's address was reached");
+}
+
 /// The issue's case: with internet access off and only the package registry's domain
 /// allowed, `npm` reaches its registry (through the egress proxy, which dials the
 /// registry's public addresses itself). The registry's name is read from npm's own

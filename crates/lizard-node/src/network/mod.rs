@@ -230,6 +230,7 @@ impl Network {
             relay: None,
             policy: Arc::new(RwLock::new(policy.clone())),
             rules: tokio::sync::Mutex::new(rules),
+            resolvers: self.resolvers.clone(),
         }
     }
 
@@ -241,6 +242,7 @@ impl Network {
     /// Make a sandbox's network, with `policy`, ready for a VM to attach to.
     pub async fn attach(&self, policy: &ParsedPolicy) -> Result<SandboxNet> {
         let start = std::time::Instant::now();
+        let policy = &with_denied_names_resolved(policy, &self.resolvers).await;
         let (slot, lock) = self.free_slot().await?;
         // From here on, dropping `net` undoes whatever part was made.
         let rules = if firewall::policy_additions(policy).is_empty() { Rules::Closed } else { Rules::Replaceable };
@@ -313,6 +315,36 @@ impl Network {
     }
 }
 
+/// Most `denyOut` names resolved for one policy.
+const MAX_DENIED_NAMES_RESOLVED: usize = 64;
+
+/// `policy` as a sandbox's network enforces it (its rules, and what its DNS relay and
+/// egress proxy read): the addresses its exact `denyOut` names resolve to now (through the
+/// node's resolvers) join its `denyOut` CIDRs, so a guest that dials such an address
+/// directly, on any port, is refused like one that asks for the name. Resolved when the
+/// policy is set; a wildcard (`*.example.com`) names no address of its own.
+async fn with_denied_names_resolved(policy: &ParsedPolicy, resolvers: &[SocketAddr]) -> ParsedPolicy {
+    let names: Vec<&str> = policy
+        .deny_domains
+        .iter()
+        .filter(|d| !d.wildcard)
+        .map(|d| d.name.as_str())
+        .take(MAX_DENIED_NAMES_RESOLVED)
+        .collect();
+    let mut enforced = policy.clone();
+    if names.is_empty() {
+        return enforced;
+    }
+    let resolved = futures_util::future::join_all(names.iter().map(|n| dns::resolve_a(n, resolvers))).await;
+    for ip in resolved.into_iter().flatten() {
+        let cidr = Cidr { addr: std::net::IpAddr::V4(ip), prefix: 32 };
+        if !enforced.deny_out.contains(&cidr) {
+            enforced.deny_out.push(cidr);
+        }
+    }
+    enforced
+}
+
 /// One sandbox's network. [`SandboxNet::release`] removes everything of it.
 pub struct SandboxNet {
     slot: u32,
@@ -330,6 +362,8 @@ pub struct SandboxNet {
     policy: Arc<RwLock<ParsedPolicy>>,
     /// What the namespace's rules are now, which decides how a policy is set.
     rules: tokio::sync::Mutex<Rules>,
+    /// The node's resolvers, for a policy's `denyOut` names.
+    resolvers: Arc<Vec<SocketAddr>>,
 }
 
 /// The namespace's rules, as [`SandboxNet::set_policy`] finds them.
@@ -365,6 +399,7 @@ impl SandboxNet {
     /// attached closed ahead of demand and opened at claim: its closed table only gains
     /// the policy's rules (≈5 ms of `nft`, against ≈15 for a replacement).
     pub async fn set_policy(&self, policy: &ParsedPolicy) -> Result<()> {
+        let policy = &with_denied_names_resolved(policy, &self.resolvers).await;
         let mut rules = self.rules.lock().await;
         let script = match *rules {
             Rules::Closed => firewall::policy_additions(policy),

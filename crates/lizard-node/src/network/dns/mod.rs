@@ -111,9 +111,10 @@ impl Gate {
     }
 }
 
-/// The IPv4 addresses `resolvers` give for `name` (the first that answers), for the
-/// egress proxy, which resolves names itself rather than trusting the guest's lookup.
-async fn resolve_a(name: &str, resolvers: &[SocketAddr]) -> Vec<std::net::Ipv4Addr> {
+/// The IPv4 addresses `resolvers` give for `name` (the first that answers): for the
+/// egress proxy, which resolves names itself rather than trusting the guest's lookup, and
+/// for a policy's `denyOut` names.
+pub(super) async fn resolve_a(name: &str, resolvers: &[SocketAddr]) -> Vec<std::net::Ipv4Addr> {
     let id = rand::random::<u16>();
     let Some(msg) = message::a_query(id, name) else { return vec![] };
     let Ok(query) = Query::parse(&msg) else { return vec![] };
