@@ -1,10 +1,11 @@
 //! The heartbeat loop: the node's report every `heartbeatMs`, and what the answer asks:
 //! kill the sandboxes whose records ended meanwhile (`stop`). While the server cannot be
-//! reached the node keeps running what it has and tries again, backing off.
+//! reached the node keeps running what it has and tries again, backing off. A server that
+//! refuses the node's credential (an operator removed the node) ends the agent.
 
 use crate::backoff::Backoff;
 use crate::report;
-use crate::server_api::ServerApi;
+use crate::server_api::{CallError, ServerApi};
 use crate::state::NodeState;
 use lizard_api::cluster::{HeartbeatResponse, NodeState as Standing};
 use lizard_node::Node;
@@ -15,13 +16,26 @@ use tokio_util::sync::CancellationToken;
 /// The longest wait between tries while the server does not answer.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
-/// Heartbeat in a task of its own until `stop` is cancelled.
-pub fn run_spawned(node: Arc<Node>, api: ServerApi, state: NodeState, stop: CancellationToken) {
-    tokio::spawn(run(node, api, state, stop));
+/// Heartbeat in a task of its own until `stop` is cancelled; a refused credential is set
+/// in `removed` (why) and cancels `stop`.
+pub fn run_spawned(
+    node: Arc<Node>,
+    api: ServerApi,
+    state: NodeState,
+    stop: CancellationToken,
+    removed: Arc<std::sync::OnceLock<String>>,
+) {
+    tokio::spawn(run(node, api, state, stop, removed));
 }
 
-/// Heartbeat until `stop` is cancelled.
-pub async fn run(node: Arc<Node>, api: ServerApi, state: NodeState, stop: CancellationToken) {
+/// Heartbeat until `stop` is cancelled (see [`run_spawned`]).
+pub async fn run(
+    node: Arc<Node>,
+    api: ServerApi,
+    state: NodeState,
+    stop: CancellationToken,
+    removed: Arc<std::sync::OnceLock<String>>,
+) {
     let interval = Duration::from_millis(state.heartbeat_ms.max(100));
     let mut backoff = Backoff::new(interval.min(MAX_BACKOFF), MAX_BACKOFF);
     let mut standing = None;
@@ -34,6 +48,12 @@ pub async fn run(node: Arc<Node>, api: ServerApi, state: NodeState, stop: Cancel
                 }
                 apply(&node, &answer, &mut standing);
                 interval
+            }
+            Err(CallError::Refused(e)) if e.code == lizard_api::ErrorCode::Unauthenticated => {
+                tracing::error!("the server refuses this node's credential: {}", e.message);
+                let _ = removed.set(e.message);
+                stop.cancel();
+                return;
             }
             Err(e) => {
                 let (wait, log) = backoff.failed();

@@ -77,6 +77,8 @@ pub enum AgentError {
     Listen(SocketAddr, std::io::Error),
     #[error("join: {0}")]
     Join(CallError),
+    #[error("the server no longer takes this node ({0}): it was removed; remove node.json and join again with a new token to come back")]
+    Removed(String),
     #[error("serve the node API: {0}")]
     Serve(std::io::Error),
 }
@@ -160,7 +162,8 @@ async fn serve(
     };
     tracing::info!(node = %state.node_id, "node API on {} (as {address})", config.listen);
     let app = lizard_node::http::tcp_router(node.clone(), lizard_node::http::Credential::new(&state.credential));
-    heartbeat::run_spawned(node.clone(), api.clone(), state.clone(), stop.clone());
+    let removed = Arc::new(std::sync::OnceLock::new());
+    heartbeat::run_spawned(node.clone(), api.clone(), state.clone(), stop.clone(), removed.clone());
     events::spawn(node, api, state.clone(), stop.clone());
     // Tunnels and exec streams are interactive: no Nagle delay on their small writes.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
@@ -183,7 +186,10 @@ async fn serve(
             }
         }
     }
-    Ok(state)
+    match removed.get() {
+        Some(why) => Err(AgentError::Removed(why.clone())),
+        None => Ok(state),
+    }
 }
 
 /// Join with the token, retrying while the server cannot be reached; keep the answer.

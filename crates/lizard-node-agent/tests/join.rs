@@ -235,3 +235,20 @@ async fn a_server_that_is_down_at_first_is_joined_when_it_comes_up() {
     assert_eq!(kept(dir.path()).0, joined.id);
     agent.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_removed_node_is_refused_and_its_agent_ends() {
+    let cp = ControlPlane::start(5000).await;
+    let (_, token) = cp.mint_token().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let agent = tokio::spawn(run(agent_config(dir.path(), &cp.url, Some(&token), port), std::future::pending()));
+    let node = cp.wait_up(&format!("http://127.0.0.1:{port}"), 30).await;
+    let (status, body) = cp.call(reqwest::Method::DELETE, &format!("/v1/nodes/{}", node.id), None).await;
+    assert_eq!(status, 204, "{body}");
+    // Its next heartbeat is refused: the agent stops, saying why.
+    let ended = tokio::time::timeout(Duration::from_secs(30), agent).await.expect("the agent ended").unwrap();
+    let e = ended.unwrap_err();
+    assert!(matches!(&e, AgentError::Removed(why) if why.contains("was removed")), "{e}");
+    assert!(cp.nodes().await.is_empty(), "nothing came back");
+}
