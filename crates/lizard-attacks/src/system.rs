@@ -153,6 +153,13 @@ impl System {
     }
 
     /// Run `cmd` (a shell line) in sandbox `id`: exit code, stdout, stderr.
+    /// Write `text` to `path` in sandbox `id` (through the files API).
+    pub async fn write_file(&self, id: &str, path: &str, text: &str) {
+        let url = format!("/v1/sandboxes/{id}/files?path={path}");
+        let put = self.request(Method::PUT, &url).body(text.to_string()).send().await.expect("the files API answers");
+        assert_eq!(put.status(), 200, "write {path} in {id}");
+    }
+
     pub async fn exec(&self, id: &str, cmd: &str) -> (i64, String, String) {
         let (status, r) = self.call(Method::POST, &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": cmd}))).await;
         assert_eq!(status, 200, "exec {cmd:?}: {r}");

@@ -54,11 +54,11 @@ struct SandboxSlots {
     shared: SharedSlots,
 }
 
-/// A connection's slot, given back when dropped.
-#[allow(dead_code)] // held for its drop
-enum Slot {
-    Reserved(OwnedSemaphorePermit),
-    Shared(OwnedSemaphorePermit, OwnedSemaphorePermit),
+/// A connection's slot, given back when dropped: one of the sandbox's own, and one of the
+/// shared pool when it is beyond the reserved ones.
+struct Slot {
+    _own: OwnedSemaphorePermit,
+    _pool: Option<OwnedSemaphorePermit>,
 }
 
 /// Serve `agent`'s forwarded connections until its channel closes.
@@ -105,15 +105,15 @@ pub fn spawn(id: String, agent: AgentClient, target: SocketAddr, shared: &Shared
 async fn take_slot(own: &SandboxSlots) -> Slot {
     const OPEN: &str = "forwarding slots are never closed";
     if let Ok(mine) = own.reserved.clone().try_acquire_owned() {
-        return Slot::Reserved(mine);
+        return Slot { _own: mine, _pool: None };
     }
     let shared = async {
         let mine = own.beyond.clone().acquire_owned().await.expect(OPEN);
         let pool = own.shared.0.clone().acquire_owned().await.expect(OPEN);
-        Slot::Shared(mine, pool)
+        Slot { _own: mine, _pool: Some(pool) }
     };
     tokio::select! {
-        mine = own.reserved.clone().acquire_owned() => Slot::Reserved(mine.expect(OPEN)),
+        mine = own.reserved.clone().acquire_owned() => Slot { _own: mine.expect(OPEN), _pool: None },
         slot = shared => slot,
     }
 }
@@ -225,7 +225,7 @@ mod tests {
         });
         held.pop();
         let slot = tokio::time::timeout(Duration::from_secs(1), waiting).await.expect("served").unwrap();
-        assert!(matches!(slot, Slot::Shared(..)));
+        assert!(slot._pool.is_some(), "a slot of the pool");
     }
 
     #[tokio::test]

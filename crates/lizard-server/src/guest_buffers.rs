@@ -78,8 +78,9 @@ impl GuestBuffers {
         Charge { sandbox, share_kib, total: self.total.clone(), total_kib: self.total_kib, held: None }
     }
 
-    /// KiB held by every call together (for tests and metrics).
-    pub fn held_kib(&self) -> usize {
+    /// KiB held by every call together.
+    #[cfg(test)]
+    pub(crate) fn held_kib(&self) -> usize {
         self.total_kib - self.total.available_permits()
     }
 }

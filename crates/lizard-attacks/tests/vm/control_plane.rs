@@ -294,13 +294,7 @@ async fn a_flood_of_invalid_keys_from_clients_and_guests_refuses_no_valid_key_ev
                  \x20   r.read()\n\
                  \x20   seen[r.status] += 1\n\
                  print(json.dumps({str(k): n for k, n in seen.items()}), flush=True)\n";
-    let put = system
-        .request(Method::PUT, &format!("/v1/sandboxes/{guest}/files?path=/tmp/flood.py"))
-        .body(flood.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(put.status(), 200);
+    system.write_file(&guest, "/tmp/flood.py", flood).await;
     system.exec(&guest, "nohup python3 /tmp/flood.py >/tmp/flood.out 2>&1 &").await;
     // From clients: well-formed keys nobody holds, malformed ones, the revoked one, all at once.
     let bad: Vec<String> = (0..300)
@@ -497,13 +491,7 @@ async fn a_guest_cannot_exhaust_the_servers_descriptors_through_its_api_endpoint
                 \x20   held.append(c)\n\
                 print(len(held), flush=True)\n\
                 time.sleep(20)\n";
-    let put = system
-        .request(Method::PUT, &format!("/v1/sandboxes/{id}/files?path=/tmp/hold.py"))
-        .body(hold.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(put.status(), 200);
+    system.write_file(&id, "/tmp/hold.py", hold).await;
     let server = system.pid().unwrap();
     let before = open_fds(server);
     system.exec(&id, "nohup python3 /tmp/hold.py >/tmp/hold.out 2>&1 &").await;
@@ -582,13 +570,7 @@ async fn a_guest_cannot_exhaust_the_servers_memory_through_calls_that_collect_it
                 print('listening', flush=True)\n\
                 while True:\n\
                 \x20   threading.Thread(target=answer, args=(s.accept()[0],)).start()\n";
-    let put = system
-        .request(Method::PUT, &format!("/v1/sandboxes/{id}/files?path=/tmp/fake.py"))
-        .body(fake.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(put.status(), 200);
+    system.write_file(&id, "/tmp/fake.py", fake).await;
     system.exec(&id, "nohup python3 /tmp/fake.py >/tmp/fake.out 2>&1 &").await;
     let listening = control::eventually(Duration::from_secs(30), || async {
         system.exec(&id, "cat /tmp/fake.out").await.1.contains("listening")
@@ -680,13 +662,7 @@ async fn a_guest_holding_the_nodes_api_connections_leaves_other_sandboxes_theirs
                 \x20   held.append(c)\n\
                 print(len(held), flush=True)\n\
                 time.sleep(60)\n";
-    let put = system
-        .request(Method::PUT, &format!("/v1/sandboxes/{greedy}/files?path=/tmp/hold.py"))
-        .body(hold.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(put.status(), 200);
+    system.write_file(&greedy, "/tmp/hold.py", hold).await;
     system.exec(&greedy, "nohup python3 /tmp/hold.py >/tmp/hold.out 2>&1 &").await;
     let holding = control::eventually(Duration::from_secs(30), || async {
         system.exec(&greedy, "cat /tmp/hold.out").await.1.trim() == "100"
@@ -698,13 +674,7 @@ async fn a_guest_holding_the_nodes_api_connections_leaves_other_sandboxes_theirs
     let health = "import urllib.request\n\
                   for _ in range(3):\n\
                   \x20   print(urllib.request.urlopen('http://127.0.0.1:49171/health', timeout=20).status)\n";
-    let put = system
-        .request(Method::PUT, &format!("/v1/sandboxes/{other}/files?path=/tmp/health.py"))
-        .body(health.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(put.status(), 200);
+    system.write_file(&other, "/tmp/health.py", health).await;
     let (code, out, err) = system.exec(&other, "python3 /tmp/health.py").await;
     assert_eq!((code, out.as_str()), (0, "200\n200\n200\n"), "{err}");
 }

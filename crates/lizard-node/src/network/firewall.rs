@@ -165,8 +165,7 @@ fn subnets_outside_the_platform_list(addrs: impl Iterator<Item = (Ipv4Addr, u8)>
 
 /// Every IPv4 address on the host's interfaces (this thread's namespace: the host's).
 pub(super) fn all_host_addresses() -> Vec<Ipv4Addr> {
-    let Ok(addrs) = nix::ifaddrs::getifaddrs() else { return vec![] };
-    addrs.filter_map(|a| a.address?.as_sockaddr_in().map(|s| s.ip())).collect()
+    host_networks().into_iter().map(|(ip, _)| ip).collect()
 }
 
 /// Whether `ip` is in [`PLATFORM_DENY`].

@@ -74,24 +74,26 @@ pub async fn join(state: &AppState, bearer: Option<&str>, req: JoinRequest) -> A
     })
 }
 
-/// 401 unless `bearer` is the credential of `node_id`, a node the store still has (a
-/// removed node's credential is refused, though its HMAC still checks).
-async fn authenticate(state: &AppState, node_id: &str, bearer: Option<&str>) -> ApiResult<()> {
+/// 401 unless `bearer` is the credential of `node_id`. The credential is an HMAC that
+/// outlives its node: each call refuses it too when the store no longer has the node
+/// ([`removed`]).
+fn authenticate(state: &AppState, node_id: &str, bearer: Option<&str>) -> ApiResult<()> {
     let key = cluster_key(state)?;
     match bearer {
-        Some(presented) if key.verify(node_id, presented) => {}
-        Some(_) => return Err(AppError::unauthenticated("not this node's credential")),
-        None => return Err(AppError::unauthenticated("a node call needs the node's credential as the bearer token")),
-    }
-    match state.server.store.get_node(node_id).await? {
-        Some(_) => Ok(()),
-        None => Err(AppError::unauthenticated(format!("node {node_id} was removed: join again with a new token"))),
+        Some(presented) if key.verify(node_id, presented) => Ok(()),
+        Some(_) => Err(AppError::unauthenticated("not this node's credential")),
+        None => Err(AppError::unauthenticated("a node call needs the node's credential as the bearer token")),
     }
 }
 
-fn node_not_found(node_id: &str) -> impl FnOnce(StoreError) -> AppError + '_ {
+/// A valid credential of a node the store no longer has: an operator removed it.
+fn removed(node_id: &str) -> AppError {
+    AppError::unauthenticated(format!("node {node_id} was removed: join again with a new token"))
+}
+
+fn removed_if_unknown(node_id: &str) -> impl FnOnce(StoreError) -> AppError + '_ {
     move |e| match e {
-        StoreError::NotFound(_) => AppError::not_found(format!("node {node_id} not found")),
+        StoreError::NotFound(_) => removed(node_id),
         other => other.into(),
     }
 }
@@ -103,13 +105,13 @@ pub async fn heartbeat(
     bearer: Option<&str>,
     report: NodeReport,
 ) -> ApiResult<HeartbeatResponse> {
-    authenticate(state, node_id, bearer).await?;
+    authenticate(state, node_id, bearer)?;
     let outcome = state
         .server
         .store
         .record_heartbeat(node_id, &report, ids::now_ms(), UNRECORDED_GRACE_MS)
         .await
-        .map_err(node_not_found(node_id))?;
+        .map_err(removed_if_unknown(node_id))?;
     if !outcome.ended.is_empty() {
         tracing::warn!(node = %node_id, ended = ?outcome.ended, "a node no longer has sandboxes it ran: recorded lost");
     }
@@ -122,8 +124,9 @@ pub async fn heartbeat(
 /// Sandboxes that ended by themselves on `node_id`: their records end with the node's
 /// reason. Sandboxes recorded on another node are ignored (logged).
 pub async fn events(state: &AppState, node_id: &str, bearer: Option<&str>, ended: Vec<SandboxEnded>) -> ApiResult<()> {
-    authenticate(state, node_id, bearer).await?;
+    authenticate(state, node_id, bearer)?;
     let store = state.server.store.as_ref();
+    store.get_node(node_id).await?.ok_or_else(|| removed(node_id))?;
     for e in ended {
         match store.get_sandbox(&e.sandbox_id).await? {
             Some(record) if record.node_id == node_id => {

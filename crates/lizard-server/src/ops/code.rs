@@ -46,7 +46,7 @@ pub const DEADLINE_GRACE: Duration = Duration::from_secs(60);
 /// Bound on a context call (creating one starts an interpreter: seconds under TCG).
 const CALL_TIMEOUT: Duration = Duration::from_secs(180);
 /// Largest line of an execution (a result's base64 image included): 4 MiB.
-pub const MAX_LINE_BYTES: usize = 4 << 20;
+const MAX_LINE_BYTES: usize = 4 << 20;
 /// Largest non-streamed answer read from the service.
 const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 
