@@ -124,10 +124,9 @@ for suite in "${suites[@]}"; do
     js) run_files js desktop.test.js ;;
   esac
 done
-# The rest side by side, against the one server (each suite mostly waits on one guest vCPU
-# at a time under TCG; whether this beats one after the other on two cores is being
-# measured, see CONTRIBUTING.md). Each line is prefixed with its suite; the console's
-# browser tests follow once both are done.
+# The rest side by side, against the one server: each suite mostly waits on one guest vCPU
+# at a time under TCG, so on two cores this saves about 3 minutes (CONTRIBUTING.md). Each
+# line is prefixed with its suite; the console's browser tests follow once both are done.
 side_by_side() { # $1: suite; its files run in the background, its output prefixed
   local suite=$1
   (
