@@ -207,6 +207,11 @@ pub enum NodeError {
     /// The sandbox is paused (or pausing): resume it first.
     #[error("sandbox {id} is paused: resume it first")]
     Paused { id: String },
+    /// The sandbox's VM stands halted: a write to its disk failed, for want of space on
+    /// the node's disk (`no_space`) or another disk error. It goes on by itself, the write
+    /// retried, once the node's disk has room again.
+    #[error("sandbox {id} is halted: {}; it continues by itself once the node's disk has room", if *.no_space { "the node's disk is full" } else { "a disk write failed on the node" })]
+    Halted { id: String, no_space: bool },
     /// Another sandbox of this node holds the volume.
     #[error("volume {volume} is in use by sandbox {holder}")]
     VolumeInUse { volume: String, holder: String },
@@ -288,8 +293,7 @@ impl NodeError {
             return self;
         }
         let enospc = matches!(&self, NodeError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC));
-        let free = nix::sys::statvfs::statvfs(data_dir).map(|s| s.blocks_available() * s.fragment_size());
-        if enospc || free.is_ok_and(|f| f < DISK_FULL_BELOW) {
+        if enospc || free_bytes(data_dir).is_some_and(|f| f < DISK_FULL_BELOW) {
             NodeError::DiskFull { what, cause: Box::new(self) }
         } else {
             self
@@ -344,7 +348,7 @@ impl NodeError {
             },
             NodeError::Network(NetError::Exhausted) => ErrorCode::Unavailable,
             // Another node may have room, or this one once space is freed.
-            NodeError::DiskFull { .. } => ErrorCode::Unavailable,
+            NodeError::DiskFull { .. } | NodeError::Halted { .. } => ErrorCode::Unavailable,
             NodeError::Confine(crate::confine::ConfineError::Size(_)) => ErrorCode::InvalidArgument,
             // Another node (or this one, later) may have room or be able to confine.
             NodeError::Confine(_) => ErrorCode::Unavailable,
@@ -462,6 +466,12 @@ pub type Result<T, E = NodeError> = std::result::Result<T, E>;
 /// Free space under which a failure on the data directory's filesystem is taken for a
 /// full disk ([`NodeError::or_disk_full`]).
 pub const DISK_FULL_BELOW: u64 = 16 << 20;
+
+/// Free space on the filesystem of `dir` that a writer may take (root included: the
+/// node runs as root), or None when it cannot be told.
+pub(crate) fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    nix::sys::statvfs::statvfs(dir).ok().map(|s| s.blocks_available() * s.fragment_size())
+}
 
 #[cfg(test)]
 mod tests {

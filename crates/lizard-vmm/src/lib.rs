@@ -118,6 +118,16 @@ pub struct DeltaSnapshot {
     pub devices: PathBuf,
 }
 
+/// A VM stopped by its VMM because a disk operation failed: it stands still, guest and
+/// all, until it is resumed ([`Vm::resume`]), which retries the failed operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IoHalt {
+    /// The VMM's name for the disk (`disk0` is the root disk).
+    pub disk: String,
+    /// The host filesystem under the disk had no space left.
+    pub no_space: bool,
+}
+
 /// How a VMM process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VmExit {
@@ -257,6 +267,9 @@ pub trait Vm: Send + Sync {
     async fn grow_root_disk(&self, size: u64) -> Result<()>;
     /// Stop the VMM process now (SIGKILL) and reap it.
     async fn kill(&self) -> Result<VmExit>;
+    /// Whether the VM stands halted by a failed disk operation (`Some` from the moment
+    /// the VMM reports it until the VM runs again).
+    fn io_halt(&self) -> tokio::sync::watch::Receiver<Option<IoHalt>>;
     /// Wait until the VMM process exits by itself.
     async fn wait(&self) -> VmExit;
     /// True while the VMM process is alive.

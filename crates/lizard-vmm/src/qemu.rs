@@ -9,8 +9,8 @@
 use crate::jail::{Jail, JailPolicy};
 use crate::qmp::Qmp;
 use crate::{
-    Accel, Backend, DeltaSnapshot, DeltaStats, MemoryMapping, PendingVm, Result, Snapshot, Vm, VmConfig, VmExit,
-    VmmError,
+    Accel, Backend, DeltaSnapshot, DeltaStats, IoHalt, MemoryMapping, PendingVm, Result, Snapshot, Vm, VmConfig,
+    VmExit, VmmError,
 };
 use serde_json::json;
 use std::os::fd::AsFd;
@@ -479,6 +479,7 @@ impl Backend for QemuBackend {
         let args: Vec<String> = args.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
         let memory_base = copy_on_write_base_of(&args);
         let qmp = Qmp::connect(&qmp_socket(config), QMP_DEADLINE).await?;
+        qmp.recheck_io_halt().await?;
         let (tx, rx) = watch::channel(None);
         let running = Arc::new(AtomicBool::new(true));
         let r2 = running.clone();
@@ -705,6 +706,10 @@ impl Vm for QemuVm {
             Ok(exit) => Ok(exit),
             Err(_) => Err(VmmError::Timeout("killing the VMM")),
         }
+    }
+
+    fn io_halt(&self) -> watch::Receiver<Option<IoHalt>> {
+        self.qmp.io_halt()
     }
 
     async fn wait(&self) -> VmExit {

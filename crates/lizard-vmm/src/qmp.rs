@@ -1,17 +1,20 @@
 //! A minimal QMP (QEMU Machine Protocol) client: JSON lines over a Unix socket.
 //!
 //! QEMU greets with `{"QMP": …}`; the client must send `qmp_capabilities` before any
-//! command. Each command is answered by one `{"return": …}` or `{"error": …}` line;
-//! asynchronous `{"event": …}` lines may arrive in between and are skipped here (the
-//! callers that care, like migration, poll `query-*` commands instead).
+//! command. Each command is answered by one `{"return": …}` or `{"error": …}` line, in
+//! order; asynchronous `{"event": …}` lines may arrive at any time, also while no command
+//! runs. One reader task per connection reads every line as it comes: answers go to the
+//! command waiting for them, and the events that matter ([`IoHalt`]) to a watch, so that a
+//! VM stopped by a failed disk write is seen at once, not at the next command.
 
+use crate::IoHalt;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
-use tokio::sync::Mutex;
+use tokio::sync::{mpsc, watch, Mutex};
 
 /// Why a QMP exchange failed.
 #[derive(Debug, thiserror::Error)]
@@ -47,8 +50,22 @@ pub enum QmpError {
 
 type Result<T, E = QmpError> = std::result::Result<T, E>;
 
+/// One command at a time: the writer, and the answers the reader task passes on.
+struct Exchange {
+    writer: OwnedWriteHalf,
+    answers: mpsc::UnboundedReceiver<Result<Value>>,
+}
+
 pub(crate) struct Qmp {
-    inner: Mutex<(BufReader<OwnedReadHalf>, OwnedWriteHalf)>,
+    exchange: Mutex<Exchange>,
+    halt: std::sync::Arc<watch::Sender<Option<IoHalt>>>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Qmp {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
 }
 
 impl Qmp {
@@ -65,25 +82,49 @@ impl Qmp {
                 Err(source) => return Err(QmpError::Connect { path: path.to_path_buf(), source }),
             }
         };
-        let (r, w) = stream.into_split();
-        let qmp = Qmp { inner: Mutex::new((BufReader::new(r), w)) };
-        {
-            let mut g = qmp.inner.lock().await;
-            let greeting = read_json(&mut g.0).await?;
-            if greeting.get("QMP").is_none() {
-                return Err(QmpError::Greeting(greeting.to_string()));
-            }
+        let (r, writer) = stream.into_split();
+        let mut r = BufReader::new(r);
+        let greeting = read_json(&mut r).await?;
+        if greeting.get("QMP").is_none() {
+            return Err(QmpError::Greeting(greeting.to_string()));
         }
+        let (answer_tx, answers) = mpsc::unbounded_channel();
+        let halt = std::sync::Arc::new(watch::Sender::new(None));
+        let reader = tokio::spawn(read_lines(r, answer_tx, halt.clone()));
+        let qmp = Qmp { exchange: Mutex::new(Exchange { writer, answers }), halt, reader };
         qmp.execute("qmp_capabilities", json!({})).await?;
         Ok(qmp)
     }
 
+    /// Whether the VM stands stopped by a failed disk operation, as QEMU reported it.
+    pub fn io_halt(&self) -> watch::Receiver<Option<IoHalt>> {
+        self.halt.subscribe()
+    }
+
+    /// Ask QEMU whether the VM stands halted by a disk error now: for a VM taken back
+    /// after the events that halted it went to a connection that is gone.
+    pub async fn recheck_io_halt(&self) -> Result<()> {
+        let status = self.execute("query-status", json!({})).await?;
+        if status["status"] != "io-error" {
+            return Ok(());
+        }
+        let disks = self.execute("query-block", json!({})).await?;
+        let failed =
+            disks.as_array().into_iter().flatten().find(|d| d["io-status"].as_str().is_some_and(|s| s != "ok"));
+        let halt = IoHalt {
+            disk: failed.and_then(|d| d["device"].as_str()).unwrap_or("").to_string(),
+            no_space: failed.is_some_and(|d| d["io-status"] == "nospace"),
+        };
+        self.halt.send_replace(Some(halt));
+        Ok(())
+    }
+
     /// Run one command and return its `return` value.
     pub async fn execute(&self, command: &'static str, arguments: Value) -> Result<Value> {
-        let mut g = self.inner.lock().await;
+        let mut g = self.exchange.lock().await;
         let line = command_line(command, arguments);
-        g.1.write_all(&line).await.map_err(|source| QmpError::Send { command, source })?;
-        Self::answer(&mut g.0, command).await
+        g.writer.write_all(&line).await.map_err(|source| QmpError::Send { command, source })?;
+        Self::answer(&mut g.answers, command).await
     }
 
     /// Hand QEMU an open file under `name` (`getfd`, the descriptor passed with the
@@ -92,9 +133,9 @@ impl Qmp {
     pub async fn send_fd(&self, name: &str, fd: std::os::fd::BorrowedFd<'_>) -> Result<()> {
         use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
         use std::os::fd::AsRawFd;
-        let mut g = self.inner.lock().await;
+        let mut g = self.exchange.lock().await;
         let line = command_line("getfd", json!({ "fdname": name }));
-        let sock: &UnixStream = g.1.as_ref();
+        let sock: &UnixStream = g.writer.as_ref();
         let fds = [fd.as_raw_fd()];
         loop {
             sock.writable().await.map_err(|source| QmpError::Send { command: "getfd", source })?;
@@ -112,22 +153,18 @@ impl Qmp {
                 Err(source) => return Err(QmpError::Send { command: "getfd", source }),
             }
         }
-        Self::answer(&mut g.0, "getfd").await.map(drop)
+        Self::answer(&mut g.answers, "getfd").await.map(drop)
     }
 
-    /// Read lines until the answer to `command` (events in between are skipped).
-    async fn answer(r: &mut BufReader<OwnedReadHalf>, command: &'static str) -> Result<Value> {
-        loop {
-            let v = read_json(r).await?;
-            if let Some(r) = v.get("return") {
-                return Ok(r.clone());
-            }
-            if let Some(e) = v.get("error") {
-                let text = |key: &str| e[key].as_str().unwrap_or("").to_string();
-                return Err(QmpError::Command { command, class: text("class"), desc: text("desc") });
-            }
-            // An event: not ours.
+    /// The answer to `command`: the next answer line the reader passes on.
+    async fn answer(answers: &mut mpsc::UnboundedReceiver<Result<Value>>, command: &'static str) -> Result<Value> {
+        let v = answers.recv().await.unwrap_or(Err(QmpError::Closed))?;
+        if let Some(r) = v.get("return") {
+            return Ok(r.clone());
         }
+        let e = &v["error"];
+        let text = |key: &str| e[key].as_str().unwrap_or("").to_string();
+        Err(QmpError::Command { command, class: text("class"), desc: text("desc") })
     }
 
     /// Set whether migration skips RAM in shared memory backends. On, guest memory is
@@ -168,6 +205,50 @@ fn command_line(command: &str, arguments: Value) -> Vec<u8> {
     let mut line = serde_json::to_vec(&json!({"execute": command, "arguments": arguments})).expect("json serializes");
     line.push(b'\n');
     line
+}
+
+/// Read every line QEMU sends until the socket closes: answers to the waiting command
+/// (the failure that ended reading as the last), events into `halt`.
+async fn read_lines(
+    mut r: BufReader<OwnedReadHalf>,
+    answers: mpsc::UnboundedSender<Result<Value>>,
+    halt: std::sync::Arc<watch::Sender<Option<IoHalt>>>,
+) {
+    loop {
+        let v = match read_json(&mut r).await {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = answers.send(Err(e));
+                return;
+            }
+        };
+        match v.get("event").and_then(Value::as_str) {
+            Some(event) => note_event(event, &v["data"], &halt),
+            None => {
+                // Nobody waits only when the command's caller went away (its future
+                // dropped); the answer has no one to go to.
+                let _ = answers.send(Ok(v));
+            }
+        }
+    }
+}
+
+/// A disk error QEMU stopped the VM for (`werror`/`rerror` `stop`, or `enospc` when the
+/// host filesystem is full) halts it until a `cont`, whose `RESUME` ends the halt.
+fn note_event(event: &str, data: &Value, halt: &watch::Sender<Option<IoHalt>>) {
+    match event {
+        "BLOCK_IO_ERROR" if data["action"] == "stop" => {
+            let found = IoHalt {
+                disk: data["device"].as_str().unwrap_or("").to_string(),
+                no_space: data["nospace"].as_bool().unwrap_or(false),
+            };
+            halt.send_replace(Some(found));
+        }
+        "RESUME" => {
+            halt.send_replace(None);
+        }
+        _ => {}
+    }
 }
 
 async fn read_json(r: &mut BufReader<OwnedReadHalf>) -> Result<Value> {
@@ -230,5 +311,44 @@ mod tests {
         // QEMU gone: the write or the read fails, whichever notices first.
         let gone = qmp.execute("stop", json!({})).await;
         assert!(matches!(gone, Err(QmpError::Closed | QmpError::Send { command: "stop", .. })), "{gone:?}");
+    }
+
+    /// A disk error that stops the VM arrives while no command runs, and is seen then; a
+    /// resume ends it; an error QEMU only reports halts nothing.
+    #[tokio::test]
+    async fn a_vm_halted_by_a_disk_error_is_seen_without_a_command_and_a_resume_ends_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("qmp.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let (go, ready) = tokio::sync::oneshot::channel::<()>();
+        let qemu = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let (r, mut w) = stream.into_split();
+            let mut lines = BufReader::new(r).lines();
+            w.write_all(b"{\"QMP\": {\"version\": {}}}\n").await.unwrap();
+            lines.next_line().await.unwrap().unwrap();
+            w.write_all(b"{\"return\": {}}\n").await.unwrap();
+            ready.await.unwrap();
+            let report =
+                r#"{"event": "BLOCK_IO_ERROR", "data": {"device": "disk1", "action": "report", "nospace": false}}"#;
+            let stop = r#"{"event": "BLOCK_IO_ERROR", "data": {"device": "disk0", "action": "stop", "nospace": true}}"#;
+            for line in [report, stop, r#"{"event": "STOP"}"#] {
+                w.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+            }
+            assert!(lines.next_line().await.unwrap().unwrap().contains("cont"));
+            w.write_all(b"{\"event\": \"RESUME\"}\n{\"return\": {}}\n").await.unwrap();
+            lines.next_line().await.unwrap();
+        });
+        let qmp = Qmp::connect(&path, Duration::from_secs(5)).await.unwrap();
+        let mut halt = qmp.io_halt();
+        assert_eq!(*halt.borrow(), None);
+        go.send(()).unwrap();
+        let seen = tokio::time::timeout(Duration::from_secs(5), halt.wait_for(Option::is_some)).await;
+        let seen = seen.expect("the halt was not seen").unwrap().clone();
+        assert_eq!(seen, Some(IoHalt { disk: "disk0".into(), no_space: true }));
+        qmp.execute("cont", json!({})).await.unwrap();
+        assert_eq!(*qmp.io_halt().borrow(), None, "the resume did not end the halt");
+        drop(qmp);
+        qemu.await.unwrap();
     }
 }

@@ -43,6 +43,11 @@ impl Node {
                 Some(live) => (live.clone(), st.own_memory),
             }
         };
+        // A halted VM cannot be saved (the save needs the disk that is full), and its
+        // guest cannot take part: refused before anything changes.
+        if let Some(halt) = live.halted() {
+            return Err(NodeError::Halted { id: sandbox.id.clone(), no_space: halt.no_space });
+        }
         // The volume's data reaches its disk before the VM stops: a paused sandbox's
         // volume must read the same from the host as from the guest.
         sandbox.sync_volume().await;
@@ -216,14 +221,16 @@ impl Node {
             }
         };
         if let Err(e) = sandbox.write_record(&self.seal, Durability::Cached) {
-            if let Ok(live) = sandbox.live() {
+            let live = sandbox.state().live.clone();
+            if let Some(live) = live {
                 tokio::spawn(async move { live.vm().kill().await });
             }
             sandbox.cleanup();
             return Err(e);
         }
         self.sandboxes_mut().insert(sandbox.id.clone(), sandbox.clone());
-        if let Ok(live) = sandbox.live() {
+        let live = sandbox.state().live.clone();
+        if let Some(live) = live {
             self.watch(sandbox.clone(), live);
         }
         Ok(sandbox)
@@ -232,8 +239,10 @@ impl Node {
     /// Clean up after a VMM that exits by itself (crash, guest power-off, OOM kill). A VM
     /// that a pause ended is no longer the sandbox's live one, and is left alone.
     pub(super) fn watch(self: &Arc<Self>, sandbox: Arc<Sandbox>, live: Arc<Live>) {
-        // Every live VM (created, resumed, forked) gets its guest's API connections carried.
+        // Every live VM (created, resumed, forked) gets its guest's API connections carried,
+        // and goes on after a halt for a full disk.
         self.forward_api(&sandbox.id, &live.agent());
+        self.tend_disk_halts(sandbox.clone(), live.clone());
         let node = Arc::downgrade(self);
         tokio::spawn(async move {
             let exit = live.vm().wait().await;

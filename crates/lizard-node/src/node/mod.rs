@@ -4,6 +4,8 @@
 //!   behind (tombstones), lookups, the accelerator, per-sandbox networks.
 //! - [`create`]: create a sandbox (cold boot, or a clone of the template's snapshot).
 //! - [`lifecycle`]: pause, resume, kill, shutdown, and watching VMs that die.
+//! - [`disk_halt`]: VMs halted by a full disk, refused meanwhile and continued once
+//!   space returns.
 //! - [`pool`]: machines made ahead of demand (pre-spawned VMMs, warm pools).
 //! - [`kept`]: paused sandboxes' stopped VMMs, kept a while for a quick resume.
 //! - [`fork`]: copies of a running sandbox, and the frozen disk layers they share.
@@ -14,6 +16,7 @@
 mod build;
 mod builtin;
 mod create;
+mod disk_halt;
 mod fork;
 mod kept;
 mod lifecycle;

@@ -85,7 +85,7 @@ impl Node {
             self.hold_volume(volume, id);
         }
         let sandbox = Arc::new(sandbox);
-        let live = sandbox.live().ok();
+        let live = sandbox.state().live.clone();
         self.sandboxes_mut().insert(id.to_string(), sandbox.clone());
         if let Some(live) = live {
             self.watch(sandbox, live);

@@ -74,6 +74,11 @@ impl Live {
     pub(crate) fn set_agent(&self, agent: AgentClient) {
         *self.agent.lock().expect("agent lock poisoned") = agent;
     }
+
+    /// The disk error its VM stands halted by, if any.
+    pub fn halted(&self) -> Option<lizard_vmm::IoHalt> {
+        self.vm.io_halt().borrow().clone()
+    }
 }
 
 /// What changes over a sandbox's life.
@@ -252,12 +257,22 @@ impl Sandbox {
         self.from_snapshot
     }
 
-    /// The running VM and agent, or CONFLICT while paused (or pausing).
+    /// The running VM and agent; CONFLICT while paused (or pausing), UNAVAILABLE while
+    /// its VM stands halted by a disk error (an operation would hang until it goes on).
     pub fn live(&self) -> Result<Arc<Live>> {
         if self.pausing.load(Ordering::SeqCst) {
             return Err(NodeError::Paused { id: self.id.clone() });
         }
-        self.state().live.clone().ok_or_else(|| NodeError::Paused { id: self.id.clone() })
+        let live = self.state().live.clone().ok_or_else(|| NodeError::Paused { id: self.id.clone() })?;
+        if let Some(halt) = live.halted() {
+            return Err(NodeError::Halted { id: self.id.clone(), no_space: halt.no_space });
+        }
+        Ok(live)
+    }
+
+    /// Whether its VM stands halted by a disk error now.
+    pub fn is_halted(&self) -> bool {
+        self.state().live.as_ref().is_some_and(|l| l.halted().is_some())
     }
 
     pub fn is_paused(&self) -> bool {

@@ -1,6 +1,8 @@
 //! A node whose data directory's filesystem is full (a small loop-mounted ext4 the test
 //! makes): a create refuses with a clear error and leaves nothing behind, a pause fails
-//! and leaves the sandbox running, and both work again once space returns.
+//! and leaves the sandbox running, a guest write that the disk cannot take halts only
+//! that VM — seen at once, its operations refused instead of hanging — and all of it
+//! works again once space returns, the halted write included.
 
 #![allow(clippy::unwrap_used)]
 
@@ -10,6 +12,7 @@ use common::sh;
 use lizard_api::{CreateSandboxRequest, ErrorCode, SandboxState};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 /// A loop-mounted ext4 of `size` under a temp dir, unmounted on drop.
 struct SmallFs {
@@ -78,6 +81,25 @@ fn assert_disk_full(e: &lizard_node::NodeError) {
     assert!(message.contains("no space left on the node's disk") && !message.contains('/'), "{message}");
 }
 
+/// 503 saying the sandbox is halted for a full disk, and no host path.
+fn assert_halted(e: &lizard_node::NodeError) {
+    let message = e.to_api().message;
+    assert_eq!(e.code(), ErrorCode::Unavailable, "{e}");
+    assert!(message.contains("halted") && message.contains("disk is full") && !message.contains('/'), "{message}");
+}
+
+/// Whether `done` holds within `limit` (looked at every 100 ms).
+async fn wait_until(limit: Duration, done: impl Fn() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    done()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_disk_refuses_creates_and_pauses_cleanly_and_both_work_once_space_returns() {
     let fs = SmallFs::new("4G");
@@ -99,7 +121,29 @@ async fn a_full_disk_refuses_creates_and_pauses_cleanly_and_both_work_once_space
     let r = first.exec_collect(sh("echo alive")).await.unwrap();
     assert_eq!(r.stdout, "alive\n");
 
+    // The guest writes what the host's disk cannot hold: QEMU halts its VM.
+    let writer = {
+        let first = first.clone();
+        let write = "dd if=/dev/zero of=/root/big bs=1M count=32 conv=fsync 2>&1 && echo written";
+        tokio::spawn(async move { first.exec_collect(sh(write)).await })
+    };
+    let halted = wait_until(Duration::from_secs(60), || first.is_halted()).await;
+    assert!(halted, "the node did not see the VM halt");
+    let refused = tokio::time::timeout(Duration::from_secs(5), first.exec_collect(sh("echo hi"))).await;
+    let e = refused.expect("an exec on a halted VM hangs instead of failing").unwrap_err();
+    assert_halted(&e);
+    assert_halted(&node.pause(&first.id).await.unwrap_err());
+    assert_eq!(first.info().state, SandboxState::Running, "a refused pause must leave it running");
+
     std::fs::remove_file(filler).unwrap();
+    let continued = wait_until(Duration::from_secs(30), || !first.is_halted()).await;
+    assert!(continued, "the halted VM did not continue once space returned");
+    let written = tokio::time::timeout(Duration::from_secs(60), writer).await.expect("the halted write never ended");
+    let written = written.unwrap().unwrap();
+    assert!(written.stdout.ends_with("written\n"), "the write failed: {written:?}");
+    let size = first.exec_collect(sh("stat -c %s /root/big")).await.unwrap().stdout;
+    assert_eq!(size.trim(), (32u64 << 20).to_string(), "the halted write lost data");
+
     let second = node.create(base()).await.unwrap();
     node.pause(&first.id).await.unwrap();
     node.resume(&first.id).await.unwrap();
