@@ -53,7 +53,15 @@ impl System {
     /// A server with the defaults a user gets, less pre-spawned VMMs (they would make
     /// process counts depend on timing), plus `extra` server arguments.
     pub async fn start(extra: &[&str]) -> System {
+        Self::start_prepared(extra, |_| {}).await
+    }
+
+    /// [`System::start`], with `prepare` given the data directory before the server
+    /// first starts in it (to mount a filesystem of the test's own at [`System::node_dir`],
+    /// say).
+    pub async fn start_prepared(extra: &[&str], prepare: impl FnOnce(&Path)) -> System {
         let data = tempfile::Builder::new().prefix("lizard-attack-").tempdir().expect("temp dir");
+        prepare(data.path());
         let images = image_root().canonicalize().expect("the image store exists").join("images");
         std::os::unix::fs::symlink(images, data.path().join("images")).expect("link images");
         let verdict = image_root().join("accel.json");

@@ -51,6 +51,12 @@ pub struct NodeOpts {
     /// VMs give way to creates that need their memory. 0 ends them at once.
     #[arg(long, value_name = "SECS", default_value_t = 60, env = "LIZARD_KEEP_PAUSED_VM")]
     pub keep_paused_vm: u64,
+    /// MiB kept free on the data directory's filesystem for running sandboxes' disks to
+    /// grow into: below it, creates and forks are refused (503) until space is freed. A
+    /// running sandbox whose disk write finds the filesystem full halts, and continues by
+    /// itself once there is room.
+    #[arg(long, value_name = "MIB", default_value_t = lizard_node::DEFAULT_DISK_HEADROOM >> 20, env = "LIZARD_DISK_HEADROOM_MIB")]
+    pub disk_headroom_mib: u64,
     /// Run VMMs unconfined (as root: no own uid, no seccomp, no cgroups) when the host
     /// cannot confine them, instead of refusing sandboxes. Development hosts only: one
     /// emulator bug is then host root.
@@ -104,6 +110,7 @@ impl NodeOpts {
         config.prespawn = self.prespawn;
         config.warm_pool = self.warm_pool.iter().cloned().collect();
         config.keep_paused_vm = Duration::from_secs(self.keep_paused_vm);
+        config.disk_headroom = self.disk_headroom_mib << 20;
         config.api_forward_shared = self.guest_api_connection_pool.max(1);
         config.confine.insecure_no_confine = self.insecure_no_confine;
         config.confine.cpu_overcommit = self.cpu_overcommit;

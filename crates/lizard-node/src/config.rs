@@ -56,7 +56,15 @@ pub struct NodeConfig {
     pub keep_paused_vm: Duration,
     /// How VMMs are confined and sandboxes admitted.
     pub confine: crate::confine::ConfineConfig,
+    /// Free space on the data directory's filesystem below which no sandbox is started
+    /// (create, fork, pool): what running sandboxes' root disks may still grow into.
+    /// A running sandbox whose write the disk cannot take halts until there is room
+    /// (`node::disk_halt`); this keeps new ones from taking that room first.
+    pub disk_headroom: u64,
 }
+
+/// [`NodeConfig::disk_headroom`]'s default: 1 GiB.
+pub const DEFAULT_DISK_HEADROOM: u64 = 1 << 30;
 
 impl NodeConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
@@ -81,6 +89,7 @@ impl NodeConfig {
             max_concurrent_restores: std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get),
             keep_paused_vm: Duration::ZERO,
             confine: Default::default(),
+            disk_headroom: DEFAULT_DISK_HEADROOM,
         }
     }
 }

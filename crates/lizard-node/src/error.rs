@@ -277,6 +277,10 @@ pub enum NodeError {
     /// [`NodeError::client_message`]'s summary).
     #[error("no space left on the node's disk to {what}: {cause}")]
     DiskFull { what: &'static str, cause: Box<NodeError> },
+    /// The data directory's filesystem has less free than the headroom kept for running
+    /// sandboxes' disks ([`crate::NodeConfig::disk_headroom`]): no sandbox starts.
+    #[error("no space left on the node's disk to start a sandbox: {free_mib} MiB free, {headroom_mib} MiB kept for running sandboxes' disks")]
+    NoDiskHeadroom { free_mib: u64, headroom_mib: u64 },
 }
 
 impl NodeError {
@@ -348,7 +352,9 @@ impl NodeError {
             },
             NodeError::Network(NetError::Exhausted) => ErrorCode::Unavailable,
             // Another node may have room, or this one once space is freed.
-            NodeError::DiskFull { .. } | NodeError::Halted { .. } => ErrorCode::Unavailable,
+            NodeError::DiskFull { .. } | NodeError::NoDiskHeadroom { .. } | NodeError::Halted { .. } => {
+                ErrorCode::Unavailable
+            }
             NodeError::Confine(crate::confine::ConfineError::Size(_)) => ErrorCode::InvalidArgument,
             // Another node (or this one, later) may have room or be able to confine.
             NodeError::Confine(_) => ErrorCode::Unavailable,

@@ -49,7 +49,9 @@ pub mod templates;
 mod vm;
 pub mod volumes;
 
-pub use config::{default_agent_bin, default_data_dir, default_guest_cli, shared_image_root, NodeConfig};
+pub use config::{
+    default_agent_bin, default_data_dir, default_guest_cli, shared_image_root, NodeConfig, DEFAULT_DISK_HEADROOM,
+};
 pub use error::{BootCause, BootError, BuildError, EndReason, NodeError, Result, SnapshotError, StartError};
 pub use lizard_vmm::Accel;
 pub use node::{BuildTemplate, BuiltTemplate, Node, MAX_FORKS};

@@ -5,6 +5,7 @@
 
 mod confinement;
 mod control_plane;
+mod full_disk;
 mod guest_reach;
 mod network;
 mod proxy;

@@ -68,6 +68,7 @@ impl Node {
         let _claim = self.claim_template(&req.template);
         let template = self.resolve_template(&req.template).await?;
         let (vcpus, memory_mib) = self.sandbox_size(&template, req.vcpus, req.memory_mib)?;
+        self.check_disk_headroom()?;
         // Held until the sandbox is in the map (and counted there) or failed.
         let _reservation = match &req.volume {
             // A create with a volume never takes a pool machine.

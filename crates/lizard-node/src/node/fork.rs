@@ -59,6 +59,7 @@ impl Node {
         let _transition = source.transition.lock().await;
         self.get(&source.id)?;
         let live = source.live()?;
+        self.check_disk_headroom()?;
         // Held until the copies are in the map (and counted there) or failed.
         let _reservation = self.reserve(count, source.vcpus, source.memory_mib)?;
         let old_top = source.state().config.root_disk.clone();

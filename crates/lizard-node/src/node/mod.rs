@@ -322,8 +322,21 @@ impl Node {
         }
     }
 
+    /// Refuse to start a sandbox while the data directory's filesystem has less than the
+    /// headroom free ([`crate::NodeConfig::disk_headroom`]). Unknown free space: started.
+    pub(crate) fn check_disk_headroom(&self) -> Result<()> {
+        let headroom = self.config.disk_headroom;
+        match crate::error::free_bytes(&self.config.data_dir) {
+            Some(free) if free < headroom => {
+                Err(NodeError::NoDiskHeadroom { free_mib: free >> 20, headroom_mib: headroom >> 20 })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Reserve room for one more pool machine of `machine`'s shape, never making room.
     pub(crate) fn reserve_for_pool(&self, machine: &crate::vm::Machine) -> Result<crate::confine::Reservation> {
+        self.check_disk_headroom()?;
         Ok(self.confinement.admit(self.promised_size(None), machine.vcpus, u64::from(machine.memory_mib))?)
     }
 
