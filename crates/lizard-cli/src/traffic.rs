@@ -33,6 +33,10 @@ pub struct TrafficOpts {
     /// gets a quarter. A call past it gets 503 UNAVAILABLE (an exec) or an error event.
     #[arg(long, value_name = "MIB", default_value_t = TrafficLimits::default().guest_buffer_bytes >> 20)]
     pub guest_buffer_mib: usize,
+    /// Template builds (pushes, service versions) one workspace may have queued or
+    /// running at once; a push past it gets 409 CONFLICT.
+    #[arg(long, value_name = "N", default_value_t = TrafficLimits::default().builds_per_workspace)]
+    pub builds_per_workspace: u32,
 }
 
 fn millis(d: Duration) -> u64 {
@@ -49,6 +53,7 @@ impl TrafficOpts {
             header_read: Duration::from_millis(self.header_read_timeout_ms.max(1)),
             body_read: Duration::from_millis(self.body_read_timeout_ms.max(1)),
             guest_buffer_bytes: self.guest_buffer_mib.max(1).saturating_mul(1 << 20),
+            builds_per_workspace: self.builds_per_workspace.max(1),
         }
     }
 }

@@ -207,6 +207,10 @@ pub enum NodeError {
     /// The sandbox is paused (or pausing): resume it first.
     #[error("sandbox {id} is paused: resume it first")]
     Paused { id: String },
+    /// A build's disk (`[build] disk_gb`) does not fit the node's free disk beyond the
+    /// headroom kept for running sandboxes: a smaller one may.
+    #[error("a build disk of {disk_gb} GiB does not fit this node: {room_gb} GiB free beyond what is kept for running sandboxes")]
+    BuildDiskTooLarge { disk_gb: u64, room_gb: u64 },
     /// The sandbox's VM stands halted: a write to its disk failed, for want of space on
     /// the node's disk (`no_space`) or another disk error. It goes on by itself, the write
     /// retried, once the node's disk has room again.
@@ -315,6 +319,7 @@ impl NodeError {
             | NodeError::UnknownVolume { .. }
             // The request asks for more than the node can hold: a smaller size fits.
             | NodeError::InsufficientSpace { .. }
+            | NodeError::BuildDiskTooLarge { .. }
             | NodeError::Image(ImageError::UnknownTemplate(_))
             | NodeError::Build(BuildError::CopyRefused { .. } | BuildError::BadRef { .. }) => ErrorCode::InvalidArgument,
             NodeError::NotFound { .. }
@@ -418,6 +423,10 @@ impl NodeError {
             NodeError::Build(BuildError::BadRef { .. }) => failure("INVALID_ARGUMENT", None, None),
             NodeError::Build(BuildError::RefTaken { .. }) => failure("CONFLICT", None, None),
             NodeError::TemplateNotFound { .. } => failure("NOT_FOUND", None, None),
+            // A build size the node does not run, a disk that does not fit.
+            e if e.code() == ErrorCode::InvalidArgument => failure("INVALID_ARGUMENT", None, None),
+            // No room for the build VM now (CPUs, memory, disk): it may fit later.
+            e if e.code() == ErrorCode::Unavailable => failure("UNAVAILABLE", None, None),
             _ => return None,
         })
     }

@@ -126,6 +126,8 @@ pub struct TrafficLimits {
     /// Bytes of guest-decided data (non-streamed exec output, code-service lines) the
     /// server holds at once, all sandboxes together ([`crate::guest_buffers`]).
     pub guest_buffer_bytes: usize,
+    /// Template builds one workspace may have queued or running at once.
+    pub builds_per_workspace: u32,
 }
 
 impl Default for TrafficLimits {
@@ -140,6 +142,7 @@ impl Default for TrafficLimits {
             header_read: std::time::Duration::from_secs(30),
             body_read: std::time::Duration::from_secs(60),
             guest_buffer_bytes: crate::guest_buffers::DEFAULT_TOTAL_BYTES,
+            builds_per_workspace: 4,
         }
     }
 }

@@ -63,8 +63,9 @@ fn assert_halted(what: &str, status: u16, body: &serde_json::Value) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guest_that_fills_the_host_disk_halts_writers_until_space_returns_and_nothing_is_lost() {
     let mut disk = None;
-    let system = System::start_prepared(&[], |data| disk = Some(SmallDisk::mount_at(&data.join("server"), "3G"))).await;
-    let _disk = disk.unwrap();
+    let mut system =
+        System::start_prepared(&[], |data| disk = Some(SmallDisk::mount_at(&data.join("server"), "3G"))).await;
+    let disk = disk.unwrap();
     let victim = system.create_sandbox("base", json!({"timeoutMs": 900_000})).await;
     let filler = system.create_sandbox("base", json!({"timeoutMs": 900_000})).await;
     system.exec(&victim, "echo before > /root/note.txt && sync").await;
@@ -117,5 +118,9 @@ async fn a_guest_that_fills_the_host_disk_halts_writers_until_space_returns_and_
     assert_eq!(system.exec(&again, "echo up").await.1, "up\n");
     let vmms = leftovers::vmm_pids(system.data_dir());
     assert_eq!(vmms.len(), 2, "the filler's VMM is gone, the victim's and the new one run: {vmms:?}");
+    // The server and its VMMs first, then the filesystem under them: the data directory
+    // can be removed only once nothing is mounted in it.
+    system.stop();
+    drop(disk);
     drop(system);
 }

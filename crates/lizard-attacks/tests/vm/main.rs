@@ -3,6 +3,7 @@
 //!
 //! One test binary for all of them: each file is a module, so the crate links once.
 
+mod builds;
 mod confinement;
 mod control_plane;
 mod full_disk;

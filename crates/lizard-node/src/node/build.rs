@@ -46,6 +46,8 @@ pub(super) struct Scratch {
     pub(super) created: Vec<String>,
     /// Held until the build ends: shared on the cached layers, exclusive on the ones it makes.
     locks: Vec<LayerLock>,
+    /// The build VM's CPUs and memory, counted with the sandboxes' until it is gone.
+    reservation: Option<crate::confine::Reservation>,
 }
 
 impl Scratch {
@@ -54,6 +56,7 @@ impl Scratch {
         if let Some(vm) = self.vm.take() {
             let _ = vm.kill().await;
         }
+        self.reservation.take();
         if let Some(dir) = self.run_dir.take() {
             let _ = std::fs::remove_dir_all(dir);
         }
@@ -307,8 +310,13 @@ impl Node {
         scratch: &mut Scratch,
     ) -> Result<AgentClient> {
         let build = &req.recipe.build;
+        // Admitted as a sandbox of its size is, and counted with them while it runs.
+        let (vcpus, memory_mib) =
+            crate::confine::sizes::check(build.vcpus, build.memory_mib).map_err(crate::confine::ConfineError::from)?;
+        self.check_build_disk(u64::from(build.disk_gb) << 30)?;
+        scratch.reservation = Some(self.reserve(1, vcpus, memory_mib)?);
         let boot = self.assets.boot_files().await?;
-        let machine = Machine::new(&boot, build.vcpus, build.memory_mib, self.accel().await?);
+        let machine = Machine::new(&boot, vcpus, memory_mib, self.accel().await?);
         let id = sandbox::new_id();
         let run_dir = self.sandboxes_dir().join(&id);
         scratch.run_dir = Some(run_dir.clone());
@@ -415,6 +423,7 @@ impl Node {
     async fn default_snapshot(&self, template: &NodeTemplate) -> Result<()> {
         let boot = self.assets.boot_files().await?;
         let (vcpus, memory_mib) = self.sandbox_size(template, None, None)?;
+        let _reservation = self.reserve(1, vcpus, memory_mib)?;
         let machine = Machine::new(&boot, vcpus, memory_mib, self.accel().await?);
         self.template_snapshot(template, &boot, &machine).await.map(drop)
     }

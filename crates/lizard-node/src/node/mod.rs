@@ -334,6 +334,19 @@ impl Node {
         }
     }
 
+    /// Refuse a build VM whose disk may grow to `disk_bytes` unless the data directory's
+    /// filesystem holds that much beyond the headroom: a build writes what it installs.
+    pub(crate) fn check_build_disk(&self, disk_bytes: u64) -> Result<()> {
+        let headroom = self.config.disk_headroom;
+        match crate::error::free_bytes(&self.config.data_dir) {
+            Some(free) if free < headroom.saturating_add(disk_bytes) => Err(NodeError::BuildDiskTooLarge {
+                disk_gb: disk_bytes >> 30,
+                room_gb: free.saturating_sub(headroom) >> 30,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Reserve room for one more pool machine of `machine`'s shape, never making room.
     pub(crate) fn reserve_for_pool(&self, machine: &crate::vm::Machine) -> Result<crate::confine::Reservation> {
         self.check_disk_headroom()?;

@@ -52,6 +52,8 @@ pub struct NewBuild {
     pub id: String,
     pub template_ref: String,
     pub created_at: i64,
+    /// Builds its workspace may have queued or running at once, this one included.
+    pub workspace_limit: u32,
 }
 
 /// A recorded build.
@@ -118,7 +120,8 @@ pub fn parse_build_status(value: &str) -> Result<BuildStatus> {
 pub trait TemplateStore: Send + Sync {
     /// Record a queued build of the template `template.name` in its workspace, creating
     /// the template on its first push. Atomically refuses (Conflict) while another build
-    /// of it is queued or running; NotFound when the workspace is gone.
+    /// of it is queued or running, or while the workspace has `build.workspace_limit`
+    /// builds queued or running; NotFound when the workspace is gone.
     async fn insert_build(&self, template: &NewTemplate, build: &NewBuild) -> Result<TemplateRecord>;
 
     /// A template of a workspace by name.

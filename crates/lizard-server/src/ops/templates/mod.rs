@@ -285,7 +285,12 @@ pub async fn start_build(
         start_cmd: recipe.start.as_ref().map(|s| s.cmd.clone()),
         created_at: now,
     };
-    let new_build = NewBuild { id: build_id.clone(), template_ref: template_ref(&build_id), created_at: now };
+    let new_build = NewBuild {
+        id: build_id.clone(),
+        template_ref: template_ref(&build_id),
+        created_at: now,
+        workspace_limit: state.server.config.traffic.builds_per_workspace,
+    };
     let store = state.server.store.as_ref();
     store.insert_build(&new_template, &new_build).await.map_err(|e| match e {
         StoreError::NotFound(_) => AppError::not_found(format!("workspace {} not found", workspace.id)),

@@ -90,6 +90,20 @@ impl TemplateStore for SqliteStore {
         if ws.is_none() {
             return Err(StoreError::NotFound(format!("workspace {}", t.workspace_id)));
         }
+        let unfinished: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM template_builds b JOIN templates t ON t.id = b.template_id \
+             WHERE t.workspace_id = ? AND b.status IN ('queued', 'running')",
+        )
+        .bind(&t.workspace_id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(backend)?;
+        if unfinished >= i64::from(b.workspace_limit) {
+            return Err(StoreError::Conflict(format!(
+                "this workspace has {unfinished} template build(s) queued or running, the most it may run at once; \
+                 wait for one to end or cancel one"
+            )));
+        }
         let existing: Option<String> =
             sqlx::query_scalar("SELECT id FROM templates WHERE workspace_id = ? AND name = ?")
                 .bind(&t.workspace_id)
