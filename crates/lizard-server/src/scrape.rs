@@ -71,7 +71,9 @@ async fn metrics(State(state): State<MetricsState>, headers: HeaderMap) -> Respo
 
 /// Fill the scrape gauges from the store and the nodes.
 async fn refresh(state: &AppState, telemetry: &Telemetry) -> ApiResult<()> {
-    let meters = state.server.store.open_meters(None).await?;
+    let mut meters = state.server.store.open_meters(None).await?;
+    // Sandboxes only: a running template build is metered too.
+    meters.retain(|m| !crate::ops::templates::is_build_id(&m.sandbox_id));
     let nodes = operator::current(state).await?;
     let now = crate::ids::now_ms();
     let g: &ScrapeGauges = &telemetry.gauges;

@@ -2,12 +2,13 @@
 //! any size the recipe allowed ran on a node that refused a sandbox of that size, left no
 //! meter or ledger row, and a workspace could run any number of builds at once. Now a
 //! build VM is admitted like a sandbox (and counted with them while it runs), its disk
-//! must fit, and a workspace runs a bounded number of builds at once.
+//! must fit, a workspace runs a bounded number of builds at once, and a build is metered
+//! like a sandbox of its VM's size until it ends.
 
 #![allow(clippy::unwrap_used)]
 
-use lizard_attacks::leftovers;
 use lizard_attacks::system::System;
+use lizard_attacks::{control, leftovers};
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -73,11 +74,29 @@ async fn a_build_vm_is_admitted_like_a_sandbox_and_a_workspace_runs_few_at_once(
     let (code, err) = push(&system, &recipe("second", "vcpus = 1\nmemory_mib = 1024", "true")).await;
     assert_eq!((code, err["code"].as_str()), (409, Some("CONFLICT")), "a second build at once: {err}");
     assert!(err["message"].as_str().unwrap().contains("at once"), "{err}");
+    // The running build is metered like a sandbox of its size…
+    let slow_id = slow["buildId"].as_str().unwrap().to_string();
+    assert!(control::billed(&system).await.contains(&slow_id), "the build is not metered");
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let cancel = format!("/v1/templates/slow/builds/{}", slow["buildId"].as_str().unwrap());
     let (code, body) = system.call(Method::DELETE, &cancel, None).await;
     assert_eq!(code, 204, "cancel: {body}");
     let info = ended(&system, "slow", &slow, Duration::from_secs(120)).await;
     assert_eq!(info["status"], "cancelled", "{info}");
+    // …until it ended, with its time in the ledger, the balance still the ledger's sum.
+    assert!(!control::billed(&system).await.contains(&slow_id), "an ended build is still metered");
+    let (status, page) = system.call(Method::GET, "/v1/billing/transactions?includeUsage=true&limit=1000", None).await;
+    assert_eq!(status, 200, "{page}");
+    let charged: i64 = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["sandboxId"] == slow_id.as_str())
+        .filter_map(|t| t["amountNanos"].as_i64())
+        .sum();
+    // At least the 2 s it surely ran, at 1 vCPU / 1 GiB (3000 n$/s by default).
+    assert!(charged <= -6_000, "the build's compute was not billed: {charged} n$");
+    control::assert_balance_is_ledger_sum(&system).await;
     // Once it ended, the workspace builds again.
     let (code, again) = push(&system, &recipe("second", "vcpus = 1\nmemory_mib = 1024", "true")).await;
     assert_eq!(code, 202, "{again}");

@@ -59,12 +59,18 @@ impl SandboxReaper for NodeReaper {
 }
 
 /// Pauses sandboxes of accounts out of credits with the same pause as the route (VM
-/// state saved; the sandbox can be resumed once credits are added).
+/// state saved; the sandbox can be resumed once credits are added), and cancels their
+/// template builds (metered too: a build has no state to keep).
 pub struct BillingPauser(pub AppState);
 
 #[async_trait]
 impl SandboxPauser for BillingPauser {
-    async fn pause(&self, sandbox_id: &str) -> Result<(), String> {
-        lifecycle::pause(&self.0, sandbox_id).await.map_err(|e| e.to_string())
+    async fn pause(&self, meter_id: &str) -> Result<(), String> {
+        if super::templates::is_build_id(meter_id) {
+            let build = self.0.server.store.get_build(meter_id).await.map_err(|e| e.to_string())?;
+            let build = build.ok_or_else(|| format!("build {meter_id} not found"))?;
+            return super::templates::cancel(&self.0, &build).await.map_err(|e| e.to_string());
+        }
+        lifecycle::pause(&self.0, meter_id).await.map_err(|e| e.to_string())
     }
 }

@@ -466,3 +466,22 @@ async fn over_http_a_build_streams_ndjson_and_scopes_answer_404() {
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("was not uploaded"), "{body}");
 }
+
+#[tokio::test]
+async fn a_build_is_metered_and_at_zero_balance_cancelled_as_sandboxes_are_paused() {
+    use crate::billing::SandboxPauser;
+    let w = world().await;
+    let a = ws(&w.state, "ws_a").await;
+    let files = site(&w.state, &a).await;
+    *w.node.outcome.lock().unwrap() = BuildOutcome::UntilCancelled;
+    let b = ops::push(&w.state, &a, &push_req(RECIPE, files)).await.unwrap();
+    let open = |state: AppState| async move { state.server.store.open_meters(Some("acc")).await.unwrap() };
+    let meter = open(w.state.clone()).await.into_iter().find(|m| m.sandbox_id == b.id).expect("metered");
+    assert_eq!((meter.workspace_id.as_str(), meter.project_id.as_str()), ("ws_a", ""));
+    assert!(ops::is_build_id(&b.id) && !ops::is_build_id("sbx_1") && !ops::is_build_id("bldx"));
+    // What the metering loop does for an account out of credits.
+    super::hooks::BillingPauser(w.state.clone()).pause(&b.id).await.unwrap();
+    let b = until_ended(&w.state, &b.id).await;
+    assert_eq!(b.status, BuildStatus::Cancelled);
+    assert!(open(w.state.clone()).await.iter().all(|m| m.sandbox_id != b.id), "an ended build is still metered");
+}

@@ -54,6 +54,9 @@ pub struct NewBuild {
     pub created_at: i64,
     /// Builds its workspace may have queued or running at once, this one included.
     pub workspace_limit: u32,
+    /// What the build VM costs while the build runs: metered from `created_at` until the
+    /// build is finished ([`TemplateStore::finish_build`]), billed to the workspace.
+    pub meter: crate::store::MeterSpec,
 }
 
 /// A recorded build.

@@ -47,6 +47,11 @@ pub const SERVICE_TEMPLATE_PREFIX: &str = "svc-";
 /// Prefix of build ids; the node template of a build is `tb-` and the rest.
 pub const BUILD_ID_PREFIX: &str = "bld";
 
+/// Whether `id` names a build: a build's meter is kept beside the sandboxes' under its id.
+pub fn is_build_id(id: &str) -> bool {
+    id.strip_prefix(BUILD_ID_PREFIX).is_some_and(|rest| rest.starts_with('_'))
+}
+
 /// What a pushed directory may hold.
 pub fn context_limits() -> ContextLimits {
     ContextLimits::default()
@@ -290,6 +295,7 @@ pub async fn start_build(
         template_ref: template_ref(&build_id),
         created_at: now,
         workspace_limit: state.server.config.traffic.builds_per_workspace,
+        meter: state.server.config.billing.pricing.meter(recipe.build.vcpus, recipe.build.memory_mib),
     };
     let store = state.server.store.as_ref();
     store.insert_build(&new_template, &new_build).await.map_err(|e| match e {

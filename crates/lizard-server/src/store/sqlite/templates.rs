@@ -157,6 +157,7 @@ impl TemplateStore for SqliteStore {
         .execute(&mut *tx)
         .await
         .map_err(|e| conflict_or_backend(e, || format!("build {} already exists", b.id)))?;
+        super::billing::open_build_meter_tx(&mut tx, &b.id, &t.workspace_id, &b.meter, b.created_at).await?;
         tx.commit().await.map_err(backend)?;
         self.template_by("t.id = ?", &template_id, None)
             .await?
@@ -262,6 +263,8 @@ impl TemplateStore for SqliteStore {
             .await
             .map_err(backend)?;
         }
+        // The build VM is gone: its meter stops where the build ended.
+        super::billing::transition_tx(&mut tx, build_id, crate::store::MeterState::Ended, f.finished_at).await?;
         tx.commit().await.map_err(backend)?;
         Ok(replaced)
     }

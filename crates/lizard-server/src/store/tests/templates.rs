@@ -3,7 +3,7 @@
 use super::harness::TestDb;
 use super::store_tests;
 use crate::store::templates::{FinishedBuild, NewBuild, NewTemplate};
-use crate::store::StoreError;
+use crate::store::{BillingStore, MeterState, StoreError};
 use lizard_api::templates::BuildStatus;
 
 fn template(id: &str, workspace: &str, name: &str) -> NewTemplate {
@@ -19,7 +19,8 @@ fn template(id: &str, workspace: &str, name: &str) -> NewTemplate {
 }
 
 fn build(id: &str) -> NewBuild {
-    NewBuild { id: id.into(), template_ref: format!("ref-{id}"), created_at: 1, workspace_limit: 2 }
+    let meter = crate::billing::Pricing::default().meter(2, 2048);
+    NewBuild { id: id.into(), template_ref: format!("ref-{id}"), created_at: 1, workspace_limit: 2, meter }
 }
 
 fn failed() -> FinishedBuild {
@@ -56,4 +57,25 @@ async fn a_workspace_runs_a_bounded_number_of_builds_at_once(db: TestDb) {
     s.insert_build(&template("tpl_3", "ws_a", "three"), &build("bld_3")).await.unwrap();
 }
 
-store_tests!(a_workspace_runs_a_bounded_number_of_builds_at_once);
+async fn a_build_is_metered_from_its_record_until_it_is_finished(db: TestDb) {
+    let s = db.seeded("acc", &[("ws_a", "prj_a")]).await;
+    s.insert_build(&template("tpl_1", "ws_a", "one"), &build("bld_1")).await.unwrap();
+    let open = s.open_meters(Some("acc")).await.unwrap();
+    let meter = open.iter().find(|m| m.sandbox_id == "bld_1").expect("the build's meter is open");
+    assert_eq!((meter.workspace_id.as_str(), meter.state), ("ws_a", MeterState::Running));
+    assert_eq!((meter.spec.vcpus, meter.spec.memory_mib), (2, 2048), "billed at the build VM's size");
+    // A refused build opens none.
+    s.insert_build(&template("tpl_x", "ws_a", "one"), &build("bld_x")).await.unwrap_err();
+    let finished = FinishedBuild { finished_at: 5_001, ..failed() };
+    s.finish_build("bld_1", &finished).await.unwrap();
+    let open = s.open_meters(Some("acc")).await.unwrap();
+    assert!(open.iter().all(|m| m.sandbox_id != "bld_1" && m.sandbox_id != "bld_x"), "{open:?}");
+    let charged = s.charged_by_sandbox("acc", &["bld_1".to_string()]).await.unwrap();
+    let rate = crate::billing::Pricing::default().running_rate(2, 2048);
+    assert_eq!(charged.get("bld_1"), Some(&(rate * 5)), "5 s of a 2 vCPU / 2 GiB machine");
+}
+
+store_tests!(
+    a_workspace_runs_a_bounded_number_of_builds_at_once,
+    a_build_is_metered_from_its_record_until_it_is_finished
+);
