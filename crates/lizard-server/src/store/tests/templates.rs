@@ -3,7 +3,7 @@
 use super::harness::TestDb;
 use super::store_tests;
 use crate::store::templates::{FinishedBuild, NewBuild, NewTemplate};
-use crate::store::{BillingStore, MeterState, StoreError};
+use crate::store::{MeterState, StoreError};
 use lizard_api::templates::BuildStatus;
 
 fn template(id: &str, workspace: &str, name: &str) -> NewTemplate {
