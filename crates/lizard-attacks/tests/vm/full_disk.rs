@@ -1,9 +1,10 @@
 //! A guest fills the host's disk (the node's data directory on a small filesystem of the
 //! test's own): before, QEMU stopped every VM whose next write found the disk full, nothing
 //! noticed, their calls hung, and they never ran again once space returned. Now each
-//! halted VM is seen at once, its calls are refused with UNAVAILABLE, a pause of it is
-//! refused with it left running, new sandboxes are refused below the disk headroom, and
-//! every halted VM continues — its write completed — once the space is freed.
+//! halted VM is seen at once, its calls are refused with UNAVAILABLE, it is billed as
+//! paused, a pause of it is refused with it left running, new sandboxes are refused below
+//! the disk headroom, and every halted VM continues — its write completed, billed as
+//! running again — once the space is freed.
 
 #![allow(clippy::unwrap_used)]
 
@@ -48,6 +49,14 @@ async fn exec_within(system: &System, id: &str, cmd: &str, limit: Duration) -> O
     let answer = tokio::time::timeout(limit, req.send()).await.ok()?.ok()?;
     let status = answer.status().as_u16();
     Some((status, answer.json().await.unwrap_or_default()))
+}
+
+/// How `/v1/billing/live` meters sandbox `id` ("running", "paused"), if it does.
+async fn metered_state(system: &System, id: &str) -> Option<String> {
+    let (status, live) = system.call(Method::GET, "/v1/billing/live", None).await;
+    assert_eq!(status, 200, "{live}");
+    let entry = live["sandboxes"].as_array()?.iter().find(|s| s["sandboxId"] == id)?.clone();
+    entry["state"].as_str().map(str::to_owned)
 }
 
 /// 503 UNAVAILABLE saying the sandbox is halted for a full disk, with no host path.
@@ -104,12 +113,22 @@ async fn a_guest_that_fills_the_host_disk_halts_writers_until_space_returns_and_
     assert_eq!((status, body["code"].as_str()), (503, Some("UNAVAILABLE")), "a create on a full disk: {body}");
     let log = system.log();
     assert!(log.contains(&victim) && log.contains("halted"), "the operator's log does not say why");
+    let billed_as = |state: &'static str| {
+        let system = &system;
+        let victim = victim.clone();
+        move || {
+            let victim = victim.clone();
+            async move { metered_state(system, &victim).await.as_deref() == Some(state) }
+        }
+    };
+    assert!(eventually(Duration::from_secs(10), billed_as("paused")).await, "a halted sandbox is billed as running");
 
     // Space returns when the filler ends: the victim goes on, its write completed.
     let (status, body) = system.call(Method::DELETE, &format!("/v1/sandboxes/{filler}"), None).await;
     assert!(status == 204 || status == 200, "kill the filler: {status} {body}");
     let written =
         tokio::time::timeout(Duration::from_secs(120), writer).await.expect("the halted write never ended").unwrap();
+    assert!(eventually(Duration::from_secs(10), billed_as("running")).await, "a sandbox that runs again is not billed");
     assert_eq!(written["exitCode"], 0, "the halted write failed: {written}");
     assert_eq!(written["stdout"], "written\n", "{written}");
     let (code, out, _) = system.exec(&victim, "cat /root/note.txt; stat -c %s /root/late").await;

@@ -40,7 +40,11 @@ impl Node {
                     return;
                 }
                 let data_dir = match node.upgrade() {
-                    Some(node) => node.config.data_dir.clone(),
+                    Some(node) => {
+                        // No subscriber is no error: nobody bills.
+                        let _ = node.halts.send((sandbox.id.clone(), true));
+                        node.config.data_dir.clone()
+                    }
                     None => return,
                 };
                 tracing::error!(
@@ -54,10 +58,7 @@ impl Node {
                     if !live.vm().is_running() || !current() || node.strong_count() == 0 {
                         return;
                     }
-                    if halts.borrow().is_none() {
-                        break;
-                    }
-                    if free_bytes(&data_dir).is_some_and(|free| free >= CONTINUE_ABOVE) {
+                    if halts.borrow().is_some() && free_bytes(&data_dir).is_some_and(|free| free >= CONTINUE_ABOVE) {
                         // Not while a pause, fork or kill of it is under way.
                         let _transition = sandbox.transition.lock().await;
                         if current() && halts.borrow().is_some() {
@@ -68,6 +69,9 @@ impl Node {
                                 Err(e) => tracing::warn!(id = %sandbox.id, "cannot continue the halted VM: {e}"),
                             }
                         }
+                    }
+                    if halts.borrow().is_none() {
+                        let _ = node.upgrade().map(|n| n.halts.send((sandbox.id.clone(), false)));
                         break;
                     }
                 }

@@ -62,6 +62,8 @@ pub struct Node {
     /// Every end as it happens ([`Node::ended_sandboxes`]): the control plane stops a
     /// dead VM's meter at once instead of at the next call that touches it.
     ends: tokio::sync::broadcast::Sender<(String, EndReason)>,
+    /// Sandboxes whose VM a disk error halted (`true`) or that run again (`false`).
+    halts: tokio::sync::broadcast::Sender<(String, bool)>,
     /// The pool of forwarded API connections beyond each sandbox's reserved ones.
     forward_slots: forward::SharedSlots,
     /// One lock per snapshot key: the first create of a template builds its snapshot,
@@ -198,6 +200,7 @@ impl Node {
             sandboxes: RwLock::new(HashMap::new()),
             tombstones: Mutex::new(VecDeque::new()),
             ends: tokio::sync::broadcast::Sender::new(ENDS_BUFFERED),
+            halts: tokio::sync::broadcast::Sender::new(ENDS_BUFFERED),
             forward_slots: forward::SharedSlots::new(config.api_forward_shared.max(1)),
             snapshot_locks: Mutex::new(HashMap::new()),
             volume_holders: Mutex::new(HashMap::new()),
@@ -421,6 +424,13 @@ impl Node {
     /// sandboxes it cares about with [`Node::get`].
     pub fn ended_sandboxes(&self) -> tokio::sync::broadcast::Receiver<(String, EndReason)> {
         self.ends.subscribe()
+    }
+
+    /// Each sandbox whose VM halts on a disk error from now on (`true`), and each that
+    /// runs again after it (`false`): what is billed as paused meanwhile. A receiver that
+    /// falls behind gets `Lagged` and should ask [`crate::Sandbox::is_halted`].
+    pub fn halted_sandboxes(&self) -> tokio::sync::broadcast::Receiver<(String, bool)> {
+        self.halts.subscribe()
     }
 
     fn not_found(&self, id: &str) -> NodeError {

@@ -53,8 +53,7 @@ impl NodeClient for LocalNode {
 
     fn events(&self) -> futures_util::stream::BoxStream<'static, NodeEvent> {
         use tokio::sync::broadcast::error::RecvError;
-        let ends = self.0.ended_sandboxes();
-        futures_util::stream::unfold(ends, |mut ends| async move {
+        let ends = futures_util::stream::unfold(self.0.ended_sandboxes(), |mut ends| async move {
             loop {
                 let event = match ends.recv().await {
                     Ok((_, EndReason::Killed)) => continue,
@@ -64,8 +63,16 @@ impl NodeClient for LocalNode {
                 };
                 return Some((event, ends));
             }
-        })
-        .boxed()
+        });
+        let halts = futures_util::stream::unfold(self.0.halted_sandboxes(), |mut halts| async move {
+            let event = match halts.recv().await {
+                Ok((id, halted)) => NodeEvent::Halted { id, halted },
+                Err(RecvError::Lagged(_)) => NodeEvent::Lagged,
+                Err(RecvError::Closed) => return None,
+            };
+            Some((event, halts))
+        });
+        futures_util::stream::select(ends, halts).boxed()
     }
 
     async fn create_sandbox(&self, req: CreateSandboxRequest) -> NodeResult<SandboxInfo> {

@@ -86,6 +86,9 @@ pub enum NodeEvent {
     /// Its VM ended by itself (a VMM crash or kill, a guest power-off, lost at a node
     /// restart); `reason` is safe to show its owner.
     Ended { id: String, reason: String },
+    /// Its VM stands halted by a disk error (a full node disk: it continues by itself
+    /// once there is room), `true`; or runs again, `false`. Billed as paused meanwhile.
+    Halted { id: String, halted: bool },
     /// Events were missed: every sandbox the caller tracks must be checked again.
     Lagged,
 }

@@ -1,13 +1,14 @@
 //! What the control plane does when a node reports a sandbox that ended by itself (its
 //! VMM crashed or was killed, the guest powered off): the record ends at once, with the
 //! node's reason, and its meter stops then — a dead VM is never billed until some later
-//! call or its timeout notices.
+//! call or its timeout notices. A sandbox whose VM a full node disk halted is billed as
+//! paused until it runs again.
 
 use crate::ids;
 use crate::nodes::NodeEvent;
 use crate::ops::sandboxes;
 use crate::state::AppState;
-use crate::store::StoreError;
+use crate::store::{MeterState, StoreError};
 use futures_util::StreamExt;
 
 /// Follow the in-process node's events until the process ends (spawn it). Subscribe
@@ -40,6 +41,16 @@ pub async fn handle(state: &AppState, event: NodeEvent) {
             Ok(false) | Err(StoreError::NotFound(_)) => {}
             Err(e) => tracing::error!(%id, "cannot end the record of a sandbox whose VM ended: {e}"),
         },
+        NodeEvent::Halted { id, halted } => {
+            let meter = if halted { MeterState::Paused } else { MeterState::Running };
+            match state.server.store.set_meter_state(&id, meter, ids::now_ms()).await {
+                Ok(_) if halted => {
+                    tracing::warn!(%id, "sandbox halted by a full node disk: billed as paused until it runs")
+                }
+                Ok(_) => tracing::info!(%id, "halted sandbox runs again: billed as running"),
+                Err(e) => tracing::error!(%id, "cannot change the meter of a halted sandbox: {e}"),
+            }
+        }
         NodeEvent::Lagged => {
             tracing::warn!("missed node events: checking every live sandbox");
             sandboxes::end_unrun(state, "its VM stopped unexpectedly").await;

@@ -254,6 +254,12 @@ pub trait BillingStore: Send + Sync + 'static {
     /// remote nodes live on while this process restarts.
     async fn close_meters_at_watermark(&self, running: &[String]) -> Result<u64>;
 
+    /// Bill an open meter up to `at` and meter it in `state` (running or paused) from
+    /// then on, leaving the sandbox's own state alone: a sandbox whose VM stands halted
+    /// (a full node disk) is billed as paused until it runs again. Returns whether it
+    /// changed; an unknown, ended or already-`state` meter is left as it is.
+    async fn set_meter_state(&self, meter_id: &str, state: MeterState, at: i64) -> Result<bool>;
+
     /// What each of `sandbox_ids` (of the account) has been charged so far: the sum of its
     /// usage entries, positive. Sandboxes without entries are absent.
     async fn charged_by_sandbox(&self, account_id: &str, sandbox_ids: &[String]) -> Result<BTreeMap<String, i64>>;

@@ -529,6 +529,22 @@ impl BillingStore for PostgresStore {
         Ok(written)
     }
 
+    async fn set_meter_state(&self, meter_id: &str, state: MeterState, at: i64) -> Result<bool> {
+        let mut tx = self.write().await?;
+        let current: Option<String> = sqlx::query_scalar("SELECT state FROM sandbox_meters WHERE sandbox_id = $1")
+            .bind(meter_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+        match current.as_deref() {
+            Some(now) if now != MeterState::Ended.as_str() && now != state.as_str() => {}
+            _ => return Ok(false),
+        }
+        transition_tx(&mut tx, meter_id, state, at).await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(true)
+    }
+
     async fn close_meters_at_watermark(&self, running: &[String]) -> Result<u64> {
         // Under the lock: a tick of another replica must not bill a meter this closes.
         let mut tx = self.write().await?;

@@ -322,7 +322,28 @@ async fn charges_sum_each_sandboxs_usage_within_its_account(db: TestDb) {
     assert!(s.charged_by_sandbox("acc_1", &[]).await.unwrap().is_empty());
 }
 
+/// A halted sandbox's meter: paused and back, the sandbox's own state untouched; an
+/// ended meter is never reopened by a late event.
+async fn a_meter_alone_is_paused_and_runs_again(db: TestDb) {
+    let s = seeded(&db).await;
+    let t0 = crate::ids::now_ms() - 10_000;
+    s.insert_sandbox(&sbx("sbx_h", "prj_a", t0, 0)).await.unwrap();
+    assert!(s.set_meter_state("sbx_h", MeterState::Paused, t0 + 2_000).await.unwrap());
+    assert!(!s.set_meter_state("sbx_h", MeterState::Paused, t0 + 3_000).await.unwrap(), "already paused");
+    assert_eq!(s.get_sandbox("sbx_h").await.unwrap().unwrap().state, SandboxState::Running, "the record is untouched");
+    assert!(s.set_meter_state("sbx_h", MeterState::Running, t0 + 5_000).await.unwrap());
+    s.end_sandbox("sbx_h", t0 + 6_000, "killed").await.unwrap();
+    let usage = usage_of(&*s, "sbx_h").await;
+    let compute: Vec<_> = usage.iter().map(|e| (e.usage_kind.as_deref(), e.quantity_ms)).collect();
+    assert_eq!(compute, [(Some("compute"), Some(2_000)), (Some("compute"), Some(1_000))], "halted time is not compute");
+    assert!(!s.set_meter_state("sbx_h", MeterState::Running, t0 + 7_000).await.unwrap(), "an ended meter reopened");
+    assert!(!s.set_meter_state("nope", MeterState::Paused, t0).await.unwrap());
+    assert!(s.open_meters(Some("acc_1")).await.unwrap().iter().all(|m| m.sandbox_id != "sbx_h"));
+    assert_balanced(&*s).await;
+}
+
 store_tests!(
+    a_meter_alone_is_paused_and_runs_again,
     charges_sum_each_sandboxs_usage_within_its_account,
     ledger_is_append_only,
     signup_credits_once_and_idempotent_credits,
