@@ -121,6 +121,17 @@ pub struct SandboxEnded {
     pub reason: String,
 }
 
+/// `POST /v1/cluster/nodes/{id}/halts`, with the node's credential: sandboxes whose VM a
+/// disk error halted (`halted`, a full node disk) or that run again, as a JSON array:
+/// billed as paused while halted.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SandboxHalt {
+    pub sandbox_id: String,
+    pub halted: bool,
+}
+
 /// Where a node stands.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -168,6 +168,7 @@ pub mod path {
     pub const CLUSTER_JOIN: &str = "/v1/cluster/join";
     pub const CLUSTER_HEARTBEAT: &str = "/v1/cluster/nodes/{id}/heartbeat";
     pub const CLUSTER_EVENTS: &str = "/v1/cluster/nodes/{id}/events";
+    pub const CLUSTER_HALTS: &str = "/v1/cluster/nodes/{id}/halts";
     pub const NODES: &str = "/v1/nodes";
     pub const NODE: &str = "/v1/nodes/{id}";
     pub const NODE_DRAIN: &str = "/v1/nodes/{id}/drain";
@@ -515,6 +516,14 @@ pub const CLUSTER_EVENTS: Route = route(
     Empty,
     &[Unauthenticated, NotFound, InvalidArgument],
 );
+pub const CLUSTER_HALTS: Route = route(
+    Post,
+    path::CLUSTER_HALTS,
+    JsonList("SandboxHalt"),
+    204,
+    Empty,
+    &[Unauthenticated, NotFound, InvalidArgument],
+);
 // Operator (an unscoped key of the owner account; others answer 403).
 pub const LIST_NODES: Route = get(path::NODES, JsonList("NodeInfo"), &[Unauthenticated, Forbidden]);
 pub const GET_NODE: Route = get(path::NODE, Json("NodeInfo"), &[Unauthenticated, Forbidden, NotFound]);
@@ -618,6 +627,7 @@ pub const SERVER: &[Route] = &[
     CLUSTER_JOIN,
     CLUSTER_HEARTBEAT,
     CLUSTER_EVENTS,
+    CLUSTER_HALTS,
     LIST_NODES,
     GET_NODE,
     DRAIN_NODE,

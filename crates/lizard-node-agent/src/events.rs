@@ -1,12 +1,13 @@
 //! Sandboxes that end by themselves (a VMM crash, a guest power-off) posted to the server
-//! as they happen, so it stops their meters at once. Posts are retried until accepted;
-//! the queue is bounded, and what does not fit is left to the next heartbeats (which
-//! list every sandbox the node still holds).
+//! as they happen, so it stops their meters at once; and sandboxes whose VM a full disk
+//! halts or that run again, so it bills them as paused meanwhile. Posts are retried until
+//! accepted; the queue is bounded, and an end that does not fit is left to the next
+//! heartbeats (which list every sandbox the node still holds).
 
 use crate::backoff::Backoff;
 use crate::server_api::ServerApi;
 use crate::state::NodeState;
-use lizard_api::cluster::SandboxEnded;
+use lizard_api::cluster::{SandboxEnded, SandboxHalt};
 use lizard_node::{EndReason, Node};
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
@@ -18,37 +19,65 @@ const QUEUE: usize = 4096;
 /// Ends per post.
 const BATCH: usize = 256;
 
-/// Start watching `node`'s ends and posting them, until `stop`.
+/// What is posted, in the order it happened.
+enum Event {
+    Ended(SandboxEnded),
+    Halt(SandboxHalt),
+}
+
+/// Start watching `node`'s ends and halts and posting them, until `stop`.
 pub fn spawn(node: &Node, api: ServerApi, state: NodeState, stop: CancellationToken) {
     let mut ends = node.ended_sandboxes();
+    let mut halts = node.halted_sandboxes();
     let (tx, rx) = mpsc::channel(QUEUE);
     let watching = stop.clone();
     tokio::spawn(async move {
         loop {
-            let end = tokio::select! {
+            let event = tokio::select! {
                 () = watching.cancelled() => return,
-                end = ends.recv() => end,
-            };
-            match end {
-                // Killed on request: whoever asked records it.
-                Ok((_, EndReason::Killed)) => {}
-                Ok((id, reason)) => {
-                    let ended = SandboxEnded { sandbox_id: id, reason: reason.to_string() };
-                    if let Err(e) = tx.try_send(ended) {
-                        tracing::warn!("sandbox end not queued (the next heartbeat reports it): {e}");
+                end = ends.recv() => match end {
+                    // Killed on request: whoever asked records it.
+                    Ok((_, EndReason::Killed)) => continue,
+                    Ok((id, reason)) => Event::Ended(SandboxEnded { sandbox_id: id, reason: reason.to_string() }),
+                    Err(RecvError::Lagged(n)) => {
+                        tracing::warn!(missed = n, "missed sandbox ends; the next heartbeats report what is held");
+                        continue;
                     }
-                }
-                Err(RecvError::Lagged(n)) => {
-                    tracing::warn!(missed = n, "missed sandbox ends; the next heartbeats report what is held")
-                }
-                Err(RecvError::Closed) => return,
+                    Err(RecvError::Closed) => return,
+                },
+                halt = halts.recv() => match halt {
+                    Ok((id, halted)) => Event::Halt(SandboxHalt { sandbox_id: id, halted }),
+                    Err(RecvError::Lagged(n)) => {
+                        tracing::warn!(missed = n, "missed sandbox halts: their meters stay as they were");
+                        continue;
+                    }
+                    Err(RecvError::Closed) => return,
+                },
+            };
+            if let Err(e) = tx.try_send(event) {
+                tracing::warn!("sandbox event not queued (an end is reported by the next heartbeat): {e}");
             }
         }
     });
     tokio::spawn(post_all(rx, api, state, stop));
 }
 
-async fn post_all(mut rx: mpsc::Receiver<SandboxEnded>, api: ServerApi, state: NodeState, stop: CancellationToken) {
+/// Post a batch: its ends, then its halts.
+async fn post(api: &ServerApi, state: &NodeState, batch: &[Event]) -> Result<(), crate::server_api::CallError> {
+    let ended: Vec<SandboxEnded> =
+        batch.iter().filter_map(|e| if let Event::Ended(e) = e { Some(e.clone()) } else { None }).collect();
+    let halts: Vec<SandboxHalt> =
+        batch.iter().filter_map(|e| if let Event::Halt(h) = e { Some(h.clone()) } else { None }).collect();
+    if !ended.is_empty() {
+        api.events(&state.node_id, &state.credential, &ended).await?;
+    }
+    if !halts.is_empty() {
+        api.halts(&state.node_id, &state.credential, &halts).await?;
+    }
+    Ok(())
+}
+
+async fn post_all(mut rx: mpsc::Receiver<Event>, api: ServerApi, state: NodeState, stop: CancellationToken) {
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     loop {
         let first = tokio::select! {
@@ -63,7 +92,7 @@ async fn post_all(mut rx: mpsc::Receiver<SandboxEnded>, api: ServerApi, state: N
             }
         }
         loop {
-            match api.events(&state.node_id, &state.credential, &batch).await {
+            match post(&api, &state, &batch).await {
                 Ok(()) => {
                     backoff.succeeded();
                     break;
@@ -71,7 +100,7 @@ async fn post_all(mut rx: mpsc::Receiver<SandboxEnded>, api: ServerApi, state: N
                 Err(e) if e.is_transient() => {
                     let (wait, log) = backoff.failed();
                     if log {
-                        tracing::warn!(ends = batch.len(), "posting sandbox ends failed (retrying): {e}");
+                        tracing::warn!(events = batch.len(), "posting sandbox events failed (retrying): {e}");
                     }
                     tokio::select! {
                         () = stop.cancelled() => return,
@@ -79,7 +108,7 @@ async fn post_all(mut rx: mpsc::Receiver<SandboxEnded>, api: ServerApi, state: N
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(ends = batch.len(), "the server refused sandbox ends (dropped): {e}");
+                    tracing::warn!(events = batch.len(), "the server refused sandbox events (dropped): {e}");
                     break;
                 }
             }

@@ -2,7 +2,7 @@
 //! sandbox-ended events (with the node's credential), each a route of
 //! [`lizard_api::routes`].
 
-use lizard_api::cluster::{HeartbeatResponse, JoinRequest, JoinResponse, NodeReport, SandboxEnded};
+use lizard_api::cluster::{HeartbeatResponse, JoinRequest, JoinResponse, NodeReport, SandboxEnded, SandboxHalt};
 use lizard_api::routes::{self, Route};
 use lizard_api::ApiError;
 use std::time::Duration;
@@ -108,5 +108,9 @@ impl ServerApi {
 
     pub async fn events(&self, node_id: &str, credential: &str, ended: &[SandboxEnded]) -> Result<(), CallError> {
         self.call::<serde_json::Value>(&routes::CLUSTER_EVENTS, &[node_id], credential, &ended).await.map(|_| ())
+    }
+
+    pub async fn halts(&self, node_id: &str, credential: &str, halts: &[SandboxHalt]) -> Result<(), CallError> {
+        self.call::<serde_json::Value>(&routes::CLUSTER_HALTS, &[node_id], credential, &halts).await.map(|_| ())
     }
 }

@@ -10,7 +10,7 @@
 mod common;
 
 use common::{free_port, kept, until, ControlPlane, REGION};
-use lizard_api::cluster::{NodeReport, NodeState, SandboxEnded};
+use lizard_api::cluster::{NodeReport, NodeState, SandboxEnded, SandboxHalt};
 use lizard_api::{routes, ErrorCode};
 use lizard_node_agent::server_api::{CallError, ServerApi};
 use lizard_node_agent::{run, AgentConfig, AgentError};
@@ -171,6 +171,8 @@ async fn a_node_speaks_only_for_itself() {
     assert!(unauthenticated(api.heartbeat(&id_a, &token, &report).await.map(|_| ())));
     let ended = [SandboxEnded { sandbox_id: "sbx_x".into(), reason: "forged".into() }];
     assert!(unauthenticated(api.events(&id_b, &cred_a, &ended).await));
+    let halts = [SandboxHalt { sandbox_id: "sbx_x".into(), halted: true }];
+    assert!(unauthenticated(api.halts(&id_b, &cred_a, &halts).await));
     // Its own credential works.
     assert!(api.heartbeat(&id_a, &cred_a, &report).await.is_ok());
 

@@ -55,6 +55,7 @@ fn body_for(request: Body) -> Option<Value> {
 fn list_body_for(request: Body, v: &Victims) -> Option<Value> {
     match request {
         Body::JsonList("SandboxEnded") => Some(json!([{"sandboxId": v.sandbox, "reason": "pwned"}])),
+        Body::JsonList("SandboxHalt") => Some(json!([{"sandboxId": v.sandbox, "halted": true}])),
         _ => None,
     }
 }

@@ -9,7 +9,7 @@ use crate::state::AppState;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use lizard_api::cluster::{HeartbeatResponse, JoinRequest, JoinResponse, NodeReport, SandboxEnded};
+use lizard_api::cluster::{HeartbeatResponse, JoinRequest, JoinResponse, NodeReport, SandboxEnded, SandboxHalt};
 
 /// The `Authorization: Bearer …` token, if any.
 pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -73,6 +73,26 @@ pub async fn events(
     ApiJson(ended): ApiJson<Vec<SandboxEnded>>,
 ) -> ApiResult<StatusCode> {
     membership::events(&state, &id, bearer(&headers), ended).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Sandboxes whose VM a full disk halted on the node, or that run again.
+#[utoipa::path(
+    post,
+    path = lizard_api::routes::CLUSTER_HALTS.path,
+    tag = "cluster",
+    security(("nodeBearer" = [])),
+    params(("id" = String, Path, description = "Node id")),
+    request_body = Vec<SandboxHalt>,
+    responses((status = 204, description = "Recorded"), Unauthenticated, NotFound, InvalidArgument)
+)]
+pub async fn halts(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(halts): ApiJson<Vec<SandboxHalt>>,
+) -> ApiResult<StatusCode> {
+    membership::halts(&state, &id, bearer(&headers), halts).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

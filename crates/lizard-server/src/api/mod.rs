@@ -114,6 +114,7 @@ pub fn all_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(cluster::join))
         .routes(routes!(cluster::heartbeat))
         .routes(routes!(cluster::events))
+        .routes(routes!(cluster::halts))
         .routes(routes!(nodes::list))
         .routes(routes!(nodes::get, nodes::remove))
         .routes(routes!(nodes::drain))

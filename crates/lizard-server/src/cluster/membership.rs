@@ -14,7 +14,7 @@ use crate::nodes::{ClusterKey, NodeEvent};
 use crate::ops::node_events;
 use crate::state::AppState;
 use crate::store::{NewNode, StoreError};
-use lizard_api::cluster::{HeartbeatResponse, JoinRequest, JoinResponse, NodeReport, SandboxEnded};
+use lizard_api::cluster::{HeartbeatResponse, JoinRequest, JoinResponse, NodeReport, SandboxEnded, SandboxHalt};
 use lizard_api::ErrorCode;
 
 /// How long a sandbox a node reports may go unrecorded before the node is told to stop
@@ -136,6 +136,26 @@ pub async fn events(state: &AppState, node_id: &str, bearer: Option<&str>, ended
                 tracing::warn!(node = %node_id, id = %e.sandbox_id, "a node reported the end of another node's sandbox")
             }
             // Never recorded (a create that is still recording checks its VM once recorded).
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// Sandboxes on `node_id` whose VM a full disk halted, or that run again: their meters
+/// move as the in-process node's events move them. Others' sandboxes are ignored (logged).
+pub async fn halts(state: &AppState, node_id: &str, bearer: Option<&str>, halts: Vec<SandboxHalt>) -> ApiResult<()> {
+    authenticate(state, node_id, bearer)?;
+    let store = state.server.store.as_ref();
+    store.get_node(node_id).await?.ok_or_else(|| removed(node_id))?;
+    for h in halts {
+        match store.get_sandbox(&h.sandbox_id).await? {
+            Some(record) if record.node_id == node_id => {
+                node_events::handle(state, NodeEvent::Halted { id: h.sandbox_id, halted: h.halted }).await;
+            }
+            Some(_) => {
+                tracing::warn!(node = %node_id, id = %h.sandbox_id, "a node reported a halt of another node's sandbox")
+            }
             None => {}
         }
     }

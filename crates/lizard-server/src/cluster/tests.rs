@@ -10,7 +10,7 @@ use crate::ops::tests::FakeNode;
 use crate::placement;
 use crate::state::{AppState, ServerState};
 use crate::store::fixture::seeded_store;
-use crate::store::{OnTimeout, Store};
+use crate::store::{MeterState, OnTimeout, Store};
 use crate::{Scope, ServerConfig};
 use lizard_api::cluster::{JoinRequest, NodeCapacity, NodeReport, NodeState, NodeUsage, SandboxEnded};
 use lizard_api::ErrorCode;
@@ -134,9 +134,24 @@ async fn nodes_join_take_sandboxes_by_load_answer_by_record_and_are_lost_when_si
     assert_eq!(c.b.calls(), [format!("create {}", second.record.id)]);
     *c.a.full.lock().unwrap() = false;
 
+    // Halts: a node moves only its own sandboxes' meters (paused while halted).
+    let halt = |id: &str, halted| vec![lizard_api::cluster::SandboxHalt { sandbox_id: id.into(), halted }];
+    let b_cred = c.key.credential(&b);
+    let meter_of = |id: String| async move {
+        let meters = state.server.store.open_meters(None).await.unwrap();
+        meters.into_iter().find(|m| m.sandbox_id == id).map(|m| m.state)
+    };
+    let e = membership::halts(state, &a, Some(&b_cred), halt(&first.record.id, true)).await.unwrap_err();
+    assert_eq!(e.0.code, ErrorCode::Unauthenticated);
+    membership::halts(state, &b, Some(&b_cred), halt(&first.record.id, true)).await.unwrap();
+    assert_eq!(meter_of(first.record.id.clone()).await, Some(MeterState::Running), "B halted A's sandbox");
+    membership::halts(state, &a, Some(&a_cred), halt(&first.record.id, true)).await.unwrap();
+    assert_eq!(meter_of(first.record.id.clone()).await, Some(MeterState::Paused));
+    membership::halts(state, &a, Some(&a_cred), halt(&first.record.id, false)).await.unwrap();
+    assert_eq!(meter_of(first.record.id.clone()).await, Some(MeterState::Running));
+
     // Events: a node ends only its own sandboxes.
     let ended = |id: &str| vec![SandboxEnded { sandbox_id: id.into(), reason: "its VM stopped unexpectedly".into() }];
-    let b_cred = c.key.credential(&b);
     membership::events(state, &b, Some(&b_cred), ended(&first.record.id)).await.unwrap();
     assert!(state.server.store.get_sandbox(&first.record.id).await.unwrap().unwrap().is_live());
     membership::events(state, &a, Some(&a_cred), ended(&first.record.id)).await.unwrap();
