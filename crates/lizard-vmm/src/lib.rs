@@ -120,7 +120,7 @@ pub struct DeltaSnapshot {
 
 /// A VM stopped by its VMM because a disk operation failed: it stands still, guest and
 /// all, until it is resumed ([`Vm::resume`]), which retries the failed operation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IoHalt {
     /// The VMM's name for the disk (`disk0` is the root disk).
     pub disk: String,

@@ -265,15 +265,23 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-    /// A QEMU stand-in: greets, accepts the capabilities, then answers each command line
-    /// with the next of `answers` (an event first, which the client must skip).
-    async fn fake_qemu(listener: tokio::net::UnixListener, answers: Vec<&'static str>) {
+    type Lines = tokio::io::Lines<BufReader<OwnedReadHalf>>;
+
+    /// A QEMU stand-in's start: accept the client, greet it, accept its capabilities.
+    async fn accept_and_greet(listener: tokio::net::UnixListener) -> (Lines, OwnedWriteHalf) {
         let (stream, _) = listener.accept().await.unwrap();
         let (r, mut w) = stream.into_split();
         let mut lines = BufReader::new(r).lines();
         w.write_all(b"{\"QMP\": {\"version\": {}}}\n").await.unwrap();
         lines.next_line().await.unwrap().unwrap();
         w.write_all(b"{\"return\": {}}\n").await.unwrap();
+        (lines, w)
+    }
+
+    /// A QEMU stand-in that answers each command line with the next of `answers` (an
+    /// event first, which the client must skip).
+    async fn fake_qemu(listener: tokio::net::UnixListener, answers: Vec<&'static str>) {
+        let (mut lines, mut w) = accept_and_greet(listener).await;
         for answer in answers {
             lines.next_line().await.unwrap().unwrap();
             w.write_all(b"{\"event\": \"STOP\"}\n").await.unwrap();
@@ -322,12 +330,7 @@ mod tests {
         let listener = tokio::net::UnixListener::bind(&path).unwrap();
         let (go, ready) = tokio::sync::oneshot::channel::<()>();
         let qemu = tokio::spawn(async move {
-            let (stream, _) = listener.accept().await.unwrap();
-            let (r, mut w) = stream.into_split();
-            let mut lines = BufReader::new(r).lines();
-            w.write_all(b"{\"QMP\": {\"version\": {}}}\n").await.unwrap();
-            lines.next_line().await.unwrap().unwrap();
-            w.write_all(b"{\"return\": {}}\n").await.unwrap();
+            let (mut lines, mut w) = accept_and_greet(listener).await;
             ready.await.unwrap();
             let report =
                 r#"{"event": "BLOCK_IO_ERROR", "data": {"device": "disk1", "action": "report", "nospace": false}}"#;

@@ -31,7 +31,7 @@ impl Node {
             loop {
                 let halt = tokio::select! {
                     halt = halts.wait_for(Option::is_some) => match halt {
-                        Ok(halt) => halt.clone(),
+                        Ok(halt) => halt.clone().unwrap_or_default(),
                         Err(_) => return,
                     },
                     _ = live.vm().wait() => return,
@@ -48,7 +48,7 @@ impl Node {
                     None => return,
                 };
                 tracing::error!(
-                    id = %sandbox.id, disk = ?halt.as_ref().map(|h| &h.disk), no_space = ?halt.as_ref().map(|h| h.no_space),
+                    id = %sandbox.id, disk = %halt.disk, no_space = halt.no_space,
                     free = ?free_bytes(&data_dir),
                     "the sandbox's VM halted: a write to its disk failed on this node; it continues once {} has {CONTINUE_ABOVE} bytes free",
                     data_dir.display()

@@ -44,10 +44,12 @@ pub async fn handle(state: &AppState, event: NodeEvent) {
         NodeEvent::Halted { id, halted } => {
             let meter = if halted { MeterState::Paused } else { MeterState::Running };
             match state.server.store.set_meter_state(&id, meter, ids::now_ms()).await {
-                Ok(_) if halted => {
+                Ok(true) if halted => {
                     tracing::warn!(%id, "sandbox halted by a full node disk: billed as paused until it runs")
                 }
-                Ok(_) => tracing::info!(%id, "halted sandbox runs again: billed as running"),
+                Ok(true) => tracing::info!(%id, "halted sandbox runs again: billed as running"),
+                // Unmetered, ended meanwhile, or already so.
+                Ok(false) => {}
                 Err(e) => tracing::error!(%id, "cannot change the meter of a halted sandbox: {e}"),
             }
         }

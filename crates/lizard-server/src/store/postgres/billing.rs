@@ -94,27 +94,9 @@ pub(super) async fn open_meter_tx(
     insert_meter_tx(tx, sandbox_id, (&account_id, &workspace_id, project_id), spec, state, at).await
 }
 
-/// Open a template build's meter, running from `at` (inside `insert_build`'s
-/// transaction): billed as a running sandbox of the build VM's size is, to the workspace
-/// (no project).
-pub(super) async fn open_build_meter_tx(
-    tx: &mut Transaction<'static, Postgres>,
-    build_id: &str,
-    workspace_id: &str,
-    spec: &MeterSpec,
-    at: i64,
-) -> Result<()> {
-    let account: Option<String> = sqlx::query_scalar("SELECT account_id FROM workspaces WHERE id = $1")
-        .bind(workspace_id)
-        .fetch_optional(&mut **tx)
-        .await
-        .map_err(backend)?;
-    let account = account.ok_or_else(|| StoreError::NotFound(format!("workspace {workspace_id}")))?;
-    insert_meter_tx(tx, build_id, (&account, workspace_id, ""), spec, MeterState::Running, at).await
-}
-
-/// Insert meter `id` of `(account, workspace, project)`, in `state` from `at`.
-async fn insert_meter_tx(
+/// Insert meter `id` of `(account, workspace, project)`, in `state` from `at` (a template
+/// build's, inside `insert_build`'s transaction, has no project).
+pub(super) async fn insert_meter_tx(
     tx: &mut Transaction<'static, Postgres>,
     id: &str,
     (account_id, workspace_id, project_id): (&str, &str, &str),

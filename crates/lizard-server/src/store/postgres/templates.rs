@@ -82,14 +82,14 @@ impl PostgresStore {
 impl TemplateStore for PostgresStore {
     async fn insert_build(&self, t: &NewTemplate, b: &NewBuild) -> Result<TemplateRecord> {
         let mut tx = self.write().await?;
-        let ws: Option<String> = sqlx::query_scalar("SELECT id FROM workspaces WHERE id = $1")
+        let account: Option<String> = sqlx::query_scalar("SELECT account_id FROM workspaces WHERE id = $1")
             .bind(&t.workspace_id)
             .fetch_optional(&mut *tx)
             .await
             .map_err(backend)?;
-        if ws.is_none() {
+        let Some(account) = account else {
             return Err(StoreError::NotFound(format!("workspace {}", t.workspace_id)));
-        }
+        };
         let unfinished: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM template_builds b JOIN templates t ON t.id = b.template_id \
              WHERE t.workspace_id = $1 AND b.status IN ('queued', 'running')",
@@ -157,7 +157,17 @@ impl TemplateStore for PostgresStore {
         .execute(&mut *tx)
         .await
         .map_err(|e| conflict_or_backend(e, || format!("build {} already exists", b.id)))?;
-        super::billing::open_build_meter_tx(&mut tx, &b.id, &t.workspace_id, &b.meter, b.created_at).await?;
+        // Billed as a running sandbox of the build VM's size, to the workspace (no project).
+        let owner = (account.as_str(), t.workspace_id.as_str(), "");
+        super::billing::insert_meter_tx(
+            &mut tx,
+            &b.id,
+            owner,
+            &b.meter,
+            crate::store::MeterState::Running,
+            b.created_at,
+        )
+        .await?;
         tx.commit().await.map_err(backend)?;
         self.template_by("t.id = $1", &template_id, None)
             .await?
