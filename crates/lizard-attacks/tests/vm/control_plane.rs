@@ -553,13 +553,15 @@ async fn a_guest_cannot_exhaust_the_servers_memory_through_calls_that_collect_it
     // A sandbox's share is a quarter: 64 MiB.
     let system = System::start(&["--guest-buffer-mib", "256"]).await;
     let id = system.create_sandbox("base", serde_json::json!({})).await;
-    // A fake code service in a plain base sandbox: every execution answers one 60 MiB line.
+    // A fake code service in a plain base sandbox: every execution answers one 60 MiB line
+    // (the same bytes for every answer: six copies would not fit the guest's 512 MiB).
     let fake = "import socket, threading\n\
                 line = b'{\"type\":\"stdout\",\"text\":\"' + b'x' * (60 << 20) + b'\"}\\n'\n\
                 def answer(c):\n\
                 \x20   try:\n\
                 \x20       c.recv(65536)\n\
-                \x20       c.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Type: application/x-ndjson\\r\\nConnection: close\\r\\n\\r\\n' + line)\n\
+                \x20       c.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Type: application/x-ndjson\\r\\nConnection: close\\r\\n\\r\\n')\n\
+                \x20       c.sendall(line)\n\
                 \x20   except OSError:\n\
                 \x20       pass\n\
                 \x20   c.close()\n\
