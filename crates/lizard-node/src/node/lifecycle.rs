@@ -49,8 +49,17 @@ impl Node {
             return Err(NodeError::Halted { id: sandbox.id.clone(), no_space: halt.no_space });
         }
         // The volume's data reaches its disk before the VM stops: a paused sandbox's
-        // volume must read the same from the host as from the guest.
-        sandbox.sync_volume().await;
+        // volume must read the same from the host as from the guest. That write may be
+        // the one the node's disk cannot take: the VM halts, and the pause is refused
+        // with nothing changed yet.
+        let mut halts = live.vm().io_halt();
+        let halted = tokio::select! {
+            () = sandbox.sync_volume() => None,
+            halt = halts.wait_for(Option::is_some) => halt.ok().and_then(|h| (*h).clone()),
+        };
+        if let Some(halt) = halted {
+            return Err(NodeError::Halted { id: sandbox.id.clone(), no_space: halt.no_space });
+        }
         // New operations are refused from here, as for a paused sandbox.
         sandbox.pausing.store(true, Ordering::SeqCst);
         // The agent goes back to waiting for a host, so that the first connection after the
@@ -97,19 +106,59 @@ impl Node {
         });
     }
 
-    /// Not paused after all: the VM runs on, with a new agent session.
-    async fn run_on(&self, sandbox: &Sandbox, live: &Arc<Live>) {
-        let vm = live.vm();
-        let _ = vm.resume().await;
-        let deadline = self.config.boot_timeout;
-        match vm::connect_agent(vm, &sandbox.secret, deadline, Some(vm::RESTORED_HANDSHAKE)).await {
-            Ok(agent) => {
-                self.forward_api(&sandbox.id, &agent);
-                live.set_agent(agent)
-            }
-            Err(e) => tracing::warn!(id = %sandbox.id, "no agent session after a failed pause: {e}"),
+    /// Not paused after all: the VM runs on, with a new agent session. A VM that halts
+    /// on a full disk as it continues (QEMU retries the write that failed during the
+    /// pause) answers nothing until the node continues it, which waits for this pause's
+    /// transition: its session is made in the background once it runs again.
+    async fn run_on(self: &Arc<Self>, sandbox: &Arc<Sandbox>, live: &Arc<Live>) {
+        let _ = live.vm().resume().await;
+        match self.new_session(sandbox, live).await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => tracing::warn!(id = %sandbox.id, "no agent session after a failed pause: {e}"),
+            None => self.new_session_once_continued(sandbox.clone(), live.clone()),
         }
         sandbox.pausing.store(false, Ordering::SeqCst);
+    }
+
+    /// A new agent session with `live`'s guest; None when its VM halts first.
+    async fn new_session(&self, sandbox: &Sandbox, live: &Live) -> Option<Result<()>> {
+        let vm = live.vm();
+        let mut halts = vm.io_halt();
+        let deadline = self.config.boot_timeout;
+        tokio::select! {
+            made = vm::connect_agent(vm, &sandbox.secret, deadline, Some(vm::RESTORED_HANDSHAKE)) => Some(made.map(|agent| {
+                self.forward_api(&sandbox.id, &agent);
+                live.set_agent(agent);
+            })),
+            _ = halts.wait_for(Option::is_some) => None,
+        }
+    }
+
+    /// [`Self::new_session`] each time the halted `live` continues, until one is made or
+    /// `live` is no longer the sandbox's VM.
+    fn new_session_once_continued(self: &Arc<Self>, sandbox: Arc<Sandbox>, live: Arc<Live>) {
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut halts = live.vm().io_halt();
+            loop {
+                tokio::select! {
+                    continued = halts.wait_for(Option::is_none) => if continued.is_err() { return },
+                    _ = live.vm().wait() => return,
+                }
+                let Some(node) = node.upgrade() else { return };
+                // No pause or kill meanwhile: they would find the session half made.
+                let _transition = sandbox.transition.lock().await;
+                if !sandbox.state().live.as_ref().is_some_and(|l| Arc::ptr_eq(l, &live)) {
+                    return;
+                }
+                match node.new_session(&sandbox, &live).await {
+                    Some(Ok(())) => tracing::info!(id = %sandbox.id, "agent session made: the halted VM continued"),
+                    Some(Err(e)) => tracing::warn!(id = %sandbox.id, "no agent session after a halt: {e}"),
+                    None => continue,
+                }
+                return;
+            }
+        });
     }
 
     /// Start a paused sandbox's VM again where it stopped. Resuming a running sandbox

@@ -2,7 +2,8 @@
 //! makes): a create refuses with a clear error and leaves nothing behind, a pause fails
 //! and leaves the sandbox running, a guest write that the disk cannot take halts only
 //! that VM — seen at once, its operations refused instead of hanging — and all of it
-//! works again once space returns, the halted write included.
+//! works again once space returns, the halted write included. A pause whose own volume
+//! sync halts the VM is refused, and leaves the sandbox as it was.
 
 #![allow(clippy::unwrap_used)]
 
@@ -150,6 +151,45 @@ async fn a_full_disk_refuses_creates_and_pauses_cleanly_and_both_work_once_space
     assert_eq!(first.info().state, SandboxState::Running);
     assert_eq!(first.exec_collect(sh("echo back")).await.unwrap().stdout, "back\n");
     drop(second);
+    node.shutdown().await;
+    common::assert_no_leftovers(&fs.mount);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pause_whose_own_volume_sync_halts_the_vm_is_refused_and_the_sandbox_runs_on() {
+    let fs = SmallFs::new("4G");
+    let mut config = lizard_node::NodeConfig::new(&fs.mount);
+    config.image_root = common::image_root();
+    let node = lizard_node::Node::start(config).await.unwrap();
+    node.create_volume("vol_full", 1).await.unwrap();
+    let req = CreateSandboxRequest { template: "base".into(), volume: Some("vol_full".into()), ..Default::default() };
+    let sandbox = node.create(req).await.unwrap();
+    // 16 MiB written to the volume and kept in the guest's page cache (no writeback
+    // until asked): the pause's own volume sync is the write the host's disk cannot take.
+    let write = "sysctl -q vm.dirty_writeback_centisecs=0 vm.dirty_expire_centisecs=360000 \
+                 && head -c 16M /dev/urandom > /workspace/cached && sha256sum < /workspace/cached";
+    let r = sandbox.exec_collect(sh(write)).await.unwrap();
+    assert_eq!(r.exit_code, 0, "{r:?}");
+    let written = r.stdout;
+    let filler = fs.fill();
+
+    let paused = tokio::time::timeout(Duration::from_secs(30), node.pause(&sandbox.id)).await;
+    let e = paused.expect("a pause whose volume sync halted the VM hangs").unwrap_err();
+    assert_halted(&e);
+    assert!(sandbox.is_halted());
+    assert_eq!(sandbox.info().state, SandboxState::Running, "a refused pause must leave it running");
+
+    std::fs::remove_file(filler).unwrap();
+    let continued = wait_until(Duration::from_secs(30), || !sandbox.is_halted()).await;
+    assert!(continued, "the halted VM did not continue once space returned");
+    // The agent session the pause did not end serves it again, and the data is whole.
+    let check = "sync /workspace/cached && echo 3 > /proc/sys/vm/drop_caches && sha256sum < /workspace/cached";
+    let r = tokio::time::timeout(Duration::from_secs(30), sandbox.exec_collect(sh(check))).await;
+    let r = r.expect("the sandbox does not answer after its halt").unwrap();
+    assert_eq!(r.stdout, written, "{r:?}");
+    node.pause(&sandbox.id).await.unwrap();
+    node.resume(&sandbox.id).await.unwrap();
+    assert_eq!(sandbox.exec_collect(sh("echo back")).await.unwrap().stdout, "back\n");
     node.shutdown().await;
     common::assert_no_leftovers(&fs.mount);
 }
