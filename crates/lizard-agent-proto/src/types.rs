@@ -245,10 +245,9 @@ pub struct Health {
 /// 2. sets the hostname,
 /// 3. mixes `entropy` into the kernel's RNG, credits it and forces a reseed, so that
 ///    clones stop sharing the template's random stream,
-/// 4. sets the wall clock to `unixTimeMs`.
-///
-/// `/proc/sys/kernel/random/boot_id` is left alone: Linux makes it on first read, which
-/// the agent never does, so each clone gets its own.
+/// 4. sets the wall clock to `unixTimeMs`,
+/// 5. gives the guest a new `/proc/sys/kernel/random/boot_id` when `sandboxId` is not
+///    the sandbox it last was (a clone, a fork's copy); a resumed guest keeps its own.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Identity {

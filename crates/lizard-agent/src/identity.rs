@@ -9,8 +9,14 @@
 //! Either way the agent applies it before answering, so that by the time the host sees
 //! the answer no command could run with the template's state.
 //!
-//! The boot id (`/proc/sys/kernel/random/boot_id`) needs nothing: Linux makes it on first
-//! read, and the agent never reads it, so the template never fixed it.
+//! A guest that becomes another sandbox than the one it was (a template's clone, a
+//! fork's copy) also gets a boot id of its own ([`new_boot_id`]); one that continues as
+//! itself (a resume) keeps its boot id, as it keeps its processes.
+//!
+//! What a fork's copy does share with its original is what `fork(2)` shares: each
+//! running process's memory, a user-space random generator's state included. The kernel's
+//! generator is reseeded here; a process that keeps its own seeded generator (most
+//! language runtimes do) goes on with the original's sequence until it reseeds.
 
 use crate::server::{AppError, AppState};
 use axum::extract::State;
@@ -18,12 +24,25 @@ use axum::http::StatusCode;
 use axum::Json;
 use lizard_agent_proto::handshake::Secret;
 use lizard_agent_proto::types::{AgentError, ErrorCode, Identity, IDENTITY_ENTROPY_BYTES};
-use std::io;
+use std::io::{self, Read};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::sync::Mutex;
+
+/// Where programs read the guest's boot id.
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+/// The file that answers there once the guest has a boot id of its own (on the guest's
+/// /run, a tmpfs).
+const OWN_BOOT_ID: &str = "/run/lizard-boot-id";
+
+/// The sandbox this guest last became (its memory is saved with it: a resumed guest
+/// remembers, a copy remembers its original).
+static BECAME: Mutex<Option<String>> = Mutex::new(None);
 
 /// An [`Identity`] checked and decoded.
 #[derive(Debug)]
 pub struct Parsed {
+    pub sandbox_id: String,
     pub hostname: String,
     pub secret: Secret,
     pub entropy: Vec<u8>,
@@ -44,7 +63,7 @@ pub fn parse(id: Identity) -> Result<Parsed, AgentError> {
     if id.unix_time_ms < 1_600_000_000_000 {
         return Err(bad(format!("implausible unixTimeMs {}", id.unix_time_ms)));
     }
-    Ok(Parsed { hostname: id.hostname, secret, entropy, unix_time_ms: id.unix_time_ms })
+    Ok(Parsed { sandbox_id: id.sandbox_id, hostname: id.hostname, secret, entropy, unix_time_ms: id.unix_time_ms })
 }
 
 pub async fn handle(State(state): State<AppState>, Json(id): Json<Identity>) -> Result<StatusCode, AppError> {
@@ -60,6 +79,7 @@ pub fn apply(state: &AppState, id: Identity) -> Result<(), AgentError> {
         // thread, which a just-restored guest may first have to create (milliseconds
         // under emulation, on every create).
         apply_to_system(&parsed.hostname, &parsed.entropy, parsed.unix_time_ms)
+            .and_then(|()| become_sandbox(&parsed.sandbox_id))
             .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))?;
     }
     // Last: a failure above leaves the old secret, and the host falls back to a cold boot.
@@ -79,6 +99,46 @@ fn apply_to_system(hostname: &str, entropy: &[u8], unix_time_ms: u64) -> io::Res
     nix::time::clock_settime(nix::time::ClockId::CLOCK_REALTIME, ts).map_err(|e| ctx("clock_settime")(e.into()))?;
     nix::unistd::sethostname(hostname).map_err(|e| ctx("sethostname")(e.into()))?;
     Ok(())
+}
+
+/// A new boot id when the guest becomes another sandbox than the one it last was.
+fn become_sandbox(sandbox_id: &str) -> io::Result<()> {
+    let mut became = BECAME.lock().unwrap_or_else(|e| e.into_inner());
+    if became.as_deref() != Some(sandbox_id) {
+        new_boot_id().map_err(|e| io::Error::new(e.kind(), format!("new boot id: {e}")))?;
+        *became = Some(sandbox_id.to_owned());
+    }
+    Ok(())
+}
+
+/// Give the guest a boot id of its own. Linux fixes `boot_id` at its first read and
+/// offers no way to change it, so a guest copied while running would go on reporting its
+/// original's, telling programs that key state by boot (journals, caches, licence
+/// checks) that two machines are one. A file bind-mounted read-only over it answers
+/// instead; later changes rewrite that file in place. Called after the reseed: the id
+/// comes from the guest's own random stream.
+fn new_boot_id() -> io::Result<()> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    std::fs::write(OWN_BOOT_ID, boot_id_text(bytes))?;
+    let (own, current) = (std::fs::metadata(OWN_BOOT_ID)?, std::fs::metadata(BOOT_ID)?);
+    if (own.dev(), own.ino()) != (current.dev(), current.ino()) {
+        use nix::mount::{mount, MsFlags};
+        mount(Some(OWN_BOOT_ID), BOOT_ID, None::<&str>, MsFlags::MS_BIND, None::<&str>)?;
+        let read_only = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY;
+        mount(None::<&str>, BOOT_ID, None::<&str>, read_only, None::<&str>)?;
+    }
+    Ok(())
+}
+
+/// A random (version 4) UUID in the kernel's own `boot_id` form: lowercase, hyphenated,
+/// one line. (Written here rather than with a UUID crate: it is one format string over 16
+/// random bytes, and the static guest agent stays small.)
+fn boot_id_text(mut b: [u8; 16]) -> String {
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = hex::encode(b);
+    format!("{}-{}-{}-{}-{}\n", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
 }
 
 /// `RNDADDENTROPY`: `_IOW('R', 0x03, int[2])`.
@@ -173,6 +233,13 @@ mod tests {
                 assert_eq!(*state.secret.read().unwrap(), old);
             }
         }
+    }
+
+    #[test]
+    fn boot_ids_take_the_kernels_form() {
+        let text = boot_id_text([0xff; 16]);
+        assert_eq!(text, "ffffffff-ffff-4fff-bfff-ffffffffffff\n");
+        assert_eq!(boot_id_text([0; 16]), "00000000-0000-4000-8000-000000000000\n");
     }
 
     #[test]

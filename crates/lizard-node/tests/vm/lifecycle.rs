@@ -220,6 +220,10 @@ async fn a_paused_sandboxs_vmm_is_kept_a_while_and_a_resume_continues_it() {
     assert_eq!(common::vmm_processes(t.dir.path()), Vec::<u32>::new(), "a kept VMM outlived the node");
 }
 
+async fn boot_id(sbx: &Sandbox) -> String {
+    run(sbx, "cat /proc/sys/kernel/random/boot_id").await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn forks_are_independent_copies_with_their_processes() {
     let t = common::node().await;
@@ -239,9 +243,20 @@ async fn forks_are_independent_copies_with_their_processes() {
 
     assert_eq!(t.node.fork(&src.id, 0).await.unwrap_err().code(), ErrorCode::InvalidArgument);
     assert_eq!(t.node.fork("nope", 1).await.unwrap_err().code(), ErrorCode::NotFound);
+    // Read before the fork: Linux fixes the boot id at its first read.
+    let src_boot = boot_id(&src).await;
     let copies = t.node.fork(&src.id, 2).await.unwrap();
     assert_eq!(copies.len(), 2);
     assert_ne!(copies[0].id, copies[1].id);
+    // Each copy boots anew as far as its programs can tell; the source and a resume keep theirs.
+    let mut boots = vec![src_boot.clone(), boot_id(&copies[0]).await, boot_id(&copies[1]).await];
+    assert_eq!(boot_id(&src).await, src_boot);
+    assert!(boots.iter().all(|b| b.len() == 37), "{boots:?}");
+    boots.sort();
+    boots.dedup();
+    assert_eq!(boots.len(), 3, "copies share a boot id: {boots:?}");
+    let e = copies[0].exec_collect(sh("echo x > /proc/sys/kernel/random/boot_id")).await.unwrap();
+    assert_ne!(e.exit_code, 0, "a copy's boot id is writable");
 
     let mut randoms = vec![run(&src, "head -c 16 /dev/urandom | od -An -tx1").await];
     for (i, copy) in copies.iter().enumerate() {
@@ -268,13 +283,16 @@ async fn forks_are_independent_copies_with_their_processes() {
         panic!("{e}: {}", std::fs::read_to_string(dir.join("qemu.stderr")).unwrap_or_default());
     }
     assert_eq!(run(&src, "cat /root/a.txt").await, "changed\n");
+    assert_eq!(boot_id(&src).await, src_boot, "a resume changed the boot id");
 
     // The source can go first: the copies' disks do not depend on its directory. A copy
     // pauses and resumes like any sandbox.
     t.node.kill(&src.id).await.unwrap();
+    let copy_boot = boot_id(&copies[0]).await;
     t.node.pause(&copies[0].id).await.unwrap();
     t.node.resume(&copies[0].id).await.unwrap();
     assert_eq!(run(&copies[0], "cat /root/a.txt").await, "copy0\n");
+    assert_eq!(boot_id(&copies[0]).await, copy_boot, "a copy's resume changed its boot id");
     // A paused sandbox cannot be forked.
     t.node.pause(&copies[1].id).await.unwrap();
     assert_eq!(t.node.fork(&copies[1].id, 1).await.unwrap_err().code(), ErrorCode::Conflict);
