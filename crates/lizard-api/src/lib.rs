@@ -304,6 +304,8 @@ pub enum ErrorCode {
     /// What the request waited for (a port to listen) did not happen within its
     /// `timeoutMs`: 408.
     TimedOut,
+    /// The account's or workspace's disk quota has no room for the volume asked for: 403.
+    QuotaExceeded,
 }
 
 impl ErrorCode {
@@ -325,6 +327,7 @@ impl ErrorCode {
             ErrorCode::OutputTooLarge => 422,
             ErrorCode::IdempotencyKeyReused => 422,
             ErrorCode::TimedOut => 408,
+            ErrorCode::QuotaExceeded => 403,
         }
     }
 }

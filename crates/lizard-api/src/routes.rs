@@ -16,7 +16,7 @@
 
 use crate::ErrorCode::{
     self, AccountScopeRequired, BootFailed, CodeServiceUnavailable, Conflict, Forbidden, IdempotencyKeyReused,
-    InvalidArgument, NotFound, OutputTooLarge, PaymentRequired, TimedOut, Unauthenticated, Unavailable,
+    InvalidArgument, NotFound, OutputTooLarge, PaymentRequired, QuotaExceeded, TimedOut, Unauthenticated, Unavailable,
 };
 
 /// An HTTP method a route answers.
@@ -354,6 +354,15 @@ pub const CREATE_WORKSPACE: Route = create(
 );
 /// By id, slug or name.
 pub const FIND_WORKSPACE: Route = get(path::WORKSPACE, Json("Workspace"), &[Unauthenticated, NotFound, Conflict]);
+/// Sets the workspace's volume quota. Unscoped keys only.
+pub const UPDATE_WORKSPACE: Route = route(
+    Patch,
+    path::WORKSPACE,
+    Json("UpdateWorkspaceRequest"),
+    200,
+    Json("Workspace"),
+    &[Unauthenticated, AccountScopeRequired, NotFound, Conflict, InvalidArgument],
+);
 /// `?force=true` deletes what it holds too.
 pub const DELETE_WORKSPACE: Route = delete(path::WORKSPACE, &[Unauthenticated, NotFound, Conflict, InvalidArgument]);
 pub const LIST_PROJECTS: Route =
@@ -408,7 +417,7 @@ pub const CREATE_VOLUME: Route = create(
     path::VOLUMES,
     Json("CreateVolumeRequest"),
     Json("Volume"),
-    &[Unauthenticated, NotFound, Conflict, InvalidArgument, PaymentRequired, IdempotencyKeyReused],
+    &[Unauthenticated, NotFound, Conflict, InvalidArgument, PaymentRequired, QuotaExceeded, IdempotencyKeyReused],
 );
 /// `?project=` or `?projectId=` for one project.
 pub const LIST_VOLUMES: Route = get(path::VOLUMES, JsonList("Volume"), &[Unauthenticated, NotFound, InvalidArgument]);
@@ -586,6 +595,7 @@ pub const SERVER: &[Route] = &[
     LIST_WORKSPACES,
     CREATE_WORKSPACE,
     FIND_WORKSPACE,
+    UPDATE_WORKSPACE,
     DELETE_WORKSPACE,
     LIST_PROJECTS,
     CREATE_PROJECT,

@@ -20,6 +20,20 @@ pub struct Workspace {
     /// Derived from the name at creation; unique within the account.
     pub slug: String,
     pub created_at: String,
+    /// GiB of volumes the workspace may hold, all its projects together, within the
+    /// account's own quota; `null`: the account's quota alone bounds it.
+    #[serde(default)]
+    pub volume_quota_gb: Option<u32>,
+}
+
+/// `PATCH /v1/workspaces/{id}` (unscoped keys only: a workspace's key cannot raise its
+/// own quota).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpdateWorkspaceRequest {
+    /// GiB of volumes the workspace may hold; `null` lifts the workspace's own quota.
+    pub volume_quota_gb: Option<u32>,
 }
 
 /// `POST /v1/workspaces`.

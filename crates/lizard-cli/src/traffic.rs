@@ -1,6 +1,6 @@
 //! `lizard server`'s flags for what clients may take of it: per key (request rate,
 //! requests in flight), per listener (connections, header and body read times), and the
-//! sandbox output the server holds for them.
+//! sandbox output the server holds for them, and the disk an account's volumes may take.
 
 use clap::Args;
 use lizard_server::config::TrafficLimits;
@@ -37,6 +37,10 @@ pub struct TrafficOpts {
     /// running at once; a push past it gets 409 CONFLICT.
     #[arg(long, value_name = "N", default_value_t = TrafficLimits::default().builds_per_workspace)]
     pub builds_per_workspace: u32,
+    /// GiB of volumes one account may hold, all its workspaces together; a create past
+    /// it gets 403 QUOTA_EXCEEDED. (`PATCH /v1/workspaces/{id}` sets a workspace's own.)
+    #[arg(long, value_name = "GB", default_value_t = TrafficLimits::default().volume_gb_per_account)]
+    pub volume_quota_gb: u32,
 }
 
 fn millis(d: Duration) -> u64 {
@@ -54,6 +58,7 @@ impl TrafficOpts {
             body_read: Duration::from_millis(self.body_read_timeout_ms.max(1)),
             guest_buffer_bytes: self.guest_buffer_mib.max(1).saturating_mul(1 << 20),
             builds_per_workspace: self.builds_per_workspace.max(1),
+            volume_gb_per_account: self.volume_quota_gb,
         }
     }
 }

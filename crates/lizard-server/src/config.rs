@@ -128,6 +128,9 @@ pub struct TrafficLimits {
     pub guest_buffer_bytes: usize,
     /// Template builds one workspace may have queued or running at once.
     pub builds_per_workspace: u32,
+    /// GiB of volumes one account may hold, all its workspaces together (a workspace's
+    /// own quota, set by the account, may bound it further).
+    pub volume_gb_per_account: u32,
 }
 
 impl Default for TrafficLimits {
@@ -143,6 +146,7 @@ impl Default for TrafficLimits {
             body_read: std::time::Duration::from_secs(60),
             guest_buffer_bytes: crate::guest_buffers::DEFAULT_TOTAL_BYTES,
             builds_per_workspace: 4,
+            volume_gb_per_account: 100,
         }
     }
 }

@@ -89,6 +89,7 @@ impl From<StoreError> for AppError {
         match e {
             StoreError::NotFound(what) => AppError::not_found(format!("{what} not found")),
             StoreError::Conflict(m) | StoreError::NotEmpty(m) => AppError::conflict(m),
+            StoreError::OverQuota(m) => AppError::new(ErrorCode::QuotaExceeded, m),
             StoreError::Unavailable(cause) => {
                 tracing::error!(%cause, "the database is unavailable");
                 AppError::new(ErrorCode::Unavailable, "the database is unavailable; retry shortly")

@@ -56,6 +56,8 @@ error_responses! {
     CodeServiceUnavailable => "502", "CODE_SERVICE_UNAVAILABLE: the sandbox runs no code service (use the interpreter template), or it stopped answering";
     /// 408 from a port wait.
     TimedOut => "408", "TIMED_OUT: nothing listened on the port within timeoutMs";
+    /// 403 from a volume create.
+    QuotaExceeded => "403", "QUOTA_EXCEEDED: the account's or the workspace's volume quota has no room for it";
 }
 
 struct Security;
@@ -156,6 +158,7 @@ mod tests {
             OutputTooLarge,
             IdempotencyKeyReused,
             TimedOut,
+            QuotaExceeded,
         ];
         for c in &all {
             match c {
@@ -174,7 +177,8 @@ mod tests {
                 | CodeServiceUnavailable
                 | OutputTooLarge
                 | IdempotencyKeyReused
-                | TimedOut => {}
+                | TimedOut
+                | QuotaExceeded => {}
             }
         }
         all
@@ -249,6 +253,7 @@ mod tests {
             "Project",
             "CreateProjectRequest",
             "UpdateProjectRequest",
+            "UpdateWorkspaceRequest",
             "ApiKey",
             "CreateApiKeyRequest",
             "CreatedApiKey",

@@ -310,3 +310,65 @@ async fn another_accounts_key_reaches_nothing_of_this_account() {
     attack(&system, &intruder, &victims).await;
     assert_untouched(&system, &victims).await;
 }
+
+/// Give an account made by [`another_account`] credits, as `lizard billing credit` does.
+async fn credit(system: &System, account: &str) {
+    let url = format!("sqlite://{}", system.data_dir().join("lizard.db").display());
+    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO ledger (id, account_id, kind, amount_nanos, description, created_at) \
+         VALUES ('txn_intruder', ?, 'credit', 10000000000, 'test credit', 1)",
+    )
+    .bind(account)
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+}
+
+/// Every account's volumes reserve the one disk of their node: one account (or one
+/// workspace's tenant) taking it all refused everyone else's volumes. Each account is
+/// held to its quota, and each workspace to the quota its account set, which the
+/// workspace's own key cannot raise.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_account_or_workspace_takes_the_volume_disk_others_need() {
+    let system = System::start(&["--volume-quota-gb", "2"]).await;
+    let intruder = another_account(&system).await;
+    credit(&system, "acc_intruder").await;
+    let (status, ws) = system.call_as(&intruder, Method::POST, "/v1/workspaces", Some(json!({"name": "grab"}))).await;
+    assert_eq!(status, 201, "{ws}");
+    let body = json!({"workspaceId": ws["id"], "name": "grab"});
+    let (status, project) = system.call_as(&intruder, Method::POST, "/v1/projects", Some(body)).await;
+    assert_eq!(status, 201, "{project}");
+    let volume = |name: &str, project: &Value, size: u32| json!({"name": name, "projectId": project, "sizeGb": size});
+    let (status, v) =
+        system.call_as(&intruder, Method::POST, "/v1/volumes", Some(volume("a", &project["id"], 1))).await;
+    assert_eq!(status, 201, "{v}");
+    let (status, e) =
+        system.call_as(&intruder, Method::POST, "/v1/volumes", Some(volume("b", &project["id"], 2))).await;
+    assert_eq!((status, e["code"].as_str()), (403, Some("QUOTA_EXCEEDED")), "{e}");
+
+    // This account: a tenant's workspace, held to 1 GiB by the owner.
+    let (_, team) = system.call(Method::POST, "/v1/workspaces", Some(json!({"name": "team"}))).await;
+    let team_path = format!("/v1/workspaces/{}", team["id"].as_str().unwrap());
+    let (_, team_project) =
+        system.call(Method::POST, "/v1/projects", Some(json!({"workspaceId": team["id"], "name": "t"}))).await;
+    let (status, _) = system.call(Method::PATCH, &team_path, Some(json!({"volumeQuotaGb": 1}))).await;
+    assert_eq!(status, 200);
+    let (_, key) =
+        system.call(Method::POST, "/v1/api-keys", Some(json!({"name": "tenant", "workspaces": [team["id"]]}))).await;
+    let tenant = key["key"].as_str().unwrap();
+    let (status, e) = system.call_as(tenant, Method::PATCH, &team_path, Some(json!({"volumeQuotaGb": null}))).await;
+    assert_eq!((status, e["code"].as_str()), (403, Some("ACCOUNT_SCOPE_REQUIRED")), "{e}");
+    let (status, e) =
+        system.call_as(tenant, Method::POST, "/v1/volumes", Some(volume("t", &team_project["id"], 2))).await;
+    assert_eq!((status, e["code"].as_str()), (403, Some("QUOTA_EXCEEDED")), "{e}");
+    assert!(e["message"].as_str().unwrap().contains("workspace's volume quota of 1 GiB"), "{e}");
+
+    // What the others left is still there for the owner's own project.
+    let own = json!({"name": "mine", "project": system.project, "sizeGb": 2});
+    let (status, v) = system.call(Method::POST, "/v1/volumes", Some(own)).await;
+    assert_eq!(status, 201, "{v}");
+    let (_, volumes) = system.call(Method::GET, "/v1/volumes", None).await;
+    assert_eq!(volumes.as_array().map(Vec::len), Some(1), "{volumes}");
+}

@@ -40,7 +40,7 @@ where
 {
     OpenApiRouter::new()
         .routes(routes!(workspaces::list, workspaces::create))
-        .routes(routes!(workspaces::find, workspaces::delete))
+        .routes(routes!(workspaces::find, workspaces::update, workspaces::delete))
         .routes(routes!(projects::list, projects::create))
         .routes(routes!(projects::get, projects::update, projects::delete))
         .routes(routes!(keys::list, keys::create))
@@ -124,7 +124,13 @@ pub fn all_routes() -> OpenApiRouter<AppState> {
 }
 
 pub(crate) fn workspace_json(w: WorkspaceRecord) -> lizard_api::Workspace {
-    lizard_api::Workspace { id: w.id, name: w.name, slug: w.slug, created_at: crate::ids::rfc3339(w.created_at) }
+    lizard_api::Workspace {
+        id: w.id,
+        name: w.name,
+        slug: w.slug,
+        created_at: crate::ids::rfc3339(w.created_at),
+        volume_quota_gb: w.volume_quota_gb,
+    }
 }
 
 pub(crate) fn project_json(p: ProjectRecord) -> lizard_api::Project {

@@ -11,7 +11,7 @@
 use crate::auth::{self, Principal};
 use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError};
 use crate::ids;
-use crate::openapi::{Conflict, InvalidArgument, NotFound, PaymentRequired, Unauthenticated};
+use crate::openapi::{Conflict, InvalidArgument, NotFound, PaymentRequired, QuotaExceeded, Unauthenticated};
 use crate::ops::volumes as ops;
 use crate::state::AppState;
 use crate::store::{ProjectRecord, VolumeRecord};
@@ -92,7 +92,7 @@ pub async fn volume_for(
     tag = "volumes",
     security(("apiKey" = [])),
     request_body = CreateVolumeRequest,
-    responses((status = 201, description = "The new volume", body = Volume), Unauthenticated, NotFound, Conflict, InvalidArgument, PaymentRequired)
+    responses((status = 201, description = "The new volume", body = Volume), Unauthenticated, NotFound, Conflict, InvalidArgument, PaymentRequired, QuotaExceeded)
 )]
 pub async fn create(
     State(state): State<AppState>,

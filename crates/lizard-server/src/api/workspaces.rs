@@ -1,20 +1,21 @@
-//! `/v1/workspaces`: list, create, find by id/slug/name, delete (empty-only unless
-//! `force`).
+//! `/v1/workspaces`: list, create, find by id/slug/name, set its volume quota, delete
+//! (empty-only unless `force`).
 //!
 //! A scoped key sees only the workspaces its scope lists, cannot create one (a new
-//! workspace is outside every existing scope: 403), and may delete one it sees.
+//! workspace is outside every existing scope: 403), cannot set a quota (its own would be
+//! the one it raised: 403), and may delete one it sees.
 
 use crate::api::workspace_json;
 use crate::auth::{self, Principal};
 use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult};
 use crate::ids;
-use crate::openapi::{Conflict, Forbidden, InvalidArgument, NotFound, Unauthenticated};
+use crate::openapi::{AccountScopeRequired, Conflict, Forbidden, InvalidArgument, NotFound, Unauthenticated};
 use crate::state::ServerState;
 use crate::store::WorkspaceRecord;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use lizard_api::{CreateWorkspaceRequest, Workspace};
+use lizard_api::{CreateWorkspaceRequest, UpdateWorkspaceRequest, Workspace};
 use serde::Deserialize;
 
 /// The workspaces the key sees, oldest first.
@@ -55,6 +56,7 @@ pub async fn create(
         slug: ids::slugify(&name)?,
         name,
         created_at: ids::now_ms(),
+        volume_quota_gb: None,
     };
     state.store.insert_workspace(&w).await?;
     Ok((StatusCode::CREATED, Json(workspace_json(w))))
@@ -75,6 +77,32 @@ pub async fn find(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<Workspace>> {
     Ok(Json(workspace_json(auth::resolve_workspace(state.store.as_ref(), &p, &id).await?)))
+}
+
+/// Set a workspace's volume quota (`null` lifts it). Unscoped keys only.
+#[utoipa::path(
+    patch,
+    path = lizard_api::routes::UPDATE_WORKSPACE.path,
+    tag = "workspaces",
+    security(("apiKey" = [])),
+    params(("id" = String, Path, description = "Workspace id, slug or name")),
+    request_body = UpdateWorkspaceRequest,
+    responses(
+        (status = 200, description = "The workspace", body = Workspace),
+        Unauthenticated, AccountScopeRequired, NotFound, Conflict, InvalidArgument
+    )
+)]
+pub async fn update(
+    State(state): State<ServerState>,
+    p: Principal,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(req): ApiJson<UpdateWorkspaceRequest>,
+) -> ApiResult<Json<Workspace>> {
+    auth::require_account_scope(&p)?;
+    let w = auth::resolve_workspace(state.store.as_ref(), &p, &id).await?;
+    let w = state.store.set_workspace_volume_quota(&p.account_id, &w.id, req.volume_quota_gb).await?;
+    tracing::info!(workspace = %w.id, quota_gb = ?w.volume_quota_gb, key = %p.key_id, "workspace volume quota set");
+    Ok(Json(workspace_json(w)))
 }
 
 #[derive(Debug, Default, Deserialize)]

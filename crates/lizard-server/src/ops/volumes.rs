@@ -44,7 +44,8 @@ pub fn is_id(name_or_id: &str) -> bool {
 }
 
 /// Record a volume of `size_gb` in `project` on a node of `region` (any when `None`),
-/// then have that node make its disk. 409 when the name is taken in the project; 402 at
+/// then have that node make its disk. 409 when the name is taken in the project; 403 when
+/// the account's or the workspace's volume quota has no room for it; 402 at
 /// zero balance, as for a sandbox's create (a volume accrues from its create; existing
 /// ones keep their data and accrue on, as a paused sandbox's saved state does).
 pub async fn create(
@@ -67,6 +68,7 @@ pub async fn create(
         region: placed.at.region,
         created_at: ids::now_ms(),
         nanos_per_sec: state.server.config.billing.pricing.volume_rate(size_gb),
+        account_quota_gb: state.server.config.traffic.volume_gb_per_account,
     };
     store.insert_volume(&new).await.map_err(|e| match e {
         StoreError::NotFound(_) => AppError::not_found(format!("project {} not found", project.id)),

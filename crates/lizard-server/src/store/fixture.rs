@@ -33,6 +33,7 @@ pub async fn seed(store: &dyn Store, account: &str, projects: &[(&str, &str)]) {
             name: ws.into(),
             slug: ws.into(),
             created_at: 1,
+            volume_quota_gb: None,
         };
         store.insert_workspace(&workspace).await.unwrap();
         let project = ProjectRecord {

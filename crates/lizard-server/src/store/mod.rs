@@ -53,6 +53,9 @@ pub enum StoreError {
     /// A uniqueness rule was broken (duplicate name or slug, duplicate id).
     #[error("{0}")]
     Conflict(String),
+    /// A quota has no room for what was asked.
+    #[error("{0}")]
+    OverQuota(String),
     /// Something still lives inside what was to be deleted.
     #[error("{0}")]
     NotEmpty(String),
@@ -102,6 +105,9 @@ pub struct WorkspaceRecord {
     pub name: String,
     pub slug: String,
     pub created_at: i64,
+    /// GiB of volumes it may hold (see [`volumes::check_quota`]); None: its account's
+    /// quota alone.
+    pub volume_quota_gb: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,6 +276,13 @@ pub trait Store:
     async fn insert_workspace(&self, workspace: &WorkspaceRecord) -> Result<()>;
 
     async fn get_workspace(&self, account_id: &str, workspace_id: &str) -> Result<Option<WorkspaceRecord>>;
+    /// Set (or lift, with None) a workspace's volume quota; the workspace as it is now.
+    async fn set_workspace_volume_quota(
+        &self,
+        account_id: &str,
+        workspace_id: &str,
+        quota_gb: Option<u32>,
+    ) -> Result<WorkspaceRecord>;
 
     /// Oldest first.
     async fn list_workspaces(&self, account_id: &str) -> Result<Vec<WorkspaceRecord>>;

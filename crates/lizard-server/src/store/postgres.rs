@@ -45,6 +45,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (11, "services", include_str!("../../migrations/postgres/0011_services.sql")),
     (12, "ledger by sandbox", include_str!("../../migrations/postgres/0012_ledger_by_sandbox.sql")),
     (13, "join token uses", include_str!("../../migrations/postgres/0013_join_token_uses.sql")),
+    (14, "volume quotas", include_str!("../../migrations/postgres/0014_volume_quotas.sql")),
 ];
 
 mod access;
@@ -225,6 +226,7 @@ fn workspace(r: &PgRow) -> Result<WorkspaceRecord> {
         name: r.try_get("name").map_err(backend)?,
         slug: r.try_get("slug").map_err(backend)?,
         created_at: r.try_get("created_at").map_err(backend)?,
+        volume_quota_gb: super::volumes::quota_gb(r.try_get("volume_quota_gb").map_err(backend)?),
     })
 }
 
@@ -375,6 +377,24 @@ impl Store for PostgresStore {
             .as_ref()
             .map(workspace)
             .transpose()
+    }
+
+    async fn set_workspace_volume_quota(
+        &self,
+        account_id: &str,
+        workspace_id: &str,
+        quota_gb: Option<u32>,
+    ) -> Result<WorkspaceRecord> {
+        sqlx::query("UPDATE workspaces SET volume_quota_gb = $1 WHERE account_id = $2 AND id = $3")
+            .bind(quota_gb.map(i64::from))
+            .bind(account_id)
+            .bind(workspace_id)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        self.get_workspace(account_id, workspace_id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("workspace {workspace_id}")))
     }
 
     async fn list_workspaces(&self, account_id: &str) -> Result<Vec<WorkspaceRecord>> {

@@ -7,7 +7,7 @@
 //! [`RESERVATION_PREFIX`] token while a sandbox that asked for it boots. Ending the
 //! sandbox ([`super::Store::end_sandbox`]) clears it in the same transaction.
 
-use super::{Result, Scope};
+use super::{Result, Scope, StoreError};
 use async_trait::async_trait;
 
 /// `attached_to` of a volume whose sandbox is still being created.
@@ -40,6 +40,40 @@ pub struct NewVolume {
     pub created_at: i64,
     /// What its storage costs a second (its meter runs from `created_at` to its delete).
     pub nanos_per_sec: i64,
+    /// GiB of volumes its account may hold, all workspaces together.
+    pub account_quota_gb: u32,
+}
+
+/// The quota of a new volume's project's ($1) workspace, and the GiB of volumes its
+/// account and that workspace hold: read in the volume's write transaction,
+/// so that creates at once cannot pass a quota together. (One text for both engines.)
+pub(super) const QUOTA_USE: &str = "SELECT w.volume_quota_gb, \
+     (SELECT CAST(COALESCE(SUM(v.size_gb), 0) AS BIGINT) FROM volumes v JOIN projects vp ON vp.id = v.project_id \
+      JOIN workspaces vw ON vw.id = vp.workspace_id WHERE vw.account_id = w.account_id) AS account_used, \
+     (SELECT CAST(COALESCE(SUM(v.size_gb), 0) AS BIGINT) FROM volumes v JOIN projects vp ON vp.id = v.project_id \
+      WHERE vp.workspace_id = w.id) AS workspace_used \
+     FROM projects p JOIN workspaces w ON w.id = p.workspace_id WHERE p.id = $1";
+
+/// Refuse a volume of `size_gb` that its account's or its workspace's quota has no
+/// room for, saying which quota, how much is used and what is left.
+/// The quota column as it is read (None: no quota of its own).
+pub(super) fn quota_gb(column: Option<i64>) -> Option<u32> {
+    column.map(|q| u32::try_from(q).unwrap_or(u32::MAX))
+}
+
+pub(super) fn check_quota(size_gb: u32, account: (u32, i64), workspace: Option<(u32, i64)>) -> Result<()> {
+    let over = |whose: &str, (quota, used): (u32, i64)| {
+        let left = (i64::from(quota) - used).max(0);
+        (used + i64::from(size_gb) > i64::from(quota)).then(|| {
+            StoreError::OverQuota(format!(
+                "a volume of {size_gb} GiB does not fit the {whose}'s volume quota of {quota} GiB: {used} GiB in use, {left} GiB left"
+            ))
+        })
+    };
+    match workspace.and_then(|w| over("workspace", w)).or_else(|| over("account", account)) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// A recorded volume, with where it lives in the tenancy tree (for scope checks).
@@ -103,4 +137,22 @@ pub trait VolumeStore: Send + Sync {
     /// process never finished, and holders that ended or no longer exist. Returns how
     /// many it cleared.
     async fn release_stale_attachments(&self) -> Result<u64>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotas_name_the_one_that_refuses() {
+        assert!(check_quota(10, (20, 10), None).is_ok());
+        let e = check_quota(11, (20, 10), None).unwrap_err().to_string();
+        assert!(e.contains("account's volume quota of 20 GiB: 10 GiB in use, 10 GiB left"), "{e}");
+        let e = check_quota(3, (20, 0), Some((5, 3))).unwrap_err().to_string();
+        assert!(e.contains("workspace's volume quota of 5 GiB: 3 GiB in use, 2 GiB left"), "{e}");
+        // A workspace quota above the account's leaves the account's in force.
+        let e = check_quota(8, (20, 15), Some((50, 0))).unwrap_err().to_string();
+        assert!(e.contains("account's"), "{e}");
+        assert!(matches!(check_quota(1, (0, 0), None), Err(StoreError::OverQuota(_))));
+    }
 }

@@ -93,19 +93,24 @@ async fn volume_routes_with_names_ids_scopes_and_deletes() {
         let m = api.fails("POST", "/v1/volumes", &owner, Some(body), "INVALID_ARGUMENT").await;
         assert!(m.contains("not enough disk"), "{m}");
     } // else: too close to call while other processes write
-    if free < 1000 << 30 {
-        let m = api
-            .fails(
-                "POST",
-                "/v1/volumes",
-                &owner,
-                Some(json!({"name": "huge", "project": "p1", "sizeGb": 1024})),
-                "INVALID_ARGUMENT",
-            )
-            .await;
-        assert!(m.contains("not enough disk"), "{m}");
-        api.fails("GET", "/v1/volumes/huge?project=p1", &owner, None, "NOT_FOUND").await;
-    }
+      // Quotas: the account's (100 GiB unless the operator sets another) refuses what no
+      // disk could hold, before any node is asked; a workspace's own, which only an
+      // unscoped key sets, refuses within it.
+    let huge = json!({"name": "huge", "project": "p1", "sizeGb": 1024});
+    let m = api.fails("POST", "/v1/volumes", &owner, Some(huge), "QUOTA_EXCEEDED").await;
+    assert!(m.contains("account's volume quota of 100 GiB: 1 GiB in use, 99 GiB left"), "{m}");
+    api.fails("GET", "/v1/volumes/huge?project=p1", &owner, None, "NOT_FOUND").await;
+    let w1_path = format!("/v1/workspaces/{}", s(&w1["id"]));
+    let raise = json!({"volumeQuotaGb": 1000});
+    api.fails("PATCH", &w1_path, &k1, Some(raise), "ACCOUNT_SCOPE_REQUIRED").await;
+    let w = api.ok("PATCH", &w1_path, &owner, Some(json!({"volumeQuotaGb": 1}))).await;
+    assert_eq!(w["volumeQuotaGb"], 1, "{w}");
+    assert_eq!(api.ok("GET", &w1_path, &k1, None).await["volumeQuotaGb"], 1);
+    let more = json!({"name": "more", "project": "p1b", "sizeGb": 1});
+    let m = api.fails("POST", "/v1/volumes", &k1, Some(more), "QUOTA_EXCEEDED").await;
+    assert!(m.contains("workspace's volume quota of 1 GiB: 1 GiB in use, 0 GiB left"), "{m}");
+    let w = api.ok("PATCH", &w1_path, &owner, Some(json!({"volumeQuotaGb": null}))).await;
+    assert!(w["volumeQuotaGb"].is_null(), "{w}");
 
     // The name is the key inside a project: taken → 409; another project may reuse it.
     let m = api.fails("POST", "/v1/volumes", &k1, Some(json!({"name": "data", "project": "p1"})), "CONFLICT").await;

@@ -86,6 +86,13 @@ impl VolumeStore for PostgresStore {
 
     async fn insert_volume(&self, v: &NewVolume) -> Result<()> {
         let mut tx = self.write().await?;
+        let in_use: Option<(Option<i64>, i64, i64)> =
+            sqlx::query_as(QUOTA_USE).bind(&v.project_id).fetch_optional(&mut *tx).await.map_err(backend)?;
+        let Some((workspace_quota, account_used, workspace_used)) = in_use else {
+            return Err(StoreError::NotFound(format!("project {}", v.project_id)));
+        };
+        let workspace = quota_gb(workspace_quota).map(|q| (q, workspace_used));
+        check_quota(v.size_gb, (v.account_quota_gb, account_used), workspace)?;
         sqlx::query(
             "INSERT INTO volumes (id, project_id, name, size_gb, node_id, region, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )

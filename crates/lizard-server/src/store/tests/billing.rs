@@ -175,6 +175,7 @@ fn volume(id: &str, project: &str, at: i64, nanos_per_sec: i64) -> crate::store:
         region: "local".into(),
         created_at: at,
         nanos_per_sec,
+        account_quota_gb: 100,
     }
 }
 

@@ -24,7 +24,14 @@ fn k(id: &str, scope: Option<Scope>) -> KeyRecord {
 }
 
 fn ws(id: &str, name: &str) -> WorkspaceRecord {
-    WorkspaceRecord { id: id.into(), account_id: "acc_1".into(), name: name.into(), slug: name.into(), created_at: 3 }
+    WorkspaceRecord {
+        id: id.into(),
+        account_id: "acc_1".into(),
+        name: name.into(),
+        slug: name.into(),
+        created_at: 3,
+        volume_quota_gb: None,
+    }
 }
 
 fn prj(id: &str, ws: &str, name: &str) -> ProjectRecord {

@@ -21,6 +21,7 @@ fn vol(id: &str, name: &str) -> NewVolume {
         region: "local".into(),
         created_at: 2,
         nanos_per_sec: 0,
+        account_quota_gb: 100,
     }
 }
 
@@ -71,4 +72,38 @@ async fn forced_workspace_delete_returns_its_volumes(db: TestDb) {
     assert_eq!(s.node_loads().await.unwrap()[0].volumes, 0);
 }
 
-store_tests!(one_holder_at_a_time_until_the_sandbox_ends, forced_workspace_delete_returns_its_volumes);
+/// The account's quota counts every workspace's volumes; a workspace's own bounds it
+/// alone; a refused volume leaves no record.
+async fn quotas_bound_an_accounts_and_a_workspaces_volumes(db: TestDb) {
+    let s = db.seeded("acc_1", &[("ws_a", "prj_a"), ("ws_b", "prj_b")]).await;
+    s.upsert_node(&NodeRecord { id: "node_1".into(), region: "local".into(), created_at: 1 }).await.unwrap();
+    let sized = |id: &str, project: &str, size_gb| NewVolume {
+        project_id: project.into(),
+        size_gb,
+        account_quota_gb: 10,
+        ..vol(id, id)
+    };
+    s.insert_volume(&sized("vol_1", "prj_a", 6)).await.unwrap();
+    let over = s.insert_volume(&sized("vol_2", "prj_b", 5)).await;
+    assert!(matches!(&over, Err(StoreError::OverQuota(m)) if m.contains("account's")), "{over:?}");
+    s.insert_volume(&sized("vol_2", "prj_b", 4)).await.unwrap();
+
+    let w = s.set_workspace_volume_quota("acc_1", "ws_a", Some(7)).await.unwrap();
+    assert_eq!(w.volume_quota_gb, Some(7));
+    assert_eq!(s.get_workspace("acc_1", "ws_a").await.unwrap().unwrap().volume_quota_gb, Some(7));
+    s.delete_volume("acc_1", "vol_2").await.unwrap();
+    let over = s.insert_volume(&sized("vol_3", "prj_a", 2)).await;
+    assert!(matches!(&over, Err(StoreError::OverQuota(m)) if m.contains("workspace's")), "{over:?}");
+    s.insert_volume(&sized("vol_3", "prj_b", 2)).await.unwrap();
+    let ids: Vec<_> = s.list_volumes("acc_1", None, None).await.unwrap().into_iter().map(|v| v.id).collect();
+    assert_eq!(ids, ["vol_1", "vol_3"]);
+    assert_eq!(s.set_workspace_volume_quota("acc_1", "ws_a", None).await.unwrap().volume_quota_gb, None);
+    s.insert_volume(&sized("vol_4", "prj_a", 1)).await.unwrap();
+    assert!(matches!(s.set_workspace_volume_quota("acc_2", "ws_a", Some(1)).await, Err(StoreError::NotFound(_))));
+}
+
+store_tests!(
+    one_holder_at_a_time_until_the_sandbox_ends,
+    forced_workspace_delete_returns_its_volumes,
+    quotas_bound_an_accounts_and_a_workspaces_volumes
+);
