@@ -57,6 +57,12 @@ pub struct NodeOpts {
     /// itself once there is room.
     #[arg(long, value_name = "MIB", default_value_t = lizard_node::DEFAULT_DISK_HEADROOM >> 20, env = "LIZARD_DISK_HEADROOM_MIB")]
     pub disk_headroom_mib: u64,
+    /// Minutes a template snapshot no clone was made of is kept (at least 1): after
+    /// that it is deleted unless it is its template's latest or a sandbox's disk backs
+    /// onto it (a size-specific one costs 130–220 MB; the next create of its size makes
+    /// it anew).
+    #[arg(long, value_name = "MINUTES", default_value_t = 60, env = "LIZARD_SNAPSHOT_IDLE_MINUTES")]
+    pub snapshot_idle_minutes: u64,
     /// Run VMMs unconfined (as root: no own uid, no seccomp, no cgroups) when the host
     /// cannot confine them, instead of refusing sandboxes. Development hosts only: one
     /// emulator bug is then host root.
@@ -111,6 +117,7 @@ impl NodeOpts {
         config.warm_pool = self.warm_pool.iter().cloned().collect();
         config.keep_paused_vm = Duration::from_secs(self.keep_paused_vm);
         config.disk_headroom = self.disk_headroom_mib << 20;
+        config.snapshot_idle = Duration::from_secs(self.snapshot_idle_minutes.max(1) * 60);
         config.api_forward_shared = self.guest_api_connection_pool.max(1);
         config.confine.insecure_no_confine = self.insecure_no_confine;
         config.confine.cpu_overcommit = self.cpu_overcommit;

@@ -61,6 +61,9 @@ pub struct NodeConfig {
     /// A running sandbox whose write the disk cannot take halts until there is room
     /// (`node::disk_halt`); this keeps new ones from taking that room first.
     pub disk_headroom: u64,
+    /// How long a template snapshot that no clone was made of is kept, unless it is its
+    /// template's latest or a disk backs onto it (`node::snapshot_gc`).
+    pub snapshot_idle: Duration,
 }
 
 /// [`NodeConfig::disk_headroom`]'s default: 1 GiB.
@@ -90,6 +93,7 @@ impl NodeConfig {
             keep_paused_vm: Duration::ZERO,
             confine: Default::default(),
             disk_headroom: DEFAULT_DISK_HEADROOM,
+            snapshot_idle: Duration::from_secs(60 * 60),
         }
     }
 }

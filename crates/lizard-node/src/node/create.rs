@@ -246,6 +246,9 @@ impl Node {
         let key =
             snapshot::key(template, boot, vcpus, memory_mib, accel, &self.backend.version(), self.network.is_some());
         let dir = self.snapshots_dir().join(&key);
+        // Noted before it is looked at, so that a collection under way keeps it (see
+        // `snapshot_gc`).
+        self.snapshot_used(&key);
         if let Some(s) = snapshot::TemplateSnapshot::load(&dir) {
             return Ok(s);
         }

@@ -22,6 +22,7 @@ mod kept;
 mod lifecycle;
 mod pool;
 mod restart;
+mod snapshot_gc;
 mod volumes;
 
 pub use build::{BuildTemplate, BuiltTemplate};
@@ -69,6 +70,10 @@ pub struct Node {
     /// One lock per snapshot key: the first create of a template builds its snapshot,
     /// the ones behind it wait for it.
     snapshot_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// When a clone was last made of each snapshot key (see [`snapshot_gc`]).
+    snapshot_uses: Mutex<HashMap<String, std::time::Instant>>,
+    /// When this node process started.
+    started: std::time::Instant,
     /// Volume id → the sandbox that holds it (being created, running or paused): one
     /// writer per volume.
     volume_holders: Mutex<HashMap<String, String>>,
@@ -203,6 +208,8 @@ impl Node {
             halts: tokio::sync::broadcast::Sender::new(ENDS_BUFFERED),
             forward_slots: forward::SharedSlots::new(config.api_forward_shared.max(1)),
             snapshot_locks: Mutex::new(HashMap::new()),
+            snapshot_uses: Mutex::new(HashMap::new()),
+            started: std::time::Instant::now(),
             volume_holders: Mutex::new(HashMap::new()),
             templates: Registry::open(&config.data_dir.join("templates")),
             template_layers: LayerStore::new(config.data_dir.join("template-layers")),
@@ -220,6 +227,7 @@ impl Node {
         node.drop_broken_templates();
         node.collect_template_layers();
         snapshot::sweep(&node.snapshots_dir());
+        node.collect_snapshots_now_and_then();
         crate::volumes::sweep(&node.volumes_dir());
         node.start_warm_pools();
         node.prepare_boot_files();

@@ -180,6 +180,11 @@ impl Pool {
     }
 
     /// How many machines of `template` are ready (all shapes), for tests and the bench.
+    /// Whether the pool makes machines from the snapshot `key`.
+    pub fn uses_snapshot(&self, key: &str) -> bool {
+        self.shelves().contains_key(key)
+    }
+
     pub fn ready_of(&self, template: &str) -> usize {
         self.shelves().values().filter(|s| s.snap.meta.template == template).map(|s| s.ready.len()).sum()
     }

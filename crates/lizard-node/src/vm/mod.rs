@@ -21,6 +21,7 @@ pub(crate) use launch::{
     clone_template, cold_boot, delta_copy, identify, load_copy, restore_clone, resume_in_place, save_in_place,
     spawn_clone, Launched,
 };
+pub(crate) use qcow2::backing_file;
 pub(crate) use run_dir::{vmm_pid_of, PLACEHOLDER_DISK, STAGING_DISK};
 pub(crate) use saved::{discard_saved, saved_form};
 

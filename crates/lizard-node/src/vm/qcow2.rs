@@ -86,9 +86,50 @@ fn header(backing: &Path, backing_format: &str, size: u64) -> std::io::Result<Ve
     Ok(h)
 }
 
+/// The backing file a qcow2 image names (as written: a relative name is relative to the
+/// image's directory), or None for an image with none. Read from the header, as QEMU
+/// does: the name's offset (bytes 8..16) and length (16..20).
+pub fn backing_file(image: &Path) -> std::io::Result<Option<std::path::PathBuf>> {
+    use std::os::unix::ffi::OsStringExt;
+    let f = std::fs::File::open(image)?;
+    let mut head = [0u8; 20];
+    f.read_exact_at(&mut head, 0)?;
+    let [b'Q', b'F', b'I', 0xfb, _, _, _, _, o0, o1, o2, o3, o4, o5, o6, o7, l0, l1, l2, l3] = head else {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "not a qcow2 image"));
+    };
+    let (offset, len) = (u64::from_be_bytes([o0, o1, o2, o3, o4, o5, o6, o7]), u32::from_be_bytes([l0, l1, l2, l3]));
+    if offset == 0 || len == 0 {
+        return Ok(None);
+    }
+    if len > 1023 {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "a backing file name over 1023 bytes"));
+    }
+    let mut name = vec![0u8; len as usize];
+    f.read_exact_at(&mut name, offset)?;
+    let name = std::path::PathBuf::from(std::ffi::OsString::from_vec(name));
+    Ok(Some(match image.parent() {
+        Some(dir) if name.is_relative() => dir.join(name),
+        _ => name,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_backing_file_reads_back_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("base.raw");
+        std::fs::write(&base, [0u8; 4096]).unwrap();
+        let top = dir.path().join("top.qcow2");
+        create_overlay(&base, "raw", 4096, &top).unwrap();
+        assert_eq!(backing_file(&top).unwrap(), Some(base.clone()));
+        let relative = dir.path().join("relative.qcow2");
+        create_overlay(Path::new("top.qcow2"), "qcow2", 4096, &relative).unwrap();
+        assert_eq!(backing_file(&relative).unwrap(), Some(dir.path().join("top.qcow2")));
+        assert_eq!(backing_file(&base).unwrap_err().kind(), std::io::ErrorKind::InvalidData);
+    }
     #[cfg(feature = "vm-tests")]
     use std::process::Command;
 

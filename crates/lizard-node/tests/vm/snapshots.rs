@@ -1,5 +1,6 @@
 //! Sandboxes restored from a template snapshot: each one its own machine (RNG, boot id,
-//! hostname, clock, disk, secret), and much faster to start than a cold boot.
+//! hostname, clock, disk, secret), and much faster to start than a cold boot; snapshots
+//! nothing needs are collected.
 
 // Helpers of these tests unwrap as the tests do (clippy.toml's allow-unwrap-in-tests
 // covers only the #[test] functions themselves).
@@ -524,4 +525,61 @@ async fn a_clone_paused_to_a_full_save_still_resumes() {
     node.kill(&id).await.unwrap();
     node.shutdown().await;
     common::assert_no_leftovers(t.dir.path());
+}
+
+/// The snapshot keys on the node's disk.
+fn snapshot_keys(t: &common::TestNode) -> Vec<String> {
+    let dir = t.dir.path().join("snapshots");
+    let mut keys: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| TemplateSnapshot::load(&e.path()).map(|s| s.key()))
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// A size-specific snapshot no disk needs is collected; one a paused clone's disk backs
+/// onto, or a fork's copy's (through the layer between), stays until they are gone, and
+/// so does the latest of the template in the default shape. The sandboxes resume and
+/// run as before.
+#[tokio::test(flavor = "multi_thread")]
+async fn unused_size_specific_snapshots_are_collected_and_needed_ones_kept() {
+    let t = common::node_with(|c| c.snapshot_idle = Duration::ZERO).await;
+    let sized = |memory_mib| CreateSandboxRequest { memory_mib: Some(memory_mib), ..base() };
+    let unused = t.node.create(sized(256)).await.unwrap();
+    let unused_key = snapshot_keys(&t);
+    t.node.kill(&unused.id).await.unwrap();
+    let paused = t.node.create(sized(768)).await.unwrap();
+    out(&paused, "echo kept > /root/note").await;
+    t.node.pause(&paused.id).await.unwrap();
+    let forked = t.node.create(sized(1024)).await.unwrap();
+    let copy = t.node.fork(&forked.id, 1).await.unwrap().remove(0);
+    t.node.kill(&forked.id).await.unwrap();
+    let default = t.node.create(base()).await.unwrap();
+    let all = snapshot_keys(&t);
+    assert_eq!(all.len(), 4, "{all:?}");
+
+    let collected = t.node.collect_snapshots().await;
+    assert_eq!(collected, unused_key, "collected the wrong snapshots");
+    assert_eq!(snapshot_keys(&t).len(), 3);
+    assert!(!t.dir.path().join("snapshots").join(format!("{}.lock", unused_key[0])).exists());
+    t.node.resume(&paused.id).await.unwrap();
+    assert_eq!(out(&paused, "cat /root/note").await, "kept");
+    assert_eq!(out(&copy, "echo copy").await, "copy");
+    // A create of the collected size makes its snapshot anew.
+    let again = t.node.create(sized(256)).await.unwrap();
+    assert!(again.from_snapshot());
+    assert_eq!(out(&again, "echo again").await, "again");
+
+    for s in [&paused, &copy, &again] {
+        t.node.kill(&s.id).await.unwrap();
+    }
+    // The default shape's stays, and so does the template's latest (256 MiB, made last).
+    assert_eq!(t.node.collect_snapshots().await.len(), 2, "the unneeded snapshots stayed");
+    assert_eq!(snapshot_keys(&t).len(), 2);
+    let next = t.node.create(base()).await.unwrap();
+    assert_eq!(out(&next, "echo next").await, "next");
+    drop((default, next));
+    t.finish().await;
 }
