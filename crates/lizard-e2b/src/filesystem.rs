@@ -1,0 +1,116 @@
+//! envd's `filesystem.Filesystem` messages (proto3 JSON).
+
+use serde::{Deserialize, Serialize};
+
+/// `Stat`, `MakeDir`, `Remove`: one path.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct PathRequest {
+    pub path: String,
+}
+
+/// `Move`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct MoveRequest {
+    pub source: String,
+    pub destination: String,
+}
+
+/// `ListDir`: entries down to `depth` levels (0 is read as 1).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct ListDirRequest {
+    pub path: String,
+    #[serde(default)]
+    pub depth: u32,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub enum FileType {
+    #[serde(rename = "FILE_TYPE_UNSPECIFIED")]
+    Unspecified,
+    #[serde(rename = "FILE_TYPE_FILE")]
+    File,
+    #[serde(rename = "FILE_TYPE_DIRECTORY")]
+    Directory,
+    #[serde(rename = "FILE_TYPE_SYMLINK")]
+    Symlink,
+}
+
+/// One file, directory or link.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryInfo {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub file_type: FileType,
+    pub path: String,
+    /// `int64`: a string in proto3 JSON.
+    #[serde(with = "int64")]
+    pub size: u64,
+    pub mode: u32,
+    /// As `ls -l` writes them: `-rw-r--r--`.
+    pub permissions: String,
+    pub owner: String,
+    pub group: String,
+    /// RFC 3339.
+    pub modified_time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub symlink_target: Option<String>,
+}
+
+/// `{"entry": …}`: `Stat`, `MakeDir`, `Move`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct EntryResponse {
+    pub entry: EntryInfo,
+}
+
+/// `ListDir`'s answer.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ListDirResponse {
+    pub entries: Vec<EntryInfo>,
+}
+
+/// `rwxr-xr-x` with the type's letter in front, from the kind and the permission bits.
+pub fn permissions(file_type: FileType, mode: u32) -> String {
+    let kind = match file_type {
+        FileType::Directory => 'd',
+        FileType::Symlink => 'l',
+        FileType::File | FileType::Unspecified => '-',
+    };
+    let bits = "rwxrwxrwx".chars().enumerate().map(|(i, c)| if mode & (0o400 >> i) != 0 { c } else { '-' });
+    std::iter::once(kind).chain(bits).collect()
+}
+
+mod int64 {
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(n: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&n.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_take_proto3_json_form() {
+        let e = EntryInfo {
+            name: "a.txt".into(),
+            file_type: FileType::File,
+            path: "/home/user/a.txt".into(),
+            size: 10,
+            mode: 0o644,
+            permissions: permissions(FileType::File, 0o644),
+            owner: "user".into(),
+            group: "user".into(),
+            modified_time: "2026-12-06T00:00:00Z".into(),
+            symlink_target: None,
+        };
+        let v = serde_json::to_value(EntryResponse { entry: e }).unwrap();
+        assert_eq!(v["entry"]["type"], "FILE_TYPE_FILE");
+        assert_eq!(v["entry"]["size"], "10");
+        assert_eq!(v["entry"]["permissions"], "-rw-r--r--");
+        assert_eq!(v["entry"]["modifiedTime"], "2026-12-06T00:00:00Z");
+        assert_eq!(permissions(FileType::Directory, 0o755), "drwxr-xr-x");
+    }
+}

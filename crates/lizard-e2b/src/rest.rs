@@ -1,0 +1,129 @@
+//! The control plane's JSON: what `POST /v2/sandboxes` takes and every sandbox route
+//! answers. Field names are E2B's (camelCase, one snake_case exception it kept).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// `POST /v2/sandboxes`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NewSandbox {
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    /// Seconds until the sandbox ends (E2B's default: 300).
+    #[serde(default)]
+    pub timeout: Option<u64>,
+    /// The timeout pauses instead of killing.
+    #[serde(default)]
+    pub auto_pause: bool,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    pub env_vars: BTreeMap<String, String>,
+    #[serde(default, rename = "allow_internet_access")]
+    pub allow_internet_access: Option<bool>,
+}
+
+/// Seconds a sandbox lives when the create names none.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
+
+/// The answer of create and connect.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Sandbox {
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    #[serde(rename = "sandboxID")]
+    pub sandbox_id: String,
+    /// Deprecated by E2B but required by its parser.
+    #[serde(rename = "clientID")]
+    pub client_id: String,
+    pub envd_version: String,
+    /// What envd requests carry as `X-Access-Token` (shown at create and connect only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub envd_access_token: Option<String>,
+}
+
+/// `running` or `paused`: E2B's parser knows no other state.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Running,
+    Paused,
+}
+
+/// `GET /sandboxes/{id}` and each item of `GET /v2/sandboxes`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxDetail {
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    #[serde(rename = "sandboxID")]
+    pub sandbox_id: String,
+    #[serde(rename = "clientID")]
+    pub client_id: String,
+    /// RFC 3339.
+    pub started_at: String,
+    /// RFC 3339: when the timeout ends it.
+    pub end_at: String,
+    pub envd_version: String,
+    pub cpu_count: u32,
+    #[serde(rename = "memoryMB")]
+    pub memory_mb: u32,
+    #[serde(rename = "diskSizeMB")]
+    pub disk_size_mb: u32,
+    pub state: State,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// `POST /sandboxes/{id}/timeout`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct SetTimeout {
+    pub timeout: u64,
+}
+
+/// `POST /v2/sandboxes/{id}/connect`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct Connect {
+    #[serde(default)]
+    pub timeout: Option<u64>,
+}
+
+/// Every error: the HTTP status again as `code` (E2B's JS SDK branches on it, not on the
+/// status), and a message.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Error {
+    pub code: u16,
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_create_takes_what_the_sdks_send() {
+        let python = r#"{"templateID":"base","autoPause":false,"metadata":{},"envVars":{"A":"1"},"secure":true,"allow_internet_access":true}"#;
+        let new: NewSandbox = serde_json::from_str(python).unwrap();
+        assert_eq!((new.template_id.as_str(), new.timeout, new.allow_internet_access), ("base", None, Some(true)));
+        assert_eq!(new.env_vars["A"], "1");
+        let js: NewSandbox = serde_json::from_str(r#"{"templateID":"t","timeout":30}"#).unwrap();
+        assert_eq!(js.timeout, Some(30));
+    }
+
+    #[test]
+    fn answers_use_e2bs_names() {
+        let s = Sandbox {
+            template_id: "base".into(),
+            sandbox_id: "sbx_1".into(),
+            client_id: "lizard".into(),
+            envd_version: crate::ENVD_VERSION.into(),
+            envd_access_token: None,
+        };
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["sandboxID"], "sbx_1");
+        assert_eq!(v["templateID"], "base");
+        assert_eq!(v["envdVersion"], crate::ENVD_VERSION);
+        assert!(v.get("envdAccessToken").is_none());
+    }
+}
