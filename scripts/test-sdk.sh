@@ -5,16 +5,18 @@
 # the machine's image store), runs the suites, and stops the server (which kills its
 # sandboxes).
 #
-#   scripts/test-sdk.sh [python|js|console|quickstart]...   # default: python js console
+#   scripts/test-sdk.sh [python|js|console|quickstart|e2b]...   # default: python js console e2b
 #
-# `quickstart` is the Python SDK's quick start alone (the quick tier of scripts/test.sh).
+# `quickstart` is the Python SDK's quick start alone (the quick tier of scripts/test.sh);
+# `e2b` is E2B's own published Python SDK (compat/e2b/python, E2B_SDK_VERSIONS: the
+# versions to run it with, each in its own venv) against the same server.
 # LIZARD_BIN: the `lizard` to serve (default: this checkout's debug build, built here with
 # the workspace's one feature set); LIZARD_TEMPLATES: the images to build (default: all).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 suites=("$@")
-[ ${#suites[@]} -eq 0 ] && suites=(python js console)
+[ ${#suites[@]} -eq 0 ] && suites=(python js console e2b)
 
 export LIZARD_TEST_DATA_DIR="${LIZARD_TEST_DATA_DIR:-${LIZARD_DATA_DIR:-/var/lib/lizard}}"
 if [ -z "${LIZARD_AGENT_BIN:-}" ]; then
@@ -82,7 +84,14 @@ for suite in "${suites[@]}"; do
       # Playwright (playwright-core, from the lockfile) drives Debian's chromium (deps.sh).
       (cd crates/lizard-console/web && npm ci --no-audit --no-fund --silent) || status=1
       ;;
-    *) echo "unknown suite $suite (python|js|console|quickstart)" >&2; exit 2 ;;
+    e2b)
+      for version in ${E2B_SDK_VERSIONS:-2.63.0}; do
+        e2b_venv="$root/target/e2b-venv-$version"
+        [ -x "$e2b_venv/bin/python" ] || python3 -m venv "$e2b_venv"
+        "$e2b_venv/bin/pip" install -q "e2b==$version" pytest httpx >&2 || status=1
+      done
+      ;;
+    *) echo "unknown suite $suite (python|js|console|quickstart|e2b)" >&2; exit 2 ;;
   esac
 done
 
@@ -158,6 +167,13 @@ for suite in "${suites[@]}"; do
     quickstart)
       (cd sdk/python/tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider -o testpaths=. --rootdir=. \
         test_examples.py::test_quickstart_python_http_server) || status=1
+      ;;
+    e2b)
+      for version in ${E2B_SDK_VERSIONS:-2.63.0}; do
+        echo "--- e2b $version ---" >&2
+        (cd compat/e2b/python && "$root/target/e2b-venv-$version/bin/python" -m pytest -q -p no:cacheprovider \
+          -o testpaths=. --rootdir=.) || status=1
+      done
       ;;
   esac
 done

@@ -60,6 +60,7 @@ pub mod builds;
 pub mod cluster;
 pub mod config;
 pub mod connections;
+pub mod e2b;
 pub mod error;
 pub mod front_door;
 pub mod guard;

@@ -58,6 +58,18 @@ pub async fn create(
             return Err(AppError::invalid("a project is required: pass project (id, slug or name) or projectId"))
         }
     };
+    Ok((StatusCode::CREATED, Json(create_in(&state, &p, project, req).await?)))
+}
+
+/// Boot a sandbox of `req` in `project` (one the key reaches): the body of every create,
+/// Lizard's own and E2B's.
+pub(crate) async fn create_in(
+    state: &AppState,
+    p: &Principal,
+    project: crate::store::ProjectRecord,
+    req: NewSandboxRequest,
+) -> ApiResult<SandboxInfo> {
+    let store = state.server.store.as_ref();
     crate::limits::check_env(&req.env)?;
     crate::limits::check_metadata(&req.metadata)?;
     let timeout_ms = req.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
@@ -75,10 +87,10 @@ pub async fn create(
     }
     crate::billing::require_funds(store, &p.account_id).await?;
     let volume = match &req.volume_name {
-        Some(name) => Some(crate::api::volumes::volume_for(&state, &p, name, None, Some(&project.id)).await?),
+        Some(name) => Some(crate::api::volumes::volume_for(state, p, name, None, Some(&project.id)).await?),
         None => None,
     };
-    let template_ref = crate::ops::templates::node_template_for(&state, &project, &req.template).await?;
+    let template_ref = crate::ops::templates::node_template_for(state, &project, &req.template).await?;
     let access = (req.public_urls == Some(false)).then(crate::proxy::access::AccessToken::generate);
     let spec = NewSandboxSpec {
         account_id: p.account_id.clone(),
@@ -98,10 +110,10 @@ pub async fn create(
         on_timeout: req.on_timeout.unwrap_or_default(),
         access_hash: access.as_ref().map(|t| t.hash),
     };
-    let sandbox = ops::create(&state, spec).await?;
-    let mut info = sandbox_json(&state, &sandbox);
+    let sandbox = ops::create(state, spec).await?;
+    let mut info = sandbox_json(state, &sandbox);
     info.access_token = access.map(|t| t.plaintext);
-    Ok((StatusCode::CREATED, Json(info)))
+    Ok(info)
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]

@@ -82,6 +82,9 @@ fn bad_request(message: String) -> AppError {
 }
 
 async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppError> {
+    if crate::e2b::envd::is_e2b(req.headers()) {
+        return Ok(crate::e2b::envd::handle(state, req).await);
+    }
     let config = &state.server.config;
     let host = match host::request_host(req.headers(), req.uri()) {
         Ok(h) => h,

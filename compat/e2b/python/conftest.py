@@ -1,0 +1,48 @@
+"""E2B's own Python SDK (the published `e2b` package, unchanged) against a real `lizard
+server`: scripts/test-sdk.sh starts the server and sets LIZARD_SDK_TEST_API_URL,
+LIZARD_SDK_TEST_API_KEY and LIZARD_SDK_TEST_PROXY. Each test module gets its own
+workspace, project and a key scoped to that project, set as E2B_API_KEY."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Iterator
+
+import httpx
+import pytest
+
+API_URL = os.environ["LIZARD_SDK_TEST_API_URL"]
+OWNER_KEY = os.environ["LIZARD_SDK_TEST_API_KEY"]
+SANDBOX_URL = "http://" + os.environ["LIZARD_SDK_TEST_PROXY"]
+
+
+def lizard(method: str, path: str, key: str = OWNER_KEY, **kw) -> httpx.Response:
+    return httpx.request(method, API_URL + path, headers={"X-API-Key": key}, timeout=120, **kw)
+
+
+def scoped_key(project_name: str) -> tuple[str, str, str]:
+    """A new workspace and project, and a key scoped to the project: (key, project id, workspace id)."""
+    suffix = uuid.uuid4().hex[:8]
+    ws = lizard("POST", "/v1/workspaces", json={"name": f"e2b-{suffix}"}).json()
+    prj = lizard("POST", "/v1/projects", json={"workspaceId": ws["id"], "name": f"{project_name}-{suffix}"}).json()
+    key = lizard("POST", "/v1/api-keys", json={"name": f"e2b-{suffix}", "projects": [prj["id"]]}).json()
+    return key["key"], prj["id"], ws["id"]
+
+
+@pytest.fixture(scope="module")
+def e2b_env() -> Iterator[dict[str, str]]:
+    key, project, workspace = scoped_key("e2b")
+    env = {"E2B_API_URL": API_URL, "E2B_SANDBOX_URL": SANDBOX_URL, "E2B_API_KEY": key}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    env["project"] = project
+    try:
+        yield env
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        lizard("DELETE", f"/v1/workspaces/{workspace}?force=true")

@@ -1,0 +1,166 @@
+"""The core of E2B's Python SDK on Lizard: create, commands (live output, exit codes,
+background processes), files, timeouts, pause and connect, kill, and its error paths."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+import httpx
+import pytest
+from e2b import Sandbox
+from e2b.exceptions import AuthenticationException, NotFoundException, SandboxException
+from e2b.sandbox.commands.command_handle import CommandExitException
+
+from conftest import SANDBOX_URL, lizard
+
+
+@pytest.fixture
+def sbx(e2b_env):
+    s = Sandbox.create()
+    yield s
+    try:
+        s.kill()
+    except Exception:
+        pass
+
+
+def test_create_run_and_kill(e2b_env):
+    s = Sandbox.create(metadata={"who": "e2b-test"})
+    assert s.commands.run("echo hi").stdout == "hi\n"
+    info = s.get_info()
+    assert info.sandbox_id == s.sandbox_id and info.state.value == "running"
+    assert info.metadata["who"] == "e2b-test"
+    # The same sandbox through Lizard's own API, in the key's project.
+    own = lizard("GET", f"/v1/sandboxes/{s.sandbox_id}").json()
+    assert own["projectId"] == e2b_env["project"]
+    assert s.kill() is True
+    assert s.kill() is False
+    with pytest.raises(NotFoundException):
+        Sandbox.connect(s.sandbox_id)
+
+
+def test_exit_codes_env_cwd_and_live_output(sbx):
+    with pytest.raises(CommandExitException) as failed:
+        sbx.commands.run("echo out; echo err >&2; exit 3")
+    assert (failed.value.exit_code, failed.value.stdout, failed.value.stderr) == (3, "out\n", "err\n")
+    r = sbx.commands.run("echo $GREETING; pwd", envs={"GREETING": "hello"}, cwd="/tmp")
+    assert r.stdout == "hello\n/tmp\n"
+    seen: list[tuple[float, str]] = []
+    started = time.monotonic()
+    sbx.commands.run("echo first; sleep 3; echo second", on_stdout=lambda line: seen.append((time.monotonic() - started, line)))
+    assert [line for _, line in seen] == ["first\n", "second\n"]
+    # Streamed as it came: the first line long before the second.
+    assert seen[1][0] - seen[0][0] > 2, seen
+
+
+def test_a_command_timeout_ends_the_process(sbx):
+    with pytest.raises(Exception):
+        sbx.commands.run("sleep 30", timeout=2)
+    time.sleep(1)
+    assert "sleep 30" not in sbx.commands.run("ps -eo args").stdout
+
+
+def test_a_background_process_outlives_its_client_and_takes_input(sbx):
+    handle = sbx.commands.run("cat > /tmp/in.txt; echo done", background=True, stdin=True)
+    assert handle.pid in [p.pid for p in sbx.commands.list()]
+    sbx.commands.send_stdin(handle.pid, "typed\n")
+    sbx.commands.close_stdin(handle.pid)
+    result = handle.wait()
+    assert result.stdout == "done\n"
+    assert sbx.files.read("/tmp/in.txt") == "typed\n"
+    sleeper = sbx.commands.run("sleep 300", background=True)
+    sleeper.disconnect()
+    assert sleeper.pid in [p.pid for p in sbx.commands.list()]
+    assert sbx.commands.kill(sleeper.pid) is True
+    time.sleep(0.5)
+    assert sleeper.pid not in [p.pid for p in sbx.commands.list()]
+
+
+def test_files(sbx):
+    info = sbx.files.write("/tmp/e2b/a.txt", "hello")
+    assert info.path == "/tmp/e2b/a.txt"
+    assert sbx.files.read("/tmp/e2b/a.txt") == "hello"
+    assert sbx.files.exists("/tmp/e2b/a.txt") and not sbx.files.exists("/tmp/e2b/none")
+    assert sbx.files.make_dir("/tmp/e2b/d") is True
+    assert sbx.files.make_dir("/tmp/e2b/d") is False
+    entry = sbx.files.get_info("/tmp/e2b/a.txt")
+    assert (entry.name, entry.size, entry.type.value) == ("a.txt", 5, "file")
+    names = sorted(e.name for e in sbx.files.list("/tmp/e2b"))
+    assert names == ["a.txt", "d"]
+    moved = sbx.files.rename("/tmp/e2b/a.txt", "/tmp/e2b/d/b.txt")
+    assert moved.path == "/tmp/e2b/d/b.txt"
+    assert sorted(e.path for e in sbx.files.list("/tmp/e2b", depth=2)) == ["/tmp/e2b/d", "/tmp/e2b/d/b.txt"]
+    sbx.files.remove("/tmp/e2b/d")
+    assert not sbx.files.exists("/tmp/e2b/d")
+    with pytest.raises(NotFoundException):
+        sbx.files.read("/tmp/e2b/d/b.txt")
+    # Several files in one multipart upload, and 8 MiB of random bytes both ways.
+    sbx.files.write_files([{"path": "/tmp/m/1", "data": "one"}, {"path": "/tmp/m/2", "data": b"two"}])
+    assert sbx.commands.run("cat /tmp/m/1 /tmp/m/2").stdout == "onetwo"
+    blob = os.urandom(8 << 20)
+    sbx.files.write("/tmp/blob", blob)
+    assert sbx.commands.run("sha256sum < /tmp/blob").stdout.split()[0] == hashlib.sha256(blob).hexdigest()
+    assert hashlib.sha256(sbx.files.read("/tmp/blob", format="bytes")).hexdigest() == hashlib.sha256(blob).hexdigest()
+
+
+def test_timeout_pause_and_connect(sbx):
+    sbx.set_timeout(120)
+    end = sbx.get_info().end_at
+    sbx.commands.run("nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done' >/dev/null 2>&1 &")
+    time.sleep(1)
+    assert sbx.pause() is True
+    assert sbx.get_info().state.value == "paused"
+    assert sbx.pause() is False
+    again = Sandbox.connect(sbx.sandbox_id)
+    assert again.get_info().state.value == "running"
+    first = int(again.commands.run("cat /tmp/count").stdout)
+    time.sleep(1)
+    assert int(again.commands.run("cat /tmp/count").stdout) > first > 0
+    # A connect to a running sandbox never shortens its timeout.
+    Sandbox.connect(sbx.sandbox_id, timeout=10)
+    assert sbx.get_info().end_at >= end
+
+
+def test_error_paths(e2b_env, sbx):
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_key="lz_not_a_key")
+    with pytest.raises(NotFoundException):
+        Sandbox.connect("sbx_doesnotexist")
+    # Another project's key reaches nothing of this sandbox.
+    from conftest import scoped_key
+
+    other_key, _, other_ws = scoped_key("other")
+    try:
+        with pytest.raises(NotFoundException):
+            Sandbox.connect(sbx.sandbox_id, api_key=other_key)
+        assert Sandbox.kill(sbx.sandbox_id, api_key=other_key) is False
+    finally:
+        lizard("DELETE", f"/v1/workspaces/{other_ws}?force=true")
+    # envd refuses a missing or another sandbox's token, and says nothing of the host.
+    created = httpx.post(
+        e2b_env["E2B_API_URL"] + "/v2/sandboxes",
+        headers={"X-API-KEY": e2b_env["E2B_API_KEY"]},
+        json={"templateID": "base"},
+        timeout=120,
+    )
+    assert created.status_code == 201, created.text
+    other = created.json()
+    try:
+        for token in [None, other["envdAccessToken"]]:
+            headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983"}
+            if token:
+                headers["X-Access-Token"] = token
+            r = httpx.post(SANDBOX_URL + "/filesystem.Filesystem/Stat", headers=headers, json={"path": "/"})
+            assert r.status_code == 401, r.text
+            assert r.json()["code"] == 401 and "/var" not in r.text, r.text
+    finally:
+        httpx.delete(
+            e2b_env["E2B_API_URL"] + "/sandboxes/" + other["sandboxID"], headers={"X-API-KEY": e2b_env["E2B_API_KEY"]}
+        )
+    # A gone sandbox answers as E2B's proxy does.
+    r = httpx.get(SANDBOX_URL + "/health", headers={"E2b-Sandbox-Id": "sbx_gone", "E2b-Sandbox-Port": "49983"})
+    assert r.status_code == 502 and "was not found" in r.json()["message"]
+    with pytest.raises(SandboxException):
+        sbx.commands.run("true", user="nosuchuser")

@@ -1,0 +1,195 @@
+//! E2B's control plane: create, connect (resuming a paused sandbox), get, set the
+//! timeout, pause and kill — each the same operation as its `/v1` route, behind the
+//! same key and scope, answered in E2B's shapes and exact success codes.
+//!
+//! Which project an E2B create lands in: the one its key reaches, when it reaches
+//! exactly one; else the project its `metadata` names under [`PROJECT_METADATA`]; else
+//! it is refused, saying so.
+
+use super::{envd_token, E2bError, E2bResult};
+use crate::api::sandboxes::{create_in, running};
+use crate::auth::{self, Principal};
+use crate::error::AppError;
+use crate::ops::lifecycle;
+use crate::ops::sandboxes::{self as ops, LiveSandbox};
+use crate::state::AppState;
+use crate::store::ProjectRecord;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::Json;
+use lizard_api::{NewSandboxRequest, OnTimeout, SandboxState};
+use lizard_e2b::rest;
+use utoipa_axum::router::OpenApiRouter;
+
+/// The metadata key naming a create's project (id, slug or name) for a key that reaches
+/// several.
+pub const PROJECT_METADATA: &str = "lizardProject";
+
+/// What E2B's `clientID` (deprecated, still required by its parser) holds.
+const CLIENT_ID: &str = "lizard";
+
+/// The control plane's routes, added to the API's.
+pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
+    router
+        .route("/v2/sandboxes", post(create))
+        .route("/sandboxes/{id}", get(info).delete(kill))
+        .route("/sandboxes/{id}/timeout", post(set_timeout))
+        .route("/sandboxes/{id}/pause", post(pause))
+        .route("/v2/sandboxes/{id}/connect", post(connect))
+}
+
+/// The JSON body, or E2B's 400.
+fn body<T: serde::de::DeserializeOwned + Default>(bytes: &Bytes) -> E2bResult<T> {
+    if bytes.is_empty() {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes).map_err(|e| E2bError(AppError::invalid(format!("the request body: {e}"))))
+}
+
+async fn project(state: &AppState, p: &Principal, new: &rest::NewSandbox) -> E2bResult<ProjectRecord> {
+    if let Some(named) = new.metadata.get(PROJECT_METADATA) {
+        return Ok(auth::resolve_project(state.server.store.as_ref(), p, named).await?);
+    }
+    crate::api::volumes::project_of(state, p, None, None).await.map_err(|_| {
+        E2bError(AppError::invalid(format!(
+            "this key reaches more than one project (or none): name the sandbox's project in its metadata as \
+             {PROJECT_METADATA} (id, slug or name), or use a key scoped to one project"
+        )))
+    })
+}
+
+/// The envd token of a sandbox made through E2B (none for one whose URLs are public).
+async fn token_of(state: &AppState, id: &str) -> E2bResult<Option<String>> {
+    Ok(state.server.store.sandbox_access(id).await?.map(|hash| envd_token(&hash, id)))
+}
+
+fn answer(template: &str, id: &str, envd_access_token: Option<String>) -> rest::Sandbox {
+    rest::Sandbox {
+        template_id: template.to_owned(),
+        sandbox_id: id.to_owned(),
+        client_id: CLIENT_ID.to_owned(),
+        envd_version: lizard_e2b::ENVD_VERSION.to_owned(),
+        envd_access_token,
+    }
+}
+
+/// `POST /v2/sandboxes` → 201.
+async fn create(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    bytes: Bytes,
+) -> E2bResult<(StatusCode, Json<rest::Sandbox>)> {
+    let p = p?;
+    let new: rest::NewSandbox =
+        serde_json::from_slice(&bytes).map_err(|e| E2bError(AppError::invalid(format!("the request body: {e}"))))?;
+    let project = project(&state, &p, &new).await?;
+    let secs = new.timeout.unwrap_or(rest::DEFAULT_TIMEOUT_SECS);
+    let req = NewSandboxRequest {
+        template: new.template_id,
+        timeout_ms: Some(secs.saturating_mul(1000)),
+        on_timeout: Some(if new.auto_pause { OnTimeout::Pause } else { OnTimeout::Kill }),
+        env: new.env_vars,
+        metadata: new.metadata,
+        allow_internet_access: new.allow_internet_access,
+        public_urls: Some(false),
+        ..Default::default()
+    };
+    let info = create_in(&state, &p, project, req).await?;
+    let token = info.access_token.as_deref().map(|t| envd_token(&crate::proxy::access::hash(t), &info.sandbox_id));
+    Ok((StatusCode::CREATED, Json(answer(&info.template, &info.sandbox_id, token))))
+}
+
+fn detail(sandbox: &LiveSandbox) -> rest::SandboxDetail {
+    let info = &sandbox.info;
+    rest::SandboxDetail {
+        template_id: sandbox.record.template.clone(),
+        sandbox_id: sandbox.id().to_owned(),
+        client_id: CLIENT_ID.to_owned(),
+        started_at: info.started_at.clone(),
+        end_at: sandbox.record.timeout_at.map(crate::ids::rfc3339).unwrap_or_else(|| info.started_at.clone()),
+        envd_version: lizard_e2b::ENVD_VERSION.to_owned(),
+        cpu_count: info.vcpus,
+        memory_mb: info.memory_mib,
+        disk_size_mb: 0,
+        state: if info.state == SandboxState::Paused { rest::State::Paused } else { rest::State::Running },
+        metadata: info.metadata.clone(),
+    }
+}
+
+/// `GET /sandboxes/{id}` → 200.
+async fn info(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    Path(id): Path<String>,
+) -> E2bResult<Json<rest::SandboxDetail>> {
+    Ok(Json(detail(&running(&state, &p?, &id).await?)))
+}
+
+/// `DELETE /sandboxes/{id}` → 204.
+async fn kill(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    Path(id): Path<String>,
+) -> E2bResult<StatusCode> {
+    let sandbox = running(&state, &p?, &id).await?;
+    ops::kill(&state, &sandbox, "killed").await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /sandboxes/{id}/timeout` `{"timeout": seconds}` → 204: the sandbox ends that
+/// long from now (sooner or later than before).
+async fn set_timeout(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> E2bResult<StatusCode> {
+    let sandbox = running(&state, &p?, &id).await?;
+    let req: rest::SetTimeout =
+        serde_json::from_slice(&bytes).map_err(|e| E2bError(AppError::invalid(format!("the request body: {e}"))))?;
+    ops::set_timeout(&state, &sandbox, req.timeout.saturating_mul(1000)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /sandboxes/{id}/pause` → 204; 409 when it is paused already.
+async fn pause(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    Path(id): Path<String>,
+) -> E2bResult<StatusCode> {
+    let sandbox = running(&state, &p?, &id).await?;
+    if sandbox.is_paused() {
+        return Err(E2bError(AppError::conflict(format!("sandbox {id} is already paused"))));
+    }
+    lifecycle::pause(&state, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v2/sandboxes/{id}/connect` `{"timeout"?: seconds}`: 200 for a running sandbox,
+/// whose end it only ever moves later; 201 for a paused one, resumed.
+async fn connect(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> E2bResult<(StatusCode, Json<rest::Sandbox>)> {
+    let p = p?;
+    let req: rest::Connect = body(&bytes)?;
+    let sandbox = running(&state, &p, &id).await?;
+    let status = if sandbox.is_paused() {
+        crate::billing::require_funds(state.server.store.as_ref(), &sandbox.record.account_id).await?;
+        lifecycle::resume(&state, &sandbox).await?;
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let wanted = req.timeout.unwrap_or(rest::DEFAULT_TIMEOUT_SECS).saturating_mul(1000);
+    let later = ops::timeout_end(wanted)?;
+    if sandbox.record.timeout_at.is_some_and(|at| at < later) {
+        ops::set_timeout(&state, &sandbox, wanted).await?;
+    }
+    let token = token_of(&state, &id).await?;
+    Ok((status, Json(answer(&sandbox.record.template, &id, token))))
+}

@@ -1,0 +1,626 @@
+//! envd, E2B's in-sandbox API, as Lizard serves it: the requests E2B's SDKs send to the
+//! sandbox URL with `E2b-Sandbox-Id` and `E2b-Sandbox-Port: 49983`, answered by the
+//! server from the node's process and file operations (no envd runs in the guest).
+//!
+//! - `GET /health` → 204 while the sandbox runs;
+//! - `POST /process.Process/{Start,Connect}`: Connect server streams (JSON codec), one
+//!   envelope per event, flushed as it comes, a keepalive every [`KEEPALIVE`]; a dropped
+//!   stream leaves the process running, and `Connect-Timeout-Ms` on Start is the
+//!   process's lifetime (it is killed then), as envd does;
+//! - `POST /process.Process/{List,SendInput,SendSignal,CloseStdin,Update}` and
+//!   `POST /filesystem.Filesystem/{Stat,ListDir,MakeDir,Move,Remove}`: unary Connect calls;
+//! - `GET|POST /files`: a file's bytes; a multipart or raw upload, parents made.
+//!
+//! Every request but `/health` needs the sandbox's envd token in `X-Access-Token`
+//! ([`super::envd_token`]); the user is the one `Authorization: Basic` names (the
+//! guest's default without one), and a relative path is taken from that user's home.
+//! A sandbox that is gone or paused answers 502 "The sandbox was not found", which the
+//! SDKs read as not running.
+
+use super::envd_token_matches;
+use crate::error::AppError;
+use crate::nodes::FrameStream;
+use crate::ops::sandboxes::{self as ops, LiveSandbox};
+use crate::state::AppState;
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use futures_util::{StreamExt, TryStreamExt};
+use lizard_agent_proto::frame::FrameKind;
+use lizard_api::processes::{ProcessControl, PtySize, StartProcessRequest};
+use lizard_api::{ApiError, ErrorCode};
+use lizard_e2b::connect::{self, Code};
+use lizard_e2b::filesystem as fs;
+use lizard_e2b::process::{self as proc, Data, EventMessage};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::time::Duration;
+
+/// The header naming the sandbox a request is for.
+pub const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
+/// The header naming the guest port a request is for.
+pub const SANDBOX_PORT_HEADER: &str = "e2b-sandbox-port";
+/// The envd token's header.
+const ACCESS_TOKEN_HEADER: &str = "x-access-token";
+/// How often a stream with nothing else to say sends a keepalive.
+const KEEPALIVE: Duration = Duration::from_secs(50);
+/// Largest unary request body read.
+const MAX_UNARY_BODY: usize = 1 << 20;
+/// Most entries a `ListDir` answers (deep listings stop there).
+const MAX_LIST_ENTRIES: usize = 10_000;
+
+/// Whether a request to the sandbox-URL listener is E2B's (it names its sandbox by header).
+pub fn is_e2b(headers: &HeaderMap) -> bool {
+    headers.contains_key(SANDBOX_ID_HEADER)
+}
+
+/// Answer one E2B request to the sandbox URL.
+pub async fn handle(state: &AppState, req: Request) -> Response {
+    match serve(state, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Why an envd request failed, in the form its route answers: a Connect error for RPCs,
+/// E2B's REST error otherwise.
+enum Failure {
+    Rpc(connect::Error),
+    Rest(StatusCode, String),
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        match self {
+            Failure::Rpc(e) => {
+                let status = StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                (status, axum::Json(e)).into_response()
+            }
+            Failure::Rest(status, message) => {
+                (status, axum::Json(lizard_e2b::rest::Error { code: status.as_u16(), message })).into_response()
+            }
+        }
+    }
+}
+
+fn not_found_sandbox() -> Failure {
+    Failure::Rest(StatusCode::BAD_GATEWAY, "The sandbox was not found".into())
+}
+
+/// A Lizard error as Connect reports it.
+fn rpc_error(e: &ApiError) -> connect::Error {
+    let code = match e.code {
+        ErrorCode::NotFound => Code::NotFound,
+        ErrorCode::InvalidArgument | ErrorCode::OutputTooLarge => Code::InvalidArgument,
+        ErrorCode::Conflict => Code::AlreadyExists,
+        ErrorCode::Forbidden | ErrorCode::AccountScopeRequired => Code::PermissionDenied,
+        ErrorCode::Unauthenticated => Code::Unauthenticated,
+        ErrorCode::RateLimited => Code::ResourceExhausted,
+        ErrorCode::TimedOut => Code::DeadlineExceeded,
+        ErrorCode::Unavailable | ErrorCode::BootFailed | ErrorCode::PortClosed => Code::Unavailable,
+        _ => Code::Internal,
+    };
+    connect::Error::new(code, e.message.clone())
+}
+
+fn rpc(e: ApiError) -> Failure {
+    Failure::Rpc(rpc_error(&e))
+}
+
+fn rest(e: ApiError) -> Failure {
+    Failure::Rest(StatusCode::from_u16(e.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), e.message)
+}
+
+/// Who a request runs as, and where its relative paths start.
+struct Caller {
+    user: Option<String>,
+}
+
+impl Caller {
+    fn of(headers: &HeaderMap) -> Caller {
+        let user = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Basic "))
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b.trim()).ok())
+            .and_then(|raw| String::from_utf8(raw).ok())
+            .map(|pair| pair.split_once(':').map_or(pair.clone(), |(u, _)| u.to_owned()))
+            .filter(|u| !u.is_empty());
+        Caller { user }
+    }
+
+    fn home(&self) -> String {
+        match self.user.as_deref() {
+            None | Some("root") => "/root".into(),
+            Some(user) => format!("/home/{user}"),
+        }
+    }
+
+    /// `path` as the guest's absolute path.
+    fn path(&self, path: &str) -> String {
+        if path.starts_with('/') {
+            path.to_owned()
+        } else if path.is_empty() {
+            self.home()
+        } else {
+            format!("{}/{path}", self.home())
+        }
+    }
+}
+
+async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
+    let headers = req.headers();
+    let id = headers.get(SANDBOX_ID_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let port = headers.get(SANDBOX_PORT_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("49983");
+    if port != lizard_e2b::ENVD_PORT.to_string() {
+        return Err(Failure::Rest(
+            StatusCode::NOT_IMPLEMENTED,
+            format!(
+                "Lizard routes only envd (port {}) by E2B's headers so far; reach port {port} at the sandbox's own URL",
+                lizard_e2b::ENVD_PORT
+            ),
+        ));
+    }
+    let store = state.server.store.as_ref();
+    let record = store.get_sandbox(&id).await.map_err(|e| rest(AppError::from(e).0))?.ok_or_else(not_found_sandbox)?;
+    let sandbox = ops::live(state, record).await.map_err(|_| not_found_sandbox())?;
+    if sandbox.is_paused() {
+        return Err(not_found_sandbox());
+    }
+    if req.uri().path() == "/health" {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    let Some(access) = store.sandbox_access(&id).await.map_err(|e| rest(AppError::from(e).0))? else {
+        return Err(Failure::Rest(
+            StatusCode::UNAUTHORIZED,
+            format!("sandbox {id} was not made through E2B's API: its envd has no access token"),
+        ));
+    };
+    let presented = req.headers().get(ACCESS_TOKEN_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if !envd_token_matches(&access, &id, presented) {
+        return Err(Failure::Rest(StatusCode::UNAUTHORIZED, "missing or wrong X-Access-Token for this sandbox".into()));
+    }
+    let caller = Caller::of(req.headers());
+    let path = req.uri().path().to_owned();
+    match (req.method().clone(), path.as_str()) {
+        (Method::GET, "/files") => read_file(&sandbox, &caller, req).await,
+        (Method::POST, "/files") => write_files(&sandbox, &caller, req).await,
+        (Method::POST, "/process.Process/Start") => start(&sandbox, &caller, req).await,
+        (Method::POST, "/process.Process/Connect") => reattach(&sandbox, req).await,
+        (Method::POST, rpc_path) => unary(&sandbox, &caller, rpc_path, req).await,
+        _ => Err(Failure::Rest(StatusCode::NOT_FOUND, format!("no envd route {path}"))),
+    }
+}
+
+// --- unary calls ----------------------------------------------------------------------
+
+async fn message<T: DeserializeOwned>(req: Request) -> Result<T, Failure> {
+    let bytes = axum::body::to_bytes(req.into_body(), MAX_UNARY_BODY)
+        .await
+        .map_err(|e| Failure::Rpc(connect::Error::new(Code::InvalidArgument, format!("the request body: {e}"))))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| Failure::Rpc(connect::Error::new(Code::InvalidArgument, format!("the request message: {e}"))))
+}
+
+fn json<T: Serialize>(value: &T) -> Response {
+    ([(header::CONTENT_TYPE, connect::UNARY_CONTENT_TYPE)], axum::Json(value)).into_response()
+}
+
+/// The pid a selector names (tags are not kept).
+fn pid_of(selector: &proc::Selector) -> Result<u32, Failure> {
+    match selector {
+        proc::Selector::Pid(pid) => Ok(*pid),
+        proc::Selector::Tag(tag) => Err(Failure::Rpc(connect::Error::new(
+            Code::Unimplemented,
+            format!("processes are not found by tag on Lizard yet ({tag:?}): use the pid"),
+        ))),
+    }
+}
+
+async fn unary(sandbox: &LiveSandbox, caller: &Caller, path: &str, req: Request) -> Result<Response, Failure> {
+    let (node, id) = (&sandbox.node, sandbox.id());
+    let control = |pid, control| async move { node.control_process(id, pid, control).await.map_err(rpc) };
+    let empty = || json(&serde_json::json!({}));
+    match path {
+        "/process.Process/List" => {
+            let processes = node.list_processes(id).await.map_err(rpc)?;
+            let processes = processes
+                .into_iter()
+                .filter(|p| p.exit_code.is_none())
+                .map(|p| proc::ProcessInfo {
+                    config: proc::ProcessConfig { cmd: p.cmd, ..Default::default() },
+                    pid: p.pid,
+                    tag: None,
+                })
+                .collect();
+            Ok(json(&proc::ListResponse { processes }))
+        }
+        "/process.Process/SendInput" => {
+            let r: proc::SendInputRequest = message(req).await?;
+            let bytes = match r.input {
+                proc::Input::Stdin(b) | proc::Input::Pty(b) => b,
+            };
+            control(pid_of(&r.process)?, ProcessControl::Stdin(bytes)).await?;
+            Ok(empty())
+        }
+        "/process.Process/SendSignal" => {
+            let r: proc::SendSignalRequest = message(req).await?;
+            let signal = match r.signal.as_str() {
+                "SIGNAL_SIGKILL" => "SIGKILL",
+                "SIGNAL_SIGTERM" => "SIGTERM",
+                other => {
+                    return Err(Failure::Rpc(connect::Error::new(
+                        Code::InvalidArgument,
+                        format!("unknown signal {other}"),
+                    )))
+                }
+            };
+            control(pid_of(&r.process)?, ProcessControl::Signal(signal.into())).await?;
+            Ok(empty())
+        }
+        "/process.Process/CloseStdin" => {
+            let r: proc::Selected = message(req).await?;
+            control(pid_of(&r.process)?, ProcessControl::CloseStdin).await?;
+            Ok(empty())
+        }
+        "/process.Process/Update" => {
+            let r: proc::UpdateRequest = message(req).await?;
+            if let Some(pty) = r.pty {
+                control(pid_of(&r.process)?, ProcessControl::Resize(pty_size(pty)?)).await?;
+            }
+            Ok(empty())
+        }
+        "/filesystem.Filesystem/Stat" => {
+            let r: fs::PathRequest = message(req).await?;
+            Ok(json(&fs::EntryResponse { entry: stat(sandbox, &caller.path(&r.path)).await? }))
+        }
+        "/filesystem.Filesystem/MakeDir" => {
+            let r: fs::PathRequest = message(req).await?;
+            let path = caller.path(&r.path);
+            if node.file_info(id, &path).await.is_ok() {
+                return Err(Failure::Rpc(connect::Error::new(Code::AlreadyExists, format!("{path} already exists"))));
+            }
+            node.make_dir(id, &path).await.map_err(rpc)?;
+            Ok(json(&fs::EntryResponse { entry: stat(sandbox, &path).await? }))
+        }
+        "/filesystem.Filesystem/Move" => {
+            let r: fs::MoveRequest = message(req).await?;
+            let info = node.rename(id, &caller.path(&r.source), &caller.path(&r.destination)).await.map_err(rpc)?;
+            Ok(json(&fs::EntryResponse { entry: entry(info) }))
+        }
+        "/filesystem.Filesystem/Remove" => {
+            let r: fs::PathRequest = message(req).await?;
+            node.remove(id, &caller.path(&r.path)).await.map_err(rpc)?;
+            Ok(empty())
+        }
+        "/filesystem.Filesystem/ListDir" => {
+            let r: fs::ListDirRequest = message(req).await?;
+            Ok(json(&fs::ListDirResponse { entries: list(sandbox, &caller.path(&r.path), r.depth.max(1)).await? }))
+        }
+        other => {
+            Err(Failure::Rpc(connect::Error::new(Code::Unimplemented, format!("{other} is not served by Lizard"))))
+        }
+    }
+}
+
+fn pty_size(pty: proc::Pty) -> Result<PtySize, Failure> {
+    let cell = |n: u32| u16::try_from(n).ok().filter(|n| (1..=1000).contains(n));
+    match (cell(pty.size.cols), cell(pty.size.rows)) {
+        (Some(cols), Some(rows)) => Ok(PtySize { cols, rows }),
+        _ => Err(Failure::Rpc(connect::Error::new(Code::InvalidArgument, "a terminal is 1..=1000 columns and rows"))),
+    }
+}
+
+fn file_type(t: lizard_agent_proto::types::FileType) -> fs::FileType {
+    use lizard_agent_proto::types::FileType as T;
+    match t {
+        T::File => fs::FileType::File,
+        T::Dir => fs::FileType::Directory,
+        T::Symlink => fs::FileType::Symlink,
+        T::Other => fs::FileType::Unspecified,
+    }
+}
+
+fn entry(info: lizard_agent_proto::types::FileInfo) -> fs::EntryInfo {
+    let file_type = file_type(info.file_type);
+    fs::EntryInfo {
+        name: info.name,
+        file_type,
+        path: info.path,
+        size: info.size,
+        mode: info.mode,
+        permissions: fs::permissions(file_type, info.mode),
+        owner: info.owner,
+        group: info.group,
+        modified_time: crate::ids::rfc3339(info.mtime_ms),
+        symlink_target: info.symlink_target,
+    }
+}
+
+async fn stat(sandbox: &LiveSandbox, path: &str) -> Result<fs::EntryInfo, Failure> {
+    Ok(entry(sandbox.node.file_info(sandbox.id(), path).await.map_err(rpc)?))
+}
+
+/// The entries under `path`, `depth` levels down (breadth first, at most
+/// [`MAX_LIST_ENTRIES`]).
+async fn list(sandbox: &LiveSandbox, path: &str, depth: u32) -> Result<Vec<fs::EntryInfo>, Failure> {
+    let (node, id) = (&sandbox.node, sandbox.id());
+    let mut out = Vec::new();
+    let mut level = vec![path.to_owned()];
+    for _ in 0..depth {
+        let mut next = Vec::new();
+        for dir in level {
+            for e in node.list_dir(id, &dir).await.map_err(rpc)? {
+                if out.len() >= MAX_LIST_ENTRIES {
+                    return Ok(out);
+                }
+                let file_type = file_type(e.file_type);
+                if file_type == fs::FileType::Directory {
+                    next.push(e.path.clone());
+                }
+                out.push(fs::EntryInfo {
+                    permissions: fs::permissions(file_type, e.mode),
+                    name: e.name,
+                    file_type,
+                    path: e.path,
+                    size: e.size,
+                    mode: e.mode,
+                    owner: String::new(),
+                    group: String::new(),
+                    modified_time: crate::ids::rfc3339(e.mtime_ms),
+                    symlink_target: None,
+                });
+            }
+        }
+        level = next;
+    }
+    Ok(out)
+}
+
+// --- streams --------------------------------------------------------------------------
+
+/// The one message of a server-stream request (an envelope).
+async fn stream_message<T: DeserializeOwned>(req: Request) -> Result<T, Failure> {
+    let bytes = axum::body::to_bytes(req.into_body(), MAX_UNARY_BODY)
+        .await
+        .map_err(|e| Failure::Rpc(connect::Error::new(Code::InvalidArgument, format!("the request body: {e}"))))?;
+    let mut buf = bytes::BytesMut::from(&bytes[..]);
+    let one = connect::next_message(&mut buf)
+        .map_err(|e| Failure::Rpc(connect::Error::new(Code::InvalidArgument, e.to_string())))?
+        .ok_or_else(|| Failure::Rpc(connect::Error::new(Code::InvalidArgument, "no request message")))?;
+    serde_json::from_slice(&one)
+        .map_err(|e| Failure::Rpc(connect::Error::new(Code::InvalidArgument, format!("the request message: {e}"))))
+}
+
+/// `Start`: the process, started as the caller, its events streamed.
+async fn start(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Result<Response, Failure> {
+    let lifetime = req
+        .headers()
+        .get(connect::TIMEOUT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis);
+    let r: proc::StartRequest = stream_message(req).await?;
+    let pty = r.pty.map(pty_size).transpose()?;
+    let argv = std::iter::once(r.process.cmd).chain(r.process.args).collect();
+    let start = StartProcessRequest {
+        argv: Some(argv),
+        cwd: Some(caller.path(r.process.cwd.as_deref().unwrap_or(""))),
+        env: r.process.envs,
+        user: caller.user.clone(),
+        pty,
+        cmd: None,
+    };
+    let frames = sandbox.node.start_process(sandbox.id(), start).await.map_err(rpc)?;
+    let after_start = AfterStart { sandbox: sandbox.clone(), close_stdin: r.stdin != Some(true), lifetime };
+    Ok(streamed(frames, pty.is_some(), Some(after_start)))
+}
+
+/// `Connect`: a running process's events, from what the guest kept of its output.
+async fn reattach(sandbox: &LiveSandbox, req: Request) -> Result<Response, Failure> {
+    let r: proc::Selected = stream_message(req).await?;
+    let pid = pid_of(&r.process)?;
+    let pty = sandbox
+        .node
+        .list_processes(sandbox.id())
+        .await
+        .map_err(rpc)?
+        .into_iter()
+        .find(|p| p.pid == pid)
+        .is_some_and(|p| p.pty);
+    let frames = sandbox.node.process_output(sandbox.id(), pid).await.map_err(rpc)?;
+    Ok(streamed(frames, pty, None))
+}
+
+/// What follows a Start's `start` event: stdin closed unless asked open, and the kill at
+/// the end of its lifetime.
+struct AfterStart {
+    sandbox: LiveSandbox,
+    close_stdin: bool,
+    lifetime: Option<Duration>,
+}
+
+impl AfterStart {
+    fn begin(self, pid: u32) {
+        let AfterStart { sandbox, close_stdin, lifetime } = self;
+        tokio::spawn(async move {
+            if close_stdin {
+                let _ = sandbox.node.control_process(sandbox.id(), pid, ProcessControl::CloseStdin).await;
+            }
+            if let Some(lifetime) = lifetime {
+                tokio::time::sleep(lifetime).await;
+                let running = sandbox
+                    .node
+                    .list_processes(sandbox.id())
+                    .await
+                    .is_ok_and(|all| all.iter().any(|p| p.pid == pid && p.exit_code.is_none()));
+                if running {
+                    let kill = ProcessControl::Signal("SIGKILL".into());
+                    let _ = sandbox.node.control_process(sandbox.id(), pid, kill).await;
+                }
+            }
+        });
+    }
+}
+
+/// One event of a stream, from one of the node's frames (None: nothing to send).
+fn event(kind: FrameKind, data: &Bytes, pty: bool) -> Result<Option<EventMessage>, connect::Error> {
+    let bad = |e: serde_json::Error| connect::Error::new(Code::Internal, format!("a frame from the node: {e}"));
+    Ok(match kind {
+        FrameKind::Started => {
+            let info: lizard_api::processes::ProcessInfo = serde_json::from_slice(data).map_err(bad)?;
+            Some(EventMessage::start(info.pid))
+        }
+        FrameKind::Stdout if pty => Some(EventMessage::data(Data::Pty(data.to_vec()))),
+        FrameKind::Stdout => Some(EventMessage::data(Data::Stdout(data.to_vec()))),
+        FrameKind::Stderr => Some(EventMessage::data(Data::Stderr(data.to_vec()))),
+        FrameKind::Exit => {
+            let exit: lizard_agent_proto::types::ExitStatus = serde_json::from_slice(data).map_err(bad)?;
+            let code = if exit.signal.is_some() { None } else { Some(exit.exit_code) };
+            Some(EventMessage::end(code, exit.signal))
+        }
+        FrameKind::Error => {
+            let e: lizard_agent_proto::types::AgentError = serde_json::from_slice(data).map_err(bad)?;
+            return Err(connect::Error::new(Code::InvalidArgument, e.message));
+        }
+        _ => None,
+    })
+}
+
+/// A Connect stream of the process's events, each envelope flushed as it comes, a
+/// keepalive when nothing else came for [`KEEPALIVE`], and the end-stream envelope last.
+/// The client going away stops only the stream.
+fn streamed(frames: FrameStream, pty: bool, mut after_start: Option<AfterStart>) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        let mut frames = frames;
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
+        let mut failure = None;
+        loop {
+            let envelope = tokio::select! {
+                frame = frames.next() => match frame {
+                    None => break,
+                    Some(Err(e)) => {
+                        failure = Some(connect::Error::new(Code::Unavailable, format!("the process's output broke off: {e}")));
+                        break;
+                    }
+                    Some(Ok(frame)) => match event(frame.kind, &frame.data, pty) {
+                        Ok(Some(message)) => {
+                            if let (lizard_e2b::process::Event::Start { pid }, Some(after)) = (&message.event, after_start.take()) {
+                                after.begin(*pid);
+                            }
+                            ticks.reset();
+                            connect::envelope(&message)
+                        }
+                        Ok(None) => continue,
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    },
+                },
+                _ = ticks.tick() => connect::envelope(&EventMessage::keepalive()),
+            };
+            if tx.send(envelope).await.is_err() {
+                return;
+            }
+        }
+        let _ = tx.send(connect::end_stream(failure.as_ref())).await;
+    });
+    let body =
+        futures_util::stream::unfold(
+            rx,
+            |mut rx| async move { rx.recv().await.map(|b| (Ok::<_, std::io::Error>(b), rx)) },
+        );
+    ([(header::CONTENT_TYPE, connect::STREAM_CONTENT_TYPE)], Body::from_stream(body)).into_response()
+}
+
+// --- files ----------------------------------------------------------------------------
+
+fn query(req: &Request, name: &str) -> Option<String> {
+    req.uri().query()?.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        (k == name).then(|| urlencoding::decode(v).map(|v| v.into_owned()).unwrap_or_default())
+    })
+}
+
+/// `GET /files?path=`: the file's bytes.
+async fn read_file(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Result<Response, Failure> {
+    let caller = Caller { user: query(&req, "username").filter(|u| !u.is_empty()).or(caller.user.clone()) };
+    let path = caller.path(&query(&req, "path").unwrap_or_default());
+    let read = sandbox.node.read_file(sandbox.id(), &path).await.map_err(rest)?;
+    let mut response = Body::from_stream(read.body).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/octet-stream"));
+    if let Some(len) = read.len {
+        response.headers_mut().insert(header::CONTENT_LENGTH, len.into());
+    }
+    Ok(response)
+}
+
+#[derive(Serialize)]
+struct Written {
+    name: String,
+    path: String,
+    #[serde(rename = "type")]
+    file_type: &'static str,
+}
+
+fn written(path: String) -> Written {
+    let name = path.rsplit('/').next().unwrap_or_default().to_owned();
+    Written { name, path, file_type: "file" }
+}
+
+/// `POST /files`: each multipart `file` part to the path its filename names (or the
+/// query's `path` for one), or a raw body to the query's `path`; parents are made.
+async fn write_files(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Result<Response, Failure> {
+    let caller = Caller { user: query(&req, "username").filter(|u| !u.is_empty()).or(caller.user.clone()) };
+    let in_query = query(&req, "path").filter(|p| !p.is_empty());
+    let (node, id) = (&sandbox.node, sandbox.id());
+    let multipart = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/form-data"));
+    let mut done = Vec::new();
+    if multipart {
+        let boundary = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| multer::parse_boundary(v).ok())
+            .ok_or_else(|| Failure::Rest(StatusCode::BAD_REQUEST, "a multipart upload without its boundary".into()))?;
+        let bad = |e: multer::Error| Failure::Rest(StatusCode::BAD_REQUEST, format!("the multipart upload: {e}"));
+        let mut form = multer::Multipart::new(req.into_body().into_data_stream(), boundary);
+        while let Some(field) = form.next_field().await.map_err(bad)? {
+            let target = match (&in_query, field.file_name()) {
+                (Some(path), _) => path.clone(),
+                (None, Some(name)) if !name.is_empty() => name.to_owned(),
+                _ => return Err(Failure::Rest(StatusCode::BAD_REQUEST, "a file part names no path".into())),
+            };
+            let path = caller.path(&target);
+            let body = field.map_err(std::io::Error::other).boxed();
+            node.write_file(id, &path, None, body).await.map_err(rest)?;
+            done.push(written(path));
+        }
+    } else {
+        let Some(target) = in_query else {
+            return Err(Failure::Rest(StatusCode::BAD_REQUEST, "an upload names its path in the query".into()));
+        };
+        let gzip =
+            req.headers().get(header::CONTENT_ENCODING).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+        if gzip {
+            return Err(Failure::Rest(StatusCode::NOT_IMPLEMENTED, "gzip uploads are not taken by Lizard yet".into()));
+        }
+        let path = caller.path(&target);
+        let body = req.into_body().into_data_stream().map_err(std::io::Error::other).boxed();
+        node.write_file(id, &path, None, body).await.map_err(rest)?;
+        done.push(written(path));
+    }
+    if done.is_empty() {
+        return Err(Failure::Rest(StatusCode::BAD_REQUEST, "the upload holds no file".into()));
+    }
+    Ok(axum::Json(done).into_response())
+}
