@@ -85,7 +85,7 @@ for suite in "${suites[@]}"; do
       (cd crates/lizard-console/web && npm ci --no-audit --no-fund --silent) || status=1
       ;;
     e2b)
-      for version in ${E2B_SDK_VERSIONS:-2.63.0}; do
+      for version in ${E2B_SDK_VERSIONS:-2.27.0 2.63.0}; do
         e2b_venv="$root/target/e2b-venv-$version"
         [ -x "$e2b_venv/bin/python" ] || python3 -m venv "$e2b_venv"
         "$e2b_venv/bin/pip" install -q "e2b==$version" pytest httpx >&2 || status=1
@@ -169,7 +169,7 @@ for suite in "${suites[@]}"; do
         test_examples.py::test_quickstart_python_http_server) || status=1
       ;;
     e2b)
-      for version in ${E2B_SDK_VERSIONS:-2.63.0}; do
+      for version in ${E2B_SDK_VERSIONS:-2.27.0 2.63.0}; do
         echo "--- e2b $version ---" >&2
         (cd compat/e2b/python && "$root/target/e2b-venv-$version/bin/python" -m pytest -q -p no:cacheprovider \
           -o testpaths=. --rootdir=.) || status=1

@@ -30,13 +30,20 @@ def scoped_key(project_name: str) -> tuple[str, str, str]:
     return key["key"], prj["id"], ws["id"]
 
 
+def e2b_form(key: str) -> str:
+    return "e2b_" + key.encode().hex()
+
+
 @pytest.fixture(scope="module")
 def e2b_env() -> Iterator[dict[str, str]]:
     key, project, workspace = scoped_key("e2b")
-    env = {"E2B_API_URL": API_URL, "E2B_SANDBOX_URL": SANDBOX_URL, "E2B_API_KEY": key}
+    # In E2B's form (`e2b_` + the key's hex), which SDKs 2.25 to 2.50 insist on; newer
+    # ones send the plain key too (test_error_paths).
+    env = {"E2B_API_URL": API_URL, "E2B_SANDBOX_URL": SANDBOX_URL, "E2B_API_KEY": e2b_form(key)}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     env["project"] = project
+    env["lizard_key"] = key
     try:
         yield env
     finally:

@@ -74,6 +74,9 @@ pub struct SandboxDetail {
     pub disk_size_mb: u32,
     pub state: State,
     pub metadata: BTreeMap<String, String>,
+    /// Older SDKs read the envd token here after connecting (newer ones from connect).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub envd_access_token: Option<String>,
 }
 
 /// `POST /sandboxes/{id}/timeout`.
@@ -82,7 +85,7 @@ pub struct SetTimeout {
     pub timeout: u64,
 }
 
-/// `POST /v2/sandboxes/{id}/connect`.
+/// `POST /v2/sandboxes/{id}/connect`, and older SDKs' `POST /sandboxes/{id}/resume`.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 pub struct Connect {
     #[serde(default)]

@@ -30,9 +30,9 @@ pub const API_KEY_HEADER: &str = "x-api-key";
 /// The key a request presents: `X-API-Key`, or — a browser's WebSocket cannot set
 /// headers — a `Sec-WebSocket-Protocol` entry `lizard.key.<key>` of an upgrade request
 /// (see [`lizard_api::processes::PTY_KEY_PROTOCOL_PREFIX`]).
-pub fn presented_key(headers: &axum::http::HeaderMap) -> Option<&str> {
+pub fn presented_key(headers: &axum::http::HeaderMap) -> Option<String> {
     if let Some(value) = headers.get(API_KEY_HEADER) {
-        return value.to_str().ok().map(str::trim);
+        return value.to_str().ok().map(|v| from_e2b_form(v.trim()));
     }
     headers
         .get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL)
@@ -40,7 +40,22 @@ pub fn presented_key(headers: &axum::http::HeaderMap) -> Option<&str> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .find_map(|p| p.trim().strip_prefix(lizard_api::processes::PTY_KEY_PROTOCOL_PREFIX))
+        .map(str::to_owned)
 }
+
+/// E2B's SDKs from 2.25 to 2.50 refuse a key that is not `e2b_` and hex: their users send
+/// a Lizard key as `e2b_` followed by the hex of its text, taken here as the key itself.
+/// Anything else is the key as sent.
+fn from_e2b_form(key: &str) -> String {
+    key.strip_prefix(E2B_KEY_PREFIX)
+        .and_then(|h| hex::decode(h).ok())
+        .and_then(|b| String::from_utf8(b).ok())
+        .filter(|k| k.starts_with(crate::keys::KEY_PREFIX))
+        .unwrap_or_else(|| key.to_owned())
+}
+
+/// The prefix of a key in E2B's form (see [`from_e2b_form`]).
+pub const E2B_KEY_PREFIX: &str = "e2b_";
 
 /// The authenticated caller: a key of an account, with its scope.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,7 +134,7 @@ where
             return Err(AppError::unauthenticated("missing X-API-Key header"));
         };
         let state = ServerState::from_ref(state);
-        let principal = authenticate(state.store.as_ref(), key).await?;
+        let principal = authenticate(state.store.as_ref(), &key).await?;
         parts.extensions.insert(principal.clone());
         Ok(principal)
     }
@@ -219,6 +234,17 @@ pub async fn resolve_project(store: &dyn Store, p: &Principal, key: &str) -> Api
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_in_e2bs_form_is_the_key_itself() {
+        let key = "lz_abcDEF123";
+        assert_eq!(from_e2b_form(&format!("e2b_{}", hex::encode(key))), key);
+        assert_eq!(from_e2b_form(key), key);
+        // Not hex, or hex of something that is no Lizard key: taken as sent (and refused).
+        assert_eq!(from_e2b_form("e2b_zz"), "e2b_zz");
+        let other = format!("e2b_{}", hex::encode("xx_secret"));
+        assert_eq!(from_e2b_form(&other), other);
+    }
 
     #[derive(Debug)]
     struct T(&'static str, &'static str, &'static str);

@@ -41,12 +41,12 @@ pub async fn front_door(State(state): State<ServerState>, mut req: Request, next
         req.extensions_mut().insert(BodyReadTimeout(state.config.traffic.body_read));
         let mut permit = None;
         if let Some(key) = auth::presented_key(req.headers()) {
-            match state.key_index.check(state.store.as_ref(), key).await {
+            match state.key_index.check(state.store.as_ref(), &key).await {
                 // No such key: the handler answers 401 without a lookup.
                 Ok(Verdict::Refuse) => {
                     req.extensions_mut().insert(auth::KeyRefused);
                 }
-                Ok(Verdict::Check) => match auth::authenticate(state.store.as_ref(), key).await {
+                Ok(Verdict::Check) => match auth::authenticate(state.store.as_ref(), &key).await {
                     Ok(principal) => {
                         match state.guard.admit(&principal.key_id) {
                             Ok(p) => permit = Some(p),
@@ -55,7 +55,7 @@ pub async fn front_door(State(state): State<ServerState>, mut req: Request, next
                         req.extensions_mut().insert::<Principal>(principal);
                     }
                     Err(e) if e.code() == ErrorCode::Unauthenticated => {
-                        state.key_index.refused(key);
+                        state.key_index.refused(&key);
                         req.extensions_mut().insert(auth::KeyRefused);
                     }
                     // The store did not answer: the handler's own lookup reports it.

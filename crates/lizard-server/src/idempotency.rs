@@ -58,7 +58,7 @@ pub async fn layer(State(state): State<ServerState>, req: Request, next: Next) -
     let Some(key) = req.headers().get(HEADER) else { return next.run(req).await };
     let Some(principal) = req.extensions().get::<Principal>().cloned() else { return next.run(req).await };
     // The key the principal was found by: it seals the kept answer.
-    let Some(api_key) = auth::presented_key(req.headers()).map(str::to_owned) else { return next.run(req).await };
+    let Some(api_key) = auth::presented_key(req.headers()) else { return next.run(req).await };
     let idem_key = match key.to_str().ok().filter(|k| valid_key(k)) {
         Some(k) => k.to_owned(),
         None => {

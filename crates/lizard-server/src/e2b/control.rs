@@ -34,10 +34,15 @@ const CLIENT_ID: &str = "lizard";
 pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
     router
         .route("/v2/sandboxes", post(create))
+        // Older 2.x SDKs create here, and connect by a timeout (refused while paused),
+        // then a resume, then reading the token off the sandbox's details.
+        .route("/sandboxes", post(create))
         .route("/sandboxes/{id}", get(info).delete(kill))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
         .route("/sandboxes/{id}/pause", post(pause))
+        .route("/sandboxes/{id}/resume", post(resume))
         .route("/v2/sandboxes/{id}/connect", post(connect))
+        .route("/sandboxes/{id}/connect", post(connect))
 }
 
 /// The JSON body, or E2B's 400.
@@ -101,7 +106,7 @@ async fn create(
     Ok((StatusCode::CREATED, Json(answer(&info.template, &info.sandbox_id, token))))
 }
 
-fn detail(sandbox: &LiveSandbox) -> rest::SandboxDetail {
+fn detail(sandbox: &LiveSandbox, envd_access_token: Option<String>) -> rest::SandboxDetail {
     let info = &sandbox.info;
     rest::SandboxDetail {
         template_id: sandbox.record.template.clone(),
@@ -115,6 +120,7 @@ fn detail(sandbox: &LiveSandbox) -> rest::SandboxDetail {
         disk_size_mb: 0,
         state: if info.state == SandboxState::Paused { rest::State::Paused } else { rest::State::Running },
         metadata: info.metadata.clone(),
+        envd_access_token,
     }
 }
 
@@ -124,7 +130,8 @@ async fn info(
     p: Result<Principal, AppError>,
     Path(id): Path<String>,
 ) -> E2bResult<Json<rest::SandboxDetail>> {
-    Ok(Json(detail(&running(&state, &p?, &id).await?)))
+    let sandbox = running(&state, &p?, &id).await?;
+    Ok(Json(detail(&sandbox, token_of(&state, &id).await?)))
 }
 
 /// `DELETE /sandboxes/{id}` → 204.
@@ -139,7 +146,8 @@ async fn kill(
 }
 
 /// `POST /sandboxes/{id}/timeout` `{"timeout": seconds}` → 204: the sandbox ends that
-/// long from now (sooner or later than before).
+/// long from now (sooner or later than before); 409 while it is paused (connect resumes
+/// it, as E2B's older SDKs rely on).
 async fn set_timeout(
     State(state): State<AppState>,
     p: Result<Principal, AppError>,
@@ -147,6 +155,9 @@ async fn set_timeout(
     bytes: Bytes,
 ) -> E2bResult<StatusCode> {
     let sandbox = running(&state, &p?, &id).await?;
+    if sandbox.is_paused() {
+        return Err(E2bError(AppError::conflict(format!("sandbox {id} is paused: connect to resume it"))));
+    }
     let req: rest::SetTimeout =
         serde_json::from_slice(&bytes).map_err(|e| E2bError(AppError::invalid(format!("the request body: {e}"))))?;
     ops::set_timeout(&state, &sandbox, req.timeout.saturating_mul(1000)).await?;
@@ -192,4 +203,25 @@ async fn connect(
     }
     let token = token_of(&state, &id).await?;
     Ok((status, Json(answer(&sandbox.record.template, &id, token))))
+}
+
+/// `POST /sandboxes/{id}/resume` `{"timeout"?: seconds}` (older SDKs) → 201 with the
+/// sandbox resumed and its timeout set; 409 when it runs.
+async fn resume(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> E2bResult<(StatusCode, Json<rest::Sandbox>)> {
+    let req: rest::Connect = body(&bytes)?;
+    let sandbox = running(&state, &p?, &id).await?;
+    if !sandbox.is_paused() {
+        return Err(E2bError(AppError::conflict(format!("sandbox {id} is running"))));
+    }
+    crate::billing::require_funds(state.server.store.as_ref(), &sandbox.record.account_id).await?;
+    lifecycle::resume(&state, &sandbox).await?;
+    let wanted = req.timeout.unwrap_or(rest::DEFAULT_TIMEOUT_SECS).saturating_mul(1000);
+    ops::set_timeout(&state, &sandbox, wanted).await?;
+    let token = token_of(&state, &id).await?;
+    Ok((StatusCode::CREATED, Json(answer(&sandbox.record.template, &id, token))))
 }

@@ -257,7 +257,14 @@ async fn unary(sandbox: &LiveSandbox, caller: &Caller, path: &str, req: Request)
                     )))
                 }
             };
-            control(pid_of(&r.process)?, ProcessControl::Signal(signal.into())).await?;
+            let pid = pid_of(&r.process)?;
+            // The guest keeps ended processes a while: a signal finds only running ones.
+            let running =
+                node.list_processes(id).await.map_err(rpc)?.iter().any(|p| p.pid == pid && p.exit_code.is_none());
+            if !running {
+                return Err(Failure::Rpc(connect::Error::new(Code::NotFound, format!("no running process {pid}"))));
+            }
+            control(pid, ProcessControl::Signal(signal.into())).await?;
             Ok(empty())
         }
         "/process.Process/CloseStdin" => {
@@ -415,7 +422,8 @@ async fn start(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Result<R
         cmd: None,
     };
     let frames = sandbox.node.start_process(sandbox.id(), start).await.map_err(rpc)?;
-    let after_start = AfterStart { sandbox: sandbox.clone(), close_stdin: r.stdin != Some(true), lifetime };
+    // Older SDKs send no flag and expect stdin open, as envd before 0.3.0 kept it.
+    let after_start = AfterStart { sandbox: sandbox.clone(), close_stdin: r.stdin == Some(false), lifetime };
     Ok(streamed(frames, pty.is_some(), Some(after_start)))
 }
 
