@@ -192,3 +192,55 @@ def test_error_paths(e2b_env, sbx):
     assert r.status_code == 502 and "was not found" in r.json()["message"]
     with pytest.raises(SandboxException):
         sbx.commands.run("true", user="nosuchuser")
+
+
+def test_list_filters_and_pages(e2b_env):
+    from e2b.sandbox.sandbox_api import SandboxQuery, SandboxState
+
+    tag = os.urandom(4).hex()
+    made = [Sandbox.create(metadata={"suite": tag, "n": str(i)}) for i in range(3)]
+    try:
+        pause(made[0])()
+        seen, pages = [], 0
+        paginator = Sandbox.list(query=SandboxQuery(metadata={"suite": tag}), limit=2)
+        while paginator.has_next and pages < 5:
+            seen += paginator.next_items()
+            pages += 1
+        assert pages == 2, pages
+        assert sorted(s.sandbox_id for s in seen) == sorted(s.sandbox_id for s in made)
+        assert {s.sandbox_id: s.state.value for s in seen}[made[0].sandbox_id] == "paused"
+        running = Sandbox.list(query=SandboxQuery(metadata={"suite": tag}, state=[SandboxState.RUNNING])).next_items()
+        assert sorted(s.sandbox_id for s in running) == sorted(s.sandbox_id for s in made[1:])
+        one = Sandbox.list(query=SandboxQuery(metadata={"suite": tag, "n": "2"})).next_items()
+        assert [s.sandbox_id for s in one] == [made[2].sandbox_id]
+        assert one[0].metadata["n"] == "2"
+    finally:
+        for s in made:
+            s.kill()
+
+
+def test_fork_copies_a_running_sandbox(sbx):
+    sbx.commands.run("echo original > /root/f")
+    if hasattr(sbx, "fork"):
+        copies = sbx.fork(count=2)
+    else:
+        # SDKs before fork existed: the route as newer ones call it.
+        r = httpx.post(
+            os.environ["E2B_API_URL"] + f"/sandboxes/{sbx.sandbox_id}/fork",
+            headers={"X-API-KEY": os.environ["E2B_API_KEY"]},
+            json={"count": 2},
+            timeout=300,
+        )
+        assert r.status_code == 201, r.text
+        copies = [Sandbox.connect(c["sandbox"]["sandboxID"]) for c in r.json()]
+    try:
+        assert len(copies) == 2 and len({c.sandbox_id for c in copies} | {sbx.sandbox_id}) == 3
+        for i, copy in enumerate(copies):
+            assert not isinstance(copy, Exception), copy
+            assert copy.commands.run("cat /root/f").stdout == "original\n"
+            copy.commands.run(f"echo copy{i} > /root/f")
+        assert sbx.commands.run("cat /root/f").stdout == "original\n"
+    finally:
+        for c in copies:
+            if not isinstance(c, Exception):
+                c.kill()

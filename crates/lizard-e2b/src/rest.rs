@@ -79,6 +79,57 @@ pub struct SandboxDetail {
     pub envd_access_token: Option<String>,
 }
 
+/// `GET /v2/sandboxes`'s query, as the SDKs send it (arrays comma-joined; `metadata` a
+/// form-encoded `k=v&…` whose keys and values are percent-encoded once more).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListQuery {
+    pub metadata: BTreeMap<String, String>,
+    /// The states asked for (none: every state).
+    pub states: Vec<String>,
+    pub template: Option<String>,
+    pub descending: bool,
+    pub limit: Option<usize>,
+    /// Where the page starts: the `x-next-token` of the page before.
+    pub next_token: Option<String>,
+}
+
+/// The header carrying the next page's token; absent on the last page.
+pub const NEXT_TOKEN_HEADER: &str = "x-next-token";
+
+/// Most sandboxes one page lists (and how many when the query names no limit).
+pub const MAX_PAGE: usize = 100;
+
+impl ListQuery {
+    /// Read a raw query string.
+    pub fn parse(query: &str) -> ListQuery {
+        let mut q = ListQuery::default();
+        for (key, value) in form_pairs(query) {
+            match key.as_str() {
+                "metadata" => q.metadata = form_pairs(&value).collect(),
+                "state" => q.states = value.split(',').filter(|s| !s.is_empty()).map(str::to_owned).collect(),
+                "template" => q.template = Some(value),
+                "order" => q.descending = value == "desc",
+                "limit" => q.limit = value.parse().ok(),
+                "nextToken" => q.next_token = Some(value),
+                _ => {}
+            }
+        }
+        q
+    }
+}
+
+/// The `k=v` pairs of a form-encoded string, each side decoded (`+` is a space).
+fn form_pairs(text: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    let decode = |s: &str| {
+        let spaced = s.replace('+', " ");
+        urlencoding::decode(&spaced).map_or(spaced.clone(), |d| d.into_owned())
+    };
+    text.split('&').filter(|p| !p.is_empty()).map(move |pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (decode(k), decode(v))
+    })
+}
+
 /// `POST /sandboxes/{id}/timeout`.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub struct SetTimeout {
@@ -90,6 +141,24 @@ pub struct SetTimeout {
 pub struct Connect {
     #[serde(default)]
     pub timeout: Option<u64>,
+}
+
+/// `POST /sandboxes/{id}/fork`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct Fork {
+    #[serde(default)]
+    pub timeout: Option<u64>,
+    #[serde(default)]
+    pub count: Option<u32>,
+}
+
+/// One copy of a fork: the sandbox, or why it is not there.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ForkResult {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Sandbox>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Error>,
 }
 
 /// Every error: the HTTP status again as `code` (E2B's JS SDK branches on it, not on the
@@ -112,6 +181,16 @@ mod tests {
         assert_eq!(new.env_vars["A"], "1");
         let js: NewSandbox = serde_json::from_str(r#"{"templateID":"t","timeout":30}"#).unwrap();
         assert_eq!(js.timeout, Some(30));
+    }
+
+    #[test]
+    fn a_list_query_reads_as_the_python_sdk_writes_it() {
+        // metadata={"team": "a b", "k&": "v="}: each side quoted, then form-encoded again.
+        let q = ListQuery::parse("metadata=team%3Da%2520b%26k%2526%3Dv%253D&state=running,paused&limit=2&nextToken=4");
+        assert_eq!(q.metadata["team"], "a b");
+        assert_eq!(q.metadata["k&"], "v=");
+        assert_eq!(q.states, ["running", "paused"]);
+        assert_eq!((q.limit, q.next_token.as_deref()), (Some(2), Some("4")));
     }
 
     #[test]

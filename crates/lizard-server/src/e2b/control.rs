@@ -15,7 +15,7 @@ use crate::ops::sandboxes::{self as ops, LiveSandbox};
 use crate::state::AppState;
 use crate::store::ProjectRecord;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Json;
@@ -33,7 +33,7 @@ const CLIENT_ID: &str = "lizard";
 /// The control plane's routes, added to the API's.
 pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
     router
-        .route("/v2/sandboxes", post(create))
+        .route("/v2/sandboxes", post(create).get(list))
         // Older 2.x SDKs create here, and connect by a timeout (refused while paused),
         // then a resume, then reading the token off the sandbox's details.
         .route("/sandboxes", post(create))
@@ -41,6 +41,7 @@ pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
         .route("/sandboxes/{id}/timeout", post(set_timeout))
         .route("/sandboxes/{id}/pause", post(pause))
         .route("/sandboxes/{id}/resume", post(resume))
+        .route("/sandboxes/{id}/fork", post(fork))
         .route("/v2/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/connect", post(connect))
 }
@@ -224,4 +225,72 @@ async fn resume(
     ops::set_timeout(&state, &sandbox, wanted).await?;
     let token = token_of(&state, &id).await?;
     Ok((StatusCode::CREATED, Json(answer(&sandbox.record.template, &id, token))))
+}
+
+/// `GET /v2/sandboxes`: the sandboxes the key reaches, oldest first (or newest with
+/// `order=desc`), filtered by state, template and metadata, a page at a time (`limit`,
+/// at most 100; the next page's token in `x-next-token`, absent on the last).
+async fn list(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    RawQuery(query): RawQuery,
+) -> E2bResult<axum::response::Response> {
+    use axum::response::IntoResponse;
+    let p = p?;
+    let q = rest::ListQuery::parse(query.as_deref().unwrap_or(""));
+    let filter = crate::store::SandboxFilter::default();
+    let records = state.server.store.list_sandboxes(&p.account_id, p.scope.as_ref(), &filter).await?;
+    let mut live = ops::running_of(&state, records).await;
+    if q.descending {
+        live.reverse();
+    }
+    let wanted = |s: &LiveSandbox| {
+        let state_name = if s.is_paused() { "paused" } else { "running" };
+        (q.states.is_empty() || q.states.iter().any(|w| w == state_name))
+            && q.template.as_ref().is_none_or(|t| *t == s.record.template)
+            && q.metadata.iter().all(|(k, v)| s.info.metadata.get(k) == Some(v))
+    };
+    let matching: Vec<&LiveSandbox> = live.iter().filter(|s| wanted(s)).collect();
+    let start = match &q.next_token {
+        Some(token) => {
+            token.parse::<usize>().map_err(|_| E2bError(AppError::invalid(format!("bad nextToken {token:?}"))))?
+        }
+        None => 0,
+    };
+    let limit = q.limit.unwrap_or(rest::MAX_PAGE).clamp(1, rest::MAX_PAGE);
+    let page: Vec<rest::SandboxDetail> = matching.iter().skip(start).take(limit).map(|s| detail(s, None)).collect();
+    let mut response = Json(page).into_response();
+    if start + limit < matching.len() {
+        if let Ok(next) = axum::http::HeaderValue::from_str(&(start + limit).to_string()) {
+            response.headers_mut().insert(rest::NEXT_TOKEN_HEADER, next);
+        }
+    }
+    Ok(response)
+}
+
+/// `POST /sandboxes/{id}/fork` `{"count"?: n (1), "timeout"?: seconds}` → 201 with one
+/// result per copy: running copies of the sandbox, processes and memory included, each
+/// with its own envd token, recorded in its project.
+async fn fork(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> E2bResult<(StatusCode, Json<Vec<rest::ForkResult>>)> {
+    let req: rest::Fork = body(&bytes)?;
+    let source = running(&state, &p?, &id).await?;
+    if source.is_paused() {
+        return Err(E2bError(AppError::conflict(format!("sandbox {id} is paused: connect to resume it first"))));
+    }
+    crate::billing::require_funds(state.server.store.as_ref(), &source.record.account_id).await?;
+    let copies = lifecycle::fork(&state, &source, req.count.unwrap_or(1)).await?;
+    let mut results = Vec::with_capacity(copies.len());
+    for copy in copies {
+        if let Some(secs) = req.timeout {
+            ops::set_timeout(&state, &copy, secs.saturating_mul(1000)).await?;
+        }
+        let token = token_of(&state, copy.id()).await?;
+        results.push(rest::ForkResult { sandbox: Some(answer(&copy.record.template, copy.id(), token)), error: None });
+    }
+    Ok((StatusCode::CREATED, Json(results)))
 }
