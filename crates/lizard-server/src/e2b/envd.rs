@@ -11,6 +11,11 @@
 //!   `POST /filesystem.Filesystem/{Stat,ListDir,MakeDir,Move,Remove}`: unary Connect calls;
 //! - `GET|POST /files`: a file's bytes; a multipart or raw upload, parents made.
 //!
+//! A request for any other port (`E2b-Sandbox-Port`) goes to that port in the guest, as
+//! through the sandbox's own URL: the code interpreter's 49999, a user's server. A
+//! sandbox made through E2B needs its envd token for them too (`X-Access-Token` or
+//! `E2B-Traffic-Access-Token`); the platform's own ports need it always.
+//!
 //! Every request but `/health` needs the sandbox's envd token in `X-Access-Token`
 //! ([`super::envd_token`]); the user is the one `Authorization: Basic` names (the
 //! guest's default without one), and a relative path is taken from that user's home.
@@ -44,6 +49,8 @@ pub const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
 pub const SANDBOX_PORT_HEADER: &str = "e2b-sandbox-port";
 /// The envd token's header.
 const ACCESS_TOKEN_HEADER: &str = "x-access-token";
+/// The header E2B's code interpreter also sends the token in.
+const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
 /// How often a stream with nothing else to say sends a keepalive.
 const KEEPALIVE: Duration = Duration::from_secs(50);
 /// Largest unary request body read.
@@ -153,34 +160,51 @@ impl Caller {
 async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
     let headers = req.headers();
     let id = headers.get(SANDBOX_ID_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-    let port = headers.get(SANDBOX_PORT_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("49983");
-    if port != lizard_e2b::ENVD_PORT.to_string() {
-        return Err(Failure::Rest(
-            StatusCode::NOT_IMPLEMENTED,
-            format!(
-                "Lizard routes only envd (port {}) by E2B's headers so far; reach port {port} at the sandbox's own URL",
-                lizard_e2b::ENVD_PORT
-            ),
-        ));
-    }
+    let port = match headers.get(SANDBOX_PORT_HEADER).map(|v| v.to_str().ok().and_then(|p| p.parse::<u16>().ok())) {
+        None => lizard_e2b::ENVD_PORT,
+        Some(Some(port)) if port != 0 => port,
+        Some(_) => return Err(Failure::Rest(StatusCode::BAD_REQUEST, format!("{SANDBOX_PORT_HEADER} is no port"))),
+    };
     let store = state.server.store.as_ref();
     let record = store.get_sandbox(&id).await.map_err(|e| rest(AppError::from(e).0))?.ok_or_else(not_found_sandbox)?;
     let sandbox = ops::live(state, record).await.map_err(|_| not_found_sandbox())?;
     if sandbox.is_paused() {
         return Err(not_found_sandbox());
     }
-    if req.uri().path() == "/health" {
+    if port == lizard_e2b::ENVD_PORT && req.uri().path() == "/health" {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    let Some(access) = store.sandbox_access(&id).await.map_err(|e| rest(AppError::from(e).0))? else {
-        return Err(Failure::Rest(
-            StatusCode::UNAUTHORIZED,
-            format!("sandbox {id} was not made through E2B's API: its envd has no access token"),
-        ));
-    };
-    let presented = req.headers().get(ACCESS_TOKEN_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    if !envd_token_matches(&access, &id, presented) {
-        return Err(Failure::Rest(StatusCode::UNAUTHORIZED, "missing or wrong X-Access-Token for this sandbox".into()));
+    let access = store.sandbox_access(&id).await.map_err(|e| rest(AppError::from(e).0))?;
+    let (envd_token, traffic_token) =
+        (text(req.headers(), ACCESS_TOKEN_HEADER), text(req.headers(), TRAFFIC_TOKEN_HEADER));
+    let granted = access
+        .as_ref()
+        .map(|hash| envd_token_matches(hash, &id, &envd_token) || envd_token_matches(hash, &id, &traffic_token));
+    if port != lizard_e2b::ENVD_PORT {
+        return match granted {
+            Some(true) => forward(&sandbox, port, req).await,
+            // A public sandbox's ports are public, but for the platform's own.
+            None if !lizard_api::code::is_reserved_guest_port(port) => forward(&sandbox, port, req).await,
+            _ => Err(Failure::Rest(
+                StatusCode::UNAUTHORIZED,
+                format!("port {port} of sandbox {id} needs its access token"),
+            )),
+        };
+    }
+    match granted {
+        Some(true) => {}
+        Some(false) => {
+            return Err(Failure::Rest(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong X-Access-Token for this sandbox".into(),
+            ))
+        }
+        None => {
+            return Err(Failure::Rest(
+                StatusCode::UNAUTHORIZED,
+                format!("sandbox {id} was not made through E2B's API: its envd has no access token"),
+            ))
+        }
     }
     let caller = Caller::of(req.headers());
     let path = req.uri().path().to_owned();
@@ -192,6 +216,11 @@ async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
         (Method::POST, rpc_path) => unary(&sandbox, &caller, rpc_path, req).await,
         _ => Err(Failure::Rest(StatusCode::NOT_FOUND, format!("no envd route {path}"))),
     }
+}
+
+/// A header's text ("" when absent or not text).
+fn text(headers: &HeaderMap, name: &str) -> String {
+    headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
 }
 
 // --- unary calls ----------------------------------------------------------------------
@@ -631,4 +660,26 @@ async fn write_files(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Re
         return Err(Failure::Rest(StatusCode::BAD_REQUEST, "the upload holds no file".into()));
     }
     Ok(axum::Json(done).into_response())
+}
+
+/// A request for `port` inside the sandbox, as its own URL would pass it: E2B's routing
+/// headers and tokens removed with the platform's credentials.
+async fn forward(sandbox: &LiveSandbox, port: u16, mut req: Request) -> Result<Response, Failure> {
+    for name in [SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER, TRAFFIC_TOKEN_HEADER, ACCESS_TOKEN_HEADER] {
+        req.headers_mut().remove(name);
+    }
+    let client = req.extensions().get::<crate::proxy::ClientAddr>().map(|c| c.0.ip());
+    let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    crate::proxy::for_the_guest(&mut req, client, &host);
+    let tunnel = match sandbox.node.connect_port(sandbox.id(), port).await {
+        Ok(t) => t,
+        Err(e) if e.code == ErrorCode::PortClosed => {
+            return Err(Failure::Rest(
+                StatusCode::BAD_GATEWAY,
+                format!("The sandbox is running but port {port} is not open"),
+            ))
+        }
+        Err(e) => return Err(rest(e)),
+    };
+    crate::proxy::exchange(tunnel, req, port).await.map_err(|e| rest(e.0))
 }

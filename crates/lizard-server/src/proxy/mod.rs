@@ -112,7 +112,7 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
 
 /// What the guest sees of a request: no access token in its target, none of the
 /// platform's credentials, the proxy's own forwarding headers.
-fn for_the_guest(req: &mut Request, client: Option<std::net::IpAddr>, host: &str) {
+pub(crate) fn for_the_guest(req: &mut Request, client: Option<std::net::IpAddr>, host: &str) {
     *req.uri_mut() = access::guest_target(req.uri());
     headers::strip_platform_credentials(req.headers_mut());
     headers::set_forwarded(req.headers_mut(), client, host);
@@ -146,7 +146,11 @@ async fn forward_to_service(state: &AppState, name: &str, req: Request) -> Resul
 
 /// Speak HTTP/1.1 over `tunnel`: send `req`, answer the guest's response (an upgrade
 /// becomes a byte pipe between client and guest).
-async fn exchange(tunnel: Box<dyn crate::nodes::Tunnel>, mut req: Request, port: u16) -> Result<Response, AppError> {
+pub(crate) async fn exchange(
+    tunnel: Box<dyn crate::nodes::Tunnel>,
+    mut req: Request,
+    port: u16,
+) -> Result<Response, AppError> {
     let slot = req.extensions().get::<ConnectionSlot>().cloned();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tunnel))
         .await
