@@ -43,6 +43,7 @@ fn body_for(request: Body) -> Option<Value> {
         Body::Json("RunCodeRequest") => Some(json!({"code": "open('/root/pwned', 'w')"})),
         Body::Json("CreateCodeContextRequest") => Some(json!({})),
         Body::Json("UpdateProjectRequest") => Some(json!({"name": "pwned"})),
+        Body::Json("UpdateWorkspaceRequest") => Some(json!({"volumeQuotaGb": 0})),
         Body::Json("NodeReport") => Some(json!({
             "capacity": {"vcpus": 64, "memoryMib": 65536, "diskGib": 100},
             "usage": {"vcpus": 0, "memoryMib": 0, "sandboxes": 0}
