@@ -8,8 +8,9 @@
 #   scripts/test-sdk.sh [python|js|console|quickstart|e2b]...   # default: python js console e2b
 #
 # `quickstart` is the Python SDK's quick start alone (the quick tier of scripts/test.sh);
-# `e2b` is E2B's own published Python SDK (compat/e2b/python, E2B_SDK_VERSIONS: the
-# versions to run it with, each in its own venv) against the same server.
+# `e2b` is E2B's own published SDKs against the same server: the Python package
+# (compat/e2b/python; E2B_SDK_VERSIONS: the versions, each in its own venv) and the npm
+# package (compat/e2b/js; E2B_JS_SDK_VERSIONS, each installed in turn).
 # LIZARD_BIN: the `lizard` to serve (default: this checkout's debug build, built here with
 # the workspace's one feature set); LIZARD_TEMPLATES: the images to build (default: all).
 set -euo pipefail
@@ -173,6 +174,11 @@ for suite in "${suites[@]}"; do
         echo "--- e2b $version ---" >&2
         (cd compat/e2b/python && "$root/target/e2b-venv-$version/bin/python" -m pytest -q -p no:cacheprovider \
           -o testpaths=. --rootdir=.) || status=1
+      done
+      for version in ${E2B_JS_SDK_VERSIONS:-2.15.0 2.51.0}; do
+        echo "--- e2b (npm) $version ---" >&2
+        (cd compat/e2b/js && npm install --no-save --no-audit --no-fund --silent "e2b@$version" >&2 \
+          && node --test core.test.mjs) || status=1
       done
       ;;
   esac

@@ -1,0 +1,87 @@
+// E2B's own npm package (`e2b`, unchanged) against a real `lizard server`:
+// scripts/test-sdk.sh installs the version asked for and sets the same variables as for
+// the Python suite. Each run makes its own workspace, project and project-scoped key.
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { createHash, randomBytes } from 'node:crypto'
+
+const API_URL = process.env.LIZARD_SDK_TEST_API_URL
+const OWNER_KEY = process.env.LIZARD_SDK_TEST_API_KEY
+const SANDBOX_URL = `http://${process.env.LIZARD_SDK_TEST_PROXY}`
+let workspace
+let e2b
+
+async function lizard(method, path, body) {
+  const res = await fetch(API_URL + path, {
+    method,
+    headers: { 'X-API-Key': OWNER_KEY, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  })
+  return res.status === 204 ? null : res.json()
+}
+
+before(async () => {
+  const suffix = randomBytes(4).toString('hex')
+  workspace = await lizard('POST', '/v1/workspaces', { name: `e2b-js-${suffix}` })
+  const project = await lizard('POST', '/v1/projects', { workspaceId: workspace.id, name: `js-${suffix}` })
+  const key = await lizard('POST', '/v1/api-keys', { name: `e2b-js-${suffix}`, projects: [project.id] })
+  process.env.E2B_API_URL = API_URL
+  process.env.E2B_SANDBOX_URL = SANDBOX_URL
+  // E2B's form of the key (`e2b_` + hex), which some SDK versions insist on.
+  process.env.E2B_API_KEY = 'e2b_' + Buffer.from(key.key).toString('hex')
+  e2b = await import('e2b')
+})
+
+after(async () => {
+  await lizard('DELETE', `/v1/workspaces/${workspace.id}?force=true`)
+})
+
+test('create, run with live output, files, kill', async () => {
+  const sbx = await e2b.Sandbox.create({ metadata: { lang: 'js' } })
+  try {
+    const lines = []
+    const started = Date.now()
+    const r = await sbx.commands.run('echo one; sleep 2; echo two', {
+      onStdout: (line) => lines.push([Date.now() - started, line]),
+    })
+    assert.equal(r.stdout, 'one\ntwo\n')
+    assert.deepEqual(lines.map(([, l]) => l.trim()), ['one', 'two'])
+    assert.ok(lines[1][0] - lines[0][0] > 1500, JSON.stringify(lines))
+    await assert.rejects(sbx.commands.run('exit 7'), (e) => e.exitCode === 7)
+    await sbx.files.write('/tmp/js/a.txt', 'from node')
+    assert.equal(await sbx.files.read('/tmp/js/a.txt'), 'from node')
+    const blob = randomBytes(4 << 20)
+    await sbx.files.write('/tmp/js/blob', blob.buffer.slice(blob.byteOffset, blob.byteOffset + blob.length))
+    const sum = (await sbx.commands.run('sha256sum < /tmp/js/blob')).stdout.split(' ')[0]
+    assert.equal(sum, createHash('sha256').update(blob).digest('hex'))
+    const names = (await sbx.files.list('/tmp/js')).map((e) => e.name).sort()
+    assert.deepEqual(names, ['a.txt', 'blob'])
+    const info = await sbx.getInfo()
+    assert.equal(info.metadata.lang, 'js')
+    const bg = await sbx.commands.run('sleep 300', { background: true })
+    assert.ok((await sbx.commands.list()).some((p) => p.pid === bg.pid))
+    // `true` from newer SDKs (older ones answer nothing): either way the process is gone.
+    assert.notEqual(await sbx.commands.kill(bg.pid), false)
+    await new Promise((r) => setTimeout(r, 500))
+    assert.ok(!(await sbx.commands.list()).some((p) => p.pid === bg.pid))
+  } finally {
+    assert.notEqual(await sbx.kill(), false)
+  }
+  // Killed: the body's code (404) is what the JS SDK reads.
+  assert.equal(await e2b.Sandbox.kill(sbx.sandboxId), false)
+})
+
+test('pause, then connect resumes', async () => {
+  const sbx = await e2b.Sandbox.create()
+  try {
+    await sbx.files.write('/root/kept.txt', 'kept')
+    const pause = sbx.pause ? () => sbx.pause() : () => sbx.betaPause()
+    await pause()
+    assert.equal((await sbx.getInfo()).state, 'paused')
+    const again = await e2b.Sandbox.connect(sbx.sandboxId)
+    assert.equal((await again.getInfo()).state, 'running')
+    assert.equal(await again.files.read('/root/kept.txt'), 'kept')
+  } finally {
+    await sbx.kill()
+  }
+})

@@ -1,0 +1,63 @@
+"""E2B's async Python SDK (`AsyncSandbox`) on Lizard: create, live output, files, pause
+and connect, kill."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from e2b import AsyncSandbox
+from e2b.exceptions import NotFoundException
+
+
+def test_the_async_sdk_runs_commands_and_moves_files(e2b_env):
+    async def scenario() -> None:
+        sbx = await AsyncSandbox.create(metadata={"flavour": "async"})
+        try:
+            seen: list[tuple[float, str]] = []
+            started = time.monotonic()
+            r = await sbx.commands.run(
+                "echo one; sleep 2; echo two", on_stdout=lambda line: seen.append((time.monotonic() - started, line))
+            )
+            assert r.stdout == "one\ntwo\n" and r.exit_code == 0
+            assert [line for _, line in seen] == ["one\n", "two\n"] and seen[1][0] - seen[0][0] > 1.5, seen
+            await sbx.files.write("/tmp/async.txt", "from asyncio")
+            assert await sbx.files.read("/tmp/async.txt") == "from asyncio"
+            results = await asyncio.gather(*(sbx.commands.run(f"echo {i}") for i in range(5)))
+            assert [x.stdout for x in results] == [f"{i}\n" for i in range(5)]
+            info = await sbx.get_info()
+            assert info.metadata["flavour"] == "async"
+        finally:
+            assert await sbx.kill() is True
+        with pytest.raises(NotFoundException):
+            await AsyncSandbox.connect(sbx.sandbox_id)
+
+    asyncio.run(scenario())
+
+
+def test_auto_pause_at_the_timeout_and_resume_on_connect(e2b_env):
+    import httpx
+    from e2b import Sandbox
+
+    # As the SDKs send `lifecycle={"on_timeout": "pause"}` (or `auto_pause=True`).
+    created = httpx.post(
+        e2b_env["E2B_API_URL"] + "/v2/sandboxes",
+        headers={"X-API-KEY": e2b_env["lizard_key"]},
+        json={"templateID": "base", "timeout": 5, "autoPause": True},
+        timeout=120,
+    )
+    assert created.status_code == 201, created.text
+    sid = created.json()["sandboxID"]
+    try:
+        # A connect only ever moves the end later: 5 s from now keeps it near.
+        Sandbox.connect(sid, timeout=5).files.write("/root/kept.txt", "still here")
+        deadline = time.monotonic() + 120
+        while Sandbox.get_info(sid).state.value != "paused":
+            assert time.monotonic() < deadline, "the timeout did not pause the sandbox"
+            time.sleep(1)
+        again = Sandbox.connect(sid, timeout=60)
+        assert Sandbox.get_info(sid).state.value == "running"
+        assert again.files.read("/root/kept.txt") == "still here"
+    finally:
+        Sandbox.kill(sid)
