@@ -275,3 +275,26 @@ def test_other_ports_by_header_need_the_token(e2b_env):
         assert httpx.get(SANDBOX_URL + "/health", headers={**route, "E2b-Sandbox-Port": "49999"}).status_code == 401
     finally:
         sbx.kill()
+
+
+def test_a_create_retried_with_an_idempotency_key_makes_one_sandbox(e2b_env):
+    tag = os.urandom(4).hex()
+    headers = {"X-API-KEY": e2b_env["lizard_key"], "Idempotency-Key": f"create-{tag}"}
+    body = {"templateID": "base", "metadata": {"retry": tag}}
+    first = httpx.post(e2b_env["E2B_API_URL"] + "/v2/sandboxes", headers=headers, json=body, timeout=120)
+    again = httpx.post(e2b_env["E2B_API_URL"] + "/v2/sandboxes", headers=headers, json=body, timeout=120)
+    try:
+        assert first.status_code == again.status_code == 201, (first.text, again.text)
+        assert again.headers.get("Idempotency-Replayed") == "true"
+        assert again.json()["sandboxID"] == first.json()["sandboxID"]
+        assert again.json()["envdAccessToken"] == first.json()["envdAccessToken"]
+        listed = httpx.get(
+            e2b_env["E2B_API_URL"] + "/v2/sandboxes", headers={"X-API-KEY": e2b_env["lizard_key"]},
+            params={"metadata": f"retry={tag}"},
+        ).json()
+        assert [s["sandboxID"] for s in listed] == [first.json()["sandboxID"]]
+        other = dict(body, metadata={"retry": "changed"})
+        reused = httpx.post(e2b_env["E2B_API_URL"] + "/v2/sandboxes", headers=headers, json=other, timeout=120)
+        assert reused.status_code == 422, reused.text
+    finally:
+        httpx.delete(e2b_env["E2B_API_URL"] + "/sandboxes/" + first.json()["sandboxID"], headers={"X-API-KEY": e2b_env["lizard_key"]})

@@ -1,5 +1,6 @@
 //! `Idempotency-Key` on the calls a client must be able to retry without doing the work
-//! twice: create sandbox, exec, fork, create volume ([`ROUTES`]).
+//! twice: create sandbox, exec, fork, create volume ([`ROUTES`]), and E2B's create and
+//! fork ([`crate::e2b::control::IDEMPOTENT_PATHS`]).
 //!
 //! The first request with a key claims (API key, route, idempotency key) in the store
 //! with a hash of its path, query and body, is served, and its answer (status and body)
@@ -116,7 +117,12 @@ fn idempotent_route(req: &Request) -> Option<String> {
         return None;
     }
     let path = req.extensions().get::<MatchedPath>()?.as_str();
-    ROUTES.iter().find(|r| r.path == path).map(|r| format!("POST {}", r.path))
+    ROUTES
+        .iter()
+        .map(|r| r.path)
+        .chain(crate::e2b::control::IDEMPOTENT_PATHS)
+        .find(|p| *p == path)
+        .map(|p| format!("POST {p}"))
 }
 
 fn valid_key(key: &str) -> bool {

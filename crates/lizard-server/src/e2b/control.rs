@@ -27,6 +27,10 @@ use utoipa_axum::router::OpenApiRouter;
 /// several.
 pub const PROJECT_METADATA: &str = "lizardProject";
 
+/// The routes that honour `Idempotency-Key` (E2B's Python SDK sends one when asked, and
+/// retries a create on 502/503): a retry answers the first answer again.
+pub const IDEMPOTENT_PATHS: [&str; 3] = ["/v2/sandboxes", "/sandboxes", "/sandboxes/{id}/fork"];
+
 /// What E2B's `clientID` (deprecated, still required by its parser) holds.
 const CLIENT_ID: &str = "lizard";
 
