@@ -6,6 +6,7 @@
 mod builds;
 mod confinement;
 mod control_plane;
+mod e2b;
 mod full_disk;
 mod guest_reach;
 mod network;

@@ -259,7 +259,7 @@ async fn path_tricks_in_names_and_file_paths_stay_inside_their_sandbox() {
 /// A second account in the server's store with an unscoped key of its own (the plaintext).
 /// No route makes accounts (one server, one owner account); a multi-account operator's
 /// tooling would write them, as this does.
-async fn another_account(system: &System) -> String {
+pub(crate) async fn another_account(system: &System) -> String {
     let db = system.data_dir().join("lizard.db");
     let url = format!("sqlite://{}", db.display());
     let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
@@ -313,7 +313,7 @@ async fn another_accounts_key_reaches_nothing_of_this_account() {
 }
 
 /// Give an account made by [`another_account`] credits, as `lizard billing credit` does.
-async fn credit(system: &System, account: &str) {
+pub(crate) async fn credit(system: &System, account: &str) {
     let url = format!("sqlite://{}", system.data_dir().join("lizard.db").display());
     let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
     sqlx::query(

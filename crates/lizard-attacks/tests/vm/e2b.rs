@@ -1,0 +1,86 @@
+//! The E2B face is one more client, never a side door: another account's key reaches no
+//! sandbox through E2B's control routes, and one sandbox's envd token (or none) opens no
+//! other sandbox's envd or ports. Errors carry no host detail, and the victim is untouched.
+
+use crate::tenancy::{another_account, credit};
+use lizard_attacks::system::System;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+/// An E2B create with `key`: the sandbox id and its envd token.
+async fn e2b_create(system: &System, key: &str, metadata: Value) -> (String, String) {
+    let body = json!({"templateID": "base", "metadata": metadata});
+    let (status, created) = system.call_as(key, Method::POST, "/v2/sandboxes", Some(body)).await;
+    assert_eq!(status, 201, "{created}");
+    (created["sandboxID"].as_str().unwrap().to_owned(), created["envdAccessToken"].as_str().unwrap().to_owned())
+}
+
+/// An envd (or guest port) request for `id` through the sandbox URL.
+async fn envd(system: &System, id: &str, port: u16, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut req = system
+        .http
+        .post(format!("http://{}{path}", system.proxy))
+        .header("E2b-Sandbox-Id", id)
+        .header("E2b-Sandbox-Port", port.to_string())
+        .json(&json!({}));
+    if let Some(token) = token {
+        req = req.header("X-Access-Token", token);
+    }
+    let resp = req.send().await.unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn e2bs_routes_and_tokens_reach_no_other_tenants_sandbox() {
+    let system = System::start(&[]).await;
+    let (victim, victim_token) = e2b_create(&system, &system.key, json!({"lizardProject": system.project})).await;
+    let intruder = another_account(&system).await;
+    credit(&system, "acc_intruder").await;
+    let (status, _) = system.call_as(&intruder, Method::POST, "/v1/workspaces", Some(json!({"name": "w"}))).await;
+    assert_eq!(status, 201);
+    let (_, workspaces) = system.call_as(&intruder, Method::GET, "/v1/workspaces", None).await;
+    let body = json!({"workspaceId": workspaces[0]["id"], "name": "p"});
+    let (status, _) = system.call_as(&intruder, Method::POST, "/v1/projects", Some(body)).await;
+    assert_eq!(status, 201);
+    let (own, own_token) = e2b_create(&system, &intruder, json!({})).await;
+
+    // The control plane: every route with the victim's id is E2B's 404.
+    let routes = [
+        (Method::GET, format!("/sandboxes/{victim}"), None),
+        (Method::DELETE, format!("/sandboxes/{victim}"), None),
+        (Method::POST, format!("/sandboxes/{victim}/timeout"), Some(json!({"timeout": 1}))),
+        (Method::POST, format!("/sandboxes/{victim}/pause"), None),
+        (Method::POST, format!("/sandboxes/{victim}/resume"), Some(json!({}))),
+        (Method::POST, format!("/sandboxes/{victim}/fork"), Some(json!({"count": 1}))),
+        (Method::POST, format!("/sandboxes/{victim}/connect"), Some(json!({}))),
+        (Method::POST, format!("/v2/sandboxes/{victim}/connect"), Some(json!({}))),
+    ];
+    for (method, path, body) in routes {
+        let (status, answer) = system.call_as(&intruder, method.clone(), &path, body).await;
+        assert_eq!((status, answer["code"].as_u64()), (404, Some(404)), "{method} {path}: {answer}");
+        assert!(!answer.to_string().contains("/var"), "{answer}");
+    }
+    let (status, listed) = system.call_as(&intruder, Method::GET, "/v2/sandboxes", None).await;
+    assert_eq!(status, 200);
+    let ids: Vec<&str> = listed.as_array().unwrap().iter().filter_map(|s| s["sandboxID"].as_str()).collect();
+    assert_eq!(ids, [own.as_str()], "the list shows another account's sandbox");
+
+    // envd and the guest's ports: the intruder's own token, a made-up one and none are
+    // refused for the victim; the platform's code service port too.
+    for (port, path) in [(49983, "/process.Process/List"), (49983, "/files"), (8000, "/"), (49999, "/execute")] {
+        for token in [Some(own_token.as_str()), Some("0".repeat(64).as_str()), None] {
+            let (status, answer) = envd(&system, &victim, port, path, token).await;
+            assert_eq!(status, 401, "port {port} {path} with {token:?}: {answer}");
+            assert!(!answer.contains("/var") && !answer.contains(&victim_token), "{answer}");
+        }
+    }
+    // A header naming no sandbox reaches none.
+    let (status, answer) = envd(&system, "sbx_none", 49983, "/process.Process/List", Some(&victim_token)).await;
+    assert_eq!(status, 502, "{answer}");
+
+    // The victim runs on, and its own token still works.
+    let (status, answer) = envd(&system, &victim, 49983, "/process.Process/List", Some(&victim_token)).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, info) = system.call(Method::GET, &format!("/sandboxes/{victim}"), None).await;
+    assert_eq!((status, info["state"].as_str()), (200, Some("running")), "{info}");
+}
