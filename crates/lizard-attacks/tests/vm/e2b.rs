@@ -2,6 +2,10 @@
 //! sandbox through E2B's control routes, and one sandbox's envd token (or none) opens no
 //! other sandbox's envd or ports. Errors carry no host detail, and the victim is untouched.
 
+// Helpers unwrap as the tests do (clippy.toml's allow-unwrap-in-tests covers only the
+// #[test] functions themselves).
+#![allow(clippy::unwrap_used)]
+
 use crate::tenancy::{another_account, credit};
 use lizard_attacks::system::System;
 use reqwest::Method;
