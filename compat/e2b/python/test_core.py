@@ -298,3 +298,28 @@ def test_a_create_retried_with_an_idempotency_key_makes_one_sandbox(e2b_env):
         assert reused.status_code == 422, reused.text
     finally:
         httpx.delete(e2b_env["E2B_API_URL"] + "/sandboxes/" + first.json()["sandboxID"], headers={"X-API-KEY": e2b_env["lizard_key"]})
+
+
+def test_a_terminal_takes_input_resizes_and_is_killed(sbx):
+    from e2b.sandbox.commands.command_handle import PtySize
+
+    term = sbx.pty.create(PtySize(rows=24, cols=80), timeout=0)
+    assert sbx.is_running()
+    sbx.pty.send_stdin(term.pid, b"stty size > /tmp/size1; echo marker-$((6*7))\n")
+    deadline = time.monotonic() + 60
+    while not sbx.files.exists("/tmp/size1"):
+        assert time.monotonic() < deadline, "the terminal ran nothing"
+        time.sleep(0.3)
+    sbx.pty.resize(term.pid, PtySize(rows=30, cols=100))
+    sbx.pty.send_stdin(term.pid, b"stty size > /tmp/size2; exit\n")
+    out = bytearray()
+    try:
+        term.wait(on_pty=lambda data: out.extend(data))
+    except Exception:
+        pass  # a terminal's shell may end with a non-zero status
+    assert "marker-42" in out.decode(errors="replace")
+    assert sbx.files.read("/tmp/size1") == "24 80\n"
+    assert sbx.files.read("/tmp/size2") == "30 100\n"
+    other = sbx.pty.create(PtySize(rows=10, cols=10), timeout=0)
+    assert other.pid in [p.pid for p in sbx.commands.list()]
+    assert sbx.pty.kill(other.pid) is True
