@@ -323,3 +323,15 @@ def test_a_terminal_takes_input_resizes_and_is_killed(sbx):
     other = sbx.pty.create(PtySize(rows=10, cols=10), timeout=0)
     assert other.pid in [p.pid for p in sbx.commands.list()]
     assert sbx.pty.kill(other.pid) is True
+
+
+def test_metrics_are_the_guests_own(sbx):
+    samples = sbx.get_metrics()
+    assert len(samples) == 1
+    m = samples[0]
+    assert m.cpu_count == 1 and 0 <= m.cpu_used_pct <= 100
+    assert 256 << 20 < m.mem_total <= 512 << 20 and 0 < m.mem_used < m.mem_total
+    assert 0 < m.disk_used < m.disk_total
+    # 64 MiB written shows on the disk.
+    sbx.commands.run("head -c 67108864 /dev/zero > /root/fill && sync")
+    assert sbx.get_metrics()[0].disk_used >= m.disk_used + (60 << 20)

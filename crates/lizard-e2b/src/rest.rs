@@ -143,6 +143,55 @@ pub struct Connect {
     pub timeout: Option<u64>,
 }
 
+/// One sample of `GET /sandboxes/{id}/metrics` (bytes, and a percentage of all CPUs).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Metric {
+    /// RFC 3339.
+    pub timestamp: String,
+    pub timestamp_unix: i64,
+    pub cpu_count: u32,
+    pub cpu_used_pct: f64,
+    pub mem_used: u64,
+    pub mem_total: u64,
+    pub mem_cache: u64,
+    pub disk_used: u64,
+    pub disk_total: u64,
+}
+
+/// The guest command whose one line of output [`Metric::parse`] reads: CPUs, the CPU
+/// time busy over 0.2 s (per mille), memory and root disk in bytes.
+pub const METRICS_SCRIPT: &str = r#"set -eu
+cpu() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8+$9, $5+$6}' /proc/stat; }
+a=$(cpu); sleep 0.2; b=$(cpu)
+set -- $a $b
+busy=$(( ($3 - $1) - ($4 - $2) )); all=$(( $3 - $1 ))
+[ "$all" -gt 0 ] || all=1
+mem() { awk -v k="$1:" '$1 == k {print $2 * 1024}' /proc/meminfo; }
+disk=$(df -B1 --output=used,size / | tail -1)
+echo "$(nproc) $(( busy * 1000 / all )) $(mem MemTotal) $(mem MemAvailable) $(mem Cached) $disk""#;
+
+impl Metric {
+    /// A sample from [`METRICS_SCRIPT`]'s output, taken at `unix_ms`.
+    pub fn parse(line: &str, timestamp: String, unix_ms: i64) -> Option<Metric> {
+        let n: Vec<u64> = line.split_whitespace().map(str::parse).collect::<Result<_, _>>().ok()?;
+        let [cpus, busy_permille, mem_total, mem_available, mem_cache, disk_used, disk_total] = n[..] else {
+            return None;
+        };
+        Some(Metric {
+            timestamp,
+            timestamp_unix: unix_ms / 1000,
+            cpu_count: u32::try_from(cpus).ok()?,
+            cpu_used_pct: (busy_permille as f64) / 10.0,
+            mem_used: mem_total.saturating_sub(mem_available),
+            mem_total,
+            mem_cache,
+            disk_used,
+            disk_total,
+        })
+    }
+}
+
 /// `POST /sandboxes/{id}/fork`.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 pub struct Fork {
@@ -191,6 +240,16 @@ mod tests {
         assert_eq!(q.metadata["k&"], "v=");
         assert_eq!(q.states, ["running", "paused"]);
         assert_eq!((q.limit, q.next_token.as_deref()), (Some(2), Some("4")));
+    }
+
+    #[test]
+    fn a_metrics_line_reads_into_a_sample() {
+        let m = Metric::parse("2 125 536870912 402653184 1048576 1000 4000\n", "t".into(), 1_700_000_000_123).unwrap();
+        assert_eq!((m.cpu_count, m.cpu_used_pct, m.mem_used, m.disk_total), (2, 12.5, 134217728, 4000));
+        assert_eq!(m.timestamp_unix, 1_700_000_000);
+        assert!(Metric::parse("2 x", "t".into(), 0).is_none());
+        let v = serde_json::to_value(&m).unwrap();
+        assert!(v.get("cpuUsedPct").is_some() && v.get("timestampUnix").is_some() && v.get("memCache").is_some());
     }
 
     #[test]

@@ -46,6 +46,7 @@ pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
         .route("/sandboxes/{id}/pause", post(pause))
         .route("/sandboxes/{id}/resume", post(resume))
         .route("/sandboxes/{id}/fork", post(fork))
+        .route("/sandboxes/{id}/metrics", get(metrics))
         .route("/v2/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/connect", post(connect))
 }
@@ -297,4 +298,30 @@ async fn fork(
         results.push(rest::ForkResult { sandbox: Some(answer(&copy.record.template, copy.id(), token)), error: None });
     }
     Ok((StatusCode::CREATED, Json(results)))
+}
+
+/// `GET /sandboxes/{id}/metrics` → 200 with one sample taken now in the guest (CPU busy
+/// over 0.2 s, memory, root disk); none for a paused sandbox. `start`/`end` are not read:
+/// Lizard keeps no history of them.
+async fn metrics(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    Path(id): Path<String>,
+) -> E2bResult<Json<Vec<rest::Metric>>> {
+    let sandbox = running(&state, &p?, &id).await?;
+    if sandbox.is_paused() {
+        return Ok(Json(Vec::new()));
+    }
+    let req = lizard_api::ExecRequest {
+        cmd: Some(rest::METRICS_SCRIPT.to_owned()),
+        user: Some("root".into()),
+        ..Default::default()
+    };
+    let out = sandbox.node.exec(&id, req).await.map_err(|e| E2bError(e.into()))?;
+    let now = crate::ids::now_ms();
+    let sample = rest::Metric::parse(&out.stdout, crate::ids::rfc3339(now), now).ok_or_else(|| {
+        tracing::warn!(%id, stdout = %out.stdout, stderr = %out.stderr, "the guest's metrics did not read");
+        E2bError(AppError::new(lizard_api::ErrorCode::Unavailable, "the sandbox's metrics could not be read"))
+    })?;
+    Ok(Json(vec![sample]))
 }
