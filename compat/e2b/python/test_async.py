@@ -61,3 +61,28 @@ def test_auto_pause_at_the_timeout_and_resume_on_connect(e2b_env):
         assert again.files.read("/root/kept.txt") == "still here"
     finally:
         Sandbox.kill(sid)
+
+
+def test_an_async_watch_streams_events(e2b_env):
+    async def scenario() -> None:
+        sbx = await AsyncSandbox.create()
+        try:
+            await sbx.files.make_dir("/tmp/aw")
+            seen: list[tuple[str, str]] = []
+            got = asyncio.Event()
+
+            def on_event(e) -> None:
+                seen.append((e.name, e.type.value))
+                if e.name == "done.txt":
+                    got.set()
+
+            handle = await sbx.files.watch_dir("/tmp/aw", on_event=on_event)
+            await sbx.files.write("/tmp/aw/x.txt", "1")
+            await sbx.commands.run("echo 2 >> /tmp/aw/x.txt; touch /tmp/aw/done.txt")
+            await asyncio.wait_for(got.wait(), 30)
+            await handle.stop()
+            assert ("x.txt", "create") in seen and ("x.txt", "write") in seen, seen
+        finally:
+            await sbx.kill()
+
+    asyncio.run(scenario())

@@ -335,3 +335,20 @@ def test_metrics_are_the_guests_own(sbx):
     # 64 MiB written shows on the disk.
     sbx.commands.run("head -c 67108864 /dev/zero > /root/fill && sync")
     assert sbx.get_metrics()[0].disk_used >= m.disk_used + (60 << 20)
+
+
+def test_a_polling_watcher_sees_what_happens_in_its_directory(sbx):
+    sbx.files.make_dir("/tmp/w")
+    handle = sbx.files.watch_dir("/tmp/w", recursive=True)
+    sbx.files.write("/tmp/w/a.txt", "one")
+    sbx.commands.run("mkdir -p /tmp/w/sub && echo two > /tmp/w/sub/b.txt && mv /tmp/w/a.txt /tmp/w/c.txt && rm /tmp/w/c.txt")
+    seen: list[tuple[str, str]] = []
+    deadline = time.monotonic() + 30
+    while ("c.txt", "remove") not in seen and time.monotonic() < deadline:
+        seen += [(e.name, e.type.value) for e in handle.get_new_events()]
+        time.sleep(0.3)
+    handle.stop()
+    for expected in [("a.txt", "create"), ("sub/b.txt", "create"), ("a.txt", "rename"), ("c.txt", "create"), ("c.txt", "remove")]:
+        assert expected in seen, (expected, seen)
+    with pytest.raises(Exception):
+        handle.get_new_events()

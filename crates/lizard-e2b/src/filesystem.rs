@@ -69,6 +69,70 @@ pub struct ListDirResponse {
     pub entries: Vec<EntryInfo>,
 }
 
+/// `WatchDir` and `CreateWatcher`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchRequest {
+    pub path: String,
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// `GetWatcherEvents` and `RemoveWatcher`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct WatcherRequest {
+    pub watcher_id: String,
+}
+
+/// `CreateWatcher`'s answer.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateWatcherResponse {
+    pub watcher_id: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub enum EventType {
+    #[serde(rename = "EVENT_TYPE_CREATE")]
+    Create,
+    #[serde(rename = "EVENT_TYPE_WRITE")]
+    Write,
+    #[serde(rename = "EVENT_TYPE_REMOVE")]
+    Remove,
+    #[serde(rename = "EVENT_TYPE_RENAME")]
+    Rename,
+}
+
+/// What happened to one path under a watched directory (`name`: relative to it).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct FilesystemEvent {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub event_type: EventType,
+}
+
+/// One message of a `WatchDir` stream (a oneof: its member names the message's one field).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum WatchEvent {
+    Start {},
+    Filesystem(FilesystemEvent),
+    Keepalive {},
+}
+
+/// `GetWatcherEvents`'s answer.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct WatcherEvents {
+    pub events: Vec<FilesystemEvent>,
+}
+
+/// `path` relative to the watched `dir` (as given when it lies outside).
+pub fn relative_name(dir: &str, path: &str) -> String {
+    let dir = dir.trim_end_matches('/');
+    path.strip_prefix(dir).and_then(|rest| rest.strip_prefix('/')).unwrap_or(path).to_owned()
+}
+
 /// `rwxr-xr-x` with the type's letter in front, from the kind and the permission bits.
 pub fn permissions(file_type: FileType, mode: u32) -> String {
     let kind = match file_type {
@@ -91,6 +155,19 @@ mod int64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn watch_events_take_proto3_json_form() {
+        let e = WatchEvent::Filesystem(FilesystemEvent { name: "a/b.txt".into(), event_type: EventType::Write });
+        // A oneof's member stands in the message itself: `{"filesystem": …}`.
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"filesystem":{"name":"a/b.txt","type":"EVENT_TYPE_WRITE"}}"#
+        );
+        assert_eq!(serde_json::to_string(&WatchEvent::Start {}).unwrap(), r#"{"start":{}}"#);
+        assert_eq!(relative_name("/tmp/w/", "/tmp/w/a/b"), "a/b");
+        assert_eq!(relative_name("/tmp/w", "/elsewhere"), "/elsewhere");
+    }
 
     #[test]
     fn entries_take_proto3_json_form() {

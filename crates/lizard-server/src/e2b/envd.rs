@@ -9,6 +9,8 @@
 //!   process's lifetime (it is killed then), as envd does;
 //! - `POST /process.Process/{List,SendInput,SendSignal,CloseStdin,Update}` and
 //!   `POST /filesystem.Filesystem/{Stat,ListDir,MakeDir,Move,Remove}`: unary Connect calls;
+//! - `POST /filesystem.Filesystem/WatchDir` (a stream) and the polling watcher
+//!   (`CreateWatcher`, `GetWatcherEvents`, `RemoveWatcher`): see [`super::watch`];
 //! - `GET|POST /files`: a file's bytes; a multipart or raw upload, parents made.
 //!
 //! A request for any other port (`E2b-Sandbox-Port`) goes to that port in the guest, as
@@ -213,6 +215,7 @@ async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
         (Method::POST, "/files") => write_files(&sandbox, &caller, req).await,
         (Method::POST, "/process.Process/Start") => start(&sandbox, &caller, req).await,
         (Method::POST, "/process.Process/Connect") => reattach(&sandbox, req).await,
+        (Method::POST, "/filesystem.Filesystem/WatchDir") => watch_dir(&sandbox, &caller, req).await,
         (Method::POST, rpc_path) => unary(&sandbox, &caller, rpc_path, req).await,
         _ => Err(Failure::Rest(StatusCode::NOT_FOUND, format!("no envd route {path}"))),
     }
@@ -335,10 +338,46 @@ async fn unary(sandbox: &LiveSandbox, caller: &Caller, path: &str, req: Request)
             let r: fs::ListDirRequest = message(req).await?;
             Ok(json(&fs::ListDirResponse { entries: list(sandbox, &caller.path(&r.path), r.depth.max(1)).await? }))
         }
+        "/filesystem.Filesystem/CreateWatcher" => {
+            let r: fs::WatchRequest = message(req).await?;
+            let dir = caller.path(&r.path);
+            let watch = node.watch(id, &dir, r.recursive).await.map_err(rpc)?;
+            let watcher_id = super::watch::create(sandbox, watch, dir).map_err(watcher_error)?;
+            Ok(json(&fs::CreateWatcherResponse { watcher_id }))
+        }
+        "/filesystem.Filesystem/GetWatcherEvents" => {
+            let r: fs::WatcherRequest = message(req).await?;
+            let events = super::watch::take(sandbox, &r.watcher_id).map_err(watcher_error)?;
+            Ok(json(&fs::WatcherEvents { events }))
+        }
+        "/filesystem.Filesystem/RemoveWatcher" => {
+            let r: fs::WatcherRequest = message(req).await?;
+            super::watch::remove(sandbox, &r.watcher_id).map_err(watcher_error)?;
+            Ok(empty())
+        }
         other => {
             Err(Failure::Rpc(connect::Error::new(Code::Unimplemented, format!("{other} is not served by Lizard"))))
         }
     }
+}
+
+fn watcher_error(e: super::watch::WatcherError) -> Failure {
+    use super::watch::{WatcherError, MAX_WATCHERS};
+    Failure::Rpc(match e {
+        WatcherError::TooMany => {
+            connect::Error::new(Code::ResourceExhausted, format!("this server keeps at most {MAX_WATCHERS} watchers"))
+        }
+        WatcherError::NotFound => connect::Error::new(Code::NotFound, "no such watcher"),
+    })
+}
+
+/// `WatchDir`: the directory's events as they happen.
+async fn watch_dir(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Result<Response, Failure> {
+    let r: fs::WatchRequest = stream_message(req).await?;
+    let dir = caller.path(&r.path);
+    let watch = sandbox.node.watch(sandbox.id(), &dir, r.recursive).await.map_err(rpc)?;
+    let body = super::watch::stream(watch, dir, KEEPALIVE).map(Ok::<_, std::io::Error>);
+    Ok(([(header::CONTENT_TYPE, connect::STREAM_CONTENT_TYPE)], Body::from_stream(body)).into_response())
 }
 
 fn pty_size(pty: proc::Pty) -> Result<PtySize, Failure> {

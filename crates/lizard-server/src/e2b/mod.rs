@@ -17,6 +17,7 @@
 
 pub mod control;
 pub mod envd;
+mod watch;
 
 use crate::error::AppError;
 use axum::http::StatusCode;
