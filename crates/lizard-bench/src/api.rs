@@ -239,6 +239,60 @@ impl Bench {
         self.call(route, &[id], Some(body)).await
     }
 
+    /// create → first `echo hi` over E2B's wire — what its SDKs send: `POST /v2/sandboxes`,
+    /// then envd's `process.Process/Start` through the sandbox URL, its stream read to the
+    /// end — `n` times, each beside one of Lizard's own (create, exec) so that both see the
+    /// same machine: (E2B's times, Lizard's times), each sandbox killed after. Both run
+    /// `sh -c 'echo hi'`, so the rows differ by the face alone (E2B's SDKs run commands in
+    /// `bash -l -c`, whose login start costs the guest more whatever the face).
+    pub async fn e2b_creates(&self, template: &str, n: usize) -> Result<(Vec<f64>, Vec<f64>)> {
+        let (mut e2b, mut own) = (vec![], vec![]);
+        let start = lizard_e2b::connect::envelope(&json!({
+            "process": {"cmd": "/bin/sh", "args": ["-c", "echo hi"]},
+            "stdin": false,
+        }));
+        for i in 0..n {
+            let t = Instant::now();
+            let created = self
+                .client
+                .post(format!("{}/v2/sandboxes", self.base))
+                .header("x-api-key", &self.key)
+                .json(&json!({"templateID": template, "timeout": 3600, "metadata": {"lizardProject": "bench"}}))
+                .send()
+                .await?;
+            ensure!(created.status() == 201, "E2B create: {}", created.text().await?);
+            let created: Value = created.json().await?;
+            let (id, token) = (created["sandboxID"].as_str().context("no id")?, created["envdAccessToken"].as_str());
+            let ran = self
+                .client
+                .post(format!("http://127.0.0.1:{}/process.Process/Start", self.proxy_port))
+                .header("E2b-Sandbox-Id", id)
+                .header("E2b-Sandbox-Port", "49983")
+                .header("X-Access-Token", token.context("no envd token")?)
+                .header("Content-Type", lizard_e2b::connect::STREAM_CONTENT_TYPE)
+                .body(start.clone())
+                .send()
+                .await?
+                .bytes()
+                .await?;
+            e2b.push(ms(t.elapsed()));
+            // "hi\n" in base64, in a data event.
+            ensure!(String::from_utf8_lossy(&ran).contains("aGkK"), "E2B run: {}", String::from_utf8_lossy(&ran));
+            let killed = self
+                .client
+                .delete(format!("{}/sandboxes/{id}", self.base))
+                .header("x-api-key", &self.key)
+                .send()
+                .await?;
+            ensure!(killed.status() == 204, "E2B kill: {}", killed.status());
+            own.extend(self.creates(template, 1, "API restored create (beside E2B's)").await?);
+            if (i + 1) % 10 == 0 || i + 1 == n {
+                eprintln!("E2B create {}/{n}: last {:.0} ms", i + 1, e2b[i]);
+            }
+        }
+        Ok((e2b, own))
+    }
+
     /// create → first `echo hi` returns, `n` times (each sandbox killed after).
     pub async fn creates(&self, template: &str, n: usize, what: &str) -> Result<Vec<f64>> {
         let mut times = vec![];

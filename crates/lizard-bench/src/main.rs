@@ -57,6 +57,10 @@ struct Args {
     /// API: creates from the template snapshot, create → first `echo hi` (0: skip the API benchmarks).
     #[arg(long, default_value_t = 100)]
     api_creates: usize,
+    /// E2B's wire: creates timed the same way through `/v2/sandboxes` and envd's Start,
+    /// each beside one of Lizard's own (0: skip).
+    #[arg(long, default_value_t = 20)]
+    e2b_creates: usize,
     /// API: restored creates timed the same way on a node agent that joined the server
     /// over TCP (many machines' node channel), beside the in-process node's (0: skip).
     #[arg(long, default_value_t = 0)]
@@ -406,6 +410,13 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
     warm.kill(&id).await?;
     let restored = warm.creates(t, args.api_creates, "API restored create").await?;
     rows.push(Summary::new(restored).row("API: create (snapshot restore) → first `echo hi` returns", "ms"));
+    if args.e2b_creates > 0 {
+        let (e2b, own) = warm.e2b_creates(t, args.e2b_creates).await?;
+        rows.push(
+            Summary::new(e2b).row("E2B's wire: create (`/v2/sandboxes`) → first `echo hi` (envd Start) returns", "ms"),
+        );
+        rows.push(Summary::new(own).row("… Lizard's API, each beside one of those (same run, same machine)", "ms"));
+    }
     if args.api_joined_creates > 0 {
         let joined = api::Bench::start_joined(image_root).await?;
         let id = joined.create(t).await?; // makes the joined node's template snapshot
