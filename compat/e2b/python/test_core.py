@@ -352,3 +352,24 @@ def test_a_polling_watcher_sees_what_happens_in_its_directory(sbx):
         assert expected in seen, (expected, seen)
     with pytest.raises(Exception):
         handle.get_new_events()
+
+
+def test_signed_file_urls_work_with_no_header_and_only_for_their_file(sbx):
+    if not hasattr(sbx, "download_url"):
+        pytest.fail("this SDK has no download_url")
+    sbx.files.write("/tmp/signed.txt", "signed content")
+    url = sbx.download_url("/tmp/signed.txt", use_signature_expiration=60)
+    # Fetched as a browser or curl would: no header at all.
+    r = httpx.get(url)
+    assert (r.status_code, r.text) == (200, "signed content"), r.text
+    # The same signature for another path, or altered, or expired, opens nothing.
+    assert httpx.get(url.replace("signed.txt", "other.txt")).status_code == 401
+    assert httpx.get(url.replace("signature=v1_", "signature=v1_A")).status_code == 401
+    expired = sbx.download_url("/tmp/signed.txt", use_signature_expiration=-5)
+    assert httpx.get(expired).status_code == 401
+    up = sbx.upload_url("/tmp/uploaded.txt")
+    r = httpx.post(up, files={"file": ("uploaded.txt", b"uploaded by curl")})
+    assert r.status_code == 200, r.text
+    assert sbx.files.read("/tmp/uploaded.txt") == "uploaded by curl"
+    # A read URL does not write.
+    assert httpx.post(url, files={"file": ("x", b"x")}).status_code == 401

@@ -5,10 +5,12 @@
 //! - [`rest`]: the control plane's JSON (`/v2/sandboxes`, `/sandboxes/{id}`…) and its
 //!   `{"code": <int>, "message"}` error body;
 //! - [`connect`]: Connect's envelopes and errors (JSON codec, unary and server streams);
+//! - [`files`]: the signatures of `/files` URLs that need no header;
 //! - [`process`], [`filesystem`]: envd's messages in proto3 JSON form (lowerCamelCase
 //!   names, `int64` as strings, enums by name, bytes as base64).
 
 pub mod connect;
+pub mod files;
 pub mod filesystem;
 pub mod process;
 pub mod rest;

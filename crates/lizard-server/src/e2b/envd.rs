@@ -18,7 +18,11 @@
 //! sandbox made through E2B needs its envd token for them too (`X-Access-Token` or
 //! `E2B-Traffic-Access-Token`); the platform's own ports need it always.
 //!
-//! Every request but `/health` needs the sandbox's envd token in `X-Access-Token`
+//! A `/files` URL signed with the sandbox's envd token (E2B's `download_url`/`upload_url`)
+//! needs no header at all: a live sandbox whose token signs it is looked for (constant-time
+//! compares, expiry honoured), and an expired or foreign one is refused.
+//!
+//! Every other request but `/health` needs the sandbox's envd token in `X-Access-Token`
 //! ([`super::envd_token`]); the user is the one `Authorization: Basic` names (the
 //! guest's default without one), and a relative path is taken from that user's home.
 //! A sandbox that is gone or paused answers 502 "The sandbox was not found", which the
@@ -60,9 +64,52 @@ const MAX_UNARY_BODY: usize = 1 << 20;
 /// Most entries a `ListDir` answers (deep listings stop there).
 const MAX_LIST_ENTRIES: usize = 10_000;
 
-/// Whether a request to the sandbox-URL listener is E2B's (it names its sandbox by header).
-pub fn is_e2b(headers: &HeaderMap) -> bool {
-    headers.contains_key(SANDBOX_ID_HEADER)
+/// Whether a request to the sandbox-URL listener is E2B's: it names its sandbox by header,
+/// or it is a signed `/files` URL (which names none: the signature finds it).
+pub fn is_e2b(headers: &HeaderMap, uri: &axum::http::Uri) -> bool {
+    headers.contains_key(SANDBOX_ID_HEADER) || (uri.path() == "/files" && uri_query(uri, "signature").is_some())
+}
+
+/// The first value of the query parameter `name`, decoded.
+fn uri_query(uri: &axum::http::Uri, name: &str) -> Option<String> {
+    uri.query()?.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        (k == name).then(|| urlencoding::decode(v).map(|v| v.into_owned()).unwrap_or_default())
+    })
+}
+
+/// Whether a `/files` request carries `token`'s signature for what it asks (see
+/// [`lizard_e2b::files`]); an expired one never does.
+fn signed_by(method: &Method, uri: &axum::http::Uri, token: &str) -> bool {
+    let Some(presented) = uri_query(uri, "signature") else { return false };
+    let expiry = match uri_query(uri, "signature_expiration") {
+        None => None,
+        Some(at) => match at.parse::<u64>() {
+            Ok(at) if at >= crate::proxy::signed::now() => Some(at),
+            _ => return false,
+        },
+    };
+    let op = if method == Method::GET { "read" } else { "write" };
+    let (path, user) = (uri_query(uri, "path").unwrap_or_default(), uri_query(uri, "username").unwrap_or_default());
+    let expected = lizard_e2b::files::signature(&path, op, &user, token, expiry);
+    use subtle::ConstantTimeEq;
+    expected.len() == presented.len() && bool::from(expected.as_bytes().ct_eq(presented.as_bytes()))
+}
+
+/// The live sandbox whose envd token signs this header-less `/files` URL, if one does
+/// (each live sandbox with a token is tried: the URL names none).
+async fn signer(state: &AppState, method: &Method, uri: &axum::http::Uri) -> Result<Option<String>, Failure> {
+    let store = state.server.store.as_ref();
+    let live = store.sandboxes_due(i64::MAX).await.map_err(|e| rest(AppError::from(e).0))?;
+    for record in live {
+        let Some(hash) = store.sandbox_access(&record.id).await.map_err(|e| rest(AppError::from(e).0))? else {
+            continue;
+        };
+        if signed_by(method, uri, &super::envd_token(&hash, &record.id)) {
+            return Ok(Some(record.id));
+        }
+    }
+    Ok(None)
 }
 
 /// Answer one E2B request to the sandbox URL.
@@ -161,7 +208,14 @@ impl Caller {
 
 async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
     let headers = req.headers();
-    let id = headers.get(SANDBOX_ID_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let mut id = headers.get(SANDBOX_ID_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    if id.is_empty() {
+        let (method, uri) = (req.method().clone(), req.uri().clone());
+        id = signer(state, &method, &uri).await?.ok_or_else(|| {
+            Failure::Rest(StatusCode::UNAUTHORIZED, "this signed URL is expired or signs no sandbox's file".into())
+        })?;
+    }
+    let headers = req.headers();
     let port = match headers.get(SANDBOX_PORT_HEADER).map(|v| v.to_str().ok().and_then(|p| p.parse::<u16>().ok())) {
         None => lizard_e2b::ENVD_PORT,
         Some(Some(port)) if port != 0 => port,
@@ -179,9 +233,13 @@ async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
     let access = store.sandbox_access(&id).await.map_err(|e| rest(AppError::from(e).0))?;
     let (envd_token, traffic_token) =
         (text(req.headers(), ACCESS_TOKEN_HEADER), text(req.headers(), TRAFFIC_TOKEN_HEADER));
-    let granted = access
-        .as_ref()
-        .map(|hash| envd_token_matches(hash, &id, &envd_token) || envd_token_matches(hash, &id, &traffic_token));
+    let granted = access.as_ref().map(|hash| {
+        envd_token_matches(hash, &id, &envd_token)
+            || envd_token_matches(hash, &id, &traffic_token)
+            || (port == lizard_e2b::ENVD_PORT
+                && req.uri().path() == "/files"
+                && signed_by(req.method(), req.uri(), &super::envd_token(hash, &id)))
+    });
     if port != lizard_e2b::ENVD_PORT {
         return match granted {
             Some(true) => forward(&sandbox, port, req).await,

@@ -82,7 +82,7 @@ fn bad_request(message: String) -> AppError {
 }
 
 async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppError> {
-    if crate::e2b::envd::is_e2b(req.headers()) {
+    if crate::e2b::envd::is_e2b(req.headers(), req.uri()) {
         return Ok(crate::e2b::envd::handle(state, req).await);
     }
     let config = &state.server.config;
