@@ -373,3 +373,55 @@ def test_signed_file_urls_work_with_no_header_and_only_for_their_file(sbx):
     assert sbx.files.read("/tmp/uploaded.txt") == "uploaded by curl"
     # A read URL does not write.
     assert httpx.post(url, files={"file": ("x", b"x")}).status_code == 401
+
+
+def envelope(message: dict) -> bytes:
+    """One Connect envelope (JSON codec)."""
+    import json
+    import struct
+
+    body = json.dumps(message).encode()
+    return struct.pack(">BI", 0, len(body)) + body
+
+
+def test_input_streamed_into_a_process(e2b_env):
+    created = httpx.post(
+        e2b_env["E2B_API_URL"] + "/v2/sandboxes",
+        headers={"X-API-KEY": e2b_env["lizard_key"]},
+        json={"templateID": "base"},
+        timeout=120,
+    )
+    assert created.status_code == 201, created.text
+    token, sid = created.json()["envdAccessToken"], created.json()["sandboxID"]
+    sbx = Sandbox.connect(sid)
+    try:
+        flag = "stdin" in inspect.signature(sbx.commands.run).parameters
+        handle = sbx.commands.run("head -n 3 > /tmp/streamed.txt; echo got", background=True, **({"stdin": True} if flag else {}))
+
+        # StreamInput as the Python SDK sends it: a chunked stream of envelopes.
+        def chunks():
+            yield envelope({"start": {"process": {"pid": handle.pid}}})
+            for i in range(2):
+                yield envelope({"data": {"input": {"stdin": __import__("base64").b64encode(f"line {i}\n".encode()).decode()}}})
+                time.sleep(0.2)
+            yield envelope({"keepalive": {}})
+
+        r = httpx.post(
+            SANDBOX_URL + "/process.Process/StreamInput",
+            headers={
+                "E2b-Sandbox-Id": sid,
+                "E2b-Sandbox-Port": "49983",
+                "X-Access-Token": token,
+                "Content-Type": "application/connect+json",
+            },
+            content=chunks(),
+        )
+        assert r.status_code == 200 and r.content.endswith(envelope({})[5:]), r.content
+        if hasattr(sbx.commands, "stream_input"):
+            sbx.commands.stream_input(handle.pid, iter(["line 2\n"]))
+        else:
+            sbx.commands.send_stdin(handle.pid, "line 2\n")
+        assert handle.wait().stdout == "got\n"
+        assert sbx.files.read("/tmp/streamed.txt") == "line 0\nline 1\nline 2\n"
+    finally:
+        sbx.kill()

@@ -75,6 +75,15 @@ pub struct SendInputRequest {
     pub input: Input,
 }
 
+/// One message of a `StreamInput` request stream: which process first, then its input.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum StreamInputEvent {
+    Start { process: Selector },
+    Data { input: Input },
+    Keepalive {},
+}
+
 /// `SendSignal`: `SIGNAL_SIGKILL` or `SIGNAL_SIGTERM`.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub struct SendSignalRequest {
@@ -219,6 +228,10 @@ mod tests {
         let input: SendInputRequest =
             serde_json::from_str(r#"{"process":{"pid":12},"input":{"stdin":"aGkK"}}"#).unwrap();
         assert_eq!((input.process, input.input), (Selector::Pid(12), Input::Stdin(b"hi\n".to_vec())));
+        let data: StreamInputEvent = serde_json::from_str(r#"{"data":{"input":{"stdin":"aGkK"}}}"#).unwrap();
+        assert_eq!(data, StreamInputEvent::Data { input: Input::Stdin(b"hi\n".to_vec()) });
+        let start: StreamInputEvent = serde_json::from_str(r#"{"start":{"process":{"pid":3}}}"#).unwrap();
+        assert_eq!(start, StreamInputEvent::Start { process: Selector::Pid(3) });
         let by_tag: Selected = serde_json::from_str(r#"{"process":{"tag":"web"}}"#).unwrap();
         assert_eq!(by_tag.process, Selector::Tag("web".into()));
     }

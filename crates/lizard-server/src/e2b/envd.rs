@@ -7,6 +7,8 @@
 //!   envelope per event, flushed as it comes, a keepalive every [`KEEPALIVE`]; a dropped
 //!   stream leaves the process running, and `Connect-Timeout-Ms` on Start is the
 //!   process's lifetime (it is killed then), as envd does;
+//! - `POST /process.Process/StreamInput`: a client stream of input (chunked over
+//!   HTTP/1.1), passed on message by message;
 //! - `POST /process.Process/{List,SendInput,SendSignal,CloseStdin,Update}` and
 //!   `POST /filesystem.Filesystem/{Stat,ListDir,MakeDir,Move,Remove}`: unary Connect calls;
 //! - `POST /filesystem.Filesystem/WatchDir` (a stream) and the polling watcher
@@ -273,6 +275,7 @@ async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
         (Method::POST, "/files") => write_files(&sandbox, &caller, req).await,
         (Method::POST, "/process.Process/Start") => start(&sandbox, &caller, req).await,
         (Method::POST, "/process.Process/Connect") => reattach(&sandbox, req).await,
+        (Method::POST, "/process.Process/StreamInput") => stream_input(&sandbox, req).await,
         (Method::POST, "/filesystem.Filesystem/WatchDir") => watch_dir(&sandbox, &caller, req).await,
         (Method::POST, rpc_path) => unary(&sandbox, &caller, rpc_path, req).await,
         _ => Err(Failure::Rest(StatusCode::NOT_FOUND, format!("no envd route {path}"))),
@@ -525,6 +528,42 @@ async fn stream_message<T: DeserializeOwned>(req: Request) -> Result<T, Failure>
         .ok_or_else(|| Failure::Rpc(connect::Error::new(Code::InvalidArgument, "no request message")))?;
     serde_json::from_slice(&one)
         .map_err(|e| Failure::Rpc(connect::Error::new(Code::InvalidArgument, format!("the request message: {e}"))))
+}
+
+/// `StreamInput` (a client stream): the process its first message names gets each later
+/// message's input as it arrives; the answer, one empty message, comes when the request
+/// ends.
+async fn stream_input(sandbox: &LiveSandbox, req: Request) -> Result<Response, Failure> {
+    let bad = |m: String| Failure::Rpc(connect::Error::new(Code::InvalidArgument, m));
+    let mut body = req.into_body().into_data_stream();
+    let mut buf = bytes::BytesMut::new();
+    let mut pid = None;
+    loop {
+        while let Some(message) = connect::next_message(&mut buf).map_err(|e| bad(e.to_string()))? {
+            let event: proc::StreamInputEvent =
+                serde_json::from_slice(&message).map_err(|e| bad(format!("the request message: {e}")))?;
+            match (event, pid) {
+                (proc::StreamInputEvent::Start { process }, None) => pid = Some(pid_of(&process)?),
+                (proc::StreamInputEvent::Data { input }, Some(pid)) => {
+                    let bytes = match input {
+                        proc::Input::Stdin(b) | proc::Input::Pty(b) => b,
+                    };
+                    sandbox.node.control_process(sandbox.id(), pid, ProcessControl::Stdin(bytes)).await.map_err(rpc)?;
+                }
+                (proc::StreamInputEvent::Keepalive {}, _) => {}
+                (_, _) => return Err(bad("the stream must start with the process, once".into())),
+            }
+        }
+        match body.next().await {
+            Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
+            Some(Err(e)) => return Err(bad(format!("the request body: {e}"))),
+            None if buf.is_empty() => break,
+            None => return Err(bad(connect::EnvelopeError::Truncated.to_string())),
+        }
+    }
+    let mut answer = connect::envelope(&serde_json::json!({})).to_vec();
+    answer.extend_from_slice(&connect::end_stream(None));
+    Ok(([(header::CONTENT_TYPE, connect::STREAM_CONTENT_TYPE)], answer).into_response())
 }
 
 /// `Start`: the process, started as the caller, its events streamed.
