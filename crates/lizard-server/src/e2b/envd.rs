@@ -66,10 +66,16 @@ const MAX_UNARY_BODY: usize = 1 << 20;
 /// Most entries a `ListDir` answers (deep listings stop there).
 const MAX_LIST_ENTRIES: usize = 10_000;
 
-/// Whether a request to the sandbox-URL listener is E2B's: it names its sandbox by header,
-/// or it is a signed `/files` URL (which names none: the signature finds it).
-pub fn is_e2b(headers: &HeaderMap, uri: &axum::http::Uri) -> bool {
-    headers.contains_key(SANDBOX_ID_HEADER) || (uri.path() == "/files" && uri_query(uri, "signature").is_some())
+/// Whether a request to the sandbox-URL listener is E2B's: it names its sandbox by header.
+pub fn is_e2b(headers: &HeaderMap) -> bool {
+    headers.contains_key(SANDBOX_ID_HEADER)
+}
+
+/// Whether a request is a signed `/files` URL of E2B's (which names no sandbox: the
+/// signature finds it). Only for a host that names no sandbox: a guest's own `/files`
+/// route behind its sandbox's host stays the guest's.
+pub fn is_signed_file_url(uri: &axum::http::Uri) -> bool {
+    uri.path() == "/files" && uri_query(uri, "signature").is_some()
 }
 
 /// The first value of the query parameter `name`, decoded.
@@ -713,17 +719,10 @@ fn streamed(frames: FrameStream, pty: bool, mut after_start: Option<AfterStart>)
 
 // --- files ----------------------------------------------------------------------------
 
-fn query(req: &Request, name: &str) -> Option<String> {
-    req.uri().query()?.split('&').find_map(|pair| {
-        let (k, v) = pair.split_once('=')?;
-        (k == name).then(|| urlencoding::decode(v).map(|v| v.into_owned()).unwrap_or_default())
-    })
-}
-
 /// `GET /files?path=`: the file's bytes.
 async fn read_file(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Result<Response, Failure> {
-    let caller = Caller { user: query(&req, "username").filter(|u| !u.is_empty()).or(caller.user.clone()) };
-    let path = caller.path(&query(&req, "path").unwrap_or_default());
+    let caller = Caller { user: uri_query(req.uri(), "username").filter(|u| !u.is_empty()).or(caller.user.clone()) };
+    let path = caller.path(&uri_query(req.uri(), "path").unwrap_or_default());
     let read = sandbox.node.read_file(sandbox.id(), &path).await.map_err(rest)?;
     let mut response = Body::from_stream(read.body).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/octet-stream"));
@@ -749,8 +748,8 @@ fn written(path: String) -> Written {
 /// `POST /files`: each multipart `file` part to the path its filename names (or the
 /// query's `path` for one), or a raw body to the query's `path`; parents are made.
 async fn write_files(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Result<Response, Failure> {
-    let caller = Caller { user: query(&req, "username").filter(|u| !u.is_empty()).or(caller.user.clone()) };
-    let in_query = query(&req, "path").filter(|p| !p.is_empty());
+    let caller = Caller { user: uri_query(req.uri(), "username").filter(|u| !u.is_empty()).or(caller.user.clone()) };
+    let in_query = uri_query(req.uri(), "path").filter(|p| !p.is_empty());
     let (node, id) = (&sandbox.node, sandbox.id());
     let multipart = req
         .headers()

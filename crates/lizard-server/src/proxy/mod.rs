@@ -82,7 +82,7 @@ fn bad_request(message: String) -> AppError {
 }
 
 async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppError> {
-    if crate::e2b::envd::is_e2b(req.headers(), req.uri()) {
+    if crate::e2b::envd::is_e2b(req.headers()) {
         return Ok(crate::e2b::envd::handle(state, req).await);
     }
     let config = &state.server.config;
@@ -95,8 +95,12 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
         for_the_guest(&mut req, client, &host);
         return forward_to_service(state, &name, req).await;
     }
-    let target = parse_host(&host, &config.sandbox_domain(&config.region))
-        .ok_or_else(|| AppError::not_found(format!("{host:?} is not a sandbox or service host of this region")))?;
+    let Some(target) = parse_host(&host, &config.sandbox_domain(&config.region)) else {
+        if crate::e2b::envd::is_signed_file_url(req.uri()) {
+            return Ok(crate::e2b::envd::handle(state, req).await);
+        }
+        return Err(AppError::not_found(format!("{host:?} is not a sandbox or service host of this region")));
+    };
     check_port(&target)?;
     let granted = access::check(state.server.store.as_ref(), &target, req.headers(), req.uri()).await?;
     for_the_guest(&mut req, client, &host);
