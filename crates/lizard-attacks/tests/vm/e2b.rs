@@ -10,6 +10,7 @@ use crate::tenancy::{another_account, credit};
 use lizard_attacks::system::System;
 use reqwest::Method;
 use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// An E2B create with `key`: the sandbox id and its envd token.
 async fn e2b_create(system: &System, key: &str, metadata: Value) -> (String, String) {
@@ -87,4 +88,28 @@ async fn e2bs_routes_and_tokens_reach_no_other_tenants_sandbox() {
     assert_eq!(status, 200, "{answer}");
     let (status, info) = system.call(Method::GET, &format!("/sandboxes/{victim}"), None).await;
     assert_eq!((status, info["state"].as_str()), (200, Some("running")), "{info}");
+}
+
+/// A guest's own `/files` route, behind its sandbox's host, stays the guest's even with a
+/// `signature` in the query: only a host that names no sandbox is E2B's signed URL.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guests_own_files_route_is_never_taken_for_a_signed_url() {
+    let system = System::start(&[]).await;
+    let body = json!({"template": "base", "projectId": system.project});
+    let (status, info) = system.call(Method::POST, "/v1/sandboxes", Some(body)).await;
+    assert_eq!(status, 201, "{info}");
+    let id = info["sandboxId"].as_str().unwrap();
+    let serve = "mkdir -p /srv && echo guest > /srv/files && cd /srv && (nohup python3 -m http.server 8000 >/dev/null 2>&1 &) \
+                 && for i in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:8000/files && exit 0; sleep 0.1; done; exit 1";
+    let (code, _, err) = system.exec(id, serve).await;
+    assert_eq!(code, 0, "{err}");
+    let host = format!("{id}-8000.{}", info["domain"].as_str().unwrap());
+    let mut conn = tokio::net::TcpStream::connect(system.proxy).await.unwrap();
+    let request =
+        format!("GET /files?path=/etc/passwd&signature=v1_x HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(std::time::Duration::from_secs(20), conn.read_to_string(&mut answer)).await.unwrap().unwrap();
+    let status = answer.split_whitespace().nth(1);
+    assert!(status == Some("200") && answer.ends_with("guest\n"), "{answer}");
 }
