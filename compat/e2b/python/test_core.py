@@ -425,3 +425,19 @@ def test_input_streamed_into_a_process(e2b_env):
         assert sbx.files.read("/tmp/streamed.txt") == "line 0\nline 1\nline 2\n"
     finally:
         sbx.kill()
+
+
+def test_what_is_not_served_yet_says_so(e2b_env, sbx):
+    headers = {"X-API-KEY": e2b_env["lizard_key"]}
+    base = e2b_env["E2B_API_URL"]
+    for method, path in [
+        ("PUT", f"/sandboxes/{sbx.sandbox_id}/network"),
+        ("POST", f"/sandboxes/{sbx.sandbox_id}/snapshots"),
+        ("GET", "/snapshots"),
+        ("POST", "/v3/templates"),
+    ]:
+        r = httpx.request(method, base + path, headers=headers, json={})
+        assert (r.status_code, r.json()["code"]) == (501, 501), (path, r.text)
+        assert "not supported by Lizard's E2B face yet" in r.json()["message"]
+    # The key is checked first, as on every route.
+    assert httpx.get(base + "/snapshots", headers={"X-API-KEY": "lz_nope"}).status_code == 401

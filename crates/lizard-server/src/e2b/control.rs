@@ -47,6 +47,12 @@ pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
         .route("/sandboxes/{id}/resume", post(resume))
         .route("/sandboxes/{id}/fork", post(fork))
         .route("/sandboxes/{id}/metrics", get(metrics))
+        // What E2B serves and Lizard's face does not yet: a clear 501, not a bare 404.
+        .route("/sandboxes/{id}/network", axum::routing::put(not_yet))
+        .route("/sandboxes/{id}/snapshots", post(not_yet))
+        .route("/snapshots", get(not_yet))
+        .route("/v3/templates", post(not_yet))
+        .route("/templates/aliases/{alias}", get(not_yet))
         .route("/v2/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/connect", post(connect))
 }
@@ -324,4 +330,12 @@ async fn metrics(
         E2bError(AppError::new(lizard_api::ErrorCode::Unavailable, "the sandbox's metrics could not be read"))
     })?;
     Ok(Json(vec![sample]))
+}
+
+/// A route of E2B's that Lizard's face does not serve yet: 501, saying so (after the
+/// key's check, as every route).
+async fn not_yet(p: Result<Principal, AppError>, uri: axum::http::Uri) -> E2bResult<(StatusCode, Json<rest::Error>)> {
+    p?;
+    let message = format!("{} is not supported by Lizard's E2B face yet", uri.path());
+    Ok((StatusCode::NOT_IMPLEMENTED, Json(rest::Error { code: 501, message })))
 }
