@@ -30,6 +30,15 @@ def scoped_key(project_name: str) -> tuple[str, str, str]:
     return key["key"], prj["id"], ws["id"]
 
 
+def raw_create(env: dict[str, str], **fields) -> dict:
+    """A create as E2B's SDKs send it (`POST /v2/sandboxes`), 201 asserted: its answer,
+    with the sandbox's envd token, which the SDKs keep to themselves."""
+    body = {"templateID": "base", **fields}
+    created = httpx.post(env["E2B_API_URL"] + "/v2/sandboxes", headers={"X-API-KEY": env["lizard_key"]}, json=body, timeout=120)
+    assert created.status_code == 201, created.text
+    return created.json()
+
+
 def e2b_form(key: str) -> str:
     return "e2b_" + key.encode().hex()
 

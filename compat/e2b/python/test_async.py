@@ -37,18 +37,11 @@ def test_the_async_sdk_runs_commands_and_moves_files(e2b_env):
 
 
 def test_auto_pause_at_the_timeout_and_resume_on_connect(e2b_env):
-    import httpx
+    from conftest import raw_create
     from e2b import Sandbox
 
     # As the SDKs send `lifecycle={"on_timeout": "pause"}` (or `auto_pause=True`).
-    created = httpx.post(
-        e2b_env["E2B_API_URL"] + "/v2/sandboxes",
-        headers={"X-API-KEY": e2b_env["lizard_key"]},
-        json={"templateID": "base", "timeout": 5, "autoPause": True},
-        timeout=120,
-    )
-    assert created.status_code == 201, created.text
-    sid = created.json()["sandboxID"]
+    sid = raw_create(e2b_env, timeout=5, autoPause=True)["sandboxID"]
     try:
         # A connect only ever moves the end later: 5 s from now keeps it near.
         Sandbox.connect(sid, timeout=5).files.write("/root/kept.txt", "still here")

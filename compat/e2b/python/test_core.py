@@ -14,7 +14,7 @@ from e2b import Sandbox
 from e2b.exceptions import AuthenticationException, NotFoundException, SandboxException
 from e2b.sandbox.commands.command_handle import CommandExitException
 
-from conftest import SANDBOX_URL, lizard
+from conftest import SANDBOX_URL, lizard, raw_create
 
 
 @pytest.fixture
@@ -167,14 +167,7 @@ def test_error_paths(e2b_env, sbx):
     finally:
         lizard("DELETE", f"/v1/workspaces/{other_ws}?force=true")
     # envd refuses a missing or another sandbox's token, and says nothing of the host.
-    created = httpx.post(
-        e2b_env["E2B_API_URL"] + "/v2/sandboxes",
-        headers={"X-API-KEY": e2b_env["lizard_key"]},
-        json={"templateID": "base"},
-        timeout=120,
-    )
-    assert created.status_code == 201, created.text
-    other = created.json()
+    other = raw_create(e2b_env)
     try:
         for token in [None, other["envdAccessToken"]]:
             headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983"}
@@ -247,14 +240,8 @@ def test_fork_copies_a_running_sandbox(sbx):
 
 
 def test_other_ports_by_header_need_the_token(e2b_env):
-    created = httpx.post(
-        e2b_env["E2B_API_URL"] + "/v2/sandboxes",
-        headers={"X-API-KEY": e2b_env["lizard_key"]},
-        json={"templateID": "base"},
-        timeout=120,
-    )
-    assert created.status_code == 201, created.text
-    token, sid = created.json()["envdAccessToken"], created.json()["sandboxID"]
+    created = raw_create(e2b_env)
+    token, sid = created["envdAccessToken"], created["sandboxID"]
     sbx = Sandbox.connect(sid)
     try:
         sbx.commands.run("mkdir -p /srv && echo served > /srv/index.txt")
@@ -385,14 +372,8 @@ def envelope(message: dict) -> bytes:
 
 
 def test_input_streamed_into_a_process(e2b_env):
-    created = httpx.post(
-        e2b_env["E2B_API_URL"] + "/v2/sandboxes",
-        headers={"X-API-KEY": e2b_env["lizard_key"]},
-        json={"templateID": "base"},
-        timeout=120,
-    )
-    assert created.status_code == 201, created.text
-    token, sid = created.json()["envdAccessToken"], created.json()["sandboxID"]
+    created = raw_create(e2b_env)
+    token, sid = created["envdAccessToken"], created["sandboxID"]
     sbx = Sandbox.connect(sid)
     try:
         flag = "stdin" in inspect.signature(sbx.commands.run).parameters
@@ -427,17 +408,32 @@ def test_input_streamed_into_a_process(e2b_env):
         sbx.kill()
 
 
-def test_what_is_not_served_yet_says_so(e2b_env, sbx):
-    headers = {"X-API-KEY": e2b_env["lizard_key"]}
-    base = e2b_env["E2B_API_URL"]
-    for method, path in [
-        ("PUT", f"/sandboxes/{sbx.sandbox_id}/network"),
-        ("POST", f"/sandboxes/{sbx.sandbox_id}/snapshots"),
-        ("GET", "/snapshots"),
-        ("POST", "/v3/templates"),
-    ]:
-        r = httpx.request(method, base + path, headers=headers, json={})
-        assert (r.status_code, r.json()["code"]) == (501, 501), (path, r.text)
-        assert "not supported by Lizard's E2B face yet" in r.json()["message"]
-    # The key is checked first, as on every route.
-    assert httpx.get(base + "/snapshots", headers={"X-API-KEY": "lz_nope"}).status_code == 401
+def test_gzip_uploads_and_downloads(e2b_env, sbx):
+    import gzip
+
+    blob = os.urandom(1 << 20) + b"x" * (1 << 20)
+    sbx.files.write("/tmp/gz.bin", blob, gzip=True)
+    assert sbx.commands.run("sha256sum < /tmp/gz.bin").stdout.split()[0] == hashlib.sha256(blob).hexdigest()
+    assert sbx.files.read("/tmp/gz.bin", format="bytes", gzip=True) == blob
+
+    # The upload as the SDKs send it with gzip (envd 0.5.7): a raw body, Content-Encoding gzip.
+    created = raw_create(e2b_env)
+    token, sid = created["envdAccessToken"], created["sandboxID"]
+    try:
+        assert created["envdVersion"] == "0.5.7"
+        r = httpx.post(
+            SANDBOX_URL + "/files",
+            params={"path": "/tmp/raw.bin"},
+            headers={
+                "E2b-Sandbox-Id": sid,
+                "E2b-Sandbox-Port": "49983",
+                "X-Access-Token": token,
+                "Content-Type": "application/octet-stream",
+                "Content-Encoding": "gzip",
+            },
+            content=gzip.compress(blob),
+        )
+        assert r.status_code == 200 and r.json()[0]["path"] == "/tmp/raw.bin", r.text
+        assert Sandbox.connect(sid).files.read("/tmp/raw.bin", format="bytes") == blob
+    finally:
+        Sandbox.kill(sid)

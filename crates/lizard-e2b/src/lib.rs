@@ -16,7 +16,8 @@ pub mod process;
 pub mod rest;
 
 /// The envd version Lizard reports: the highest whose feature gates the SDKs check are
-/// all served (`stdin` on Start, the default user, `CloseStdin`).
-pub const ENVD_VERSION: &str = "0.5.2";
+/// all served (`stdin` on Start, the default user, `CloseStdin`, raw and gzip uploads;
+/// 0.6.2's file metadata is not).
+pub const ENVD_VERSION: &str = "0.5.7";
 /// The guest port E2B's SDKs address envd at.
 pub const ENVD_PORT: u16 = 49983;

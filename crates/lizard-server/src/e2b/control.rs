@@ -47,22 +47,21 @@ pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
         .route("/sandboxes/{id}/resume", post(resume))
         .route("/sandboxes/{id}/fork", post(fork))
         .route("/sandboxes/{id}/metrics", get(metrics))
-        // What E2B serves and Lizard's face does not yet: a clear 501, not a bare 404.
-        .route("/sandboxes/{id}/network", axum::routing::put(not_yet))
-        .route("/sandboxes/{id}/snapshots", post(not_yet))
-        .route("/snapshots", get(not_yet))
-        .route("/v3/templates", post(not_yet))
-        .route("/templates/aliases/{alias}", get(not_yet))
         .route("/v2/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/connect", post(connect))
 }
 
-/// The JSON body, or E2B's 400.
+/// The JSON body, or the error saying why not.
+fn json_body<T: serde::de::DeserializeOwned>(bytes: &Bytes) -> E2bResult<T> {
+    serde_json::from_slice(bytes).map_err(|e| E2bError(AppError::invalid(format!("the request body: {e}"))))
+}
+
+/// [`json_body`], where an empty body means every field's default.
 fn body<T: serde::de::DeserializeOwned + Default>(bytes: &Bytes) -> E2bResult<T> {
     if bytes.is_empty() {
         return Ok(T::default());
     }
-    serde_json::from_slice(bytes).map_err(|e| E2bError(AppError::invalid(format!("the request body: {e}"))))
+    json_body(bytes)
 }
 
 async fn project(state: &AppState, p: &Principal, new: &rest::NewSandbox) -> E2bResult<ProjectRecord> {
@@ -99,8 +98,7 @@ async fn create(
     bytes: Bytes,
 ) -> E2bResult<(StatusCode, Json<rest::Sandbox>)> {
     let p = p?;
-    let new: rest::NewSandbox =
-        serde_json::from_slice(&bytes).map_err(|e| E2bError(AppError::invalid(format!("the request body: {e}"))))?;
+    let new: rest::NewSandbox = json_body(&bytes)?;
     let project = project(&state, &p, &new).await?;
     let secs = new.timeout.unwrap_or(rest::DEFAULT_TIMEOUT_SECS);
     let req = NewSandboxRequest {
@@ -170,8 +168,7 @@ async fn set_timeout(
     if sandbox.is_paused() {
         return Err(E2bError(AppError::conflict(format!("sandbox {id} is paused: connect to resume it"))));
     }
-    let req: rest::SetTimeout =
-        serde_json::from_slice(&bytes).map_err(|e| E2bError(AppError::invalid(format!("the request body: {e}"))))?;
+    let req: rest::SetTimeout = json_body(&bytes)?;
     ops::set_timeout(&state, &sandbox, req.timeout.saturating_mul(1000)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -330,12 +327,4 @@ async fn metrics(
         E2bError(AppError::new(lizard_api::ErrorCode::Unavailable, "the sandbox's metrics could not be read"))
     })?;
     Ok(Json(vec![sample]))
-}
-
-/// A route of E2B's that Lizard's face does not serve yet: 501, saying so (after the
-/// key's check, as every route).
-async fn not_yet(p: Result<Principal, AppError>, uri: axum::http::Uri) -> E2bResult<(StatusCode, Json<rest::Error>)> {
-    p?;
-    let message = format!("{} is not supported by Lizard's E2B face yet", uri.path());
-    Ok((StatusCode::NOT_IMPLEMENTED, Json(rest::Error { code: 501, message })))
 }

@@ -13,7 +13,8 @@
 //!   `POST /filesystem.Filesystem/{Stat,ListDir,MakeDir,Move,Remove}`: unary Connect calls;
 //! - `POST /filesystem.Filesystem/WatchDir` (a stream) and the polling watcher
 //!   (`CreateWatcher`, `GetWatcherEvents`, `RemoveWatcher`): see [`super::watch`];
-//! - `GET|POST /files`: a file's bytes; a multipart or raw upload, parents made.
+//! - `GET|POST /files`: a file's bytes; a multipart or raw upload (gzip-compressed or
+//!   not), parents made.
 //!
 //! A request for any other port (`E2b-Sandbox-Port`) goes to that port in the guest, as
 //! through the sandbox's own URL: the code interpreter's 49999, a user's server. A
@@ -108,9 +109,9 @@ fn signed_by(method: &Method, uri: &axum::http::Uri, token: &str) -> bool {
 /// (each live sandbox with a token is tried: the URL names none).
 async fn signer(state: &AppState, method: &Method, uri: &axum::http::Uri) -> Result<Option<String>, Failure> {
     let store = state.server.store.as_ref();
-    let live = store.sandboxes_due(i64::MAX).await.map_err(|e| rest(AppError::from(e).0))?;
+    let live = store.sandboxes_due(i64::MAX).await.map_err(store_failure)?;
     for record in live {
-        let Some(hash) = store.sandbox_access(&record.id).await.map_err(|e| rest(AppError::from(e).0))? else {
+        let Some(hash) = store.sandbox_access(&record.id).await.map_err(store_failure)? else {
             continue;
         };
         if signed_by(method, uri, &super::envd_token(&hash, &record.id)) {
@@ -173,6 +174,10 @@ fn rpc(e: ApiError) -> Failure {
     Failure::Rpc(rpc_error(&e))
 }
 
+fn store_failure(e: crate::store::StoreError) -> Failure {
+    rest(AppError::from(e).0)
+}
+
 fn rest(e: ApiError) -> Failure {
     Failure::Rest(StatusCode::from_u16(e.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), e.message)
 }
@@ -230,7 +235,7 @@ async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
         Some(_) => return Err(Failure::Rest(StatusCode::BAD_REQUEST, format!("{SANDBOX_PORT_HEADER} is no port"))),
     };
     let store = state.server.store.as_ref();
-    let record = store.get_sandbox(&id).await.map_err(|e| rest(AppError::from(e).0))?.ok_or_else(not_found_sandbox)?;
+    let record = store.get_sandbox(&id).await.map_err(store_failure)?.ok_or_else(not_found_sandbox)?;
     let sandbox = ops::live(state, record).await.map_err(|_| not_found_sandbox())?;
     if sandbox.is_paused() {
         return Err(not_found_sandbox());
@@ -238,7 +243,7 @@ async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
     if port == lizard_e2b::ENVD_PORT && req.uri().path() == "/health" {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    let access = store.sandbox_access(&id).await.map_err(|e| rest(AppError::from(e).0))?;
+    let access = store.sandbox_access(&id).await.map_err(store_failure)?;
     let (envd_token, traffic_token) =
         (text(req.headers(), ACCESS_TOKEN_HEADER), text(req.headers(), TRAFFIC_TOKEN_HEADER));
     let granted = access.as_ref().map(|hash| {
@@ -783,11 +788,15 @@ async fn write_files(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Re
         };
         let gzip =
             req.headers().get(header::CONTENT_ENCODING).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
-        if gzip {
-            return Err(Failure::Rest(StatusCode::NOT_IMPLEMENTED, "gzip uploads are not taken by Lizard yet".into()));
-        }
         let path = caller.path(&target);
-        let body = req.into_body().into_data_stream().map_err(std::io::Error::other).boxed();
+        let raw = req.into_body().into_data_stream().map_err(std::io::Error::other);
+        // Decompressed as it streams: never collected, bounded by the guest's disk alone.
+        let body = if gzip {
+            let inflated = async_compression::tokio::bufread::GzipDecoder::new(tokio_util::io::StreamReader::new(raw));
+            tokio_util::io::ReaderStream::new(inflated).boxed()
+        } else {
+            raw.boxed()
+        };
         node.write_file(id, &path, None, body).await.map_err(rest)?;
         done.push(written(path));
     }
