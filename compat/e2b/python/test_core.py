@@ -437,3 +437,44 @@ def test_gzip_uploads_and_downloads(e2b_env, sbx):
         assert Sandbox.connect(sid).files.read("/tmp/raw.bin", format="bytes") == blob
     finally:
         Sandbox.kill(sid)
+
+
+def test_a_process_is_found_by_its_tag(e2b_env):
+    import struct
+
+    created = raw_create(e2b_env)
+    token, sid = created["envdAccessToken"], created["sandboxID"]
+    route = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983", "X-Access-Token": token}
+    try:
+        # A Start naming a tag (the wire allows it; the SDKs read tags back in `list`).
+        start = {"process": {"cmd": "/bin/sh", "args": ["-c", "sleep 300"]}, "tag": "web"}
+        with httpx.stream(
+            "POST",
+            SANDBOX_URL + "/process.Process/Start",
+            headers={**route, "Content-Type": "application/connect+json"},
+            content=envelope(start),
+        ) as stream:
+            head = stream.iter_bytes().__next__()
+        flags, length = struct.unpack(">BI", head[:5])
+        pid = __import__("json").loads(head[5 : 5 + length])["event"]["start"]["pid"]
+        listed = httpx.post(SANDBOX_URL + "/process.Process/List", headers=route, json={}).json()["processes"]
+        assert {"pid": pid, "tag": "web"} in [{"pid": p["pid"], "tag": p.get("tag")} for p in listed], listed
+        sbx = Sandbox.connect(sid)
+        assert pid in [p.pid for p in sbx.commands.list()]
+        assert "web" in [p.tag for p in sbx.commands.list()]
+        r = httpx.post(
+            SANDBOX_URL + "/process.Process/SendSignal",
+            headers=route,
+            json={"process": {"tag": "web"}, "signal": "SIGNAL_SIGKILL"},
+        )
+        assert r.status_code == 200, r.text
+        time.sleep(0.5)
+        assert pid not in [p.pid for p in sbx.commands.list()]
+        gone = httpx.post(
+            SANDBOX_URL + "/process.Process/SendSignal",
+            headers=route,
+            json={"process": {"tag": "web"}, "signal": "SIGNAL_SIGKILL"},
+        )
+        assert (gone.status_code, gone.json()["code"]) == (404, "not_found"), gone.text
+    finally:
+        Sandbox.kill(sid)

@@ -312,14 +312,12 @@ fn json<T: Serialize>(value: &T) -> Response {
     ([(header::CONTENT_TYPE, connect::UNARY_CONTENT_TYPE)], axum::Json(value)).into_response()
 }
 
-/// The pid a selector names (tags are not kept).
-fn pid_of(selector: &proc::Selector) -> Result<u32, Failure> {
+/// The pid a selector names in `sandbox` (by pid, or by the tag it was started with).
+fn pid_of(sandbox: &LiveSandbox, selector: &proc::Selector) -> Result<u32, Failure> {
     match selector {
         proc::Selector::Pid(pid) => Ok(*pid),
-        proc::Selector::Tag(tag) => Err(Failure::Rpc(connect::Error::new(
-            Code::Unimplemented,
-            format!("processes are not found by tag on Lizard yet ({tag:?}): use the pid"),
-        ))),
+        proc::Selector::Tag(tag) => super::tags::pid(sandbox.id(), tag)
+            .ok_or_else(|| Failure::Rpc(connect::Error::new(Code::NotFound, format!("no process tagged {tag:?}")))),
     }
 }
 
@@ -329,14 +327,16 @@ async fn unary(sandbox: &LiveSandbox, caller: &Caller, path: &str, req: Request)
     let empty = || json(&serde_json::json!({}));
     match path {
         "/process.Process/List" => {
-            let processes = node.list_processes(id).await.map_err(rpc)?;
-            let processes = processes
+            let running: Vec<_> =
+                node.list_processes(id).await.map_err(rpc)?.into_iter().filter(|p| p.exit_code.is_none()).collect();
+            // Ended processes' tags go: the list is where they are seen to end.
+            super::tags::keep_only(id, &running.iter().map(|p| p.pid).collect::<Vec<_>>());
+            let processes = running
                 .into_iter()
-                .filter(|p| p.exit_code.is_none())
                 .map(|p| proc::ProcessInfo {
+                    tag: super::tags::of(id, p.pid),
                     config: proc::ProcessConfig { cmd: p.cmd, ..Default::default() },
                     pid: p.pid,
-                    tag: None,
                 })
                 .collect();
             Ok(json(&proc::ListResponse { processes }))
@@ -346,7 +346,7 @@ async fn unary(sandbox: &LiveSandbox, caller: &Caller, path: &str, req: Request)
             let bytes = match r.input {
                 proc::Input::Stdin(b) | proc::Input::Pty(b) => b,
             };
-            control(pid_of(&r.process)?, ProcessControl::Stdin(bytes)).await?;
+            control(pid_of(sandbox, &r.process)?, ProcessControl::Stdin(bytes)).await?;
             Ok(empty())
         }
         "/process.Process/SendSignal" => {
@@ -361,7 +361,7 @@ async fn unary(sandbox: &LiveSandbox, caller: &Caller, path: &str, req: Request)
                     )))
                 }
             };
-            let pid = pid_of(&r.process)?;
+            let pid = pid_of(sandbox, &r.process)?;
             // The guest keeps ended processes a while: a signal finds only running ones.
             let running =
                 node.list_processes(id).await.map_err(rpc)?.iter().any(|p| p.pid == pid && p.exit_code.is_none());
@@ -373,13 +373,13 @@ async fn unary(sandbox: &LiveSandbox, caller: &Caller, path: &str, req: Request)
         }
         "/process.Process/CloseStdin" => {
             let r: proc::Selected = message(req).await?;
-            control(pid_of(&r.process)?, ProcessControl::CloseStdin).await?;
+            control(pid_of(sandbox, &r.process)?, ProcessControl::CloseStdin).await?;
             Ok(empty())
         }
         "/process.Process/Update" => {
             let r: proc::UpdateRequest = message(req).await?;
             if let Some(pty) = r.pty {
-                control(pid_of(&r.process)?, ProcessControl::Resize(pty_size(pty)?)).await?;
+                control(pid_of(sandbox, &r.process)?, ProcessControl::Resize(pty_size(pty)?)).await?;
             }
             Ok(empty())
         }
@@ -554,7 +554,7 @@ async fn stream_input(sandbox: &LiveSandbox, req: Request) -> Result<Response, F
             let event: proc::StreamInputEvent =
                 serde_json::from_slice(&message).map_err(|e| bad(format!("the request message: {e}")))?;
             match (event, pid) {
-                (proc::StreamInputEvent::Start { process }, None) => pid = Some(pid_of(&process)?),
+                (proc::StreamInputEvent::Start { process }, None) => pid = Some(pid_of(sandbox, &process)?),
                 (proc::StreamInputEvent::Data { input }, Some(pid)) => {
                     let bytes = match input {
                         proc::Input::Stdin(b) | proc::Input::Pty(b) => b,
@@ -599,14 +599,15 @@ async fn start(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Result<R
     };
     let frames = sandbox.node.start_process(sandbox.id(), start).await.map_err(rpc)?;
     // Older SDKs send no flag and expect stdin open, as envd before 0.3.0 kept it.
-    let after_start = AfterStart { sandbox: sandbox.clone(), close_stdin: r.stdin == Some(false), lifetime };
+    let after_start =
+        AfterStart { sandbox: sandbox.clone(), close_stdin: r.stdin == Some(false), lifetime, tag: r.tag };
     Ok(streamed(frames, pty.is_some(), Some(after_start)))
 }
 
 /// `Connect`: a running process's events, from what the guest kept of its output.
 async fn reattach(sandbox: &LiveSandbox, req: Request) -> Result<Response, Failure> {
     let r: proc::Selected = stream_message(req).await?;
-    let pid = pid_of(&r.process)?;
+    let pid = pid_of(sandbox, &r.process)?;
     let pty = sandbox
         .node
         .list_processes(sandbox.id())
@@ -625,11 +626,17 @@ struct AfterStart {
     sandbox: LiveSandbox,
     close_stdin: bool,
     lifetime: Option<Duration>,
+    tag: Option<String>,
 }
 
 impl AfterStart {
     fn begin(self, pid: u32) {
-        let AfterStart { sandbox, close_stdin, lifetime } = self;
+        let AfterStart { sandbox, close_stdin, lifetime, tag } = self;
+        if let Some(tag) = tag {
+            if !super::tags::remember(sandbox.id(), &tag, pid) {
+                tracing::warn!(id = %sandbox.id(), %tag, "process tag not kept: this server keeps as many as it may");
+            }
+        }
         tokio::spawn(async move {
             if close_stdin {
                 let _ = sandbox.node.control_process(sandbox.id(), pid, ProcessControl::CloseStdin).await;

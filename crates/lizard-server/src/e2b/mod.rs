@@ -17,6 +17,7 @@
 
 pub mod control;
 pub mod envd;
+mod tags;
 mod watch;
 
 use crate::error::AppError;
