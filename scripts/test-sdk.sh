@@ -105,7 +105,7 @@ run_files() {
   case "$suite" in
     python)
       (cd sdk/python/tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider -o testpaths=. --rootdir=. \
-        "$@" test_zz_openapi_contract.py) || status=1
+        --durations=5 "$@" test_zz_openapi_contract.py) || status=1
       ;;
     js)
       for f in "$@" zz_contract.test.js; do
@@ -135,32 +135,61 @@ for suite in "${suites[@]}"; do
   esac
 done
 # The rest side by side, against the one server: each suite mostly waits on one guest vCPU
-# at a time under TCG, so on two cores this saves about 3 minutes (CONTRIBUTING.md). Each
-# line is prefixed with its suite; the console's browser tests follow once both are done.
-side_by_side() { # $1: suite; its files run in the background, its output prefixed
-  local suite=$1
+# at a time under TCG, so on two cores three lanes finish well before one suite after the
+# other would (CONTRIBUTING.md). The Python files are split in two lanes (each pytest run
+# ends with the contract test over what it sent); E2B's packages follow the TypeScript files
+# in the third. Each line is prefixed with its lane; the console's browser tests follow once
+# all are done.
+first_python_lane="test_push.py test_templates.py test_code.py test_code_events.py test_model_standin.py
+  test_services.py"
+lane() { # $1: label; the rest: a command run in the background, its output prefixed
+  local label=$1
+  shift
   (
     set -o pipefail
-    {
-      case "$suite" in
-        # shellcheck disable=SC2046
-        python) run_files python $(others sdk/python/tests 'test_*.py') ;;
-        # shellcheck disable=SC2046
-        js) run_files js $(others sdk/js/test '*.test.js') ;;
-      esac
-      exit "$status"
-    } 2>&1 | sed -u "s/^/[$suite] /"
+    { "$@"; exit "$status"; } 2>&1 | sed -u "s/^/[$label] /"
   ) &
   lanes+=("$!")
 }
+second_python_lane() { # the Python files not in the first lane
+  local f
+  for f in $(others sdk/python/tests 'test_*.py'); do
+    [[ " ${first_python_lane//$'\n'/ } " == *" $f "* ]] || echo "$f"
+  done
+}
+js_then_e2b() {
+  if has js; then
+    # shellcheck disable=SC2046
+    run_files js $(others sdk/js/test '*.test.js')
+  fi
+  if has e2b; then run_e2b; fi
+}
+run_e2b() {
+  local version
+  for version in ${E2B_SDK_VERSIONS:-2.27.0 2.63.0}; do
+    echo "--- e2b $version ---"
+    (cd compat/e2b/python && "$root/target/e2b-venv-$version/bin/python" -m pytest -q -p no:cacheprovider \
+      -o testpaths=. --rootdir=.) || status=1
+  done
+  for version in ${E2B_JS_SDK_VERSIONS:-2.15.0 2.51.0}; do
+    echo "--- e2b (npm) $version ---"
+    (cd compat/e2b/js && npm install --no-save --no-audit --no-fund --silent "e2b@$version" \
+      && node --test core.test.mjs) || status=1
+  done
+}
+has() { [[ " ${suites[*]} " == *" $1 "* ]]; }
 lanes=()
-for suite in "${suites[@]}"; do
-  case "$suite" in
-    python | js) side_by_side "$suite" ;;
-  esac
-done
-for lane in "${lanes[@]}"; do
-  wait "$lane" || status=1
+if has python; then
+  # shellcheck disable=SC2086
+  lane python:1 run_files python $first_python_lane
+  # shellcheck disable=SC2046
+  lane python:2 run_files python $(second_python_lane)
+fi
+if has js || has e2b; then
+  lane js+e2b js_then_e2b
+fi
+for lane_pid in "${lanes[@]}"; do
+  wait "$lane_pid" || status=1
 done
 for suite in "${suites[@]}"; do
   case "$suite" in
@@ -168,18 +197,6 @@ for suite in "${suites[@]}"; do
     quickstart)
       (cd sdk/python/tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider -o testpaths=. --rootdir=. \
         test_examples.py::test_quickstart_python_http_server) || status=1
-      ;;
-    e2b)
-      for version in ${E2B_SDK_VERSIONS:-2.27.0 2.63.0}; do
-        echo "--- e2b $version ---" >&2
-        (cd compat/e2b/python && "$root/target/e2b-venv-$version/bin/python" -m pytest -q -p no:cacheprovider \
-          -o testpaths=. --rootdir=.) || status=1
-      done
-      for version in ${E2B_JS_SDK_VERSIONS:-2.15.0 2.51.0}; do
-        echo "--- e2b (npm) $version ---" >&2
-        (cd compat/e2b/js && npm install --no-save --no-audit --no-fund --silent "e2b@$version" >&2 \
-          && node --test core.test.mjs) || status=1
-      done
       ;;
   esac
 done
