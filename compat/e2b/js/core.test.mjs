@@ -85,3 +85,47 @@ test('pause, then connect resumes', async () => {
     await sbx.kill()
   }
 })
+
+test('getHost names a port the sandbox URL routes; a private sandbox needs its traffic token', async () => {
+  const sbx = await e2b.Sandbox.create()
+  const locked = await e2b.Sandbox.create({ network: { allowPublicTraffic: false } })
+  try {
+    for (const s of [sbx, locked]) {
+      await s.commands.run('mkdir -p /srv && echo served > /srv/index.txt')
+      await s.commands.run('cd /srv && python3 -m http.server 8000', { background: true })
+    }
+    // Node's fetch will not send another Host: the request is written by hand.
+    const { request } = await import('node:http')
+    const [hostname, port] = process.env.LIZARD_SDK_TEST_PROXY.split(':')
+    const get = (host, headers = {}) =>
+      new Promise((resolve, reject) => {
+        const req = request({ hostname, port, path: '/index.txt', headers: { Host: host, ...headers } }, (res) => {
+          let body = ''
+          res.on('data', (c) => (body += c))
+          res.on('end', () => resolve([res.statusCode, body]))
+        })
+        req.on('error', reject)
+        req.end()
+      })
+    const host = sbx.getHost(8000)
+    assert.equal(host, `8000-${sbx.sandboxId}.sandbox.local.lizard.localhost`)
+    let answer
+    for (let i = 0; i < 120; i++) {
+      answer = await get(host)
+      if (answer[0] === 200) break
+      await new Promise((r) => setTimeout(r, 500))
+    }
+    assert.deepEqual(answer, [200, 'served\n'])
+    assert.equal((await get(locked.getHost(8000)))[0], 403)
+    assert.ok(locked.trafficAccessToken, 'no traffic token in the create answer')
+    for (let i = 0; i < 120; i++) {
+      answer = await get(locked.getHost(8000), { 'E2B-Traffic-Access-Token': locked.trafficAccessToken })
+      if (answer[0] === 200) break
+      await new Promise((r) => setTimeout(r, 500))
+    }
+    assert.deepEqual(answer, [200, 'served\n'])
+  } finally {
+    await sbx.kill()
+    await locked.kill()
+  }
+})

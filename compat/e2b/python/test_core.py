@@ -239,31 +239,6 @@ def test_fork_copies_a_running_sandbox(sbx):
                 c.kill()
 
 
-def test_other_ports_by_header_need_the_token(e2b_env):
-    created = raw_create(e2b_env)
-    token, sid = created["envdAccessToken"], created["sandboxID"]
-    sbx = Sandbox.connect(sid)
-    try:
-        sbx.commands.run("mkdir -p /srv && echo served > /srv/index.txt")
-        sbx.commands.run("cd /srv && python3 -m http.server 8000", background=True)
-        route = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "8000"}
-        deadline = time.monotonic() + 60
-        while True:
-            r = httpx.get(SANDBOX_URL + "/index.txt", headers={**route, "X-Access-Token": token})
-            if r.status_code == 200 or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        assert (r.status_code, r.text) == (200, "served\n")
-        r = httpx.get(SANDBOX_URL + "/index.txt", headers={**route, "E2B-Traffic-Access-Token": token})
-        assert r.status_code == 200
-        assert httpx.get(SANDBOX_URL + "/index.txt", headers=route).status_code == 401
-        closed = httpx.get(SANDBOX_URL + "/", headers={**route, "E2b-Sandbox-Port": "8001", "X-Access-Token": token})
-        assert closed.status_code == 502 and "port 8001 is not open" in closed.json()["message"]
-        assert httpx.get(SANDBOX_URL + "/health", headers={**route, "E2b-Sandbox-Port": "49999"}).status_code == 401
-    finally:
-        sbx.kill()
-
-
 def test_a_create_retried_with_an_idempotency_key_makes_one_sandbox(e2b_env):
     tag = os.urandom(4).hex()
     headers = {"X-API-KEY": e2b_env["lizard_key"], "Idempotency-Key": f"create-{tag}"}

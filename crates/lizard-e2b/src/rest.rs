@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// `POST /v2/sandboxes`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct NewSandbox {
     #[serde(rename = "templateID")]
@@ -22,6 +22,56 @@ pub struct NewSandbox {
     pub env_vars: BTreeMap<String, String>,
     #[serde(default, rename = "allow_internet_access")]
     pub allow_internet_access: Option<bool>,
+    #[serde(default)]
+    pub network: Option<Network>,
+    /// A request for one of its ports (or a connect) resumes it when paused.
+    #[serde(default)]
+    pub auto_resume: Option<AutoResume>,
+}
+
+/// `autoResume` of a create.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+pub struct AutoResume {
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+/// `network` of a create (E2B's `SandboxNetworkConfig`) and the body of `PUT
+/// /sandboxes/{id}/network` (its update shape, which adds `allow_internet_access`).
+/// E2B's rule: `allowOut` wins over `denyOut`; `0.0.0.0/0` in `denyOut` denies all the
+/// rest.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Network {
+    /// Whether the sandbox's URLs answer without its traffic token (E2B's default: yes).
+    #[serde(default)]
+    pub allow_public_traffic: Option<bool>,
+    #[serde(default)]
+    pub allow_out: Vec<String>,
+    #[serde(default)]
+    pub deny_out: Vec<String>,
+    #[serde(default, rename = "allow_internet_access")]
+    pub allow_internet_access: Option<bool>,
+    /// Every other field (`dnsServers`, `egressProxy`, `maskRequestHost`, `httpsPorts`,
+    /// `rules`…): not served, so refused by name when given.
+    #[serde(flatten)]
+    pub others: BTreeMap<String, serde_json::Value>,
+}
+
+/// The value `0.0.0.0/0`: in `denyOut`, all traffic but what `allowOut` names.
+pub const ALL_TRAFFIC: &str = "0.0.0.0/0";
+
+impl Network {
+    /// The first field given (not null or empty) that Lizard does not serve.
+    pub fn unserved(&self) -> Option<&str> {
+        let empty = |v: &serde_json::Value| match v {
+            serde_json::Value::Null => true,
+            serde_json::Value::Array(a) => a.is_empty(),
+            serde_json::Value::Object(o) => o.is_empty(),
+            _ => false,
+        };
+        self.others.iter().find(|(_, v)| !empty(v)).map(|(k, _)| k.as_str())
+    }
 }
 
 /// Seconds a sandbox lives when the create names none.
@@ -42,6 +92,12 @@ pub struct Sandbox {
     /// What envd requests carry as `X-Access-Token` (shown at create and connect only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub envd_access_token: Option<String>,
+    /// What requests to a private sandbox's ports carry as `E2B-Traffic-Access-Token`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traffic_access_token: Option<String>,
+    /// Port P of the sandbox is served at `{P}-{sandboxID}.{domain}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
 }
 
 /// `running` or `paused`: E2B's parser knows no other state.
@@ -77,6 +133,19 @@ pub struct SandboxDetail {
     /// Older SDKs read the envd token here after connecting (newer ones from connect).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub envd_access_token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<Lifecycle>,
+}
+
+/// What ends a sandbox and what wakes it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Lifecycle {
+    pub auto_resume: bool,
+    /// `kill` or `pause`.
+    pub on_timeout: String,
 }
 
 /// `GET /v2/sandboxes`'s query, as the SDKs send it (arrays comma-joined; `metadata` a
@@ -260,11 +329,28 @@ mod tests {
             client_id: "lizard".into(),
             envd_version: crate::ENVD_VERSION.into(),
             envd_access_token: None,
+            traffic_access_token: None,
+            domain: Some("sandbox.local.lizard.localhost".into()),
         };
         let v = serde_json::to_value(&s).unwrap();
         assert_eq!(v["sandboxID"], "sbx_1");
         assert_eq!(v["templateID"], "base");
         assert_eq!(v["envdVersion"], crate::ENVD_VERSION);
-        assert!(v.get("envdAccessToken").is_none());
+        assert!(v.get("envdAccessToken").is_none() && v.get("trafficAccessToken").is_none());
+        assert_eq!(v["domain"], "sandbox.local.lizard.localhost");
+    }
+
+    #[test]
+    fn a_network_names_what_it_asks_that_is_not_served() {
+        let n: Network = serde_json::from_str(
+            r#"{"allowPublicTraffic":false,"allowOut":["1.1.1.1"],"denyOut":["0.0.0.0/0"],"rules":{},"dnsServers":null}"#,
+        )
+        .unwrap();
+        assert_eq!((n.allow_public_traffic, n.allow_out.len(), n.deny_out[0].as_str()), (Some(false), 1, ALL_TRAFFIC));
+        assert_eq!(n.unserved(), None);
+        let n: Network = serde_json::from_str(r#"{"egressProxy":{"address":"p:1080"}}"#).unwrap();
+        assert_eq!(n.unserved(), Some("egressProxy"));
+        let new: NewSandbox = serde_json::from_str(r#"{"templateID":"t","autoResume":{"enabled":true}}"#).unwrap();
+        assert_eq!(new.auto_resume, Some(AutoResume { enabled: true }));
     }
 }

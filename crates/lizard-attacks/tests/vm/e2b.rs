@@ -12,12 +12,14 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// An E2B create with `key`: the sandbox id and its envd token.
-async fn e2b_create(system: &System, key: &str, metadata: Value) -> (String, String) {
-    let body = json!({"templateID": "base", "metadata": metadata});
+/// An E2B create with `key` of a sandbox with private URLs: its id, envd token and
+/// traffic token.
+async fn e2b_create(system: &System, key: &str, metadata: Value) -> (String, String, String) {
+    let body = json!({"templateID": "base", "metadata": metadata, "network": {"allowPublicTraffic": false}});
     let (status, created) = system.call_as(key, Method::POST, "/v2/sandboxes", Some(body)).await;
     assert_eq!(status, 201, "{created}");
-    (created["sandboxID"].as_str().unwrap().to_owned(), created["envdAccessToken"].as_str().unwrap().to_owned())
+    let field = |name: &str| created[name].as_str().unwrap().to_owned();
+    (field("sandboxID"), field("envdAccessToken"), field("trafficAccessToken"))
 }
 
 /// An envd (or guest port) request for `id` through the sandbox URL.
@@ -38,7 +40,8 @@ async fn envd(system: &System, id: &str, port: u16, path: &str, token: Option<&s
 #[tokio::test(flavor = "multi_thread")]
 async fn e2bs_routes_and_tokens_reach_no_other_tenants_sandbox() {
     let system = System::start(&[]).await;
-    let (victim, victim_token) = e2b_create(&system, &system.key, json!({"lizardProject": system.project})).await;
+    let (victim, victim_token, victim_traffic) =
+        e2b_create(&system, &system.key, json!({"lizardProject": system.project})).await;
     let intruder = another_account(&system).await;
     credit(&system, "acc_intruder").await;
     let (status, _) = system.call_as(&intruder, Method::POST, "/v1/workspaces", Some(json!({"name": "w"}))).await;
@@ -47,7 +50,7 @@ async fn e2bs_routes_and_tokens_reach_no_other_tenants_sandbox() {
     let body = json!({"workspaceId": workspaces[0]["id"], "name": "p"});
     let (status, _) = system.call_as(&intruder, Method::POST, "/v1/projects", Some(body)).await;
     assert_eq!(status, 201);
-    let (own, own_token) = e2b_create(&system, &intruder, json!({})).await;
+    let (own, own_token, own_traffic) = e2b_create(&system, &intruder, json!({})).await;
 
     // The control plane: every route with the victim's id is E2B's 404.
     let routes = [
@@ -73,12 +76,39 @@ async fn e2bs_routes_and_tokens_reach_no_other_tenants_sandbox() {
     // envd and the guest's ports: the intruder's own token, a made-up one and none are
     // refused for the victim; the platform's code service port too.
     for (port, path) in [(49983, "/process.Process/List"), (49983, "/files"), (8000, "/"), (49999, "/execute")] {
-        for token in [Some(own_token.as_str()), Some("0".repeat(64).as_str()), None] {
+        for token in [Some(own_token.as_str()), Some(own_traffic.as_str()), Some("0".repeat(64).as_str()), None] {
             let (status, answer) = envd(&system, &victim, port, path, token).await;
             assert_eq!(status, 401, "port {port} {path} with {token:?}: {answer}");
             assert!(!answer.contains("/var") && !answer.contains(&victim_token), "{answer}");
         }
     }
+    // By host, E2B's order and Lizard's: the intruder's traffic token opens no port of
+    // the victim's, nor does the victim's envd token sent as a traffic token.
+    let (_, detail) = system.call(Method::GET, &format!("/sandboxes/{victim}"), None).await;
+    let domain = detail["domain"].as_str().unwrap().to_owned();
+    for host in [format!("8000-{victim}.{domain}"), format!("{victim}-8000.{domain}")] {
+        for token in [own_traffic.as_str(), victim_token.as_str()] {
+            let resp = system
+                .http
+                .get(format!("http://{}/", system.proxy))
+                .header("Host", &host)
+                .header("E2B-Traffic-Access-Token", token)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status().as_u16(), 403, "{host} with a foreign traffic token");
+        }
+    }
+    // The victim's own traffic token reaches its port (closed here: the guest's answer).
+    let resp = system
+        .http
+        .get(format!("http://{}/", system.proxy))
+        .header("Host", format!("8000-{victim}.{domain}"))
+        .header("E2B-Traffic-Access-Token", &victim_traffic)
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(resp.status().as_u16(), 403, "the victim's own traffic token was refused");
     // A header naming no sandbox reaches none.
     let (status, answer) = envd(&system, "sbx_none", 49983, "/process.Process/List", Some(&victim_token)).await;
     assert_eq!(status, 502, "{answer}");

@@ -58,16 +58,37 @@ pub async fn create(
             return Err(AppError::invalid("a project is required: pass project (id, slug or name) or projectId"))
         }
     };
-    Ok((StatusCode::CREATED, Json(create_in(&state, &p, project, req).await?)))
+    let urls = UrlAccess::of(&req);
+    Ok((StatusCode::CREATED, Json(create_in(&state, &p, project, req, urls).await?)))
 }
 
-/// Boot a sandbox of `req` in `project` (one the key reaches): the body of every create,
-/// Lizard's own and E2B's.
+/// Who may use a new sandbox's URLs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct UrlAccess {
+    /// It gets an access token (shown once, in the create's answer).
+    pub token: bool,
+    /// Its URLs answer without the token.
+    pub public: bool,
+    /// With a token: a request to its URLs resumes it when paused.
+    pub resume_on_request: bool,
+}
+
+impl UrlAccess {
+    /// Lizard's rule: public URLs and no token, or private with one (`publicUrls: false`).
+    pub fn of(req: &NewSandboxRequest) -> UrlAccess {
+        let private = req.public_urls == Some(false);
+        UrlAccess { token: private, public: !private, resume_on_request: false }
+    }
+}
+
+/// Boot a sandbox of `req` in `project` (one the key reaches), its URLs open to `urls`:
+/// the body of every create, Lizard's own and E2B's.
 pub(crate) async fn create_in(
     state: &AppState,
     p: &Principal,
     project: crate::store::ProjectRecord,
     req: NewSandboxRequest,
+    urls: UrlAccess,
 ) -> ApiResult<SandboxInfo> {
     let store = state.server.store.as_ref();
     crate::limits::check_env(&req.env)?;
@@ -91,7 +112,7 @@ pub(crate) async fn create_in(
         None => None,
     };
     let template_ref = crate::ops::templates::node_template_for(state, &project, &req.template).await?;
-    let access = (req.public_urls == Some(false)).then(crate::proxy::access::AccessToken::generate);
+    let access = urls.token.then(crate::proxy::access::AccessToken::generate);
     let spec = NewSandboxSpec {
         account_id: p.account_id.clone(),
         project,
@@ -108,7 +129,11 @@ pub(crate) async fn create_in(
         timeout_ms,
         timeout_at,
         on_timeout: req.on_timeout.unwrap_or_default(),
-        access_hash: access.as_ref().map(|t| t.hash),
+        access: access.as_ref().map(|t| crate::store::SandboxAccess {
+            token_hash: t.hash.to_vec(),
+            urls_public: urls.public,
+            resume_on_request: urls.resume_on_request,
+        }),
     };
     let sandbox = ops::create(state, spec).await?;
     let mut info = sandbox_json(state, &sandbox);

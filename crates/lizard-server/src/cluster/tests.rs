@@ -86,7 +86,7 @@ async fn spec(state: &AppState) -> NewSandboxSpec {
         timeout_ms: 60_000,
         timeout_at: crate::ids::now_ms() + 60_000,
         on_timeout: OnTimeout::Kill,
-        access_hash: None,
+        access: None,
     }
 }
 

@@ -6,14 +6,14 @@
 //! exactly one; else the project its `metadata` names under [`PROJECT_METADATA`]; else
 //! it is refused, saying so.
 
-use super::{envd_token, E2bError, E2bResult};
-use crate::api::sandboxes::{create_in, running};
+use super::{envd_token, traffic_token, E2bError, E2bResult};
+use crate::api::sandboxes::{create_in, running, UrlAccess};
 use crate::auth::{self, Principal};
 use crate::error::AppError;
 use crate::ops::lifecycle;
 use crate::ops::sandboxes::{self as ops, LiveSandbox};
 use crate::state::AppState;
-use crate::store::ProjectRecord;
+use crate::store::{ProjectRecord, SandboxAccess};
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
@@ -76,18 +76,28 @@ async fn project(state: &AppState, p: &Principal, new: &rest::NewSandbox) -> E2b
     })
 }
 
-/// The envd token of a sandbox made through E2B (none for one whose URLs are public).
-async fn token_of(state: &AppState, id: &str) -> E2bResult<Option<String>> {
-    Ok(state.server.store.sandbox_access(id).await?.map(|hash| envd_token(&hash, id)))
+/// A sandbox's access rule (a sandbox made through E2B always has one).
+async fn access_of(state: &AppState, id: &str) -> E2bResult<Option<SandboxAccess>> {
+    Ok(state.server.store.sandbox_access(id).await?)
 }
 
-fn answer(template: &str, id: &str, envd_access_token: Option<String>) -> rest::Sandbox {
+/// The suffix of the sandbox's hosts: `{port}-{id}.{domain}` (and Lizard's
+/// `{id}-{port}.{domain}`) reach its ports through the sandbox-URL listener.
+fn domain(state: &AppState) -> String {
+    state.server.config.sandbox_domain(&state.server.config.region)
+}
+
+/// The create, connect and fork answer: the envd token, and the traffic token when its
+/// URLs are private.
+fn answer(state: &AppState, template: &str, id: &str, access: Option<&SandboxAccess>) -> rest::Sandbox {
     rest::Sandbox {
         template_id: template.to_owned(),
         sandbox_id: id.to_owned(),
         client_id: CLIENT_ID.to_owned(),
         envd_version: lizard_e2b::ENVD_VERSION.to_owned(),
-        envd_access_token,
+        envd_access_token: access.map(|a| envd_token(&a.token_hash, id)),
+        traffic_access_token: access.filter(|a| !a.urls_public).map(|a| traffic_token(&a.token_hash, id)),
+        domain: Some(domain(state)),
     }
 }
 
@@ -99,6 +109,16 @@ async fn create(
 ) -> E2bResult<(StatusCode, Json<rest::Sandbox>)> {
     let p = p?;
     let new: rest::NewSandbox = json_body(&bytes)?;
+    let network = new.network.clone().unwrap_or_default();
+    if let Some(field) = network.unserved() {
+        return Err(E2bError(AppError::invalid(format!("network.{field} is not served by Lizard"))));
+    }
+    let policy = super::network::policy(
+        new.allow_internet_access.or(network.allow_internet_access),
+        &network.allow_out,
+        &network.deny_out,
+    )
+    .map_err(|e| E2bError(AppError::invalid(format!("network: {e}"))))?;
     let project = project(&state, &p, &new).await?;
     let secs = new.timeout.unwrap_or(rest::DEFAULT_TIMEOUT_SECS);
     let req = NewSandboxRequest {
@@ -107,16 +127,24 @@ async fn create(
         on_timeout: Some(if new.auto_pause { OnTimeout::Pause } else { OnTimeout::Kill }),
         env: new.env_vars,
         metadata: new.metadata,
-        allow_internet_access: new.allow_internet_access,
-        public_urls: Some(false),
+        allow_internet_access: policy.allow_internet_access,
+        allow_out: policy.allow_out,
+        deny_out: policy.deny_out,
         ..Default::default()
     };
-    let info = create_in(&state, &p, project, req).await?;
-    let token = info.access_token.as_deref().map(|t| envd_token(&crate::proxy::access::hash(t), &info.sandbox_id));
-    Ok((StatusCode::CREATED, Json(answer(&info.template, &info.sandbox_id, token))))
+    // Always a token (envd's and the traffic token derive from it); URLs public unless
+    // asked otherwise, as E2B's are.
+    let urls = UrlAccess {
+        token: true,
+        public: network.allow_public_traffic.unwrap_or(true),
+        resume_on_request: new.auto_resume.is_some_and(|a| a.enabled),
+    };
+    let info = create_in(&state, &p, project, req, urls).await?;
+    let access = access_of(&state, &info.sandbox_id).await?;
+    Ok((StatusCode::CREATED, Json(answer(&state, &info.template, &info.sandbox_id, access.as_ref()))))
 }
 
-fn detail(sandbox: &LiveSandbox, envd_access_token: Option<String>) -> rest::SandboxDetail {
+fn detail(state: &AppState, sandbox: &LiveSandbox, access: Option<&SandboxAccess>) -> rest::SandboxDetail {
     let info = &sandbox.info;
     rest::SandboxDetail {
         template_id: sandbox.record.template.clone(),
@@ -130,7 +158,12 @@ fn detail(sandbox: &LiveSandbox, envd_access_token: Option<String>) -> rest::San
         disk_size_mb: 0,
         state: if info.state == SandboxState::Paused { rest::State::Paused } else { rest::State::Running },
         metadata: info.metadata.clone(),
-        envd_access_token,
+        envd_access_token: access.map(|a| envd_token(&a.token_hash, sandbox.id())),
+        domain: Some(domain(state)),
+        lifecycle: Some(rest::Lifecycle {
+            auto_resume: access.is_some_and(|a| a.resume_on_request),
+            on_timeout: if sandbox.record.on_timeout == OnTimeout::Pause { "pause" } else { "kill" }.into(),
+        }),
     }
 }
 
@@ -141,7 +174,7 @@ async fn info(
     Path(id): Path<String>,
 ) -> E2bResult<Json<rest::SandboxDetail>> {
     let sandbox = running(&state, &p?, &id).await?;
-    Ok(Json(detail(&sandbox, token_of(&state, &id).await?)))
+    Ok(Json(detail(&state, &sandbox, access_of(&state, &id).await?.as_ref())))
 }
 
 /// `DELETE /sandboxes/{id}` → 204.
@@ -210,8 +243,8 @@ async fn connect(
     if sandbox.record.timeout_at.is_some_and(|at| at < later) {
         ops::set_timeout(&state, &sandbox, wanted).await?;
     }
-    let token = token_of(&state, &id).await?;
-    Ok((status, Json(answer(&sandbox.record.template, &id, token))))
+    let access = access_of(&state, &id).await?;
+    Ok((status, Json(answer(&state, &sandbox.record.template, &id, access.as_ref()))))
 }
 
 /// `POST /sandboxes/{id}/resume` `{"timeout"?: seconds}` (older SDKs) → 201 with the
@@ -231,8 +264,8 @@ async fn resume(
     lifecycle::resume(&state, &sandbox).await?;
     let wanted = req.timeout.unwrap_or(rest::DEFAULT_TIMEOUT_SECS).saturating_mul(1000);
     ops::set_timeout(&state, &sandbox, wanted).await?;
-    let token = token_of(&state, &id).await?;
-    Ok((StatusCode::CREATED, Json(answer(&sandbox.record.template, &id, token))))
+    let access = access_of(&state, &id).await?;
+    Ok((StatusCode::CREATED, Json(answer(&state, &sandbox.record.template, &id, access.as_ref()))))
 }
 
 /// `GET /v2/sandboxes`: the sandboxes the key reaches, oldest first (or newest with
@@ -266,7 +299,8 @@ async fn list(
         None => 0,
     };
     let limit = q.limit.unwrap_or(rest::MAX_PAGE).clamp(1, rest::MAX_PAGE);
-    let page: Vec<rest::SandboxDetail> = matching.iter().skip(start).take(limit).map(|s| detail(s, None)).collect();
+    let page: Vec<rest::SandboxDetail> =
+        matching.iter().skip(start).take(limit).map(|s| detail(&state, s, None)).collect();
     let mut response = Json(page).into_response();
     if start + limit < matching.len() {
         if let Ok(next) = axum::http::HeaderValue::from_str(&(start + limit).to_string()) {
@@ -297,8 +331,9 @@ async fn fork(
         if let Some(secs) = req.timeout {
             ops::set_timeout(&state, &copy, secs.saturating_mul(1000)).await?;
         }
-        let token = token_of(&state, copy.id()).await?;
-        results.push(rest::ForkResult { sandbox: Some(answer(&copy.record.template, copy.id(), token)), error: None });
+        let access = access_of(&state, copy.id()).await?;
+        let sandbox = answer(&state, &copy.record.template, copy.id(), access.as_ref());
+        results.push(rest::ForkResult { sandbox: Some(sandbox), error: None });
     }
     Ok((StatusCode::CREATED, Json(results)))
 }

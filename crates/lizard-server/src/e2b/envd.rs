@@ -17,9 +17,11 @@
 //!   not), parents made.
 //!
 //! A request for any other port (`E2b-Sandbox-Port`) goes to that port in the guest, as
-//! through the sandbox's own URL: the code interpreter's 49999, a user's server. A
-//! sandbox made through E2B needs its envd token for them too (`X-Access-Token` or
-//! `E2B-Traffic-Access-Token`); the platform's own ports need it always.
+//! through the sandbox's own URL: the code interpreter's 49999, a user's server. When
+//! its URLs are private (`allowPublicTraffic: false`) they need its traffic token
+//! (`E2B-Traffic-Access-Token`) or its envd token (`X-Access-Token`); the platform's own
+//! ports need one always. A paused sandbox made with `autoResume` is resumed by a
+//! request that may reach it.
 //!
 //! A `/files` URL signed with the sandbox's envd token (E2B's `download_url`/`upload_url`)
 //! needs no header at all: a live sandbox whose token signs it is looked for (constant-time
@@ -58,8 +60,8 @@ pub const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
 pub const SANDBOX_PORT_HEADER: &str = "e2b-sandbox-port";
 /// The envd token's header.
 const ACCESS_TOKEN_HEADER: &str = "x-access-token";
-/// The header E2B's code interpreter also sends the token in.
-const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
+/// The header a private sandbox's traffic token comes in.
+const TRAFFIC_TOKEN_HEADER: &str = crate::proxy::headers::E2B_TRAFFIC_TOKEN_HEADER;
 /// How often a stream with nothing else to say sends a keepalive.
 const KEEPALIVE: Duration = Duration::from_secs(50);
 /// Largest unary request body read.
@@ -111,14 +113,27 @@ async fn signer(state: &AppState, method: &Method, uri: &axum::http::Uri) -> Res
     let store = state.server.store.as_ref();
     let live = store.sandboxes_due(i64::MAX).await.map_err(store_failure)?;
     for record in live {
-        let Some(hash) = store.sandbox_access(&record.id).await.map_err(store_failure)? else {
+        let Some(access) = store.sandbox_access(&record.id).await.map_err(store_failure)? else {
             continue;
         };
-        if signed_by(method, uri, &super::envd_token(&hash, &record.id)) {
+        if signed_by(method, uri, &super::envd_token(&access.token_hash, &record.id)) {
             return Ok(Some(record.id));
         }
     }
     Ok(None)
+}
+
+/// Answer a request for envd that names its sandbox by host (`49983-{id}.{domain}`), as
+/// one naming it by header.
+pub async fn handle_for(state: &AppState, sandbox_id: &str, mut req: Request) -> Response {
+    match header::HeaderValue::from_str(sandbox_id) {
+        Ok(id) => {
+            req.headers_mut().insert(SANDBOX_ID_HEADER, id);
+            req.headers_mut().insert(SANDBOX_PORT_HEADER, lizard_e2b::ENVD_PORT.into());
+            handle(state, req).await
+        }
+        Err(_) => not_found_sandbox().into_response(),
+    }
 }
 
 /// Answer one E2B request to the sandbox URL.
@@ -236,31 +251,40 @@ async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
     };
     let store = state.server.store.as_ref();
     let record = store.get_sandbox(&id).await.map_err(store_failure)?.ok_or_else(not_found_sandbox)?;
-    let sandbox = ops::live(state, record).await.map_err(|_| not_found_sandbox())?;
-    if sandbox.is_paused() {
-        return Err(not_found_sandbox());
-    }
-    if port == lizard_e2b::ENVD_PORT && req.uri().path() == "/health" {
-        return Ok(StatusCode::NO_CONTENT.into_response());
-    }
+    let mut sandbox = ops::live(state, record).await.map_err(|_| not_found_sandbox())?;
     let access = store.sandbox_access(&id).await.map_err(store_failure)?;
     let (envd_token, traffic_token) =
         (text(req.headers(), ACCESS_TOKEN_HEADER), text(req.headers(), TRAFFIC_TOKEN_HEADER));
-    let granted = access.as_ref().map(|hash| {
+    let granted = access.as_ref().map(|a| {
+        let hash = &a.token_hash;
         envd_token_matches(hash, &id, &envd_token)
-            || envd_token_matches(hash, &id, &traffic_token)
+            || (port != lizard_e2b::ENVD_PORT && super::traffic_token_matches(hash, &id, &traffic_token))
             || (port == lizard_e2b::ENVD_PORT
                 && req.uri().path() == "/files"
                 && signed_by(req.method(), req.uri(), &super::envd_token(hash, &id)))
     });
+    if sandbox.is_paused() {
+        // A request wakes it only when its rule says so, and only one that may reach it.
+        let public_port = port != lizard_e2b::ENVD_PORT && access.as_ref().is_some_and(|a| a.urls_public);
+        if !access.as_ref().is_some_and(|a| a.resume_on_request) || !(granted == Some(true) || public_port) {
+            return Err(not_found_sandbox());
+        }
+        crate::ops::lifecycle::wake(state, &id).await.map_err(|e| rest(e.0))?;
+        let record = store.get_sandbox(&id).await.map_err(store_failure)?.ok_or_else(not_found_sandbox)?;
+        sandbox = ops::live(state, record).await.map_err(|_| not_found_sandbox())?;
+    }
+    if port == lizard_e2b::ENVD_PORT && req.uri().path() == "/health" {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
     if port != lizard_e2b::ENVD_PORT {
+        let public = access.as_ref().is_none_or(|a| a.urls_public);
         return match granted {
             Some(true) => forward(&sandbox, port, req).await,
-            // A public sandbox's ports are public, but for the platform's own.
-            None if !lizard_api::code::is_reserved_guest_port(port) => forward(&sandbox, port, req).await,
+            // Public URLs' ports are public, but for the platform's own.
+            _ if public && !lizard_api::code::is_reserved_guest_port(port) => forward(&sandbox, port, req).await,
             _ => Err(Failure::Rest(
                 StatusCode::UNAUTHORIZED,
-                format!("port {port} of sandbox {id} needs its access token"),
+                format!("port {port} of sandbox {id} needs its traffic access token"),
             )),
         };
     }

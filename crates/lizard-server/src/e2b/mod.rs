@@ -10,13 +10,15 @@
 //!   the node's process and file operations: one implementation of running a process or
 //!   writing a file, a second protocol in front of it.
 //!
-//! A sandbox made through E2B is private (its URLs need its token), and its envd token
-//! ([`envd_token`]) is derived from the stored hash of that access token, as a signed
-//! URL's proof is: connect can answer it again without any plaintext being stored, and
-//! it dies with the sandbox.
+//! A sandbox made through E2B has an access token whose hash is stored, whether its URLs
+//! are public (E2B's default) or private (`network.allowPublicTraffic: false`). Its envd
+//! token ([`envd_token`]) and traffic token ([`traffic_token`]) are derived from that
+//! hash, as a signed URL's proof is: connect can answer them again without any plaintext
+//! being stored, and they die with the sandbox.
 
 pub mod control;
 pub mod envd;
+mod network;
 mod tags;
 mod watch;
 
@@ -53,21 +55,37 @@ impl IntoResponse for E2bError {
 
 pub type E2bResult<T> = Result<T, E2bError>;
 
-fn envd_mac(access_hash: &[u8], sandbox_id: &str) -> Hmac<Sha256> {
+/// A token only the holder of the sandbox's access-token hash can make, for `purpose`.
+fn derived_token(access_hash: &[u8], sandbox_id: &str, purpose: &str) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(access_hash).expect("HMAC takes a key of any length");
-    mac.update(format!("lizard-e2b-envd-v1\n{sandbox_id}").as_bytes());
-    mac
+    mac.update(format!("lizard-e2b-{purpose}-v1\n{sandbox_id}").as_bytes());
+    hex::encode(mac.finalize().into_bytes())
 }
 
-/// The envd access token of `sandbox_id`, whose access token hashes to `access_hash`.
+fn same(expected: &str, presented: &str) -> bool {
+    expected.len() == presented.len() && bool::from(expected.as_bytes().ct_eq(presented.as_bytes()))
+}
+
+/// The envd access token of `sandbox_id`, whose access token hashes to `access_hash`:
+/// everything envd does (processes, files) and every port.
 pub fn envd_token(access_hash: &[u8], sandbox_id: &str) -> String {
-    hex::encode(envd_mac(access_hash, sandbox_id).finalize().into_bytes())
+    derived_token(access_hash, sandbox_id, "envd")
 }
 
 /// Whether `presented` is `sandbox_id`'s envd token (constant-time).
 pub fn envd_token_matches(access_hash: &[u8], sandbox_id: &str, presented: &str) -> bool {
-    let expected = envd_token(access_hash, sandbox_id);
-    expected.len() == presented.len() && bool::from(expected.as_bytes().ct_eq(presented.as_bytes()))
+    same(&envd_token(access_hash, sandbox_id), presented)
+}
+
+/// The traffic access token of `sandbox_id`: its ports (not envd) when its URLs are
+/// private, E2B's `trafficAccessToken`.
+pub fn traffic_token(access_hash: &[u8], sandbox_id: &str) -> String {
+    derived_token(access_hash, sandbox_id, "traffic")
+}
+
+/// Whether `presented` is `sandbox_id`'s traffic token (constant-time).
+pub fn traffic_token_matches(access_hash: &[u8], sandbox_id: &str, presented: &str) -> bool {
+    same(&traffic_token(access_hash, sandbox_id), presented)
 }
 
 #[cfg(test)]
@@ -82,5 +100,11 @@ mod tests {
         assert!(!envd_token_matches(&hash, "sbx_b", &token));
         assert!(!envd_token_matches(&[8u8; 32], "sbx_a", &token));
         assert!(!envd_token_matches(&hash, "sbx_a", &token[1..]));
+        let traffic = traffic_token(&hash, "sbx_a");
+        assert!(traffic_token_matches(&hash, "sbx_a", &traffic));
+        assert!(!traffic_token_matches(&hash, "sbx_b", &traffic));
+        // Neither opens what the other does.
+        assert!(!envd_token_matches(&hash, "sbx_a", &traffic));
+        assert!(!traffic_token_matches(&hash, "sbx_a", &token));
     }
 }

@@ -34,6 +34,20 @@ pub async fn resume(state: &AppState, sandbox: &LiveSandbox) -> ApiResult<()> {
     Ok(())
 }
 
+/// Resume a paused sandbox for a request to it, as a connect would (its access rule says
+/// a request wakes it: E2B's `autoResume`); one running already is left as it is.
+pub async fn wake(state: &AppState, id: &str) -> ApiResult<()> {
+    let store = state.server.store.as_ref();
+    let record =
+        store.get_sandbox(id).await?.ok_or_else(|| AppError::not_found(format!("sandbox {id} is not running")))?;
+    crate::billing::require_funds(store, &record.account_id).await?;
+    let sandbox = crate::ops::sandboxes::live(state, record).await?;
+    if sandbox.is_paused() {
+        resume(state, &sandbox).await?;
+    }
+    Ok(())
+}
+
 /// 422 unless `count` is 1..=[`MAX_FORKS`].
 pub fn check_fork_count(count: u32) -> ApiResult<()> {
     if !(1..=MAX_FORKS).contains(&count) {

@@ -134,8 +134,8 @@ pub struct NewSandboxSpec {
     pub timeout_ms: u64,
     pub timeout_at: i64,
     pub on_timeout: OnTimeout,
-    /// SHA-256 of the access token its URLs require (`None`: public URLs).
-    pub access_hash: Option<[u8; 32]>,
+    /// Its access token's rule (`None`: no token, public URLs).
+    pub access: Option<crate::store::SandboxAccess>,
 }
 
 /// Boot a sandbox and record it. Its volume is held (reserved in the store) before it
@@ -246,8 +246,8 @@ async fn create_now(state: &AppState, spec: NewSandboxSpec) -> ApiResult<LiveSan
     };
     // Private before recorded: the proxy serves only recorded sandboxes, so a private one
     // is never reachable without its token.
-    let mut recorded = match &spec.access_hash {
-        Some(hash) => store.set_sandbox_access(&id, hash).await,
+    let mut recorded = match &spec.access {
+        Some(access) => store.set_sandbox_access(&id, access).await,
         None => Ok(()),
     };
     if recorded.is_ok() {

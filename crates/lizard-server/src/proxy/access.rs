@@ -4,7 +4,9 @@
 //! with `publicUrls: false` gets an access token, returned once by the create call and
 //! stored only as its SHA-256 ([`crate::store::AccessStore`]); every request through the
 //! proxy must then carry it, in the [`ACCESS_TOKEN_HEADER`] header or the
-//! [`ACCESS_TOKEN_QUERY`] query parameter (a URL that can be handed to a browser).
+//! [`ACCESS_TOKEN_QUERY`] query parameter (a URL that can be handed to a browser), or,
+//! for a sandbox made through E2B, its traffic token in [`E2B_TRAFFIC_TOKEN_HEADER`]
+//! (such a sandbox has a token even when its URLs are public, as E2B's are by default).
 //! A [signed URL](super::signed) (or the cookie its first request set) stands in for the
 //! token until it expires. Missing, wrong or another sandbox's token, or a signature that
 //! does not hold: 403, and no tunnel is opened. Either way the proof is removed before the
@@ -13,7 +15,7 @@
 //! Only recorded, live sandboxes are reachable at all: a VM the control plane has not
 //! recorded (a create still booting, or one being undone) has no URL.
 
-use super::headers::ACCESS_TOKEN_HEADER;
+use super::headers::{ACCESS_TOKEN_HEADER, E2B_TRAFFIC_TOKEN_HEADER};
 use super::host::Target;
 use super::signed;
 use crate::error::AppError;
@@ -62,20 +64,43 @@ pub enum Granted {
     SignedUrl { set_cookie: Option<String> },
 }
 
+/// A request let through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    pub granted: Granted,
+    /// The sandbox is paused and a request resumes it (E2B's `autoResume`).
+    pub wakes: bool,
+}
+
 /// Allow the request to `target` or refuse it: 404 unless the sandbox is recorded and
 /// live, 403 when its URLs are private and the request carries no matching token or
 /// signature.
-pub async fn check(store: &dyn Store, target: &Target, headers: &HeaderMap, uri: &Uri) -> Result<Granted, AppError> {
+pub async fn check(store: &dyn Store, target: &Target, headers: &HeaderMap, uri: &Uri) -> Result<Admitted, AppError> {
     let not_running = || AppError::not_found(format!("sandbox {} is not running", target.sandbox_id));
     let record = store.get_sandbox(&target.sandbox_id).await?.ok_or_else(not_running)?;
     if record.ended_at.is_some() {
         return Err(not_running());
     }
-    let Some(required) = store.sandbox_access(&target.sandbox_id).await? else {
-        return Ok(Granted::Public);
+    let access = store.sandbox_access(&target.sandbox_id).await?;
+    let wakes =
+        record.state == lizard_api::SandboxState::Paused && access.as_ref().is_some_and(|a| a.resume_on_request);
+    let granted = match access {
+        Some(access) if !access.urls_public => granted(&target.sandbox_id, &access.token_hash, target, headers, uri)?,
+        _ => Granted::Public,
     };
-    if let Some(token) = token_in_headers(headers).or_else(|| query_value(uri, ACCESS_TOKEN_QUERY)) {
-        return match bool::from(hash(&token).ct_eq(required.as_slice())) {
+    Ok(Admitted { granted, wakes })
+}
+
+/// How a request to a private sandbox's URLs proves access, or why it does not.
+fn granted(id: &str, required: &[u8], target: &Target, headers: &HeaderMap, uri: &Uri) -> Result<Granted, AppError> {
+    if let Some(token) = single_header(headers, E2B_TRAFFIC_TOKEN_HEADER) {
+        return match crate::e2b::traffic_token_matches(required, id, &token) {
+            true => Ok(Granted::Token),
+            false => Err(AppError::forbidden("wrong traffic access token for this sandbox's URLs")),
+        };
+    }
+    if let Some(token) = single_header(headers, ACCESS_TOKEN_HEADER).or_else(|| query_value(uri, ACCESS_TOKEN_QUERY)) {
+        return match bool::from(hash(&token).ct_eq(required)) {
             true => Ok(Granted::Token),
             false => Err(AppError::forbidden("wrong access token for this sandbox's URLs")),
         };
@@ -84,14 +109,14 @@ pub async fn check(store: &dyn Store, target: &Target, headers: &HeaderMap, uri:
     let in_query = query_value(uri, signed::EXPIRES_QUERY).zip(query_value(uri, signed::SIGNATURE_QUERY));
     if let Some((expires, signature)) = in_query {
         let expires = expires.parse().map_err(|_| AppError::forbidden("this signed URL's expiry is not a number"))?;
-        signed::verify(&required, target, expires, &signature, now).map_err(|e| AppError::forbidden(e.to_string()))?;
+        signed::verify(required, target, expires, &signature, now).map_err(|e| AppError::forbidden(e.to_string()))?;
         return Ok(Granted::SignedUrl { set_cookie: Some(signed::cookie(expires, &signature, now)) });
     }
     // Any valid one among several cookies of the name grants: a browser sends every
     // cookie that matches, and a stale or foreign one must not spoil a valid one.
     let mut first_error = None;
     for (expires, signature) in cookie_values(headers, signed::COOKIE).filter_map(|c| signed::parse_cookie(&c)) {
-        match signed::verify(&required, target, expires, &signature, now) {
+        match signed::verify(required, target, expires, &signature, now) {
             Ok(()) => return Ok(Granted::SignedUrl { set_cookie: None }),
             Err(e) => first_error = first_error.or(Some(e)),
         }
@@ -113,9 +138,9 @@ fn cookie_values<'a>(headers: &'a HeaderMap, name: &'a str) -> impl Iterator<Ite
     })
 }
 
-/// The token header's value, when there is exactly one readable one.
-fn token_in_headers(headers: &HeaderMap) -> Option<String> {
-    let mut values = headers.get_all(ACCESS_TOKEN_HEADER).iter();
+/// The header's value, when there is exactly one readable one.
+fn single_header(headers: &HeaderMap, name: &str) -> Option<String> {
+    let mut values = headers.get_all(name).iter();
     match (values.next(), values.next()) {
         (Some(v), None) => v.to_str().ok().map(str::to_string),
         _ => None,

@@ -16,6 +16,8 @@ use std::net::IpAddr;
 
 /// Header carrying a private sandbox's access token (see [`super::access`]).
 pub const ACCESS_TOKEN_HEADER: &str = "x-lizard-access-token";
+/// The header E2B's clients send a private sandbox's traffic token in.
+pub const E2B_TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
 /// Cookies whose names start with this belong to the platform (the console's session
 /// cookie is `lizard_session`) and never reach a guest.
 pub const PLATFORM_COOKIE_PREFIX: &str = "lizard_";
@@ -26,11 +28,12 @@ pub const FORWARDED_PROTO: &str = "http";
 const HOP_HEADERS: &[&str] =
     &["forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port", "x-real-ip"];
 
-/// Remove the platform's credentials: the API key header, the access token header,
-/// platform cookies and a WebSocket key subprotocol (`lizard.key.…`).
+/// Remove the platform's credentials: the API key header, the access token headers
+/// (Lizard's and E2B's traffic token), platform cookies and a WebSocket key subprotocol (`lizard.key.…`).
 pub fn strip_platform_credentials(headers: &mut HeaderMap) {
     headers.remove(crate::auth::API_KEY_HEADER);
     headers.remove(ACCESS_TOKEN_HEADER);
+    headers.remove(E2B_TRAFFIC_TOKEN_HEADER);
     keep_list_items(headers, header::COOKIE, ';', "; ", |c| {
         let name = c.split_once('=').map_or(c, |(n, _)| n).trim();
         !name.to_ascii_lowercase().starts_with(PLATFORM_COOKIE_PREFIX)
@@ -108,6 +111,7 @@ mod tests {
         let mut h = map(&[
             ("x-api-key", "lz_secret"),
             ("X-Lizard-Access-Token", "lzat_secret"),
+            ("E2B-Traffic-Access-Token", "traffic"),
             ("authorization", "Bearer users-own"),
             ("cookie", "a=1; lizard_session=s; LIZARD_other=x"),
             ("cookie", "lizard_session=only"),
@@ -121,6 +125,7 @@ mod tests {
         assert_eq!(protocols, ["lizard.pty", "chat"]);
         assert!(h.get("x-api-key").is_none());
         assert!(h.get(ACCESS_TOKEN_HEADER).is_none());
+        assert!(h.get(E2B_TRAFFIC_TOKEN_HEADER).is_none());
         assert_eq!(h.get("authorization").unwrap(), "Bearer users-own");
         let cookies: Vec<_> = h.get_all("cookie").iter().map(|v| v.to_str().unwrap()).collect();
         assert_eq!(cookies, ["a=1", "b=2"]);

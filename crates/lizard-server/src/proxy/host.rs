@@ -1,5 +1,6 @@
-//! Which sandbox port a request names: `{sandboxId}-{port}.{sandbox_domain}`, read from
-//! exactly one place.
+//! Which sandbox port a request names: `{sandboxId}-{port}.{sandbox_domain}`, or E2B's
+//! order `{port}-{sandboxId}.{sandbox_domain}` (a sandbox id starts with a letter, a port
+//! with a digit, so the two never read alike), read from exactly one place.
 //!
 //! A request is refused when the places a hop could read its host from disagree: two
 //! `Host` headers, or an absolute-form target (`GET http://h/ HTTP/1.1`, whose authority
@@ -70,14 +71,17 @@ fn strip_port(h: &str) -> &str {
     h.rsplit_once(':').filter(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())).map_or(h, |(h, _)| h)
 }
 
-/// Parse `{id}-{port}.{sandbox_domain}` (any `:port` suffix, letter case and one trailing
-/// dot ignored).
+/// Parse `{id}-{port}.{sandbox_domain}` or `{port}-{id}.{sandbox_domain}` (any `:port`
+/// suffix, letter case and one trailing dot ignored).
 pub fn parse_host(host: &str, sandbox_domain: &str) -> Option<Target> {
     let host = strip_port(host);
     let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
     let label = host.strip_suffix(&format!(".{}", sandbox_domain.to_ascii_lowercase()))?;
-    let (id, port) = label.rsplit_once('-')?;
-    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+    let (id, port) = match label.split_once('-')? {
+        (port, id) if port.starts_with(|c: char| c.is_ascii_digit()) => (id, port),
+        _ => label.rsplit_once('-')?,
+    };
+    if !id.starts_with(|c: char| c.is_ascii_alphabetic()) || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
         return None;
     }
     Some(Target { sandbox_id: id.to_string(), port: parse_port(port)? })
@@ -113,7 +117,15 @@ mod tests {
         assert_eq!(t, Target { sandbox_id: "abc123".into(), port: 3000 });
         assert_eq!(parse_host("ABC123-80.Sandbox.Local.Lizard.Localhost.", D).unwrap().port, 80);
         assert_eq!(parse_host("abc123-65535.sandbox.local.lizard.localhost", D).unwrap().port, 65535);
+        // E2B's order names the same port.
+        assert_eq!(parse_host("3000-abc123.sandbox.local.lizard.localhost:7172", D).unwrap(), t);
+        assert_eq!(parse_host("49983-ABC123.sandbox.local.lizard.localhost.", D).unwrap().port, 49983);
         for bad in [
+            "3000-123abc.sandbox.local.lizard.localhost",
+            "3000-abc123-80.sandbox.local.lizard.localhost",
+            "03000-abc123.sandbox.local.lizard.localhost",
+            "70000-abc123.sandbox.local.lizard.localhost",
+            "3000-.sandbox.local.lizard.localhost",
             "abc123-3000.sandbox.other.lizard.localhost",
             "abc123-3000.evil.com",
             "abc123-3000.sandbox.local.lizard.localhost.evil.com",

@@ -101,8 +101,16 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
         }
         return Err(AppError::not_found(format!("{host:?} is not a sandbox or service host of this region")));
     };
+    if target.port == lizard_e2b::ENVD_PORT {
+        // E2B's envd, named by host (`49983-{id}.{domain}`) rather than by header.
+        return Ok(crate::e2b::envd::handle_for(state, &target.sandbox_id, req).await);
+    }
     check_port(&target)?;
-    let granted = access::check(state.server.store.as_ref(), &target, req.headers(), req.uri()).await?;
+    let admitted = access::check(state.server.store.as_ref(), &target, req.headers(), req.uri()).await?;
+    if admitted.wakes {
+        crate::ops::lifecycle::wake(state, &target.sandbox_id).await?;
+    }
+    let granted = admitted.granted;
     for_the_guest(&mut req, client, &host);
     let tunnel = ops::sandboxes::open_port(state, &target.sandbox_id, target.port).await?;
     let mut response = exchange(tunnel, req, target.port).await?;

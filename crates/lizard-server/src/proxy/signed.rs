@@ -86,8 +86,9 @@ pub async fn mint(store: &dyn Store, domain: &str, sandbox_id: &str, req: &SignU
     }
     let target = Target { sandbox_id: sandbox_id.to_string(), port: req.port };
     let host = format!("{sandbox_id}-{}.{domain}", req.port);
-    let Some(key) = store.sandbox_access(sandbox_id).await? else {
-        return Ok(SignedUrl { host, query: String::new(), expires_at: None });
+    let key = match store.sandbox_access(sandbox_id).await? {
+        Some(access) if !access.urls_public => access.token_hash,
+        _ => return Ok(SignedUrl { host, query: String::new(), expires_at: None }),
     };
     let expires = now() + lifetime;
     let expires_ms = i64::try_from(expires.saturating_mul(1000)).unwrap_or(i64::MAX);

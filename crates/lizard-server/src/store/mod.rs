@@ -30,7 +30,7 @@ pub mod templates;
 mod tests;
 pub mod volumes;
 
-pub use access::AccessStore;
+pub use access::{AccessStore, SandboxAccess};
 pub use billing::{BillingStore, MeterSpec, MeterState};
 pub use blob_content::{BlobContent, BlobContentStore, BLOB_CHUNK_BYTES};
 pub use cluster::{ClusterNode, ClusterStore, HeartbeatOutcome, LostNode, NewNode, NodeTokenRecord, GONE_REASON};

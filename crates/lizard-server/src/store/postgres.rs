@@ -46,6 +46,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (12, "ledger by sandbox", include_str!("../../migrations/postgres/0012_ledger_by_sandbox.sql")),
     (13, "join token uses", include_str!("../../migrations/postgres/0013_join_token_uses.sql")),
     (14, "volume quotas", include_str!("../../migrations/postgres/0014_volume_quotas.sql")),
+    (15, "public urls with a token", include_str!("../../migrations/postgres/0015_public_urls_with_token.sql")),
 ];
 
 mod access;

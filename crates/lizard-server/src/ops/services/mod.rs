@@ -443,7 +443,11 @@ async fn start_instance(state: &AppState, service: &ServiceRecord, version: &Ver
         timeout_ms,
         timeout_at: sandboxes::timeout_end(timeout_ms)?,
         on_timeout: OnTimeout::Kill,
-        access_hash: Some(unguessable),
+        access: Some(crate::store::SandboxAccess {
+            token_hash: unguessable.to_vec(),
+            urls_public: false,
+            resume_on_request: false,
+        }),
     };
     sandboxes::create(state, spec).await
 }

@@ -1,16 +1,23 @@
-//! Private sandbox URLs' access rules.
+//! Sandbox access rules.
 
 use super::harness::TestDb;
 use super::store_tests;
+use crate::store::SandboxAccess;
 
 async fn access_rules_are_kept_hashed_and_copied_to_forks(db: TestDb) {
     let s = db.open().await;
     assert_eq!(s.sandbox_access("a").await.unwrap(), None);
-    s.set_sandbox_access("a", &[1, 2, 3]).await.unwrap();
-    assert_eq!(s.sandbox_access("a").await.unwrap(), Some(vec![1, 2, 3]));
+    let private = SandboxAccess { token_hash: vec![1, 2, 3], urls_public: false, resume_on_request: false };
+    s.set_sandbox_access("a", &private).await.unwrap();
+    assert_eq!(s.sandbox_access("a").await.unwrap(), Some(private.clone()));
     s.copy_sandbox_access("a", "b").await.unwrap();
-    assert_eq!(s.sandbox_access("b").await.unwrap(), Some(vec![1, 2, 3]));
-    // A public source gives a public copy.
+    assert_eq!(s.sandbox_access("b").await.unwrap(), Some(private));
+    // A token with public URLs that resume the sandbox (an E2B sandbox's) is copied whole.
+    let e2b = SandboxAccess { token_hash: vec![4], urls_public: true, resume_on_request: true };
+    s.set_sandbox_access("e", &e2b).await.unwrap();
+    s.copy_sandbox_access("e", "f").await.unwrap();
+    assert_eq!(s.sandbox_access("f").await.unwrap(), Some(e2b));
+    // A public source with no token gives a public copy with none.
     s.copy_sandbox_access("public", "c").await.unwrap();
     assert_eq!(s.sandbox_access("c").await.unwrap(), None);
 }
