@@ -121,8 +121,9 @@ def test_a_request_wakes_a_paused_sandbox_made_with_auto_resume(e2b_env):
 
 def test_egress_lists_are_enforced(e2b_env):
     """`denyOut: [0.0.0.0/0]` with `allowOut` naming the npm registry: the registry answers
-    by name, and not by its bare address (allowed by no entry). The registry is the one the
-    guest's npm is configured with (the only outside host a test may reach)."""
+    by name, and not by its bare address (allowed by no entry), until `update_network`
+    opens everything, and again after it closes. The registry is the one the guest's npm
+    is configured with (the only outside host a test may reach)."""
     sbx = Sandbox.create()
     try:
         registry = httpx.URL(sbx.commands.run("npm config get registry").stdout.strip()).host
@@ -134,8 +135,17 @@ def test_egress_lists_are_enforced(e2b_env):
         version = sbx.commands.run("npm view left-pad version", timeout=150).stdout.strip()
         assert version.count(".") == 2, version
         address = sbx.commands.run(f"getent ahostsv4 {registry} | head -1").stdout.split()[0]
+        by_address = f"curl -s -o /dev/null --max-time 10 http://{address}/"
         with pytest.raises(CommandExitException):
-            sbx.commands.run(f"curl -s -o /dev/null --max-time 10 http://{address}/", timeout=30)
+            sbx.commands.run(by_address, timeout=30)
+        # Updated in place: no lists, everything open (the address answers), then closed
+        # again, as before.
+        sbx.update_network({})
+        sbx.commands.run(by_address, timeout=30)
+        sbx.update_network({"deny_out": ["0.0.0.0/0"], "allow_out": [registry]})
+        with pytest.raises(CommandExitException):
+            sbx.commands.run(by_address, timeout=30)
+        assert sbx.commands.run("npm view left-pad version", timeout=150).stdout.strip() == version
     finally:
         sbx.kill()
     # What Lizard cannot hold is refused, saying why, and nothing is made.
@@ -144,6 +154,13 @@ def test_egress_lists_are_enforced(e2b_env):
         ({"allowOut": ["8.8.8.8"], "denyOut": ["8.8.8.0/24"]}, "overlaps denyOut"),
         ({"egressProxy": {"address": "127.0.0.1:1080"}}, "network.egressProxy is not served"),
     ]:
+        update = httpx.put(
+            f"{e2b_env['E2B_API_URL']}/sandboxes/{sbx.sandbox_id}/network",
+            headers={"X-API-KEY": e2b_env["lizard_key"]},
+            json=network,
+            timeout=60,
+        )
+        assert update.status_code == 422 and says in update.json()["message"], update.text
         r = httpx.post(
             e2b_env["E2B_API_URL"] + "/v2/sandboxes",
             headers={"X-API-KEY": e2b_env["lizard_key"]},

@@ -19,9 +19,11 @@ pub const MAX_CIDRS: usize = 256;
 /// Longest domain name (RFC 1035, without the trailing dot).
 const MAX_DOMAIN: usize = 253;
 
-/// `allowInternetAccess`, `allowOut`, `denyOut` of a create request.
+/// `allowInternetAccess`, `allowOut`, `denyOut` of a create request, and the body of a
+/// sandbox's network update (which replaces all three).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NetworkPolicy {
     /// Whether destinations in neither list are reachable (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -111,6 +111,7 @@ pub mod path {
     pub const SANDBOXES: &str = "/v1/sandboxes";
     pub const SANDBOX: &str = "/v1/sandboxes/{id}";
     pub const SANDBOX_TIMEOUT: &str = "/v1/sandboxes/{id}/timeout";
+    pub const SANDBOX_NETWORK: &str = "/v1/sandboxes/{id}/network";
     pub const SANDBOX_SIGNED_URLS: &str = "/v1/sandboxes/{id}/signed-urls";
     pub const SANDBOX_PAUSE: &str = "/v1/sandboxes/{id}/pause";
     pub const SANDBOX_RESUME: &str = "/v1/sandboxes/{id}/resume";
@@ -242,6 +243,15 @@ pub const SET_TIMEOUT: Route = post(
     Json("SetTimeoutRequest"),
     Json("SandboxInfo"),
     &[Unauthenticated, NotFound, InvalidArgument],
+);
+/// Replace a running or paused sandbox's outbound policy in place.
+pub const SET_NETWORK: Route = route(
+    Put,
+    path::SANDBOX_NETWORK,
+    Json("NetworkPolicy"),
+    200,
+    Json("SandboxInfo"),
+    &[Unauthenticated, NotFound, InvalidArgument, Conflict],
 );
 /// A URL to one of a sandbox's ports that works without its access token until it expires.
 pub const SIGN_URL: Route = post(
@@ -560,6 +570,7 @@ pub const SERVER: &[Route] = &[
     GET_SANDBOX,
     KILL_SANDBOX,
     SET_TIMEOUT,
+    SET_NETWORK,
     SIGN_URL,
     PAUSE,
     RESUME,
@@ -669,6 +680,7 @@ pub mod node {
     pub const LIST_SANDBOXES: Route = Route { errors: &[], ..super::LIST_SANDBOXES };
     pub const GET_SANDBOX: Route = Route { errors: &[NotFound], ..super::GET_SANDBOX };
     pub const KILL_SANDBOX: Route = Route { errors: VM_ERRORS, ..super::KILL_SANDBOX };
+    pub const SET_NETWORK: Route = Route { errors: VM_ERRORS, ..super::SET_NETWORK };
     pub const PAUSE: Route = Route { errors: VM_ERRORS, ..super::PAUSE };
     pub const RESUME: Route = Route { errors: VM_ERRORS, ..super::RESUME };
     pub const CONNECT: Route = Route { errors: VM_ERRORS, ..super::CONNECT };
@@ -736,6 +748,7 @@ pub mod node {
         LIST_SANDBOXES,
         GET_SANDBOX,
         KILL_SANDBOX,
+        SET_NETWORK,
         PAUSE,
         RESUME,
         CONNECT,

@@ -57,6 +57,7 @@ async fn e2bs_routes_and_tokens_reach_no_other_tenants_sandbox() {
         (Method::GET, format!("/sandboxes/{victim}"), None),
         (Method::DELETE, format!("/sandboxes/{victim}"), None),
         (Method::POST, format!("/sandboxes/{victim}/timeout"), Some(json!({"timeout": 1}))),
+        (Method::PUT, format!("/sandboxes/{victim}/network"), Some(json!({"denyOut": ["0.0.0.0/0"]}))),
         (Method::POST, format!("/sandboxes/{victim}/pause"), None),
         (Method::POST, format!("/sandboxes/{victim}/resume"), Some(json!({}))),
         (Method::POST, format!("/sandboxes/{victim}/fork"), Some(json!({"count": 1}))),

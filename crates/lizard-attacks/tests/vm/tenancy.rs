@@ -36,6 +36,7 @@ fn body_for(request: Body) -> Option<Value> {
     match request {
         Body::Json("SetTimeoutRequest") => Some(json!({"timeoutMs": 1000})),
         Body::Json("SignUrlRequest") => Some(json!({"port": 22})),
+        Body::Json("NetworkPolicy") => Some(json!({"allowInternetAccess": false})),
         Body::Json("ForkRequest") => Some(json!({"count": 1})),
         Body::Json("ExecRequest") | Body::Json("StartProcessRequest") => Some(json!({"cmd": "touch /root/pwned"})),
         Body::Json("SignalRequest") => Some(json!({"signal": "SIGKILL"})),

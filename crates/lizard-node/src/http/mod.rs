@@ -72,6 +72,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route(table::LIST_SANDBOXES.path, serve(&table::LIST_SANDBOXES, list))
         .route(table::GET_SANDBOX.path, serve(&table::GET_SANDBOX, get_one))
         .route(table::KILL_SANDBOX.path, serve(&table::KILL_SANDBOX, kill))
+        .route(table::SET_NETWORK.path, serve(&table::SET_NETWORK, set_network))
         .route(table::PAUSE.path, serve(&table::PAUSE, pause))
         .route(table::RESUME.path, serve(&table::RESUME, resume))
         .route(table::CONNECT.path, serve(&table::CONNECT, resume))
@@ -169,6 +170,16 @@ async fn get_one(State(node): State<Arc<Node>>, Path(id): Path<String>) -> Resul
 async fn kill(State(node): State<Arc<Node>>, Path(id): Path<String>) -> Result<StatusCode> {
     node.kill(&id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+async fn set_network(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<SandboxInfo>> {
+    let policy: lizard_api::network::NetworkPolicy = parse_json(&body)?;
+    node.set_network_policy(&id, policy).await?;
+    Ok(Json(node.get(&id)?.info()))
 }
 
 async fn pause(State(node): State<Arc<Node>>, Path(id): Path<String>) -> Result<Json<SandboxInfo>> {

@@ -155,7 +155,7 @@ impl Node {
         let secret = Secret::generate();
         let run_dir = self.sandboxes_dir().join(&id);
         // Dropped (removed) if the copy fails.
-        let net = self.attach_network(&source.network_policy).await?;
+        let net = self.attach_network(&source.network_policy()).await?;
         // The source has no volume (it could not be forked): a placeholder of its own.
         let config = vm::sandbox_vm(&id, run_dir.clone(), machine, None, net.as_ref().map(|n| n.attachment()));
         let deadline = self.config.boot_timeout;

@@ -212,7 +212,7 @@ impl Node {
         // start), so it gets a new one, same policy; the guest's side is the same in every
         // namespace.
         if config.net.is_some() && !sandbox.has_network() {
-            let net = self.attach_network(&sandbox.network_policy).await?;
+            let net = self.attach_network(&sandbox.network_policy()).await?;
             config.net = net.as_ref().map(|n| n.attachment());
             sandbox.set_network(net);
             sandbox.state().config.net = config.net.clone();
@@ -310,6 +310,36 @@ impl Node {
                 tracing::warn!(id = %sandbox.id, "{why}");
             }
         });
+    }
+
+    /// Replace a sandbox's outbound policy in place, running or paused (see
+    /// [`crate::network::SandboxNet::set_policy`]: on error the old one stays); its record
+    /// keeps the new one for a resume after a node restart, and its forks inherit it. In
+    /// its own task, so a caller that goes away cannot leave the two apart.
+    pub async fn set_network_policy(
+        self: &Arc<Self>,
+        id: &str,
+        policy: lizard_api::network::NetworkPolicy,
+    ) -> Result<()> {
+        let parsed = policy.parse().map_err(NodeError::BadNetworkPolicy)?;
+        let sandbox = self.get(id)?;
+        let node = self.clone();
+        tokio::spawn(async move {
+            let _transition = sandbox.transition.lock().await;
+            node.get(&sandbox.id)?;
+            // Taken out while it changes (only transitions, serialized here, use it).
+            let net = sandbox.take_network();
+            let applied = match &net {
+                Some(net) => net.set_policy(&parsed).await.map_err(NodeError::from),
+                None => Ok(()),
+            };
+            sandbox.set_network(net);
+            applied?;
+            sandbox.set_network_policy(policy);
+            sandbox.write_record(&node.seal, Durability::Synced)
+        })
+        .await
+        .expect("network policy task panicked")
     }
 
     /// Stop a sandbox's VM (if it runs) and delete everything the node made for it (in

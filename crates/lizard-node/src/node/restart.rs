@@ -100,7 +100,7 @@ impl Node {
         let pid = u32::try_from(pid).map_err(|_| NodeError::io("VMM pid", std::io::ErrorKind::InvalidData.into()))?;
         let vm = self.backend.adopt(&config, pid).await?;
         if let (Some(network), Some(attachment)) = (&self.network, &config.net) {
-            let policy = sandbox.network_policy.parse().map_err(NodeError::BadNetworkPolicy)?;
+            let policy = sandbox.network_policy().parse().map_err(NodeError::BadNetworkPolicy)?;
             sandbox.set_network(Some(network.adopt(attachment, &policy).await?));
         }
         let agent =

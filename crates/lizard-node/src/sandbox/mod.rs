@@ -154,7 +154,7 @@ impl Identity {
             workdir: source.workdir.clone(),
             user: source.user.clone(),
             from_snapshot: true,
-            network_policy: source.network_policy.clone(),
+            network_policy: source.network_policy(),
             volume: None,
         }
     }
@@ -183,8 +183,9 @@ pub struct Sandbox {
     /// cleanup. A paused sandbox keeps it; one taken back after a node restart gets a new
     /// one at resume.
     net: Mutex<Option<SandboxNet>>,
-    /// The outbound policy it was created with (forks inherit it).
-    pub(crate) network_policy: NetworkPolicy,
+    /// Its outbound policy: the one it was created with, or the last set since (forks
+    /// inherit it).
+    network_policy: Mutex<NetworkPolicy>,
     /// Serializes pause, resume, fork and kill of this sandbox.
     pub(crate) transition: tokio::sync::Mutex<()>,
     /// A pause is under way: new operations are refused as if it were paused, and ones
@@ -224,7 +225,7 @@ impl Sandbox {
             run_dir: state.config.run_dir.clone(),
             from_snapshot: who.from_snapshot,
             net: Mutex::new(None),
-            network_policy: who.network_policy,
+            network_policy: Mutex::new(who.network_policy),
             state: Mutex::new(state),
             transition: tokio::sync::Mutex::new(()),
             pausing: AtomicBool::new(false),
@@ -239,6 +240,20 @@ impl Sandbox {
 
     pub(crate) fn set_network(&self, net: Option<SandboxNet>) {
         *self.net.lock().expect("network lock poisoned") = net;
+    }
+
+    /// Its network, taken out (to be set again with [`Self::set_network`]).
+    pub(crate) fn take_network(&self) -> Option<SandboxNet> {
+        self.net.lock().expect("network lock poisoned").take()
+    }
+
+    /// Its outbound policy now.
+    pub(crate) fn network_policy(&self) -> NetworkPolicy {
+        self.network_policy.lock().expect("policy lock poisoned").clone()
+    }
+
+    pub(crate) fn set_network_policy(&self, policy: NetworkPolicy) {
+        *self.network_policy.lock().expect("policy lock poisoned") = policy;
     }
 
     /// Whether it has a network now (a sandbox taken back after a node restart has none

@@ -95,7 +95,7 @@ impl Sandbox {
                 own_memory: st.own_memory,
                 layers: st.layers.clone(),
                 paused: st.live.is_none(),
-                network_policy: self.network_policy.clone(),
+                network_policy: self.network_policy(),
                 volume: self.volume.clone(),
             }
         };

@@ -514,6 +514,45 @@ fn guest_reaches(guest_ns: &str, addr: Ipv4Addr, token: &str) -> bool {
     })
 }
 
+/// `Node::set_network_policy` replaces a sandbox's policy while it runs and while it is
+/// paused (the resumed guest is held to the new one, and a fork made then inherits it);
+/// a policy that does not parse is refused and changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandboxs_policy_is_replaced_while_it_runs_and_while_it_is_paused() {
+    use lizard_api::network::NetworkPolicy;
+    let token = format!("lizard-update-{}", rand::random::<u64>());
+    let hosts = FakeHosts::new(&token);
+    assert!(host_reaches(hosts.public, PORT, &token).await, "control: the public host does not answer");
+    let n = test_node().await;
+    let t = &n.t;
+    let public = format!("{}:{PORT}", hosts.public);
+    let targets = std::slice::from_ref(&public);
+    let sbx = t.node.create(CreateSandboxRequest { allow_internet_access: Some(false), ..base() }).await.unwrap();
+    assert!(!reachable(&sbx, targets, &token).await[&public], "a closed sandbox reached {public}");
+
+    let open = NetworkPolicy {
+        allow_internet_access: Some(false),
+        allow_out: vec![format!("{}/32", hosts.public)],
+        deny_out: vec![],
+    };
+    t.node.set_network_policy(&sbx.id, open).await.unwrap();
+    assert!(reachable(&sbx, targets, &token).await[&public], "the new allowOut did not open {public}");
+
+    let bad = NetworkPolicy { deny_out: vec!["10.0.0.0/33".into()], ..Default::default() };
+    let e = t.node.set_network_policy(&sbx.id, bad).await.unwrap_err();
+    assert_eq!(e.code(), lizard_api::ErrorCode::InvalidArgument, "{e}");
+    assert!(reachable(&sbx, targets, &token).await[&public], "a refused policy changed the sandbox's");
+
+    t.node.pause(&sbx.id).await.unwrap();
+    let closed = NetworkPolicy { allow_internet_access: Some(false), ..Default::default() };
+    t.node.set_network_policy(&sbx.id, closed).await.unwrap();
+    t.node.resume(&sbx.id).await.unwrap();
+    assert!(!reachable(&sbx, targets, &token).await[&public], "resumed, it still reached {public}");
+    let copies = t.node.fork(&sbx.id, 1).await.unwrap();
+    assert!(!reachable(&copies[0], targets, &token).await[&public], "a fork did not inherit the new policy");
+    n.finish().await;
+}
+
 /// `SandboxNet::set_policy` replaces a live sandbox's firewall in place: a network
 /// attached closed (as a warm pool does ahead of demand) is opened to one host, then the
 /// policy is replaced again and the old allow list is gone. No VM: the sandbox's TAP is

@@ -62,6 +62,7 @@ pub fn all_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(sandboxes::create, sandboxes::list))
         .routes(routes!(sandboxes::get, sandboxes::kill))
         .routes(routes!(sandboxes::set_timeout))
+        .routes(routes!(sandboxes::set_network))
         .routes(routes!(sandboxes::sign_url))
         .routes(routes!(lifecycle::pause))
         .routes(routes!(lifecycle::resume))

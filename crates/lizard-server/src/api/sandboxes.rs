@@ -225,6 +225,29 @@ pub async fn set_timeout(
     Ok(Json(sandbox_json(&state, &sandbox)))
 }
 
+/// Replace a running or paused sandbox's outbound network policy (`allowInternetAccess`,
+/// `allowOut`, `denyOut`, as at create; omitted fields are their defaults): in force when
+/// this answers, for connections already open too; forks made later inherit it.
+#[utoipa::path(
+    put,
+    path = lizard_api::routes::SET_NETWORK.path,
+    tag = "sandboxes",
+    security(("apiKey" = [])),
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = lizard_api::network::NetworkPolicy,
+    responses((status = 200, description = "The sandbox", body = SandboxInfo), Unauthenticated, NotFound, InvalidArgument, Conflict)
+)]
+pub async fn set_network(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(req): ApiJson<lizard_api::network::NetworkPolicy>,
+) -> ApiResult<Json<SandboxInfo>> {
+    let sandbox = running(&state, &p, &id).await?;
+    ops::set_network(&sandbox, &req).await?;
+    Ok(Json(sandbox_json(&state, &sandbox)))
+}
+
 /// A URL to one of a sandbox's ports that works without its access token until it
 /// expires (a sandbox with public URLs gets its plain host: it needs no proof).
 #[utoipa::path(

@@ -17,7 +17,7 @@ use crate::store::{ProjectRecord, SandboxAccess};
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Json;
 use lizard_api::{NewSandboxRequest, OnTimeout, SandboxState};
 use lizard_e2b::rest;
@@ -47,6 +47,7 @@ pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
         .route("/sandboxes/{id}/resume", post(resume))
         .route("/sandboxes/{id}/fork", post(fork))
         .route("/sandboxes/{id}/metrics", get(metrics))
+        .route("/sandboxes/{id}/network", put(update_network))
         .route("/v2/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/connect", post(connect))
 }
@@ -110,15 +111,7 @@ async fn create(
     let p = p?;
     let new: rest::NewSandbox = json_body(&bytes)?;
     let network = new.network.clone().unwrap_or_default();
-    if let Some(field) = network.unserved() {
-        return Err(E2bError(AppError::invalid(format!("network.{field} is not served by Lizard"))));
-    }
-    let policy = super::network::policy(
-        new.allow_internet_access.or(network.allow_internet_access),
-        &network.allow_out,
-        &network.deny_out,
-    )
-    .map_err(|e| E2bError(AppError::invalid(format!("network: {e}"))))?;
+    let policy = policy_of(&network, new.allow_internet_access)?;
     let project = project(&state, &p, &new).await?;
     let secs = new.timeout.unwrap_or(rest::DEFAULT_TIMEOUT_SECS);
     let req = NewSandboxRequest {
@@ -142,6 +135,35 @@ async fn create(
     let info = create_in(&state, &p, project, req, urls).await?;
     let access = access_of(&state, &info.sandbox_id).await?;
     Ok((StatusCode::CREATED, Json(answer(&state, &info.template, &info.sandbox_id, access.as_ref()))))
+}
+
+/// Lizard's policy for an E2B `network` (and the create's `allow_internet_access`), or
+/// the error naming what it asks that Lizard does not serve.
+fn policy_of(network: &rest::Network, internet: Option<bool>) -> E2bResult<lizard_api::network::NetworkPolicy> {
+    if let Some(field) = network.unserved() {
+        return Err(E2bError(AppError::invalid(format!("network.{field} is not served by Lizard"))));
+    }
+    super::network::policy(internet.or(network.allow_internet_access), &network.allow_out, &network.deny_out)
+        .map_err(|e| E2bError(AppError::invalid(format!("network: {e}"))))
+}
+
+/// `PUT /sandboxes/{id}/network` → 204: the egress lists replaced whole (what the body
+/// omits is cleared), running or paused. Who may use its URLs is set at create only.
+async fn update_network(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> E2bResult<StatusCode> {
+    let p = p?;
+    let network: rest::Network = body(&bytes)?;
+    if network.allow_public_traffic.is_some() {
+        return Err(E2bError(AppError::invalid("network.allowPublicTraffic is set at create only")));
+    }
+    let policy = policy_of(&network, None)?;
+    let sandbox = running(&state, &p, &id).await?;
+    ops::set_network(&sandbox, &policy).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 fn detail(state: &AppState, sandbox: &LiveSandbox, access: Option<&SandboxAccess>) -> rest::SandboxDetail {

@@ -91,6 +91,11 @@ impl NodeClient for LocalNode {
         self.0.kill(id).await.map_err(api)
     }
 
+    async fn set_network(&self, id: &str, policy: &lizard_api::network::NetworkPolicy) -> NodeResult<SandboxInfo> {
+        self.0.set_network_policy(id, policy.clone()).await.map_err(api)?;
+        Ok(self.0.get(id).map_err(api)?.info())
+    }
+
     async fn pause(&self, id: &str) -> NodeResult<SandboxInfo> {
         Ok(self.0.pause(id).await.map_err(api)?.info())
     }

@@ -113,6 +113,8 @@ pub trait NodeClient: Send + Sync + 'static {
     async fn sandboxes(&self) -> NodeResult<Vec<SandboxInfo>>;
     /// Stop a sandbox and delete everything in it.
     async fn kill(&self, id: &str) -> NodeResult<()>;
+    /// Replace a sandbox's outbound policy in place, running or paused.
+    async fn set_network(&self, id: &str, policy: &lizard_api::network::NetworkPolicy) -> NodeResult<SandboxInfo>;
     /// Save a sandbox's memory, processes and files, and stop its VM.
     async fn pause(&self, id: &str) -> NodeResult<SandboxInfo>;
     /// Restore a paused sandbox where it stopped.

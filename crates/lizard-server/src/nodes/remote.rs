@@ -119,6 +119,10 @@ impl NodeClient for RemoteNode {
         self.channel.unit(&Call::new(&table::KILL_SANDBOX, &[id]).head_timeout(Some(SLOW)), NO_BODY).await
     }
 
+    async fn set_network(&self, id: &str, policy: &lizard_api::network::NetworkPolicy) -> NodeResult<SandboxInfo> {
+        self.channel.json(&Call::new(&table::SET_NETWORK, &[id]), Payload::Bytes(json(policy))).await
+    }
+
     async fn pause(&self, id: &str) -> NodeResult<SandboxInfo> {
         self.channel.json(&Call::new(&table::PAUSE, &[id]).head_timeout(Some(SLOW)), NO_BODY).await
     }

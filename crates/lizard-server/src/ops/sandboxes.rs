@@ -311,6 +311,15 @@ pub async fn set_timeout(state: &AppState, sandbox: &LiveSandbox, timeout_ms: u6
         .ok_or_else(|| AppError::not_found(format!("sandbox {} not found", sandbox.id())))
 }
 
+/// Replace a running or paused sandbox's outbound policy in place (connections it no
+/// longer allows stop at once); a policy that does not parse is refused before the node
+/// is asked.
+pub async fn set_network(sandbox: &LiveSandbox, policy: &lizard_api::network::NetworkPolicy) -> ApiResult<()> {
+    policy.parse().map_err(AppError::invalid)?;
+    sandbox.node.set_network(sandbox.id(), policy).await?;
+    Ok(())
+}
+
 /// A byte pipe to `port` inside the running sandbox `id` (the sandbox-URL proxy): 404 when
 /// no node runs it, the node's error when nothing listens there.
 pub async fn open_port(state: &AppState, id: &str, port: u16) -> ApiResult<Box<dyn Tunnel>> {

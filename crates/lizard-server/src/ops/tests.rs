@@ -134,6 +134,9 @@ impl NodeClient for FakeNode {
     async fn kill(&self, id: &str) -> NodeResult<()> {
         self.set("kill", id, None).map(drop)
     }
+    async fn set_network(&self, _: &str, _: &lizard_api::network::NetworkPolicy) -> NodeResult<SandboxInfo> {
+        not_here()
+    }
     async fn pause(&self, id: &str) -> NodeResult<SandboxInfo> {
         self.set("pause", id, Some(SandboxState::Paused))
     }
