@@ -74,13 +74,13 @@ test('create, run with live output, files, kill', async () => {
 test('pause, then connect resumes', async () => {
   const sbx = await e2b.Sandbox.create()
   try {
-    await sbx.files.write('/root/kept.txt', 'kept')
+    await sbx.files.write('kept.txt', 'kept')
     const pause = sbx.pause ? () => sbx.pause() : () => sbx.betaPause()
     await pause()
     assert.equal((await sbx.getInfo()).state, 'paused')
     const again = await e2b.Sandbox.connect(sbx.sandboxId)
     assert.equal((await again.getInfo()).state, 'running')
-    assert.equal(await again.files.read('/root/kept.txt'), 'kept')
+    assert.equal(await again.files.read('kept.txt'), 'kept')
   } finally {
     await sbx.kill()
   }
@@ -91,8 +91,8 @@ test('getHost names a port the sandbox URL routes; a private sandbox needs its t
   const locked = await e2b.Sandbox.create({ network: { allowPublicTraffic: false } })
   try {
     for (const s of [sbx, locked]) {
-      await s.commands.run('mkdir -p /srv && echo served > /srv/index.txt')
-      await s.commands.run('cd /srv && python3 -m http.server 8000', { background: true })
+      await s.commands.run('mkdir -p srv && echo served > srv/index.txt')
+      await s.commands.run('cd srv && python3 -m http.server 8000', { background: true })
     }
     // Node's fetch will not send another Host: the request is written by hand.
     const { request } = await import('node:http')

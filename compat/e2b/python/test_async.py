@@ -44,14 +44,14 @@ def test_auto_pause_at_the_timeout_and_resume_on_connect(e2b_env):
     sid = raw_create(e2b_env, timeout=5, autoPause=True)["sandboxID"]
     try:
         # A connect only ever moves the end later: 5 s from now keeps it near.
-        Sandbox.connect(sid, timeout=5).files.write("/root/kept.txt", "still here")
+        Sandbox.connect(sid, timeout=5).files.write("kept.txt", "still here")
         deadline = time.monotonic() + 120
         while Sandbox.get_info(sid).state.value != "paused":
             assert time.monotonic() < deadline, "the timeout did not pause the sandbox"
             time.sleep(1)
         again = Sandbox.connect(sid, timeout=60)
         assert Sandbox.get_info(sid).state.value == "running"
-        assert again.files.read("/root/kept.txt") == "still here"
+        assert again.files.read("kept.txt") == "still here"
     finally:
         Sandbox.kill(sid)
 

@@ -42,6 +42,26 @@ def test_create_run_and_kill(e2b_env):
         Sandbox.connect(s.sandbox_id)
 
 
+def test_commands_and_files_are_users_by_default_and_roots_when_asked(sbx):
+    # E2B's default: `user`, in /home/user, root by sudo without a password.
+    # (The guest's hosts file names its own host: sudo has nothing to complain about.)
+    me = sbx.commands.run("whoami; pwd; sudo -n whoami")
+    assert (me.stdout, me.stderr) == ("user\n/home/user\nroot\n", "")
+    # A relative path is in the user's home; what the user writes is theirs, parents too.
+    sbx.files.write("notes/today.txt", "mine")
+    owners = sbx.commands.run("stat -c '%U %n' /home/user/notes /home/user/notes/today.txt").stdout
+    assert owners == "user /home/user/notes\nuser /home/user/notes/today.txt\n"
+    assert sbx.commands.run("echo more >> notes/today.txt && cat notes/today.txt").stdout == "minemore\n"
+    assert sbx.files.make_dir("made/deep") is True
+    assert sbx.commands.run("stat -c %U made made/deep").stdout == "user\nuser\n"
+    # As root when asked: root's home, root's files, and what root keeps the user cannot read.
+    assert sbx.commands.run("whoami; pwd", user="root").stdout == "root\n/root\n"
+    sbx.files.write("secret.txt", "root only", user="root")
+    assert sbx.commands.run("stat -c '%U %a' /root/secret.txt", user="root").stdout == "root 644\n"
+    with pytest.raises(CommandExitException):
+        sbx.commands.run("cat /root/secret.txt")
+
+
 def test_exit_codes_env_cwd_and_live_output(sbx):
     with pytest.raises(CommandExitException) as failed:
         sbx.commands.run("echo out; echo err >&2; exit 3")
@@ -213,7 +233,7 @@ def test_list_filters_and_pages(e2b_env):
 
 
 def test_fork_copies_a_running_sandbox(sbx):
-    sbx.commands.run("echo original > /root/f")
+    sbx.commands.run("echo original > ~/f")
     if hasattr(sbx, "fork"):
         copies = sbx.fork(count=2)
     else:
@@ -230,9 +250,9 @@ def test_fork_copies_a_running_sandbox(sbx):
         assert len(copies) == 2 and len({c.sandbox_id for c in copies} | {sbx.sandbox_id}) == 3
         for i, copy in enumerate(copies):
             assert not isinstance(copy, Exception), copy
-            assert copy.commands.run("cat /root/f").stdout == "original\n"
-            copy.commands.run(f"echo copy{i} > /root/f")
-        assert sbx.commands.run("cat /root/f").stdout == "original\n"
+            assert copy.commands.run("cat ~/f").stdout == "original\n"
+            copy.commands.run(f"echo copy{i} > ~/f")
+        assert sbx.commands.run("cat ~/f").stdout == "original\n"
     finally:
         for c in copies:
             if not isinstance(c, Exception):
@@ -267,7 +287,8 @@ def test_a_terminal_takes_input_resizes_and_is_killed(sbx):
 
     term = sbx.pty.create(PtySize(rows=24, cols=80), timeout=0)
     assert sbx.is_running()
-    sbx.pty.send_stdin(term.pid, b"stty size > /tmp/size1; echo marker-$((6*7))\n")
+    # Moved into place once written: the file's existence means stty has answered.
+    sbx.pty.send_stdin(term.pid, b"stty size > /tmp/s.tmp && mv /tmp/s.tmp /tmp/size1; echo marker-$((6*7))\n")
     deadline = time.monotonic() + 60
     while not sbx.files.exists("/tmp/size1"):
         assert time.monotonic() < deadline, "the terminal ran nothing"
@@ -295,7 +316,7 @@ def test_metrics_are_the_guests_own(sbx):
     assert 256 << 20 < m.mem_total <= 512 << 20 and 0 < m.mem_used < m.mem_total
     assert 0 < m.disk_used < m.disk_total
     # 64 MiB written shows on the disk.
-    sbx.commands.run("head -c 67108864 /dev/zero > /root/fill && sync")
+    sbx.commands.run("head -c 67108864 /dev/zero > ~/fill && sync")
     assert sbx.get_metrics()[0].disk_used >= m.disk_used + (60 << 20)
 
 

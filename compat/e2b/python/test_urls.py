@@ -18,8 +18,8 @@ INDEX = "/index.txt"
 
 def serve(sbx: Sandbox, port: int = 8000) -> None:
     """A web server on `port` of the sandbox answering `served` at /index.txt."""
-    sbx.commands.run("mkdir -p /srv && echo served > /srv/index.txt")
-    sbx.commands.run(f"cd /srv && python3 -m http.server {port}", background=True)
+    sbx.commands.run("mkdir -p srv && echo served > srv/index.txt")
+    sbx.commands.run(f"cd srv && python3 -m http.server {port}", background=True)
 
 
 def get(headers: dict, path: str = INDEX, wait: bool = False) -> httpx.Response:

@@ -24,7 +24,7 @@ pub use exec::{ExecEvent, ExecOutput, ExecStream};
 pub use lizard_agent_proto::handshake::Secret;
 pub use lizard_agent_proto::types::{
     AgentError, ArchiveResult, ErrorCode, ExecRequest, ExitStatus, FileEntry, FileInfo, FileType, FsEvent, FsEventKind,
-    Health, ProcessInfo, PtySize, StartProcess, WriteResult,
+    Health, ProcessInfo, PtySize, StartProcess, WriteOptions, WriteResult,
 };
 pub use process::ProcessFrames;
 pub use staged::TransferPath;
@@ -251,17 +251,13 @@ impl AgentClient {
         Ok(ExecOutput { stdout, stderr, status: stream.wait().await? })
     }
 
-    /// Write `body` to the absolute `path` (parents are created). The agent replaces the
-    /// file atomically once the whole body arrived. Without `mode`, an existing file keeps
-    /// its mode and a new one gets 0644.
-    pub async fn write_file<S>(&self, path: &str, mode: Option<u32>, body: S) -> Result<WriteResult, ClientError>
+    /// Write `body` to the absolute `path` (parents are created) as `opts` says. The agent
+    /// replaces the file atomically once the whole body arrived.
+    pub async fn write_file<S>(&self, path: &str, opts: &WriteOptions, body: S) -> Result<WriteResult, ClientError>
     where
         S: Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
     {
-        let mut uri = file_uri(routes::FILES, path);
-        if let Some(mode) = mode {
-            uri.push_str(&format!("&mode={mode:o}"));
-        }
+        let uri = file_uri(routes::FILES, path) + &write_query(opts);
         let body = StreamBody::new(body.map_ok(hyper::body::Frame::data)).boxed_unsync();
         self.json(self.call(Method::PUT, uri, body).await?).await
     }
@@ -338,8 +334,9 @@ impl AgentClient {
     }
 
     /// Create a directory and its parents; an existing directory is fine.
-    pub async fn make_dir(&self, path: &str) -> Result<(), ClientError> {
-        self.call(Method::POST, file_uri(routes::FILES_MKDIR, path), empty()).await.map(drop)
+    pub async fn make_dir(&self, path: &str, owner: Option<&str>) -> Result<(), ClientError> {
+        let opts = WriteOptions { mode: None, owner: owner.map(str::to_owned) };
+        self.call(Method::POST, file_uri(routes::FILES_MKDIR, path) + &write_query(&opts), empty()).await.map(drop)
     }
 
     /// Open a TCP connection to `port` on the guest's loopback (`127.0.0.1`, or `::1`
@@ -453,6 +450,18 @@ fn empty() -> ReqBody {
 
 fn file_uri(route: &str, path: &str) -> String {
     format!("{route}?path={}", urlencoding::encode(path))
+}
+
+/// The query parameters of `opts` (each after a `&`).
+fn write_query(opts: &WriteOptions) -> String {
+    let mut q = String::new();
+    if let Some(mode) = opts.mode {
+        q.push_str(&format!("&mode={mode:o}"));
+    }
+    if let Some(owner) = &opts.owner {
+        q.push_str(&format!("&user={}", urlencoding::encode(owner)));
+    }
+    q
 }
 
 /// Stdin chunks as frames of at most [`MAX_FRAME`] bytes.

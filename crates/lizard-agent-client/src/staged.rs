@@ -11,7 +11,7 @@
 //! every slot is busy, or the agent has no staging disk or staged routes.
 
 use crate::staging_file::{Slot, StagingFile, StagingFileError};
-use crate::{error_of, AgentClient, ClientError, ReadFile, ReqBody, WriteResult};
+use crate::{error_of, AgentClient, ClientError, ReadFile, ReqBody, WriteOptions, WriteResult};
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 use http::{Method, Request, Response, StatusCode};
@@ -47,14 +47,14 @@ impl AgentClient {
         &self,
         staging: Option<&StagingFile>,
         path: &str,
-        mode: Option<u32>,
+        opts: &WriteOptions,
         body: S,
     ) -> Result<(WriteResult, TransferPath), ClientError>
     where
         S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Unpin + 'static,
     {
         let body = match claim(staging) {
-            Some(slot) => match self.write_staged(&slot, path, mode, body).await? {
+            Some(slot) => match self.write_staged(&slot, path, opts, body).await? {
                 Attempt::Done(r) => {
                     release(&slot).await;
                     return Ok((r, TransferPath::Staged));
@@ -63,7 +63,7 @@ impl AgentClient {
             },
             None => body,
         };
-        Ok((self.write_file(path, mode, body).await?, TransferPath::Channel))
+        Ok((self.write_file(path, opts, body).await?, TransferPath::Channel))
     }
 
     /// [`AgentClient::read_file`] through a slot of `staging` when one is free and the
@@ -87,12 +87,14 @@ impl AgentClient {
         route: &str,
         slot: &Slot,
         path: &str,
-        mode: Option<u32>,
+        opts: &WriteOptions,
     ) -> Result<Option<(Response<Incoming>, mpsc::UnboundedSender<Bytes>)>, ClientError> {
-        let mut uri = format!("http://lizard-agent{}&slot={}", crate::file_uri(route, path), slot.number());
-        if let Some(mode) = mode {
-            uri.push_str(&format!("&mode={mode:o}"));
-        }
+        let uri = format!(
+            "http://lizard-agent{}&slot={}{}",
+            crate::file_uri(route, path),
+            slot.number(),
+            crate::write_query(opts)
+        );
         let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
         let notices = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) });
         let body: ReqBody = StreamBody::new(notices.map(|b| Ok(hyper::body::Frame::data(b)))).boxed_unsync();
@@ -118,13 +120,13 @@ impl AgentClient {
         &self,
         slot: &Slot,
         path: &str,
-        mode: Option<u32>,
+        opts: &WriteOptions,
         mut body: S,
     ) -> Result<Attempt<WriteResult, S>, ClientError>
     where
         S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Unpin + 'static,
     {
-        let Some((resp, tx)) = self.start_staged(STAGED_WRITE, slot, path, mode).await? else {
+        let Some((resp, tx)) = self.start_staged(STAGED_WRITE, slot, path, opts).await? else {
             return Ok(Attempt::Unavailable(body));
         };
         let mut answers = Notices::new(resp.into_body(), self);
@@ -174,7 +176,7 @@ impl AgentClient {
     }
 
     async fn read_staged(&self, slot: Slot, path: &str) -> Result<Attempt<ReadFile, ()>, ClientError> {
-        let Some((resp, tx)) = self.start_staged(STAGED_READ, &slot, path, None).await? else {
+        let Some((resp, tx)) = self.start_staged(STAGED_READ, &slot, path, &WriteOptions::default()).await? else {
             return Ok(Attempt::Unavailable(()));
         };
         let content_length = resp

@@ -11,6 +11,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use lizard_agent_client::WriteOptions;
 use lizard_agent_client::{AgentClient, ClientError, Secret, StagingFile, TransferPath};
 use lizard_agent_proto::staging::{encode, AgentMsg};
 
@@ -132,6 +133,6 @@ async fn a_write_answered_out_of_turn_fails() {
     // The agent claims the write is done before the host sent its end.
     let client = fake_agent(|r| notices(r, &[AgentMsg::Chunk { window: 0, len: 1 }], None)).await;
     let body = futures_util::stream::iter([Ok(Bytes::from_static(b"data"))]);
-    let r = client.write_file_via(Some(&staging), "/f", None, body).await;
+    let r = client.write_file_via(Some(&staging), "/f", &WriteOptions::default(), body).await;
     assert!(matches!(r, Err(ClientError::Protocol(_))), "{:?}", r.map(|(w, _)| w));
 }

@@ -216,6 +216,22 @@ pub struct ArchiveResult {
     pub bytes_written: u64,
 }
 
+/// How a file is written: its mode (without one an existing file keeps its own and a new
+/// one gets 0644) and whom it, and the directories the write creates, belong to (a user
+/// name or uid; root without one).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    pub mode: Option<u32>,
+    pub owner: Option<String>,
+}
+
+impl WriteOptions {
+    /// With `mode` only.
+    pub fn mode(mode: Option<u32>) -> WriteOptions {
+        WriteOptions { mode, owner: None }
+    }
+}
+
 /// Answer to a file write.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]

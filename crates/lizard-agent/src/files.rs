@@ -43,6 +43,9 @@ pub enum FilesError {
     /// `mode` is not an octal permission value.
     #[error("mode must be octal permission bits, got {0:?}")]
     Mode(String),
+    /// The user a write or a directory should belong to has no passwd entry.
+    #[error("unknown user {0:?}")]
+    UnknownUser(String),
     /// Removing or moving `/` is never what anyone meant.
     #[error("refusing to remove or move /")]
     RemoveRoot,
@@ -75,6 +78,7 @@ impl From<FilesError> for AgentError {
             FilesError::Query(_)
             | FilesError::Relative(_)
             | FilesError::Mode(_)
+            | FilesError::UnknownUser(_)
             | FilesError::RemoveRoot
             | FilesError::BadArchive(_)
             | FilesError::Escape { .. } => ErrorCode::InvalidArgument,
@@ -92,16 +96,52 @@ pub struct FileQuery {
     path: String,
     /// Octal permission bits for a write, e.g. `644` or `0755`.
     mode: Option<String>,
+    /// Who a written file, and the directories a write or mkdir creates, belong to (a
+    /// name or uid; the agent's own, root, without it).
+    user: Option<String>,
 }
+
+/// The owner of what a write or mkdir creates: uid and primary gid.
+pub(crate) type Owner = (u32, u32);
 
 impl FileQuery {
     pub(crate) fn from(q: Result<Query<FileQuery>, QueryRejection>) -> Result<(PathBuf, Option<String>), FilesError> {
+        let (path, mode, _) = Self::with_owner(q)?;
+        Ok((path, mode))
+    }
+
+    /// The path, the mode and the owner its `user` names.
+    pub(crate) fn with_owner(
+        q: Result<Query<FileQuery>, QueryRejection>,
+    ) -> Result<(PathBuf, Option<String>, Option<Owner>), FilesError> {
         let Query(q) = q.map_err(|e| FilesError::Query(e.body_text()))?;
         if !q.path.starts_with('/') {
             return Err(FilesError::Relative(q.path));
         }
-        Ok((PathBuf::from(q.path), q.mode))
+        let owner = match q.user.as_deref().filter(|u| !u.is_empty()) {
+            None => None,
+            Some(user) => {
+                let found = crate::users::resolve(user).map_err(|_| FilesError::UnknownUser(user.to_string()))?;
+                Some((found.uid, found.gid))
+            }
+        };
+        Ok((PathBuf::from(q.path), q.mode, owner))
     }
+}
+
+/// `mkdir -p dir`, each directory it creates given to `owner`.
+fn create_dirs(dir: &Path, owner: Option<Owner>) -> io::Result<()> {
+    let missing: Vec<&Path> = match owner {
+        Some(_) => dir.ancestors().take_while(|d| d.symlink_metadata().is_err()).collect(),
+        None => vec![],
+    };
+    std::fs::create_dir_all(dir)?;
+    if let Some((uid, gid)) = owner {
+        for d in missing {
+            std::os::unix::fs::chown(d, Some(uid), Some(gid))?;
+        }
+    }
+    Ok(())
 }
 
 fn parse_mode(mode: &str) -> Result<u32, FilesError> {
@@ -120,21 +160,27 @@ fn temp_path(target: &Path) -> PathBuf {
     target.with_file_name(format!(".{name}.lizard-{}-{n}.tmp", std::process::id()))
 }
 
-/// Where a write goes: the target, its temporary file beside it, and the mode it gets.
+/// Where a write goes: the target, its temporary file beside it, the mode it gets and
+/// whom it belongs to.
 #[derive(Debug, Clone)]
 pub(crate) struct WriteTarget {
     pub path: PathBuf,
     pub tmp: PathBuf,
     pub mode: u32,
+    pub owner: Option<Owner>,
     /// The path as the answer names it.
     pub shown: String,
 }
 
 impl WriteTarget {
     /// Check the target before any data moves (a directory there fails now, not after the
-    /// upload), create its parents, and pick its mode: `mode` (octal text), else the
-    /// existing file's, else [`DEFAULT_MODE`].
-    pub(crate) async fn prepare(path: PathBuf, mode: Option<&str>) -> Result<WriteTarget, FilesError> {
+    /// upload), create its parents (given to `owner`), and pick its mode: `mode` (octal
+    /// text), else the existing file's, else [`DEFAULT_MODE`].
+    pub(crate) async fn prepare(
+        path: PathBuf,
+        mode: Option<&str>,
+        owner: Option<Owner>,
+    ) -> Result<WriteTarget, FilesError> {
         let mode = mode.map(parse_mode).transpose()?;
         let shown = path.display().to_string();
         let Some(parent) = path.parent() else { return Err(FilesError::IsADirectory(shown)) };
@@ -143,13 +189,16 @@ impl WriteTarget {
             Ok(m) => Some(m.permissions().mode() & 0o7777),
             Err(_) => None,
         };
-        tokio::fs::create_dir_all(parent)
+        let dirs = parent.to_path_buf();
+        tokio::task::spawn_blocking(move || create_dirs(&dirs, owner))
             .await
+            .map_err(io::Error::other)
+            .and_then(|r| r)
             // EEXIST here means some ancestor exists but is not a directory.
             .map_err(|e| if e.kind() == io::ErrorKind::AlreadyExists { io::ErrorKind::NotADirectory.into() } else { e })
             .map_err(FilesError::io(parent))?;
         let tmp = temp_path(&path);
-        Ok(WriteTarget { mode: mode.or(existing).unwrap_or(DEFAULT_MODE), tmp, path, shown })
+        Ok(WriteTarget { mode: mode.or(existing).unwrap_or(DEFAULT_MODE), tmp, path, shown, owner })
     }
 
     /// Create the temporary file (owner-only until it is complete).
@@ -164,7 +213,11 @@ impl WriteTarget {
 
     /// Give the complete temporary file its mode, sync it and rename it over the target.
     pub(crate) fn commit(&self, file: std::fs::File) -> Result<(), FilesError> {
-        // Set exactly the requested bits, whatever the umask.
+        if let Some((uid, gid)) = self.owner {
+            std::os::unix::fs::fchown(&file, Some(uid), Some(gid)).map_err(FilesError::io(&self.tmp))?;
+        }
+        // Set exactly the requested bits, whatever the umask (after the owner: a chown
+        // clears set-id bits).
         file.set_permissions(std::fs::Permissions::from_mode(self.mode)).map_err(FilesError::io(&self.tmp))?;
         file.sync_all().map_err(FilesError::io(&self.tmp))?;
         drop(file);
@@ -177,10 +230,10 @@ impl WriteTarget {
     }
 }
 
-/// `PUT /v1/files?path=&mode=`: stream the body into the file, atomically.
+/// `PUT /v1/files?path=&mode=&user=`: stream the body into the file, atomically.
 pub async fn write(q: Result<Query<FileQuery>, QueryRejection>, body: Body) -> Result<Json<WriteResult>, AppError> {
-    let (path, mode) = FileQuery::from(q)?;
-    let target = WriteTarget::prepare(path, mode.as_deref()).await?;
+    let (path, mode, owner) = FileQuery::with_owner(q)?;
+    let target = WriteTarget::prepare(path, mode.as_deref(), owner).await?;
     let result = write_via(&target, body).await;
     if result.is_err() {
         target.discard();
@@ -369,10 +422,11 @@ pub async fn remove(q: Result<Query<FileQuery>, QueryRejection>) -> Result<Statu
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `POST /v1/files/mkdir?path=`: create a directory and its parents; fine if it exists.
+/// `POST /v1/files/mkdir?path=&user=`: create a directory and its parents (those it
+/// creates given to `user`); fine if it exists.
 pub async fn mkdir(q: Result<Query<FileQuery>, QueryRejection>) -> Result<StatusCode, AppError> {
-    let (path, _) = FileQuery::from(q)?;
-    tokio::fs::create_dir_all(&path).await.map_err(FilesError::io(&path))?;
+    let (path, _, owner) = FileQuery::with_owner(q)?;
+    blocking(move || create_dirs(&path, owner).map_err(FilesError::io(&path))).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

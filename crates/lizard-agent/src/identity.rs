@@ -97,8 +97,47 @@ fn apply_to_system(hostname: &str, entropy: &[u8], unix_time_ms: u64) -> io::Res
         i64::try_from((unix_time_ms % 1000) * 1_000_000).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     let ts = nix::sys::time::TimeSpec::new(secs, nanos);
     nix::time::clock_settime(nix::time::ClockId::CLOCK_REALTIME, ts).map_err(|e| ctx("clock_settime")(e.into()))?;
-    nix::unistd::sethostname(hostname).map_err(|e| ctx("sethostname")(e.into()))?;
+    set_hostname(hostname)
+}
+
+/// Set the guest's hostname, and name it in `/etc/hosts` on `127.0.1.1` (as Debian's
+/// installer does), so that tools that resolve their own host (`sudo`, for one) find it.
+/// Only as PID 1 of a guest. A hosts file that cannot be written is left as it is.
+pub(crate) fn set_hostname(hostname: &str) -> io::Result<()> {
+    nix::unistd::sethostname(hostname).map_err(|e| io::Error::other(format!("sethostname: {e}")))?;
+    let hosts = std::fs::read_to_string(HOSTS).unwrap_or_default();
+    let named = with_own_host(&hosts, hostname);
+    if named != hosts {
+        let tmp = format!("{HOSTS}.lizard-tmp");
+        if let Err(e) = std::fs::write(&tmp, named).and_then(|()| std::fs::rename(&tmp, HOSTS)) {
+            eprintln!("lizard-agent: cannot name {hostname} in {HOSTS}: {e}");
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
     Ok(())
+}
+
+/// The guest's hosts file.
+const HOSTS: &str = "/etc/hosts";
+
+/// `hosts` with its `127.0.1.1` line naming `hostname` (added when there is none).
+fn with_own_host(hosts: &str, hostname: &str) -> String {
+    let own = format!("127.0.1.1\t{hostname}");
+    let mut found = false;
+    let mut lines: Vec<String> = hosts
+        .lines()
+        .map(|line| match line.split_whitespace().next() {
+            Some("127.0.1.1") if !found => {
+                found = true;
+                own.clone()
+            }
+            _ => line.to_owned(),
+        })
+        .collect();
+    if !found {
+        lines.insert(usize::from(!lines.is_empty() && lines[0].starts_with("127.0.0.1")), own);
+    }
+    lines.join("\n") + "\n"
 }
 
 /// A new boot id when the guest becomes another sandbox than the one it last was.
@@ -181,6 +220,16 @@ fn add_entropy(bytes: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hosts_file_names_the_guests_own_host() {
+        let debian = "127.0.0.1\tlocalhost\n127.0.1.1\tlizard\n::1\tlocalhost ip6-localhost\n";
+        let named = with_own_host(debian, "sbxabc");
+        assert_eq!(named, "127.0.0.1\tlocalhost\n127.0.1.1\tsbxabc\n::1\tlocalhost ip6-localhost\n");
+        assert_eq!(with_own_host(&named, "sbxabc"), named);
+        assert_eq!(with_own_host("127.0.0.1 localhost\n", "h"), "127.0.0.1 localhost\n127.0.1.1\th\n");
+        assert_eq!(with_own_host("", "h"), "127.0.1.1\th\n");
+    }
 
     fn identity() -> Identity {
         Identity {

@@ -175,7 +175,7 @@ fn boot() -> Result<Infallible, InitError> {
         eprintln!("lizard-agent: cannot configure {}: {e}", lizard_agent_proto::net::GUEST_IF);
     }
     if let Some(h) = hostname {
-        nix::unistd::sethostname(&h).map_err(InitError::io(format!("sethostname {h}")))?;
+        crate::identity::set_hostname(&h).map_err(InitError::io(format!("sethostname {h}")))?;
     }
     let rt =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(InitError::io("start the runtime"))?;

@@ -80,13 +80,16 @@ fn answer(result: Result<Response, StagedError>) -> Response {
     resp
 }
 
+/// A staged request's path, mode, owner and staging slot.
+type Parsed = (PathBuf, Option<String>, Option<crate::files::Owner>, u64);
+
 fn parse(
     q: Result<Query<FileQuery>, QueryRejection>,
     slot: Result<Query<SlotQuery>, QueryRejection>,
-) -> Result<(PathBuf, Option<String>, u64), StagedError> {
-    let (path, mode) = FileQuery::from(q)?;
+) -> Result<Parsed, StagedError> {
+    let (path, mode, owner) = FileQuery::with_owner(q)?;
     let Query(slot) = slot.map_err(|e| StagedError::Query(e.body_text()))?;
-    Ok((path, mode, slot.slot))
+    Ok((path, mode, owner, slot.slot))
 }
 
 /// The notices a transfer thread sends, as the answer's body.
@@ -138,13 +141,13 @@ async fn start_write(
     slot: Result<Query<SlotQuery>, QueryRejection>,
     body: Body,
 ) -> Result<Response, StagedError> {
-    let (path, mode, slot) = parse(q, slot)?;
+    let (path, mode, owner, slot) = parse(q, slot)?;
     // The disk first: without one the host falls back, and nothing may have changed
     // (parents created) by then.
     let staging = tokio::task::spawn_blocking(move || StagingSlot::open(slot))
         .await
         .map_err(|e| StagedError::Protocol(e.to_string()))??;
-    let target = WriteTarget::prepare(path, mode.as_deref()).await?;
+    let target = WriteTarget::prepare(path, mode.as_deref(), owner).await?;
     let file = target.create_tmp()?;
     let (notices, from_host) = mpsc::channel();
     let (to_host, answers) = tokio_mpsc::unbounded_channel();
@@ -217,7 +220,7 @@ async fn start_read(
     slot: Result<Query<SlotQuery>, QueryRejection>,
     body: Body,
 ) -> Result<Response, StagedError> {
-    let (path, _, slot) = parse(q, slot)?;
+    let (path, _, _, slot) = parse(q, slot)?;
     let file = std::fs::File::open(&path).map_err(FilesError::io(&path))?;
     let meta = file.metadata().map_err(FilesError::io(&path))?;
     if meta.is_dir() {
@@ -305,7 +308,7 @@ mod tests {
     }
 
     async fn target(dir: &std::path::Path) -> WriteTarget {
-        WriteTarget::prepare(dir.join("out"), None).await.unwrap()
+        WriteTarget::prepare(dir.join("out"), None, None).await.unwrap()
     }
 
     /// Run `receive` on `notices`; its result and what it answered.

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use clap::Parser;
 use futures_util::StreamExt;
 use lizard_api::{CreateSandboxRequest, ExecRequest};
+use lizard_node::WriteOptions;
 use lizard_node::{Node, NodeConfig};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -282,7 +283,7 @@ async fn main() -> Result<()> {
         let c = chunk.clone();
         let body = futures_util::stream::iter(0..SIZE / chunk.len()).map(move |_| Ok::<_, std::io::Error>(c.clone()));
         let t = Instant::now();
-        sbx.write_file("/root/bench.bin", None, body).await?;
+        sbx.write_file("/root/bench.bin", &WriteOptions::default(), body).await?;
         write.push(SIZE as f64 / 1048576.0 / t.elapsed().as_secs_f64());
         let t = Instant::now();
         let (_, mut s) = sbx.read_file("/root/bench.bin").await?;

@@ -6,6 +6,7 @@
 use crate::api::Bench;
 use anyhow::{ensure, Result};
 use lizard_api::routes;
+use lizard_node::WriteOptions;
 
 const SIZE: usize = 64 << 20;
 
@@ -51,7 +52,7 @@ pub async fn channel_transfers(sbx: &lizard_node::Sandbox, n: usize) -> Result<(
         let c = chunk.clone();
         let body = futures_util::stream::iter(0..SIZE / c.len()).map(move |_| Ok::<_, std::io::Error>(c.clone()));
         let t = std::time::Instant::now();
-        agent.write_file("/root/bench-channel.bin", None, body).await?;
+        agent.write_file("/root/bench-channel.bin", &WriteOptions::default(), body).await?;
         write.push(SIZE as f64 / 1048576.0 / t.elapsed().as_secs_f64());
         let t = std::time::Instant::now();
         let mut file = agent.read_file("/root/bench-channel.bin").await?;

@@ -179,14 +179,14 @@ pub(crate) async fn copy(
     let mut copied: Vec<String> = Vec::new();
     if own_is_dir && src.is_empty() {
         let root = destination(&src, true, &copy.dest, "");
-        agent.make_dir(&root).await.map_err(|e| step.agent_failed(e, String::new()))?;
+        agent.make_dir(&root, None).await.map_err(|e| step.agent_failed(e, String::new()))?;
         copied.push(root);
     }
     for entry in entries {
         let target = destination(&src, own_is_dir, &copy.dest, &entry.path);
         match &entry.kind {
             EntryKind::Dir => {
-                agent.make_dir(&target).await.map_err(|e| step.agent_failed(e, String::new()))?;
+                agent.make_dir(&target, None).await.map_err(|e| step.agent_failed(e, String::new()))?;
                 dirs.push((entry.mode, target.clone()));
             }
             EntryKind::File { sha256, .. } => {
@@ -196,7 +196,7 @@ pub(crate) async fn copy(
                     .map_err(|e| NodeError::io(format!("open context file {}", blob.display()), e))?;
                 let body = tokio_util::io::ReaderStream::new(file);
                 agent
-                    .write_file(&target, Some(entry.mode), body)
+                    .write_file(&target, &lizard_agent_client::WriteOptions::mode(Some(entry.mode)), body)
                     .await
                     .map_err(|e| step.agent_failed(e, String::new()))?;
             }
@@ -231,7 +231,7 @@ pub(crate) async fn copy(
 
 /// Make `dir` (a `workdir` step: later steps and sandboxes start there).
 pub(crate) async fn make_workdir(agent: &AgentClient, step: &StepRef<'_>, dir: &str) -> Result<()> {
-    agent.make_dir(dir).await.map_err(|e| step.agent_failed(e, String::new()))
+    agent.make_dir(dir, None).await.map_err(|e| step.agent_failed(e, String::new()))
 }
 
 /// Have the guest write its caches to the disk (before a layer is frozen), and hand back

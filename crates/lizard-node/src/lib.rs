@@ -53,6 +53,7 @@ pub use config::{
     default_agent_bin, default_data_dir, default_guest_cli, shared_image_root, NodeConfig, DEFAULT_DISK_HEADROOM,
 };
 pub use error::{BootCause, BootError, BuildError, EndReason, NodeError, Result, SnapshotError, StartError};
+pub use lizard_agent_client::WriteOptions;
 pub use lizard_vmm::Accel;
 pub use node::{BuildTemplate, BuiltTemplate, Node, MAX_FORKS};
 pub use sandbox::{Live, ProcessFrameStream, Sandbox, TransferStats};

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
 
 use crate::common;
+use lizard_agent_client::WriteOptions;
 
 use bytes::Bytes;
 use common::Agent;
@@ -35,11 +36,17 @@ async fn write_read_list_remove_mkdir() {
     let client = agent.connect().await;
     let d = agent.dir.path().display().to_string();
 
-    let w = client.write_file(&format!("{d}/sub dir/a.txt"), Some(0o600), body(b"alpha")).await.unwrap();
+    let w = client
+        .write_file(&format!("{d}/sub dir/a.txt"), &WriteOptions::mode(Some(0o600)), body(b"alpha"))
+        .await
+        .unwrap();
     assert_eq!((w.path, w.bytes_written), (format!("{d}/sub dir/a.txt"), 5));
-    client.write_file(&format!("{d}/sub dir/b.sh"), Some(0o755), body(b"#!/bin/sh\n")).await.unwrap();
-    client.make_dir(&format!("{d}/sub dir/c/d")).await.unwrap();
-    client.make_dir(&format!("{d}/sub dir/c/d")).await.unwrap();
+    client
+        .write_file(&format!("{d}/sub dir/b.sh"), &WriteOptions::mode(Some(0o755)), body(b"#!/bin/sh\n"))
+        .await
+        .unwrap();
+    client.make_dir(&format!("{d}/sub dir/c/d"), None).await.unwrap();
+    client.make_dir(&format!("{d}/sub dir/c/d"), None).await.unwrap();
 
     assert_eq!(read_all(&client, &format!("{d}/sub dir/a.txt")).await.unwrap(), b"alpha");
     let file = client.read_file(&format!("{d}/sub dir/a.txt")).await.unwrap();
@@ -77,20 +84,26 @@ async fn errors_carry_codes() {
     let agent = Agent::start();
     let client = agent.connect().await;
     let d = agent.dir.path().display().to_string();
-    client.write_file(&format!("{d}/file"), None, body(b"x")).await.unwrap();
+    client.write_file(&format!("{d}/file"), &WriteOptions::default(), body(b"x")).await.unwrap();
 
     assert_eq!(code(read_all(&client, &format!("{d}/missing")).await), ErrorCode::NotFound);
     assert_eq!(code(read_all(&client, &d).await), ErrorCode::IsADirectory);
     assert_eq!(code(client.list_dir(&format!("{d}/file")).await), ErrorCode::NotADirectory);
     assert_eq!(code(client.list_dir(&format!("{d}/missing")).await), ErrorCode::NotFound);
     assert_eq!(code(client.read_file("relative/path").await.map(drop)), ErrorCode::InvalidArgument);
-    assert_eq!(code(client.write_file("relative", None, body(b"")).await), ErrorCode::InvalidArgument);
-    assert_eq!(code(client.write_file(&d, None, body(b"")).await), ErrorCode::IsADirectory);
-    assert_eq!(code(client.write_file(&format!("{d}/file/below"), None, body(b"")).await), ErrorCode::NotADirectory);
+    assert_eq!(
+        code(client.write_file("relative", &WriteOptions::default(), body(b"")).await),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(code(client.write_file(&d, &WriteOptions::default(), body(b"")).await), ErrorCode::IsADirectory);
+    assert_eq!(
+        code(client.write_file(&format!("{d}/file/below"), &WriteOptions::default(), body(b"")).await),
+        ErrorCode::NotADirectory
+    );
     assert_eq!(code(client.remove(&format!("{d}/missing")).await), ErrorCode::NotFound);
     assert_eq!(code(client.remove("/").await), ErrorCode::InvalidArgument);
     assert_eq!(code(client.remove(&format!("{d}/../../")).await), ErrorCode::InvalidArgument);
-    assert_eq!(code(client.make_dir(&format!("{d}/file")).await), ErrorCode::AlreadyExists);
+    assert_eq!(code(client.make_dir(&format!("{d}/file"), None).await), ErrorCode::AlreadyExists);
     // Nothing was left behind by the failed writes.
     let names: Vec<_> = client.list_dir(&d).await.unwrap().into_iter().map(|e| e.name).collect();
     assert_eq!(names, ["agent.sock", "file", "secret"]);
@@ -105,7 +118,7 @@ async fn a_failing_upload_leaves_no_file() {
         Ok(Bytes::from_static(b"partial")),
         Err(std::io::Error::other("the source broke")),
     ]);
-    let err = client.write_file(&format!("{d}/upload"), None, broken).await.unwrap_err();
+    let err = client.write_file(&format!("{d}/upload"), &WriteOptions::default(), broken).await.unwrap_err();
     assert!(!matches!(err, ClientError::Closed), "{err}");
     // The agent removes its temporary file once it sees the request fail (bounded
     // generously: a loaded CI machine can take seconds to schedule it).

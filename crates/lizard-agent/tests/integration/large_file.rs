@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
 
 use crate::common;
+use lizard_agent_client::WriteOptions;
 
 use bytes::Bytes;
 use common::{peak_rss_of, Agent};
@@ -43,7 +44,7 @@ async fn hundred_megabytes_round_trip() {
 
     let t = Instant::now();
     let body = futures_util::stream::iter(0..SIZE / CHUNK).map(|i| Ok(chunk(i)));
-    let w = client.write_file(&path, None, body).await.unwrap();
+    let w = client.write_file(&path, &WriteOptions::default(), body).await.unwrap();
     let write_s = t.elapsed().as_secs_f64();
     assert_eq!(w.bytes_written, SIZE as u64);
 

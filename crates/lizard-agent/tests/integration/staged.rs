@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fns too: a panic is the failure report
 
 use crate::common;
+use lizard_agent_client::WriteOptions;
 
 use bytes::Bytes;
 use common::Agent;
@@ -73,7 +74,10 @@ async fn staged_round_trip_keeps_bytes_and_modes() {
     // 2.5 windows and a bit, in chunks of an odd size.
     let (chunks, all) = pattern(10 * (1 << 20) + 12345, 333_333);
     let path = format!("{d}/deep/dir/big.bin");
-    let (w, how) = client.write_file_via(Some(&staging), &path, Some(0o640), stream_of(chunks)).await.unwrap();
+    let (w, how) = client
+        .write_file_via(Some(&staging), &path, &WriteOptions::mode(Some(0o640)), stream_of(chunks))
+        .await
+        .unwrap();
     assert_eq!((how, w.bytes_written, w.path.as_str()), (TransferPath::Staged, all.len() as u64, path.as_str()));
     let on_disk = std::fs::read(&path).unwrap();
     assert_eq!(Sha256::digest(&on_disk), Sha256::digest(&all));
@@ -84,12 +88,13 @@ async fn staged_round_trip_keeps_bytes_and_modes() {
     assert_eq!(Sha256::digest(&back), Sha256::digest(&all));
 
     // Overwrite without a mode keeps the mode; an empty file; a file of exactly a window.
-    let (w, _) = client.write_file_via(Some(&staging), &path, None, stream_of(vec![])).await.unwrap();
+    let (w, _) =
+        client.write_file_via(Some(&staging), &path, &WriteOptions::default(), stream_of(vec![])).await.unwrap();
     assert_eq!(w.bytes_written, 0);
     assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o640);
     assert_eq!(read_via(&client, Some(&staging), &path).await, (vec![], TransferPath::Staged));
     let (chunks, all) = pattern(4 << 20, 1 << 20);
-    client.write_file_via(Some(&staging), &path, None, stream_of(chunks)).await.unwrap();
+    client.write_file_via(Some(&staging), &path, &WriteOptions::default(), stream_of(chunks)).await.unwrap();
     assert_eq!(read_via(&client, Some(&staging), &path).await.0, all);
     // Files whose size the file system does not know stream to their end.
     let (status, how) = read_via(&client, Some(&staging), "/proc/self/status").await;
@@ -115,22 +120,25 @@ async fn staged_errors_have_the_channels_codes() {
     assert_eq!(code(client.read_file_via(s, &d).await), ErrorCode::IsADirectory);
     assert_eq!(code(client.read_file_via(s, "relative").await), ErrorCode::InvalidArgument);
     let empty = || stream_of(vec![Bytes::from_static(b"data")]);
-    assert_eq!(code(client.write_file_via(s, &d, None, empty()).await), ErrorCode::IsADirectory);
-    assert_eq!(code(client.write_file_via(s, &format!("{d}/file/x"), None, empty()).await), ErrorCode::NotADirectory);
+    assert_eq!(code(client.write_file_via(s, &d, &WriteOptions::default(), empty()).await), ErrorCode::IsADirectory);
     assert_eq!(
-        code(client.write_file_via(s, &format!("{d}/y"), Some(0o77777), empty()).await),
+        code(client.write_file_via(s, &format!("{d}/file/x"), &WriteOptions::default(), empty()).await),
+        ErrorCode::NotADirectory
+    );
+    assert_eq!(
+        code(client.write_file_via(s, &format!("{d}/y"), &WriteOptions::mode(Some(0o77777)), empty()).await),
         ErrorCode::InvalidArgument
     );
     // The plain path answers the same codes.
     assert_eq!(code(client.read_file(&format!("{d}/missing")).await), ErrorCode::NotFound);
-    assert_eq!(code(client.write_file(&d, None, empty()).await), ErrorCode::IsADirectory);
+    assert_eq!(code(client.write_file(&d, &WriteOptions::default(), empty()).await), ErrorCode::IsADirectory);
 
     // A body that fails midway replaces nothing and leaves no temporary file.
     let (mut chunks, _) = pattern(9 << 20, 1 << 20);
     chunks.truncate(6);
     let failing = futures_util::stream::iter(chunks.into_iter().map(Ok))
         .chain(futures_util::stream::once(async { Err(std::io::Error::other("upload broke")) }));
-    let r = client.write_file_via(s, &format!("{d}/file"), None, Box::pin(failing)).await;
+    let r = client.write_file_via(s, &format!("{d}/file"), &WriteOptions::default(), Box::pin(failing)).await;
     assert!(matches!(r, Err(ClientError::Io(_))), "{:?}", r.map(|(w, _)| w));
     assert_eq!(std::fs::read_to_string(format!("{d}/file")).unwrap(), "x");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -144,7 +152,7 @@ async fn staged_errors_have_the_channels_codes() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     // The slot of the failed transfer is free again, and the session still works.
-    let (w, how) = client.write_file_via(s, &format!("{d}/after"), None, empty()).await.unwrap();
+    let (w, how) = client.write_file_via(s, &format!("{d}/after"), &WriteOptions::default(), empty()).await.unwrap();
     assert_eq!((w.bytes_written, how), (4, TransferPath::Staged));
 }
 
@@ -157,7 +165,8 @@ async fn without_a_staging_disk_transfers_use_the_channel() {
     let client = agent.connect().await;
     let path = format!("{}/f", agent.dir.path().display());
     let (chunks, all) = pattern(5 << 20, 1 << 20);
-    let (w, how) = client.write_file_via(Some(&staging), &path, None, stream_of(chunks)).await.unwrap();
+    let (w, how) =
+        client.write_file_via(Some(&staging), &path, &WriteOptions::default(), stream_of(chunks)).await.unwrap();
     assert_eq!((w.bytes_written, how), (all.len() as u64, TransferPath::Channel));
     assert_eq!(read_via(&client, Some(&staging), &path).await, (all.clone(), TransferPath::Channel));
     // No staging file on the host (a VM made before staging disks): the channel too.
@@ -171,7 +180,10 @@ async fn busy_slots_fall_back_to_the_channel() {
     let (agent, staging, _dir) = staged_agent();
     let client = agent.connect().await;
     let path = format!("{}/f", agent.dir.path().display());
-    client.write_file_via(Some(&staging), &path, None, stream_of(vec![Bytes::from_static(b"abc")])).await.unwrap();
+    client
+        .write_file_via(Some(&staging), &path, &WriteOptions::default(), stream_of(vec![Bytes::from_static(b"abc")]))
+        .await
+        .unwrap();
     // Two reads in flight hold both slots (a window each is waiting for the host).
     let (first, how1) = client.read_file_via(Some(&staging), &path).await.unwrap();
     let (second, how2) = client.read_file_via(Some(&staging), &path).await.unwrap();

@@ -236,12 +236,15 @@ struct PathQuery {
     path: String,
 }
 
-/// `?path=&mode=` of a write: the mode in octal, as on the control plane.
+/// `?path=&mode=&user=` of a write (and `?path=&user=` of a mkdir): the mode in octal,
+/// the owner a user name or uid, as on the control plane.
 #[derive(Deserialize)]
 struct WriteQuery {
     path: String,
     #[serde(default)]
     mode: Option<FileMode>,
+    #[serde(default)]
+    user: Option<String>,
 }
 
 async fn read_file(
@@ -272,7 +275,8 @@ async fn write_file(
 ) -> Result<Json<lizard_api::WriteResult>> {
     let sandbox = node.get(&id)?;
     let stream = body.into_data_stream().map_err(std::io::Error::other);
-    Ok(Json(sandbox.write_file(&q.path, q.mode.map(FileMode::bits), stream).await?))
+    let opts = lizard_agent_client::WriteOptions { mode: q.mode.map(FileMode::bits), owner: q.user };
+    Ok(Json(sandbox.write_file(&q.path, &opts, stream).await?))
 }
 
 async fn remove(
@@ -295,9 +299,9 @@ async fn list_dir(
 async fn make_dir(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
-    NodeQuery(q): NodeQuery<PathQuery>,
+    NodeQuery(q): NodeQuery<WriteQuery>,
 ) -> Result<StatusCode> {
-    node.get(&id)?.make_dir(&q.path).await?;
+    node.get(&id)?.make_dir(&q.path, q.user.as_deref()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

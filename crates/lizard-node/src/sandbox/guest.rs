@@ -135,16 +135,21 @@ impl Sandbox {
         Ok((len, streamed(file)))
     }
 
-    /// Stream `body` into a file in the guest (parents created, replaced atomically),
-    /// through the staging disk where it can.
-    pub async fn write_file<S>(&self, path: &str, mode: Option<u32>, body: S) -> Result<lizard_api::WriteResult>
+    /// Stream `body` into a file in the guest (parents created, replaced atomically) as
+    /// `opts` says, through the staging disk where it can.
+    pub async fn write_file<S>(
+        &self,
+        path: &str,
+        opts: &lizard_agent_client::WriteOptions,
+        body: S,
+    ) -> Result<lizard_api::WriteResult>
     where
         S: futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
     {
         let staging = transfer::staging_file(&self.run_dir);
         let agent = self.live()?.agent();
         let (result, how) =
-            agent.write_file_via(Some(&staging), path, mode, Box::pin(body)).await.map_err(|e| self.agent_error(e))?;
+            agent.write_file_via(Some(&staging), path, opts, Box::pin(body)).await.map_err(|e| self.agent_error(e))?;
         self.transfers.record(how);
         Ok(result)
     }
@@ -164,9 +169,10 @@ impl Sandbox {
         self.live()?.agent().remove(path).await.map_err(|e| self.agent_error(e))
     }
 
-    /// Create a directory and its parents.
-    pub async fn make_dir(&self, path: &str) -> Result<()> {
-        self.live()?.agent().make_dir(path).await.map_err(|e| self.agent_error(e))
+    /// Create a directory and its parents (those it creates belong to `owner`, root
+    /// without one).
+    pub async fn make_dir(&self, path: &str, owner: Option<&str>) -> Result<()> {
+        self.live()?.agent().make_dir(path, owner).await.map_err(|e| self.agent_error(e))
     }
 
     /// What `lstat` says of `path` in the guest.

@@ -34,6 +34,14 @@ async fn base_has_node_26_and_python_3_14() {
         .await
         .unwrap();
     assert_eq!((r.exit_code, r.stdout.trim()), (0, "v26.10.0"), "{r:?}");
+    // The account E2B's code runs as: uid 1000, its home, root by sudo without a password
+    // and without a word on stderr (the hosts file names the guest's host); the API's
+    // own default stays root.
+    let mut as_user = sh("id -u; echo $HOME; sudo -n id -u");
+    as_user.user = Some("user".into());
+    let r = s.exec_collect(as_user).await.unwrap();
+    assert_eq!((r.exit_code, r.stdout.as_str(), r.stderr.as_str()), (0, "1000\n/home/user\n0\n", ""), "{r:?}");
+    assert_eq!(s.exec_collect(sh("id -u")).await.unwrap().stdout, "0\n");
     t.finish().await;
 }
 

@@ -95,7 +95,7 @@ async fn exec_and_file_errors_are_clear_and_bounded() {
     assert_eq!(code(sbx.list_dir("relative/path").await), Some(ErrorCode::InvalidArgument));
     assert_eq!(code(sbx.remove("/no/such/file").await), Some(ErrorCode::NotFound));
     assert_eq!(code(sbx.remove("/").await), Some(ErrorCode::InvalidArgument));
-    assert!(code(sbx.make_dir("/etc/hostname/sub").await).is_some());
+    assert!(code(sbx.make_dir("/etc/hostname/sub", None).await).is_some());
 
     // None of that harmed the sandbox.
     let r = sbx.exec_collect(sh("echo still fine")).await.unwrap();

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
+use lizard_node::WriteOptions;
 
 use common::sh;
 use lizard_api::{CreateSandboxRequest, ErrorCode};
@@ -119,7 +120,7 @@ async fn guest_ports_are_reachable_through_the_agent() {
          c.close()\n"
     );
     let body = futures_util::stream::iter([Ok(bytes::Bytes::from(script))]);
-    sbx.write_file("/tmp/bulk.py", None, body).await.unwrap();
+    sbx.write_file("/tmp/bulk.py", &WriteOptions::default(), body).await.unwrap();
     let r = sbx.exec_collect(sh("python3 /tmp/bulk.py 3002 source & python3 /tmp/bulk.py 3003 sink &")).await.unwrap();
     assert_eq!(r.exit_code, 0, "{r:?}");
     let mut down = connect_when_listening(&sbx, 3002).await;

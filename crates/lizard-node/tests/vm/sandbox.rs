@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
+use lizard_node::WriteOptions;
 
 use bytes::Bytes;
 use common::sh;
@@ -59,7 +60,10 @@ async fn an_idle_guest_has_its_pit_and_periodic_kernel_work_stopped() {
     let sbx = t.node.create(base()).await.unwrap();
     let r = sbx.exec_collect(sh("cat /proc/sys/vm/compaction_proactiveness /proc/sys/kernel/watchdog")).await.unwrap();
     assert_eq!((r.exit_code, r.stdout.as_str()), (0, "0\n0\n"), "{r:?}");
-    let w = sbx.write_file("/root/pit.py", None, bytes_stream(PIT_STATUS_PY.as_bytes().to_vec())).await.unwrap();
+    let w = sbx
+        .write_file("/root/pit.py", &WriteOptions::default(), bytes_stream(PIT_STATUS_PY.as_bytes().to_vec()))
+        .await
+        .unwrap();
     assert_eq!(w.bytes_written, PIT_STATUS_PY.len() as u64);
     let r = sbx.exec_collect(sh("python3 /root/pit.py")).await.unwrap();
     assert_eq!((r.exit_code, r.stdout.as_str()), (0, "0\n"), "PIT channel 0 not in mode 0: {r:?}");
@@ -88,7 +92,7 @@ async fn base_template_boots_a_real_vm_with_files_and_processes() {
 
     // Text and binary files, parents created.
     let bin: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
-    let w = sbx.write_file("/app/deep/data.bin", None, bytes_stream(bin.clone())).await.unwrap();
+    let w = sbx.write_file("/app/deep/data.bin", &WriteOptions::default(), bytes_stream(bin.clone())).await.unwrap();
     assert_eq!(w.bytes_written, bin.len() as u64);
     assert_eq!(read_all(&sbx, "/app/deep/data.bin").await, bin);
     let r = sbx.exec_collect(sh("sha256sum /app/deep/data.bin | cut -d' ' -f1")).await.unwrap();
@@ -104,7 +108,7 @@ async fn base_template_boots_a_real_vm_with_files_and_processes() {
     let expected = hex::encode(expected.finalize());
     let c2 = chunk.clone();
     let upload = futures_util::stream::iter(0..BIG / chunk.len()).map(move |_| Ok::<_, std::io::Error>(c2.clone()));
-    let w = sbx.write_file("/root/big.bin", None, upload).await.unwrap();
+    let w = sbx.write_file("/root/big.bin", &WriteOptions::default(), upload).await.unwrap();
     assert_eq!(w.bytes_written, BIG as u64);
     let r = sbx.exec_collect(sh("sha256sum /root/big.bin | cut -d' ' -f1")).await.unwrap();
     assert_eq!(r.stdout.trim(), expected, "guest sees a different file");
@@ -120,7 +124,7 @@ async fn base_template_boots_a_real_vm_with_files_and_processes() {
     assert_eq!((n, hex::encode(got.finalize())), (BIG, expected));
 
     // Listing, mkdir, remove.
-    sbx.make_dir("/app/x/y/z").await.unwrap();
+    sbx.make_dir("/app/x/y/z", None).await.unwrap();
     let names: Vec<String> = sbx.list_dir("/app").await.unwrap().into_iter().map(|e| e.name).collect();
     assert_eq!(names, vec!["deep", "x"]);
     sbx.remove("/app/x").await.unwrap();
@@ -224,7 +228,7 @@ async fn file_info_rename_archives_and_a_watch_that_a_pause_ends() {
     use lizard_api::{FileType, FsEventKind};
     let t = common::node().await;
     let sbx = t.node.create(base()).await.unwrap();
-    sbx.make_dir("/srv/w").await.unwrap();
+    sbx.make_dir("/srv/w", None).await.unwrap();
     let mut watch = sbx.watch("/srv/w", true).await.unwrap();
 
     // Several files in one archive; what is at a path; a rename.

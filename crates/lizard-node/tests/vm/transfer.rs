@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
+use lizard_node::WriteOptions;
 
 use bytes::Bytes;
 use common::sh;
@@ -45,7 +46,7 @@ async fn write_pattern(sbx: &Sandbox, path: &str, chunks: usize) -> (String, u64
     }
     let body = futures_util::stream::iter(0..chunks).map(|i| Ok(chunk(i)));
     let t = Instant::now();
-    let w = sbx.write_file(path, None, body).await.unwrap();
+    let w = sbx.write_file(path, &WriteOptions::default(), body).await.unwrap();
     let rate = len as f64 / MIB as f64 / t.elapsed().as_secs_f64();
     assert_eq!(w.bytes_written, len);
     (hex::encode(want.finalize()), len, rate)
@@ -118,8 +119,14 @@ async fn staged_errors_keep_their_codes() {
 
     assert_eq!(code(sbx.read_file("/root/missing").await.err().unwrap()), ErrorCode::NotFound);
     assert_eq!(code(sbx.read_file("/root").await.err().unwrap()), ErrorCode::InvalidArgument);
-    assert_eq!(code(sbx.write_file("/root", None, body()).await.unwrap_err()), ErrorCode::InvalidArgument);
-    assert_eq!(code(sbx.write_file("/etc/hostname/x", None, body()).await.unwrap_err()), ErrorCode::InvalidArgument);
+    assert_eq!(
+        code(sbx.write_file("/root", &WriteOptions::default(), body()).await.unwrap_err()),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(
+        code(sbx.write_file("/etc/hostname/x", &WriteOptions::default(), body()).await.unwrap_err()),
+        ErrorCode::InvalidArgument
+    );
 
     // No space in the guest: a 1 MiB file system (the template has no `mount` binary:
     // mount(2) through Python), 3 MiB written. The old file stays, and no temporary file
@@ -130,15 +137,30 @@ async fn staged_errors_keep_their_codes() {
     let r = sbx.exec_collect(sh(MOUNT)).await.unwrap();
     assert_eq!(r.exit_code, 0, "{r:?}");
     let big = futures_util::stream::iter(0..3).map(|i| Ok(chunk(i)));
-    let e = sbx.write_file("/mnt/small/f", None, big).await.unwrap_err();
+    let e = sbx.write_file("/mnt/small/f", &WriteOptions::default(), big).await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::Internal, "{e}");
     assert!(e.to_api().message.contains("No space left"), "{}", e.to_api().message);
     let r = sbx.exec_collect(sh("ls -A /mnt/small; cat /mnt/small/f")).await.unwrap();
     assert_eq!(r.stdout, "f\nold\n");
     // The failures freed their slots: the fast path still works.
     let before = sbx.transfer_stats();
-    sbx.write_file("/root/ok", None, body()).await.unwrap();
+    sbx.write_file("/root/ok", &WriteOptions::default(), body()).await.unwrap();
     assert_eq!(sbx.transfer_stats().staged, before.staged + 1);
+
+    // Written as another user: the file and the directories the write made are theirs,
+    // what was there before stays root's; the same for a mkdir; an unknown user is
+    // refused before anything is made.
+    let nobody = WriteOptions { mode: None, owner: Some("nobody".into()) };
+    sbx.write_file("/tmp/owned/a/b.txt", &nobody, body()).await.unwrap();
+    sbx.make_dir("/tmp/owned/c/d", Some("nobody")).await.unwrap();
+    for p in ["/tmp/owned", "/tmp/owned/a", "/tmp/owned/a/b.txt", "/tmp/owned/c", "/tmp/owned/c/d"] {
+        assert_eq!(sbx.file_info(p).await.unwrap().owner, "nobody", "{p}");
+    }
+    assert_eq!(sbx.file_info("/tmp").await.unwrap().owner, "root");
+    let stranger = WriteOptions { mode: None, owner: Some("no-such-user".into()) };
+    let e = sbx.write_file("/tmp/stranger/f", &stranger, body()).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
+    assert_eq!(code(sbx.file_info("/tmp/stranger").await.unwrap_err()), ErrorCode::NotFound);
 
     // A pause in the middle of a read: the pause goes ahead, the read fails, and after
     // the resume both slots are free again.

@@ -337,6 +337,20 @@ pub struct WriteQuery {
     /// Permission bits for a new file, octal (e.g. 755), at most 7777.
     #[param(value_type = Option<String>)]
     mode: Option<lizard_api::FileMode>,
+    /// Who the file, and the directories the write creates, belong to: a user name or
+    /// uid of the guest (root without one; an unknown name is 422).
+    user: Option<String>,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct MakeDirQuery {
+    /// Absolute path in the sandbox.
+    path: String,
+    /// Who the directories it creates belong to: a user name or uid of the guest (root
+    /// without one).
+    user: Option<String>,
 }
 
 /// Read a file (streamed bytes).
@@ -381,10 +395,10 @@ pub async fn write_file(
     ApiQuery(q): ApiQuery<WriteQuery>,
     body: Body,
 ) -> ApiResult<Json<lizard_api::WriteResult>> {
-    let mode = q.mode.map(lizard_api::FileMode::bits);
+    let opts = crate::nodes::WriteOptions { mode: q.mode.map(lizard_api::FileMode::bits), owner: q.user };
     let sandbox = running(&state, &p, &id).await?;
     let stream = body.into_data_stream().map_err(std::io::Error::other).boxed();
-    Ok(Json(sandbox.node.write_file(sandbox.id(), &q.path, mode, stream).await?))
+    Ok(Json(sandbox.node.write_file(sandbox.id(), &q.path, &opts, stream).await?))
 }
 
 /// Remove a file or a directory (recursively).
@@ -432,16 +446,16 @@ pub async fn list_dir(
     path = lizard_api::routes::MAKE_DIR.path,
     tag = "files",
     security(("apiKey" = [])),
-    params(("id" = String, Path, description = "Sandbox id"), FileQuery),
+    params(("id" = String, Path, description = "Sandbox id"), MakeDirQuery),
     responses((status = 204, description = "Created"), Unauthenticated, NotFound, InvalidArgument)
 )]
 pub async fn make_dir(
     State(state): State<AppState>,
     p: Principal,
     ApiPath(id): ApiPath<String>,
-    ApiQuery(q): ApiQuery<FileQuery>,
+    ApiQuery(q): ApiQuery<MakeDirQuery>,
 ) -> ApiResult<StatusCode> {
     let sandbox = running(&state, &p, &id).await?;
-    sandbox.node.make_dir(sandbox.id(), &q.path).await?;
+    sandbox.node.make_dir(sandbox.id(), &q.path, q.user.as_deref()).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -197,7 +197,8 @@ fn rest(e: ApiError) -> Failure {
     Failure::Rest(StatusCode::from_u16(e.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), e.message)
 }
 
-/// Who a request runs as, and where its relative paths start.
+/// Who a request runs as (root: `None`), and where its relative paths start; what it
+/// writes belongs to that user.
 struct Caller {
     user: Option<String>,
 }
@@ -213,6 +214,15 @@ impl Caller {
             .map(|pair| pair.split_once(':').map_or(pair.clone(), |(u, _)| u.to_owned()))
             .filter(|u| !u.is_empty());
         Caller { user }
+    }
+
+    /// Who what it writes belongs to (root's own writes need no owner).
+    fn owner(&self) -> Option<&str> {
+        self.user.as_deref().filter(|u| *u != "root")
+    }
+
+    fn write_options(&self) -> crate::nodes::WriteOptions {
+        crate::nodes::WriteOptions { mode: None, owner: self.owner().map(str::to_owned) }
     }
 
     fn home(&self) -> String {
@@ -303,7 +313,10 @@ async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
             ))
         }
     }
-    let caller = Caller::of(req.headers());
+    let mut caller = Caller::of(req.headers());
+    if caller.user.is_none() {
+        caller.user = super::users::default_user(&sandbox).await;
+    }
     let path = req.uri().path().to_owned();
     match (req.method().clone(), path.as_str()) {
         (Method::GET, "/files") => read_file(&sandbox, &caller, req).await,
@@ -417,7 +430,7 @@ async fn unary(sandbox: &LiveSandbox, caller: &Caller, path: &str, req: Request)
             if node.file_info(id, &path).await.is_ok() {
                 return Err(Failure::Rpc(connect::Error::new(Code::AlreadyExists, format!("{path} already exists"))));
             }
-            node.make_dir(id, &path).await.map_err(rpc)?;
+            node.make_dir(id, &path, caller.owner()).await.map_err(rpc)?;
             Ok(json(&fs::EntryResponse { entry: stat(sandbox, &path).await? }))
         }
         "/filesystem.Filesystem/Move" => {
@@ -810,7 +823,7 @@ async fn write_files(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Re
             };
             let path = caller.path(&target);
             let body = field.map_err(std::io::Error::other).boxed();
-            node.write_file(id, &path, None, body).await.map_err(rest)?;
+            node.write_file(id, &path, &caller.write_options(), body).await.map_err(rest)?;
             done.push(written(path));
         }
     } else {
@@ -828,7 +841,7 @@ async fn write_files(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Re
         } else {
             raw.boxed()
         };
-        node.write_file(id, &path, None, body).await.map_err(rest)?;
+        node.write_file(id, &path, &caller.write_options(), body).await.map_err(rest)?;
         done.push(written(path));
     }
     if done.is_empty() {

@@ -20,6 +20,7 @@ pub mod control;
 pub mod envd;
 mod network;
 mod tags;
+mod users;
 mod watch;
 
 use crate::error::AppError;

@@ -3,7 +3,7 @@
 
 use super::{
     BuildError, BuildTemplate, BuiltTemplate, BuiltinTemplate, ByteStream, FileRead, FrameStream, NodeClient,
-    NodeEvent, NodeResult, Tunnel,
+    NodeEvent, NodeResult, Tunnel, WriteOptions,
 };
 use async_trait::async_trait;
 use futures_util::StreamExt;
@@ -122,8 +122,8 @@ impl NodeClient for LocalNode {
         Ok(FileRead { len, body })
     }
 
-    async fn write_file(&self, id: &str, path: &str, mode: Option<u32>, body: ByteStream) -> NodeResult<WriteResult> {
-        self.0.get(id).map_err(api)?.write_file(path, mode, body).await.map_err(api)
+    async fn write_file(&self, id: &str, path: &str, opts: &WriteOptions, body: ByteStream) -> NodeResult<WriteResult> {
+        self.0.get(id).map_err(api)?.write_file(path, opts, body).await.map_err(api)
     }
 
     async fn list_dir(&self, id: &str, path: &str) -> NodeResult<Vec<FileEntry>> {
@@ -134,8 +134,8 @@ impl NodeClient for LocalNode {
         self.0.get(id).map_err(api)?.remove(path).await.map_err(api)
     }
 
-    async fn make_dir(&self, id: &str, path: &str) -> NodeResult<()> {
-        self.0.get(id).map_err(api)?.make_dir(path).await.map_err(api)
+    async fn make_dir(&self, id: &str, path: &str, owner: Option<&str>) -> NodeResult<()> {
+        self.0.get(id).map_err(api)?.make_dir(path, owner).await.map_err(api)
     }
 
     async fn file_info(&self, id: &str, path: &str) -> NodeResult<FileInfo> {

@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
 use lizard_agent_proto::frame::Frame;
+pub use lizard_agent_proto::types::WriteOptions;
 use lizard_api::processes::{ListeningPort, ProcessControl, ProcessInfo, StartProcessRequest};
 use lizard_api::templates::{BuildEvent, BuildFailure};
 pub use lizard_api::templates::{BuildTemplate, BuiltTemplate};
@@ -128,12 +129,12 @@ pub trait NodeClient: Send + Sync + 'static {
     async fn exec_stream(&self, id: &str, req: ExecRequest) -> NodeResult<FrameStream>;
     async fn read_file(&self, id: &str, path: &str) -> NodeResult<FileRead>;
     /// Write `body` to a file (parents created, replaced atomically).
-    async fn write_file(&self, id: &str, path: &str, mode: Option<u32>, body: ByteStream) -> NodeResult<WriteResult>;
+    async fn write_file(&self, id: &str, path: &str, opts: &WriteOptions, body: ByteStream) -> NodeResult<WriteResult>;
     async fn list_dir(&self, id: &str, path: &str) -> NodeResult<Vec<FileEntry>>;
     /// Remove a file or a directory tree.
     async fn remove(&self, id: &str, path: &str) -> NodeResult<()>;
-    /// Create a directory and its parents.
-    async fn make_dir(&self, id: &str, path: &str) -> NodeResult<()>;
+    /// Create a directory and its parents (those it creates belong to `owner`).
+    async fn make_dir(&self, id: &str, path: &str, owner: Option<&str>) -> NodeResult<()>;
     /// What `lstat` says of a path in the guest.
     async fn file_info(&self, id: &str, path: &str) -> NodeResult<FileInfo>;
     /// Move `from` to `to` in the guest; what is at `to` afterwards.

@@ -13,7 +13,7 @@ mod channel;
 
 use super::{
     BuildError, BuildTemplate, BuiltTemplate, BuiltinTemplate, ByteStream, FileRead, FrameStream, NodeClient,
-    NodeEvent, NodeResult, Tunnel,
+    NodeEvent, NodeResult, Tunnel, WriteOptions,
 };
 use async_trait::async_trait;
 use channel::{json, Call, Channel, Payload, SLOW};
@@ -159,10 +159,13 @@ impl NodeClient for RemoteNode {
         Ok(FileRead { len, body: self.body_of(resp, "a file read") })
     }
 
-    async fn write_file(&self, id: &str, path: &str, mode: Option<u32>, body: ByteStream) -> NodeResult<WriteResult> {
+    async fn write_file(&self, id: &str, path: &str, opts: &WriteOptions, body: ByteStream) -> NodeResult<WriteResult> {
         let mut call = Call::new(&table::WRITE_FILE, &[id]).param("path", path).head_timeout(Some(SLOW));
-        if let Some(mode) = mode {
+        if let Some(mode) = opts.mode {
             call = call.param("mode", format!("{mode:o}"));
+        }
+        if let Some(owner) = &opts.owner {
+            call = call.param("user", owner);
         }
         let body = BodyExt::boxed_unsync(StreamBody::new(body.map_ok(hyper::body::Frame::data)));
         self.channel.json(&call, Payload::Stream(body)).await
@@ -176,8 +179,12 @@ impl NodeClient for RemoteNode {
         self.channel.unit(&Call::new(&table::REMOVE_FILE, &[id]).param("path", path), NO_BODY).await
     }
 
-    async fn make_dir(&self, id: &str, path: &str) -> NodeResult<()> {
-        self.channel.unit(&Call::new(&table::MAKE_DIR, &[id]).param("path", path), NO_BODY).await
+    async fn make_dir(&self, id: &str, path: &str, owner: Option<&str>) -> NodeResult<()> {
+        let mut call = Call::new(&table::MAKE_DIR, &[id]).param("path", path);
+        if let Some(owner) = owner {
+            call = call.param("user", owner);
+        }
+        self.channel.unit(&call, NO_BODY).await
     }
 
     async fn file_info(&self, id: &str, path: &str) -> NodeResult<FileInfo> {

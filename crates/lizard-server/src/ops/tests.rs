@@ -155,7 +155,13 @@ impl NodeClient for FakeNode {
     async fn read_file(&self, _: &str, _: &str) -> NodeResult<FileRead> {
         not_here()
     }
-    async fn write_file(&self, _: &str, _: &str, _: Option<u32>, _: ByteStream) -> NodeResult<WriteResult> {
+    async fn write_file(
+        &self,
+        _: &str,
+        _: &str,
+        _: &crate::nodes::WriteOptions,
+        _: ByteStream,
+    ) -> NodeResult<WriteResult> {
         not_here()
     }
     async fn list_dir(&self, _: &str, _: &str) -> NodeResult<Vec<FileEntry>> {
@@ -164,7 +170,7 @@ impl NodeClient for FakeNode {
     async fn remove(&self, _: &str, _: &str) -> NodeResult<()> {
         not_here()
     }
-    async fn make_dir(&self, _: &str, _: &str) -> NodeResult<()> {
+    async fn make_dir(&self, _: &str, _: &str, _: Option<&str>) -> NodeResult<()> {
         not_here()
     }
     async fn file_info(&self, _: &str, _: &str) -> NodeResult<FileInfo> {

@@ -17,7 +17,7 @@ use lizard_api::processes::{ProcessControl, ProcessInfo, PtySize, StartProcessRe
 use lizard_api::templates::BuildEvent;
 use lizard_api::{CreateSandboxRequest, ErrorCode, ExecRequest, SandboxState};
 use lizard_server::nodes::remote::RemoteNode;
-use lizard_server::nodes::{BuildTemplate, NodeClient};
+use lizard_server::nodes::{BuildTemplate, NodeClient, WriteOptions};
 use lizard_vmm::census::live_vmms;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -153,9 +153,9 @@ async fn every_node_client_method_works_through_the_node_api() {
     assert!(!ports.iter().any(|p| lizard_api::code::is_reserved_guest_port(p.port)), "{ports:?}");
 
     // --- files ----------------------------------------------------------------------------
-    remote.make_dir(&id, "/tmp/rn/sub").await.unwrap();
+    remote.make_dir(&id, "/tmp/rn/sub", None).await.unwrap();
     let small = futures_util::stream::iter([Ok(Bytes::from_static(b"hello ")), Ok(Bytes::from_static(b"node"))]);
-    let w = remote.write_file(&id, "/tmp/rn/small.txt", Some(0o640), small.boxed()).await.unwrap();
+    let w = remote.write_file(&id, "/tmp/rn/small.txt", &WriteOptions::mode(Some(0o640)), small.boxed()).await.unwrap();
     assert_eq!(w.bytes_written, 10);
     assert_eq!(out(&remote, &id, "stat -c %a /tmp/rn/small.txt").await, "640");
     let names: Vec<_> = remote.list_dir(&id, "/tmp/rn").await.unwrap().into_iter().map(|e| e.name).collect();
@@ -169,7 +169,7 @@ async fn every_node_client_method_works_through_the_node_api() {
     let want = Sha256::digest(pieces.concat());
     let started = Instant::now();
     let upload = futures_util::stream::iter(pieces.into_iter().map(Ok));
-    let w = remote.write_file(&id, "/tmp/rn/big.bin", None, upload.boxed()).await.unwrap();
+    let w = remote.write_file(&id, "/tmp/rn/big.bin", &WriteOptions::default(), upload.boxed()).await.unwrap();
     assert_eq!(w.bytes_written, 10 << 20);
     let read = remote.read_file(&id, "/tmp/rn/big.bin").await.unwrap();
     assert_eq!(read.len, Some(10 << 20));
