@@ -63,6 +63,10 @@ pub struct ServerArgs {
     /// Public sandbox hosts are {id}-{port}.sandbox.{region}.{domain} [default: lizard.localhost]
     #[arg(long, value_name = "D")]
     pub domain: Option<String>,
+    /// An E2B template name and the template it stands for in E2B creates, e.g.
+    /// `code-interpreter-v1=interpreter` (the default); repeat for more, `NAME=` drops one
+    #[arg(long = "e2b-template", value_name = "NAME=TEMPLATE")]
+    pub e2b_templates: Vec<String>,
     /// Run no node in this process: sandboxes run only on nodes that join
     /// (`lizard node join`). For API replicas beside the in-process default.
     #[arg(long)]
@@ -170,6 +174,16 @@ pub fn options(data_dir: &Path, args: &ServerArgs) -> Result<RunOptions> {
     }
     if let Some(d) = &args.domain {
         server.domain = d.clone();
+    }
+    for pair in &args.e2b_templates {
+        let Some((name, template)) = pair.split_once('=') else {
+            anyhow::bail!("--e2b-template takes NAME=TEMPLATE, got {pair:?}");
+        };
+        if template.is_empty() {
+            server.e2b_templates.remove(name);
+        } else {
+            server.e2b_templates.insert(name.to_owned(), template.to_owned());
+        }
     }
     if args.node_heartbeat_ms == 0 || args.node_lease_ms <= args.node_heartbeat_ms {
         anyhow::bail!("--node-lease-ms must be longer than --node-heartbeat-ms, and both above 0");

@@ -23,6 +23,10 @@ pub struct ServerConfig {
     /// The port public URLs name (the sandbox-URL proxy's, unless a front serves them on
     /// 80); `None`: none.
     pub public_proxy_port: Option<u16>,
+    /// E2B template names and the template each stands for in an E2B create (by default
+    /// `code-interpreter-v1`, E2B's code interpreter, is Lizard's `interpreter`, whose
+    /// code service speaks the add-on's protocol through the E2B face).
+    pub e2b_templates: std::collections::BTreeMap<String, String>,
     /// What `GET /v1/regions` lists. Empty: just [`Self::region`].
     pub regions: Vec<Region>,
     /// The owner account's email, set on first start.
@@ -157,6 +161,11 @@ pub const DEFAULT_PAUSED_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 /// Default listen address: loopback only, since the API is reachable by key alone.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7171";
 
+/// [`ServerConfig::e2b_templates`]'s default.
+pub fn default_e2b_templates() -> std::collections::BTreeMap<String, String> {
+    std::collections::BTreeMap::from([("code-interpreter-v1".to_owned(), "interpreter".to_owned())])
+}
+
 impl ServerConfig {
     /// Defaults for everything but the data directory: region `local`, domain
     /// `lizard.localhost` (resolves to loopback without DNS setup), loopback port 7171.
@@ -169,6 +178,7 @@ impl ServerConfig {
             domain: "lizard.localhost".into(),
             regions: Vec::new(),
             public_proxy_port: None,
+            e2b_templates: default_e2b_templates(),
             owner_email: "owner@lizard.localhost".into(),
             owner_plan: "free".into(),
             billing: crate::billing::BillingConfig::default(),
@@ -178,6 +188,11 @@ impl ServerConfig {
             blob_sharing: BlobSharing::Auto,
             metrics: None,
         }
+    }
+
+    /// The template an E2B create that names `template` gets.
+    pub fn e2b_template<'a>(&'a self, template: &'a str) -> &'a str {
+        self.e2b_templates.get(template).map_or(template, String::as_str)
     }
 
     /// Whether this server shares pushed files through the store ([`BlobSharing`]):

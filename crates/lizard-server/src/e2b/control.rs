@@ -114,8 +114,12 @@ async fn create(
     let policy = policy_of(&network, new.allow_internet_access)?;
     let project = project(&state, &p, &new).await?;
     let secs = new.timeout.unwrap_or(rest::DEFAULT_TIMEOUT_SECS);
+    let template = state.server.config.e2b_template(&new.template_id).to_owned();
+    // A code interpreter's port runs code: its sandbox's URLs are private unless asked
+    // otherwise (the add-on sends the traffic token on every call once it has one).
+    let code_interpreter = state.server.config.e2b_templates.values().any(|t| *t == template);
     let req = NewSandboxRequest {
-        template: new.template_id,
+        template,
         timeout_ms: Some(secs.saturating_mul(1000)),
         on_timeout: Some(if new.auto_pause { OnTimeout::Pause } else { OnTimeout::Kill }),
         env: new.env_vars,
@@ -126,10 +130,10 @@ async fn create(
         ..Default::default()
     };
     // Always a token (envd's and the traffic token derive from it); URLs public unless
-    // asked otherwise, as E2B's are.
+    // asked otherwise, as E2B's are, but for a code interpreter's.
     let urls = UrlAccess {
         token: true,
-        public: network.allow_public_traffic.unwrap_or(true),
+        public: network.allow_public_traffic.unwrap_or(!code_interpreter),
         resume_on_request: new.auto_resume.is_some_and(|a| a.enabled),
     };
     let info = create_in(&state, &p, project, req, urls).await?;

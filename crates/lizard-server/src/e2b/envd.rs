@@ -289,6 +289,10 @@ async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
     if port != lizard_e2b::ENVD_PORT {
         let public = access.as_ref().is_none_or(|a| a.urls_public);
         return match granted {
+            // The code interpreter's port: the add-on's protocol, from the code service.
+            Some(true) if port == lizard_api::code::CODE_SERVICE_PORT => {
+                Ok(super::code::serve(state, &sandbox, req).await)
+            }
             Some(true) => forward(&sandbox, port, req).await,
             // Public URLs' ports are public, but for the platform's own.
             _ if public && !lizard_api::code::is_reserved_guest_port(port) => forward(&sandbox, port, req).await,

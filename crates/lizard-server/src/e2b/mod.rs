@@ -16,6 +16,7 @@
 //! hash, as a signed URL's proof is: connect can answer them again without any plaintext
 //! being stored, and they die with the sandbox.
 
+mod code;
 pub mod control;
 pub mod envd;
 mod network;
