@@ -11,7 +11,8 @@
 # `e2b` is E2B's own published SDKs against the same server: the Python package
 # (compat/e2b/python; E2B_SDK_VERSIONS: the versions, each in its own venv), its code
 # interpreter add-on (E2B_CODE_INTERPRETER_VERSIONS, on the interpreter template) and the
-# npm package (compat/e2b/js; E2B_JS_SDK_VERSIONS, each installed in turn).
+# npm packages (compat/e2b/js; E2B_JS_SDK_VERSIONS and E2B_JS_CODE_INTERPRETER_VERSIONS,
+# each installed in turn).
 # LIZARD_BIN: the `lizard` to serve (default: this checkout's debug build, built here with
 # the workspace's one feature set); LIZARD_TEMPLATES: the images to build (default: all).
 set -euo pipefail
@@ -193,6 +194,13 @@ run_e2b() {
     (cd compat/e2b/js && npm install --no-save --no-audit --no-fund --silent "e2b@$version" \
       && node --test core.test.mjs) || status=1
   done
+  if [[ -z "${LIZARD_TEMPLATES:-}" || " $LIZARD_TEMPLATES " == *" interpreter "* ]]; then
+    for version in ${E2B_JS_CODE_INTERPRETER_VERSIONS:-2.8.0}; do
+      echo "--- @e2b/code-interpreter (npm) $version ---"
+      (cd compat/e2b/js && npm install --no-save --no-audit --no-fund --silent "@e2b/code-interpreter@$version" \
+        && node --test code-interpreter.test.mjs) || status=1
+    done
+  fi
 }
 has() { [[ " ${suites[*]} " == *" $1 "* ]]; }
 lanes=()

@@ -12,8 +12,8 @@
 //! - `GET|POST /contexts`, `DELETE /contexts/{id}`, `POST /contexts/{id}/restart`;
 //! - `GET /health`.
 //!
-//! Languages: `python`, `javascript` (also `js`) and `bash`; any other is refused (400)
-//! by name. The add-on sends no execution timeout (its client bounds the wait): the code
+//! Languages: `python`, `javascript` (also `js`) and `bash`; any other is refused (404,
+//! as the add-on's own server answers a language it has no context for) by name. The add-on sends no execution timeout (its client bounds the wait): the code
 //! service's default, 300 s, holds.
 
 use crate::error::AppError;
@@ -80,8 +80,10 @@ fn language(name: &str) -> Result<CodeLanguage, (StatusCode, String)> {
         "python" | "python3" => Ok(CodeLanguage::Python),
         "javascript" | "js" => Ok(CodeLanguage::Javascript),
         "bash" | "sh" => Ok(CodeLanguage::Bash),
+        // 404, as the add-on's own server answers a language it has no context for: both
+        // SDKs show a 404's body (the JS one shows no other error's).
         other => {
-            Err((StatusCode::BAD_REQUEST, format!("language {other:?} is not served: python, javascript and bash are")))
+            Err((StatusCode::NOT_FOUND, format!("language {other:?} is not served: python, javascript and bash are")))
         }
     }
 }

@@ -1,0 +1,63 @@
+// E2B's code interpreter add-on from npm (`@e2b/code-interpreter`, unchanged) against a
+// real `lizard server`: its default template, code-interpreter-v1, is Lizard's
+// interpreter; the add-on's protocol on port 49999 is answered by the E2B face from the
+// guest's one code service. scripts/test-sdk.sh installs the version asked for
+// (E2B_JS_CODE_INTERPRETER_VERSIONS) and sets the same variables as for the core tests.
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { randomBytes } from 'node:crypto'
+
+const API_URL = process.env.LIZARD_SDK_TEST_API_URL
+const OWNER_KEY = process.env.LIZARD_SDK_TEST_API_KEY
+let workspace
+let ci
+
+async function lizard(method, path, body) {
+  const res = await fetch(API_URL + path, {
+    method,
+    headers: { 'X-API-Key': OWNER_KEY, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  })
+  return res.status === 204 ? null : res.json()
+}
+
+before(async () => {
+  const suffix = randomBytes(4).toString('hex')
+  workspace = await lizard('POST', '/v1/workspaces', { name: `e2b-ci-js-${suffix}` })
+  const project = await lizard('POST', '/v1/projects', { workspaceId: workspace.id, name: `ci-js-${suffix}` })
+  const key = await lizard('POST', '/v1/api-keys', { name: `e2b-ci-js-${suffix}`, projects: [project.id] })
+  process.env.E2B_API_URL = API_URL
+  process.env.E2B_SANDBOX_URL = `http://${process.env.LIZARD_SDK_TEST_PROXY}`
+  process.env.E2B_API_KEY = 'e2b_' + Buffer.from(key.key).toString('hex')
+  ci = await import('@e2b/code-interpreter')
+})
+
+after(async () => {
+  await lizard('DELETE', `/v1/workspaces/${workspace.id}?force=true`)
+})
+
+test('runCode streams, keeps state, returns a chart and errors; contexts; languages', async () => {
+  const sbx = await ci.Sandbox.create()
+  try {
+    const seen = []
+    const ex = await sbx.runCode("print('hello'); x = 41\nx + 1", { onStdout: (m) => seen.push(m.line) })
+    assert.deepEqual([ex.logs.stdout, ex.text, ex.error], [['hello\n'], '42', undefined])
+    assert.deepEqual(seen, ['hello\n'])
+    assert.equal((await sbx.runCode('x')).text, '41')
+    const chart = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()')
+    const png = chart.results.find((r) => r.png)?.png
+    assert.ok(png && Buffer.from(png, 'base64').subarray(0, 4).toString('latin1') === '\x89PNG', JSON.stringify(chart))
+    const failed = await sbx.runCode('1 / 0')
+    assert.equal(failed.error?.name, 'ZeroDivisionError')
+    const ctx = await sbx.createCodeContext({ language: 'python' })
+    await sbx.runCode('y = 5', { context: ctx })
+    assert.equal((await sbx.runCode('y', { context: ctx })).text, '5')
+    assert.ok((await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
+    await sbx.removeCodeContext(ctx)
+    assert.deepEqual((await sbx.runCode('echo from bash', { language: 'bash' })).logs.stdout, ['from bash\n'])
+    assert.deepEqual((await sbx.runCode("console.log('from js')", { language: 'js' })).logs.stdout, ['from js\n'])
+    await assert.rejects(sbx.runCode('1', { language: 'r' }), /not served/)
+  } finally {
+    await sbx.kill()
+  }
+})
