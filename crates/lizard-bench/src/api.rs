@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 /// One server with its own data directory.
 pub struct Bench {
-    base: String,
+    pub(crate) base: String,
     /// The sandbox-URL proxy's port (sandbox and service hosts).
     pub(crate) proxy_port: u16,
-    key: String,
-    client: reqwest::Client,
+    pub(crate) key: String,
+    pub(crate) client: reqwest::Client,
     runs: Runs,
     dir: tempfile::TempDir,
 }

@@ -62,6 +62,10 @@ struct Args {
     /// each beside one of Lizard's own (0: skip).
     #[arg(long, default_value_t = 20)]
     e2b_creates: usize,
+    /// E2B's wire: `code-interpreter-v1` creates timed to their first `/execute` and then
+    /// to a chart's PNG, as E2B's code interpreter add-on sends them (0: skip).
+    #[arg(long, default_value_t = 0)]
+    e2b_code_runs: usize,
     /// API: restored creates timed the same way on a node agent that joined the server
     /// over TCP (many machines' node channel), beside the in-process node's (0: skip).
     #[arg(long, default_value_t = 0)]
@@ -517,6 +521,14 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
             Summary::new(c.create_to_result).row("API: create `interpreter` → first `runCode` (`1 + 1`) answers", "ms"),
         );
         rows.push(Summary::new(c.run).row("… a later `runCode` (`1 + 1`) in the same sandbox", "ms"));
+    }
+    if args.e2b_code_runs > 0 {
+        let c = warm.e2b_first_run_code(args.e2b_code_runs).await?;
+        rows.push(
+            Summary::new(c.create_to_result)
+                .row("E2B's wire: create `code-interpreter-v1` → first `/execute` (`1 + 1`) answers", "ms"),
+        );
+        rows.push(Summary::new(c.chart).row("… then a matplotlib chart's cell → its PNG (same sandbox)", "ms"));
     }
     if args.service_wakeups > 0 {
         let w = warm.service_wakeups(args.service_wakeups).await?;
