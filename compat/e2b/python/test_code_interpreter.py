@@ -60,3 +60,13 @@ def test_contexts_languages_and_what_is_not_served(sbx):
     with pytest.raises(SandboxException) as refused:
         sbx.run_code("1", language="r")
     assert "not served" in str(refused.value)
+
+
+def test_public_when_asked_as_on_e2b(e2b_env):
+    sbx = Sandbox.create(network={"allow_public_traffic": True})
+    try:
+        assert not sbx.traffic_access_token
+        ctx = sbx.create_code_context()
+        assert sbx.run_code("2 * 21", context=ctx).text == "42"
+    finally:
+        sbx.kill()

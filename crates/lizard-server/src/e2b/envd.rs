@@ -293,6 +293,11 @@ async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
             Some(true) if port == lizard_api::code::CODE_SERVICE_PORT => {
                 Ok(super::code::serve(state, &sandbox, req).await)
             }
+            // Public too where the create asked for public URLs on a code interpreter (its
+            // default is private), as the add-on's port is on E2B.
+            _ if public && access.is_some() && port == lizard_api::code::CODE_SERVICE_PORT => {
+                Ok(super::code::serve(state, &sandbox, req).await)
+            }
             Some(true) => forward(&sandbox, port, req).await,
             // Public URLs' ports are public, but for the platform's own.
             _ if public && !lizard_api::code::is_reserved_guest_port(port) => forward(&sandbox, port, req).await,
