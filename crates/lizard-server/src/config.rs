@@ -190,6 +190,12 @@ impl ServerConfig {
         }
     }
 
+    /// Whether `template` is one an E2B template name maps to: a code interpreter, whose
+    /// port 49999 runs code (private by default; public only when its create asked).
+    pub fn is_e2b_code_interpreter(&self, template: &str) -> bool {
+        self.e2b_templates.values().any(|t| t == template)
+    }
+
     /// The template an E2B create that names `template` gets.
     pub fn e2b_template<'a>(&'a self, template: &'a str) -> &'a str {
         self.e2b_templates.get(template).map_or(template, String::as_str)

@@ -117,7 +117,7 @@ async fn create(
     let template = state.server.config.e2b_template(&new.template_id).to_owned();
     // A code interpreter's port runs code: its sandbox's URLs are private unless asked
     // otherwise (the add-on sends the traffic token on every call once it has one).
-    let code_interpreter = state.server.config.e2b_templates.values().any(|t| *t == template);
+    let code_interpreter = state.server.config.is_e2b_code_interpreter(&template);
     let req = NewSandboxRequest {
         template,
         timeout_ms: Some(secs.saturating_mul(1000)),

@@ -294,8 +294,12 @@ async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
                 Ok(super::code::serve(state, &sandbox, req).await)
             }
             // Public too where the create asked for public URLs on a code interpreter (its
-            // default is private), as the add-on's port is on E2B.
-            _ if public && access.is_some() && port == lizard_api::code::CODE_SERVICE_PORT => {
+            // default is private), as the add-on's port is on E2B; never on another.
+            _ if public
+                && access.is_some()
+                && port == lizard_api::code::CODE_SERVICE_PORT
+                && state.server.config.is_e2b_code_interpreter(&sandbox.record.template) =>
+            {
                 Ok(super::code::serve(state, &sandbox, req).await)
             }
             Some(true) => forward(&sandbox, port, req).await,
