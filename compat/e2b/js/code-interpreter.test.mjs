@@ -5,36 +5,17 @@
 // (E2B_JS_CODE_INTERPRETER_VERSIONS) and sets the same variables as for the core tests.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { randomBytes } from 'node:crypto'
+import { forgetE2bEnv, scopedE2bEnv } from './setup.mjs'
 
-const API_URL = process.env.LIZARD_SDK_TEST_API_URL
-const OWNER_KEY = process.env.LIZARD_SDK_TEST_API_KEY
 let workspace
 let ci
 
-async function lizard(method, path, body) {
-  const res = await fetch(API_URL + path, {
-    method,
-    headers: { 'X-API-Key': OWNER_KEY, 'Content-Type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  })
-  return res.status === 204 ? null : res.json()
-}
-
 before(async () => {
-  const suffix = randomBytes(4).toString('hex')
-  workspace = await lizard('POST', '/v1/workspaces', { name: `e2b-ci-js-${suffix}` })
-  const project = await lizard('POST', '/v1/projects', { workspaceId: workspace.id, name: `ci-js-${suffix}` })
-  const key = await lizard('POST', '/v1/api-keys', { name: `e2b-ci-js-${suffix}`, projects: [project.id] })
-  process.env.E2B_API_URL = API_URL
-  process.env.E2B_SANDBOX_URL = `http://${process.env.LIZARD_SDK_TEST_PROXY}`
-  process.env.E2B_API_KEY = 'e2b_' + Buffer.from(key.key).toString('hex')
+  workspace = await scopedE2bEnv('e2b-ci-js')
   ci = await import('@e2b/code-interpreter')
 })
 
-after(async () => {
-  await lizard('DELETE', `/v1/workspaces/${workspace.id}?force=true`)
-})
+after(() => forgetE2bEnv(workspace))
 
 test('runCode streams, keeps state, returns a chart and errors; contexts; languages', async () => {
   const sbx = await ci.Sandbox.create()

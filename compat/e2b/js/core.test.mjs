@@ -4,37 +4,17 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
+import { forgetE2bEnv, scopedE2bEnv } from './setup.mjs'
 
-const API_URL = process.env.LIZARD_SDK_TEST_API_URL
-const OWNER_KEY = process.env.LIZARD_SDK_TEST_API_KEY
-const SANDBOX_URL = `http://${process.env.LIZARD_SDK_TEST_PROXY}`
 let workspace
 let e2b
 
-async function lizard(method, path, body) {
-  const res = await fetch(API_URL + path, {
-    method,
-    headers: { 'X-API-Key': OWNER_KEY, 'Content-Type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  })
-  return res.status === 204 ? null : res.json()
-}
-
 before(async () => {
-  const suffix = randomBytes(4).toString('hex')
-  workspace = await lizard('POST', '/v1/workspaces', { name: `e2b-js-${suffix}` })
-  const project = await lizard('POST', '/v1/projects', { workspaceId: workspace.id, name: `js-${suffix}` })
-  const key = await lizard('POST', '/v1/api-keys', { name: `e2b-js-${suffix}`, projects: [project.id] })
-  process.env.E2B_API_URL = API_URL
-  process.env.E2B_SANDBOX_URL = SANDBOX_URL
-  // E2B's form of the key (`e2b_` + hex), which some SDK versions insist on.
-  process.env.E2B_API_KEY = 'e2b_' + Buffer.from(key.key).toString('hex')
+  workspace = await scopedE2bEnv('e2b-js')
   e2b = await import('e2b')
 })
 
-after(async () => {
-  await lizard('DELETE', `/v1/workspaces/${workspace.id}?force=true`)
-})
+after(() => forgetE2bEnv(workspace))
 
 test('create, run with live output, files, kill', async () => {
   const sbx = await e2b.Sandbox.create({ metadata: { lang: 'js' } })

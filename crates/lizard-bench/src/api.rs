@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 /// One server with its own data directory.
 pub struct Bench {
-    pub(crate) base: String,
+    base: String,
     /// The sandbox-URL proxy's port (sandbox and service hosts).
     pub(crate) proxy_port: u16,
-    pub(crate) key: String,
+    key: String,
     pub(crate) client: reqwest::Client,
     runs: Runs,
     dir: tempfile::TempDir,
@@ -253,15 +253,7 @@ impl Bench {
         }));
         for i in 0..n {
             let t = Instant::now();
-            let created = self
-                .client
-                .post(format!("{}/v2/sandboxes", self.base))
-                .header("x-api-key", &self.key)
-                .json(&json!({"templateID": template, "timeout": 3600, "metadata": {"lizardProject": "bench"}}))
-                .send()
-                .await?;
-            ensure!(created.status() == 201, "E2B create: {}", created.text().await?);
-            let created: Value = created.json().await?;
+            let created = self.e2b_create(template).await?;
             let (id, token) = (created["sandboxID"].as_str().context("no id")?, created["envdAccessToken"].as_str());
             let ran = self
                 .client
@@ -278,19 +270,35 @@ impl Bench {
             e2b.push(ms(t.elapsed()));
             // "hi\n" in base64, in a data event.
             ensure!(String::from_utf8_lossy(&ran).contains("aGkK"), "E2B run: {}", String::from_utf8_lossy(&ran));
-            let killed = self
-                .client
-                .delete(format!("{}/sandboxes/{id}", self.base))
-                .header("x-api-key", &self.key)
-                .send()
-                .await?;
-            ensure!(killed.status() == 204, "E2B kill: {}", killed.status());
+            self.e2b_kill(id).await?;
             own.extend(self.creates(template, 1, "API restored create (beside E2B's)").await?);
             if (i + 1) % 10 == 0 || i + 1 == n {
                 eprintln!("E2B create {}/{n}: last {:.0} ms", i + 1, e2b[i]);
             }
         }
         Ok((e2b, own))
+    }
+
+    /// An E2B create (`POST /v2/sandboxes`) of `template` in the bench's project: the
+    /// answer (id and tokens).
+    pub(crate) async fn e2b_create(&self, template: &str) -> Result<Value> {
+        let created = self
+            .client
+            .post(format!("{}/v2/sandboxes", self.base))
+            .header("x-api-key", &self.key)
+            .json(&json!({"templateID": template, "timeout": 3600, "metadata": {"lizardProject": "bench"}}))
+            .send()
+            .await?;
+        ensure!(created.status() == 201, "E2B create: {}", created.text().await?);
+        Ok(created.json().await?)
+    }
+
+    /// An E2B kill (`DELETE /sandboxes/{id}`).
+    pub(crate) async fn e2b_kill(&self, id: &str) -> Result<()> {
+        let killed =
+            self.client.delete(format!("{}/sandboxes/{id}", self.base)).header("x-api-key", &self.key).send().await?;
+        ensure!(killed.status() == 204, "E2B kill: {}", killed.status());
+        Ok(())
     }
 
     /// create → first `echo hi` returns, `n` times (each sandbox killed after).

@@ -57,17 +57,12 @@ impl Bench {
     /// `/execute`, then to a matplotlib chart's PNG.
     pub async fn e2b_first_run_code(&self, n: usize) -> Result<E2bCodeTimes> {
         let mut times = E2bCodeTimes { create_to_result: vec![], chart: vec![] };
+        // The first create of a template makes its snapshot: not what is measured.
+        let first = self.e2b_create("code-interpreter-v1").await?;
+        self.e2b_kill(first["sandboxID"].as_str().unwrap_or_default()).await?;
         for i in 0..n {
             let t = Instant::now();
-            let created = self
-                .client
-                .post(format!("{}/v2/sandboxes", self.base))
-                .header("x-api-key", &self.key)
-                .json(&json!({"templateID": "code-interpreter-v1", "metadata": {"lizardProject": "bench"}}))
-                .send()
-                .await?;
-            ensure!(created.status() == 201, "E2B create: {}", created.text().await?);
-            let created: serde_json::Value = created.json().await?;
+            let created = self.e2b_create("code-interpreter-v1").await?;
             let id = created["sandboxID"].as_str().unwrap_or_default().to_owned();
             let traffic = created["trafficAccessToken"].as_str().unwrap_or_default().to_owned();
             let execute = |code: &'static str| {
@@ -86,13 +81,7 @@ impl Bench {
             let out = execute(CHART).await?.text().await?;
             times.chart.push(ms(t.elapsed()));
             ensure!(out.contains(r#""png":"iVBOR"#), "no PNG in {out}");
-            let killed = self
-                .client
-                .delete(format!("{}/sandboxes/{id}", self.base))
-                .header("x-api-key", &self.key)
-                .send()
-                .await?;
-            ensure!(killed.status() == 204, "E2B kill: {}", killed.status());
+            self.e2b_kill(&id).await?;
             eprintln!(
                 "E2B create → first /execute {}/{n}: {:.0} ms, then a chart {:.0} ms",
                 i + 1,

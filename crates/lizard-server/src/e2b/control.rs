@@ -137,7 +137,12 @@ async fn create(
         resume_on_request: new.auto_resume.is_some_and(|a| a.enabled),
     };
     let info = create_in(&state, &p, project, req, urls).await?;
-    let access = access_of(&state, &info.sandbox_id).await?;
+    // The rule just stored, from the token the create answered (no read back).
+    let access = info.access_token.as_deref().map(|token| SandboxAccess {
+        token_hash: crate::proxy::access::hash(token).to_vec(),
+        urls_public: urls.public,
+        resume_on_request: urls.resume_on_request,
+    });
     Ok((StatusCode::CREATED, Json(answer(&state, &info.template, &info.sandbox_id, access.as_ref()))))
 }
 
