@@ -52,6 +52,11 @@ pub struct CreateSandboxRequest {
     /// Id of a volume on this node to mount at `/workspace` (one sandbox at a time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume: Option<String>,
+    /// Start from this sandbox snapshot of the node instead of `template`: its processes,
+    /// memory, files, shape and environment (`env` is added to it); the network fields
+    /// replace its policy when any is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
 }
 
 impl CreateSandboxRequest {

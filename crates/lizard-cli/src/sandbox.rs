@@ -173,6 +173,7 @@ pub fn local_create_request(a: &CreateArgs) -> Result<CreateSandboxRequest> {
         allow_out: a.allow_out.clone(),
         deny_out: a.deny_out.clone(),
         volume: None,
+        snapshot: None,
     })
 }
 

@@ -222,9 +222,16 @@ pub enum NodeError {
     /// A volume of that id exists already.
     #[error("volume {volume} already exists on this node")]
     VolumeExists { volume: String },
-    /// A sandbox with a volume cannot be copied: one writer per volume.
-    #[error("sandbox {id} has a volume, which only one sandbox may use at a time: it cannot be forked")]
+    /// A sandbox with a volume cannot be copied (forked or saved as a snapshot): one
+    /// writer per volume.
+    #[error("sandbox {id} has a volume, which only one sandbox may use at a time: it cannot be forked or snapshotted")]
     ForkWithVolume { id: String },
+    /// No sandbox snapshot of that id on this node.
+    #[error("snapshot {id} not found")]
+    SandboxSnapshotNotFound { id: String },
+    /// A start from a sandbox snapshot asked for what a snapshot's sandboxes cannot have.
+    #[error("{0}")]
+    SnapshotRequest(String),
     /// The guest did not come up.
     #[error("sandbox did not boot: {0}")]
     Boot(#[from] BootError),
@@ -254,7 +261,7 @@ pub enum NodeError {
     TemplateNotFound { name: String },
     /// Sandboxes (running or paused) are made from the template, or creates or builds
     /// under way use it.
-    #[error("template {name} is in use by {users} sandbox(es) or build(s): delete them first")]
+    #[error("template {name} is in use by {users} sandbox(es), snapshot(s) or build(s): delete them first")]
     TemplateInUse { name: String, users: usize },
     /// A template build failed.
     #[error(transparent)]
@@ -315,6 +322,7 @@ impl NodeError {
             | NodeError::BadNetworkPolicy(_)
             | NodeError::ExecCommand
             | NodeError::EmptyArgv
+            | NodeError::SnapshotRequest(_)
             | NodeError::BadVolumeId { .. }
             | NodeError::UnknownVolume { .. }
             // The request asks for more than the node can hold: a smaller size fits.
@@ -325,7 +333,8 @@ impl NodeError {
             NodeError::NotFound { .. }
             | NodeError::Ended { .. }
             | NodeError::VmStopped { .. }
-            | NodeError::TemplateNotFound { .. } => ErrorCode::NotFound,
+            | NodeError::TemplateNotFound { .. }
+            | NodeError::SandboxSnapshotNotFound { .. } => ErrorCode::NotFound,
             NodeError::Paused { .. }
             | NodeError::VolumeInUse { .. }
             | NodeError::VolumeExists { .. }

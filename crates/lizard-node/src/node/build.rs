@@ -447,7 +447,8 @@ impl Node {
             // counted here) or finds the template gone.
             let claims = self.template_claims.lock().expect("template claims poisoned");
             let users = self.sandboxes().values().filter(|s| s.template == template_ref).count()
-                + claims.get(template_ref).copied().unwrap_or(0);
+                + claims.get(template_ref).copied().unwrap_or(0)
+                + self.sandbox_snapshots_of(template_ref);
             if users > 0 {
                 return Err(NodeError::TemplateInUse { name: template_ref.to_owned(), users });
             }

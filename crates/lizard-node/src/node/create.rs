@@ -60,7 +60,10 @@ impl Node {
         created.map_err(|e| e.or_disk_full("make a sandbox", &data_dir))
     }
 
-    async fn create_now(self: &Arc<Self>, req: CreateSandboxRequest) -> Result<Arc<Sandbox>> {
+    async fn create_now(self: &Arc<Self>, mut req: CreateSandboxRequest) -> Result<Arc<Sandbox>> {
+        if let Some(snapshot) = req.snapshot.take() {
+            return self.create_from_snapshot(&snapshot, req).await;
+        }
         // Checked before anything is made (create_with makes the network from it).
         let policy = req.network_policy().parse().map_err(NodeError::BadNetworkPolicy)?;
         let _under_way = self.pool.create_under_way();

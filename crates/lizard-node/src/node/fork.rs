@@ -14,7 +14,7 @@ use crate::sandbox::{self, Identity, Live, Sandbox, State};
 use crate::vm::{self, Machine};
 use crate::{NodeError, Result};
 use lizard_agent_proto::handshake::Secret;
-use lizard_vmm::DeltaSnapshot;
+use lizard_vmm::{DeltaSnapshot, Vm};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,15 +23,37 @@ use std::sync::Arc;
 pub const MAX_FORKS: u32 = 16;
 
 /// The source VM as saved for its copies.
-enum SourceSave {
+pub(super) enum SourceSave {
     /// Device state and all of memory (a cold-booted source).
     Full(PathBuf),
     /// What a copy-on-write source changed over its base.
     Delta(DeltaSnapshot),
 }
 
+/// A saved source's frozen disk: its copies' machine, their layers (the new one last)
+/// and that new layer.
+pub(super) struct Frozen {
+    pub machine: Machine,
+    pub layers: Vec<PathBuf>,
+    pub layer: PathBuf,
+}
+
 impl SourceSave {
-    fn remove(&self) {
+    /// Where `vm`'s save goes: in `dir`, its files named `prefix` + `state` (all of
+    /// memory, for a source whose memory is its own file) or + `delta` and `devices` (what
+    /// a copy-on-write clone changed over its base).
+    pub(super) fn of(vm: &dyn Vm, own_memory: bool, dir: &Path, prefix: &str) -> SourceSave {
+        match vm.memory_base() {
+            Some(base) if !own_memory => SourceSave::Delta(DeltaSnapshot {
+                base: base.to_path_buf(),
+                delta: dir.join(format!("{prefix}delta")),
+                devices: dir.join(format!("{prefix}devices")),
+            }),
+            _ => SourceSave::Full(dir.join(format!("{prefix}state"))),
+        }
+    }
+
+    pub(super) fn remove(&self) {
         let files = match self {
             SourceSave::Full(state) => vec![state],
             SourceSave::Delta(d) => vec![&d.delta, &d.devices],
@@ -62,64 +84,19 @@ impl Node {
         self.check_disk_headroom()?;
         // Held until the copies are in the map (and counted there) or failed.
         let _reservation = self.reserve(count, source.vcpus, source.memory_mib)?;
-        let old_top = source.state().config.root_disk.clone();
         if source.volume.is_some() {
             return Err(NodeError::ForkWithVolume { id: source.id.clone() });
         }
         let layers_dir = self.layers_dir();
-        std::fs::create_dir_all(&layers_dir).map_err(|e| NodeError::io("create the layers dir", e))?;
         let token = sandbox::new_id();
-        let layer = layers_dir.join(format!("{token}.qcow2"));
-        let new_top = source.run_dir.join(format!("root-{token}.qcow2"));
-        let vm = live.vm();
-        let save = match vm.memory_base() {
-            Some(base) if !source.state().own_memory => SourceSave::Delta(DeltaSnapshot {
-                base: base.to_path_buf(),
-                delta: layers_dir.join(format!("{token}.delta")),
-                devices: layers_dir.join(format!("{token}.devices")),
-            }),
-            _ => SourceSave::Full(layers_dir.join(format!("{token}.state"))),
-        };
+        let save = SourceSave::of(live.vm(), source.state().own_memory, &layers_dir, &format!("{token}."));
+        let frozen = self.freeze_and_save(source, &live, &token, &save).await?;
 
-        // Freeze the disk and save the VM at one instant (vCPUs stopped), then let the
-        // source go on in a new overlay.
-        let t = std::time::Instant::now();
-        vm.pause().await?;
-        let frozen: Result<()> = async {
-            std::fs::hard_link(&old_top, &layer).map_err(|e| NodeError::io("link the frozen disk", e))?;
-            vm::create_overlay(&layer, "qcow2", &new_top).await?;
-            vm.freeze_disk(&new_top).await?;
-            match &save {
-                SourceSave::Full(state) => vm.save_all(state).await?,
-                SourceSave::Delta(d) => drop(vm.save_delta(&d.delta, &d.devices).await?),
-            }
-            Ok(())
-        }
+        let copies = futures_util::future::join_all(
+            (0..count)
+                .map(|_| self.fork_one(Identity::fork_of(source, sandbox::new_id()), &source.secret, &frozen, &save)),
+        )
         .await;
-        let resumed = vm.resume().await;
-        if let Err(e) = frozen.and(resumed.map_err(NodeError::from)) {
-            for f in [&layer, &new_top] {
-                let _ = std::fs::remove_file(f);
-            }
-            save.remove();
-            return Err(e);
-        }
-        tracing::debug!(id = %source.id, saved = ?t.elapsed(), "fork source saved");
-        let (base, layers) = {
-            let mut st = source.state();
-            st.config.root_disk = new_top;
-            st.layers.push(layer.clone());
-            (Machine::of(&st.config), st.layers.clone())
-        };
-        // The source's old overlay lives on as the layer (same file), read-only to every
-        // VMM from here on: root's, whichever VMM uid wrote it.
-        let _ = std::os::unix::fs::chown(&layer, Some(0), Some(0));
-        let _ = std::fs::remove_file(&old_top);
-        source.write_record(&self.seal, crate::sandbox::Durability::Synced)?;
-
-        let copies =
-            futures_util::future::join_all((0..count).map(|_| self.fork_one(source, &base, &layers, &layer, &save)))
-                .await;
         save.remove();
         let mut made = Vec::with_capacity(copies.len());
         let mut failure = None;
@@ -139,43 +116,96 @@ impl Node {
         Ok(made)
     }
 
-    /// One copy for [`Node::fork`]: a new overlay on the frozen `layer`, the source's save
-    /// (a full one loaded into a memory file of its own, or a delta over the source's base
-    /// mapped copy-on-write), a network of its own with the source's policy, and a new
-    /// identity.
-    async fn fork_one(
-        self: &Arc<Self>,
+    /// Freeze `source`'s root disk into a new layer (`<data>/layers/<token>.qcow2`) and
+    /// write `save` of its VM at one instant (vCPUs stopped); the source then goes on in
+    /// a new overlay above the layer. Call under the source's transition lock.
+    pub(super) async fn freeze_and_save(
+        &self,
         source: &Sandbox,
-        machine: &Machine,
-        layers: &[PathBuf],
-        layer: &Path,
+        live: &Live,
+        token: &str,
+        save: &SourceSave,
+    ) -> Result<Frozen> {
+        let layers_dir = self.layers_dir();
+        std::fs::create_dir_all(&layers_dir).map_err(|e| NodeError::io("create the layers dir", e))?;
+        let old_top = source.state().config.root_disk.clone();
+        let layer = layers_dir.join(format!("{token}.qcow2"));
+        let new_top = source.run_dir.join(format!("root-{token}.qcow2"));
+        let vm = live.vm();
+        let t = std::time::Instant::now();
+        vm.pause().await?;
+        let frozen: Result<()> = async {
+            std::fs::hard_link(&old_top, &layer).map_err(|e| NodeError::io("link the frozen disk", e))?;
+            vm::create_overlay(&layer, "qcow2", &new_top).await?;
+            vm.freeze_disk(&new_top).await?;
+            match save {
+                SourceSave::Full(state) => vm.save_all(state).await?,
+                SourceSave::Delta(d) => drop(vm.save_delta(&d.delta, &d.devices).await?),
+            }
+            Ok(())
+        }
+        .await;
+        let resumed = vm.resume().await;
+        if let Err(e) = frozen.and(resumed.map_err(NodeError::from)) {
+            for f in [&layer, &new_top] {
+                let _ = std::fs::remove_file(f);
+            }
+            save.remove();
+            return Err(e);
+        }
+        tracing::debug!(id = %source.id, saved = ?t.elapsed(), "source saved");
+        let (machine, layers) = {
+            let mut st = source.state();
+            st.config.root_disk = new_top;
+            st.layers.push(layer.clone());
+            (Machine::of(&st.config), st.layers.clone())
+        };
+        // The source's old overlay lives on as the layer (same file), read-only to every
+        // VMM from here on: root's, whichever VMM uid wrote it.
+        let _ = std::os::unix::fs::chown(&layer, Some(0), Some(0));
+        let _ = std::fs::remove_file(&old_top);
+        source.write_record(&self.seal, crate::sandbox::Durability::Synced)?;
+        Ok(Frozen { machine, layers, layer })
+    }
+
+    /// One copy of a saved source (a fork's, or a sandbox snapshot's) as the sandbox
+    /// `who`: a new overlay on the frozen layer, the save (a full one loaded into a memory
+    /// file of its own, or a delta over the source's base mapped copy-on-write), a network
+    /// of its own with `who`'s policy, and a new identity given through a handshake with
+    /// the saved guest's `source_secret`.
+    pub(super) async fn fork_one(
+        self: &Arc<Self>,
+        who: Identity,
+        source_secret: &Secret,
+        frozen: &Frozen,
         save: &SourceSave,
     ) -> Result<Arc<Sandbox>> {
-        let id = sandbox::new_id();
+        let id = who.id.clone();
         let secret = Secret::generate();
         let run_dir = self.sandboxes_dir().join(&id);
         // Dropped (removed) if the copy fails.
-        let net = self.attach_network(&source.network_policy()).await?;
-        // The source has no volume (it could not be forked): a placeholder of its own.
-        let config = vm::sandbox_vm(&id, run_dir.clone(), machine, None, net.as_ref().map(|n| n.attachment()));
+        let net = self.attach_network(&who.network_policy).await?;
+        // A copy has no volume (a source with one cannot be saved): a placeholder of its own.
+        let config = vm::sandbox_vm(&id, run_dir.clone(), &frozen.machine, None, net.as_ref().map(|n| n.attachment()));
         let deadline = self.config.boot_timeout;
         let backend = self.backend.as_ref();
+        let layer = &frozen.layer;
         // Copies restore like creates, a few at a time: all at once on a small host, each
         // handshake outlasts the node's first wait for it and costs a retry.
         let permit = self.restore_permit().await;
         let (launched, own_memory) = match save {
             SourceSave::Full(state) => {
-                (vm::load_copy(backend, &config, layer, state, &source.secret, &secret, deadline).await, true)
+                (vm::load_copy(backend, &config, layer, state, source_secret, &secret, deadline).await, true)
             }
             SourceSave::Delta(d) => {
-                (vm::delta_copy(backend, &config, layer, d, &source.secret, &secret, deadline).await, false)
+                (vm::delta_copy(backend, &config, layer, d, source_secret, &secret, deadline).await, false)
             }
         };
         drop(permit);
         let started = launched.map(|launched| {
             let live = Some(Arc::new(Live::new(launched)));
-            let state = State { live, config, own_memory, layers: layers.to_vec() };
-            Sandbox::new(Identity::fork_of(source, id), secret, state)
+            let state = State { live, config, own_memory, layers: frozen.layers.clone() };
+            Sandbox::new(who, secret, state)
         });
         // On failure the network is dropped with the closure, which removes it.
         let started = started.inspect(|s| s.set_network(net));
@@ -195,6 +225,8 @@ impl Node {
     }
 
     pub(super) fn layers_in_use(&self) -> HashSet<PathBuf> {
-        self.sandboxes().values().flat_map(|s| s.state().layers.clone()).collect()
+        let mut in_use: HashSet<PathBuf> = self.sandboxes().values().flat_map(|s| s.state().layers.clone()).collect();
+        in_use.extend(self.sandbox_snapshot_layers());
+        in_use
     }
 }

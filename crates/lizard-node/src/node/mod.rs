@@ -9,6 +9,7 @@
 //! - [`pool`]: machines made ahead of demand (pre-spawned VMMs, warm pools).
 //! - [`kept`]: paused sandboxes' stopped VMMs, kept a while for a quick resume.
 //! - [`fork`]: copies of a running sandbox, and the frozen disk layers they share.
+//! - [`sandbox_snapshots`]: running sandboxes saved under an id, to start sandboxes from later.
 //! - [`restart`]: what a node takes back from, or sweeps after, an earlier node process.
 //! - [`volumes`]: volume disks and which sandbox holds each.
 //! - [`build`]: building templates from recipes in microVMs, and deleting them.
@@ -22,11 +23,13 @@ mod kept;
 mod lifecycle;
 mod pool;
 mod restart;
+mod sandbox_snapshots;
 mod snapshot_gc;
 mod volumes;
 
 pub use build::{BuildTemplate, BuiltTemplate};
 pub use fork::MAX_FORKS;
+pub use sandbox_snapshots::SandboxSnapshotInfo;
 
 use crate::assets::Assets;
 use crate::error::EndReason;
@@ -97,6 +100,8 @@ pub struct Node {
     seal: crate::sealed::SealKey,
     /// Whether VMMs run jailed, and admission by CPUs and memory.
     confinement: crate::confine::Confinement,
+    /// Starts from sandbox snapshots read them; a snapshot's delete waits for them.
+    sandbox_snapshot_use: tokio::sync::RwLock<()>,
 }
 
 /// A create or build under way that uses a template (released on drop).
@@ -220,6 +225,7 @@ impl Node {
             restores: tokio::sync::Semaphore::new(config.max_concurrent_restores.max(1)),
             seal,
             confinement,
+            sandbox_snapshot_use: tokio::sync::RwLock::new(()),
             config,
         });
         node.take_back_or_sweep().await;

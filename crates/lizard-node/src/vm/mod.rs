@@ -22,7 +22,7 @@ pub(crate) use launch::{
     spawn_clone, Launched,
 };
 pub(crate) use qcow2::backing_file;
-pub(crate) use run_dir::{vmm_pid_of, PLACEHOLDER_DISK, STAGING_DISK};
-pub(crate) use saved::{discard_saved, saved_form};
+pub(crate) use run_dir::{vmm_pid_of, write_secret, PLACEHOLDER_DISK, STAGING_DISK};
+pub(crate) use saved::{discard_saved, link_base, saved_form, BASE_MEMORY};
 
 pub use crate::error::{BootCause, BootError};

@@ -364,3 +364,76 @@ async fn a_paused_sandbox_survives_a_node_restart() {
     node.shutdown().await;
     common::assert_no_leftovers(t.dir.path());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_snapshot_starts_sandboxes_after_its_source_and_the_node_are_gone() {
+    let t = common::node().await;
+    let env = [("FROM".to_string(), "source".to_string()), ("KEPT".to_string(), "yes".to_string())].into();
+    let src = t.node.create(CreateSandboxRequest { template: "base".into(), env, ..Default::default() }).await.unwrap();
+    run(&src, COUNTER).await;
+    run(&src, "echo original > /root/a.txt").await;
+    let before = counter(&src).await;
+    assert_eq!(t.node.snapshot_sandbox("nope").await.unwrap_err().code(), ErrorCode::NotFound);
+    let snap = t.node.snapshot_sandbox(&src.id).await.unwrap();
+    assert_eq!((snap.source.as_str(), snap.template.as_str()), (src.id.as_str(), "base"));
+    assert_eq!(t.node.sandbox_snapshots(), vec![snap.clone()]);
+    // The source runs on, on a disk of its own.
+    assert_counter_runs_on(&src, before).await;
+    run(&src, "echo changed > /root/a.txt").await;
+    t.node.kill(&src.id).await.unwrap();
+    drop(src);
+
+    // A new node process on the same directory still has the snapshot.
+    t.node.shutdown().await;
+    let node = lizard_node::Node::start(t.node.config().clone()).await.unwrap();
+    assert_eq!(node.sandbox_snapshots(), vec![snap.clone()]);
+    let from = |snapshot: &str| CreateSandboxRequest { snapshot: Some(snapshot.into()), ..Default::default() };
+    // What a snapshot's sandboxes cannot have is refused, and nothing is started.
+    assert_eq!(node.create(from("nope")).await.unwrap_err().code(), ErrorCode::NotFound);
+    assert_eq!(node.create(from("../sandboxes")).await.unwrap_err().code(), ErrorCode::NotFound);
+    let bigger = CreateSandboxRequest { vcpus: Some(snap.vcpus + 1), ..from(&snap.id) };
+    assert_eq!(node.create(bigger).await.unwrap_err().code(), ErrorCode::InvalidArgument);
+    let volume = CreateSandboxRequest { volume: Some("v".into()), ..from(&snap.id) };
+    assert_eq!(node.create(volume).await.unwrap_err().code(), ErrorCode::InvalidArgument);
+    assert!(node.list().is_empty());
+
+    let env = [("FROM".to_string(), "create".to_string())].into();
+    let metadata = [("k".to_string(), "v".to_string())].into();
+    let copies = [
+        node.create(CreateSandboxRequest { env, metadata, ..from(&snap.id) }).await.unwrap(),
+        node.create(from(&snap.id)).await.unwrap(),
+    ];
+    assert_ne!(copies[0].id, copies[1].id);
+    assert_eq!(copies[0].metadata.get("k").map(String::as_str), Some("v"));
+    for copy in &copies {
+        assert_eq!(copy.template, "base");
+        // The processes and files of the moment it was taken, under a name of its own.
+        assert_counter_runs_on(copy, before).await;
+        assert_eq!(run(copy, "cat /root/a.txt").await, "original\n");
+        assert_eq!(run(copy, "hostname").await.trim(), copy.id);
+        assert_eq!(run(copy, "echo $KEPT").await, "yes\n");
+    }
+    assert_eq!(run(&copies[0], "echo $FROM").await, "create\n");
+    assert_eq!(run(&copies[1], "echo $FROM").await, "source\n");
+    run(&copies[0], "echo copy > /root/a.txt").await;
+    assert_eq!(run(&copies[1], "cat /root/a.txt").await, "original\n");
+
+    // Deleted, it starts nothing more; its sandboxes run on, pause and resume.
+    node.delete_sandbox_snapshot(&snap.id).await.unwrap();
+    assert_eq!(node.delete_sandbox_snapshot(&snap.id).await.unwrap_err().code(), ErrorCode::NotFound);
+    assert_eq!(node.create(from(&snap.id)).await.unwrap_err().code(), ErrorCode::NotFound);
+    assert!(node.sandbox_snapshots().is_empty());
+    node.pause(&copies[1].id).await.unwrap();
+    node.resume(&copies[1].id).await.unwrap();
+    assert_eq!(run(&copies[1], "cat /root/a.txt").await, "original\n");
+    for copy in &copies {
+        node.kill(&copy.id).await.unwrap();
+    }
+    let data = t.node.config().data_dir.clone();
+    let layers: Vec<_> = std::fs::read_dir(data.join("layers")).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(layers.is_empty(), "layers left behind: {layers:?}");
+    let kept: Vec<_> = std::fs::read_dir(data.join("sandbox-snapshots")).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(kept.is_empty(), "snapshot files left behind: {kept:?}");
+    node.shutdown().await;
+    common::assert_no_leftovers(t.dir.path());
+}

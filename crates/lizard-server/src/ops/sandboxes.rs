@@ -194,6 +194,7 @@ async fn create_now(state: &AppState, spec: NewSandboxSpec) -> ApiResult<LiveSan
         allow_out: spec.allow_out,
         deny_out: spec.deny_out,
         volume: attachment.as_ref().map(|a| a.volume.id.clone()),
+        snapshot: None,
     };
     let mut created = Err(AppError::new(lizard_api::ErrorCode::Unavailable, "no node to create the sandbox on"));
     for (node_id, node) in candidates {
