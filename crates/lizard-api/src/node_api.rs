@@ -27,6 +27,20 @@ pub struct VolumeHolder {
     pub sandbox_id: Option<String>,
 }
 
+/// A sandbox snapshot on a node: a running sandbox saved under an id of its own, which
+/// a create names in `snapshot` to start from.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSandboxSnapshot {
+    pub id: String,
+    /// The sandbox it was taken of.
+    pub source: String,
+    /// The template that sandbox was made from.
+    pub template: String,
+    pub vcpus: u32,
+    pub memory_mib: u32,
+}
+
 /// `GET /v1/node/templates/builtin`: one template built into the node.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]

@@ -183,6 +183,8 @@ pub mod path {
     pub const NODE_BUILTIN_TEMPLATES: &str = "/v1/node/templates/builtin";
     pub const NODE_TEMPLATE: &str = "/v1/node/templates/{ref}";
     pub const NODE_PORT: &str = "/v1/node/sandboxes/{id}/ports/{port}";
+    pub const NODE_SANDBOX_SNAPSHOTS: &str = "/v1/node/sandboxes/{id}/snapshots";
+    pub const NODE_SNAPSHOT: &str = "/v1/node/snapshots/{id}";
 }
 
 const fn route(
@@ -726,6 +728,12 @@ pub mod node {
     /// `Connection: upgrade`, `Upgrade: lizard-tunnel`: after 101, the connection carries
     /// raw bytes to and from the guest's port (on the guest's loopback).
     pub const CONNECT_PORT: Route = route(Get, path::NODE_PORT, Empty, 101, Bytes, VM_ERRORS);
+    /// Save a running sandbox as a snapshot ([`crate::node_api::NodeSandboxSnapshot`]); a
+    /// create naming it in `snapshot` starts from it.
+    pub const SNAPSHOT_SANDBOX: Route =
+        create(path::NODE_SANDBOX_SNAPSHOTS, Empty, Json("NodeSandboxSnapshot"), VM_ERRORS);
+    /// Sandboxes started from the snapshot keep what they need.
+    pub const DELETE_SNAPSHOT: Route = delete(path::NODE_SNAPSHOT, &[NotFound]);
 
     /// The routes a node serves that the control plane does not.
     pub const NODE_ONLY: &[Route] = &[
@@ -736,6 +744,8 @@ pub mod node {
         BUILTIN_TEMPLATES,
         DELETE_TEMPLATE,
         CONNECT_PORT,
+        SNAPSHOT_SANDBOX,
+        DELETE_SNAPSHOT,
     ];
 
     /// The `Upgrade` protocol of [`CONNECT_PORT`].
@@ -780,6 +790,8 @@ pub mod node {
         BUILTIN_TEMPLATES,
         DELETE_TEMPLATE,
         CONNECT_PORT,
+        SNAPSHOT_SANDBOX,
+        DELETE_SNAPSHOT,
     ];
 }
 

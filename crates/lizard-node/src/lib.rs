@@ -55,6 +55,6 @@ pub use config::{
 pub use error::{BootCause, BootError, BuildError, EndReason, NodeError, Result, SnapshotError, StartError};
 pub use lizard_agent_client::WriteOptions;
 pub use lizard_vmm::Accel;
-pub use node::{BuildTemplate, BuiltTemplate, Node, SandboxSnapshotInfo, MAX_FORKS};
+pub use node::{BuildTemplate, BuiltTemplate, Node, MAX_FORKS};
 pub use sandbox::{Live, ProcessFrameStream, Sandbox, TransferStats};
 pub use start::START_LOG;

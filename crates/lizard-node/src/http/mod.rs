@@ -104,6 +104,8 @@ pub fn router(node: Arc<Node>) -> Router {
         .route(table::BUILTIN_TEMPLATES.path, serve(&table::BUILTIN_TEMPLATES, templates::builtin))
         .route(table::DELETE_TEMPLATE.path, serve(&table::DELETE_TEMPLATE, templates::delete))
         .route(table::CONNECT_PORT.path, serve(&table::CONNECT_PORT, tunnel::connect))
+        .route(table::SNAPSHOT_SANDBOX.path, serve(&table::SNAPSHOT_SANDBOX, snapshot))
+        .route(table::DELETE_SNAPSHOT.path, serve(&table::DELETE_SNAPSHOT, delete_snapshot))
         .fallback(no_route)
         .with_state(node)
 }
@@ -198,6 +200,18 @@ async fn fork(
     let req: lizard_api::ForkRequest = parse_json(&body)?;
     let copies = node.fork(&id, req.count).await?;
     Ok((StatusCode::CREATED, Json(copies.iter().map(|s| s.info()).collect())))
+}
+
+async fn snapshot(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<lizard_api::node_api::NodeSandboxSnapshot>)> {
+    Ok((StatusCode::CREATED, Json(node.snapshot_sandbox(&id).await?)))
+}
+
+async fn delete_snapshot(State(node): State<Arc<Node>>, Path(id): Path<String>) -> Result<StatusCode> {
+    node.delete_sandbox_snapshot(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[derive(Deserialize)]

@@ -29,7 +29,6 @@ mod volumes;
 
 pub use build::{BuildTemplate, BuiltTemplate};
 pub use fork::MAX_FORKS;
-pub use sandbox_snapshots::SandboxSnapshotInfo;
 
 use crate::assets::Assets;
 use crate::error::EndReason;

@@ -22,6 +22,7 @@ use crate::vm::{self, Machine};
 use crate::{NodeError, Result};
 use lizard_agent_proto::handshake::Secret;
 use lizard_api::network::NetworkPolicy;
+use lizard_api::node_api::NodeSandboxSnapshot;
 use lizard_api::CreateSandboxRequest;
 use lizard_vmm::{Accel, DeltaSnapshot};
 use serde::{Deserialize, Serialize};
@@ -58,19 +59,9 @@ struct Record {
     created_at_ms: u64,
 }
 
-/// A sandbox snapshot as the node describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SandboxSnapshotInfo {
-    pub id: String,
-    pub source: String,
-    pub template: String,
-    pub vcpus: u32,
-    pub memory_mib: u32,
-}
-
 impl Record {
-    fn info(&self) -> SandboxSnapshotInfo {
-        SandboxSnapshotInfo {
+    fn info(&self) -> NodeSandboxSnapshot {
+        NodeSandboxSnapshot {
             id: self.id.clone(),
             source: self.source.clone(),
             template: self.template.clone(),
@@ -162,13 +153,13 @@ impl Node {
     }
 
     /// The node's snapshots.
-    pub fn sandbox_snapshots(&self) -> Vec<SandboxSnapshotInfo> {
+    pub fn sandbox_snapshots(&self) -> Vec<NodeSandboxSnapshot> {
         self.sandbox_snapshot_records().iter().map(Record::info).collect()
     }
 
     /// Save running sandbox `id` as a new snapshot; it runs on. A sandbox with a volume
     /// cannot be saved (one writer per volume).
-    pub async fn snapshot_sandbox(self: &Arc<Self>, id: &str) -> Result<SandboxSnapshotInfo> {
+    pub async fn snapshot_sandbox(self: &Arc<Self>, id: &str) -> Result<NodeSandboxSnapshot> {
         let source = self.get(id)?;
         let node = self.clone();
         let data_dir = self.config.data_dir.clone();
@@ -176,7 +167,7 @@ impl Node {
         made.map_err(|e| e.or_disk_full("save the sandbox", &data_dir))
     }
 
-    async fn snapshot_now(self: &Arc<Self>, source: &Arc<Sandbox>) -> Result<SandboxSnapshotInfo> {
+    async fn snapshot_now(self: &Arc<Self>, source: &Arc<Sandbox>) -> Result<NodeSandboxSnapshot> {
         let _transition = source.transition.lock().await;
         self.get(&source.id)?;
         let live = source.live()?;

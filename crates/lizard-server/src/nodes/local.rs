@@ -226,4 +226,12 @@ impl NodeClient for LocalNode {
     async fn delete_template(&self, template_ref: &str) -> NodeResult<()> {
         self.0.delete_template(template_ref).await.map_err(api)
     }
+
+    async fn snapshot_sandbox(&self, id: &str) -> NodeResult<lizard_api::node_api::NodeSandboxSnapshot> {
+        self.0.snapshot_sandbox(id).await.map_err(api)
+    }
+
+    async fn delete_snapshot(&self, id: &str) -> NodeResult<()> {
+        self.0.delete_sandbox_snapshot(id).await.map_err(api)
+    }
 }

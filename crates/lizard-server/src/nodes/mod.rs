@@ -185,6 +185,12 @@ pub trait NodeClient: Send + Sync + 'static {
     /// Forget a built template and the layers no other template uses; 409 while a
     /// sandbox uses it.
     async fn delete_template(&self, template_ref: &str) -> NodeResult<()>;
+
+    /// Save running sandbox `id` as a snapshot of this node; a create whose request names
+    /// it in `snapshot` starts from it.
+    async fn snapshot_sandbox(&self, id: &str) -> NodeResult<lizard_api::node_api::NodeSandboxSnapshot>;
+    /// Delete a snapshot (its sandboxes keep what they need).
+    async fn delete_snapshot(&self, id: &str) -> NodeResult<()>;
 }
 
 /// Builds the client of a remote node (the lead installs `RemoteNode::new` here): an

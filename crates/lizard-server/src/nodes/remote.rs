@@ -301,6 +301,14 @@ impl NodeClient for RemoteNode {
     async fn delete_template(&self, template_ref: &str) -> NodeResult<()> {
         self.channel.unit(&Call::new(&table::DELETE_TEMPLATE, &[template_ref]).head_timeout(Some(SLOW)), NO_BODY).await
     }
+
+    async fn snapshot_sandbox(&self, id: &str) -> NodeResult<lizard_api::node_api::NodeSandboxSnapshot> {
+        self.channel.json(&Call::new(&table::SNAPSHOT_SANDBOX, &[id]).head_timeout(Some(SLOW)), NO_BODY).await
+    }
+
+    async fn delete_snapshot(&self, id: &str) -> NodeResult<()> {
+        self.channel.unit(&Call::new(&table::DELETE_SNAPSHOT, &[id]), NO_BODY).await
+    }
 }
 
 /// Builds [`RemoteNode`]s for the server's [`super::Nodes`]: how a replica reaches the

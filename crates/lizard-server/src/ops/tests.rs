@@ -215,6 +215,12 @@ impl NodeClient for FakeNode {
     async fn delete_volume(&self, _: &str) -> NodeResult<()> {
         not_here()
     }
+    async fn snapshot_sandbox(&self, _: &str) -> NodeResult<lizard_api::node_api::NodeSandboxSnapshot> {
+        not_here()
+    }
+    async fn delete_snapshot(&self, _: &str) -> NodeResult<()> {
+        not_here()
+    }
     async fn volume_holder(&self, _: &str) -> NodeResult<Option<String>> {
         Ok(None)
     }

@@ -24,6 +24,7 @@ pub(crate) mod fixture;
 pub mod idempotency;
 pub mod postgres;
 pub mod services;
+pub mod snapshots;
 pub mod sqlite;
 pub mod templates;
 #[cfg(test)]
@@ -37,6 +38,7 @@ pub use cluster::{ClusterNode, ClusterStore, HeartbeatOutcome, LostNode, NewNode
 pub use idempotency::IdempotencyStore;
 pub use lizard_api::{OnTimeout, SandboxState};
 pub use services::{InstanceRecord, ServiceBody, ServiceRecord, ServiceStore, VersionRecord};
+pub use snapshots::{SnapshotRecord, SnapshotStore};
 
 use crate::scope::Scope;
 use async_trait::async_trait;
@@ -257,6 +259,7 @@ pub trait Store:
     + ClusterStore
     + BlobContentStore
     + ServiceStore
+    + SnapshotStore
     + Send
     + Sync
     + 'static

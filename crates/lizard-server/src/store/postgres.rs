@@ -47,6 +47,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (13, "join token uses", include_str!("../../migrations/postgres/0013_join_token_uses.sql")),
     (14, "volume quotas", include_str!("../../migrations/postgres/0014_volume_quotas.sql")),
     (15, "public urls with a token", include_str!("../../migrations/postgres/0015_public_urls_with_token.sql")),
+    (16, "sandbox snapshots", include_str!("../../migrations/postgres/0016_sandbox_snapshots.sql")),
 ];
 
 mod access;
@@ -57,6 +58,8 @@ mod idempotency;
 mod services;
 mod templates;
 mod volumes;
+
+super::snapshots::impl_snapshot_store!(PostgresStore, sqlx::postgres::PgRow);
 
 /// The key of the advisory lock every writing transaction takes first (see the module
 /// doc): "lizard" in ASCII, so an operator can tell it in `pg_locks`.

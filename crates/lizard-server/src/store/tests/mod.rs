@@ -16,6 +16,7 @@ pub(crate) mod harness;
 mod idempotency;
 mod replicas;
 mod services;
+mod snapshots;
 mod templates;
 mod tenancy;
 mod volumes;
