@@ -109,3 +109,45 @@ test('getHost names a port the sandbox URL routes; a private sandbox needs its t
     await locked.kill()
   }
 })
+
+test('a snapshot starts sandboxes with its processes and files, and is deleted', async () => {
+  const src = await e2b.Sandbox.create()
+  const made = []
+  try {
+    await src.commands.run('echo original > ~/f; (nohup sleep 4321 >/dev/null 2>&1 &)')
+    // SDKs before snapshots existed: the route as newer ones call it.
+    const snap = src.createSnapshot
+      ? await src.createSnapshot()
+      : await (await fetch(`${process.env.E2B_API_URL}/sandboxes/${src.sandboxId}/snapshots`, {
+          method: 'POST',
+          headers: { 'X-API-KEY': process.env.E2B_API_KEY, 'Content-Type': 'application/json' },
+          body: '{}',
+        })).json().then((s) => ({ snapshotId: s.snapshotID, names: s.names }))
+    assert.match(snap.snapshotId, /^snp_/)
+    await src.commands.run('echo changed > ~/f')
+    await src.kill()
+    const copy = await e2b.Sandbox.create(snap.snapshotId)
+    made.push(copy)
+    assert.equal((await copy.commands.run('cat ~/f')).stdout, 'original\n')
+    assert.equal((await copy.commands.run("pgrep -f 'sleep [4]321'")).exitCode, 0)
+    if (e2b.Sandbox.listSnapshots) {
+      const page = await e2b.Sandbox.listSnapshots().nextItems()
+      assert.deepEqual(page.map((s) => s.snapshotId), [snap.snapshotId])
+    }
+    if (e2b.Sandbox.deleteSnapshot) {
+      assert.equal(await e2b.Sandbox.deleteSnapshot(snap.snapshotId), true)
+      assert.equal(await e2b.Sandbox.deleteSnapshot(snap.snapshotId), false)
+    } else {
+      const gone = await fetch(`${process.env.E2B_API_URL}/templates/${snap.snapshotId}`, {
+        method: 'DELETE',
+        headers: { 'X-API-KEY': process.env.E2B_API_KEY },
+      })
+      assert.equal(gone.status, 204)
+    }
+    await assert.rejects(e2b.Sandbox.create(snap.snapshotId))
+    // What was started from it runs on.
+    assert.equal((await copy.commands.run('cat ~/f')).stdout, 'original\n')
+  } finally {
+    for (const s of [src, ...made]) await s.kill().catch(() => {})
+  }
+})

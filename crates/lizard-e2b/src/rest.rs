@@ -279,6 +279,37 @@ pub struct ForkResult {
     pub error: Option<Error>,
 }
 
+/// `POST /sandboxes/{id}/snapshots`. `memory: false` asks for the disk alone.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct NewSnapshot {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub memory: Option<bool>,
+}
+
+/// A snapshot as `create_snapshot` and `list_snapshots` answer it: `Sandbox.create` takes
+/// its id (or a name) as the template.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    #[serde(rename = "snapshotID")]
+    pub snapshot_id: String,
+    pub names: Vec<String>,
+}
+
+/// `GET /snapshots`'s query.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct SnapshotQuery {
+    #[serde(default, rename = "sandboxID")]
+    pub sandbox_id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub limit: Option<usize>,
+    #[serde(default, rename = "nextToken")]
+    pub next_token: Option<String>,
+}
+
 /// Every error: the HTTP status again as `code` (E2B's JS SDK branches on it, not on the
 /// status), and a message.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

@@ -35,6 +35,14 @@ pub trait SandboxReaper: Send + Sync + 'static {
         }
     }
 
+    /// Forget the snapshots of removed projects and delete their saves (called before
+    /// [`SandboxReaper::remove_templates`]: a node keeps a template its snapshots need).
+    async fn remove_snapshots(&self, snapshots: Vec<crate::store::SnapshotRecord>) {
+        if !snapshots.is_empty() {
+            tracing::warn!(count = snapshots.len(), "no sandbox reaper installed; snapshots left in place");
+        }
+    }
+
     /// Delete the node templates of templates whose records the delete removed (called
     /// after [`SandboxReaper::reap`], so no sandbox runs from them).
     async fn remove_templates(&self, template_refs: Vec<String>) {

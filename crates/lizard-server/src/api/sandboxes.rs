@@ -111,12 +111,26 @@ pub(crate) async fn create_in(
         Some(name) => Some(crate::api::volumes::volume_for(state, p, name, None, Some(&project.id)).await?),
         None => None,
     };
-    let template_ref = crate::ops::templates::node_template_for(state, &project, &req.template).await?;
+    // A snapshot's id starts its sandbox from the snapshot, on its node, as its template.
+    let snapshot = match crate::ops::snapshots::is_snapshot_id(&req.template) {
+        true => Some(snapshot_in(state, p, &project.id, &req.template).await?),
+        false => None,
+    };
+    if snapshot.is_some() && volume.is_some() {
+        return Err(AppError::invalid("a sandbox started from a snapshot cannot mount a volume"));
+    }
+    let (template, template_ref) = match &snapshot {
+        Some(s) => (s.template.clone(), s.template_ref.clone()),
+        None => {
+            let template_ref = crate::ops::templates::node_template_for(state, &project, &req.template).await?;
+            (req.template, template_ref)
+        }
+    };
     let access = urls.token.then(crate::proxy::access::AccessToken::generate);
     let spec = NewSandboxSpec {
         account_id: p.account_id.clone(),
         project,
-        template: req.template,
+        template,
         template_ref,
         vcpus: req.vcpus,
         memory_mib: req.memory_mib,
@@ -134,11 +148,30 @@ pub(crate) async fn create_in(
             urls_public: urls.public,
             resume_on_request: urls.resume_on_request,
         }),
+        snapshot,
     };
     let sandbox = ops::create(state, spec).await?;
     let mut info = sandbox_json(state, &sandbox);
     info.access_token = access.map(|t| t.plaintext);
     Ok(info)
+}
+
+/// Snapshot `id` of `project_id`, if the key reaches it; 404 for any other.
+pub(crate) async fn snapshot_in(
+    state: &AppState,
+    p: &Principal,
+    project_id: &str,
+    id: &str,
+) -> ApiResult<crate::store::SnapshotRecord> {
+    match state.server.store.get_snapshot(&p.account_id, id).await? {
+        Some(s)
+            if s.project_id == project_id
+                && crate::scope::sees_project(p.scope.as_ref(), &s.workspace_id, &s.project_id) =>
+        {
+            Ok(s)
+        }
+        _ => Err(AppError::not_found(format!("snapshot {id} not found in this project"))),
+    }
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]

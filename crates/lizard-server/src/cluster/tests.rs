@@ -87,6 +87,7 @@ async fn spec(state: &AppState) -> NewSandboxSpec {
         timeout_at: crate::ids::now_ms() + 60_000,
         on_timeout: OnTimeout::Kill,
         access: None,
+        snapshot: None,
     }
 }
 

@@ -58,7 +58,7 @@ fn json_body<T: serde::de::DeserializeOwned>(bytes: &Bytes) -> E2bResult<T> {
 }
 
 /// [`json_body`], where an empty body means every field's default.
-fn body<T: serde::de::DeserializeOwned + Default>(bytes: &Bytes) -> E2bResult<T> {
+pub(super) fn body<T: serde::de::DeserializeOwned + Default>(bytes: &Bytes) -> E2bResult<T> {
     if bytes.is_empty() {
         return Ok(T::default());
     }
@@ -114,10 +114,17 @@ async fn create(
     let policy = policy_of(&network, new.allow_internet_access)?;
     let project = project(&state, &p, &new).await?;
     let secs = new.timeout.unwrap_or(rest::DEFAULT_TIMEOUT_SECS);
-    let template = state.server.config.e2b_template(&new.template_id).to_owned();
+    // A snapshot (by id or name) is started from; any other name is a template, mapped.
+    let (template, runs) = match super::snapshots::named_by(&state, &p, &project, &new.template_id).await? {
+        Some(snapshot) => (snapshot.id, snapshot.template),
+        None => {
+            let template = state.server.config.e2b_template(&new.template_id).to_owned();
+            (template.clone(), template)
+        }
+    };
     // A code interpreter's port runs code: its sandbox's URLs are private unless asked
     // otherwise (the add-on sends the traffic token on every call once it has one).
-    let code_interpreter = state.server.config.is_e2b_code_interpreter(&template);
+    let code_interpreter = state.server.config.is_e2b_code_interpreter(&runs);
     let req = NewSandboxRequest {
         template,
         timeout_ms: Some(secs.saturating_mul(1000)),
@@ -307,7 +314,6 @@ async fn list(
     p: Result<Principal, AppError>,
     RawQuery(query): RawQuery,
 ) -> E2bResult<axum::response::Response> {
-    use axum::response::IntoResponse;
     let p = p?;
     let q = rest::ListQuery::parse(query.as_deref().unwrap_or(""));
     let filter = crate::store::SandboxFilter::default();
@@ -322,18 +328,31 @@ async fn list(
             && q.template.as_ref().is_none_or(|t| *t == s.record.template)
             && q.metadata.iter().all(|(k, v)| s.info.metadata.get(k) == Some(v))
     };
-    let matching: Vec<&LiveSandbox> = live.iter().filter(|s| wanted(s)).collect();
-    let start = match &q.next_token {
+    let matching: Vec<rest::SandboxDetail> =
+        live.iter().filter(|s| wanted(s)).map(|s| detail(&state, s, None)).collect();
+    paged(matching, q.next_token.as_deref(), q.limit)
+}
+
+/// One page of `items` as E2B's lists answer: from `next_token` (an offset this function
+/// gave out), at most `limit` (≤ [`rest::MAX_PAGE`]), and the next page's token in
+/// `x-next-token` unless this is the last.
+pub(super) fn paged<T: serde::Serialize>(
+    items: Vec<T>,
+    next_token: Option<&str>,
+    limit: Option<usize>,
+) -> E2bResult<axum::response::Response> {
+    use axum::response::IntoResponse;
+    let start = match next_token {
         Some(token) => {
             token.parse::<usize>().map_err(|_| E2bError(AppError::invalid(format!("bad nextToken {token:?}"))))?
         }
         None => 0,
     };
-    let limit = q.limit.unwrap_or(rest::MAX_PAGE).clamp(1, rest::MAX_PAGE);
-    let page: Vec<rest::SandboxDetail> =
-        matching.iter().skip(start).take(limit).map(|s| detail(&state, s, None)).collect();
+    let limit = limit.unwrap_or(rest::MAX_PAGE).clamp(1, rest::MAX_PAGE);
+    let total = items.len();
+    let page: Vec<T> = items.into_iter().skip(start).take(limit).collect();
     let mut response = Json(page).into_response();
-    if start + limit < matching.len() {
+    if start + limit < total {
         if let Ok(next) = axum::http::HeaderValue::from_str(&(start + limit).to_string()) {
             response.headers_mut().insert(rest::NEXT_TOKEN_HEADER, next);
         }

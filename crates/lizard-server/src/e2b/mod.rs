@@ -9,6 +9,8 @@
 //!   `E2b-Sandbox-Port: 49983` on the sandbox-URL proxy's listener, and translated onto
 //!   the node's process and file operations: one implementation of running a process or
 //!   writing a file, a second protocol in front of it.
+//! - [`snapshots`]: `create_snapshot`, `list_snapshots`, `delete_snapshot`, and creates
+//!   whose template is a snapshot.
 //!
 //! A sandbox made through E2B has an access token whose hash is stored, whether its URLs
 //! are public (E2B's default) or private (`network.allowPublicTraffic: false`). Its envd
@@ -20,6 +22,7 @@ mod code;
 pub mod control;
 pub mod envd;
 mod network;
+pub mod snapshots;
 mod tags;
 mod users;
 mod watch;

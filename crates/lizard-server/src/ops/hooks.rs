@@ -33,6 +33,10 @@ impl SandboxReaper for NodeReaper {
         }
     }
 
+    async fn remove_snapshots(&self, snapshots: Vec<crate::store::SnapshotRecord>) {
+        super::snapshots::remove_all(self.store.as_ref(), &self.nodes, snapshots).await;
+    }
+
     async fn remove_volumes(&self, volumes: Vec<VolumeRecord>) {
         for v in volumes {
             let node = match placement::resolve(self.store.as_ref(), &self.nodes, &v.node_id).await {

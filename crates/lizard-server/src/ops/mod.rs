@@ -14,6 +14,7 @@ pub mod lifecycle;
 pub mod node_events;
 pub mod sandboxes;
 pub mod services;
+pub mod snapshots;
 pub mod templates;
 pub mod timeouts;
 pub mod volumes;

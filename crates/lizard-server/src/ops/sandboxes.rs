@@ -136,6 +136,8 @@ pub struct NewSandboxSpec {
     pub on_timeout: OnTimeout,
     /// Its access token's rule (`None`: no token, public URLs).
     pub access: Option<crate::store::SandboxAccess>,
+    /// The snapshot it starts from (on the snapshot's node), instead of `template`.
+    pub snapshot: Option<crate::store::SnapshotRecord>,
 }
 
 /// Boot a sandbox and record it. Its volume is held (reserved in the store) before it
@@ -171,9 +173,11 @@ async fn create_now(state: &AppState, spec: NewSandboxSpec) -> ApiResult<LiveSan
     let node_template = spec.template_ref.clone().unwrap_or_else(|| spec.template.clone());
     // A sandbox with a volume runs on the volume's node; any other on the best node with
     // room, the next one when a node answers 503 (its own admission).
-    let candidates: Vec<(String, Arc<dyn NodeClient>)> = match &attachment {
-        Some(a) => vec![(a.volume.node_id.clone(), a.node.clone())],
-        None => {
+    let candidates: Vec<(String, Arc<dyn NodeClient>)> = match (&attachment, &spec.snapshot) {
+        (Some(a), _) => vec![(a.volume.node_id.clone(), a.node.clone())],
+        // A snapshot's save is on one node.
+        (None, Some(s)) => vec![(s.node_id.clone(), placement::node(state, &s.node_id).await?)],
+        (None, None) => {
             let want = placement::Want {
                 region: state.server.config.region.clone(),
                 vcpus: spec.vcpus.unwrap_or(placement::DEFAULT_VCPUS),
@@ -194,7 +198,7 @@ async fn create_now(state: &AppState, spec: NewSandboxSpec) -> ApiResult<LiveSan
         allow_out: spec.allow_out,
         deny_out: spec.deny_out,
         volume: attachment.as_ref().map(|a| a.volume.id.clone()),
-        snapshot: None,
+        snapshot: spec.snapshot.as_ref().map(|s| s.node_snapshot_id.clone()),
     };
     let mut created = Err(AppError::new(lizard_api::ErrorCode::Unavailable, "no node to create the sandbox on"));
     for (node_id, node) in candidates {

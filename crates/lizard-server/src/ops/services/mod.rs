@@ -448,6 +448,7 @@ async fn start_instance(state: &AppState, service: &ServiceRecord, version: &Ver
             urls_public: false,
             resume_on_request: false,
         }),
+        snapshot: None,
     };
     sandboxes::create(state, spec).await
 }
