@@ -69,6 +69,29 @@ async fn e2bs_routes_and_tokens_reach_no_other_tenants_sandbox() {
         assert_eq!((status, answer["code"].as_u64()), (404, Some(404)), "{method} {path}: {answer}");
         assert!(!answer.to_string().contains("/var"), "{answer}");
     }
+    // The victim's snapshot: the intruder neither takes one, sees, deletes nor starts
+    // from it, by its id or by its name.
+    let body = json!({"name": "victim-snap"});
+    let (status, snap) = system.call(Method::POST, &format!("/sandboxes/{victim}/snapshots"), Some(body)).await;
+    assert_eq!(status, 201, "{snap}");
+    let snap = snap["snapshotID"].as_str().unwrap().to_owned();
+    let routes = [
+        (Method::POST, format!("/sandboxes/{victim}/snapshots"), Some(json!({}))),
+        (Method::DELETE, format!("/templates/{snap}"), None),
+        (Method::POST, "/v2/sandboxes".to_owned(), Some(json!({"templateID": snap}))),
+    ];
+    for (method, path, body) in routes {
+        let (status, answer) = system.call_as(&intruder, method.clone(), &path, body).await;
+        assert_eq!((status, answer["code"].as_u64()), (404, Some(404)), "{method} {path}: {answer}");
+    }
+    let body = json!({"templateID": "victim-snap"});
+    let (status, answer) = system.call_as(&intruder, Method::POST, "/v2/sandboxes", Some(body)).await;
+    assert!(matches!(status, 404 | 422), "a create by the victim's snapshot's name: {status} {answer}");
+    let (status, listed) = system.call_as(&intruder, Method::GET, "/snapshots", None).await;
+    assert_eq!((status, listed), (200, json!([])));
+    let (status, listed) = system.call(Method::GET, "/snapshots", None).await;
+    assert_eq!((status, listed[0]["snapshotID"].as_str()), (200, Some(snap.as_str())));
+
     let (status, listed) = system.call_as(&intruder, Method::GET, "/v2/sandboxes", None).await;
     assert_eq!(status, 200);
     let ids: Vec<&str> = listed.as_array().unwrap().iter().filter_map(|s| s["sandboxID"].as_str()).collect();

@@ -108,11 +108,28 @@ async fn sandboxes_behind_scopes_timeouts_and_forced_deletes() {
     // A forced workspace delete kills what runs inside.
     let s = api.ok("POST", "/v1/sandboxes", &owner, Some(json!({"template": "base", "projectId": p1["id"]}))).await;
     let id2 = s["sandboxId"].as_str().unwrap().to_string();
+    // A snapshot of it (E2B's route) starts a sandbox through Lizard's API by its id, in
+    // its own project only.
+    api.sh(&owner, &id2, "echo kept > /root/k").await;
+    let snap = api.ok("POST", &format!("/sandboxes/{id2}/snapshots"), &owner, Some(json!({}))).await;
+    let snap = snap["snapshotID"].as_str().unwrap().to_string();
+    let from = api.ok("POST", "/v1/sandboxes", &owner, Some(json!({"template": snap, "projectId": p1["id"]}))).await;
+    assert_eq!(from["template"], "base");
+    let id3 = from["sandboxId"].as_str().unwrap().to_string();
+    assert_eq!(api.sh(&owner, &id3, "cat /root/k").await.1, "kept\n");
+    let p2 = api.ok("POST", "/v1/projects", &owner, Some(json!({"workspaceId": w2["id"], "name": "p2"}))).await;
+    let elsewhere = json!({"template": snap, "projectId": p2["id"]});
+    api.fails("POST", "/v1/sandboxes", &owner, Some(elsewhere), "NOT_FOUND").await;
+    assert_eq!(api.node.sandbox_snapshots().len(), 1);
     let (status, v) = api.call("DELETE", &format!("/v1/workspaces/{}", w1["id"].as_str().unwrap()), &owner, None).await;
     assert_eq!((status, v["code"].as_str()), (409, Some("CONFLICT")));
     api.ok("DELETE", &format!("/v1/workspaces/{}?force=true", w1["id"].as_str().unwrap()), &owner, None).await;
     assert!(api.node.get(&id2).is_err(), "forced delete left the VM running");
+    assert!(api.node.get(&id3).is_err(), "forced delete left the VM running");
     assert_eq!(api.call("GET", &format!("/v1/sandboxes/{id2}"), &owner, None).await.0, 404);
+    // Its snapshots went with it, records and saves.
+    assert_eq!(api.ok("GET", "/snapshots", &owner, None).await, json!([]));
+    assert!(api.node.sandbox_snapshots().is_empty(), "forced delete left a snapshot's save");
 
     // The document lists the sandbox routes.
     let doc = api.ok("GET", "/openapi.json", &owner, None).await;
