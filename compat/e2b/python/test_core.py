@@ -416,7 +416,7 @@ def test_gzip_uploads_and_downloads(e2b_env, sbx):
     created = raw_create(e2b_env)
     token, sid = created["envdAccessToken"], created["sandboxID"]
     try:
-        assert created["envdVersion"] == "0.5.7"
+        assert created["envdVersion"] == "0.6.2"
         r = httpx.post(
             SANDBOX_URL + "/files",
             params={"path": "/tmp/raw.bin"},
@@ -472,5 +472,49 @@ def test_a_process_is_found_by_its_tag(e2b_env):
             json={"process": {"tag": "web"}, "signal": "SIGNAL_SIGKILL"},
         )
         assert (gone.status_code, gone.json()["code"]) == (404, "not_found"), gone.text
+    finally:
+        Sandbox.kill(sid)
+
+
+def test_file_metadata_is_kept_on_the_file_and_read_back(e2b_env):
+    created = raw_create(e2b_env)
+    token, sid = created["envdAccessToken"], created["sandboxID"]
+    envd = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983", "X-Access-Token": token}
+
+    def upload(path: str, **metadata: str) -> httpx.Response:
+        headers = {**envd, **{f"X-Metadata-{k}": v for k, v in metadata.items()}}
+        return httpx.post(SANDBOX_URL + "/files", params={"path": path}, headers=headers, content=b"data", timeout=60)
+
+    def info(path: str) -> dict:
+        return lizard("GET", f"/v1/sandboxes/{sid}/files/info", params={"path": path}).json()
+
+    try:
+        # As envd 0.6.2 keeps them: keys lowercased, on the file, in the upload's answer.
+        r = upload("/home/user/m/a.txt", Owner="team a", v="1")
+        assert r.status_code == 200 and r.json()[0]["metadata"] == {"owner": "team a", "v": "1"}, r.text
+        assert info("/home/user/m/a.txt")["metadata"] == {"owner": "team a", "v": "1"}
+        # A file written again has the new upload's metadata only; one without has none.
+        assert upload("/home/user/m/a.txt", v="2").status_code == 200
+        assert info("/home/user/m/a.txt")["metadata"] == {"v": "2"}
+        assert upload("/home/user/m/b.txt").status_code == 200
+        assert "metadata" not in info("/home/user/m/b.txt")
+        # A value past what a file can keep is refused, and nothing is written.
+        refused = upload("/home/user/m/c.txt", big="x" * 5000)
+        assert refused.status_code == 400 and "metadata" in refused.text, refused.text
+        assert lizard("GET", f"/v1/sandboxes/{sid}/files/exists", params={"path": "/home/user/m/c.txt"}).json() == {"exists": False}
+
+        # The guest's /tmp (tmpfs) keeps none: refused, saying so, and nothing written.
+        refused = upload("/tmp/t.txt", k="v")
+        assert refused.status_code == 400 and "keeps no file metadata" in refused.text, refused.text
+        assert lizard("GET", f"/v1/sandboxes/{sid}/files/exists", params={"path": "/tmp/t.txt"}).json() == {"exists": False}
+
+        # Through the SDK, where it has metadata (envd 0.6.2's gate): written, stat and list.
+        sbx = Sandbox.connect(sid)
+        if "metadata" in inspect.signature(sbx.files.write).parameters:
+            written = sbx.files.write("/home/user/m/d.txt", "data", metadata={"Kind": "report"})
+            assert written.metadata == {"kind": "report"}
+            assert sbx.files.get_info("/home/user/m/d.txt").metadata == {"kind": "report"}
+            listed = {e.name: e.metadata for e in sbx.files.list("/home/user/m")}
+            assert listed == {"a.txt": {"v": "2"}, "b.txt": None, "d.txt": {"kind": "report"}}, listed
     finally:
         Sandbox.kill(sid)

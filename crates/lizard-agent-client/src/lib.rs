@@ -335,7 +335,7 @@ impl AgentClient {
 
     /// Create a directory and its parents; an existing directory is fine.
     pub async fn make_dir(&self, path: &str, owner: Option<&str>) -> Result<(), ClientError> {
-        let opts = WriteOptions { mode: None, owner: owner.map(str::to_owned) };
+        let opts = WriteOptions { owner: owner.map(str::to_owned), ..WriteOptions::default() };
         self.call(Method::POST, file_uri(routes::FILES_MKDIR, path) + &write_query(&opts), empty()).await.map(drop)
     }
 
@@ -460,6 +460,10 @@ fn write_query(opts: &WriteOptions) -> String {
     }
     if let Some(owner) = &opts.owner {
         q.push_str(&format!("&user={}", urlencoding::encode(owner)));
+    }
+    if !opts.metadata.is_empty() {
+        let json = serde_json::to_string(&opts.metadata).expect("maps of strings serialize");
+        q.push_str(&format!("&metadata={}", urlencoding::encode(&json)));
     }
     q
 }

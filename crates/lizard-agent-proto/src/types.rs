@@ -138,7 +138,15 @@ pub struct FileEntry {
     pub mode: u32,
     /// Modification time, milliseconds since the Unix epoch.
     pub mtime_ms: i64,
+    /// Its metadata ([`METADATA_XATTR_PREFIX`] extended attributes), if any.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
+
+/// Where a file's metadata lives: extended attributes of this prefix, the key after it
+/// (`user.e2b.<key>`). E2B's namespace, so that code in the guest finds them where E2B's
+/// own envd puts them.
+pub const METADATA_XATTR_PREFIX: &str = "user.e2b.";
 
 /// What `lstat` says of one path (`GET /v1/files/info`): a symlink is described itself,
 /// with its target, not followed.
@@ -165,6 +173,9 @@ pub struct FileInfo {
     /// Where a symlink points (as written in the link).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub symlink_target: Option<String>,
+    /// Its metadata ([`METADATA_XATTR_PREFIX`] extended attributes), if any.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// What happened to a watched path.
@@ -223,12 +234,15 @@ pub struct ArchiveResult {
 pub struct WriteOptions {
     pub mode: Option<u32>,
     pub owner: Option<String>,
+    /// Metadata to keep on the file ([`METADATA_XATTR_PREFIX`]), replacing what it had;
+    /// keys are lowercased.
+    pub metadata: BTreeMap<String, String>,
 }
 
 impl WriteOptions {
     /// With `mode` only.
     pub fn mode(mode: Option<u32>) -> WriteOptions {
-        WriteOptions { mode, owner: None }
+        WriteOptions { mode, ..WriteOptions::default() }
     }
 }
 

@@ -18,6 +18,7 @@ use axum::Json;
 use futures_util::StreamExt;
 use lizard_agent_proto::types::{AgentError, ErrorCode, FileEntry, FileInfo, FileType, WriteResult};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
@@ -46,6 +47,9 @@ pub enum FilesError {
     /// The user a write or a directory should belong to has no passwd entry.
     #[error("unknown user {0:?}")]
     UnknownUser(String),
+    /// A write's metadata cannot be kept (see [`crate::metadata::checked`]).
+    #[error("{0}")]
+    Metadata(String),
     /// Removing or moving `/` is never what anyone meant.
     #[error("refusing to remove or move /")]
     RemoveRoot,
@@ -79,6 +83,7 @@ impl From<FilesError> for AgentError {
             | FilesError::Relative(_)
             | FilesError::Mode(_)
             | FilesError::UnknownUser(_)
+            | FilesError::Metadata(_)
             | FilesError::RemoveRoot
             | FilesError::BadArchive(_)
             | FilesError::Escape { .. } => ErrorCode::InvalidArgument,
@@ -99,21 +104,37 @@ pub struct FileQuery {
     /// Who a written file, and the directories a write or mkdir creates, belong to (a
     /// name or uid; the agent's own, root, without it).
     user: Option<String>,
+    /// A write's metadata: a JSON object of strings ([`crate::metadata`]).
+    metadata: Option<String>,
 }
 
 /// The owner of what a write or mkdir creates: uid and primary gid.
 pub(crate) type Owner = (u32, u32);
 
+/// A write's request: where, with which mode (octal text), owner and metadata.
+pub(crate) struct WriteQuery {
+    pub path: PathBuf,
+    pub mode: Option<String>,
+    pub owner: Option<Owner>,
+    pub metadata: BTreeMap<String, String>,
+}
+
 impl FileQuery {
     pub(crate) fn from(q: Result<Query<FileQuery>, QueryRejection>) -> Result<(PathBuf, Option<String>), FilesError> {
-        let (path, mode, _) = Self::with_owner(q)?;
-        Ok((path, mode))
+        let w = Self::for_write(q)?;
+        Ok((w.path, w.mode))
     }
 
-    /// The path, the mode and the owner its `user` names.
+    /// The path, and the owner its `user` names.
     pub(crate) fn with_owner(
         q: Result<Query<FileQuery>, QueryRejection>,
-    ) -> Result<(PathBuf, Option<String>, Option<Owner>), FilesError> {
+    ) -> Result<(PathBuf, Option<Owner>), FilesError> {
+        let w = Self::for_write(q)?;
+        Ok((w.path, w.owner))
+    }
+
+    /// The whole request of a write.
+    pub(crate) fn for_write(q: Result<Query<FileQuery>, QueryRejection>) -> Result<WriteQuery, FilesError> {
         let Query(q) = q.map_err(|e| FilesError::Query(e.body_text()))?;
         if !q.path.starts_with('/') {
             return Err(FilesError::Relative(q.path));
@@ -125,7 +146,15 @@ impl FileQuery {
                 Some((found.uid, found.gid))
             }
         };
-        Ok((PathBuf::from(q.path), q.mode, owner))
+        let metadata = match q.metadata.as_deref().filter(|m| !m.is_empty()) {
+            None => BTreeMap::new(),
+            Some(json) => {
+                let given = serde_json::from_str(json)
+                    .map_err(|e| FilesError::Metadata(format!("metadata must be a JSON object of strings: {e}")))?;
+                crate::metadata::checked(given).map_err(FilesError::Metadata)?
+            }
+        };
+        Ok(WriteQuery { path: PathBuf::from(q.path), mode: q.mode, owner, metadata })
     }
 }
 
@@ -168,20 +197,18 @@ pub(crate) struct WriteTarget {
     pub tmp: PathBuf,
     pub mode: u32,
     pub owner: Option<Owner>,
+    pub metadata: BTreeMap<String, String>,
     /// The path as the answer names it.
     pub shown: String,
 }
 
 impl WriteTarget {
     /// Check the target before any data moves (a directory there fails now, not after the
-    /// upload), create its parents (given to `owner`), and pick its mode: `mode` (octal
-    /// text), else the existing file's, else [`DEFAULT_MODE`].
-    pub(crate) async fn prepare(
-        path: PathBuf,
-        mode: Option<&str>,
-        owner: Option<Owner>,
-    ) -> Result<WriteTarget, FilesError> {
-        let mode = mode.map(parse_mode).transpose()?;
+    /// upload), create its parents (given to the owner), and pick its mode: the one asked
+    /// (octal text), else the existing file's, else [`DEFAULT_MODE`].
+    pub(crate) async fn prepare(q: WriteQuery) -> Result<WriteTarget, FilesError> {
+        let WriteQuery { path, mode, owner, metadata } = q;
+        let mode = mode.as_deref().map(parse_mode).transpose()?;
         let shown = path.display().to_string();
         let Some(parent) = path.parent() else { return Err(FilesError::IsADirectory(shown)) };
         let existing = match tokio::fs::metadata(&path).await {
@@ -198,7 +225,7 @@ impl WriteTarget {
             .map_err(|e| if e.kind() == io::ErrorKind::AlreadyExists { io::ErrorKind::NotADirectory.into() } else { e })
             .map_err(FilesError::io(parent))?;
         let tmp = temp_path(&path);
-        Ok(WriteTarget { mode: mode.or(existing).unwrap_or(DEFAULT_MODE), tmp, path, shown, owner })
+        Ok(WriteTarget { mode: mode.or(existing).unwrap_or(DEFAULT_MODE), tmp, path, shown, owner, metadata })
     }
 
     /// Create the temporary file (owner-only until it is complete).
@@ -211,8 +238,16 @@ impl WriteTarget {
             .map_err(FilesError::io(&self.tmp))
     }
 
-    /// Give the complete temporary file its mode, sync it and rename it over the target.
+    /// Give the complete temporary file its owner, mode and metadata, sync it and rename
+    /// it over the target.
     pub(crate) fn commit(&self, file: std::fs::File) -> Result<(), FilesError> {
+        crate::metadata::set(&file, &self.metadata).map_err(|e| match e.raw_os_error() {
+            // tmpfs before Linux 6.6 (the guest's /tmp) keeps no user attributes.
+            Some(libc::EOPNOTSUPP) => {
+                FilesError::Metadata(format!("the file system of {} keeps no file metadata", self.shown))
+            }
+            _ => FilesError::io(&self.tmp)(e),
+        })?;
         if let Some((uid, gid)) = self.owner {
             std::os::unix::fs::fchown(&file, Some(uid), Some(gid)).map_err(FilesError::io(&self.tmp))?;
         }
@@ -232,8 +267,7 @@ impl WriteTarget {
 
 /// `PUT /v1/files?path=&mode=&user=`: stream the body into the file, atomically.
 pub async fn write(q: Result<Query<FileQuery>, QueryRejection>, body: Body) -> Result<Json<WriteResult>, AppError> {
-    let (path, mode, owner) = FileQuery::with_owner(q)?;
-    let target = WriteTarget::prepare(path, mode.as_deref(), owner).await?;
+    let target = WriteTarget::prepare(FileQuery::for_write(q)?).await?;
     let result = write_via(&target, body).await;
     if result.is_err() {
         target.discard();
@@ -298,6 +332,7 @@ fn list_dir(path: &Path) -> Result<Vec<FileEntry>, FilesError> {
             size: meta.len(),
             mode: meta.mode() & 0o7777,
             mtime_ms: mtime_ms(&meta),
+            metadata: crate::metadata::read(&entry.path()),
         });
     }
     entries.sort_by(|a, b| a.name.cmp(&b.name));
@@ -347,6 +382,7 @@ fn file_info(path: &Path) -> Result<FileInfo, FilesError> {
         group,
         mtime_ms: mtime_ms(&meta),
         symlink_target,
+        metadata: crate::metadata::read(path),
     })
 }
 
@@ -425,7 +461,7 @@ pub async fn remove(q: Result<Query<FileQuery>, QueryRejection>) -> Result<Statu
 /// `POST /v1/files/mkdir?path=&user=`: create a directory and its parents (those it
 /// creates given to `user`); fine if it exists.
 pub async fn mkdir(q: Result<Query<FileQuery>, QueryRejection>) -> Result<StatusCode, AppError> {
-    let (path, _, owner) = FileQuery::with_owner(q)?;
+    let (path, owner) = FileQuery::with_owner(q)?;
     blocking(move || create_dirs(&path, owner).map_err(FilesError::io(&path))).await?;
     Ok(StatusCode::NO_CONTENT)
 }

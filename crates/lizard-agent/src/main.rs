@@ -8,6 +8,7 @@ mod files;
 mod forward;
 mod identity;
 mod init;
+mod metadata;
 mod net;
 mod ports;
 mod processes;

@@ -22,7 +22,6 @@ use lizard_agent_proto::staging::{self, AgentMsg, HostMsg, LineBuffer, WINDOWS_P
 use lizard_agent_proto::types::{AgentError, ErrorCode, WriteResult};
 use serde::Deserialize;
 use std::io;
-use std::path::PathBuf;
 use std::sync::mpsc;
 use tokio::sync::mpsc as tokio_mpsc;
 
@@ -80,16 +79,14 @@ fn answer(result: Result<Response, StagedError>) -> Response {
     resp
 }
 
-/// A staged request's path, mode, owner and staging slot.
-type Parsed = (PathBuf, Option<String>, Option<crate::files::Owner>, u64);
-
+/// A staged request's write request and staging slot.
 fn parse(
     q: Result<Query<FileQuery>, QueryRejection>,
     slot: Result<Query<SlotQuery>, QueryRejection>,
-) -> Result<Parsed, StagedError> {
-    let (path, mode, owner) = FileQuery::with_owner(q)?;
+) -> Result<(crate::files::WriteQuery, u64), StagedError> {
+    let write = FileQuery::for_write(q)?;
     let Query(slot) = slot.map_err(|e| StagedError::Query(e.body_text()))?;
-    Ok((path, mode, owner, slot.slot))
+    Ok((write, slot.slot))
 }
 
 /// The notices a transfer thread sends, as the answer's body.
@@ -141,13 +138,13 @@ async fn start_write(
     slot: Result<Query<SlotQuery>, QueryRejection>,
     body: Body,
 ) -> Result<Response, StagedError> {
-    let (path, mode, owner, slot) = parse(q, slot)?;
+    let (write, slot) = parse(q, slot)?;
     // The disk first: without one the host falls back, and nothing may have changed
     // (parents created) by then.
     let staging = tokio::task::spawn_blocking(move || StagingSlot::open(slot))
         .await
         .map_err(|e| StagedError::Protocol(e.to_string()))??;
-    let target = WriteTarget::prepare(path, mode.as_deref(), owner).await?;
+    let target = WriteTarget::prepare(write).await?;
     let file = target.create_tmp()?;
     let (notices, from_host) = mpsc::channel();
     let (to_host, answers) = tokio_mpsc::unbounded_channel();
@@ -220,7 +217,7 @@ async fn start_read(
     slot: Result<Query<SlotQuery>, QueryRejection>,
     body: Body,
 ) -> Result<Response, StagedError> {
-    let (path, _, _, slot) = parse(q, slot)?;
+    let (crate::files::WriteQuery { path, .. }, slot) = parse(q, slot)?;
     let file = std::fs::File::open(&path).map_err(FilesError::io(&path))?;
     let meta = file.metadata().map_err(FilesError::io(&path))?;
     if meta.is_dir() {
@@ -308,7 +305,9 @@ mod tests {
     }
 
     async fn target(dir: &std::path::Path) -> WriteTarget {
-        WriteTarget::prepare(dir.join("out"), None, None).await.unwrap()
+        let q =
+            crate::files::WriteQuery { path: dir.join("out"), mode: None, owner: None, metadata: Default::default() };
+        WriteTarget::prepare(q).await.unwrap()
     }
 
     /// Run `receive` on `notices`; its result and what it answered.

@@ -55,6 +55,9 @@ pub struct EntryInfo {
     pub modified_time: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub symlink_target: Option<String>,
+    /// The file's metadata (`map<string, string>`, envd 0.6.2), absent when none.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub metadata: std::collections::BTreeMap<String, String>,
 }
 
 /// `{"entry": …}`: `Stat`, `MakeDir`, `Move`.
@@ -182,8 +185,13 @@ mod tests {
             group: "user".into(),
             modified_time: "2026-12-06T00:00:00Z".into(),
             symlink_target: None,
+            metadata: [("kind".to_string(), "report".to_string())].into(),
         };
-        let v = serde_json::to_value(EntryResponse { entry: e }).unwrap();
+        let v = serde_json::to_value(EntryResponse { entry: e.clone() }).unwrap();
+        assert_eq!(v["entry"]["metadata"], serde_json::json!({"kind": "report"}));
+        // None is no field at all.
+        let plain = serde_json::to_value(EntryInfo { metadata: Default::default(), ..e }).unwrap();
+        assert!(plain.get("metadata").is_none());
         assert_eq!(v["entry"]["type"], "FILE_TYPE_FILE");
         assert_eq!(v["entry"]["size"], "10");
         assert_eq!(v["entry"]["permissions"], "-rw-r--r--");

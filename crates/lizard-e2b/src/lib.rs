@@ -16,8 +16,8 @@ pub mod process;
 pub mod rest;
 
 /// The envd version Lizard reports: the highest whose feature gates the SDKs check are
-/// all served (`stdin` on Start, the default user, `CloseStdin`, raw and gzip uploads;
-/// 0.6.2's file metadata is not).
-pub const ENVD_VERSION: &str = "0.5.7";
+/// all served (`stdin` on Start, the default user, `CloseStdin`, raw and gzip uploads,
+/// file metadata; 0.6.3's entries in watch events are not).
+pub const ENVD_VERSION: &str = "0.6.2";
 /// The guest port E2B's SDKs address envd at.
 pub const ENVD_PORT: u16 = 49983;

@@ -43,6 +43,7 @@ use lizard_api::routes::{self, node as table, Route};
 use lizard_api::{ApiError, CreateSandboxRequest, ErrorCode, ExecRequest, FileMode, ProcessResult, SandboxInfo};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// An error answer: `{code, message}` with the code's status.
@@ -259,6 +260,15 @@ struct WriteQuery {
     mode: Option<FileMode>,
     #[serde(default)]
     user: Option<String>,
+    /// The file's metadata, a JSON object of strings.
+    #[serde(default, deserialize_with = "json_object")]
+    metadata: BTreeMap<String, String>,
+}
+
+/// A query parameter holding a JSON object of strings.
+fn json_object<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<BTreeMap<String, String>, D::Error> {
+    let text = String::deserialize(d)?;
+    serde_json::from_str(&text).map_err(|e| serde::de::Error::custom(format!("a JSON object of strings: {e}")))
 }
 
 async fn read_file(
@@ -289,7 +299,8 @@ async fn write_file(
 ) -> Result<Json<lizard_api::WriteResult>> {
     let sandbox = node.get(&id)?;
     let stream = body.into_data_stream().map_err(std::io::Error::other);
-    let opts = lizard_agent_client::WriteOptions { mode: q.mode.map(FileMode::bits), owner: q.user };
+    let opts =
+        lizard_agent_client::WriteOptions { mode: q.mode.map(FileMode::bits), owner: q.user, metadata: q.metadata };
     Ok(Json(sandbox.write_file(&q.path, &opts, stream).await?))
 }
 

@@ -150,14 +150,14 @@ async fn staged_errors_keep_their_codes() {
     // Written as another user: the file and the directories the write made are theirs,
     // what was there before stays root's; the same for a mkdir; an unknown user is
     // refused before anything is made.
-    let nobody = WriteOptions { mode: None, owner: Some("nobody".into()) };
+    let nobody = WriteOptions { owner: Some("nobody".into()), ..Default::default() };
     sbx.write_file("/tmp/owned/a/b.txt", &nobody, body()).await.unwrap();
     sbx.make_dir("/tmp/owned/c/d", Some("nobody")).await.unwrap();
     for p in ["/tmp/owned", "/tmp/owned/a", "/tmp/owned/a/b.txt", "/tmp/owned/c", "/tmp/owned/c/d"] {
         assert_eq!(sbx.file_info(p).await.unwrap().owner, "nobody", "{p}");
     }
     assert_eq!(sbx.file_info("/tmp").await.unwrap().owner, "root");
-    let stranger = WriteOptions { mode: None, owner: Some("no-such-user".into()) };
+    let stranger = WriteOptions { owner: Some("no-such-user".into()), ..Default::default() };
     let e = sbx.write_file("/tmp/stranger/f", &stranger, body()).await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
     assert_eq!(code(sbx.file_info("/tmp/stranger").await.unwrap_err()), ErrorCode::NotFound);

@@ -428,7 +428,11 @@ pub async fn write_file(
     ApiQuery(q): ApiQuery<WriteQuery>,
     body: Body,
 ) -> ApiResult<Json<lizard_api::WriteResult>> {
-    let opts = crate::nodes::WriteOptions { mode: q.mode.map(lizard_api::FileMode::bits), owner: q.user };
+    let opts = crate::nodes::WriteOptions {
+        mode: q.mode.map(lizard_api::FileMode::bits),
+        owner: q.user,
+        ..Default::default()
+    };
     let sandbox = running(&state, &p, &id).await?;
     let stream = body.into_data_stream().map_err(std::io::Error::other).boxed();
     Ok(Json(sandbox.node.write_file(sandbox.id(), &q.path, &opts, stream).await?))

@@ -52,6 +52,7 @@ use lizard_e2b::filesystem as fs;
 use lizard_e2b::process::{self as proc, Data, EventMessage};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The header naming the sandbox a request is for.
@@ -60,6 +61,8 @@ pub const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
 pub const SANDBOX_PORT_HEADER: &str = "e2b-sandbox-port";
 /// The envd token's header.
 const ACCESS_TOKEN_HEADER: &str = "x-access-token";
+/// An upload's `X-Metadata-<key>: <value>` headers are the files' metadata (envd 0.6.2).
+const METADATA_HEADER: &str = "x-metadata-";
 /// The header a private sandbox's traffic token comes in.
 const TRAFFIC_TOKEN_HEADER: &str = crate::proxy::headers::E2B_TRAFFIC_TOKEN_HEADER;
 /// How often a stream with nothing else to say sends a keepalive.
@@ -194,7 +197,13 @@ fn store_failure(e: crate::store::StoreError) -> Failure {
 }
 
 fn rest(e: ApiError) -> Failure {
-    Failure::Rest(StatusCode::from_u16(e.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), e.message)
+    // envd answers a request it cannot serve with 400, which the SDKs raise as an invalid
+    // argument (Lizard's code is 422).
+    let status = match e.code {
+        lizard_api::ErrorCode::InvalidArgument => StatusCode::BAD_REQUEST,
+        code => StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+    };
+    Failure::Rest(status, e.message)
 }
 
 /// Who a request runs as (root: `None`), and where its relative paths start; what it
@@ -221,8 +230,9 @@ impl Caller {
         self.user.as_deref().filter(|u| *u != "root")
     }
 
-    fn write_options(&self) -> crate::nodes::WriteOptions {
-        crate::nodes::WriteOptions { mode: None, owner: self.owner().map(str::to_owned) }
+    /// How its writes are made: its own, with `metadata` (envd's `X-Metadata-*` headers).
+    fn write_options(&self, metadata: BTreeMap<String, String>) -> crate::nodes::WriteOptions {
+        crate::nodes::WriteOptions { mode: None, owner: self.owner().map(str::to_owned), metadata }
     }
 
     fn home(&self) -> String {
@@ -533,6 +543,7 @@ fn entry(info: lizard_agent_proto::types::FileInfo) -> fs::EntryInfo {
         group: info.group,
         modified_time: crate::ids::rfc3339(info.mtime_ms),
         symlink_target: info.symlink_target,
+        metadata: info.metadata,
     }
 }
 
@@ -568,6 +579,7 @@ async fn list(sandbox: &LiveSandbox, path: &str, depth: u32) -> Result<Vec<fs::E
                     group: String::new(),
                     modified_time: crate::ids::rfc3339(e.mtime_ms),
                     symlink_target: None,
+                    metadata: e.metadata,
                 });
             }
         }
@@ -800,11 +812,15 @@ struct Written {
     path: String,
     #[serde(rename = "type")]
     file_type: &'static str,
+    /// The metadata the upload gave the file.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    metadata: BTreeMap<String, String>,
 }
 
-fn written(path: String) -> Written {
+fn written(path: String, opts: &crate::nodes::WriteOptions) -> Written {
     let name = path.rsplit('/').next().unwrap_or_default().to_owned();
-    Written { name, path, file_type: "file" }
+    let metadata = opts.metadata.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
+    Written { name, path, file_type: "file", metadata }
 }
 
 /// `POST /files`: each multipart `file` part to the path its filename names (or the
@@ -813,6 +829,14 @@ async fn write_files(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Re
     let caller = Caller { user: uri_query(req.uri(), "username").filter(|u| !u.is_empty()).or(caller.user.clone()) };
     let in_query = uri_query(req.uri(), "path").filter(|p| !p.is_empty());
     let (node, id) = (&sandbox.node, sandbox.id());
+    // The same metadata on every file of the upload, as envd keeps it.
+    let metadata: BTreeMap<String, String> = req
+        .headers()
+        .iter()
+        .filter_map(|(name, value)| Some((name.as_str().strip_prefix(METADATA_HEADER)?, value.to_str().ok()?)))
+        .map(|(key, value)| (key.to_owned(), value.to_owned()))
+        .collect();
+    let opts = caller.write_options(metadata);
     let multipart = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -836,8 +860,8 @@ async fn write_files(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Re
             };
             let path = caller.path(&target);
             let body = field.map_err(std::io::Error::other).boxed();
-            node.write_file(id, &path, &caller.write_options(), body).await.map_err(rest)?;
-            done.push(written(path));
+            node.write_file(id, &path, &opts, body).await.map_err(rest)?;
+            done.push(written(path, &opts));
         }
     } else {
         let Some(target) = in_query else {
@@ -854,8 +878,8 @@ async fn write_files(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Re
         } else {
             raw.boxed()
         };
-        node.write_file(id, &path, &caller.write_options(), body).await.map_err(rest)?;
-        done.push(written(path));
+        node.write_file(id, &path, &opts, body).await.map_err(rest)?;
+        done.push(written(path, &opts));
     }
     if done.is_empty() {
         return Err(Failure::Rest(StatusCode::BAD_REQUEST, "the upload holds no file".into()));

@@ -167,6 +167,9 @@ impl NodeClient for RemoteNode {
         if let Some(owner) = &opts.owner {
             call = call.param("user", owner);
         }
+        if !opts.metadata.is_empty() {
+            call = call.param("metadata", serde_json::to_string(&opts.metadata).expect("maps of strings serialize"));
+        }
         let body = BodyExt::boxed_unsync(StreamBody::new(body.map_ok(hyper::body::Frame::data)));
         self.channel.json(&call, Payload::Stream(body)).await
     }
