@@ -162,6 +162,16 @@ async fn staged_errors_keep_their_codes() {
     assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
     assert_eq!(code(sbx.file_info("/tmp/stranger").await.unwrap_err()), ErrorCode::NotFound);
 
+    // Metadata rides a staged write onto the file, and stat and list read it back.
+    let metadata: std::collections::BTreeMap<_, _> = [("Kind".to_string(), "report".to_string())].into();
+    let tagged = WriteOptions { metadata, ..Default::default() };
+    let before = sbx.transfer_stats();
+    sbx.write_file("/root/tagged/f", &tagged, body()).await.unwrap();
+    assert_eq!(sbx.transfer_stats().staged, before.staged + 1);
+    let kept: std::collections::BTreeMap<_, _> = [("kind".to_string(), "report".to_string())].into();
+    assert_eq!(sbx.file_info("/root/tagged/f").await.unwrap().metadata, kept);
+    assert_eq!(sbx.list_dir("/root/tagged").await.unwrap()[0].metadata, kept);
+
     // A pause in the middle of a read: the pause goes ahead, the read fails, and after
     // the resume both slots are free again.
     let (want, _, _) = write_pattern(&sbx, "/root/mid.bin", 20).await;
