@@ -129,10 +129,10 @@ def test_files(sbx):
     assert not sbx.files.exists("/tmp/e2b/d")
     with pytest.raises(NotFoundException):
         sbx.files.read("/tmp/e2b/d/b.txt")
-    # Several files in one multipart upload, and 8 MiB of random bytes both ways.
+    # Several files in one multipart upload, and 64 MiB of random bytes both ways.
     sbx.files.write_files([{"path": "/tmp/m/1", "data": "one"}, {"path": "/tmp/m/2", "data": b"two"}])
     assert sbx.commands.run("cat /tmp/m/1 /tmp/m/2").stdout == "onetwo"
-    blob = os.urandom(8 << 20)
+    blob = os.urandom(64 << 20)
     sbx.files.write("/tmp/blob", blob)
     assert sbx.commands.run("sha256sum < /tmp/blob").stdout.split()[0] == hashlib.sha256(blob).hexdigest()
     assert hashlib.sha256(sbx.files.read("/tmp/blob", format="bytes")).hexdigest() == hashlib.sha256(blob).hexdigest()

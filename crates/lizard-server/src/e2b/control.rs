@@ -45,7 +45,7 @@ pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
         .route("/sandboxes/{id}/timeout", post(set_timeout))
         .route("/sandboxes/{id}/pause", post(pause))
         .route("/sandboxes/{id}/resume", post(resume))
-        .route("/sandboxes/{id}/fork", post(fork))
+        .route("/sandboxes/{id}/fork", post(fork).layer(axum::middleware::map_response(super::no_retry)))
         .route("/sandboxes/{id}/metrics", get(metrics))
         .route("/sandboxes/{id}/network", put(update_network))
         .route("/v2/sandboxes/{id}/connect", post(connect))

@@ -50,6 +50,18 @@ impl From<crate::store::StoreError> for E2bError {
     }
 }
 
+/// E2B's Python SDK retries any call answered 429, 502, 503 or 504 unless the answer says
+/// `Should-Retry: false`. A fork's copies may stand by the time it fails (recorded, then
+/// their timeout not set), and a snapshot taken again is a second one: their failures say
+/// so. A create is all or nothing (and answered once per `Idempotency-Key`): its retry is
+/// safe.
+pub(crate) async fn no_retry(mut response: Response) -> Response {
+    if matches!(response.status().as_u16(), 429 | 502 | 503 | 504) {
+        response.headers_mut().insert("should-retry", axum::http::HeaderValue::from_static("false"));
+    }
+    response
+}
+
 impl IntoResponse for E2bError {
     fn into_response(self) -> Response {
         let status = self.0 .0.code.status();
@@ -95,6 +107,17 @@ pub fn traffic_token_matches(access_hash: &[u8], sandbox_id: &str, presented: &s
 
 #[cfg(test)]
 mod tests {
+    #[tokio::test]
+    async fn a_failure_that_a_retry_could_repeat_says_not_to_retry() {
+        use axum::response::IntoResponse;
+        for (status, marked) in [(503, true), (502, true), (429, true), (504, true), (500, false), (201, false)] {
+            let response = axum::http::StatusCode::from_u16(status).unwrap().into_response();
+            let answered = super::no_retry(response).await;
+            let header = answered.headers().get("should-retry").map(|v| v.to_str().unwrap().to_owned());
+            assert_eq!(header, marked.then(|| "false".to_owned()), "{status}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -24,7 +24,7 @@ use utoipa_axum::router::OpenApiRouter;
 
 pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
     router
-        .route("/sandboxes/{id}/snapshots", post(take))
+        .route("/sandboxes/{id}/snapshots", post(take).layer(axum::middleware::map_response(super::no_retry)))
         .route("/snapshots", get(list))
         .route("/templates/{id}", delete(remove))
 }
