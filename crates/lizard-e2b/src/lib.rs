@@ -7,13 +7,15 @@
 //! - [`connect`]: Connect's envelopes and errors (JSON codec, unary and server streams);
 //! - [`files`]: the signatures of `/files` URLs that need no header;
 //! - [`process`], [`filesystem`]: envd's messages in proto3 JSON form (lowerCamelCase
-//!   names, `int64` as strings, enums by name, bytes as base64).
+//!   names, `int64` as strings, enums by name, bytes as base64);
+//! - [`templates`]: the Template SDK's build requests, file uploads and build status.
 
 pub mod connect;
 pub mod files;
 pub mod filesystem;
 pub mod process;
 pub mod rest;
+pub mod templates;
 
 /// The envd version Lizard reports: the highest whose feature gates the SDKs check are
 /// all served (`stdin` on Start, the default user, `CloseStdin`, raw and gzip uploads,

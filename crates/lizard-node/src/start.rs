@@ -95,6 +95,7 @@ async fn is_ready(agent: &AgentClient, ready: &Ready) -> Result<bool, StartError
         Ready::Url(url) => url_answers(agent, url).await,
         Ready::File(path) => exits_zero(agent, &["test", "-e", path]).await?,
         Ready::Process(pattern) => exits_zero(agent, &["pgrep", "-f", "--", pattern]).await?,
+        Ready::Cmd(cmd) => exits_zero(agent, &["sh", "-c", cmd]).await?,
         Ready::DelayS(_) => true,
     })
 }
@@ -139,6 +140,7 @@ fn describe(ready: &Ready) -> String {
         Ready::File(f) => format!("{f} existing"),
         Ready::Process(p) => format!("a process matching {p:?}"),
         Ready::DelayS(s) => format!("{s} s passed"),
+        Ready::Cmd(c) => format!("{c:?} exiting 0"),
     }
 }
 

@@ -212,6 +212,8 @@ pub enum Ready {
     Process(String),
     /// Simply this many seconds after the start.
     DelayS(u32),
+    /// This shell command (`sh -c`, as root) exits 0: E2B's ready commands.
+    Cmd(String),
 }
 
 impl Default for Ready {
@@ -309,6 +311,7 @@ impl Recipe {
                 }
                 Ready::File(f) => check_absolute("start.ready.file", f)?,
                 Ready::Process(p) => check_text("start.ready.process", p)?,
+                Ready::Cmd(c) => check_text("start.ready.cmd", c)?,
                 Ready::DelayS(s) => check_range("start.ready.delay_s", *s, 0, 600)?,
                 Ready::Port(_) | Ready::Url(_) => {}
             }

@@ -119,13 +119,22 @@ pub struct AppState {
     pub blobs: BlobStore,
     /// Services' traffic as this process's proxy sees it.
     pub services: Arc<crate::ops::services::traffic::Traffic>,
+    /// E2B template builds between their calls.
+    pub e2b: Arc<crate::e2b::templates::Pending>,
 }
 
 impl AppState {
     /// The state over `nodes`, with pushed files kept under the config's data directory.
     pub fn new(server: ServerState, nodes: Nodes) -> AppState {
         let blobs = BlobStore::new(&server.config.data_dir);
-        AppState { server, nodes, builds: Arc::new(Builds::default()), blobs, services: Arc::default() }
+        AppState {
+            server,
+            nodes,
+            builds: Arc::new(Builds::default()),
+            blobs,
+            services: Arc::default(),
+            e2b: Arc::default(),
+        }
     }
 }
 

@@ -58,7 +58,7 @@ where
 
 /// Every route: tenancy, sandboxes, volumes, templates, nodes and the node channel.
 pub fn all_routes() -> OpenApiRouter<AppState> {
-    crate::e2b::snapshots::routes(crate::e2b::control::routes(routes::<AppState>()))
+    crate::e2b::templates::routes(crate::e2b::snapshots::routes(crate::e2b::control::routes(routes::<AppState>())))
         .routes(routes!(sandboxes::create, sandboxes::list))
         .routes(routes!(sandboxes::get, sandboxes::kill))
         .routes(routes!(sandboxes::set_timeout))

@@ -53,7 +53,7 @@ pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
 }
 
 /// The JSON body, or the error saying why not.
-fn json_body<T: serde::de::DeserializeOwned>(bytes: &Bytes) -> E2bResult<T> {
+pub(super) fn json_body<T: serde::de::DeserializeOwned>(bytes: &Bytes) -> E2bResult<T> {
     serde_json::from_slice(bytes).map_err(|e| E2bError(AppError::invalid(format!("the request body: {e}"))))
 }
 

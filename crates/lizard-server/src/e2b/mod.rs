@@ -11,6 +11,7 @@
 //!   writing a file, a second protocol in front of it.
 //! - [`snapshots`]: `create_snapshot`, `list_snapshots`, `delete_snapshot`, and creates
 //!   whose template is a snapshot.
+//! - [`templates`]: the Template SDK's builds, on Lizard's template builder.
 //!
 //! A sandbox made through E2B has an access token whose hash is stored, whether its URLs
 //! are public (E2B's default) or private (`network.allowPublicTraffic: false`). Its envd
@@ -24,6 +25,8 @@ pub mod envd;
 mod network;
 pub mod snapshots;
 mod tags;
+mod template_steps;
+pub mod templates;
 mod users;
 mod watch;
 

@@ -1,6 +1,6 @@
 //! E2B's snapshots: `create_snapshot` saves a running sandbox (it runs on), `Sandbox.create`
 //! starts new sandboxes from it by its id or its name as the template, `list_snapshots`
-//! and `delete_snapshot` (`DELETE /templates/{id}`) — the operations of
+//! and `delete_snapshot` (`DELETE /templates/{id}`, routed with templates') — the operations of
 //! [`crate::ops::snapshots`]. A snapshot belongs to its source's project.
 //!
 //! Snapshots keep memory and processes; a disk-only snapshot (`memory: false`) is refused
@@ -17,7 +17,7 @@ use crate::store::{ProjectRecord, SnapshotRecord};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::{delete, get, post};
+use axum::routing::{get, post};
 use axum::Json;
 use lizard_e2b::rest;
 use utoipa_axum::router::OpenApiRouter;
@@ -26,7 +26,6 @@ pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
     router
         .route("/sandboxes/{id}/snapshots", post(take).layer(axum::middleware::map_response(super::no_retry)))
         .route("/snapshots", get(list))
-        .route("/templates/{id}", delete(remove))
 }
 
 fn info(s: &SnapshotRecord) -> rest::SnapshotInfo {
@@ -83,18 +82,14 @@ async fn list(
     paged(matching, q.next_token.as_deref(), q.limit)
 }
 
-/// `DELETE /templates/{id}` → 204: a snapshot the key reaches, by its id.
-async fn remove(
-    State(state): State<AppState>,
-    p: Result<Principal, AppError>,
-    Path(id): Path<String>,
-) -> E2bResult<StatusCode> {
-    let p = p?;
+/// `DELETE /templates/{id}` of a snapshot (see [`super::templates`]) → 204: one the key
+/// reaches, by its id.
+pub(super) async fn remove(state: &AppState, p: &Principal, id: &str) -> E2bResult<StatusCode> {
     let not_found = || E2bError(AppError::not_found(format!("template {id} not found")));
-    let snapshot = state.server.store.get_snapshot(&p.account_id, &id).await?.ok_or_else(not_found)?;
+    let snapshot = state.server.store.get_snapshot(&p.account_id, id).await?.ok_or_else(not_found)?;
     if !crate::scope::sees_project(p.scope.as_ref(), &snapshot.workspace_id, &snapshot.project_id) {
         return Err(not_found());
     }
-    snapshots::delete(&state, &snapshot).await?;
+    snapshots::delete(state, &snapshot).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -278,9 +278,18 @@ pub async fn start_build(
     workspace: &WorkspaceRecord,
     checked: CheckedPush,
 ) -> ApiResult<BuildRecord> {
+    start_build_as(state, workspace, checked, ids::new_id(BUILD_ID_PREFIX)).await
+}
+
+/// [`start_build`] under an id minted before (E2B's builds name theirs first).
+pub async fn start_build_as(
+    state: &AppState,
+    workspace: &WorkspaceRecord,
+    checked: CheckedPush,
+    build_id: String,
+) -> ApiResult<BuildRecord> {
     let recipe = &checked.recipe;
     let now = ids::now_ms();
-    let build_id = ids::new_id(BUILD_ID_PREFIX);
     let new_template = NewTemplate {
         id: ids::new_id("tpl"),
         workspace_id: workspace.id.clone(),

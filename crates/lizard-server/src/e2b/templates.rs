@@ -1,0 +1,527 @@
+//! E2B's Template SDK: `Template.build` (sync, async and npm) builds through Lizard's own
+//! template builder — the same checks, layer cache, build VMs and records as `lizard
+//! push` — in the workspace the key reaches.
+//!
+//! 1. `POST /v3/templates` names the template and its sandboxes' size: the build's id is
+//!    minted and kept here until its steps come. The template's E2B id is its name.
+//! 2. For each `COPY` step, `GET /templates/{name}/files/{hash}` says whether the server
+//!    has its files; if not, the SDK `PUT`s a tar(.gz) of them to that same path, with the
+//!    key (the URL answered is the route, the header the key the request carried). Its
+//!    files are stored as a push's are (by SHA-256, bounded like a push's), and the set is
+//!    kept here by hash.
+//! 3. `POST /v2/templates/{name}/builds/{build}` takes the steps, made a recipe by
+//!    [`super::template_steps`], checked and built as a push is.
+//! 4. `GET /templates/{name}/builds/{build}/status?logsOffset=` answers the build's state
+//!    and its log: a line per step as it starts (`CACHED` when its layer came from the
+//!    cache), and the end.
+//!
+//! `GET /templates/aliases/{name}` (`Template.exists`) and `DELETE /templates/{id}` (a
+//! template, or a snapshot) complete it. What is kept here lives in this process: a
+//! restart between steps 1 and 3 answers the build's start with 404, and the SDK's next
+//! build starts over. Nothing of a build runs on the host: the server only unpacks the
+//! uploaded archive into stored files.
+
+use super::control::json_body;
+use super::template_steps::{self, files_dir};
+use super::{E2bError, E2bResult};
+use crate::auth::Principal;
+use crate::error::AppError;
+use crate::ops::templates::{self as ops, BUILD_ID_PREFIX};
+use crate::state::AppState;
+use crate::store::WorkspaceRecord;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{delete, get, post};
+use axum::Json;
+use futures_util::TryStreamExt;
+use lizard_api::templates::{BuildStatus as LizardStatus, ContextEntry, ContextEntryKind};
+use lizard_e2b::templates as wire;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::{Read, Write};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use utoipa_axum::router::OpenApiRouter;
+
+/// How long a requested build waits for its steps.
+const REQUEST_KEPT: Duration = Duration::from_secs(3600);
+/// How many uploaded file sets are remembered (oldest forgotten first: the SDK uploads
+/// again).
+const FILE_SETS_KEPT: usize = 4096;
+/// The largest upload: a push's whole directory, and its archive's headers.
+const MAX_UPLOAD: u64 = ops::MAX_BLOB_BYTES + (64 << 20);
+
+/// What this process keeps between the calls of a build.
+#[derive(Default)]
+pub struct Pending {
+    requested: Mutex<HashMap<String, Requested>>,
+    files: Mutex<FileSets>,
+    /// Each started build's steps' E2B instructions (see [`template_steps::Translated`]).
+    origins: Mutex<HashMap<String, Vec<u32>>>,
+}
+
+struct Requested {
+    account_id: String,
+    workspace: WorkspaceRecord,
+    name: String,
+    size: lizard_recipe::recipe::SandboxSize,
+    at: Instant,
+}
+
+/// Uploaded file sets by (workspace, files hash): their manifest, paths under
+/// [`files_dir`].
+#[derive(Default)]
+struct FileSets {
+    sets: HashMap<(String, String), Vec<ContextEntry>>,
+    order: VecDeque<(String, String)>,
+}
+
+impl FileSets {
+    fn insert(&mut self, key: (String, String), entries: Vec<ContextEntry>) {
+        if self.sets.insert(key.clone(), entries).is_none() {
+            self.order.push_back(key);
+        }
+        while self.order.len() > FILE_SETS_KEPT {
+            if let Some(old) = self.order.pop_front() {
+                self.sets.remove(&old);
+            }
+        }
+    }
+}
+
+pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
+    router
+        .route("/v3/templates", post(request))
+        .route(
+            "/templates/{id}/files/{hash}",
+            get(file_link)
+                .put(upload)
+                .layer(axum::extract::DefaultBodyLimit::max(usize::try_from(MAX_UPLOAD).unwrap_or(usize::MAX))),
+        )
+        .route("/v2/templates/{id}/builds/{build}", post(start))
+        .route("/templates/{id}/builds/{build}/status", get(status))
+        .route("/templates/aliases/{alias}", get(alias))
+        .route("/templates/{id}", delete(remove))
+}
+
+/// The workspace an E2B template call is about: the one the key reaches.
+async fn workspace(state: &AppState, p: &Principal) -> E2bResult<WorkspaceRecord> {
+    ops::target_workspace(state.server.store.as_ref(), p, None, None).await.map_err(|e| {
+        if e.code() == lizard_api::ErrorCode::InvalidArgument {
+            E2bError(AppError::invalid(
+                "this key reaches more than one workspace: use a key scoped to one workspace or project for templates",
+            ))
+        } else {
+            E2bError(e)
+        }
+    })
+}
+
+/// A template's name as E2B gives it (`name`, `name:tag`), checked.
+fn template_name(given: &str) -> E2bResult<String> {
+    let name = given.split(':').next().unwrap_or(given);
+    let ok = (1..=63).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-');
+    if !ok {
+        return Err(E2bError(AppError::invalid(format!(
+            "template name {given:?}: 1 to 63 lower-case letters, digits and '-'"
+        ))));
+    }
+    Ok(name.to_owned())
+}
+
+/// `POST /v3/templates` → 202: the build's id, before its steps.
+async fn request(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    bytes: Bytes,
+) -> E2bResult<(StatusCode, Json<wire::BuildRequested>)> {
+    let p = p?;
+    let req: wire::BuildRequest = json_body(&bytes)?;
+    let given = req.name.or(req.alias).ok_or_else(|| E2bError(AppError::invalid("a template needs a name")))?;
+    let name = template_name(&given)?;
+    if ops::is_builtin(&state, &name) {
+        return Err(E2bError(AppError::conflict(format!("{name} is a built-in template's name; choose another"))));
+    }
+    let workspace = workspace(&state, &p).await?;
+    let size = lizard_recipe::recipe::SandboxSize { vcpus: req.cpu_count, memory_mib: req.memory_mb };
+    let build_id = crate::ids::new_id(BUILD_ID_PREFIX);
+    {
+        let mut requested = state.e2b.requested.lock().expect("e2b builds poisoned");
+        requested.retain(|_, r| r.at.elapsed() < REQUEST_KEPT);
+        let at = Instant::now();
+        let kept = Requested { account_id: p.account_id.clone(), workspace, name: name.clone(), size, at };
+        requested.insert(build_id.clone(), kept);
+    }
+    let tags = if req.tags.is_empty() { vec!["default".to_owned()] } else { req.tags };
+    let answer = wire::BuildRequested {
+        template_id: name.clone(),
+        build_id,
+        public: false,
+        names: vec![name.clone()],
+        tags,
+        aliases: vec![name],
+    };
+    Ok((StatusCode::ACCEPTED, Json(answer)))
+}
+
+fn check_hash(hash: &str) -> E2bResult<()> {
+    if (1..=128).contains(&hash.len()) && hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(())
+    } else {
+        Err(E2bError(AppError::invalid(format!("files hash {hash:?} is not hex"))))
+    }
+}
+
+/// `GET /templates/{id}/files/{hash}` → 201: whether the files are here, else where to
+/// `PUT` them (this route) and with which header (the key this request carried).
+async fn file_link(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    Path((id, hash)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> E2bResult<(StatusCode, Json<wire::FileUpload>)> {
+    let p = p?;
+    check_hash(&hash)?;
+    let workspace = workspace(&state, &p).await?;
+    let known =
+        state.e2b.files.lock().expect("e2b files poisoned").sets.get(&(workspace.id.clone(), hash.clone())).cloned();
+    let present = match known {
+        Some(entries) => {
+            let hashes: Vec<String> = entries.iter().filter_map(|e| e.sha256.clone()).collect();
+            ops::missing_blobs(&state, &workspace, &hashes).await?.is_empty()
+        }
+        None => false,
+    };
+    if present {
+        return Ok((StatusCode::CREATED, Json(wire::FileUpload { present, url: None, headers: BTreeMap::new() })));
+    }
+    let host = headers.get(axum::http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
+    let url = format!("http://{host}/templates/{}/files/{hash}", urlencoding::encode(&id));
+    let key = headers.get(crate::auth::API_KEY_HEADER).and_then(|k| k.to_str().ok()).unwrap_or_default();
+    let headers = BTreeMap::from([("X-API-KEY".to_owned(), key.to_owned())]);
+    Ok((StatusCode::CREATED, Json(wire::FileUpload { present, url: Some(url), headers })))
+}
+
+/// `PUT /templates/{id}/files/{hash}` with a tar (gzipped or not) of one `COPY` step's
+/// files: each file stored as a pushed one, the set kept under its hash.
+async fn upload(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    Path((_id, hash)): Path<(String, String)>,
+    body: Body,
+) -> E2bResult<StatusCode> {
+    let p = p?;
+    check_hash(&hash)?;
+    let workspace = workspace(&state, &p).await?;
+    let scratch = tempfile::tempdir_in(state.blobs.dir()).map_err(|e| E2bError(AppError::internal(e)))?;
+    let archive = scratch.path().join("archive");
+    save_archive(body, &archive).await?;
+    let (dir, prefix) = (scratch.path().to_owned(), files_dir(&hash));
+    let unpacked = tokio::task::spawn_blocking(move || unpack(&archive, &dir, &prefix))
+        .await
+        .map_err(|e| E2bError(AppError::internal(e)))?
+        .map_err(|e| E2bError(AppError::invalid(format!("the uploaded archive: {e}"))))?;
+    let mut entries = Vec::with_capacity(unpacked.len());
+    for (entry, content) in unpacked {
+        if let (Some(sha256), Some(path)) = (&entry.sha256, content) {
+            let file = tokio::fs::File::open(&path).await.map_err(|e| E2bError(AppError::internal(e)))?;
+            ops::upload_blob(&state, &workspace, sha256, tokio_util::io::ReaderStream::new(file)).await?;
+        }
+        entries.push(entry);
+    }
+    state.e2b.files.lock().expect("e2b files poisoned").insert((workspace.id, hash), entries);
+    Ok(StatusCode::OK)
+}
+
+/// Write the upload to `path`, ungzipped if it is gzip, at most [`MAX_UPLOAD`] bytes.
+async fn save_archive(body: Body, path: &std::path::Path) -> E2bResult<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let stream = body.into_data_stream().map_err(std::io::Error::other);
+    let mut reader = tokio::io::BufReader::new(tokio_util::io::StreamReader::new(stream));
+    let gzip = reader.fill_buf().await.map(|b| b.starts_with(&[0x1f, 0x8b])).unwrap_or(false);
+    let mut source: Box<dyn tokio::io::AsyncRead + Unpin + Send> =
+        if gzip { Box::new(async_compression::tokio::bufread::GzipDecoder::new(reader)) } else { Box::new(reader) };
+    let mut file = tokio::fs::File::create(path).await.map_err(|e| E2bError(AppError::internal(e)))?;
+    let copied = tokio::io::copy(&mut (&mut source).take(MAX_UPLOAD + 1), &mut file).await;
+    let copied = copied.map_err(|e| E2bError(AppError::invalid(format!("the upload could not be read: {e}"))))?;
+    if copied > MAX_UPLOAD {
+        return Err(E2bError(AppError::invalid(format!("an upload holds at most {} MiB", MAX_UPLOAD >> 20))));
+    }
+    Ok(())
+}
+
+/// The entries of the tar at `archive`, their paths under `prefix` (every directory above
+/// a path listed too), each file's content copied to a file of `dir` while its SHA-256
+/// is taken. Paths must stay inside; hard links and devices are refused.
+fn unpack(
+    archive: &std::path::Path,
+    dir: &std::path::Path,
+    prefix: &str,
+) -> Result<Vec<(ContextEntry, Option<std::path::PathBuf>)>, String> {
+    let file = std::fs::File::open(archive).map_err(|e| e.to_string())?;
+    let mut tar = tar::Archive::new(file);
+    let mut out: BTreeMap<String, (ContextEntry, Option<std::path::PathBuf>)> = BTreeMap::new();
+    let dir_entry = |path: &str, mode: u32| ContextEntry {
+        path: path.to_owned(),
+        mode,
+        kind: ContextEntryKind::Dir,
+        sha256: None,
+        size: None,
+        target: None,
+    };
+    out.insert(prefix.to_owned(), (dir_entry(prefix, 0o755), None));
+    for (n, entry) in tar.entries().map_err(|e| e.to_string())?.enumerate() {
+        let mut entry = entry.map_err(|e| e.to_string())?;
+        let raw = entry.path().map_err(|e| e.to_string())?.to_string_lossy().into_owned();
+        let relative = lizard_recipe::context::normalize(&raw).map_err(|e| format!("{raw:?}: {e}"))?;
+        if relative.is_empty() {
+            continue;
+        }
+        let path = format!("{prefix}/{relative}");
+        let mode = entry.header().mode().map_err(|e| e.to_string())? & 0o7777;
+        let kind = entry.header().entry_type();
+        let listed = if kind.is_dir() {
+            (dir_entry(&path, mode), None)
+        } else if kind.is_symlink() {
+            let target = entry.link_name().map_err(|e| e.to_string())?.ok_or("a link without a target")?;
+            let target = Some(target.to_string_lossy().into_owned());
+            (ContextEntry { kind: ContextEntryKind::Symlink, target, ..dir_entry(&path, mode) }, None)
+        } else if kind.is_file() {
+            let content = dir.join(format!("f{n}"));
+            let mut to = std::fs::File::create(&content).map_err(|e| e.to_string())?;
+            let mut hasher = Sha256::new();
+            let mut buf = vec![0u8; 256 * 1024];
+            let mut size = 0u64;
+            loop {
+                let read = entry.read(&mut buf).map_err(|e| e.to_string())?;
+                if read == 0 {
+                    break;
+                }
+                hasher.update(&buf[..read]);
+                to.write_all(&buf[..read]).map_err(|e| e.to_string())?;
+                size += read as u64;
+            }
+            let sha256 = Some(hex::encode(hasher.finalize()));
+            let file =
+                ContextEntry { kind: ContextEntryKind::File, sha256, size: Some(size), ..dir_entry(&path, mode) };
+            (file, Some(content))
+        } else {
+            return Err(format!("{raw:?}: only files, directories and symbolic links can be copied"));
+        };
+        let mut parent = path.as_str();
+        while let Some((up, _)) = parent.rsplit_once('/') {
+            out.entry(up.to_owned()).or_insert_with(|| (dir_entry(up, 0o755), None));
+            parent = up;
+        }
+        out.insert(path, listed);
+    }
+    Ok(out.into_values().collect())
+}
+
+/// `POST /v2/templates/{id}/builds/{build}` → 202: the steps, built as a push is.
+async fn start(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    Path((id, build)): Path<(String, String)>,
+    bytes: Bytes,
+) -> E2bResult<StatusCode> {
+    let p = p?;
+    let req: wire::BuildStart = json_body(&bytes)?;
+    let requested = {
+        let mut all = state.e2b.requested.lock().expect("e2b builds poisoned");
+        match all.get(&build) {
+            Some(r) if r.account_id == p.account_id && r.name == template_name(&id)? => all.remove(&build),
+            _ => None,
+        }
+    };
+    let Some(requested) = requested else {
+        return Err(E2bError(AppError::not_found(format!("build {build} of template {id} not found"))));
+    };
+    let nonce = crate::ids::new_id("force");
+    let translated = template_steps::recipe(
+        &requested.name,
+        requested.size,
+        &req,
+        |t| state.server.config.e2b_template(t).to_owned(),
+        &nonce,
+    )
+    .map_err(|e| E2bError(AppError::invalid(e)))?;
+    // The context: every COPY step's uploaded files, each under its own directory.
+    let mut files = Vec::new();
+    {
+        let sets = state.e2b.files.lock().expect("e2b files poisoned");
+        for step in req.steps.iter().filter(|s| s.kind == "COPY") {
+            let Some(hash) = &step.files_hash else { continue };
+            match sets.sets.get(&(requested.workspace.id.clone(), hash.clone())) {
+                Some(entries) => files.extend(entries.iter().cloned()),
+                None => {
+                    return Err(E2bError(AppError::invalid(format!(
+                        "the files of COPY {} were not uploaded",
+                        step.args.first().map_or("", String::as_str)
+                    ))))
+                }
+            }
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files.dedup_by(|a, b| a.path == b.path);
+    let checked = ops::check_recipe(&state, &requested.workspace, translated.recipe, &files).await?;
+    let started = ops::start_build_as(&state, &requested.workspace, checked, build.clone()).await?;
+    state.e2b.origins.lock().expect("e2b origins poisoned").insert(started.id.clone(), translated.origins);
+    tracing::info!(build = %started.id, template = %started.template_name, key = %p.key_id, "E2B template build started");
+    Ok(StatusCode::ACCEPTED)
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusQuery {
+    #[serde(default)]
+    logs_offset: usize,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// `GET /templates/{id}/builds/{build}/status?logsOffset=&limit=` → the build's state and
+/// its log entries from `logsOffset` (at most 100).
+async fn status(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    Path((id, build)): Path<(String, String)>,
+    Query(q): Query<StatusQuery>,
+) -> E2bResult<Json<wire::BuildStatus>> {
+    let p = p?;
+    let store = state.server.store.as_ref();
+    let template = ops::find(store, &p, &template_name(&id)?, None).await?;
+    let record = ops::find_build(store, &template, &build).await?;
+    let info = ops::build_info(&record, state.builds.get(&record.id).map(|b| b.hub.progress()));
+    let origin = |step: u32| -> Option<String> {
+        let origins = state.e2b.origins.lock().expect("e2b origins poisoned");
+        let index = usize::try_from(step).ok()?.checked_sub(1)?;
+        origins.get(&record.id).and_then(|o| o.get(index)).map(u32::to_string)
+    };
+    let now = crate::ids::rfc3339(crate::ids::now_ms());
+    let entry = |message: String, level: &'static str| wire::LogEntry { timestamp: now.clone(), message, level };
+    let total = info.steps.len();
+    let mut entries: Vec<wire::LogEntry> = info
+        .steps
+        .iter()
+        .filter(|s| s.status != LizardStatus::Queued)
+        .map(|s| {
+            let cached = if s.cached { " CACHED" } else { "" };
+            entry(format!("[{}/{total}] {}{cached}", s.index, s.description), "info")
+        })
+        .collect();
+    let (state_now, reason) = match info.status {
+        LizardStatus::Queued | LizardStatus::Running => (wire::BuildState::Building, None),
+        LizardStatus::Ready => {
+            entries.push(entry(format!("Template {} is ready", record.template_name), "info"));
+            (wire::BuildState::Ready, None)
+        }
+        LizardStatus::Failed | LizardStatus::Cancelled => {
+            let failure = info.error.clone();
+            let mut message = failure.as_ref().map_or_else(|| "the build failed".to_owned(), |f| f.message.clone());
+            if let Some(tail) = failure.as_ref().and_then(|f| f.output_tail.as_deref()).filter(|t| !t.is_empty()) {
+                for line in tail.lines() {
+                    entries.push(entry(line.to_owned(), "error"));
+                }
+                message = format!("{message}\n{tail}");
+            }
+            entries.push(entry(format!("Build failed: {}", message.lines().next().unwrap_or_default()), "error"));
+            let step = failure.as_ref().and_then(|f| f.step).and_then(origin);
+            (wire::BuildState::Error, Some(wire::BuildReason { message, step }))
+        }
+    };
+    let limit = q.limit.unwrap_or(100).clamp(1, 100);
+    let page: Vec<wire::LogEntry> = entries.into_iter().skip(q.logs_offset).take(limit).collect();
+    Ok(Json(wire::BuildStatus {
+        template_id: template.name.clone(),
+        build_id: record.id.clone(),
+        status: state_now,
+        logs: page.iter().map(|e| e.message.clone()).collect(),
+        log_entries: page,
+        reason,
+    }))
+}
+
+/// `GET /templates/aliases/{alias}` → 200 when the key reaches a template of that name
+/// (`Template.exists`), else 404.
+async fn alias(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    Path(alias): Path<String>,
+) -> E2bResult<Json<serde_json::Value>> {
+    let p = p?;
+    let name = template_name(&alias)?;
+    let template = ops::find(state.server.store.as_ref(), &p, &name, None).await?;
+    Ok(Json(serde_json::json!({"templateID": template.name, "public": false})))
+}
+
+/// `DELETE /templates/{id}` → 204: a snapshot (by its id), or a template the key reaches.
+async fn remove(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    Path(id): Path<String>,
+) -> E2bResult<StatusCode> {
+    let p = p?;
+    if crate::ops::snapshots::is_snapshot_id(&id) {
+        return super::snapshots::remove(&state, &p, &id).await;
+    }
+    let template = ops::find(state.server.store.as_ref(), &p, &template_name(&id)?, None).await?;
+    ops::delete(&state, &template).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn archive(dir: &std::path::Path, build: impl FnOnce(&mut tar::Builder<std::fs::File>)) -> std::path::PathBuf {
+        let path = dir.join("a.tar");
+        let mut b = tar::Builder::new(std::fs::File::create(&path).unwrap());
+        build(&mut b);
+        b.finish().unwrap();
+        path
+    }
+
+    fn header(kind: tar::EntryType, size: u64, mode: u32) -> tar::Header {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_size(size);
+        h.set_mode(mode);
+        h
+    }
+
+    #[test]
+    fn an_upload_unpacks_into_a_manifest_under_its_hash_and_nothing_leaves_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let tar = archive(dir.path(), |b| {
+            b.append_data(&mut header(tar::EntryType::Regular, 2, 0o640), "app/sub/a.txt", &b"hi"[..]).unwrap();
+            let mut link = header(tar::EntryType::Symlink, 0, 0o777);
+            b.append_link(&mut link, "app/l", "sub/a.txt").unwrap();
+        });
+        let got = unpack(&tar, dir.path(), "e2b-ab").unwrap();
+        let paths: Vec<&str> = got.iter().map(|(e, _)| e.path.as_str()).collect();
+        assert_eq!(paths, ["e2b-ab", "e2b-ab/app", "e2b-ab/app/l", "e2b-ab/app/sub", "e2b-ab/app/sub/a.txt"]);
+        let (file, content) = &got[4];
+        assert_eq!((file.kind, file.mode, file.size), (ContextEntryKind::File, 0o640, Some(2)));
+        assert_eq!(file.sha256.as_deref(), Some(hex::encode(Sha256::digest(b"hi")).as_str()));
+        assert_eq!(std::fs::read(content.as_ref().unwrap()).unwrap(), b"hi");
+        assert_eq!(got[2].0.target.as_deref(), Some("sub/a.txt"));
+
+        // A path out of the archive's root, and a hard link, are refused.
+        let out = archive(dir.path(), |b| {
+            let mut h = header(tar::EntryType::Regular, 1, 0o644);
+            h.as_gnu_mut().unwrap().name[..7].copy_from_slice(b"../evil");
+            h.set_cksum();
+            b.append(&h, &b"x"[..]).unwrap();
+        });
+        assert!(unpack(&out, dir.path(), "e2b-ab").is_err());
+        let hard = archive(dir.path(), |b| {
+            b.append_link(&mut header(tar::EntryType::Link, 0, 0o644), "h", "app/sub/a.txt").unwrap();
+        });
+        assert!(unpack(&hard, dir.path(), "e2b-ab").unwrap_err().contains("only files, directories"));
+    }
+}
