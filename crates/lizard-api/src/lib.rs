@@ -103,6 +103,10 @@ pub struct SandboxInfo {
     /// Suffix of its public hosts: port P is served at `{sandboxId}-{P}.{domain}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
+    /// The directory its processes start in when they name none (its template's), if
+    /// the template sets one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
     /// Only in the answer to a create with `publicUrls: false` (shown once, stored hashed):
     /// the token every request to its URLs must carry, in the `X-Lizard-Access-Token`
     /// header or the `lizardAccessToken` query parameter.

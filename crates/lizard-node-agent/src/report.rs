@@ -71,6 +71,7 @@ mod tests {
             project_id: None,
             end_at: None,
             domain: None,
+            workdir: None,
             access_token: None,
         }
     }

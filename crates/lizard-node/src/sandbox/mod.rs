@@ -311,6 +311,7 @@ impl Sandbox {
             project_id: None,
             end_at: None,
             domain: None,
+            workdir: self.workdir.clone(),
             access_token: None,
         }
     }

@@ -653,7 +653,12 @@ async fn start(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Result<R
     let argv = std::iter::once(r.process.cmd).chain(r.process.args).collect();
     let start = StartProcessRequest {
         argv: Some(argv),
-        cwd: Some(caller.path(r.process.cwd.as_deref().unwrap_or(""))),
+        // Without one: the template's directory, else the caller's home (as envd's
+        // default workdir).
+        cwd: Some(match r.process.cwd.as_deref().filter(|c| !c.is_empty()) {
+            Some(cwd) => caller.path(cwd),
+            None => sandbox.info.workdir.clone().unwrap_or_else(|| caller.home()),
+        }),
         env: r.process.envs,
         user: caller.user.clone(),
         pty,

@@ -216,7 +216,10 @@ async fn upload(
     let p = p?;
     check_hash(&hash)?;
     let workspace = workspace(&state, &p).await?;
-    let scratch = tempfile::tempdir_in(state.blobs.dir()).map_err(|e| E2bError(AppError::internal(e)))?;
+    // Beside the stored files: the same file system, and nothing else of the host's.
+    let scratch = std::fs::create_dir_all(state.blobs.dir())
+        .and_then(|()| tempfile::tempdir_in(state.blobs.dir()))
+        .map_err(|e| E2bError(AppError::internal(e)))?;
     let archive = scratch.path().join("archive");
     save_archive(body, &archive).await?;
     let (dir, prefix) = (scratch.path().to_owned(), files_dir(&hash));

@@ -81,6 +81,7 @@ impl FakeNode {
             project_id: None,
             end_at: None,
             domain: None,
+            workdir: None,
             access_token: None,
         })
     }

@@ -1,0 +1,99 @@
+"""E2B's Template SDK on Lizard, through E2B's own Python package: `Template.build` with
+each kind of step builds on Lizard's own builder (a rebuild with one step changed shows
+the steps before it cached), sandboxes start from the result, a failing step fails the
+build with its output, what Lizard cannot build is refused at once, and `Template.exists`
+and delete."""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+import pytest
+from e2b import Sandbox, Template, wait_for_port
+from e2b.exceptions import BuildException
+
+from conftest import API_URL
+
+
+def template(context: str, marker: str):
+    return (
+        Template(file_context_path=context)
+        .from_template("base")
+        .copy("app", "/home/user/app")
+        .copy("run.sh", "/opt/run.sh", mode=0o755)
+        .set_envs({"GREETING": "hi there"})
+        .run_cmd("whoami > /home/user/whoami")
+        .run_cmd("mkdir -p /srv && echo root-only > /srv/r", user="root")
+        .set_workdir("/home/user/app")
+        .run_cmd(f"echo {marker} > marker")
+        .set_start_cmd("python3 -m http.server 8000", wait_for_port(8000))
+    )
+
+
+def test_a_template_builds_each_kind_of_step_and_rebuilds_from_the_cache(e2b_env, tmp_path):
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "main.txt").write_text("hello")
+    (tmp_path / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    name = "e2b-tpl-" + os.urandom(3).hex()
+    logs = []
+    built = Template.build(template(str(tmp_path), "one"), name, on_build_logs=logs.append)
+    assert built.template_id == name
+    messages = [e.message for e in logs]
+    assert any("Template created with ID" in m for m in messages), messages
+    assert any(m.endswith(f"Template {name} is ready") for m in messages), messages
+    assert Template.exists(name) is True
+    assert Template.exists("e2b-no-such-template") is False
+
+    sbx = Sandbox.create(name)
+    try:
+        run = lambda cmd: sbx.commands.run(cmd).stdout  # noqa: E731
+        assert run("cat /home/user/app/main.txt") == "hello"
+        assert run("/opt/run.sh") == "ran\n"
+        assert run("stat -c %a /opt/run.sh") == "755\n"
+        assert run("stat -c %U /home/user/app/main.txt") == "user\n"
+        assert run("cat /home/user/whoami") == "user\n"
+        assert run("cat /srv/r") == "root-only\n"
+        assert run("echo $GREETING") == "hi there\n"
+        assert run("pwd") == "/home/user/app\n"
+        assert run("cat marker") == "one\n"
+        # The start command runs in the sandbox, as it did in the snapshot.
+        assert run("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/") == "200"
+    finally:
+        sbx.kill()
+
+    # One step changed: the steps before it come from the cache.
+    logs.clear()
+    Template.build(template(str(tmp_path), "two"), name, on_build_logs=logs.append)
+    steps = [e.message for e in logs if e.message.startswith("[")]
+    assert steps and all(m.endswith("CACHED") for m in steps if "copy" in m), steps
+    assert not any(m.endswith("CACHED") for m in steps if "echo two" in m), steps
+    sbx = Sandbox.create(name)
+    try:
+        assert sbx.commands.run("cat marker").stdout == "two\n"
+    finally:
+        sbx.kill()
+
+    # Deleted, it is gone.
+    headers = {"X-API-KEY": e2b_env["lizard_key"]}
+    assert httpx.delete(f"{API_URL}/templates/{name}", headers=headers, timeout=60).status_code == 204
+    assert Template.exists(name) is False
+
+
+def test_a_failing_step_fails_the_build_with_its_output_and_bad_bases_are_refused(e2b_env, tmp_path):
+    name = "e2b-fail-" + os.urandom(3).hex()
+    failing = Template().from_template("base").run_cmd("echo before").run_cmd("echo it-broke >&2; exit 3")
+    logs = []
+    with pytest.raises(BuildException) as failed:
+        Template.build(failing, name, on_build_logs=logs.append)
+    assert "it-broke" in str(failed.value), failed.value
+    assert any(e.level == "error" and "it-broke" in e.message for e in logs), [e.message for e in logs]
+
+    # A base from an image registry: refused before anything is built.
+    with pytest.raises(Exception) as refused:
+        Template.build(Template().from_image("ubuntu:22.04").run_cmd("true"), name)
+    assert "cannot be a base" in str(refused.value), refused.value
+    # A name Lizard's templates cannot have.
+    with pytest.raises(Exception) as bad:
+        Template.build(Template().from_template("base"), "Bad_Name")
+    assert "template name" in str(bad.value), bad.value
