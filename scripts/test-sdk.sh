@@ -192,7 +192,7 @@ run_e2b() {
   for version in ${E2B_JS_SDK_VERSIONS:-2.15.0 2.51.0}; do
     echo "--- e2b (npm) $version ---"
     (cd compat/e2b/js && npm install --no-save --no-audit --no-fund --silent "e2b@$version" \
-      && node --test core.test.mjs) || status=1
+      && node --test core.test.mjs && node --test templates.test.mjs) || status=1
   done
   if [[ -z "${LIZARD_TEMPLATES:-}" || " $LIZARD_TEMPLATES " == *" interpreter "* ]]; then
     for version in ${E2B_JS_CODE_INTERPRETER_VERSIONS:-2.8.0}; do

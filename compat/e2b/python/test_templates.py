@@ -97,3 +97,61 @@ def test_a_failing_step_fails_the_build_with_its_output_and_bad_bases_are_refuse
     with pytest.raises(Exception) as bad:
         Template.build(Template().from_template("base"), "Bad_Name")
     assert "template name" in str(bad.value), bad.value
+
+
+def test_an_upload_url_takes_one_upload_of_its_files_and_nothing_else(e2b_env):
+    import io
+    import tarfile
+
+    headers = {"X-API-KEY": e2b_env["lizard_key"]}
+    files_hash = os.urandom(32).hex()
+    link = httpx.get(f"{API_URL}/templates/any/files/{files_hash}", headers=headers, timeout=60)
+    assert link.status_code == 201 and link.json()["present"] is False, link.text
+    url = link.json()["url"]
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:gz") as tar:
+        info = tarfile.TarInfo("f.txt")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    body = data.getvalue()
+    # No key and no token; a made-up token; the token for another hash: refused.
+    assert httpx.put(url.split("?")[0], content=body, timeout=60).status_code == 401
+    assert httpx.put(url.split("=")[0] + "=" + "0" * 64, content=body, timeout=60).status_code == 403
+    other = url.replace(files_hash, os.urandom(32).hex())
+    assert httpx.put(other, content=body, timeout=60).status_code == 403
+    # The URL alone takes its upload once (the refusal above spent it: a new one).
+    url = httpx.get(f"{API_URL}/templates/any/files/{files_hash}", headers=headers, timeout=60).json()["url"]
+    assert httpx.put(url, content=body, timeout=60).status_code == 200
+    assert httpx.put(url, content=body, timeout=60).status_code == 403
+    again = httpx.get(f"{API_URL}/templates/any/files/{files_hash}", headers=headers, timeout=60).json()
+    assert again == {"present": True}, again
+    # A path out of the archive is refused, nothing kept.
+    bad_hash = os.urandom(32).hex()
+    evil = io.BytesIO()
+    with tarfile.open(fileobj=evil, mode="w") as tar:
+        info = tarfile.TarInfo("../evil")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    url = httpx.get(f"{API_URL}/templates/any/files/{bad_hash}", headers=headers, timeout=60).json()["url"]
+    refused = httpx.put(url, content=evil.getvalue(), timeout=60)
+    assert refused.status_code == 422 and "archive" in refused.text, refused.text
+
+
+def test_the_async_template_builds_too(e2b_env, tmp_path):
+    import asyncio
+
+    from e2b import AsyncSandbox, AsyncTemplate
+
+    name = "e2b-async-" + os.urandom(3).hex()
+
+    async def build_and_use():
+        t = AsyncTemplate().from_template("base").set_envs({"ASYNC": "1"}).run_cmd("echo $ASYNC > /home/user/a")
+        await AsyncTemplate.build(t, name)
+        assert await AsyncTemplate.exists(name) is True
+        sbx = await AsyncSandbox.create(name)
+        try:
+            return (await sbx.commands.run("cat /home/user/a")).stdout
+        finally:
+            await sbx.kill()
+
+    assert asyncio.run(build_and_use()) == "1\n"

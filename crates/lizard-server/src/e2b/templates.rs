@@ -5,10 +5,11 @@
 //! 1. `POST /v3/templates` names the template and its sandboxes' size: the build's id is
 //!    minted and kept here until its steps come. The template's E2B id is its name.
 //! 2. For each `COPY` step, `GET /templates/{name}/files/{hash}` says whether the server
-//!    has its files; if not, the SDK `PUT`s a tar(.gz) of them to that same path, with the
-//!    key (the URL answered is the route, the header the key the request carried). Its
-//!    files are stored as a push's are (by SHA-256, bounded like a push's), and the set is
-//!    kept here by hash.
+//!    has its files; if not, the SDK `PUT`s a tar(.gz) of them to the URL answered: that
+//!    same path with a one-time upload token (random, kept here an hour; older SDKs send
+//!    no key with the upload, as E2B's URL is presigned), or the key. Its files are stored
+//!    as a push's are (by SHA-256, bounded like a push's), and the set is kept here by
+//!    hash.
 //! 3. `POST /v2/templates/{name}/builds/{build}` takes the steps, made a recipe by
 //!    [`super::template_steps`], checked and built as a push is.
 //! 4. `GET /templates/{name}/builds/{build}/status?logsOffset=` answers the build's state
@@ -46,6 +47,10 @@ use utoipa_axum::router::OpenApiRouter;
 
 /// How long a requested build waits for its steps.
 const REQUEST_KEPT: Duration = Duration::from_secs(3600);
+/// How long an upload URL is good for.
+const UPLOAD_URL_KEPT: Duration = Duration::from_secs(3600);
+/// How many upload URLs may wait at once (the oldest go first).
+const UPLOAD_URLS_KEPT: usize = 4096;
 /// How many uploaded file sets are remembered (oldest forgotten first: the SDK uploads
 /// again).
 const FILE_SETS_KEPT: usize = 4096;
@@ -59,6 +64,15 @@ pub struct Pending {
     files: Mutex<FileSets>,
     /// Each started build's steps' E2B instructions (see [`template_steps::Translated`]).
     origins: Mutex<HashMap<String, Vec<u32>>>,
+    /// Upload tokens, each good for one upload of one file set into one workspace.
+    uploads: Mutex<HashMap<String, UploadGrant>>,
+}
+
+struct UploadGrant {
+    account_id: String,
+    workspace_id: String,
+    hash: String,
+    until: Instant,
 }
 
 struct Requested {
@@ -198,24 +212,59 @@ async fn file_link(
     if present {
         return Ok((StatusCode::CREATED, Json(wire::FileUpload { present, url: None, headers: BTreeMap::new() })));
     }
+    let token = hex::encode(rand::random::<[u8; 32]>());
+    {
+        let mut uploads = state.e2b.uploads.lock().expect("e2b uploads poisoned");
+        uploads.retain(|_, g| g.until > Instant::now());
+        if uploads.len() >= UPLOAD_URLS_KEPT {
+            return Err(E2bError(AppError::new(
+                lizard_api::ErrorCode::Unavailable,
+                "too many uploads wait; retry later",
+            )));
+        }
+        let until = Instant::now() + UPLOAD_URL_KEPT;
+        let grant = UploadGrant { account_id: p.account_id, workspace_id: workspace.id, hash: hash.clone(), until };
+        uploads.insert(token.clone(), grant);
+    }
     let host = headers.get(axum::http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
-    let url = format!("http://{host}/templates/{}/files/{hash}", urlencoding::encode(&id));
-    let key = headers.get(crate::auth::API_KEY_HEADER).and_then(|k| k.to_str().ok()).unwrap_or_default();
-    let headers = BTreeMap::from([("X-API-KEY".to_owned(), key.to_owned())]);
-    Ok((StatusCode::CREATED, Json(wire::FileUpload { present, url: Some(url), headers })))
+    let url = format!("http://{host}/templates/{}/files/{hash}?{UPLOAD_TOKEN}={token}", urlencoding::encode(&id));
+    Ok((StatusCode::CREATED, Json(wire::FileUpload { present, url: Some(url), headers: BTreeMap::new() })))
 }
 
-/// `PUT /templates/{id}/files/{hash}` with a tar (gzipped or not) of one `COPY` step's
-/// files: each file stored as a pushed one, the set kept under its hash.
+/// The query parameter of an upload URL's token.
+const UPLOAD_TOKEN: &str = "uploadToken";
+
+#[derive(serde::Deserialize)]
+struct UploadQuery {
+    #[serde(default, rename = "uploadToken")]
+    upload_token: Option<String>,
+}
+
+/// The workspace an upload goes to: its token's (used up here), else the key's.
+async fn upload_workspace(
+    state: &AppState,
+    p: Result<Principal, AppError>,
+    token: Option<&str>,
+    hash: &str,
+) -> E2bResult<WorkspaceRecord> {
+    let Some(token) = token else { return workspace(state, &p?).await };
+    let grant = state.e2b.uploads.lock().expect("e2b uploads poisoned").remove(token);
+    let refused = || E2bError(AppError::forbidden("this upload URL is not valid (used, expired, or for other files)"));
+    let grant = grant.filter(|g| g.until > Instant::now() && g.hash == hash).ok_or_else(refused)?;
+    state.server.store.get_workspace(&grant.account_id, &grant.workspace_id).await?.ok_or_else(refused)
+}
+
+/// `PUT /templates/{id}/files/{hash}?uploadToken=` with a tar (gzipped or not) of one
+/// `COPY` step's files: each file stored as a pushed one, the set kept under its hash.
 async fn upload(
     State(state): State<AppState>,
     p: Result<Principal, AppError>,
     Path((_id, hash)): Path<(String, String)>,
+    Query(q): Query<UploadQuery>,
     body: Body,
 ) -> E2bResult<StatusCode> {
-    let p = p?;
     check_hash(&hash)?;
-    let workspace = workspace(&state, &p).await?;
+    let workspace = upload_workspace(&state, p, q.upload_token.as_deref(), &hash).await?;
     // Beside the stored files: the same file system, and nothing else of the host's.
     let scratch = std::fs::create_dir_all(state.blobs.dir())
         .and_then(|()| tempfile::tempdir_in(state.blobs.dir()))
