@@ -30,6 +30,8 @@ def sbx(e2b_env):
 def test_create_run_and_kill(e2b_env):
     s = Sandbox.create(metadata={"who": "e2b-test"})
     assert s.commands.run("echo hi").stdout == "hi\n"
+    # E2B's base has pip and `python`, and pip installs into the system Python.
+    assert s.commands.run("python --version && pip --version").exit_code == 0
     info = s.get_info()
     assert info.sandbox_id == s.sandbox_id and info.state.value == "running"
     assert info.metadata["who"] == "e2b-test"

@@ -20,6 +20,9 @@ def template(context: str, marker: str):
     return (
         Template(file_context_path=context)
         .from_template("base")
+        .apt_install(["jq"])
+        .pip_install(["six"])
+        .npm_install(["left-pad"], g=True)
         .copy("app", "/home/user/app")
         .copy("run.sh", "/opt/run.sh", mode=0o755)
         .set_envs({"GREETING": "hi there"})
@@ -49,6 +52,10 @@ def test_a_template_builds_each_kind_of_step_and_rebuilds_from_the_cache(e2b_env
     try:
         run = lambda cmd: sbx.commands.run(cmd).stdout  # noqa: E731
         assert run("cat /home/user/app/main.txt") == "hello"
+        # What the package steps installed, through apt, pip and npm.
+        assert run("echo '{\"a\": 1}' | jq .a") == "1\n"
+        assert run("python -c 'import six; print(six.__name__)'") == "six\n"
+        assert run("test -d \"$(npm root -g)/left-pad\" && echo ok") == "ok\n"
         assert run("/opt/run.sh") == "ran\n"
         assert run("stat -c %a /opt/run.sh") == "755\n"
         assert run("stat -c %U /home/user/app/main.txt") == "user\n"

@@ -63,8 +63,9 @@ pub struct ServerArgs {
     /// Public sandbox hosts are {id}-{port}.sandbox.{region}.{domain} [default: lizard.localhost]
     #[arg(long, value_name = "D")]
     pub domain: Option<String>,
-    /// An E2B template name and the template it stands for in E2B creates, e.g.
-    /// `code-interpreter-v1=interpreter` (the default); repeat for more, `NAME=` drops one
+    /// An E2B template name and the template it stands for in E2B creates and template
+    /// bases (defaults: `base=code-interpreter-v1`, `code-interpreter-v1=interpreter`);
+    /// repeat for more, `NAME=` drops one
     #[arg(long = "e2b-template", value_name = "NAME=TEMPLATE")]
     pub e2b_templates: Vec<String>,
     /// Run no node in this process: sandboxes run only on nodes that join

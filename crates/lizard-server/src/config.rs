@@ -23,9 +23,11 @@ pub struct ServerConfig {
     /// The port public URLs name (the sandbox-URL proxy's, unless a front serves them on
     /// 80); `None`: none.
     pub public_proxy_port: Option<u16>,
-    /// E2B template names and the template each stands for in an E2B create (by default
+    /// E2B template names and the template each stands for in an E2B create and as an
+    /// E2B template's base. By default E2B's `base` is Lizard's `code-interpreter-v1`
+    /// (`base` with pip, venv and `python`, as E2B's base image has them), and
     /// `code-interpreter-v1`, E2B's code interpreter, is Lizard's `interpreter`, whose
-    /// code service speaks the add-on's protocol through the E2B face).
+    /// code service speaks the add-on's protocol through the E2B face.
     pub e2b_templates: std::collections::BTreeMap<String, String>,
     /// What `GET /v1/regions` lists. Empty: just [`Self::region`].
     pub regions: Vec<Region>,
@@ -161,9 +163,15 @@ pub const DEFAULT_PAUSED_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 /// Default listen address: loopback only, since the API is reachable by key alone.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7171";
 
+/// The template E2B's code-interpreter add-on creates.
+pub const E2B_CODE_INTERPRETER: &str = "code-interpreter-v1";
+
 /// [`ServerConfig::e2b_templates`]'s default.
 pub fn default_e2b_templates() -> std::collections::BTreeMap<String, String> {
-    std::collections::BTreeMap::from([("code-interpreter-v1".to_owned(), "interpreter".to_owned())])
+    std::collections::BTreeMap::from([
+        ("base".to_owned(), "code-interpreter-v1".to_owned()),
+        (E2B_CODE_INTERPRETER.to_owned(), "interpreter".to_owned()),
+    ])
 }
 
 impl ServerConfig {
@@ -190,10 +198,10 @@ impl ServerConfig {
         }
     }
 
-    /// Whether `template` is one an E2B template name maps to: a code interpreter, whose
-    /// port 49999 runs code (private by default; public only when its create asked).
+    /// Whether `template` is what E2B's code interpreter (`code-interpreter-v1`) maps to:
+    /// its port 49999 runs code (private by default; public only when its create asked).
     pub fn is_e2b_code_interpreter(&self, template: &str) -> bool {
-        self.e2b_templates.values().any(|t| t == template)
+        self.e2b_templates.get(E2B_CODE_INTERPRETER).is_some_and(|t| t == template)
     }
 
     /// The template an E2B create that names `template` gets.
@@ -242,6 +250,17 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn e2bs_base_has_pip_and_only_its_code_interpreter_is_one() {
+        let config = ServerConfig::new("/tmp/x");
+        assert_eq!(config.e2b_template("base"), "code-interpreter-v1");
+        assert_eq!(config.e2b_template(E2B_CODE_INTERPRETER), "interpreter");
+        assert_eq!(config.e2b_template("desktop"), "desktop");
+        assert!(config.is_e2b_code_interpreter("interpreter"));
+        // E2B's base is mapped too, but runs no code service on 49999.
+        assert!(!config.is_e2b_code_interpreter("code-interpreter-v1"));
+    }
 
     #[test]
     fn defaults() {

@@ -2,8 +2,9 @@
 //! layer cache included).
 //!
 //! - The base: `fromTemplate` names a Lizard template (E2B's names mapped as creates map
-//!   them); `fromImage` may be E2B's own base image, which is Lizard's `base`. Any other
-//!   image needs a registry this server does not pull from: refused, saying what is.
+//!   them: E2B's `base` is, by default, Lizard's `code-interpreter-v1`); `fromImage` may
+//!   be E2B's own base image, which is what E2B's `base` maps to. Any other image needs a
+//!   registry this server does not pull from: refused, saying what is.
 //! - The steps start as E2B's do, as `user` in `/home/user`. `RUN [cmd, user]` runs as that
 //!   user alone; `COPY [src, dest, user, mode]` copies the step's uploaded files (kept in
 //!   the build's context under the step's files hash) owned by `user` (the current user
@@ -18,7 +19,7 @@ use lizard_e2b::templates::{BuildStart, BuildStep};
 use lizard_recipe::recipe::{Base, Copy, Ready, Recipe, SandboxSize, Start, Step};
 use std::collections::BTreeMap;
 
-/// E2B's own base image, which Lizard's `base` stands for.
+/// E2B's own base image, which E2B's template `base` stands for.
 const E2B_BASE_IMAGE: &str = "e2bdev/base";
 /// The user and directory E2B's builds start in.
 const E2B_USER: &str = "user";
@@ -49,9 +50,9 @@ pub fn recipe(
     let from = match (&start.from_template, &start.from_image, &start.from_image_registry) {
         (_, _, Some(_)) => return Err(refused_image("a private registry's image")),
         (Some(t), _, _) => Base::Template(base_of(t)),
-        (None, Some(image), None) if image.split(':').next() == Some(E2B_BASE_IMAGE) => Base::Template("base".into()),
+        (None, Some(image), None) if image.split(':').next() == Some(E2B_BASE_IMAGE) => Base::Template(base_of("base")),
         (None, Some(image), None) => return Err(refused_image(&format!("image {image:?}"))),
-        (None, None, None) => Base::Template("base".into()),
+        (None, None, None) => Base::Template(base_of("base")),
     };
     let mut out = Steps { steps: Vec::new(), origins: Vec::new(), user: E2B_USER.to_owned(), forced: false, nonce };
     out.push(0, Step::User(E2B_USER.into()));
