@@ -1,8 +1,10 @@
 //! E2B's default user: `user` (home `/home/user`, passwordless sudo), which E2B's code
 //! assumes and Lizard's built-in templates have, where the sandbox's guest has that
 //! account; root where it has not (a pushed template from a bare root, say). Which it is
-//! is read from the guest's `/etc/passwd` once per sandbox and kept in the server
-//! process, at most [`MAX_KEPT`] answers at once (past it, asked again).
+//! is read from a guest's `/etc/passwd` once per template (its build's node template: the
+//! sandboxes of one start with the same accounts) and kept in the server process, at most
+//! [`MAX_KEPT`] answers at once (past it, asked again): a create's first command does not
+//! wait for a read of the guest's files.
 //!
 //! Lizard's own API keeps its default (the template's user, root in the built-ins).
 
@@ -18,7 +20,8 @@ pub const MAX_KEPT: usize = 100_000;
 /// Most of `/etc/passwd` read.
 const MAX_PASSWD: usize = 1 << 20;
 
-/// sandbox → whether its guest has [`DEFAULT_USER`].
+/// template (a build's node template, or a built-in's name) → whether its guests have
+/// [`DEFAULT_USER`].
 static HAS_USER: LazyLock<Mutex<HashMap<String, bool>>> = LazyLock::new(Default::default);
 
 fn kept() -> std::sync::MutexGuard<'static, HashMap<String, bool>> {
@@ -34,7 +37,8 @@ fn has_entry(passwd: &str, name: &str) -> bool {
 /// has it, else root (`None`).
 pub async fn default_user(sandbox: &LiveSandbox) -> Option<String> {
     let id = sandbox.id();
-    let known = kept().get(id).copied();
+    let template = sandbox.record.template_ref.as_deref().unwrap_or(&sandbox.record.template);
+    let known = kept().get(template).copied();
     let has = match known {
         Some(has) => has,
         None => {
@@ -57,7 +61,7 @@ pub async fn default_user(sandbox: &LiveSandbox) -> Option<String> {
             if all.len() >= MAX_KEPT {
                 all.clear();
             }
-            all.insert(id.to_owned(), has);
+            all.insert(template.to_owned(), has);
             has
         }
     };
