@@ -49,8 +49,9 @@ use utoipa_axum::router::OpenApiRouter;
 const REQUEST_KEPT: Duration = Duration::from_secs(3600);
 /// How long an upload URL is good for.
 const UPLOAD_URL_KEPT: Duration = Duration::from_secs(3600);
-/// How many upload URLs may wait at once (the oldest go first).
-const UPLOAD_URLS_KEPT: usize = 4096;
+/// How many upload URLs, requested builds and started builds' step origins are kept at
+/// once: past it, a request waits (503) or the origins start over.
+const KEPT: usize = 4096;
 /// How many uploaded file sets are remembered (oldest forgotten first: the SDK uploads
 /// again).
 const FILE_SETS_KEPT: usize = 4096;
@@ -165,6 +166,12 @@ async fn request(
     {
         let mut requested = state.e2b.requested.lock().expect("e2b builds poisoned");
         requested.retain(|_, r| r.at.elapsed() < REQUEST_KEPT);
+        if requested.len() >= KEPT {
+            return Err(E2bError(AppError::new(
+                lizard_api::ErrorCode::Unavailable,
+                "too many builds wait; retry later",
+            )));
+        }
         let at = Instant::now();
         let kept = Requested { account_id: p.account_id.clone(), workspace, name: name.clone(), size, at };
         requested.insert(build_id.clone(), kept);
@@ -216,7 +223,7 @@ async fn file_link(
     {
         let mut uploads = state.e2b.uploads.lock().expect("e2b uploads poisoned");
         uploads.retain(|_, g| g.until > Instant::now());
-        if uploads.len() >= UPLOAD_URLS_KEPT {
+        if uploads.len() >= KEPT {
             return Err(E2bError(AppError::new(
                 lizard_api::ErrorCode::Unavailable,
                 "too many uploads wait; retry later",
@@ -422,7 +429,13 @@ async fn start(
     files.dedup_by(|a, b| a.path == b.path);
     let checked = ops::check_recipe(&state, &requested.workspace, translated.recipe, &files).await?;
     let started = ops::start_build_as(&state, &requested.workspace, checked, build.clone()).await?;
-    state.e2b.origins.lock().expect("e2b origins poisoned").insert(started.id.clone(), translated.origins);
+    {
+        let mut origins = state.e2b.origins.lock().expect("e2b origins poisoned");
+        if origins.len() >= KEPT {
+            origins.clear();
+        }
+        origins.insert(started.id.clone(), translated.origins);
+    }
     tracing::info!(build = %started.id, template = %started.template_name, key = %p.key_id, "E2B template build started");
     Ok(StatusCode::ACCEPTED)
 }
