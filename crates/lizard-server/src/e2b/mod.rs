@@ -11,7 +11,8 @@
 //!   writing a file, a second protocol in front of it.
 //! - [`snapshots`]: `create_snapshot`, `list_snapshots`, `delete_snapshot`, and creates
 //!   whose template is a snapshot.
-//! - [`templates`]: the Template SDK's builds, on Lizard's template builder.
+//! - [`templates`]: the Template SDK's builds, on Lizard's template builder (its steps
+//!   made a recipe in `template_steps`, its uploads read in `template_files`).
 //!
 //! A sandbox made through E2B has an access token whose hash is stored, whether its URLs
 //! are public (E2B's default) or private (`network.allowPublicTraffic: false`). Its envd
@@ -25,6 +26,7 @@ pub mod envd;
 mod network;
 pub mod snapshots;
 mod tags;
+mod template_files;
 mod template_steps;
 pub mod templates;
 mod users;
