@@ -101,6 +101,8 @@ pub struct Node {
     confinement: crate::confine::Confinement,
     /// Starts from sandbox snapshots read them; a snapshot's delete waits for them.
     sandbox_snapshot_use: tokio::sync::RwLock<()>,
+    /// The node's sandbox snapshots, as their records say.
+    sandbox_snapshot_index: sandbox_snapshots::SnapshotIndex,
 }
 
 /// A create or build under way that uses a template (released on drop).
@@ -225,6 +227,7 @@ impl Node {
             seal,
             confinement,
             sandbox_snapshot_use: tokio::sync::RwLock::new(()),
+            sandbox_snapshot_index: Default::default(),
             config,
         });
         node.take_back_or_sweep().await;

@@ -14,7 +14,8 @@ impl Node {
     /// Take back the paused and running sandboxes an earlier node process left (a paused
     /// one whose VMM still runs, after a crash mid-pause, with that VMM killed); kill VMM
     /// processes and delete directories of the rest (recorded as lost); then sweep the
-    /// networks, half-made sandbox snapshots and layers nothing uses any more.
+    /// networks, half-made sandbox snapshots (indexing the whole ones) and layers nothing
+    /// uses any more.
     pub(super) async fn take_back_or_sweep(self: &Arc<Self>) {
         if let Ok(entries) = std::fs::read_dir(self.sandboxes_dir()) {
             for entry in entries.flatten() {
@@ -29,7 +30,7 @@ impl Node {
         if let Some(network) = &self.network {
             network.sweep();
         }
-        self.sweep_half_made_sandbox_snapshots();
+        self.take_back_sandbox_snapshots();
         let in_use = self.layers_in_use();
         if let Ok(entries) = std::fs::read_dir(self.layers_dir()) {
             for path in entries.flatten().map(|e| e.path()) {

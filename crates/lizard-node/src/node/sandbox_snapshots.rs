@@ -12,7 +12,9 @@
 //! follows. Layers that back a snapshot are in use ([`Node::layers_in_use`]) until it is
 //! deleted, and a template with snapshots is not deleted.
 //!
-//! Starts from a snapshot share it for reading; a delete waits for them.
+//! Starts from a snapshot share it for reading; a delete waits for them. What a kill's
+//! layer release, a template delete and a listing ask of the snapshots is kept in memory
+//! ([`SnapshotIndex`], read from the records at start), not read from the disk each time.
 
 use super::fork::{Frozen, SourceSave};
 use super::Node;
@@ -28,7 +30,7 @@ use lizard_vmm::{Accel, DeltaSnapshot};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 const RECORD: &str = "snapshot.json";
@@ -116,6 +118,23 @@ impl Record {
     }
 }
 
+/// The node's snapshots: each one's description and layers, as its record says.
+#[derive(Default)]
+pub(super) struct SnapshotIndex(Mutex<BTreeMap<String, Indexed>>);
+
+/// One snapshot's description, and the layers its copies back onto.
+type Indexed = (NodeSandboxSnapshot, Vec<PathBuf>);
+
+impl SnapshotIndex {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Indexed>> {
+        self.0.lock().expect("snapshot index poisoned")
+    }
+
+    fn insert(&self, record: &Record) {
+        self.lock().insert(record.id.clone(), (record.info(), record.layers.clone()));
+    }
+}
+
 /// Whether `id` can name a snapshot's directory (what [`sandbox::new_id`] makes).
 fn valid_id(id: &str) -> bool {
     (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
@@ -136,25 +155,19 @@ impl Node {
         Record::read(&dir).map(|r| (dir, r)).ok_or_else(missing)
     }
 
-    /// Every whole snapshot's record.
-    fn sandbox_snapshot_records(&self) -> Vec<Record> {
-        let Ok(entries) = std::fs::read_dir(self.sandbox_snapshots_dir()) else { return Vec::new() };
-        entries.flatten().filter_map(|e| Record::read(&e.path())).collect()
-    }
-
     /// The layers the node's snapshots' copies would back onto.
-    pub(super) fn sandbox_snapshot_layers(&self) -> impl Iterator<Item = PathBuf> {
-        self.sandbox_snapshot_records().into_iter().flat_map(|r| r.layers)
+    pub(super) fn sandbox_snapshot_layers(&self) -> Vec<PathBuf> {
+        self.sandbox_snapshot_index.lock().values().flat_map(|(_, layers)| layers.clone()).collect()
     }
 
     /// How many snapshots were taken of sandboxes of `template`.
     pub(super) fn sandbox_snapshots_of(&self, template: &str) -> usize {
-        self.sandbox_snapshot_records().iter().filter(|r| r.template == template).count()
+        self.sandbox_snapshot_index.lock().values().filter(|(s, _)| s.template == template).count()
     }
 
     /// The node's snapshots.
     pub fn sandbox_snapshots(&self) -> Vec<NodeSandboxSnapshot> {
-        self.sandbox_snapshot_records().iter().map(Record::info).collect()
+        self.sandbox_snapshot_index.lock().values().map(|(s, _)| s.clone()).collect()
     }
 
     /// Save running sandbox `id` as a new snapshot; it runs on. A sandbox with a volume
@@ -209,6 +222,7 @@ impl Node {
             };
             record.write(&making)?;
             std::fs::rename(&making, &dir).map_err(|e| NodeError::io("name the snapshot's directory", e))?;
+            self.sandbox_snapshot_index.insert(&record);
             Ok(record)
         }
         .await;
@@ -293,6 +307,7 @@ impl Node {
         let (dir, record) = self.sandbox_snapshot(id)?;
         // The record first: a directory without one is no snapshot, whatever is left.
         std::fs::remove_file(dir.join(RECORD)).map_err(|e| NodeError::io("remove the snapshot's record", e))?;
+        self.sandbox_snapshot_index.lock().remove(id);
         let _ = std::fs::remove_dir_all(&dir);
         let in_use = self.layers_in_use();
         for layer in record.layers.iter().filter(|l| !in_use.contains(*l)) {
@@ -302,15 +317,19 @@ impl Node {
         Ok(())
     }
 
-    /// Remove what a snapshot left half made (a node that stopped while saving).
-    pub(super) fn sweep_half_made_sandbox_snapshots(&self) {
+    /// Index the snapshots an earlier node process left, and remove what one left half
+    /// made (a node that stopped while saving).
+    pub(super) fn take_back_sandbox_snapshots(&self) {
         let Ok(entries) = std::fs::read_dir(self.sandbox_snapshots_dir()) else { return };
         for entry in entries.flatten() {
             let path = entry.path();
-            let half_made = entry.file_name().to_string_lossy().starts_with('.') || Record::read(&path).is_none();
-            if half_made {
-                tracing::info!(dir = %path.display(), "removing a half-made sandbox snapshot");
-                let _ = std::fs::remove_dir_all(&path);
+            let record = Record::read(&path).filter(|_| !entry.file_name().to_string_lossy().starts_with('.'));
+            match record {
+                Some(record) => self.sandbox_snapshot_index.insert(&record),
+                None => {
+                    tracing::info!(dir = %path.display(), "removing a half-made sandbox snapshot");
+                    let _ = std::fs::remove_dir_all(&path);
+                }
             }
         }
     }
