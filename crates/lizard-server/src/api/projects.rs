@@ -132,11 +132,7 @@ pub async fn delete(
 ) -> ApiResult<StatusCode> {
     let prj = auth::resolve_project(state.store.as_ref(), &p, &id).await?;
     state.store.delete_project(&p.account_id, &prj.id).await?;
-    let snapshots = state.store.list_snapshots(&p.account_id).await?;
-    let snapshots: Vec<_> = snapshots.into_iter().filter(|s| s.project_id == prj.id).collect();
-    if !snapshots.is_empty() {
-        state.reaper.remove_snapshots(snapshots).await;
-    }
+    crate::ops::snapshots::remove_where(&state, &p.account_id, |s| s.project_id == prj.id).await?;
     tracing::info!(project = %prj.id, key = %p.key_id, "project deleted");
     Ok(StatusCode::NO_CONTENT)
 }

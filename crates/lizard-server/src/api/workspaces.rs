@@ -139,11 +139,7 @@ pub async fn delete(
     if !removed.volumes.is_empty() {
         state.reaper.remove_volumes(removed.volumes).await;
     }
-    let snapshots = state.store.list_snapshots(&p.account_id).await?;
-    let snapshots: Vec<_> = snapshots.into_iter().filter(|s| s.workspace_id == w.id).collect();
-    if !snapshots.is_empty() {
-        state.reaper.remove_snapshots(snapshots).await;
-    }
+    crate::ops::snapshots::remove_where(&state, &p.account_id, |s| s.workspace_id == w.id).await?;
     if !removed.template_refs.is_empty() {
         state.reaper.remove_templates(removed.template_refs).await;
     }

@@ -70,6 +70,20 @@ pub async fn delete(state: &AppState, snapshot: &SnapshotRecord) -> ApiResult<()
     Ok(())
 }
 
+/// Have the reaper forget the account's snapshots that `gone` picks (those of a deleted
+/// project or workspace) and delete their saves.
+pub async fn remove_where(
+    state: &crate::state::ServerState,
+    account_id: &str,
+    gone: impl Fn(&SnapshotRecord) -> bool,
+) -> ApiResult<()> {
+    let snapshots: Vec<_> = state.store.list_snapshots(account_id).await?.into_iter().filter(|s| gone(s)).collect();
+    if !snapshots.is_empty() {
+        state.reaper.remove_snapshots(snapshots).await;
+    }
+    Ok(())
+}
+
 /// Forget snapshots whose project went (a forced workspace delete, a project delete), and
 /// delete their saves.
 pub async fn remove_all(store: &dyn Store, nodes: &Nodes, snapshots: Vec<SnapshotRecord>) {
