@@ -299,16 +299,15 @@ async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
     if port != lizard_e2b::ENVD_PORT {
         let public = access.as_ref().is_none_or(|a| a.urls_public);
         return match granted {
-            // The code interpreter's port: the add-on's protocol, from the code service.
-            Some(true) if port == lizard_api::code::CODE_SERVICE_PORT => {
-                Ok(super::code::serve(state, &sandbox, req).await)
-            }
-            // Public too where the create asked for public URLs on a code interpreter (its
-            // default is private), as the add-on's port is on E2B; never on another.
-            _ if public
-                && access.is_some()
-                && port == lizard_api::code::CODE_SERVICE_PORT
-                && state.server.config.is_e2b_code_interpreter(&sandbox.record.template) =>
+            // The code interpreter's port: the add-on's protocol, from the code service; to
+            // its token, and without one where the create asked for public URLs on a code
+            // interpreter (its default is private), as the add-on's port is on E2B; never on
+            // another.
+            _ if port == lizard_api::code::CODE_SERVICE_PORT
+                && (granted == Some(true)
+                    || public
+                        && access.is_some()
+                        && state.server.config.is_e2b_code_interpreter(&sandbox.record.template)) =>
             {
                 Ok(super::code::serve(state, &sandbox, req).await)
             }
@@ -824,8 +823,7 @@ struct Written {
 
 fn written(path: String, opts: &crate::nodes::WriteOptions) -> Written {
     let name = path.rsplit('/').next().unwrap_or_default().to_owned();
-    let metadata = opts.metadata.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
-    Written { name, path, file_type: "file", metadata }
+    Written { name, path, file_type: "file", metadata: opts.metadata.clone() }
 }
 
 /// `POST /files`: each multipart `file` part to the path its filename names (or the
@@ -834,7 +832,8 @@ async fn write_files(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Re
     let caller = Caller { user: uri_query(req.uri(), "username").filter(|u| !u.is_empty()).or(caller.user.clone()) };
     let in_query = uri_query(req.uri(), "path").filter(|p| !p.is_empty());
     let (node, id) = (&sandbox.node, sandbox.id());
-    // The same metadata on every file of the upload, as envd keeps it.
+    // The same metadata on every file of the upload, as envd keeps it: keys lowercased
+    // already (header names arrive so).
     let metadata: BTreeMap<String, String> = req
         .headers()
         .iter()
