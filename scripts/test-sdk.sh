@@ -41,6 +41,7 @@ ln -s "$LIZARD_TEST_DATA_DIR/images" "$data/server/images"
 [ -f "$LIZARD_TEST_DATA_DIR/accel.json" ] && cp "$LIZARD_TEST_DATA_DIR/accel.json" "$data/server/"
 api_port="$(free_port)"
 proxy_port="$(free_port)"
+tls_port="$(free_port)"
 server_pid=""
 cleanup() {
   if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
@@ -52,8 +53,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Sandbox URLs over HTTPS too (E2B's desktop streams on https://6080-<id>.<domain>), under
+# a local CA minted for this run.
+"$lizard" --data-dir "$data/server" tls init >&2
 env -u LIZARD_API_URL -u LIZARD_API_KEY "$lizard" --data-dir "$data/server" server \
   --listen "127.0.0.1:$api_port" --proxy-listen "127.0.0.1:$proxy_port" \
+  --proxy-tls-listen "127.0.0.1:$tls_port" \
   > "$data/server.out" 2> "$data/server.log" &
 server_pid=$!
 key=""
@@ -67,6 +72,7 @@ done
 export LIZARD_SDK_TEST_API_URL="http://127.0.0.1:$api_port"
 export LIZARD_SDK_TEST_API_KEY="$key"
 export LIZARD_SDK_TEST_PROXY="127.0.0.1:$proxy_port"
+export LIZARD_SDK_TEST_TLS_PROXY="127.0.0.1:$tls_port" LIZARD_SDK_TEST_CA="$data/server/tls/ca.pem"
 export LIZARD_SDK_TEST_RECORD_DIR="$records"
 
 status=0

@@ -87,8 +87,10 @@ test('getHost names a port the sandbox URL routes; a private sandbox needs its t
         req.on('error', reject)
         req.end()
       })
+    // With a TLS listener the domain carries its port: `https://${getHost(port)}` reaches it.
+    const [tlsHostname, tlsPort] = process.env.LIZARD_SDK_TEST_TLS_PROXY.split(':')
     const host = sbx.getHost(8000)
-    assert.equal(host, `8000-${sbx.sandboxId}.sandbox.local.lizard.localhost`)
+    assert.equal(host, `8000-${sbx.sandboxId}.sandbox.local.lizard.localhost:${tlsPort}`)
     let answer
     for (let i = 0; i < 120; i++) {
       answer = await get(host)
@@ -96,6 +98,29 @@ test('getHost names a port the sandbox URL routes; a private sandbox needs its t
       await new Promise((r) => setTimeout(r, 500))
     }
     assert.deepEqual(answer, [200, 'served\n'])
+    // Over HTTPS, the certificate checked for the name against the local CA alone.
+    const https = await import('node:https')
+    const { readFileSync } = await import('node:fs')
+    const secure = await new Promise((resolve, reject) => {
+      const req = https.request(
+        {
+          hostname: tlsHostname,
+          port: tlsPort,
+          path: '/index.txt',
+          servername: host.split(':')[0],
+          ca: readFileSync(process.env.LIZARD_SDK_TEST_CA),
+          headers: { Host: host },
+        },
+        (res) => {
+          let body = ''
+          res.on('data', (c) => (body += c))
+          res.on('end', () => resolve([res.statusCode, body]))
+        },
+      )
+      req.on('error', reject)
+      req.end()
+    })
+    assert.deepEqual(secure, [200, 'served\n'])
     assert.equal((await get(locked.getHost(8000)))[0], 403)
     assert.ok(locked.trafficAccessToken, 'no traffic token in the create answer')
     for (let i = 0; i < 120; i++) {

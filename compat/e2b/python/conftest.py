@@ -15,6 +15,19 @@ import pytest
 API_URL = os.environ["LIZARD_SDK_TEST_API_URL"]
 OWNER_KEY = os.environ["LIZARD_SDK_TEST_API_KEY"]
 SANDBOX_URL = "http://" + os.environ["LIZARD_SDK_TEST_PROXY"]
+# The sandbox-URL listener's TLS mode, under the local CA `lizard tls init` minted.
+TLS_PROXY = os.environ["LIZARD_SDK_TEST_TLS_PROXY"]
+TLS_CA = os.environ["LIZARD_SDK_TEST_CA"]
+
+
+def https_get(host: str, path: str) -> httpx.Response:
+    """`https://{host}{path}` as a browser would fetch it (`host` is `name:port` as E2B's
+    get_host gives it), sent to the TLS listener: the certificate is checked for the name
+    against the local CA alone."""
+    name = host.rsplit(":", 1)[0]
+    return httpx.get(
+        f"https://{TLS_PROXY}{path}", headers={"Host": host}, extensions={"sni_hostname": name}, verify=TLS_CA, timeout=60
+    )
 
 
 def lizard(method: str, path: str, key: str = OWNER_KEY, **kw) -> httpx.Response:

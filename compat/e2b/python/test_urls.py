@@ -11,7 +11,7 @@ import pytest
 from e2b import Sandbox
 from e2b.sandbox.commands.command_handle import CommandExitException
 
-from conftest import SANDBOX_URL, lizard, raw_create
+from conftest import SANDBOX_URL, TLS_PROXY, https_get, lizard, raw_create
 
 INDEX = "/index.txt"
 
@@ -46,10 +46,14 @@ def test_ports_are_public_by_header_and_by_e2bs_host(e2b_env):
         r = get(route, wait=True)
         assert (r.status_code, r.text) == (200, "served\n")
         # The create's `domain` makes get_host E2B's `{port}-{id}.{domain}`, which the
-        # listener routes (and Lizard's own `{id}-{port}.{domain}` beside it).
+        # listener routes (and Lizard's own `{id}-{port}.{domain}` beside it). With a TLS
+        # listener the domain carries its port, so `https://{get_host(port)}` (how E2B's
+        # SDKs make a URL of it) reaches that listener as it is.
         host = sbx.get_host(8000)
-        assert host == f"8000-{sid}.sandbox.local.lizard.localhost", host
+        assert host == f"8000-{sid}.sandbox.local.lizard.localhost:{TLS_PROXY.rsplit(':', 1)[1]}", host
         assert get(by_host(host)).text == "served\n"
+        secure = https_get(host, INDEX)
+        assert (secure.status_code, secure.text) == (200, "served\n")
         assert get(by_host(f"{sid}-8000.sandbox.local.lizard.localhost")).text == "served\n"
         # envd itself by host: its health, and a command with the envd token only.
         assert get(by_host(sbx.get_host(49983)), "/health").status_code == 204

@@ -125,7 +125,13 @@ impl Bench {
         // The proxy and the service reconciler, as `lizard server` runs them.
         let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let proxy_port = proxy.local_addr()?.port();
-        tokio::spawn(lizard_server::proxy::serve(proxy, state.clone(), Default::default(), std::future::pending()));
+        tokio::spawn(lizard_server::proxy::serve(
+            proxy,
+            state.clone(),
+            Default::default(),
+            None,
+            std::future::pending(),
+        ));
         let reconciled = state.clone();
         tokio::spawn(async move {
             loop {

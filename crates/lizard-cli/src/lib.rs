@@ -28,6 +28,8 @@ pub mod shell;
 pub mod templates;
 pub mod tenancy;
 #[cfg(feature = "node")]
+pub mod tls;
+#[cfg(feature = "node")]
 pub mod traffic;
 
 use anyhow::{anyhow, Result};
@@ -92,6 +94,11 @@ pub enum Command {
     /// Run a Lizard server (control plane + node) until SIGTERM/SIGINT.
     #[cfg(feature = "node")]
     Server(Box<server::ServerArgs>),
+    /// Certificates for the sandbox-URL listener's TLS mode: a local CA and a wildcard
+    /// certificate (`lizard tls init`).
+    #[cfg(feature = "node")]
+    #[command(subcommand)]
+    Tls(tls::TlsCmd),
     /// Show who the API key belongs to (a scoped key sees only its identity and scopes).
     Whoami,
     /// Workspaces: the unit of isolation between the users of one account.
@@ -293,6 +300,8 @@ pub async fn run(cli: Cli) -> Result<i32> {
         }
         #[cfg(feature = "node")]
         Command::Server(args) => server::run(&ctx.data_dir, *args).await.map(|_| 0),
+        #[cfg(feature = "node")]
+        Command::Tls(cmd) => tls::run(&ctx.data_dir, cmd).map(|_| 0),
         Command::Whoami => tenancy::whoami(&ctx.require_server("whoami")?, ctx.json).await.map(|_| 0),
         Command::Workspace(cmd) => {
             tenancy::workspace(&ctx.require_server("workspace")?, cmd, ctx.json).await.map(|_| 0)

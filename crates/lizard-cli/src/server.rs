@@ -8,7 +8,7 @@ use lizard_server::billing::{BillingConfig, Pricing};
 use lizard_server::run::RunOptions;
 use lizard_server::ServerConfig;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Args, Debug, Clone)]
@@ -35,6 +35,19 @@ pub struct ServerArgs {
     /// Run without the sandbox-URL proxy.
     #[arg(long)]
     pub no_proxy: bool,
+    /// Also serve sandbox URLs over TLS on this address (e.g. 127.0.0.1:7173, or :443 on a
+    /// server with a real wildcard certificate); public URLs are then https on it. The
+    /// certificate is --proxy-tls-cert/--proxy-tls-key, by default what `lizard tls init`
+    /// wrote in <data-dir>/tls.
+    #[arg(long, value_name = "ADDR")]
+    pub proxy_tls_listen: Option<SocketAddr>,
+    /// The TLS listener's certificate chain (PEM, the server's certificate first)
+    /// [default: <data-dir>/tls/cert.pem]
+    #[arg(long, value_name = "FILE", requires = "proxy_tls_listen")]
+    pub proxy_tls_cert: Option<PathBuf>,
+    /// The TLS listener's private key (PEM) [default: <data-dir>/tls/key.pem]
+    #[arg(long, value_name = "FILE", requires = "proxy_tls_listen")]
+    pub proxy_tls_key: Option<PathBuf>,
     /// Serve the operator's Prometheus metrics (GET /metrics) on this address, apart from
     /// the API: they cover every account and node, so keep it on loopback or a private
     /// network. Off by default.
@@ -209,10 +222,22 @@ pub fn options(data_dir: &Path, args: &ServerArgs) -> Result<RunOptions> {
     if !args.no_proxy {
         server.public_proxy_port = Some(args.proxy_listen.port());
     }
+    let proxy_tls = args.proxy_tls_listen.map(|listen| {
+        let dir = crate::tls::dir(data_dir);
+        lizard_server::run::ProxyTls {
+            listen,
+            files: lizard_server::proxy::tls::TlsFiles {
+                cert: args.proxy_tls_cert.clone().unwrap_or_else(|| dir.join("cert.pem")),
+                key: args.proxy_tls_key.clone().unwrap_or_else(|| dir.join("key.pem")),
+            },
+        }
+    });
+    server.public_proxy_tls_port = proxy_tls.as_ref().map(|t| t.listen.port());
     Ok(RunOptions {
         server,
         node,
         proxy_listen: (!args.no_proxy).then_some(args.proxy_listen),
+        proxy_tls,
         proxy_limits,
         local_node: !args.no_local_node,
         node_connector: None,

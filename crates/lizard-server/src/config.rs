@@ -23,6 +23,9 @@ pub struct ServerConfig {
     /// The port public URLs name (the sandbox-URL proxy's, unless a front serves them on
     /// 80); `None`: none.
     pub public_proxy_port: Option<u16>,
+    /// The port of the sandbox-URL listener's TLS mode (`--proxy-tls-listen`), when it has
+    /// one: public URLs are then `https` on it.
+    pub public_proxy_tls_port: Option<u16>,
     /// E2B template names and the template each stands for in an E2B create and as an
     /// E2B template's base. By default E2B's `base` is Lizard's `code-interpreter-v1`
     /// (`base` with pip, venv and `python`, as E2B's base image has them), and
@@ -186,6 +189,7 @@ impl ServerConfig {
             domain: "lizard.localhost".into(),
             regions: Vec::new(),
             public_proxy_port: None,
+            public_proxy_tls_port: None,
             e2b_templates: default_e2b_templates(),
             owner_email: "owner@lizard.localhost".into(),
             owner_plan: "free".into(),
@@ -227,6 +231,16 @@ impl ServerConfig {
     /// `sandbox.{region}.{domain}`: the suffix of every public sandbox host of `region`.
     pub fn sandbox_domain(&self, region: &str) -> String {
         format!("sandbox.{region}.{}", self.domain)
+    }
+
+    /// The scheme of public URLs and the `:port` after their host (empty for the scheme's
+    /// own port): `https` on the TLS listener when there is one, else `http`.
+    pub fn public_scheme_and_port(&self) -> (&'static str, String) {
+        let (scheme, port, default) = match self.public_proxy_tls_port {
+            Some(port) => ("https", Some(port), 443),
+            None => ("http", self.public_proxy_port, 80),
+        };
+        (scheme, port.filter(|p| *p != default).map(|p| format!(":{p}")).unwrap_or_default())
     }
 
     /// `svc.{region}.{domain}`: the suffix of every service host of `region`.
@@ -271,6 +285,20 @@ mod tests {
         let r = c.effective_regions();
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].sandbox_domain, "sandbox.local.lizard.localhost");
+    }
+
+    #[test]
+    fn public_urls_take_the_tls_listeners_scheme_and_name_only_a_port_other_than_its_own() {
+        let mut c = ServerConfig::new("/tmp/x");
+        assert_eq!(c.public_scheme_and_port(), ("http", String::new()));
+        c.public_proxy_port = Some(7172);
+        assert_eq!(c.public_scheme_and_port(), ("http", ":7172".into()));
+        c.public_proxy_port = Some(80);
+        assert_eq!(c.public_scheme_and_port(), ("http", String::new()));
+        c.public_proxy_tls_port = Some(7173);
+        assert_eq!(c.public_scheme_and_port(), ("https", ":7173".into()));
+        c.public_proxy_tls_port = Some(443);
+        assert_eq!(c.public_scheme_and_port(), ("https", String::new()));
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub struct RunOptions {
     pub node: lizard_node::NodeConfig,
     /// Where the sandbox-URL proxy listens (`None`: no proxy).
     pub proxy_listen: Option<SocketAddr>,
+    /// Where the sandbox-URL proxy also listens over TLS, and its certificate (`None`: no
+    /// TLS listener).
+    pub proxy_tls: Option<ProxyTls>,
     /// Bounds of the sandbox-URL proxy's listener.
     pub proxy_limits: crate::proxy::Limits,
     /// Run the in-process node (`false`: `--no-local-node`, remote nodes only; `node` is
@@ -41,6 +44,13 @@ pub struct RunOptions {
     /// How this server reaches remote nodes (`None`: over their HTTP API, with
     /// [`crate::nodes::remote::HttpConnector`]; tests put fakes here).
     pub node_connector: Option<Arc<dyn crate::nodes::NodeConnector>>,
+}
+
+/// The sandbox-URL proxy's TLS listener.
+#[derive(Debug, Clone)]
+pub struct ProxyTls {
+    pub listen: SocketAddr,
+    pub files: crate::proxy::tls::TlsFiles,
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, ServerError> {
@@ -58,6 +68,10 @@ pub async fn run(
     let listener = bind(opts.server.listen, "API").await?;
     let proxy_listener = match opts.proxy_listen {
         Some(addr) => Some(bind(addr, "sandbox-URL proxy").await?),
+        None => None,
+    };
+    let proxy_tls_listener = match &opts.proxy_tls {
+        Some(tls) => Some((bind(tls.listen, "sandbox-URL TLS proxy").await?, crate::proxy::tls::acceptor(&tls.files)?)),
         None => None,
     };
     let metrics_listener = match &opts.server.metrics {
@@ -116,16 +130,19 @@ pub async fn run(
     let console = lizard_console::Settings {
         sandbox_url_port: proxy_listener.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.port()),
     };
-    let proxy = proxy_listener.map(|l| {
-        if let Ok(addr) = l.local_addr() {
-            tracing::info!(
-                "sandbox URLs on http://*.{}:{}",
-                state.server.config.sandbox_domain(&state.server.config.region),
-                addr.port()
-            );
-        }
-        tokio::spawn(crate::proxy::serve(l, state.clone(), opts.proxy_limits, stopped(stop_rx.clone())))
-    });
+    let sandbox_domain = state.server.config.sandbox_domain(&state.server.config.region);
+    let proxies: Vec<_> = proxy_listener
+        .map(|l| (l, None))
+        .into_iter()
+        .chain(proxy_tls_listener.map(|(l, acceptor)| (l, Some(acceptor))))
+        .map(|(l, tls)| {
+            if let Ok(addr) = l.local_addr() {
+                let scheme = if tls.is_some() { "https" } else { "http" };
+                tracing::info!("sandbox URLs on {scheme}://*.{sandbox_domain}:{}", addr.port());
+            }
+            tokio::spawn(crate::proxy::serve(l, state.clone(), opts.proxy_limits, tls, stopped(stop_rx.clone())))
+        })
+        .collect();
     let metrics = metrics_listener.map(|(l, token)| {
         if let Ok(addr) = l.local_addr() {
             tracing::info!("metrics on http://{addr}{}", crate::scrape::METRICS_PATH);
@@ -141,7 +158,7 @@ pub async fn run(
     // The web console's pages need no key; every call they make is the API's, with one.
     let router = crate::build_router(state.clone(), crate::api::all_routes()).merge(lizard_console::router(console));
     let result = crate::serve_within(listener, router, stopped(stop_rx), &state.server.config.traffic).await;
-    for task in [proxy, metrics].into_iter().flatten() {
+    for task in proxies.into_iter().chain(metrics) {
         let _ = task.await;
     }
     for (lease, task) in jobs {

@@ -505,9 +505,81 @@ fn lizard_server_runs_until_sigterm() {
     assert!(dir.path().join("lizard.db").exists());
 }
 
-/// Two distinct free loopback ports (held open together while chosen, so they differ).
-fn free_ports() -> [u16; 2] {
-    let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    [a.local_addr().unwrap().port(), b.local_addr().unwrap().port()]
+/// `N` distinct free loopback ports (held open together while chosen, so they differ).
+fn free_ports<const N: usize>() -> [u16; N] {
+    let held: [std::net::TcpListener; N] = std::array::from_fn(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+    held.map(|l| l.local_addr().unwrap().port())
+}
+
+/// `lizard tls init` mints a CA and a wildcard certificate that `lizard server
+/// --proxy-tls-listen` serves by default: curl, trusting only that CA, reaches the
+/// sandbox-URL listener over HTTPS. A second init keeps the CA and re-mints the
+/// certificate under it. The keys are readable by their owner only.
+#[test]
+fn tls_init_makes_a_certificate_the_servers_tls_listener_serves() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new().prefix("lizard-cli-tls-").tempdir().unwrap();
+    let tls = dir.path().join("tls");
+    let init = || {
+        let o = common::lizard_command().arg("--data-dir").arg(dir.path()).args(["tls", "init"]).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let said = init();
+    assert!(said.contains("*.sandbox.local.lizard.localhost") && said.contains("SSL_CERT_FILE="), "{said}");
+    for key in ["key.pem", "ca-key.pem"] {
+        let mode = std::fs::metadata(tls.join(key)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{key}");
+    }
+    let bundle = std::fs::read_to_string(tls.join("bundle.pem")).unwrap();
+    assert!(bundle.ends_with(&std::fs::read_to_string(tls.join("ca.pem")).unwrap()));
+
+    let [port, proxy_port, tls_port] = free_ports();
+    let mut child = common::lizard_command()
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["server", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--proxy-listen", &format!("127.0.0.1:{proxy_port}")])
+        .args(["--proxy-tls-listen", &format!("127.0.0.1:{tls_port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let host = "sbxnosuch-8000.sandbox.local.lizard.localhost";
+    let curl = |ca: &std::path::Path| {
+        Command::new("curl")
+            .args(["-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+            .arg(ca)
+            .args(["--resolve", &format!("{host}:{tls_port}:127.0.0.1")])
+            .arg(format!("https://{host}:{tls_port}/"))
+            .output()
+            .unwrap()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let answered = loop {
+        let o = curl(&tls.join("ca.pem"));
+        if o.status.success() {
+            break String::from_utf8(o.stdout).unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "no HTTPS answer: {}", stderr(&o));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(answered, "404", "the listener's own answer for a host that names no sandbox");
+    // A client that does not trust the CA refuses the certificate.
+    let refused = curl(std::path::Path::new("/etc/ssl/certs/ca-certificates.crt"));
+    assert!(!refused.status.success(), "verified without the local CA");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(child.wait().unwrap().success(), "exit status after SIGTERM");
+
+    let (ca, cert) = (std::fs::read(tls.join("ca.pem")).unwrap(), std::fs::read(tls.join("cert.pem")).unwrap());
+    init();
+    assert_eq!(std::fs::read(tls.join("ca.pem")).unwrap(), ca, "the CA is kept");
+    assert_ne!(std::fs::read(tls.join("cert.pem")).unwrap(), cert, "the certificate is new");
+    let verified = Command::new("openssl")
+        .args(["verify", "-CAfile"])
+        .arg(tls.join("ca.pem"))
+        .arg(tls.join("cert.pem"))
+        .output()
+        .unwrap();
+    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stdout));
 }

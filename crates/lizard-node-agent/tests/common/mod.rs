@@ -72,6 +72,7 @@ impl ControlPlane {
             server: self.config.clone(),
             node: lizard_node::NodeConfig::new(self.data_dir().join("unused-node")),
             proxy_listen: None,
+            proxy_tls: None,
             proxy_limits: Default::default(),
             local_node: false,
             node_connector: None,

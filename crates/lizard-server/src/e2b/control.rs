@@ -83,9 +83,17 @@ async fn access_of(state: &AppState, id: &str) -> E2bResult<Option<SandboxAccess
 }
 
 /// The suffix of the sandbox's hosts: `{port}-{id}.{domain}` (and Lizard's
-/// `{id}-{port}.{domain}`) reach its ports through the sandbox-URL listener.
+/// `{id}-{port}.{domain}`) reach its ports through the sandbox-URL listener. E2B's SDKs
+/// make `https://{port}-{id}.{domain}` of it (envd's address without `E2B_SANDBOX_URL`,
+/// the desktop's stream URL): with a TLS listener on a port other than 443 the domain
+/// carries that port, so those URLs reach it as they are.
 fn domain(state: &AppState) -> String {
-    state.server.config.sandbox_domain(&state.server.config.region)
+    let config = &state.server.config;
+    let port = match config.public_proxy_tls_port {
+        Some(_) => config.public_scheme_and_port().1,
+        None => String::new(),
+    };
+    format!("{}{port}", config.sandbox_domain(&config.region))
 }
 
 /// The create, connect and fork answer: the envd token, and the traffic token when its

@@ -897,9 +897,8 @@ async fn forward(sandbox: &LiveSandbox, port: u16, mut req: Request) -> Result<R
     for name in [SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER, TRAFFIC_TOKEN_HEADER, ACCESS_TOKEN_HEADER] {
         req.headers_mut().remove(name);
     }
-    let client = req.extensions().get::<crate::proxy::ClientAddr>().map(|c| c.0.ip());
     let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-    crate::proxy::for_the_guest(&mut req, client, &host);
+    crate::proxy::for_the_guest(&mut req, &host);
     let tunnel = match sandbox.node.connect_port(sandbox.id(), port).await {
         Ok(t) => t,
         Err(e) if e.code == ErrorCode::PortClosed => {

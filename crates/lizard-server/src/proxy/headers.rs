@@ -21,9 +21,6 @@ pub const E2B_TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
 /// Cookies whose names start with this belong to the platform (the console's session
 /// cookie is `lizard_session`) and never reach a guest.
 pub const PLATFORM_COOKIE_PREFIX: &str = "lizard_";
-/// The scheme the proxy listener speaks; `X-Forwarded-Proto` says so.
-pub const FORWARDED_PROTO: &str = "http";
-
 /// Headers about the hop that only the proxy may write.
 const HOP_HEADERS: &[&str] =
     &["forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port", "x-real-ip"];
@@ -77,8 +74,8 @@ fn keep_list_items(headers: &mut HeaderMap, name: HeaderName, sep: char, join: &
 
 /// Replace the client's forwarding headers with the proxy's own: `X-Forwarded-For` the
 /// client's address (when known), `X-Forwarded-Host` the host it asked for,
-/// `X-Forwarded-Proto` [`FORWARDED_PROTO`].
-pub fn set_forwarded(headers: &mut HeaderMap, client: Option<IpAddr>, host: &str) {
+/// `X-Forwarded-Proto` `https` when it came over TLS, else `http`.
+pub fn set_forwarded(headers: &mut HeaderMap, client: Option<IpAddr>, tls: bool, host: &str) {
     for name in HOP_HEADERS {
         headers.remove(*name);
     }
@@ -91,7 +88,7 @@ pub fn set_forwarded(headers: &mut HeaderMap, client: Option<IpAddr>, host: &str
         set("x-forwarded-for", &ip.to_string());
     }
     set("x-forwarded-host", host);
-    set("x-forwarded-proto", FORWARDED_PROTO);
+    set("x-forwarded-proto", if tls { "https" } else { "http" });
 }
 
 #[cfg(test)]
@@ -154,12 +151,13 @@ mod tests {
             ("forwarded", "for=203.0.113.9"),
             ("x-real-ip", "203.0.113.9"),
         ]);
-        set_forwarded(&mut h, Some([127, 0, 0, 1].into()), "a1-80.sandbox.example");
+        set_forwarded(&mut h, Some([127, 0, 0, 1].into()), false, "a1-80.sandbox.example");
         assert_eq!(h.get_all("x-forwarded-for").iter().collect::<Vec<_>>(), ["127.0.0.1"]);
         assert_eq!(h.get("x-forwarded-host").unwrap(), "a1-80.sandbox.example");
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
         assert!(h.get("forwarded").is_none() && h.get("x-real-ip").is_none());
-        set_forwarded(&mut h, None, "a1-80.sandbox.example");
+        set_forwarded(&mut h, None, true, "a1-80.sandbox.example");
         assert!(h.get("x-forwarded-for").is_none());
+        assert_eq!(h.get("x-forwarded-proto").unwrap(), "https");
     }
 }

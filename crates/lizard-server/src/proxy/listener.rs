@@ -5,6 +5,8 @@
 //! server a bounded number of file descriptors and never queues behind the ones served.
 //!
 //! HTTP/1.1 only (with upgrades, for WebSockets): the proxy speaks HTTP/1.1 to guests.
+//! With a TLS acceptor ([`super::tls`]) the same listener serves HTTPS; its handshake
+//! counts against the header-read timeout.
 
 use crate::state::AppState;
 use crate::ServerError;
@@ -41,20 +43,26 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 const BUSY: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\nretry-after: 1\r\n\r\n";
 
-/// The client's address, put on each request for [`super::headers::set_forwarded`].
+/// The client's connection, put on each request for [`super::headers::set_forwarded`].
 #[derive(Debug, Clone, Copy)]
-pub struct ClientAddr(pub SocketAddr);
+pub struct ClientConn {
+    pub addr: SocketAddr,
+    /// Whether it came over TLS (`X-Forwarded-Proto: https`).
+    pub tls: bool,
+}
 
 /// The connection's slot under [`Limits::max_connections`], put on each request so that
 /// an upgraded connection (a WebSocket piped on after its request) keeps holding it.
 #[derive(Debug, Clone)]
 pub struct ConnectionSlot(pub Arc<OwnedSemaphorePermit>);
 
-/// Serve the proxy on `listener` within `limits` until `shutdown` resolves.
+/// Serve the proxy on `listener` within `limits` until `shutdown` resolves; over TLS when
+/// given an acceptor.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     limits: Limits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
@@ -87,33 +95,64 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let slot = Arc::new(slot);
-        let state = state.clone();
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
-                req.extensions_mut().insert(ClientAddr(peer));
-                req.extensions_mut().insert(ConnectionSlot(slot.clone()));
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(super::handle(&state, req.map(Body::new)).await) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout)
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades();
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => if let Err(e) = r { tracing::debug!(%peer, "proxy connection: {e}") },
-                _ = async { let _ = stop.wait_for(|s| *s).await; } => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
+        let conn = Connection { state: state.clone(), peer, slot, limits, stop: stop_rx.clone() };
+        match tls.clone() {
+            None => {
+                tokio::spawn(conn.serve(stream, false));
             }
-        });
+            Some(acceptor) => {
+                tokio::spawn(async move {
+                    match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => conn.serve(stream, true).await,
+                        Ok(Err(e)) => tracing::debug!(%peer, "sandbox-URL TLS handshake: {e}"),
+                        Err(_) => tracing::debug!(%peer, "sandbox-URL TLS handshake timed out"),
+                    }
+                });
+            }
+        }
     }
     let _ = stop_tx.send(true);
     // Wait for connections to finish (every slot back), but not forever.
     let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, slots.acquire_many(all)).await;
     Ok(())
+}
+
+/// One accepted connection and what serving it needs.
+struct Connection {
+    state: AppState,
+    peer: SocketAddr,
+    slot: Arc<OwnedSemaphorePermit>,
+    limits: Limits,
+    stop: watch::Receiver<bool>,
+}
+
+impl Connection {
+    /// Serve its requests until the client closes it, it idles out, or shutdown.
+    async fn serve<S>(self, stream: S, tls: bool)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection { state, peer, slot, limits, mut stop } = self;
+        let client = ClientConn { addr: peer, tls };
+        let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+            req.extensions_mut().insert(client);
+            req.extensions_mut().insert(ConnectionSlot(slot.clone()));
+            let state = state.clone();
+            async move { Ok::<_, Infallible>(super::handle(&state, req.map(Body::new)).await) }
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades();
+        let mut conn = std::pin::pin!(conn);
+        tokio::select! {
+            r = conn.as_mut() => if let Err(e) = r { tracing::debug!(%peer, "proxy connection: {e}") },
+            _ = async { let _ = stop.wait_for(|s| *s).await; } => {
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+            }
+        }
+    }
 }

@@ -27,6 +27,7 @@
 //! - [`access`]: private URLs (access tokens) and the guest's view of the target;
 //! - [`headers`]: credentials stripped, forwarding headers written;
 //! - [`listener`]: the bounded listener;
+//! - [`tls`]: its TLS mode's certificate;
 //! - this file: the request path tying them together.
 
 pub mod access;
@@ -34,9 +35,10 @@ pub mod headers;
 pub mod host;
 pub mod listener;
 pub mod signed;
+pub mod tls;
 
 pub use host::{parse_host, Target};
-pub use listener::{serve, ClientAddr, ConnectionSlot, Limits};
+pub use listener::{serve, ClientConn, ConnectionSlot, Limits};
 
 use crate::error::AppError;
 use crate::ops;
@@ -90,9 +92,8 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
         Ok(h) => h,
         Err(e) => return Ok((StatusCode::BAD_REQUEST, axum::Json(bad_request(e.to_string()).0)).into_response()),
     };
-    let client = req.extensions().get::<ClientAddr>().map(|c| c.0.ip());
     if let Some(name) = host::parse_service_host(&host, &config.service_domain(&config.region)) {
-        for_the_guest(&mut req, client, &host);
+        for_the_guest(&mut req, &host);
         return forward_to_service(state, &name, req).await;
     }
     let Some(target) = parse_host(&host, &config.sandbox_domain(&config.region)) else {
@@ -111,7 +112,7 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
         crate::ops::lifecycle::wake(state, &target.sandbox_id).await?;
     }
     let granted = admitted.granted;
-    for_the_guest(&mut req, client, &host);
+    for_the_guest(&mut req, &host);
     let tunnel = ops::sandboxes::open_port(state, &target.sandbox_id, target.port).await?;
     let mut response = exchange(tunnel, req, target.port).await?;
     if let access::Granted::SignedUrl { set_cookie: Some(cookie) } = granted {
@@ -124,10 +125,11 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
 
 /// What the guest sees of a request: no access token in its target, none of the
 /// platform's credentials, the proxy's own forwarding headers.
-pub(crate) fn for_the_guest(req: &mut Request, client: Option<std::net::IpAddr>, host: &str) {
+pub(crate) fn for_the_guest(req: &mut Request, host: &str) {
+    let client = req.extensions().get::<ClientConn>().copied();
     *req.uri_mut() = access::guest_target(req.uri());
     headers::strip_platform_credentials(req.headers_mut());
-    headers::set_forwarded(req.headers_mut(), client, host);
+    headers::set_forwarded(req.headers_mut(), client.map(|c| c.addr.ip()), client.is_some_and(|c| c.tls), host);
 }
 
 /// A request to a service: to the instance [`ops::services::route`] picks, counted in

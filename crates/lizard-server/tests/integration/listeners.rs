@@ -1,8 +1,8 @@
 //! What a real `lizard server` run (no node in process, so no root or QEMU) serves besides
 //! the API: the operator's `/metrics` listener — not on the API listener for anyone,
 //! behind its token on its own listener, API requests counted by route template only, a
-//! joined node's capacity and use as its heartbeats report them — and the web console's
-//! pages beside the API.
+//! joined node's capacity and use as its heartbeats report them —, the web console's
+//! pages beside the API, and the sandbox-URL listener's TLS mode.
 //! Sandbox operations on real microVMs are scraped in `lizard-cli`'s `observability`
 //! test; the console is driven in a browser by `scripts/test-sdk.sh console`.
 
@@ -32,6 +32,11 @@ struct Running {
 
 impl Running {
     async fn start() -> Running {
+        Self::start_with(|_, _| {}).await
+    }
+
+    /// A server whose run options `configure` changes first (given the data directory).
+    async fn start_with(configure: impl FnOnce(&mut RunOptions, &std::path::Path)) -> Running {
         let dir = tempfile::tempdir().unwrap();
         let (api_port, metrics_port) = (free_port(), free_port());
         let mut server = ServerConfig::new(dir.path());
@@ -42,14 +47,16 @@ impl Running {
         });
         // The first open makes the owner and hands its key here; `run` then finds it made.
         let owner = lizard_server::open(server.clone()).await.unwrap().initial_key().unwrap().to_string();
-        let opts = RunOptions {
+        let mut opts = RunOptions {
             server,
             node: lizard_node::NodeConfig::new(dir.path().join("node")),
             proxy_listen: None,
+            proxy_tls: None,
             proxy_limits: Default::default(),
             local_node: false,
             node_connector: None,
         };
+        configure(&mut opts, dir.path());
         // `run`'s future is not `Send` (the store's higher-ranked borrows): a thread and a
         // runtime of its own, ended with the test process.
         std::thread::spawn(move || {
@@ -234,4 +241,88 @@ async fn the_console_is_served_beside_the_api_and_needs_no_key() {
     let settings: Value =
         s.http.get(format!("{}/console/settings.json", s.api)).send().await.unwrap().json().await.unwrap();
     assert_eq!(settings, json!({"sandboxUrlPort": null}), "this server runs no proxy");
+}
+
+/// A local CA and a certificate it signed for `names`: (CA PEM, certificate PEM, key PEM).
+fn minted(names: &[&str]) -> (String, String, String) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(rcgen::DnType::CommonName, "test CA");
+    let ca = ca.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let cert = rcgen::CertificateParams::new(names).unwrap().signed_by(&key, &ca, &ca_key).unwrap();
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+/// A TLS client that trusts `ca_pem` and offers `alpn`.
+fn tls_client(ca_pem: &str, alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+}
+
+#[tokio::test]
+async fn sandbox_urls_are_served_over_tls_with_the_operators_certificate() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let domain = "sandbox.local.lizard.localhost";
+    let (ca, cert, key) = minted(&[&format!("*.{domain}")]);
+    let (plain_port, tls_port) = (free_port(), free_port());
+    let s = Running::start_with(|opts, dir| {
+        std::fs::write(dir.join("cert.pem"), &cert).unwrap();
+        std::fs::write(dir.join("key.pem"), &key).unwrap();
+        opts.proxy_listen = Some(format!("127.0.0.1:{plain_port}").parse().unwrap());
+        opts.proxy_tls = Some(lizard_server::run::ProxyTls {
+            listen: format!("127.0.0.1:{tls_port}").parse().unwrap(),
+            files: lizard_server::proxy::tls::TlsFiles { cert: dir.join("cert.pem"), key: dir.join("key.pem") },
+        });
+        opts.proxy_limits.header_read_timeout = Duration::from_secs(1);
+        opts.server.public_proxy_tls_port = Some(tls_port);
+    })
+    .await;
+    let host = format!("sbxnosuch-8000.{domain}");
+    let server_name = rustls::pki_types::ServerName::try_from(host.clone()).unwrap();
+    let connect = || tokio::net::TcpStream::connect(("127.0.0.1", tls_port));
+
+    // A client that trusts the CA gets HTTP/1.1 (it offered h2 first) and the proxy's own
+    // answer: this host names no sandbox.
+    let tcp = connect().await.unwrap();
+    let mut tls = tls_client(&ca, &[b"h2", b"http/1.1"]).connect(server_name.clone(), tcp).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let request = format!("GET /index.html HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tls.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    assert!(answer.contains("NOT_FOUND"), "{answer}");
+
+    // A client that trusts another CA refuses the certificate.
+    let (other_ca, _, _) = minted(&["other.example"]);
+    let refused = tls_client(&other_ca, &[]).connect(server_name.clone(), connect().await.unwrap()).await;
+    assert!(refused.is_err(), "a certificate under another CA was accepted");
+
+    // Plain HTTP on the TLS port gets no HTTP answer, and a client that never says hello
+    // is cut off after the header-read timeout.
+    let mut plain = connect().await.unwrap();
+    plain.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), plain.read_to_end(&mut answer)).await.unwrap();
+    assert!(!answer.starts_with(b"HTTP/"), "{}", String::from_utf8_lossy(&answer));
+    let mut silent = connect().await.unwrap();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(10), silent.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "a silent connection was kept: {read:?}");
+
+    // The plain listener serves beside it.
+    let plain = s.http.get(format!("http://127.0.0.1:{plain_port}/")).header("Host", &host).send().await.unwrap();
+    assert_eq!(plain.status(), 404);
 }

@@ -20,6 +20,7 @@ async fn a_taken_proxy_port_fails_the_start_before_any_key_exists() {
         server: server.clone(),
         node: lizard_node::NodeConfig::new(dir.path().join("node")),
         proxy_listen: Some(taken_addr),
+        proxy_tls: None,
         proxy_limits: Default::default(),
         local_node: true,
         node_connector: None,

@@ -73,11 +73,12 @@ pub fn template_name(service: &str, version: u32) -> String {
     format!("{}{service}-v{version}", templates::SERVICE_TEMPLATE_PREFIX)
 }
 
-/// `{name}.svc.{region}.{domain}`, with the public proxy port when it is not 80.
+/// `{name}.svc.{region}.{domain}`, with the public proxy's scheme and port
+/// ([`crate::config::ServerConfig::public_scheme_and_port`]).
 pub fn url(state: &AppState, name: &str) -> String {
     let config = &state.server.config;
-    let port = config.public_proxy_port.filter(|p| *p != 80).map(|p| format!(":{p}")).unwrap_or_default();
-    format!("http://{name}.{}{port}", config.service_domain(&config.region))
+    let (scheme, port) = config.public_scheme_and_port();
+    format!("{scheme}://{name}.{}{port}", config.service_domain(&config.region))
 }
 
 /// The recipe of a version: see the module doc.
