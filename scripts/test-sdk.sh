@@ -10,9 +10,10 @@
 # `quickstart` is the Python SDK's quick start alone (the quick tier of scripts/test.sh);
 # `e2b` is E2B's own published SDKs against the same server: the Python package
 # (compat/e2b/python; E2B_SDK_VERSIONS: the versions, each in its own venv), its code
-# interpreter add-on (E2B_CODE_INTERPRETER_VERSIONS, on the interpreter template) and the
-# npm packages (compat/e2b/js; E2B_JS_SDK_VERSIONS and E2B_JS_CODE_INTERPRETER_VERSIONS,
-# each installed in turn).
+# interpreter add-on (E2B_CODE_INTERPRETER_VERSIONS, on the interpreter template), its
+# desktop add-on (E2B_DESKTOP_VERSIONS, on the desktop template) and the npm packages
+# (compat/e2b/js; E2B_JS_SDK_VERSIONS, E2B_JS_CODE_INTERPRETER_VERSIONS and
+# E2B_JS_DESKTOP_VERSIONS, each installed in turn).
 # LIZARD_BIN: the `lizard` to serve (default: this checkout's debug build, built here with
 # the workspace's one feature set); LIZARD_TEMPLATES: the images to build (default: all).
 set -euo pipefail
@@ -104,6 +105,11 @@ for suite in "${suites[@]}"; do
         [ -x "$ci_venv/bin/python" ] || python3 -m venv "$ci_venv"
         "$ci_venv/bin/pip" install -q "e2b-code-interpreter==$version" pytest httpx >&2 || status=1
       done
+      for version in ${E2B_DESKTOP_VERSIONS:-2.7.2}; do
+        desktop_venv="$root/target/e2b-desktop-venv-$version"
+        [ -x "$desktop_venv/bin/python" ] || python3 -m venv "$desktop_venv"
+        "$desktop_venv/bin/pip" install -q "e2b-desktop==$version" pytest httpx pillow >&2 || status=1
+      done
       ;;
     *) echo "unknown suite $suite (python|js|console|quickstart|e2b)" >&2; exit 2 ;;
   esac
@@ -182,7 +188,7 @@ run_e2b() {
   for version in ${E2B_SDK_VERSIONS:-2.27.0 2.63.0}; do
     echo "--- e2b $version ---"
     (cd compat/e2b/python && "$root/target/e2b-venv-$version/bin/python" -m pytest -q -p no:cacheprovider \
-      -o testpaths=. --rootdir=. --ignore=test_code_interpreter.py) || status=1
+      -o testpaths=. --rootdir=. --ignore=test_code_interpreter.py --ignore=test_desktop.py) || status=1
   done
   # The code interpreter add-on needs the interpreter template: a run that builds only
   # some templates (LIZARD_TEMPLATES) without it says so and leaves it out.
@@ -195,6 +201,15 @@ run_e2b() {
   else
     echo "--- e2b-code-interpreter: not run (LIZARD_TEMPLATES has no interpreter) ---"
   fi
+  if [[ -z "${LIZARD_TEMPLATES:-}" || " $LIZARD_TEMPLATES " == *" desktop "* ]]; then
+    for version in ${E2B_DESKTOP_VERSIONS:-2.7.2}; do
+      echo "--- e2b-desktop $version ---"
+      (cd compat/e2b/python && "$root/target/e2b-desktop-venv-$version/bin/python" -m pytest -q -p no:cacheprovider \
+        -o testpaths=. --rootdir=. test_desktop.py) || status=1
+    done
+  else
+    echo "--- e2b-desktop: not run (LIZARD_TEMPLATES has no desktop) ---"
+  fi
   for version in ${E2B_JS_SDK_VERSIONS:-2.15.0 2.51.0}; do
     echo "--- e2b (npm) $version ---"
     (cd compat/e2b/js && npm install --no-save --no-audit --no-fund --silent "e2b@$version" \
@@ -205,6 +220,13 @@ run_e2b() {
       echo "--- @e2b/code-interpreter (npm) $version ---"
       (cd compat/e2b/js && npm install --no-save --no-audit --no-fund --silent "@e2b/code-interpreter@$version" \
         && node --test code-interpreter.test.mjs) || status=1
+    done
+  fi
+  if [[ -z "${LIZARD_TEMPLATES:-}" || " $LIZARD_TEMPLATES " == *" desktop "* ]]; then
+    for version in ${E2B_JS_DESKTOP_VERSIONS:-2.4.0}; do
+      echo "--- @e2b/desktop (npm) $version ---"
+      (cd compat/e2b/js && npm install --no-save --no-audit --no-fund --silent "@e2b/desktop@$version" \
+        && node --test desktop.test.mjs) || status=1
     done
   fi
 }

@@ -4,6 +4,7 @@
 #
 #   lizard-desktop start [WxH]     (re)start the desktop (default $LIZARD_DESKTOP_RESOLUTION or 1024x768)
 #   lizard-desktop resize WxH      restart it at another size (windows are closed)
+#   lizard-desktop stop            stop it (and the live view)
 #   lizard-desktop open TARGET     a URL or file in Chromium (detached)
 #   lizard-desktop launch CMD      a shell command line, detached, on the desktop
 #   lizard-desktop stream-start    the live view; its secret on stdin (one line)
@@ -15,6 +16,8 @@ set -eu
 RUN=/run/lizard-desktop
 export DISPLAY="${DISPLAY:-:0}"
 STREAM_PORT=6080
+# Readable by anyone (RUN is not): that the desktop is up, for /usr/local/bin/Xvfb.
+UP=/run/lizard-desktop.up
 mkdir -p "$RUN"
 chmod 0700 "$RUN"
 
@@ -72,11 +75,12 @@ start_desktop() {
   size=$1
   check_size "$size"
   stop_desktop
-  rm -f "$RUN/ready" /tmp/.X0-lock /tmp/.X11-unix/X0
+  rm -f "$RUN/ready" "$UP" /tmp/.X0-lock /tmp/.X11-unix/X0
   # -noreset: by default Xvfb resets whenever its last client leaves (every probe below,
   # every xdotool action), recompiling its keymap each time; on one slow vCPU a client
   # that came during a reset was refused ("Failed to open the display").
-  daemon xvfb Xvfb "$DISPLAY" -screen 0 "${size}x24" -dpi 96 -nolisten tcp -noreset -ac
+  # Debian's own: /usr/local/bin/Xvfb is the one that makes this desktop give way.
+  daemon xvfb /usr/bin/Xvfb "$DISPLAY" -screen 0 "${size}x24" -dpi 96 -nolisten tcp -noreset -ac
   until_up xvfb 300 xdotool getdisplaygeometry || die "Xvfb did not start: $(tail -5 "$RUN/xvfb.log")"
   daemon wm openbox
   until_up wm 300 sh -c 'xprop -root _NET_SUPPORTING_WM_CHECK | grep -q "window id"' \
@@ -84,7 +88,7 @@ start_desktop() {
   # After openbox, which paints the root window black when it starts.
   xsetroot -solid '#3b4252' || true
   echo "$size" >"$RUN/size"
-  touch "$RUN/ready"
+  touch "$RUN/ready" "$UP"
 }
 
 stop_desktop() {
@@ -92,7 +96,7 @@ stop_desktop() {
   pkill -x chromium 2>/dev/null || true
   stop wm
   stop xvfb
-  rm -f "$RUN/ready"
+  rm -f "$RUN/ready" "$UP"
 }
 
 start_stream() {

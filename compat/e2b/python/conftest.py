@@ -6,6 +6,7 @@ workspace, project and a key scoped to that project, set as E2B_API_KEY."""
 from __future__ import annotations
 
 import os
+import ssl
 import uuid
 from typing import Iterator
 
@@ -25,9 +26,8 @@ def https_get(host: str, path: str) -> httpx.Response:
     get_host gives it), sent to the TLS listener: the certificate is checked for the name
     against the local CA alone."""
     name = host.rsplit(":", 1)[0]
-    return httpx.get(
-        f"https://{TLS_PROXY}{path}", headers={"Host": host}, extensions={"sni_hostname": name}, verify=TLS_CA, timeout=60
-    )
+    with httpx.Client(verify=ssl.create_default_context(cafile=TLS_CA), timeout=60) as client:
+        return client.get(f"https://{TLS_PROXY}{path}", headers={"Host": host}, extensions={"sni_hostname": name})
 
 
 def lizard(method: str, path: str, key: str = OWNER_KEY, **kw) -> httpx.Response:

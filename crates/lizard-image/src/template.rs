@@ -105,7 +105,7 @@ const BUILTINS: &[Builtin] = &[
     builtin!("base"),
     builtin!("code-interpreter-v1"),
     builtin!("interpreter", "code_server.py" => 0o644, "js_context.js" => 0o644),
-    builtin!("desktop", "lizard-desktop.sh" => 0o755, "stream.py" => 0o644),
+    builtin!("desktop", "lizard-desktop.sh" => 0o755, "stream.py" => 0o644, "xvfb.sh" => 0o755),
     builtin!("claude"),
     builtin!("codex"),
     builtin!("opencode"),

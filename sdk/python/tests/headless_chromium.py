@@ -11,11 +11,11 @@ import shutil
 import subprocess
 import tempfile
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 
 class Chromium:
-    def __init__(self) -> None:
+    def __init__(self, extra_args: Sequence[str] = ()) -> None:
         binary = shutil.which("chromium") or shutil.which("chromium-browser")
         assert binary, "the live-view test needs Debian's chromium on the host (scripts/deps.sh installs it)"
         self._profile = tempfile.mkdtemp(prefix="lizard-chromium-")
@@ -32,7 +32,7 @@ class Chromium:
         self._proc = subprocess.Popen(
             [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--remote-debugging-pipe", f"--user-data-dir={self._profile}", "--window-size=1280,900",
-             "about:blank"],
+             *extra_args, "about:blank"],
             preexec_fn=fds, pass_fds=(3, 4),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -108,7 +108,14 @@ def wait_for_canvas(browser: Chromium, session: str, timeout_s: float) -> Dict[s
     deadline = time.monotonic() + timeout_s
     last: Any = None
     while time.monotonic() < deadline:
-        last = browser.evaluate(session, CANVAS_PROBE)
+        try:
+            last = browser.evaluate(session, CANVAS_PROBE)
+        except AssertionError as e:
+            # The page is still between documents (loading, or redirected).
+            if "execution context" not in str(e):
+                raise
+            time.sleep(0.5)
+            continue
         if last and last["samples"] and last["lit"] > last["samples"] // 4:
             return dict(last)
         time.sleep(0.5)
