@@ -134,6 +134,12 @@ class PythonContext(Context):
         # matplotlib's inline backend: a figure shown or left at the end of a cell becomes a
         # PNG result, of exactly the figure's size (IPython would crop it to a tight box).
         self._run_silent("%matplotlib inline\n%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}")
+        # Each figure's data beside its PNG (lizard_charts.py), without a name left in the
+        # user's namespace.
+        self._run_silent(
+            "__import__('sys').path.append('/opt/lizard/code');"
+            " __import__('lizard_charts').register(get_ipython())"
+        )
 
     def stop(self) -> None:
         try:

@@ -28,6 +28,10 @@ test('runCode streams, keeps state, returns a chart and errors; contexts; langua
     const chart = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()')
     const png = chart.results.find((r) => r.png)?.png
     assert.ok(png && Buffer.from(png, 'base64').subarray(0, 4).toString('latin1') === '\x89PNG', JSON.stringify(chart))
+    // The figure's data beside its picture.
+    const data = chart.results.find((r) => r.chart)?.chart
+    assert.equal(data?.type, 'line', JSON.stringify(chart))
+    assert.deepEqual(data.elements[0].points, [[0, 1], [1, 2], [2, 3]])
     const failed = await sbx.runCode('1 / 0')
     assert.equal(failed.error?.name, 'ZeroDivisionError')
     const ctx = await sbx.createCodeContext({ language: 'python' })

@@ -62,6 +62,46 @@ def test_contexts_languages_and_what_is_not_served(sbx):
     assert "not served" in str(refused.value)
 
 
+def only_chart(execution):
+    """The one chart among an execution's results (beside its PNG)."""
+    charts = [r for r in execution.results if r.chart]
+    assert len(charts) == 1 and charts[0].png, execution.results
+    return charts[0].chart
+
+
+def test_a_figure_comes_with_its_data_as_a_chart(sbx):
+    sbx.run_code("import matplotlib.pyplot as plt")
+    line = only_chart(sbx.run_code(
+        "fig, ax = plt.subplots()\n"
+        "ax.plot([1, 2, 3], [2, 4, 8], label='doubling')\n"
+        "ax.set_title('Growth'); ax.set_xlabel('Day'); ax.set_ylabel('Size (cm)')\n"
+        "plt.show()"
+    ))
+    assert (line.type, line.title, line.x_label, line.y_label, line.y_unit) == ("line", "Growth", "Day", "Size (cm)", "cm")
+    assert [(e.label, e.points) for e in line.elements] == [("doubling", [(1.0, 2.0), (2.0, 4.0), (3.0, 8.0)])]
+    assert line.x_scale == "linear" and line.x_ticks and len(line.x_tick_labels) == len(line.x_ticks)
+
+    bar = only_chart(sbx.run_code(
+        "fig, ax = plt.subplots(); ax.bar(['apples', 'pears'], [3, 5], label='2024'); ax.set_title('Fruit'); plt.show()"
+    ))
+    assert (bar.type, bar.title) == ("bar", "Fruit")
+    assert [(e.label, e.group, e.value) for e in bar.elements] == [("apples", "2024", 3.0), ("pears", "2024", 5.0)]
+
+    pie = only_chart(sbx.run_code("fig, ax = plt.subplots(); ax.pie([1, 3], labels=['a', 'b']); plt.show()"))
+    assert pie.type == "pie"
+    assert [(e.label, round(e.angle), e.radius) for e in pie.elements] == [("a", 90, 1.0), ("b", 270, 1.0)]
+
+    both = only_chart(sbx.run_code(
+        "fig, (a, b) = plt.subplots(1, 2); a.plot([0, 1], [1, 0]); b.scatter([1, 2], [3, 4], label='dots')\n"
+        "fig.suptitle('Both'); plt.show()"
+    ))
+    assert (both.type, both.title) == ("superchart", "Both")
+    assert [c.type for c in both.elements] == ["line", "scatter"]
+    assert [(e.label, e.points) for e in both.elements[1].elements] == [("dots", [(1.0, 3.0), (2.0, 4.0)])]
+    # A value that is no figure has no chart.
+    assert not any(r.chart for r in sbx.run_code("42").results)
+
+
 def test_public_when_asked_as_on_e2b(e2b_env):
     sbx = Sandbox.create(network={"allow_public_traffic": True})
     try:

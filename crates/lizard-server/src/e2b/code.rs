@@ -126,6 +126,8 @@ fn result(data: BTreeMap<String, Value>, is_main_result: bool) -> Value {
             "text/latex" => "latex",
             "application/json" => "json",
             "application/javascript" => "javascript",
+            // What the figure shows, as data (the interpreter's lizard_charts.py).
+            "application/vnd.lizard.chart+json" => "chart",
             _ => {
                 extra.insert(mime, value);
                 continue;
@@ -231,8 +233,10 @@ mod tests {
             ("text/plain".to_owned(), json!("<Figure>")),
             ("image/png".to_owned(), json!("iVBOR")),
             ("application/vnd.custom+json".to_owned(), json!({"a": 1})),
+            ("application/vnd.lizard.chart+json".to_owned(), json!({"type": "line", "elements": []})),
         ]);
         let v = result(data, true);
+        assert_eq!(v["chart"]["type"], "line");
         assert_eq!(v["type"], "result");
         assert_eq!((v["text"].as_str(), v["png"].as_str()), (Some("<Figure>"), Some("iVBOR")));
         assert_eq!(v["extra"]["application/vnd.custom+json"]["a"], 1);
