@@ -16,7 +16,7 @@ export DEBIAN_FRONTEND=noninteractive
 # QEMU on Debian 12 comes from its backports (QEMU 10; bookworm's own is 7.2): its TCG
 # finds translated guest code by physical address, so a process whose libraries land at
 # new addresses (ASLR) reuses the code translated for the one before, and every command
-# after a VMM's first one spawns in about half the time (README, Performance). The suite
+# after a VMM's first one spawns in about half the time (docs/performance.md). The suite
 # is added on the mirror apt already uses for bookworm; other releases take their own.
 # shellcheck disable=SC1091
 . /etc/os-release

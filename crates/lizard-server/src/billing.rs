@@ -207,7 +207,7 @@ mod tests {
         let p = Pricing::default();
         assert_eq!(p.running_rate(1, 512), 2_500);
         assert_eq!(p.running_rate(1, 512) * 3600, 9_000_000, "$0.009 an hour");
-        // The README's size table.
+        // docs/billing.md's size table.
         for (v, m, rate) in [(1, 1024, 3_000), (2, 1024, 5_000), (2, 2048, 6_000), (4, 4096, 12_000), (8, 8192, 24_000)]
         {
             assert_eq!(p.running_rate(v, m), rate, "{v} vCPU / {m} MiB");

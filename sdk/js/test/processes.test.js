@@ -81,7 +81,7 @@ test('a callback that throws: wait() rejects with its error, then follows on wit
 })
 
 test('waitForPort resolves once a server listens, and times out with TIMED_OUT', async () => {
-  // The README's quickstart: a Node server started in the background, then its URL.
+  // docs/sdks.md's quick start: a Node server started in the background, then its URL.
   await sandbox.fs.write('/app/server.js', "require('http').createServer((_, r) => r.end('hello from Lizard')).listen(3000)")
   await sandbox.process.start('node /app/server.js')
   await sandbox.waitForPort(3000, { timeoutMs: 60_000 })

@@ -6,7 +6,7 @@ non-interactive run — "create hello.txt containing hi" — against a model-API
 The stand-in is uploaded into the sandbox and started there on guest loopback; the sandbox
 is created without internet access, so no packet leaves the test and nothing the agent would
 fetch at run time can hide a missing piece of its template. The key the agent presents is
-the one given in ``envs`` at create: that is how users give theirs (README "Coding agents").
+the one given in ``envs`` at create: that is how users give theirs (docs/agents.md).
 
 One sandbox per agent serves both of its tests (under TCG every process start is slow)."""
 

@@ -3,7 +3,7 @@
 // and sets LIZARD_SDK_TEST_API_URL / LIZARD_SDK_TEST_API_KEY (the owner's key).
 //
 // With LIZARD_CONSOLE_SCREENSHOTS=DIR, every page is also saved as DIR/<page>.png (the
-// README's pictures).
+// pictures in docs/console.md).
 
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
