@@ -162,3 +162,44 @@ def test_the_async_template_builds_too(e2b_env, tmp_path):
             await sbx.kill()
 
     assert asyncio.run(build_and_use()) == "1\n"
+
+
+def test_tags_name_builds_that_creates_start_from(e2b_env):
+    """`name:tag` names one build: a build requested under a tag takes it when ready, a
+    rebuild moves only `default`, tags are given, listed and removed (by the SDK where it
+    has them, else by E2B's own routes), and a create of a tag starts from its build."""
+    name = "e2b-tags-" + os.urandom(3).hex()
+    headers = {"X-API-KEY": e2b_env["lizard_key"]}
+    Template.build(Template().from_template("base").run_cmd("echo one > /home/user/v"), f"{name}:v1")
+    Template.build(Template().from_template("base").run_cmd("echo two > /home/user/v"), name)
+
+    def version(reference: str) -> str:
+        sbx = Sandbox.create(reference)
+        try:
+            return sbx.commands.run("cat /home/user/v").stdout
+        finally:
+            sbx.kill()
+
+    assert (version(f"{name}:v1"), version(name), version(f"{name}:default")) == ("one\n", "two\n", "two\n")
+    if hasattr(Template, "assign_tags"):
+        assert Template.assign_tags(f"{name}:v1", ["stable"]).tags == ["stable"]
+        listed = {t.tag: t.build_id for t in Template.get_tags(name)}
+        Template.remove_tags(name, ["v1"])
+        with pytest.raises(Exception, match="no tag nope"):
+            Template.remove_tags(name, ["nope"])
+    else:
+        given = httpx.post(f"{API_URL}/templates/tags", headers=headers, json={"target": f"{name}:v1", "tags": ["stable"]})
+        assert given.status_code == 201 and given.json()["tags"] == ["stable"], given.text
+        listed = {t["tag"]: t["buildID"] for t in httpx.get(f"{API_URL}/templates/{name}/tags", headers=headers).json()}
+        removed = httpx.request("DELETE", f"{API_URL}/templates/tags", headers=headers, json={"name": name, "tags": ["v1"]})
+        assert removed.status_code == 204, removed.text
+        missing = httpx.request("DELETE", f"{API_URL}/templates/tags", headers=headers, json={"name": name, "tags": ["nope"]})
+        assert missing.status_code == 404 and "no tag nope" in missing.text, missing.text
+    assert set(listed) == {"default", "v1", "stable"} and listed["v1"] == listed["stable"] != listed["default"]
+    assert version(f"{name}:stable") == "one\n"
+    with pytest.raises(Exception, match="no tag v1"):
+        Sandbox.create(f"{name}:v1")
+    # `default` is always the latest build: it is not given by hand.
+    refused = httpx.post(f"{API_URL}/templates/tags", headers=headers, json={"target": name, "tags": ["default"]})
+    assert refused.status_code == 422 and "cannot be moved" in refused.text, refused.text
+    Template.delete(name) if hasattr(Template, "delete") else httpx.delete(f"{API_URL}/templates/{name}", headers=headers)

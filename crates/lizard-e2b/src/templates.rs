@@ -159,3 +159,36 @@ mod tests {
         assert!(v["logEntries"].as_array().unwrap().is_empty());
     }
 }
+
+/// `POST /templates/tags`: give `tags` to the build `target` (`name` or `name:tag`) names.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct AssignTags {
+    pub target: String,
+    pub tags: Vec<String>,
+}
+
+/// Its 201 answer.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct TagsAssigned {
+    pub tags: Vec<String>,
+    #[serde(rename = "buildID")]
+    pub build_id: String,
+}
+
+/// `DELETE /templates/tags`: take `tags` from template `name`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct RemoveTags {
+    pub name: String,
+    pub tags: Vec<String>,
+}
+
+/// One entry of `GET /templates/{id}/tags`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateTag {
+    pub tag: String,
+    #[serde(rename = "buildID")]
+    pub build_id: String,
+    /// RFC 3339.
+    pub created_at: String,
+}

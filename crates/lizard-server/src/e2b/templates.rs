@@ -16,8 +16,10 @@
 //!    and its log: a line per step as it starts (`CACHED` when its layer came from the
 //!    cache), and the end.
 //!
-//! `GET /templates/aliases/{name}` (`Template.exists`) and `DELETE /templates/{id}` (a
-//! template, or a snapshot) complete it. What is kept here lives in this process: a
+//! `GET /templates/aliases/{name}` (`Template.exists`), `DELETE /templates/{id}` (a
+//! template, or a snapshot) and tags (`POST`/`DELETE /templates/tags`, `GET
+//! /templates/{id}/tags`; a build requested as `name:tag` or with `tags` takes them when it
+//! is ready: [`ops::tags`]) complete it. What is kept here lives in this process: a
 //! restart between steps 1 and 3 answers the build's start with 404, and the SDK's next
 //! build starts over. Nothing of a build runs on the host: the server only reads the
 //! uploaded archive into stored files ([`super::template_files`]).
@@ -77,6 +79,8 @@ struct Requested {
     workspace: WorkspaceRecord,
     name: String,
     size: lizard_recipe::recipe::SandboxSize,
+    /// What the build is tagged with once ready.
+    tags: Vec<String>,
     at: Instant,
 }
 
@@ -113,6 +117,8 @@ pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
         .route("/v2/templates/{id}/builds/{build}", post(start))
         .route("/templates/{id}/builds/{build}/status", get(status))
         .route("/templates/aliases/{alias}", get(alias))
+        .route("/templates/tags", post(assign_tags).delete(remove_tags))
+        .route("/templates/{id}/tags", get(list_tags))
         .route("/templates/{id}", delete(remove))
 }
 
@@ -143,6 +149,29 @@ fn template_name(given: &str) -> E2bResult<String> {
     Ok(name.to_owned())
 }
 
+/// A build's id as E2B's SDKs read it, a UUID: a Lizard build id's 16 characters
+/// ([`crate::ids::new_id`]) are its 16 bytes, so [`build_id_of`] gives the id back.
+pub(crate) fn build_uuid(build_id: &str) -> String {
+    match build_id.strip_prefix(BUILD_ID_PREFIX).and_then(|b| b.strip_prefix('_')).filter(|b| b.len() == 16) {
+        Some(body) => {
+            let h = hex::encode(body.as_bytes());
+            format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+        }
+        None => build_id.to_owned(),
+    }
+}
+
+/// The build id a client gave: one [`build_uuid`] made, or a Lizard build id as is.
+pub(crate) fn build_id_of(given: &str) -> String {
+    let body = hex::decode(given.replace('-', "")).ok().and_then(|b| String::from_utf8(b).ok());
+    match body {
+        Some(body) if body.len() == 16 && body.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) => {
+            format!("{BUILD_ID_PREFIX}_{body}")
+        }
+        _ => given.to_owned(),
+    }
+}
+
 /// `POST /v3/templates` → 202: the build's id, before its steps.
 async fn request(
     State(state): State<AppState>,
@@ -153,6 +182,15 @@ async fn request(
     let req: wire::BuildRequest = json_body(&bytes)?;
     let given = req.name.or(req.alias).ok_or_else(|| E2bError(AppError::invalid("a template needs a name")))?;
     let name = template_name(&given)?;
+    let mut tags: Vec<String> = ops::tags::split_reference(&given).1.into_iter().map(str::to_owned).collect();
+    tags.extend(req.tags);
+    tags.dedup();
+    for tag in &tags {
+        ops::tags::check_tag(tag)?;
+    }
+    if tags.is_empty() {
+        tags.push(ops::tags::DEFAULT_TAG.to_owned());
+    }
     if ops::is_builtin(&state, &name) {
         return Err(E2bError(AppError::conflict(format!("{name} is a built-in template's name; choose another"))));
     }
@@ -169,13 +207,13 @@ async fn request(
             )));
         }
         let at = Instant::now();
-        let kept = Requested { account_id: p.account_id.clone(), workspace, name: name.clone(), size, at };
+        let kept =
+            Requested { account_id: p.account_id.clone(), workspace, name: name.clone(), size, tags: tags.clone(), at };
         requested.insert(build_id.clone(), kept);
     }
-    let tags = if req.tags.is_empty() { vec!["default".to_owned()] } else { req.tags };
     let answer = wire::BuildRequested {
         template_id: name.clone(),
-        build_id,
+        build_id: build_uuid(&build_id),
         public: false,
         names: vec![name.clone()],
         tags,
@@ -299,6 +337,7 @@ async fn start(
     bytes: Bytes,
 ) -> E2bResult<StatusCode> {
     let p = p?;
+    let build = build_id_of(&build);
     let req: wire::BuildStart = json_body(&bytes)?;
     let requested = {
         let mut all = state.e2b.requested.lock().expect("e2b builds poisoned");
@@ -339,7 +378,7 @@ async fn start(
     files.sort_by(|a, b| a.path.cmp(&b.path));
     files.dedup_by(|a, b| a.path == b.path);
     let checked = ops::check_recipe(&state, &requested.workspace, translated.recipe, &files).await?;
-    let started = ops::start_build_as(&state, &requested.workspace, checked, build.clone()).await?;
+    let started = ops::start_build_as(&state, &requested.workspace, checked, build.clone(), requested.tags).await?;
     {
         let mut origins = state.e2b.origins.lock().expect("e2b origins poisoned");
         if origins.len() >= KEPT {
@@ -371,7 +410,7 @@ async fn status(
     let p = p?;
     let store = state.server.store.as_ref();
     let template = ops::find(store, &p, &template_name(&id)?, None).await?;
-    let record = ops::find_build(store, &template, &build).await?;
+    let record = ops::find_build(store, &template, &build_id_of(&build)).await?;
     let info = ops::build_info(&record, state.builds.get(&record.id).map(|b| b.hub.progress()));
     let origin = |step: u32| -> Option<String> {
         let origins = state.e2b.origins.lock().expect("e2b origins poisoned");
@@ -414,7 +453,7 @@ async fn status(
     let page: Vec<wire::LogEntry> = entries.into_iter().skip(q.logs_offset).take(limit).collect();
     Ok(Json(wire::BuildStatus {
         template_id: template.name.clone(),
-        build_id: record.id.clone(),
+        build_id: build_uuid(&record.id),
         status: state_now,
         logs: page.iter().map(|e| e.message.clone()).collect(),
         log_entries: page,
@@ -448,4 +487,72 @@ async fn remove(
     let template = ops::find(state.server.store.as_ref(), &p, &template_name(&id)?, None).await?;
     ops::delete(&state, &template).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /templates/tags` → 201: `tags` now name the build `target` names.
+async fn assign_tags(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    bytes: Bytes,
+) -> E2bResult<(StatusCode, Json<wire::TagsAssigned>)> {
+    let p = p?;
+    let req: wire::AssignTags = json_body(&bytes)?;
+    let (name, tag) = ops::tags::split_reference(&req.target);
+    let template = ops::find(state.server.store.as_ref(), &p, &template_name(name)?, None).await?;
+    let build_id = ops::tags::assign(&state, &template, tag, &req.tags).await?;
+    Ok((StatusCode::CREATED, Json(wire::TagsAssigned { tags: req.tags, build_id: build_uuid(&build_id) })))
+}
+
+/// `DELETE /templates/tags` → 204: `tags` no longer name a build of template `name`.
+async fn remove_tags(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    bytes: Bytes,
+) -> E2bResult<StatusCode> {
+    let p = p?;
+    let req: wire::RemoveTags = json_body(&bytes)?;
+    let template = ops::find(state.server.store.as_ref(), &p, &template_name(&req.name)?, None).await?;
+    ops::tags::remove(&state, &template, &req.tags).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /templates/{id}/tags` → the template's tags, `default` (its latest build) first.
+async fn list_tags(
+    State(state): State<AppState>,
+    p: Result<Principal, AppError>,
+    Path(id): Path<String>,
+) -> E2bResult<Json<Vec<wire::TemplateTag>>> {
+    let p = p?;
+    let template = ops::find(state.server.store.as_ref(), &p, &template_name(&id)?, None).await?;
+    let tags = ops::tags::list(&state, &template).await?;
+    Ok(Json(
+        tags.into_iter()
+            .map(|t| wire::TemplateTag {
+                tag: t.tag,
+                build_id: build_uuid(&t.build_id),
+                created_at: crate::ids::rfc3339(t.created_at),
+            })
+            .collect(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_build_id_travels_as_a_uuid_and_comes_back() {
+        let id = crate::ids::new_id(BUILD_ID_PREFIX);
+        let uuid = build_uuid(&id);
+        assert_eq!(uuid.len(), 36);
+        assert_eq!(uuid.matches('-').count(), 4);
+        assert!(uuid.replace('-', "").bytes().all(|b| b.is_ascii_hexdigit()), "{uuid}");
+        assert_eq!(build_id_of(&uuid), id);
+        assert_eq!(build_id_of(&id), id, "the plain id is taken too");
+        // Anything else is left for the lookup to refuse.
+        for other in ["nope", "00000000-0000-0000-0000-000000000000", "bld_short"] {
+            assert_eq!(build_id_of(other), other);
+            assert_eq!(build_uuid(other), other);
+        }
+    }
 }

@@ -209,6 +209,50 @@ async fn a_replaced_build_nobody_uses_is_deleted_at_once() {
 }
 
 #[tokio::test]
+async fn a_tag_keeps_its_build_for_creates_until_it_moves_or_goes() {
+    let w = world().await;
+    let a = ws(&w.state, "ws_a").await;
+    let files = site(&w.state, &a).await;
+    let prj = w.state.server.store.get_project("acc", "prj_a").await.unwrap().unwrap();
+    let first = ops::push(&w.state, &a, &push_req(RECIPE, files.clone())).await.unwrap();
+    let first = until_ended(&w.state, &first.id).await;
+    let template = || async { w.state.server.store.find_template("ws_a", "web").await.unwrap().unwrap() };
+    let created_from = |name: &'static str| ops::node_template_for(&w.state, &prj, name);
+    assert_eq!(created_from("web:default").await.unwrap(), Some(first.template_ref.clone()));
+    let untagged = created_from("web:stable").await.unwrap_err();
+    assert_eq!(code(untagged), (ErrorCode::NotFound, "template web has no tag stable".into()));
+    assert_eq!(ops::tags::assign(&w.state, &template().await, None, &["stable".into()]).await.unwrap(), first.id);
+
+    // A rebuild moves `default` and not `stable`, whose build's node template stays.
+    let second = ops::push(&w.state, &a, &push_req(RECIPE, files)).await.unwrap();
+    let second = until_ended(&w.state, &second.id).await;
+    assert_eq!(created_from("web").await.unwrap(), Some(second.template_ref.clone()));
+    assert_eq!(created_from("web:stable").await.unwrap(), Some(first.template_ref.clone()));
+    let deleted = |r: &str| w.node.calls().contains(&format!("delete_template {r}"));
+    assert!(!deleted(&first.template_ref), "a tagged build's node template was deleted");
+    let listed: Vec<(String, String)> =
+        ops::tags::list(&w.state, &template().await).await.unwrap().into_iter().map(|t| (t.tag, t.build_id)).collect();
+    assert_eq!(listed, [("default".into(), second.id.clone()), ("stable".into(), first.id.clone())]);
+
+    // Refused, nothing changed: `default` moved by hand, a tag that is not there removed.
+    let t = template().await;
+    assert_eq!(
+        code(ops::tags::assign(&w.state, &t, None, &["default".into()]).await.unwrap_err()).0,
+        ErrorCode::InvalidArgument
+    );
+    let missing = ops::tags::remove(&w.state, &t, &["stable".into(), "nope".into()]).await.unwrap_err();
+    assert_eq!(code(missing).0, ErrorCode::NotFound);
+    assert_eq!(created_from("web:stable").await.unwrap(), Some(first.template_ref.clone()));
+
+    // Moved to the latest build, the tag lets the first build's node template go.
+    assert_eq!(ops::tags::assign(&w.state, &t, Some("default"), &["stable".into()]).await.unwrap(), second.id);
+    assert!(deleted(&first.template_ref));
+    ops::tags::remove(&w.state, &t, &["stable".into()]).await.unwrap();
+    assert!(!deleted(&second.template_ref), "the current build's node template stays");
+    assert_eq!(code(created_from("web:stable").await.unwrap_err()).0, ErrorCode::NotFound);
+}
+
+#[tokio::test]
 async fn every_bad_push_is_refused_before_anything_is_built() {
     let w = world().await;
     let a = ws(&w.state, "ws_a").await;

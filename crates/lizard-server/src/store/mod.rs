@@ -26,6 +26,7 @@ pub mod postgres;
 pub mod services;
 pub mod snapshots;
 pub mod sqlite;
+pub mod template_tags;
 pub mod templates;
 #[cfg(test)]
 mod tests;
@@ -39,6 +40,7 @@ pub use idempotency::IdempotencyStore;
 pub use lizard_api::{OnTimeout, SandboxState};
 pub use services::{InstanceRecord, ServiceBody, ServiceRecord, ServiceStore, VersionRecord};
 pub use snapshots::{SnapshotRecord, SnapshotStore};
+pub use template_tags::{TagRecord, TemplateTagStore};
 
 use crate::scope::Scope;
 use async_trait::async_trait;
@@ -260,6 +262,7 @@ pub trait Store:
     + BlobContentStore
     + ServiceStore
     + SnapshotStore
+    + TemplateTagStore
     + Send
     + Sync
     + 'static

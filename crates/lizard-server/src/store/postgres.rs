@@ -48,6 +48,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (14, "volume quotas", include_str!("../../migrations/postgres/0014_volume_quotas.sql")),
     (15, "public urls with a token", include_str!("../../migrations/postgres/0015_public_urls_with_token.sql")),
     (16, "sandbox snapshots", include_str!("../../migrations/postgres/0016_sandbox_snapshots.sql")),
+    (17, "template tags", include_str!("../../migrations/postgres/0017_template_tags.sql")),
 ];
 
 mod access;
@@ -60,6 +61,7 @@ mod templates;
 mod volumes;
 
 super::snapshots::impl_snapshot_store!(PostgresStore, sqlx::postgres::PgRow);
+super::template_tags::impl_template_tag_store!(PostgresStore, sqlx::postgres::PgRow);
 
 /// The key of the advisory lock every writing transaction takes first (see the module
 /// doc): "lizard" in ASCII, so an operator can tell it in `pg_locks`.

@@ -155,7 +155,8 @@ pub trait TemplateStore: Send + Sync {
     /// Returns the node templates of its builds that succeeded, to delete on the node.
     async fn delete_template(&self, template_id: &str) -> Result<Vec<String>>;
 
-    /// Whether a live sandbox runs from this node template.
+    /// Whether this node template is kept: a live sandbox runs from it, a tag names its
+    /// build, or it is its template's current build.
     async fn template_ref_in_use(&self, template_ref: &str) -> Result<bool>;
 
     /// Of `sha256`, those this workspace has not uploaded, in the given order.

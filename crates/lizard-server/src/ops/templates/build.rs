@@ -22,7 +22,15 @@ fn code_name(code: ErrorCode) -> String {
 }
 
 /// Run a build on its node to its end, and record how it ended.
-pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTemplate, running: RunningBuild) {
+/// Run a recorded build on a node and record its end; a ready build takes `tags` (see
+/// [`super::tags`]) before its followers hear that it ended.
+pub(super) async fn run_build(
+    state: AppState,
+    build_id: String,
+    build: BuildTemplate,
+    running: RunningBuild,
+    tags: Vec<String>,
+) {
     let store = state.server.store.clone();
     let hub = running.hub.clone();
     let recipe = build.recipe.clone();
@@ -97,7 +105,14 @@ pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTem
         }
     }
     let recorded = store.finish_build(&build_id, &finished).await;
+    let untagged = match (&recorded, status) {
+        (Ok(_), BuildStatus::Ready) if !tags.is_empty() => super::tags::take(&state, &build_id, &tags).await,
+        _ => Vec::new(),
+    };
     hub.push(done);
+    for node_ref in untagged {
+        release_ref(&state, &node_ref).await;
+    }
     match recorded {
         Ok(Some(replaced)) => release_ref(&state, &replaced).await,
         Ok(None) => {}
@@ -113,8 +128,9 @@ pub(super) async fn run_build(state: AppState, build_id: String, build: BuildTem
     tracing::info!(build = %build_id, template = %recipe.name, status = ?status, "template build ended");
 }
 
-/// Delete a node template no sandbox runs from any more (a rebuild replaced it).
-async fn release_ref(state: &AppState, node_ref: &str) {
+/// Delete a node template nothing keeps any more (a rebuild replaced it, or its last tag
+/// moved): no live sandbox runs from it, no tag names its build, it is no current build.
+pub(super) async fn release_ref(state: &AppState, node_ref: &str) {
     match state.server.store.template_ref_in_use(node_ref).await {
         Ok(false) => {
             if let Err(e) = delete_node_template(state.server.store.as_ref(), &state.nodes, node_ref).await {

@@ -19,6 +19,7 @@
 mod answers;
 mod build;
 mod scope;
+pub mod tags;
 
 pub use answers::{build_info, builtin_info, template_info};
 pub use build::{cancel, delete_node_template, fail_unfinished};
@@ -278,7 +279,7 @@ pub async fn start_build(
     workspace: &WorkspaceRecord,
     checked: CheckedPush,
 ) -> ApiResult<BuildRecord> {
-    start_build_as(state, workspace, checked, ids::new_id(BUILD_ID_PREFIX)).await
+    start_build_as(state, workspace, checked, ids::new_id(BUILD_ID_PREFIX), Vec::new()).await
 }
 
 /// [`start_build`] under an id minted before (E2B's builds name theirs first).
@@ -287,6 +288,7 @@ pub async fn start_build_as(
     workspace: &WorkspaceRecord,
     checked: CheckedPush,
     build_id: String,
+    tags: Vec<String>,
 ) -> ApiResult<BuildRecord> {
     let recipe = &checked.recipe;
     let now = ids::now_ms();
@@ -320,7 +322,7 @@ pub async fn start_build_as(
         context: checked.context,
         blobs: state.blobs.dir().to_path_buf(),
     };
-    tokio::spawn(build::run_build(state.clone(), build_id.clone(), build, running));
+    tokio::spawn(build::run_build(state.clone(), build_id.clone(), build, running, tags));
     tracing::info!(build = %build_id, template = %recipe.name, workspace = %workspace.id, "template build queued");
     store.get_build(&build_id).await?.ok_or_else(|| AppError::internal("build record vanished"))
 }
@@ -348,16 +350,15 @@ pub async fn delete(state: &AppState, template: &TemplateRecord) -> ApiResult<()
 
 /// The node template a sandbox of `name` in `project` is created from: `None` for a
 /// built-in (created by its name), the current build's for a template of the project's
-/// workspace; 404 otherwise (another workspace's template included).
+/// workspace (`name:tag`: the build that tag names); 404 otherwise (another workspace's
+/// template included).
 pub async fn node_template_for(state: &AppState, project: &ProjectRecord, name: &str) -> ApiResult<Option<String>> {
     if is_builtin(state, name) {
         return Ok(None);
     }
-    match state.server.store.find_template(&project.workspace_id, name).await? {
-        Some(t) => match t.current_ref {
-            Some(r) => Ok(Some(r)),
-            None => Err(AppError::not_found(format!("template {name} has no successful build yet"))),
-        },
-        None => Err(AppError::not_found(format!("template {name} not found"))),
+    let (template, tag) = tags::split_reference(name);
+    match state.server.store.find_template(&project.workspace_id, template).await? {
+        Some(t) => tags::build_for(state, &t, tag).await.map(|(_, node_ref)| Some(node_ref)),
+        None => Err(AppError::not_found(format!("template {template} not found"))),
     }
 }

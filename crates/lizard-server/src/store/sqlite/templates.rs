@@ -348,7 +348,7 @@ impl TemplateStore for SqliteStore {
     }
 
     async fn template_ref_in_use(&self, template_ref: &str) -> Result<bool> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sandboxes WHERE template_ref = ? AND ended_at IS NULL")
+        let n: i64 = sqlx::query_scalar(crate::store::template_tags::REF_IN_USE)
             .bind(template_ref)
             .fetch_one(&self.pool)
             .await

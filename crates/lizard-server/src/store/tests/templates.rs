@@ -75,7 +75,52 @@ async fn a_build_is_metered_from_its_record_until_it_is_finished(db: TestDb) {
     assert_eq!(charged.get("bld_1"), Some(&(rate * 5)), "5 s of a 2 vCPU / 2 GiB machine");
 }
 
+fn ready() -> FinishedBuild {
+    FinishedBuild { status: BuildStatus::Ready, layer_bytes: Some(1), ..failed() }
+}
+
+/// A ready build `bld` of template `tpl_1` ("one" in ws_a).
+async fn built(s: &dyn crate::store::Store, bld: &str) {
+    s.insert_build(&template("tpl_1", "ws_a", "one"), &build(bld)).await.unwrap();
+    s.finish_build(bld, &ready()).await.unwrap();
+}
+
+async fn tags_name_ready_builds_and_keep_their_node_templates(db: TestDb) {
+    let s = db.seeded("acc", &[("ws_a", "prj_a")]).await;
+    built(&*s, "bld_1").await;
+    let tags = |t: &[&str]| t.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+    assert!(s.template_ref_in_use("ref-bld_1").await.unwrap(), "the current build's");
+    assert_eq!(s.assign_tags("tpl_1", "bld_1", &tags(&["stable", "v1"]), 10).await.unwrap(), Vec::<String>::new());
+    // A rebuild: the first build is no longer current but its tags keep it.
+    built(&*s, "bld_2").await;
+    assert!(s.template_ref_in_use("ref-bld_1").await.unwrap(), "tagged");
+    let stable = s.tagged_build("tpl_1", "stable").await.unwrap().unwrap();
+    assert_eq!((stable.build_id.as_str(), stable.template_ref.as_str(), stable.created_at), ("bld_1", "ref-bld_1", 10));
+    assert_eq!(s.tagged_build("tpl_1", "nope").await.unwrap(), None);
+    // Moving one tag reports the build that lost it; the other still keeps it.
+    assert_eq!(s.assign_tags("tpl_1", "bld_2", &tags(&["stable"]), 20).await.unwrap(), ["ref-bld_1"]);
+    assert!(s.template_ref_in_use("ref-bld_1").await.unwrap(), "v1 still names it");
+    let listed: Vec<(String, String)> =
+        s.list_tags("tpl_1").await.unwrap().into_iter().map(|t| (t.tag, t.build_id)).collect();
+    assert_eq!(listed, [("stable".into(), "bld_2".into()), ("v1".into(), "bld_1".into())]);
+    // Removing is all or none.
+    let missing = s.remove_tags("tpl_1", &tags(&["v1", "nope"])).await.unwrap_err();
+    assert!(matches!(missing, StoreError::NotFound(ref m) if m.contains("nope")), "{missing:?}");
+    assert_eq!(s.list_tags("tpl_1").await.unwrap().len(), 2);
+    assert_eq!(s.remove_tags("tpl_1", &tags(&["v1"])).await.unwrap(), ["ref-bld_1"]);
+    assert!(!s.template_ref_in_use("ref-bld_1").await.unwrap(), "nothing keeps it now");
+    // Only a ready build of the template takes a tag.
+    s.insert_build(&template("tpl_1", "ws_a", "one"), &build("bld_3")).await.unwrap();
+    assert!(matches!(s.assign_tags("tpl_1", "bld_3", &tags(&["x"]), 30).await, Err(StoreError::NotFound(_))));
+    assert!(matches!(s.assign_tags("tpl_9", "bld_2", &tags(&["x"]), 30).await, Err(StoreError::NotFound(_))));
+    s.finish_build("bld_3", &failed()).await.unwrap();
+    // The template's delete takes its tags along.
+    s.delete_template("tpl_1").await.unwrap();
+    assert!(s.list_tags("tpl_1").await.unwrap().is_empty());
+}
+
 store_tests!(
     a_workspace_runs_a_bounded_number_of_builds_at_once,
-    a_build_is_metered_from_its_record_until_it_is_finished
+    a_build_is_metered_from_its_record_until_it_is_finished,
+    tags_name_ready_builds_and_keep_their_node_templates
 );
