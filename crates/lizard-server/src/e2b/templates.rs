@@ -184,6 +184,7 @@ async fn request(
     let name = template_name(&given)?;
     let mut tags: Vec<String> = ops::tags::split_reference(&given).1.into_iter().map(str::to_owned).collect();
     tags.extend(req.tags);
+    tags.sort();
     tags.dedup();
     for tag in &tags {
         ops::tags::check_tag(tag)?;
