@@ -145,12 +145,32 @@ for suite in "${suites[@]}"; do
     js) run_files js examples.test.js ;;
   esac
 done
+# E2B's desktop add-on (Python, then npm): its SDK starts Xvfb and XFCE and waits at most
+# 60 s for them; the stream opens in the host's Chromium.
+run_e2b_desktop() {
+  local version
+  if [[ -n "${LIZARD_TEMPLATES:-}" && " $LIZARD_TEMPLATES " != *" desktop "* ]]; then
+    echo "--- e2b-desktop: not run (LIZARD_TEMPLATES has no desktop) ---"
+    return
+  fi
+  for version in ${E2B_DESKTOP_VERSIONS:-2.7.2}; do
+    echo "--- e2b-desktop $version ---"
+    (cd compat/e2b/python && "$root/target/e2b-desktop-venv-$version/bin/python" -m pytest -q -p no:cacheprovider \
+      -o testpaths=. --rootdir=. test_desktop.py) || status=1
+  done
+  for version in ${E2B_JS_DESKTOP_VERSIONS:-2.4.0}; do
+    echo "--- @e2b/desktop (npm) $version ---"
+    (cd compat/e2b/js && npm install --no-save --no-audit --no-fund --silent "@e2b/desktop@$version" \
+      && node --test desktop.test.mjs) || status=1
+  done
+}
 # The desktop tests drive Chromium in a TCG guest, whose page takes minutes to show when
 # another suite's guests share the two cores: they run alone, one suite after the other.
 for suite in "${suites[@]}"; do
   case "$suite" in
     python) run_files python test_desktop.py test_desktop_actions.py ;;
     js) run_files js desktop.test.js ;;
+    e2b) run_e2b_desktop ;;
   esac
 done
 # The rest side by side, against the one server: each suite mostly waits on one guest vCPU
@@ -201,15 +221,6 @@ run_e2b() {
   else
     echo "--- e2b-code-interpreter: not run (LIZARD_TEMPLATES has no interpreter) ---"
   fi
-  if [[ -z "${LIZARD_TEMPLATES:-}" || " $LIZARD_TEMPLATES " == *" desktop "* ]]; then
-    for version in ${E2B_DESKTOP_VERSIONS:-2.7.2}; do
-      echo "--- e2b-desktop $version ---"
-      (cd compat/e2b/python && "$root/target/e2b-desktop-venv-$version/bin/python" -m pytest -q -p no:cacheprovider \
-        -o testpaths=. --rootdir=. test_desktop.py) || status=1
-    done
-  else
-    echo "--- e2b-desktop: not run (LIZARD_TEMPLATES has no desktop) ---"
-  fi
   for version in ${E2B_JS_SDK_VERSIONS:-2.15.0 2.51.0}; do
     echo "--- e2b (npm) $version ---"
     (cd compat/e2b/js && npm install --no-save --no-audit --no-fund --silent "e2b@$version" \
@@ -220,13 +231,6 @@ run_e2b() {
       echo "--- @e2b/code-interpreter (npm) $version ---"
       (cd compat/e2b/js && npm install --no-save --no-audit --no-fund --silent "@e2b/code-interpreter@$version" \
         && node --test code-interpreter.test.mjs) || status=1
-    done
-  fi
-  if [[ -z "${LIZARD_TEMPLATES:-}" || " $LIZARD_TEMPLATES " == *" desktop "* ]]; then
-    for version in ${E2B_JS_DESKTOP_VERSIONS:-2.4.0}; do
-      echo "--- @e2b/desktop (npm) $version ---"
-      (cd compat/e2b/js && npm install --no-save --no-audit --no-fund --silent "@e2b/desktop@$version" \
-        && node --test desktop.test.mjs) || status=1
     done
   fi
 }
