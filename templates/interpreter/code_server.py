@@ -9,6 +9,9 @@ A *context* is one live interpreter whose variables persist between executions:
               jupyter_client; every MIME bundle the kernel displays becomes a result.
   javascript  a Node.js process running js_context.js (no JS Jupyter kernel installs
               cleanly on Debian): each cell is a script in one V8 context.
+  typescript  the same, each cell's types stripped by Node.js before it runs.
+  r           an R process running r_context.R (Debian has no R Jupyter kernel): each
+              cell is evaluated in one global environment, its plots as PNG.
   bash        a bash process; each cell is sourced, so variables and `cd` persist.
 
 An execution answers one JSON object per line (application/x-ndjson) as output happens:
@@ -49,7 +52,6 @@ from typing import Any, Callable, Iterator, Optional
 HOST = "127.0.0.1"
 PORT = int(os.environ.get("LIZARD_CODE_PORT", "49999"))
 HERE = os.path.dirname(os.path.abspath(__file__))
-LANGUAGES = ("python", "javascript", "bash")
 DEFAULT_TIMEOUT_MS = 300_000
 MAX_BODY = 16 * 1024 * 1024
 # After an interrupt, how long the context may take to stop before it is declared dead.
@@ -369,11 +371,9 @@ class ProcessContext(Context):
             sel.close()
 
 
-class JavascriptContext(ProcessContext):
-    language = "javascript"
-
-    def command(self) -> list[str]:
-        return ["node", os.path.join(HERE, "js_context.js")]
+class RunnerContext(ProcessContext):
+    """A runner of our own (js_context.js, r_context.R) that takes each cell as a JSON line
+    on stdin and answers its results, errors and end as JSON lines on the events pipe."""
 
     def send(self, code: str, envs: dict[str, str], timeout_ms: int) -> None:
         assert self.proc.stdin is not None
@@ -393,6 +393,30 @@ class JavascriptContext(ProcessContext):
             self.finished = True
         else:
             emit(event)
+
+
+class JavascriptContext(RunnerContext):
+    language = "javascript"
+
+    def command(self) -> list[str]:
+        return ["node", os.path.join(HERE, "js_context.js")]
+
+
+class TypescriptContext(RunnerContext):
+    """Node.js's own `stripTypeScriptTypes` first: erasable syntax only (an `enum` or a
+    `namespace` with values is refused by name)."""
+
+    language = "typescript"
+
+    def command(self) -> list[str]:
+        return ["node", "--disable-warning=ExperimentalWarning", os.path.join(HERE, "js_context.js"), "--typescript"]
+
+
+class RContext(RunnerContext):
+    language = "r"
+
+    def command(self) -> list[str]:
+        return ["Rscript", "--no-save", "--no-restore", os.path.join(HERE, "r_context.R")]
 
 
 class BashContext(ProcessContext):
@@ -446,7 +470,14 @@ class BashContext(ProcessContext):
             emit({"type": "error", "name": "NonZeroExitStatus", "value": f"exit status {status}", "traceback": ""})
 
 
-KINDS: dict[str, type[Context]] = {"python": PythonContext, "javascript": JavascriptContext, "bash": BashContext}
+KINDS: dict[str, type[Context]] = {
+    "python": PythonContext,
+    "javascript": JavascriptContext,
+    "typescript": TypescriptContext,
+    "r": RContext,
+    "bash": BashContext,
+}
+LANGUAGES = tuple(KINDS)
 
 
 class Contexts:

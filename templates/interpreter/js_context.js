@@ -3,11 +3,17 @@
 // ({code, envs, timeoutMs}); the cell's own output goes to this process's stdout and stderr
 // (read by the service as it comes); results, errors and the end of each cell are JSON lines
 // on the private pipe LIZARD_EVENTS_FD, so nothing a cell prints can forge them.
+// With `--typescript`, each cell's types are stripped first (Node.js's own stripper: the
+// code keeps its positions, so errors point at the cell's own lines).
 'use strict'
 const fs = require('fs')
 const readline = require('readline')
 const util = require('util')
 const vm = require('vm')
+
+const typescript = process.argv.includes('--typescript')
+const filename = typescript ? 'cell.ts' : 'cell.js'
+const source = typescript ? (code) => require('module').stripTypeScriptTypes(code, { mode: 'strip' }) : (code) => code
 
 const eventsFd = Number(process.env.LIZARD_EVENTS_FD)
 delete process.env.LIZARD_EVENTS_FD
@@ -38,12 +44,13 @@ function resultEvent (value) {
 
 // A cell with top-level `await` cannot be a script: it runs as an async function body,
 // whose declarations stay local and whose last expression is not shown.
-function compile (code) {
+function compile (cell) {
+  const code = source(cell)
   try {
-    return { script: new vm.Script(code, { filename: 'cell.js' }), wrapped: false }
+    return { script: new vm.Script(code, { filename }), wrapped: false }
   } catch (e) {
     if (e instanceof SyntaxError && /await/.test(e.message)) {
-      return { script: new vm.Script(`(async () => {\n${code}\n})()`, { filename: 'cell.js' }), wrapped: true }
+      return { script: new vm.Script(`(async () => {\n${code}\n})()`, { filename }), wrapped: true }
     }
     throw e
   }

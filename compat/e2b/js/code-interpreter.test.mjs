@@ -41,7 +41,10 @@ test('runCode streams, keeps state, returns a chart and errors; contexts; langua
     await sbx.removeCodeContext(ctx)
     assert.deepEqual((await sbx.runCode('echo from bash', { language: 'bash' })).logs.stdout, ['from bash\n'])
     assert.deepEqual((await sbx.runCode("console.log('from js')", { language: 'js' })).logs.stdout, ['from js\n'])
-    await assert.rejects(sbx.runCode('1', { language: 'r' }), /not served/)
+    const ts = await sbx.runCode('const n: number = 41\nn + 1', { language: 'ts' })
+    assert.equal(ts.text, '42')
+    assert.equal((await sbx.runCode('sum(1:4)', { language: 'r' })).text, '[1] 10')
+    await assert.rejects(sbx.runCode('1', { language: 'cobol' }), /not served/)
   } finally {
     await sbx.kill()
   }

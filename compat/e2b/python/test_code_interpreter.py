@@ -57,8 +57,15 @@ def test_contexts_languages_and_what_is_not_served(sbx):
     assert sbx.run_code("echo from bash", language="bash").logs.stdout == ["from bash\n"]
     js = sbx.run_code("console.log('from js')", language="javascript")
     assert js.logs.stdout == ["from js\n"] and js.error is None
+    ts = sbx.run_code("const n: number = 41\nn + 1", language="typescript")
+    assert (ts.text, ts.error) == ("42", None)
+    r_ctx = sbx.create_code_context(language="r")
+    assert r_ctx.language == "r"
+    r = sbx.run_code("v <- 1:4\nsum(v)", context=r_ctx)
+    assert (r.text, r.error) == ("[1] 10", None)
+    assert sbx.run_code("mean(v)", context=r_ctx).text == "[1] 2.5"
     with pytest.raises(SandboxException) as refused:
-        sbx.run_code("1", language="r")
+        sbx.run_code("1", language="cobol")
     assert "not served" in str(refused.value)
 
 

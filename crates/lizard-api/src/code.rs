@@ -42,6 +42,12 @@ pub enum CodeLanguage {
     Python,
     /// A Node.js process; the last expression's value is the result.
     Javascript,
+    /// The JavaScript context with each cell's type annotations stripped first (Node.js's
+    /// own stripper: erasable syntax only, so an `enum` is refused by name).
+    Typescript,
+    /// An R process (Debian's R): each top-level value printed as R prints it, plots as
+    /// PNG results.
+    R,
     /// A bash process; a non-zero status of the cell is an error.
     Bash,
 }

@@ -62,10 +62,14 @@ struct Args {
     /// each beside one of Lizard's own (0: skip).
     #[arg(long, default_value_t = 20)]
     e2b_creates: usize,
-    /// E2B's wire: `code-interpreter-v1` creates timed to their first `/execute` and then
-    /// to a chart's PNG, as E2B's code interpreter add-on sends them (0: skip).
+    /// E2B's wire: `code-interpreter-v1` creates timed to a chart's PNG (the first cell,
+    /// through `/execute`), as E2B's code interpreter add-on sends them (0: skip).
     #[arg(long, default_value_t = 0)]
     e2b_code_runs: usize,
+    /// E2B's wire: the same again with a warm pool of this many `interpreter` machines (0:
+    /// skip).
+    #[arg(long, default_value_t = 0)]
+    e2b_code_pool: usize,
     /// API: restored creates timed the same way on a node agent that joined the server
     /// over TCP (many machines' node channel), beside the in-process node's (0: skip).
     #[arg(long, default_value_t = 0)]
@@ -523,12 +527,25 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
         rows.push(Summary::new(c.run).row("… a later `runCode` (`1 + 1`) in the same sandbox", "ms"));
     }
     if args.e2b_code_runs > 0 {
-        let c = warm.e2b_first_run_code(args.e2b_code_runs).await?;
+        let c = warm.e2b_first_chart(args.e2b_code_runs, 0).await?;
         rows.push(
-            Summary::new(c.create_to_result)
-                .row("E2B's wire: create `code-interpreter-v1` → first `/execute` (`1 + 1`) answers", "ms"),
+            Summary::new(c.create_to_chart)
+                .row("E2B's wire: create `code-interpreter-v1` → its first cell's chart (matplotlib) as PNG", "ms"),
         );
-        rows.push(Summary::new(c.chart).row("… then a matplotlib chart's cell → its PNG (same sandbox)", "ms"));
+        rows.push(Summary::new(c.run).row("… then `1 + 1` in the same sandbox", "ms"));
+    }
+    if args.e2b_code_runs > 0 && args.e2b_code_pool > 0 {
+        let n = args.e2b_code_pool;
+        let pooled = api::Bench::start_with(image_root, true, |c| {
+            c.warm_pool.insert("interpreter".into(), u32::try_from(n).unwrap_or(u32::MAX));
+        })
+        .await?;
+        let c = pooled.e2b_first_chart(args.e2b_code_runs, n).await?;
+        rows.push(Summary::new(c.create_to_chart).row(
+            &format!("E2B's wire: the same, `interpreter` claimed from a warm pool of {n} → first chart's PNG"),
+            "ms",
+        ));
+        pooled.stop().await;
     }
     if args.service_wakeups > 0 {
         let w = warm.service_wakeups(args.service_wakeups).await?;

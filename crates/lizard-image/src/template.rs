@@ -104,7 +104,13 @@ macro_rules! builtin {
 const BUILTINS: &[Builtin] = &[
     builtin!("base"),
     builtin!("code-interpreter-v1"),
-    builtin!("interpreter", "code_server.py" => 0o644, "js_context.js" => 0o644, "lizard_charts.py" => 0o644),
+    builtin!(
+        "interpreter",
+        "code_server.py" => 0o644,
+        "js_context.js" => 0o644,
+        "lizard_charts.py" => 0o644,
+        "r_context.R" => 0o644
+    ),
     builtin!("desktop", "lizard-desktop.sh" => 0o755, "stream.py" => 0o644, "xvfb.sh" => 0o755),
     builtin!("claude"),
     builtin!("codex"),

@@ -443,7 +443,7 @@ export class Sandbox {
   removeCodeContext(context: CodeContext | string): Promise<void>
 }
 
-export type CodeLanguage = 'python' | 'javascript' | 'bash'
+export type CodeLanguage = 'python' | 'javascript' | 'typescript' | 'r' | 'bash'
 export interface CodeContext {
   id: string
   language: CodeLanguage

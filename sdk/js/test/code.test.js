@@ -67,6 +67,16 @@ test('javascript and bash contexts keep their state', async () => {
   await sandbox.removeCodeContext(ctx)
 })
 
+test('typescript and r contexts', async () => {
+  const ts = await sandbox.runCode('type N = number\nconst m: N = 21\nm * 2', { language: 'typescript' })
+  assert.deepEqual([ts.error, ts.text], [undefined, '42'])
+  const ctx = await sandbox.createCodeContext({ language: 'r' })
+  assert.equal(ctx.language, 'r')
+  await sandbox.runCode('w <- c(2, 4)', { context: ctx })
+  assert.equal((await sandbox.runCode('sum(w)', { context: ctx })).text, '[1] 6')
+  await sandbox.removeCodeContext(ctx)
+})
+
 test('contexts are isolated; bad requests are typed errors', async () => {
   const a = await sandbox.createCodeContext()
   const b = await sandbox.createCodeContext()

@@ -200,8 +200,8 @@ class CodeInterpreter(Flavoured[F]):
         request_timeout: Optional[float] = None,
     ) -> Op[Execution]:
         """Run ``code`` in a context: ``context``, or ``language``'s default one
-        (``"python"`` — an IPython kernel —, ``"javascript"`` or ``"bash"``; default
-        python), not both. ``envs`` hold for this run only. ``timeout`` (seconds,
+        (``"python"`` — an IPython kernel —, ``"javascript"``, ``"typescript"``, ``"r"``
+        or ``"bash"``; default python), not both. ``envs`` hold for this run only. ``timeout`` (seconds,
         default 300) interrupts the code; ``request_timeout`` bounds the HTTP call."""
         body: Dict[str, Any] = {"code": code}
         if language is not None:

@@ -202,6 +202,45 @@ def test_javascript_context(sandbox: Sandbox) -> None:
     assert waited.logs.stdout == ["later\n"], waited
 
 
+def test_typescript_context(sandbox: Sandbox) -> None:
+    first = sandbox.run_code(
+        "interface P { n: number }\nconst p: P = { n: 40 }\nfunction twice<T>(x: T): T[] { return [x, x] }\n"
+        "console.log(twice<string>('ts').join(' '))\np.n + 2",
+        language="typescript",
+    )
+    assert first.error is None, first.error
+    assert first.logs.stdout == ["ts ts\n"] and first.text == "42"
+    assert sandbox.run_code("(p.n as number) * 2", language="typescript").text == "80"
+    # What type stripping cannot erase is refused by name, and the context lives on.
+    refused = sandbox.run_code("enum Colour { Red }", language="typescript")
+    assert refused.error is not None and refused.error.name == "SyntaxError", refused.error
+    assert "enum" in refused.error.value
+    waited = sandbox.run_code("const w: number = await Promise.resolve(7); console.log(w)", language="typescript")
+    assert waited.logs.stdout == ["7\n"], waited
+    assert sandbox.run_code("p.n", language="typescript").text == "40"
+    # JavaScript's default context is another process: TypeScript's names are not in it.
+    assert sandbox.run_code("typeof p", language="javascript").text == "'undefined'"
+
+
+def test_r_context(sandbox: Sandbox) -> None:
+    ctx = sandbox.create_code_context(language="r", cwd="/tmp")
+    assert ctx.language == "r"
+    first = sandbox.run_code("x <- c(1, 2, 3)\ncat('mean', mean(x), '\\n')\nsum(x)", context=ctx)
+    assert first.error is None, first.error
+    assert "".join(first.logs.stdout) == "mean 2 \n" and first.text == "[1] 6", first
+    assert sandbox.run_code("getwd()", context=ctx).text == '[1] "/tmp"'
+    # envs hold for one run only.
+    assert sandbox.run_code("Sys.getenv('LZ_R')", context=ctx, envs={"LZ_R": 'a "b"'}).text == '[1] "a \\"b\\""'
+    assert sandbox.run_code("Sys.getenv('LZ_R', unset = 'none')", context=ctx).text == '[1] "none"'
+    plot = sandbox.run_code("plot(x, x^2)", context=ctx)
+    pngs = [r.png for r in plot.results if r.png]
+    assert pngs and base64.b64decode(pngs[0]).startswith(b"\x89PNG"), plot.results
+    failed = sandbox.run_code("stop('no such thing')", context=ctx)
+    assert failed.error is not None and "no such thing" in failed.error.value, failed.error
+    assert sandbox.run_code("length(x)", context=ctx).text == "[1] 3"
+    sandbox.remove_code_context(ctx)
+
+
 def test_bash_context(sandbox: Sandbox) -> None:
     ctx = sandbox.create_code_context(language="bash")
     assert ctx.language == "bash"

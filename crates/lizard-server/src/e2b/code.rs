@@ -12,9 +12,10 @@
 //! - `GET|POST /contexts`, `DELETE /contexts/{id}`, `POST /contexts/{id}/restart`;
 //! - `GET /health`.
 //!
-//! Languages: `python`, `javascript` (also `js`) and `bash`; any other is refused (404,
-//! as the add-on's own server answers a language it has no context for) by name. The add-on sends no execution timeout (its client bounds the wait): the code
-//! service's default, 300 s, holds.
+//! Languages: `python`, `javascript` (also `js`), `typescript` (also `ts`), `r` and `bash`;
+//! any other is refused (404, as the add-on's own server answers a language it has no
+//! context for) by name. The add-on sends no execution timeout (its client bounds the
+//! wait): the code service's default, 300 s, holds.
 
 use crate::error::AppError;
 use crate::ops::code;
@@ -70,6 +71,8 @@ fn language_name(language: CodeLanguage) -> &'static str {
     match language {
         CodeLanguage::Python => "python",
         CodeLanguage::Javascript => "javascript",
+        CodeLanguage::Typescript => "typescript",
+        CodeLanguage::R => "r",
         CodeLanguage::Bash => "bash",
     }
 }
@@ -79,12 +82,15 @@ fn language(name: &str) -> Result<CodeLanguage, (StatusCode, String)> {
     match name.to_ascii_lowercase().as_str() {
         "python" | "python3" => Ok(CodeLanguage::Python),
         "javascript" | "js" => Ok(CodeLanguage::Javascript),
+        "typescript" | "ts" => Ok(CodeLanguage::Typescript),
+        "r" => Ok(CodeLanguage::R),
         "bash" | "sh" => Ok(CodeLanguage::Bash),
         // 404, as the add-on's own server answers a language it has no context for: both
         // SDKs show a 404's body (the JS one shows no other error's).
-        other => {
-            Err((StatusCode::NOT_FOUND, format!("language {other:?} is not served: python, javascript and bash are")))
-        }
+        other => Err((
+            StatusCode::NOT_FOUND,
+            format!("language {other:?} is not served: python, javascript, typescript, r and bash are"),
+        )),
     }
 }
 
@@ -251,6 +257,11 @@ mod tests {
         assert_eq!(end[1]["type"], "end_of_execution");
         let out = lines(CodeEvent::Stdout { text: "hi\n".into() });
         assert!(out[0]["timestamp"].as_i64().is_some_and(|t| t > 1_600_000_000_000_000_000));
-        assert!(language("typescript").is_err() && language("JS").is_ok());
+        assert_eq!(language("TS"), Ok(CodeLanguage::Typescript));
+        assert_eq!(language("r"), Ok(CodeLanguage::R));
+        assert!(language("JS").is_ok());
+        let (status, message) = language("cobol").unwrap_err();
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(message.contains("\"cobol\"") && message.contains("typescript, r and bash"), "{message}");
     }
 }
