@@ -20,8 +20,9 @@ An execution answers one JSON object per line (application/x-ndjson) as output h
   {"type":"error","name":…,"value":…,"traceback":…}
   {"type":"end","executionCount":N}              always last
 A timeout interrupts the context (its state is kept) and is reported as an error named
-TimeoutError; a context that dies while running is reported as DeadKernelError and is
-started afresh by the next execution.
+TimeoutError; a caller that closes its connection before the end interrupts it the same
+way (E2B's add-on gives up by disconnecting). A context that dies while running is
+reported as DeadKernelError and is started afresh by the next execution.
 
 Routes: GET /health; POST /execute; GET|POST /contexts; DELETE /contexts/{id};
 POST /contexts/{id}/restart. Errors: {"code": "NOT_FOUND"|"INVALID_ARGUMENT"|…, "message"}.
@@ -38,7 +39,9 @@ import os
 import queue
 import re
 import secrets
+import select
 import selectors
+import socket
 import shlex
 import signal
 import subprocess
@@ -90,7 +93,12 @@ def dead_error(detail: str) -> Event:
 
 
 class Context:
-    """One interpreter. `lock` serialises executions: a context runs one cell at a time."""
+    """One interpreter. `lock` serialises executions: a context runs one cell at a time.
+
+    `deadline` is when the running cell is interrupted (its timeout); `cancel` brings it
+    forward when the caller has gone, as E2B's code interpreter cancels an execution whose
+    client disconnected (its SDK's own timeout): the cell is stopped as on a timeout, and the
+    context is free for the next call."""
 
     language = ""
 
@@ -100,6 +108,15 @@ class Context:
         self.lock = threading.Lock()
         self.count = 0
         self.dead = False
+        self.deadline = 0.0
+        self.running: Optional[object] = None
+        self.state_lock = threading.Lock()
+
+    def cancel(self, execution: object) -> None:
+        """Stop `execution` now, if it is still the one running."""
+        with self.state_lock:
+            if self.running is execution:
+                self.deadline = time.monotonic()
 
     def describe(self) -> dict[str, str]:
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
@@ -203,12 +220,11 @@ class PythonContext(Context):
 
     def _execute(self, code: str, timeout_ms: int, emit: Emit) -> None:
         msg_id = self.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
-        deadline = time.monotonic() + timeout_ms / 1000
         interrupted_at: Optional[float] = None
         reported = False
         while True:
             now = time.monotonic()
-            if interrupted_at is None and now >= deadline:
+            if interrupted_at is None and now >= self.deadline:
                 self.km.interrupt_kernel()
                 interrupted_at = now
             if interrupted_at is not None and now - interrupted_at > INTERRUPT_GRACE_S:
@@ -330,13 +346,12 @@ class ProcessContext(Context):
         sel.register(out, selectors.EVENT_READ, "stdout")
         sel.register(err, selectors.EVENT_READ, "stderr")
         sel.register(self.events_r, selectors.EVENT_READ, "events")
-        deadline = time.monotonic() + timeout_ms / 1000
         interrupted_at: Optional[float] = None
         decoders = {k: codecs.getincrementaldecoder("utf-8")("replace") for k in ("stdout", "stderr")}
         try:
             while not self.finished:
                 now = time.monotonic()
-                if interrupted_at is None and now >= deadline:
+                if interrupted_at is None and now >= self.deadline:
                     self.interrupt()
                     interrupted_at = now
                     emit(timeout_error(timeout_ms, "the context was interrupted"))
@@ -536,8 +551,9 @@ class Contexts:
 CONTEXTS = Contexts()
 
 
-def run(body: dict[str, Any]) -> Iterator[Event]:
-    """One execution's events, produced by a worker thread and yielded as they come."""
+def run(body: dict[str, Any]) -> tuple[Iterator[Event], Callable[[], None]]:
+    """One execution's events, produced by a worker thread and yielded as they come, and
+    what cancels it."""
     code = body.get("code")
     if not isinstance(code, str):
         raise ApiError(422, "INVALID_ARGUMENT", "code must be a string")
@@ -553,13 +569,21 @@ def run(body: dict[str, Any]) -> Iterator[Event]:
     ctx = CONTEXTS.get(context_id) if context_id else CONTEXTS.default(language or "python")
 
     events: "queue.Queue[Optional[Event]]" = queue.Queue()
+    execution = object()
 
     def work() -> None:
         try:
             with ctx.lock:
                 if ctx.dead:
                     ctx.restart()
-                ctx.execute(code, envs, timeout_ms, events.put)
+                with ctx.state_lock:
+                    ctx.running = execution
+                    ctx.deadline = time.monotonic() + timeout_ms / 1000
+                try:
+                    ctx.execute(code, envs, timeout_ms, events.put)
+                finally:
+                    with ctx.state_lock:
+                        ctx.running = None
                 events.put({"type": "end", "executionCount": ctx.count})
         except Exception as e:  # the service must always end the stream
             print(f"code service: execution failed: {e!r}", file=sys.stderr)
@@ -569,8 +593,12 @@ def run(body: dict[str, Any]) -> Iterator[Event]:
             events.put(None)
 
     threading.Thread(target=work, daemon=True).start()
-    while (event := events.get()) is not None:
-        yield event
+
+    def stream() -> Iterator[Event]:
+        while (event := events.get()) is not None:
+            yield event
+
+    return stream(), lambda: ctx.cancel(execution)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -599,6 +627,19 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(422, "INVALID_ARGUMENT", "the body must be a JSON object")
         return value
 
+    def _cancel_when_gone(self, cancel: Callable[[], None], done: threading.Event) -> None:
+        """Cancel the execution once the caller closes its connection (it sends nothing
+        after its request: the connection readable means it is gone), unless it is `done`."""
+        try:
+            while not done.is_set():
+                readable, _, _ = select.select([self.connection], [], [], 0.5)
+                if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                    break
+        except (OSError, ValueError):
+            pass
+        if not done.is_set():
+            cancel()
+
     def _route(self, method: str) -> None:
         parts = [p for p in self.path.split("?")[0].split("/") if p]
         try:
@@ -619,17 +660,25 @@ class Handler(BaseHTTPRequestHandler):
                     ctx.restart()
                 self._json(200, ctx.describe())
             elif method == "POST" and parts == ["execute"]:
-                events = run(self._body())
-                first = next(events)  # errors in the request are answered before the stream starts
+                events, cancel = run(self._body())  # a bad request is answered before the stream
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-ndjson")
                 self.send_header("Connection", "close")
                 self.end_headers()
-                self.wfile.write(json.dumps(first).encode() + b"\n")
                 self.wfile.flush()
-                for event in events:
-                    self.wfile.write(json.dumps(event).encode() + b"\n")
-                    self.wfile.flush()
+                done = threading.Event()
+                threading.Thread(target=self._cancel_when_gone, args=(cancel, done), daemon=True).start()
+                try:
+                    for event in events:
+                        self.wfile.write(json.dumps(event).encode() + b"\n")
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    cancel()
+                    for _ in events:  # until the cell has stopped
+                        pass
+                    raise
+                finally:
+                    done.set()
             else:
                 raise ApiError(404, "NOT_FOUND", f"no route for {method} {self.path}")
         except ApiError as e:

@@ -56,6 +56,11 @@ function compile (cell) {
   }
 }
 
+// What stops the awaited part of the running cell when the service interrupts it (SIGINT:
+// its caller went away, or its timeout passed); the synchronous part stops through the
+// vm's `breakOnSigint`.
+let interruptCell = () => {}
+
 async function runCell ({ code, envs, timeoutMs, nonce }) {
   const saved = {}
   for (const [k, v] of Object.entries(envs || {})) {
@@ -64,16 +69,18 @@ async function runCell ({ code, envs, timeoutMs, nonce }) {
   }
   try {
     const { script, wrapped } = compile(code)
-    let value = script.runInThisContext({ timeout: timeoutMs, displayErrors: false })
+    let value = script.runInThisContext({ timeout: timeoutMs, displayErrors: false, breakOnSigint: true })
     if (value && typeof value.then === 'function') {
       let timer
       const expired = new Promise((resolve, reject) => {
         timer = setTimeout(() => reject(Object.assign(new Error(`execution exceeded its timeout of ${timeoutMs} ms`), { name: 'TimeoutError' })), timeoutMs)
+        interruptCell = () => reject(Object.assign(new Error('the execution was interrupted'), { name: 'InterruptedError' }))
       })
       try {
         value = await Promise.race([value, expired])
       } finally {
         clearTimeout(timer)
+        interruptCell = () => {}
       }
     }
     if (value !== undefined && !wrapped) send(nonce, resultEvent(value))
@@ -98,5 +105,5 @@ readline.createInterface({ input: process.stdin }).on('line', (line) => {
   const cell = JSON.parse(line)
   chain = chain.then(() => runCell(cell))
 }).on('close', () => process.exit(0))
-// SIGINT from the service's timeout: the vm timeout already stops synchronous code.
-process.on('SIGINT', () => {})
+// SIGINT from the service: a cell awaiting something stops waiting (the context lives on).
+process.on('SIGINT', () => interruptCell())

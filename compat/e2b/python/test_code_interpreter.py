@@ -6,12 +6,13 @@ own virtualenv (E2B_CODE_INTERPRETER_VERSIONS)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import httpx
 import pytest
-from e2b.exceptions import SandboxException
-from e2b_code_interpreter import Sandbox
+from e2b.exceptions import NotFoundException, SandboxException, TimeoutException
+from e2b_code_interpreter import AsyncSandbox, Sandbox
 
 from conftest import SANDBOX_URL
 
@@ -67,6 +68,64 @@ def test_contexts_languages_and_what_is_not_served(sbx):
     with pytest.raises(SandboxException) as refused:
         sbx.run_code("1", language="cobol")
     assert "not served" in str(refused.value)
+
+
+def test_each_mime_type_comes_in_its_field(sbx):
+    ex = sbx.run_code(
+        "from IPython.display import display, HTML, Markdown, SVG, Latex, JSON, Javascript, Image\n"
+        "import io, PIL.Image\n"
+        "jpeg = io.BytesIO(); PIL.Image.new('RGB', (4, 4), 'red').save(jpeg, 'JPEG')\n"
+        "display(HTML('<b>bold</b>')); display(Markdown('# Title'))\n"
+        "display(SVG('<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1\" height=\"1\"/>'))\n"
+        "display(Latex(r'$x^2$')); display(JSON({'a': 1})); display(Javascript('console.log(1)'))\n"
+        "display(Image(data=jpeg.getvalue(), format='jpeg'))\n"
+        "display({'application/pdf': 'JVBERi0xLjQK', 'text/plain': 'a pdf'}, raw=True)\n"
+        "'main'"
+    )
+    assert ex.error is None, ex.error
+    r = ex.results
+    assert len(r) == 9, r
+    assert (r[0].html, r[1].markdown, r[3].latex, r[4].json, r[5].javascript) == (
+        "<b>bold</b>", "# Title", "$x^2$", {"a": 1}, "console.log(1)"
+    )
+    assert r[2].svg.startswith("<svg")
+    assert base64.b64decode(r[6].jpeg).startswith(b"\xff\xd8")
+    assert r[7].pdf == "JVBERi0xLjQK"
+    assert not any(x.is_main_result for x in r[:8]) and r[8].is_main_result and ex.text == "'main'"
+
+
+def test_a_client_timeout_stops_the_cell_and_keeps_the_context(sbx):
+    # The add-on's `timeout` is its client's: when it gives up and closes the connection,
+    # the cell is interrupted (as E2B's server cancels it), its variables kept.
+    sbx.run_code("x = 1")
+    with pytest.raises(TimeoutException):
+        sbx.run_code("import time; time.sleep(60); x = 2", timeout=3)
+    assert sbx.run_code("x").text == "1"
+    js = sbx.create_code_context(language="javascript")
+    sbx.run_code("var y = 1", context=js)
+    with pytest.raises(TimeoutException):
+        sbx.run_code("await new Promise(r => setTimeout(r, 60000)); y = 2", context=js, timeout=3)
+    assert sbx.run_code("y", context=js).text == "1"
+    # A context that is gone is the add-on's NotFound.
+    sbx.remove_code_context(js)
+    with pytest.raises(NotFoundException):
+        sbx.run_code("y", context=js)
+
+
+def test_the_async_sandbox(e2b_env):
+    async def main():
+        sbx = await AsyncSandbox.create()
+        try:
+            seen = []
+            ex = await sbx.run_code("print('a'); 6 * 7", on_stdout=lambda m: seen.append(m.line))
+            assert (ex.text, seen) == ("42", ["a\n"])
+            ctx = await sbx.create_code_context(language="r")
+            assert (await sbx.run_code("sum(1:3)", context=ctx)).text == "[1] 6"
+            assert ctx.id in [c.id for c in await sbx.list_code_contexts()]
+        finally:
+            await sbx.kill()
+
+    asyncio.run(main())
 
 
 def only_chart(execution):

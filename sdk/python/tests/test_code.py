@@ -16,6 +16,7 @@ import pytest
 
 from conftest import Server
 from lizard import (
+    APITimeoutError,
     AsyncSandbox,
     BadGatewayError,
     InvalidArgumentError,
@@ -126,6 +127,17 @@ def test_a_timeout_interrupts_the_kernel_and_keeps_its_state(sandbox: Sandbox) -
     assert execution.error is not None and execution.error.name == "TimeoutError", execution.error
     assert "interrupted" in execution.error.value
     assert sandbox.run_code("kept", context=ctx).text == "'yes'"
+    sandbox.remove_code_context(ctx)
+
+
+def test_a_caller_that_goes_away_stops_its_cell(sandbox: Sandbox) -> None:
+    # The HTTP call given up (request_timeout) closes the connection: the code service
+    # interrupts the cell, as on a timeout, and the context keeps its state.
+    ctx = sandbox.create_code_context()
+    sandbox.run_code("kept = 1", context=ctx)
+    with pytest.raises(APITimeoutError):
+        sandbox.run_code("import time\ntime.sleep(60)\nkept = 2", context=ctx, request_timeout=3)
+    assert sandbox.run_code("kept", context=ctx).text == "1"
     sandbox.remove_code_context(ctx)
 
 
