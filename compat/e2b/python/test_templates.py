@@ -144,6 +144,25 @@ def test_an_upload_url_takes_one_upload_of_its_files_and_nothing_else(e2b_env):
     assert refused.status_code == 422 and "archive" in refused.text, refused.text
 
 
+def test_a_debian_image_is_made_from_debians_archive(e2b_env):
+    # `from_debian_image(suite)`: the node makes that suite's root from Debian's archive
+    # (not from an image registry); E2B's steps then run as `user`, as on E2B.
+    name = "e2b-debian-" + os.urandom(3).hex()
+    t = Template().from_debian_image("bookworm").run_cmd("cat /etc/debian_version > /home/user/version; id -un >> /home/user/version")
+    Template.build(t, name)
+    sbx = Sandbox.create(name)
+    try:
+        version, who = sbx.files.read("/home/user/version").split()
+        assert version.startswith("12.") and who == "user", (version, who)
+        assert sbx.commands.run("sudo -n id -u").stdout == "0\n"
+    finally:
+        sbx.kill()
+    # A suite not offered is refused at once, naming those that are.
+    with pytest.raises(Exception) as refused:
+        Template.build(Template().from_debian_image("jessie").run_cmd("true"), name)
+    assert "from_debian_image: bookworm, trixie, forky, sid" in str(refused.value), refused.value
+
+
 def test_the_async_template_builds_too(e2b_env, tmp_path):
     import asyncio
 

@@ -64,7 +64,8 @@ pub struct Recipe {
 pub enum Base {
     /// Another Lizard template, built-in or the account's own.
     Template(String),
-    /// A Debian root file system made from scratch (built-in templates).
+    /// A Debian root file system made from scratch (built-in templates, and pushed ones
+    /// on [`DebianBase::for_push`]).
     Debian(DebianBase),
 }
 
@@ -77,6 +78,33 @@ pub struct DebianBase {
     /// Packages installed with the base system.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub packages: Vec<String>,
+}
+
+impl DebianBase {
+    /// The suites a pushed template may start from.
+    pub const PUSH_SUITES: &'static [&'static str] = &["bookworm", "trixie", "forky", "sid"];
+    /// What a pushed template's Debian root holds beyond Debian's required packages: what
+    /// a build needs (`useradd`, `sudo`, `resize2fs`), nothing else.
+    const PUSH_PACKAGES: &'static [&'static str] =
+        &["bash", "ca-certificates", "coreutils", "e2fsprogs", "passwd", "procps", "sudo"];
+
+    /// The Debian root a pushed template may start from on `suite`: made on the node's
+    /// host from Debian's signed archive with a fixed package set, so its inputs are as
+    /// trusted as a built-in's (the host runs no package a user chose). `None` for a suite
+    /// that is not offered.
+    pub fn for_push(suite: &str) -> Option<DebianBase> {
+        Self::PUSH_SUITES.contains(&suite).then(|| DebianBase {
+            debian: suite.to_owned(),
+            packages: Self::PUSH_PACKAGES.iter().map(|p| (*p).to_owned()).collect(),
+        })
+    }
+
+    /// The root a pushed template gets for this base: [`DebianBase::for_push`] of its
+    /// suite, when it names no packages (or exactly those).
+    pub fn pushable(&self) -> Option<DebianBase> {
+        let root = Self::for_push(&self.debian)?;
+        (self.packages.is_empty() || self.packages == root.packages).then_some(root)
+    }
 }
 
 // A hand-written visitor: serde's untagged enums report "did not match any variant", which
@@ -501,6 +529,19 @@ fn check_env(field: &str, vars: &BTreeMap<String, String>) -> Result<(), RecipeE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pushed_debian_root_is_one_of_the_offered_suites_with_the_fixed_packages() {
+        let bookworm = DebianBase::for_push("bookworm").unwrap();
+        assert!(bookworm.packages.contains(&"sudo".to_owned()));
+        assert_eq!(bookworm.pushable(), Some(bookworm.clone()));
+        let bare = DebianBase { debian: "bookworm".into(), packages: vec![] };
+        assert_eq!(bare.pushable(), Some(bookworm.clone()));
+        assert!(DebianBase::for_push("jessie").is_none());
+        let more = DebianBase { packages: vec!["openssh-server".into()], ..bookworm.clone() };
+        assert_eq!(more.pushable(), None);
+        assert_eq!(DebianBase { debian: "jessie".into(), ..bare }.pushable(), None);
+    }
 
     const FULL: &str = r#"
         name = "my-agent"

@@ -24,7 +24,7 @@ use lizard_agent_client::AgentClient;
 use lizard_agent_proto::handshake::Secret;
 use lizard_api::templates::{BuildEvent, BuildStatus, BuildStepInfo};
 use lizard_image::ImageStore;
-use lizard_recipe::{Action, BuildState, LayerPlan, Step};
+use lizard_recipe::{Action, Base, BuildState, LayerPlan, Step};
 use lizard_vmm::Vm;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -105,7 +105,15 @@ impl Node {
         // The base stays while the build stands on it (its layers are not yet in a chain
         // of a registered template).
         let _claim = self.claim_template(&req.base_ref);
-        let (base, base_record) = self.build_base(&req.base_ref, &events, &cancel).await?;
+        let (base, base_record) = match &req.recipe.from {
+            // Only the fixed roots (lizard_recipe::DebianBase::for_push): the host runs no
+            // package a user chose.
+            Base::Debian(debian) => match debian.pushable() {
+                Some(root) => (self.debian_root(&root, req.recipe.build.disk_gb, &events).await?, None),
+                None => return Err(NodeError::TemplateNotFound { name: format!("debian:{}", debian.debian) }),
+            },
+            Base::Template(_) => self.build_base(&req.base_ref, &events, &cancel).await?,
+        };
         let plan = plan(&req.recipe, &base, &req.context)?.map_err(|e| copy_refused(&req.recipe, &req.context, e))?;
         let _running = self.build_running();
         tracing::info!(template = %name, display = %req.display_name, base = %req.base_ref, "template build starting");

@@ -14,7 +14,7 @@ use crate::templates::{DiskFormat, NodeTemplate};
 use crate::{NodeError, Result};
 use lizard_api::templates::BuildEvent;
 use lizard_image::{BuiltinOutcome, ImageStore, TemplateImage};
-use lizard_recipe::Base;
+use lizard_recipe::{Base, DebianBase};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
@@ -61,6 +61,31 @@ impl Node {
         Box::pin(self.build_builtin(name, events, cancel)).await
     }
 
+    /// The Debian root `debian` (made on this host by the image store, cached by its hash)
+    /// as a base to build on.
+    pub(super) async fn debian_root(
+        &self,
+        debian: &DebianBase,
+        disk_gb: u32,
+        events: &UnboundedSender<BuildEvent>,
+    ) -> Result<NodeTemplate> {
+        let _ = events.send(BuildEvent::Phase { message: format!("making the Debian {} root", debian.debian) });
+        let (images, d) = (self.assets.images(), debian.clone());
+        let image = tokio::task::spawn_blocking(move || images.debian_base(&d, disk_gb))
+            .await
+            .expect("image build task panicked")?;
+        Ok(NodeTemplate {
+            name: format!("debian-{}", debian.debian),
+            disk: image.rootfs,
+            disk_format: DiskFormat::Raw,
+            hash: image.hash,
+            config: Default::default(),
+            start: None,
+            description: String::new(),
+            builtin: true,
+        })
+    }
+
     async fn build_builtin(
         self: &Arc<Self>,
         name: &str,
@@ -71,24 +96,7 @@ impl Node {
         let recipe = ImageStore::builtin_recipe(name)?;
         let images = self.assets.images();
         let (base, parent) = match &recipe.from {
-            Base::Debian(debian) => {
-                let _ = events.send(BuildEvent::Phase { message: format!("making the Debian {} root", debian.debian) });
-                let (images, d, disk_gb) = (images.clone(), debian.clone(), recipe.build.disk_gb);
-                let image = tokio::task::spawn_blocking(move || images.debian_base(&d, disk_gb))
-                    .await
-                    .expect("image build task panicked")?;
-                let base = NodeTemplate {
-                    name: format!("debian-{}", debian.debian),
-                    disk: image.rootfs,
-                    disk_format: DiskFormat::Raw,
-                    hash: image.hash,
-                    config: Default::default(),
-                    start: None,
-                    description: String::new(),
-                    builtin: true,
-                };
-                (base, None)
-            }
+            Base::Debian(debian) => (self.debian_root(debian, recipe.build.disk_gb, events).await?, None),
             Base::Template(parent) if parent == name => {
                 return Err(NodeError::TemplateNotFound { name: parent.clone() });
             }

@@ -3,7 +3,9 @@
 //!
 //! - The base: `fromTemplate` names a Lizard template (E2B's names mapped as creates map
 //!   them: E2B's `base` is, by default, Lizard's `code-interpreter-v1`); `fromImage` may
-//!   be E2B's own base image, which is what E2B's `base` maps to. Any other image needs a
+//!   be E2B's own base image, which is what E2B's `base` maps to, or `debian:<suite>`
+//!   (`from_debian_image`): a Debian root the node makes from Debian's archive
+//!   ([`DebianBase::for_push`]), given E2B's account `user` first. Any other image needs a
 //!   registry this server does not pull from: refused, saying what is.
 //! - The steps start as E2B's do, as `user` in `/home/user`. `RUN [cmd, user]` runs as that
 //!   user alone; `COPY [src, dest, user, mode]` copies the step's uploaded files (kept in
@@ -16,7 +18,7 @@
 //!   `start`.
 
 use lizard_e2b::templates::{BuildStart, BuildStep};
-use lizard_recipe::recipe::{Base, Copy, Ready, Recipe, SandboxSize, Start, Step};
+use lizard_recipe::recipe::{Base, Copy, DebianBase, Ready, Recipe, SandboxSize, Start, Step};
 use std::collections::BTreeMap;
 
 /// E2B's own base image, which E2B's template `base` stands for.
@@ -24,6 +26,10 @@ const E2B_BASE_IMAGE: &str = "e2bdev/base";
 /// The user and directory E2B's builds start in.
 const E2B_USER: &str = "user";
 const E2B_HOME: &str = "/home/user";
+/// What a Debian root runs first: E2B's account, as Lizard's built-ins have it (uid 1000,
+/// sudo without a password).
+const CREATE_E2B_USER: &str = "useradd --create-home --uid 1000 --user-group --shell /bin/bash user \
+    && printf 'user ALL=(ALL:ALL) NOPASSWD: ALL\\n' > /etc/sudoers.d/user && chmod 0440 /etc/sudoers.d/user";
 
 /// A recipe, and for each of its steps the E2B instruction it came from (1-based; 0 for
 /// what the build starts with), for a failure's `step`.
@@ -51,10 +57,16 @@ pub fn recipe(
         (_, _, Some(_)) => return Err(refused_image("a private registry's image")),
         (Some(t), _, _) => Base::Template(base_of(t)),
         (None, Some(image), None) if image.split(':').next() == Some(E2B_BASE_IMAGE) => Base::Template(base_of("base")),
-        (None, Some(image), None) => return Err(refused_image(&format!("image {image:?}"))),
+        (None, Some(image), None) => match debian_image(image) {
+            Some(debian) => Base::Debian(debian),
+            None => return Err(refused_image(&format!("image {image:?}"))),
+        },
         (None, None, None) => Base::Template(base_of("base")),
     };
     let mut out = Steps { steps: Vec::new(), origins: Vec::new(), user: E2B_USER.to_owned(), forced: false, nonce };
+    if matches!(from, Base::Debian(_)) {
+        out.push(0, Step::Run(CREATE_E2B_USER.into()));
+    }
     out.push(0, Step::User(E2B_USER.into()));
     out.push(0, Step::Workdir(E2B_HOME.into()));
     if start.force == Some(true) {
@@ -89,10 +101,27 @@ pub fn recipe(
     Ok(Translated { recipe, origins: out.origins })
 }
 
+/// `debian:<suite>` (`-slim` or not; a release number or `stable`, `testing`, `unstable`
+/// for the suite it names today) as the Debian root a pushed template may start from.
+fn debian_image(image: &str) -> Option<DebianBase> {
+    let tag = image.strip_prefix("debian:")?;
+    let suite = tag.strip_suffix("-slim").unwrap_or(tag);
+    let suite = match suite {
+        "12" => "bookworm",
+        "13" | "stable" => "trixie",
+        "14" | "testing" => "forky",
+        "unstable" => "sid",
+        other => other,
+    };
+    DebianBase::for_push(suite)
+}
+
 fn refused_image(what: &str) -> String {
     format!(
         "{what} cannot be a base here: Lizard builds on its own templates (from_template(\"base\"), a built-in or \
-         one of yours) and on E2B's base image ({E2B_BASE_IMAGE}), and pulls from no image registry"
+         one of yours), on E2B's base image ({E2B_BASE_IMAGE}) and on Debian's (from_debian_image: {}), and pulls \
+         from no image registry",
+        DebianBase::PUSH_SUITES.join(", ")
     )
 }
 
@@ -245,6 +274,12 @@ mod tests {
         let image = |i: &str| BuildStart { from_image: Some(i.into()), ..Default::default() };
         assert!(with(image("ubuntu:22.04")).contains("\"ubuntu:22.04\" cannot be a base"), "{}", with(image("ubuntu")));
         assert!(recipe("t", SandboxSize::default(), &image("e2bdev/base:latest"), base, "n").is_ok());
+        assert!(with(image("debian:jessie")).contains("from_debian_image: bookworm, trixie, forky, sid"));
+        let debian = recipe("t", SandboxSize::default(), &image("debian:bookworm-slim"), base, "n").unwrap().recipe;
+        assert_eq!(debian.from, Base::Debian(DebianBase::for_push("bookworm").unwrap()));
+        assert_eq!(debian.steps[..2], [Step::Run(CREATE_E2B_USER.into()), Step::User("user".into())]);
+        let stable = recipe("t", SandboxSize::default(), &image("debian:stable"), base, "n").unwrap().recipe;
+        assert_eq!(stable.from, Base::Debian(DebianBase::for_push("trixie").unwrap()));
         let registry = BuildStart { from_image_registry: Some(serde_json::json!({"type": "registry"})), ..image("x") };
         assert!(with(registry).contains("private registry"));
         let steps = |s: BuildStep| BuildStart { steps: vec![s], ..Default::default() };

@@ -263,6 +263,20 @@ async fn every_bad_push_is_refused_before_anything_is_built() {
         ("invalid name", with(&RECIPE.replace("\"web\"", "\"Web_1\"")), ErrorCode::InvalidArgument, "name"),
         ("reserved name", with(&RECIPE.replace("\"web\"", "\"blobs\"")), ErrorCode::InvalidArgument, "reserved"),
         ("unknown base", with(&RECIPE.replace("from = \"base\"", "from = \"nope\"")), ErrorCode::NotFound, "nope"),
+        (
+            "a Debian base with packages of one's own",
+            with(
+                &RECIPE.replace("from = \"base\"", "from = { debian = \"bookworm\", packages = [\"openssh-server\"] }"),
+            ),
+            ErrorCode::InvalidArgument,
+            "a Debian root of bookworm, trixie, forky, sid that names no packages",
+        ),
+        (
+            "a Debian suite not offered",
+            with(&RECIPE.replace("from = \"base\"", "from = { debian = \"jessie\" }")),
+            ErrorCode::InvalidArgument,
+            "other Debian bases are for built-in templates",
+        ),
         ("syntax", with("name = "), ErrorCode::InvalidArgument, "recipe"),
         (
             "copy ../",

@@ -15,6 +15,7 @@ use crate::store::BuildRecord;
 use crate::store::Store;
 use lizard_api::templates::{BuildEvent, BuildFailure, BuildStatus};
 use lizard_api::ErrorCode;
+use lizard_recipe::Base;
 
 /// The stable code of a node's refusal, as a build failure's code.
 fn code_name(code: ErrorCode) -> String {
@@ -39,7 +40,9 @@ pub(super) async fn run_build(
         tracing::warn!(build = %build_id, "cannot record a build's start: {e}");
     }
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let base_is_built = !super::is_builtin(&state, &build.base_ref);
+    // A built-in or a Debian root is made by whichever node builds; a built template is
+    // on the nodes that hold it.
+    let base_is_built = !super::is_builtin(&state, &build.base_ref) && !matches!(recipe.from, Base::Debian(_));
     let fetched = super::fetch_context_blobs(&state, &build.context).await;
     let mut built_on = None;
     let result = match fetched {

@@ -236,11 +236,13 @@ pub async fn check_recipe(
             .await?
             .and_then(|t| t.current_ref)
             .ok_or_else(|| AppError::not_found(format!("template {base} not found (from = {base:?})")))?,
+        Base::Debian(debian) if debian.pushable().is_some() => base_name(&recipe),
         Base::Debian(_) => {
-            return Err(AppError::invalid(
-                "from: a pushed template builds on a Lizard template (a built-in or one of this workspace's); \
-                 a Debian base is for built-in templates",
-            ))
+            return Err(AppError::invalid(format!(
+                "from: a pushed template builds on a Lizard template (a built-in or one of this workspace's) \
+                 or on a Debian root of {} that names no packages; other Debian bases are for built-in templates",
+                lizard_recipe::DebianBase::PUSH_SUITES.join(", ")
+            )))
         }
     };
     let entries = files.iter().map(entry).collect::<ApiResult<Vec<_>>>()?;
