@@ -142,6 +142,18 @@ def test_an_upload_url_takes_one_upload_of_its_files_and_nothing_else(e2b_env):
     url = httpx.get(f"{API_URL}/templates/any/files/{bad_hash}", headers=headers, timeout=60).json()["url"]
     refused = httpx.put(url, content=evil.getvalue(), timeout=60)
     assert refused.status_code == 422 and "archive" in refused.text, refused.text
+    # An upload is bounded as it is unpacked: a small gzip of 600 MiB is refused, nothing kept.
+    import zlib
+
+    packer = zlib.compressobj(1, zlib.DEFLATED, 31)
+    bomb = b"".join(packer.compress(bytes(1 << 20)) for _ in range(600)) + packer.flush()
+    assert len(bomb) < 4 << 20
+    big_hash = os.urandom(32).hex()
+    url = httpx.get(f"{API_URL}/templates/any/files/{big_hash}", headers=headers, timeout=60).json()["url"]
+    too_big = httpx.put(url, content=bomb, timeout=120)
+    assert too_big.status_code == 422 and "at most 576 MiB" in too_big.text, too_big.text
+    after = httpx.get(f"{API_URL}/templates/any/files/{big_hash}", headers=headers, timeout=60).json()
+    assert after["present"] is False, after
 
 
 def test_a_debian_image_is_made_from_debians_archive(e2b_env):
