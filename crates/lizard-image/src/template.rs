@@ -369,7 +369,10 @@ impl ImageStore {
         let debian = self.images_dir().join("debian");
         let _lock = BuildLock::acquire(&self.images_dir(), "debian")?;
         for hash in subdirs(&debian)? {
-            if !keep_debian.contains(&hash) {
+            // A pushed template's root (DebianBase::for_push) is kept: templates stand on it.
+            let meta: Option<DebianMeta> = util::read_meta(&debian.join(&hash).join("debian.json"));
+            let pushable = meta.is_some_and(|m| m.base.pushable().as_ref() == Some(&m.base));
+            if !keep_debian.contains(&hash) && !pushable {
                 removed.push(remove_dir(&debian.join(hash))?);
             }
         }
@@ -788,7 +791,27 @@ mod tests {
             fs::create_dir_all(d).unwrap();
             fs::write(d.join("rootfs.ext4"), "x").unwrap();
         }
+        // A pushed template's Debian root stays; another Debian root no recipe names goes.
+        let meta = |base: DebianBase| DebianMeta {
+            format: 3,
+            hash: String::new(),
+            base,
+            disk_gb: 4,
+            ca_bundle: None,
+            build_seconds: 1.0,
+        };
+        let pushed = images.join("debian/pushed");
+        let other = images.join("debian/other");
+        for (dir, base) in [
+            (&pushed, DebianBase::for_push("bookworm").unwrap()),
+            (&other, DebianBase { debian: "bookworm".into(), packages: vec!["openssh-server".into()] }),
+        ] {
+            fs::create_dir_all(dir).unwrap();
+            util::write_meta(&dir.join("debian.json"), &meta(base)).unwrap();
+        }
         let mut removed = store.prune().unwrap();
+        assert!(pushed.join("debian.json").is_file() && !other.exists());
+        removed.retain(|d| d != &other);
         removed.sort();
         let mut expected = vec![gone[0].clone(), gone[1].clone(), images.join("templates/retired"), gone[2].clone()];
         expected.sort();

@@ -186,9 +186,9 @@ impl Node {
         Running(&self.builds_running)
     }
 
-    /// Delete the layers `keys` that no registered template uses.
+    /// Delete the layers `keys` that no registered template uses and no built-in keeps.
     pub(super) fn discard_layers(&self, keys: &[String]) {
-        let in_use = self.templates.layers_in_use();
+        let in_use = self.template_layers_in_use();
         for key in keys.iter().filter(|k| !in_use.contains(*k)) {
             self.template_layers.remove(key);
         }
@@ -473,11 +473,18 @@ impl Node {
         self.templates.refs()
     }
 
-    /// Delete the layers no registered template uses and no build holds (and, when no
-    /// build runs, leftover temporary layers). Returns the keys removed.
+    /// Delete the layers no registered template uses, no built-in keeps and no build holds
+    /// (and, when no build runs, leftover temporary layers). Returns the keys removed.
     pub(super) fn collect_template_layers(&self) -> Vec<String> {
         let idle = self.builds_running.load(Ordering::SeqCst) == 0;
-        self.template_layers.collect(&self.templates.layers_in_use(), idle)
+        self.template_layers.collect(&self.template_layers_in_use(), idle)
+    }
+
+    /// The layers registered templates stand on and built-ins keep for their next build.
+    fn template_layers_in_use(&self) -> std::collections::HashSet<String> {
+        let mut in_use = self.templates.layers_in_use();
+        in_use.extend(self.builtin_layers.in_use());
+        in_use
     }
 
     /// Unregister built templates whose disks are gone (a data directory restored in

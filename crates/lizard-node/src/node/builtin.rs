@@ -6,9 +6,11 @@
 //! with the files beside its recipe (compiled in) as its build context; the finished layer
 //! chain is then published in the image store (shared by every node of the machine and
 //! kept across data directories, as the test suite's image cache is): flattened over a
-//! Debian root, one qcow2 layer over a parent built-in. The build's layers are deleted.
+//! Debian root, one qcow2 layer over a parent built-in. The build's step layers stay in
+//! the node's layer store for the next build of that built-in ([`super::builtin_layers`]).
 
 use super::build::{outcome, BuildTemplate, Scratch};
+use super::builtin_layers::{DiskIdentity, KeptLayers};
 use super::Node;
 use crate::templates::{DiskFormat, NodeTemplate};
 use crate::{NodeError, Result};
@@ -86,6 +88,18 @@ impl Node {
         })
     }
 
+    /// Delete the layers kept from built-in `name`'s last build if they stand on another
+    /// disk than `base` (its base made again from the same recipe): their keys would match,
+    /// their contents would not.
+    fn forget_layers_over_another_base(&self, name: &str, base: DiskIdentity) {
+        let Some(kept) = self.builtin_layers.get(name) else { return };
+        if kept.base != base {
+            self.builtin_layers.remove(name);
+            tracing::info!(template = %name, layers = kept.layers.len(), "its base was made again: kept layers dropped");
+            self.discard_layers(&kept.layers);
+        }
+    }
+
     async fn build_builtin(
         self: &Arc<Self>,
         name: &str,
@@ -118,6 +132,8 @@ impl Node {
         let context = files.context;
         let plan = super::build::plan(&recipe, &base, &context)?
             .map_err(|e| NodeError::io("plan a built-in template", std::io::Error::other(e.to_string())))?;
+        let base_disk = DiskIdentity::of(&base.disk).map_err(|e| NodeError::io("read a built-in's base", e))?;
+        self.forget_layers_over_another_base(name, base_disk);
         let _running = self.build_running();
         tracing::info!(template = %name, steps = plan.layers.len(), "building a built-in template");
         let req = BuildTemplate {
@@ -145,9 +161,16 @@ impl Node {
             }
             Err(e) => Err(e),
         };
-        // The published image is a copy: the build's layers only served to make it.
-        self.discard_layers(&scratch.created);
+        // The published image is a copy; the step layers made (those of a failed build's
+        // steps that succeeded too) stay for the next build of this built-in, and those of
+        // its build before, no longer in its plan, go.
+        let layers = plan.layers.iter().map(|l| l.key.clone()).filter(|k| self.template_layers.exists(k)).collect();
+        if let Err(e) = self.builtin_layers.set(name, &KeptLayers { base: base_disk, layers }) {
+            tracing::warn!(template = %name, "cannot keep a built-in's layers for its next build: {e}");
+            self.discard_layers(&scratch.created);
+        }
         drop(scratch);
+        self.collect_template_layers();
         let image = published?;
         self.assets.remember_builtin(image.clone()).await;
         tracing::info!(template = %name, seconds = started.elapsed().as_secs(), "built-in template ready");

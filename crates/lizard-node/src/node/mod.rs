@@ -16,6 +16,7 @@
 
 mod build;
 mod builtin;
+mod builtin_layers;
 mod create;
 mod disk_halt;
 mod fork;
@@ -83,6 +84,8 @@ pub struct Node {
     templates: Registry,
     /// Their disk layers.
     template_layers: LayerStore,
+    /// The step layers of built-ins' last builds, kept for their next ones.
+    builtin_layers: builtin_layers::BuiltinLayers,
     /// Template builds under way (leftover temporary layers are swept only when none is).
     builds_running: std::sync::atomic::AtomicUsize,
     /// Templates that creates and builds under way use (name → how many), before any
@@ -219,6 +222,7 @@ impl Node {
             volume_holders: Mutex::new(HashMap::new()),
             templates: Registry::open(&config.data_dir.join("templates")),
             template_layers: LayerStore::new(config.data_dir.join("template-layers")),
+            builtin_layers: builtin_layers::BuiltinLayers::new(&config.data_dir),
             builds_running: std::sync::atomic::AtomicUsize::new(0),
             template_claims: Mutex::new(HashMap::new()),
             pool: pool::Pool::new(),
