@@ -41,9 +41,9 @@ import re
 import secrets
 import select
 import selectors
-import socket
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
