@@ -112,6 +112,16 @@ class Context:
         self.running: Optional[object] = None
         self.state_lock = threading.Lock()
 
+    def begin(self, execution: object, timeout_ms: int) -> None:
+        """`execution` runs now, to be interrupted after `timeout_ms`."""
+        with self.state_lock:
+            self.running = execution
+            self.deadline = time.monotonic() + timeout_ms / 1000
+
+    def end(self) -> None:
+        with self.state_lock:
+            self.running = None
+
     def cancel(self, execution: object) -> None:
         """Stop `execution` now, if it is still the one running."""
         with self.state_lock:
@@ -576,14 +586,11 @@ def run(body: dict[str, Any]) -> tuple[Iterator[Event], Callable[[], None]]:
             with ctx.lock:
                 if ctx.dead:
                     ctx.restart()
-                with ctx.state_lock:
-                    ctx.running = execution
-                    ctx.deadline = time.monotonic() + timeout_ms / 1000
+                ctx.begin(execution, timeout_ms)
                 try:
                     ctx.execute(code, envs, timeout_ms, events.put)
                 finally:
-                    with ctx.state_lock:
-                        ctx.running = None
+                    ctx.end()
                 events.put({"type": "end", "executionCount": ctx.count})
         except Exception as e:  # the service must always end the stream
             print(f"code service: execution failed: {e!r}", file=sys.stderr)
@@ -665,7 +672,6 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_header("Content-Type", "application/x-ndjson")
                 self.send_header("Connection", "close")
                 self.end_headers()
-                self.wfile.flush()
                 done = threading.Event()
                 threading.Thread(target=self._cancel_when_gone, args=(cancel, done), daemon=True).start()
                 try:

@@ -371,8 +371,8 @@ impl ImageStore {
         for hash in subdirs(&debian)? {
             // A pushed template's root (DebianBase::for_push) is kept: templates stand on it.
             let meta: Option<DebianMeta> = util::read_meta(&debian.join(&hash).join("debian.json"));
-            let pushable = meta.is_some_and(|m| m.base.pushable().as_ref() == Some(&m.base));
-            if !keep_debian.contains(&hash) && !pushable {
+            let pushed = meta.is_some_and(|m| m.base.is_push_root());
+            if !keep_debian.contains(&hash) && !pushed {
                 removed.push(remove_dir(&debian.join(hash))?);
             }
         }

@@ -99,6 +99,11 @@ impl DebianBase {
         })
     }
 
+    /// Whether this is a root [`DebianBase::for_push`] makes (pushed templates stand on it).
+    pub fn is_push_root(&self) -> bool {
+        Self::for_push(&self.debian).as_ref() == Some(self)
+    }
+
     /// The root a pushed template gets for this base: [`DebianBase::for_push`] of its
     /// suite, when it names no packages (or exactly those).
     pub fn pushable(&self) -> Option<DebianBase> {
@@ -535,8 +540,10 @@ mod tests {
         let bookworm = DebianBase::for_push("bookworm").unwrap();
         assert!(bookworm.packages.contains(&"sudo".to_owned()));
         assert_eq!(bookworm.pushable(), Some(bookworm.clone()));
+        assert!(bookworm.is_push_root());
         let bare = DebianBase { debian: "bookworm".into(), packages: vec![] };
         assert_eq!(bare.pushable(), Some(bookworm.clone()));
+        assert!(!bare.is_push_root());
         assert!(DebianBase::for_push("jessie").is_none());
         let more = DebianBase { packages: vec!["openssh-server".into()], ..bookworm.clone() };
         assert_eq!(more.pushable(), None);
