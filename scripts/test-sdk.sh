@@ -166,6 +166,7 @@ run_e2b_desktop() {
 }
 # The desktop tests drive Chromium in a TCG guest, whose page takes minutes to show when
 # another suite's guests share the two cores: they run alone, one suite after the other.
+desktops_started=$SECONDS
 for suite in "${suites[@]}"; do
   case "$suite" in
     python) run_files python test_desktop.py test_desktop_actions.py ;;
@@ -182,11 +183,15 @@ done
 first_python_lane="test_push.py test_templates.py test_code.py test_code_events.py test_model_standin.py
   test_services.py"
 lane() { # $1: label; the rest: a command run in the background, its output prefixed
-  local label=$1
+  local label=$1 lane_started=$SECONDS
   shift
   (
     set -o pipefail
-    { "$@"; exit "$status"; } 2>&1 | sed -u "s/^/[$label] /"
+    {
+      "$@"
+      echo "--- lane $label ended after $((SECONDS - lane_started)) s ---"
+      exit "$status"
+    } 2>&1 | sed -u "s/^/[$label] /"
   ) &
   lanes+=("$!")
 }
@@ -208,7 +213,7 @@ run_e2b() {
   for version in ${E2B_SDK_VERSIONS:-2.27.0 2.63.0}; do
     echo "--- e2b $version ---"
     (cd compat/e2b/python && "$root/target/e2b-venv-$version/bin/python" -m pytest -q -p no:cacheprovider \
-      -o testpaths=. --rootdir=. --ignore=test_code_interpreter.py --ignore=test_desktop.py) || status=1
+      -o testpaths=. --rootdir=. --durations=5 --ignore=test_code_interpreter.py --ignore=test_desktop.py) || status=1
   done
   # The code interpreter add-on needs the interpreter template: a run that builds only
   # some templates (LIZARD_TEMPLATES) without it says so and leaves it out.
@@ -235,6 +240,7 @@ run_e2b() {
   fi
 }
 has() { [[ " ${suites[*]} " == *" $1 "* ]]; }
+echo "--- the desktop tests ended after $((SECONDS - desktops_started)) s ---"
 lanes=()
 if has python; then
   # shellcheck disable=SC2086
