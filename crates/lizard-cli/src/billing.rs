@@ -197,7 +197,7 @@ pub async fn credit(data_dir: &Path, cmd: BillingCmd, json: bool) -> Result<()> 
     if idempotency_key.trim().is_empty() {
         bail!("the idempotency key must not be empty");
     }
-    let db = data_dir.join(lizard_server::store::sqlite::DB_FILE);
+    let db = data_dir.join(lizard_server::store::sql::DB_FILE);
     if database.is_none() && !db.exists() {
         bail!("no Lizard database at {} (pass the server's --data-dir, or its --database)", db.display());
     }

@@ -89,7 +89,7 @@ pub use config::ServerConfig;
 pub use error::{ApiResult, AppError};
 pub use scope::Scope;
 pub use state::{AppState, NoReaper, SandboxReaper, ServerState};
-pub use store::{sqlite::SqliteStore, Store, StoreError};
+pub use store::{sql::SqlStore, Store, StoreError};
 
 use axum::extract::FromRef;
 use axum::{Extension, Json, Router};

@@ -132,7 +132,7 @@ pub async fn restart_context(
 mod tests {
     use crate::nodes::{Nodes, LOCAL_NODE_ID};
     use crate::ops::tests::FakeNode;
-    use crate::{open_with_store, ServerConfig, SqliteStore};
+    use crate::{open_with_store, ServerConfig, SqlStore};
     use axum::body::Body;
     use axum::http::{Request, StatusCode};
     use serde_json::{json, Value};
@@ -140,7 +140,7 @@ mod tests {
     use tower::ServiceExt;
 
     async fn call(method: &str, uri: &str, key: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
-        let store = SqliteStore::memory().await.unwrap();
+        let store = SqlStore::memory().await.unwrap();
         let server = open_with_store(ServerConfig::new("/nonexistent"), Arc::new(store)).await.unwrap();
         let owner = server.initial_key().expect("first start").to_string();
         // A node that runs no sandbox: every lookup is 404.

@@ -1,6 +1,6 @@
 //! Handler tests through the router (`tower::ServiceExt::oneshot`) on an in-memory store.
 
-use crate::{open_with_store, ServerConfig, SqliteStore};
+use crate::{open_with_store, ServerConfig, SqlStore};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
@@ -14,7 +14,7 @@ struct T {
 }
 
 async fn setup() -> T {
-    let store = SqliteStore::memory().await.unwrap();
+    let store = SqlStore::memory().await.unwrap();
     let server = open_with_store(ServerConfig::new("/nonexistent"), Arc::new(store)).await.unwrap();
     let key = server.initial_key().expect("first start").to_string();
     T { app: server.router(), key }

@@ -73,12 +73,12 @@ pub async fn spend(store: &dyn Store, presented: &str, now: i64) -> Result<NodeT
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::sqlite::SqliteStore;
+    use crate::store::sql::SqlStore;
     use crate::store::ClusterStore;
 
     #[tokio::test]
     async fn tokens_join_their_number_of_times_until_revoked_or_expired_and_the_key_is_made_once() {
-        let store = SqliteStore::memory().await.unwrap();
+        let store = SqlStore::memory().await.unwrap();
         let (twice, plain) = mint(1_000, None, 2);
         assert!(plain.starts_with(TOKEN_PREFIX) && !plain.contains(&hex::encode(&twice.hash)));
         store.insert_node_token(&twice).await.unwrap();

@@ -28,14 +28,14 @@ pub async fn expire_once(store: &dyn Store, now: i64, lease_ms: u64) -> Result<V
 mod tests {
     use super::*;
     use crate::store::fixture::seeded_store;
-    use crate::store::sqlite::SqliteStore;
+    use crate::store::sql::SqlStore;
     use crate::store::{BillingStore, ClusterStore, MeterSpec, NewNode, NewSandbox, OnTimeout, SandboxState, Store};
     use lizard_api::cluster::{HeldSandbox, NodeReport, NodeState};
 
     mod fixture {
         use super::*;
 
-        pub async fn store_with_project() -> SqliteStore {
+        pub async fn store_with_project() -> SqlStore {
             seeded_store("acc_1", &[("ws_a", "prj_a")]).await
         }
 
@@ -58,7 +58,7 @@ mod tests {
         }
 
         /// Milliseconds of `sandbox` the ledger has billed.
-        pub async fn usage_ms(store: &SqliteStore, sandbox: &str) -> i64 {
+        pub async fn usage_ms(store: &SqlStore, sandbox: &str) -> i64 {
             let all = store.ledger_page("acc_1", None, 1000, true).await.unwrap();
             all.iter().filter(|e| e.sandbox_id.as_deref() == Some(sandbox)).filter_map(|e| e.quantity_ms).sum()
         }

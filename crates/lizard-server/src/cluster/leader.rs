@@ -92,13 +92,13 @@ pub async fn run_as_leader<F, Fut>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::sqlite::SqliteStore;
+    use crate::store::sql::SqlStore;
 
     #[tokio::test]
     async fn two_contenders_never_hold_one_lease_and_a_lapsed_holder_is_replaced() {
         let dir = tempfile::tempdir().unwrap();
         // A file database with a pool: the two replicas' statements really interleave.
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).await.unwrap());
+        let store: Arc<dyn Store> = Arc::new(SqlStore::open_sqlite(dir.path()).await.unwrap());
         let ttl = Duration::from_millis(3_000);
         let a = Lease::new(store.clone(), METERING, "replica_a", ttl);
         let b = Lease::new(store.clone(), METERING, "replica_b", ttl);
@@ -122,7 +122,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_job_runs_only_while_the_lease_is_held() {
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::memory().await.unwrap());
+        let store: Arc<dyn Store> = Arc::new(SqlStore::memory().await.unwrap());
         // Someone else holds it far into the future.
         assert!(store.acquire_lease(NODE_EXPIRY, "other", crate::ids::now_ms(), 60_000).await.unwrap());
         let runs = Arc::new(std::sync::atomic::AtomicU32::new(0));

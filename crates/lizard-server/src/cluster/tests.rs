@@ -242,7 +242,7 @@ async fn the_cluster_routes_through_the_router() {
     use serde_json::{json, Value};
     use tower::ServiceExt;
 
-    let store: Arc<dyn Store> = Arc::new(crate::SqliteStore::memory().await.unwrap());
+    let store: Arc<dyn Store> = Arc::new(crate::SqlStore::memory().await.unwrap());
     let server = crate::open_with_store(ServerConfig::new("/nonexistent"), store.clone()).await.unwrap();
     let owner = server.initial_key().unwrap().to_string();
     let key = credentials::load_key(store.as_ref()).await.unwrap();

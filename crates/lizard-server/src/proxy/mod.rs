@@ -239,7 +239,7 @@ mod tests {
     }
 
     async fn proxy_state() -> AppState {
-        let store = crate::SqliteStore::memory().await.unwrap();
+        let store = crate::SqlStore::memory().await.unwrap();
         let server =
             crate::open_with_store(crate::ServerConfig::new("/nonexistent"), std::sync::Arc::new(store)).await.unwrap();
         let nodes = crate::nodes::Nodes::single(

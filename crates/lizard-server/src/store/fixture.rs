@@ -1,13 +1,13 @@
 //! A store seeded for unit tests: the account, owner key, workspaces and projects that
 //! every test over sandboxes, billing or volumes needs before it can start.
 
-use super::sqlite::SqliteStore;
+use super::sql::SqlStore;
 use super::{AccountRecord, KeyRecord, ProjectRecord, Store, WorkspaceRecord};
 
 /// An in-memory store with `account` (and its owner key) and, for each `(workspace, project)`
 /// pair, that workspace holding that project. Ids double as names and slugs.
-pub async fn seeded_store(account: &str, projects: &[(&str, &str)]) -> SqliteStore {
-    let store = SqliteStore::memory().await.unwrap();
+pub async fn seeded_store(account: &str, projects: &[(&str, &str)]) -> SqlStore {
+    let store = SqlStore::memory().await.unwrap();
     seed(&store, account, projects).await;
     store
 }

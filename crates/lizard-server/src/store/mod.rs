@@ -1,9 +1,9 @@
 //! The control plane's state, behind one trait.
 //!
-//! Handlers see only [`Store`] (as `Arc<dyn Store>`), never SQL: SQLite
-//! ([`sqlite::SqliteStore`], the embedded default, one file) is one implementation, and
-//! PostgreSQL ([`postgres::PostgresStore`], the state shared by several server replicas)
-//! the other; [`open_store`] picks one from the `--database` setting ([`database`]).
+//! Handlers see only [`Store`] (as `Arc<dyn Store>`), never SQL. [`sql::SqlStore`] is its
+//! implementation, on SQLite (the embedded default, one file) or PostgreSQL (the state
+//! shared by several server replicas), with one SQL text for both; [`open_store`] picks
+//! the engine from the `--database` setting ([`database`]).
 //! What an implementation must guarantee is written on each method; the ones that check
 //! and then write (deletes that must find a thing empty, the first-start bootstrap) are
 //! atomic.
@@ -22,10 +22,9 @@ pub mod database;
 #[cfg(test)]
 pub(crate) mod fixture;
 pub mod idempotency;
-pub mod postgres;
 pub mod services;
 pub mod snapshots;
-pub mod sqlite;
+pub mod sql;
 pub mod template_tags;
 pub mod templates;
 #[cfg(test)]
@@ -87,9 +86,9 @@ pub async fn open_store(database: Option<&str>, data_dir: &std::path::Path) -> R
     use database::Database;
     let chosen = Database::parse(database).map_err(|e| StoreError::Backend(Box::new(e)))?;
     Ok(match chosen {
-        Database::DataDir => std::sync::Arc::new(sqlite::SqliteStore::open(data_dir).await?),
-        Database::SqliteFile(path) => std::sync::Arc::new(sqlite::SqliteStore::open_file(&path).await?),
-        Database::Postgres(url) => std::sync::Arc::new(postgres::PostgresStore::open(&url).await?),
+        Database::DataDir => std::sync::Arc::new(sql::SqlStore::open_sqlite(data_dir).await?),
+        Database::SqliteFile(path) => std::sync::Arc::new(sql::SqlStore::open_sqlite_file(&path).await?),
+        Database::Postgres(url) => std::sync::Arc::new(sql::SqlStore::open_postgres(&url).await?),
     })
 }
 

@@ -278,7 +278,7 @@ pub struct InProcess {
 }
 
 pub async fn in_process() -> InProcess {
-    let store = lizard_server::SqliteStore::memory().await.unwrap();
+    let store = lizard_server::SqlStore::memory().await.unwrap();
     let server = lizard_server::open_with_store(ServerConfig::new("/nonexistent"), Arc::new(store)).await.unwrap();
     InProcess {
         app: server.router(),

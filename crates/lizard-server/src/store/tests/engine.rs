@@ -9,7 +9,7 @@ async fn the_setting_picks_the_engine() {
     let dir = tempfile::tempdir().unwrap();
     let default = open_store(None, dir.path()).await.unwrap();
     assert!(default.list_workspaces("acc_x").await.unwrap().is_empty());
-    assert!(dir.path().join(crate::store::sqlite::DB_FILE).exists(), "absent: SQLite in the data dir");
+    assert!(dir.path().join(crate::store::sql::DB_FILE).exists(), "absent: SQLite in the data dir");
     let file = dir.path().join("elsewhere/state.db");
     let url = format!("sqlite://{}", file.display());
     open_store(Some(&url), dir.path()).await.unwrap();
@@ -34,7 +34,7 @@ async fn a_postgres_url_opens_postgres_and_its_password_never_shows() {
     let store = open_store(Some(&url), dir.path()).await.unwrap();
     assert!(store.list_workspaces("acc_x").await.unwrap().is_empty());
     assert_eq!(db.open().await.schema_version().await, db.known_version(), "it migrated that database");
-    assert!(!dir.path().join(crate::store::sqlite::DB_FILE).exists());
+    assert!(!dir.path().join(crate::store::sql::DB_FILE).exists());
     drop(store);
     db.drop_database().await;
 }

@@ -1,8 +1,7 @@
 //! Fresh databases of either engine for the store tests, and the few things a test does
 //! beside the [`Store`] trait (raw SQL to corrupt or inspect rows, the schema version).
 
-use crate::store::postgres::PostgresStore;
-use crate::store::sqlite::SqliteStore;
+use crate::store::sql::SqlStore;
 use crate::store::Store;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, Executor};
@@ -82,9 +81,9 @@ impl TestDb {
 
     pub async fn try_open(&self) -> crate::store::Result<TestStore> {
         Ok(match &*self.0 {
-            Inner::Sqlite(dir) => TestStore::Sqlite(SqliteStore::open(dir.path()).await?),
-            Inner::Postgres { server, database } => {
-                TestStore::Postgres(PostgresStore::connect(server.as_ref().clone().database(database)).await?)
+            Inner::Sqlite(dir) => TestStore(SqlStore::open_sqlite(dir.path()).await?),
+            Inner::Postgres { .. } => {
+                TestStore(SqlStore::open_postgres(&self.postgres_url().expect("a PostgreSQL database's URL")).await?)
             }
         })
     }
@@ -92,7 +91,7 @@ impl TestDb {
     /// The SQLite file (none on PostgreSQL).
     pub fn sqlite_file(&self) -> Option<std::path::PathBuf> {
         match &*self.0 {
-            Inner::Sqlite(dir) => Some(dir.path().join(crate::store::sqlite::DB_FILE)),
+            Inner::Sqlite(dir) => Some(dir.path().join(crate::store::sql::DB_FILE)),
             Inner::Postgres { .. } => None,
         }
     }
@@ -102,7 +101,7 @@ impl TestDb {
         match &*self.0 {
             Inner::Sqlite(dir) => {
                 let options = sqlx::sqlite::SqliteConnectOptions::new()
-                    .filename(dir.path().join(crate::store::sqlite::DB_FILE))
+                    .filename(dir.path().join(crate::store::sql::DB_FILE))
                     .create_if_missing(true)
                     .foreign_keys(true);
                 let mut conn = sqlx::SqliteConnection::connect_with(&options).await.unwrap();
@@ -121,8 +120,8 @@ impl TestDb {
     /// The engine's migrations, in order: `(version, name, sql)`.
     pub fn migrations(&self) -> &'static [(i64, &'static str, &'static str)] {
         match self.engine() {
-            Engine::Sqlite => crate::store::sqlite::MIGRATIONS,
-            Engine::Postgres => crate::store::postgres::MIGRATIONS,
+            Engine::Sqlite => crate::store::sql::Engine::Sqlite.migrations(),
+            Engine::Postgres => crate::store::sql::Engine::Postgres.migrations(),
         }
     }
 
@@ -166,45 +165,47 @@ impl TestDb {
 
 /// An open store of either engine: a [`Store`] (by `Deref`) plus raw SQL for tests.
 #[derive(Clone)]
-pub enum TestStore {
-    Sqlite(SqliteStore),
-    Postgres(PostgresStore),
-}
+pub struct TestStore(SqlStore);
 
 impl Deref for TestStore {
     type Target = dyn Store;
 
     fn deref(&self) -> &Self::Target {
-        match self {
-            TestStore::Sqlite(s) => s,
-            TestStore::Postgres(s) => s,
-        }
+        &self.0
     }
 }
 
 impl TestStore {
+    /// The store itself (to serve it).
+    pub fn into_inner(self) -> SqlStore {
+        self.0
+    }
+
     /// Run one statement written the same in both dialects (literal values, no binds);
     /// the rows it changed, or the database's refusal as text.
     pub async fn exec(&self, sql: &str) -> Result<u64, String> {
-        let done = match self {
-            TestStore::Sqlite(s) => sqlx::query(sql).execute(&s.pool).await.map(|r| r.rows_affected()),
-            TestStore::Postgres(s) => sqlx::query(sql).execute(&s.pool).await.map(|r| r.rows_affected()),
-        };
-        done.map_err(|e| e.to_string())
+        sqlx::query(sql).execute(&self.0.pool).await.map(|r| r.rows_affected()).map_err(|e| e.to_string())
+    }
+
+    /// The rows of a query whose every column is text (or NULL, read as "NULL").
+    pub async fn text_rows(&self, sql: &str) -> Vec<Vec<String>> {
+        use sqlx::Row;
+        let rows = sqlx::query(sql).fetch_all(&self.0.pool).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        rows.iter()
+            .map(|r| {
+                (0..r.len())
+                    .map(|i| r.try_get::<Option<String>, _>(i).unwrap().unwrap_or_else(|| "NULL".into()))
+                    .collect()
+            })
+            .collect()
     }
 
     pub async fn schema_version(&self) -> i64 {
-        match self {
-            TestStore::Sqlite(s) => s.schema_version().await.unwrap(),
-            TestStore::Postgres(s) => s.schema_version().await.unwrap(),
-        }
+        self.0.schema_version().await.unwrap()
     }
 
     /// Close its connections (a replica going away).
     pub async fn close(&self) {
-        match self {
-            TestStore::Sqlite(s) => s.pool.close().await,
-            TestStore::Postgres(s) => s.pool.close().await,
-        }
+        self.0.pool.close().await
     }
 }

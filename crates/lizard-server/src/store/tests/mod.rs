@@ -15,6 +15,7 @@ mod engine;
 pub(crate) mod harness;
 mod idempotency;
 mod replicas;
+mod schema;
 mod services;
 mod snapshots;
 mod templates;

@@ -181,10 +181,7 @@ async fn call(
 async fn servers_on_one_database_share_keys_and_revokes(db: TestDb) {
     use crate::{open_with_store, ServerConfig};
     let open = |store: TestStore| async move {
-        let shared: std::sync::Arc<dyn Store> = match store {
-            TestStore::Sqlite(s) => std::sync::Arc::new(s),
-            TestStore::Postgres(s) => std::sync::Arc::new(s),
-        };
+        let shared: std::sync::Arc<dyn Store> = std::sync::Arc::new(store.into_inner());
         open_with_store(ServerConfig::new("/nonexistent"), shared).await.unwrap()
     };
     let a = open(db.open().await).await;

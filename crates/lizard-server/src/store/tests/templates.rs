@@ -119,7 +119,18 @@ async fn tags_name_ready_builds_and_keep_their_node_templates(db: TestDb) {
     assert!(s.list_tags("tpl_1").await.unwrap().is_empty());
 }
 
+/// Builds made in the same millisecond come back in the order they were made, on both
+/// engines (ids sort the other way round here).
+async fn builds_of_one_millisecond_keep_the_order_they_were_made_in(db: TestDb) {
+    let s = db.seeded("acc", &[("ws_a", "prj_a")]).await;
+    for bld in ["bld_z", "bld_m", "bld_a"] {
+        built(&*s, bld).await;
+    }
+    assert_eq!(s.delete_template("tpl_1").await.unwrap(), ["ref-bld_z", "ref-bld_m", "ref-bld_a"]);
+}
+
 store_tests!(
+    builds_of_one_millisecond_keep_the_order_they_were_made_in,
     a_workspace_runs_a_bounded_number_of_builds_at_once,
     a_build_is_metered_from_its_record_until_it_is_finished,
     tags_name_ready_builds_and_keep_their_node_templates

@@ -1,13 +1,13 @@
-//! [`IdempotencyStore`] on SQLite.
+//! [`IdempotencyStore`] on either engine.
 
-use super::{backend, SqliteStore};
+use super::{backend, SqlStore};
 use crate::store::idempotency::*;
 use crate::store::Result;
 use async_trait::async_trait;
 use sqlx::Row;
 
 #[async_trait]
-impl IdempotencyStore for SqliteStore {
+impl IdempotencyStore for SqlStore {
     async fn claim_idempotent(
         &self,
         id: &IdempotencyId,
@@ -16,14 +16,14 @@ impl IdempotencyStore for SqliteStore {
         expired_before: i64,
     ) -> Result<Option<IdempotencyEntry>> {
         let mut tx = self.write().await?;
-        sqlx::query("DELETE FROM idempotency WHERE created_at < ?")
+        sqlx::query("DELETE FROM idempotency WHERE created_at < $1")
             .bind(expired_before)
             .execute(&mut *tx)
             .await
             .map_err(backend)?;
         let row = sqlx::query(
             "SELECT request_hash, status, content_type, body FROM idempotency \
-             WHERE key_id = ? AND route = ? AND idem_key = ?",
+             WHERE key_id = $1 AND route = $2 AND idem_key = $3",
         )
         .bind(&id.key_id)
         .bind(&id.route)
@@ -50,7 +50,7 @@ impl IdempotencyStore for SqliteStore {
             }
             None => {
                 sqlx::query(
-                    "INSERT INTO idempotency (key_id, route, idem_key, request_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+                    "INSERT INTO idempotency (key_id, route, idem_key, request_hash, created_at) VALUES ($1, $2, $3, $4, $5)",
                 )
                 .bind(&id.key_id)
                 .bind(&id.route)
@@ -69,8 +69,8 @@ impl IdempotencyStore for SqliteStore {
 
     async fn finish_idempotent(&self, id: &IdempotencyId, answer: &StoredAnswer) -> Result<()> {
         sqlx::query(
-            "UPDATE idempotency SET status = ?, content_type = ?, body = ? \
-             WHERE key_id = ? AND route = ? AND idem_key = ?",
+            "UPDATE idempotency SET status = $1, content_type = $2, body = $3 \
+             WHERE key_id = $4 AND route = $5 AND idem_key = $6",
         )
         .bind(i64::from(answer.status))
         .bind(&answer.content_type)
@@ -85,7 +85,7 @@ impl IdempotencyStore for SqliteStore {
     }
 
     async fn release_idempotent(&self, id: &IdempotencyId) -> Result<()> {
-        sqlx::query("DELETE FROM idempotency WHERE key_id = ? AND route = ? AND idem_key = ? AND status IS NULL")
+        sqlx::query("DELETE FROM idempotency WHERE key_id = $1 AND route = $2 AND idem_key = $3 AND status IS NULL")
             .bind(&id.key_id)
             .bind(&id.route)
             .bind(&id.idem_key)

@@ -1,18 +1,24 @@
-//! [`ClusterStore`] on SQLite.
+//! [`ClusterStore`] on either engine.
+//!
+//! **Replicas.** A lease is taken by one conditional UPDATE: PostgreSQL makes a second
+//! contender wait on the row and re-check its WHERE against the first one's commit, so two
+//! replicas never both see it theirs (`store::tests::cluster` races them). Heartbeats and
+//! the expiry of lost nodes are write transactions ([`super::SqlStore::write`]), as every
+//! billing step is.
 
-use super::{backend, billing, conflict_or_backend, json_err, sandbox, SqliteStore, SANDBOX_COLUMNS};
+use super::{backend, billing, conflict_or_backend, json_err, sandbox, Engine, SqlStore, SANDBOX_COLUMNS};
 use crate::store::cluster::*;
 use crate::store::{MeterState, Result, StoreError};
 use async_trait::async_trait;
-use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::any::AnyRow;
+use sqlx::{Any, Row, Transaction};
 
 const NODE_COLUMNS: &str = "id, region, address, state, vcpus, memory_mib, disk_gib, used_vcpus, used_memory_mib, \
      sandboxes, templates, last_heartbeat, created_at";
 
 const TOKEN_COLUMNS: &str = "id, hash, created_at, expires_at, revoked_at, uses_left";
 
-fn int<T: TryFrom<i64>>(r: &SqliteRow, column: &str) -> Result<T>
+fn int<T: TryFrom<i64>>(r: &AnyRow, column: &str) -> Result<T>
 where
     T::Error: std::error::Error + Send + Sync + 'static,
 {
@@ -24,7 +30,7 @@ fn stored(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-fn node(r: &SqliteRow) -> Result<ClusterNode> {
+fn node(r: &AnyRow) -> Result<ClusterNode> {
     let templates: String = r.try_get("templates").map_err(backend)?;
     let report = NodeReport {
         capacity: lizard_api::cluster::NodeCapacity {
@@ -51,7 +57,7 @@ fn node(r: &SqliteRow) -> Result<ClusterNode> {
     })
 }
 
-fn token(r: &SqliteRow) -> Result<NodeTokenRecord> {
+fn token(r: &AnyRow) -> Result<NodeTokenRecord> {
     Ok(NodeTokenRecord {
         id: r.try_get("id").map_err(backend)?,
         hash: r.try_get("hash").map_err(backend)?,
@@ -64,15 +70,17 @@ fn token(r: &SqliteRow) -> Result<NodeTokenRecord> {
 
 /// End a live sandbox's record at `at` with `reason`, detach its volume and close its
 /// meter there (inside the caller's transaction).
-async fn end_tx(tx: &mut Transaction<'static, Sqlite>, sandbox_id: &str, at: i64, reason: &str) -> Result<()> {
-    sqlx::query("UPDATE sandboxes SET ended_at = ?, end_reason = ?, state = 'ended' WHERE id = ? AND ended_at IS NULL")
-        .bind(at)
-        .bind(reason)
-        .bind(sandbox_id)
-        .execute(&mut **tx)
-        .await
-        .map_err(backend)?;
-    sqlx::query("UPDATE volumes SET attached_to = NULL WHERE attached_to = ?")
+async fn end_tx(tx: &mut Transaction<'static, Any>, sandbox_id: &str, at: i64, reason: &str) -> Result<()> {
+    sqlx::query(
+        "UPDATE sandboxes SET ended_at = $1, end_reason = $2, state = 'ended' WHERE id = $3 AND ended_at IS NULL",
+    )
+    .bind(at)
+    .bind(reason)
+    .bind(sandbox_id)
+    .execute(&mut **tx)
+    .await
+    .map_err(backend)?;
+    sqlx::query("UPDATE volumes SET attached_to = NULL WHERE attached_to = $1")
         .bind(sandbox_id)
         .execute(&mut **tx)
         .await
@@ -80,22 +88,22 @@ async fn end_tx(tx: &mut Transaction<'static, Sqlite>, sandbox_id: &str, at: i64
     billing::transition_tx(tx, sandbox_id, MeterState::Ended, at).await
 }
 
-impl SqliteStore {
+impl SqlStore {
     async fn node_or_not_found(&self, node_id: &str) -> Result<ClusterNode> {
         self.get_node(node_id).await?.ok_or_else(|| StoreError::NotFound(format!("node {node_id}")))
     }
 }
 
 #[async_trait]
-impl ClusterStore for SqliteStore {
+impl ClusterStore for SqlStore {
     async fn cluster_key(&self, candidate: &[u8]) -> Result<Vec<u8>> {
-        sqlx::query("INSERT INTO cluster_keys (id, key) VALUES (?, ?) ON CONFLICT (id) DO NOTHING")
+        sqlx::query("INSERT INTO cluster_keys (id, key) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING")
             .bind(CLUSTER_KEY_ID)
             .bind(candidate)
             .execute(&self.pool)
             .await
             .map_err(backend)?;
-        sqlx::query_scalar("SELECT key FROM cluster_keys WHERE id = ?")
+        sqlx::query_scalar("SELECT key FROM cluster_keys WHERE id = $1")
             .bind(CLUSTER_KEY_ID)
             .fetch_one(&self.pool)
             .await
@@ -103,7 +111,7 @@ impl ClusterStore for SqliteStore {
     }
 
     async fn insert_node_token(&self, t: &NodeTokenRecord) -> Result<()> {
-        sqlx::query(&format!("INSERT INTO node_tokens ({TOKEN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"))
+        sqlx::query(&format!("INSERT INTO node_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)"))
             .bind(&t.id)
             .bind(&t.hash)
             .bind(t.created_at)
@@ -117,7 +125,7 @@ impl ClusterStore for SqliteStore {
     }
 
     async fn node_token_by_hash(&self, hash: &[u8]) -> Result<Option<NodeTokenRecord>> {
-        sqlx::query(&format!("SELECT {TOKEN_COLUMNS} FROM node_tokens WHERE hash = ?"))
+        sqlx::query(&format!("SELECT {TOKEN_COLUMNS} FROM node_tokens WHERE hash = $1"))
             .bind(hash)
             .fetch_optional(&self.pool)
             .await
@@ -130,7 +138,7 @@ impl ClusterStore for SqliteStore {
     async fn use_node_token(&self, hash: &[u8], now: i64) -> Result<Option<NodeTokenRecord>> {
         sqlx::query(&format!(
             "UPDATE node_tokens SET uses_left = uses_left - 1 \
-             WHERE hash = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?) \
+             WHERE hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2) \
              AND (uses_left IS NULL OR uses_left > 0) RETURNING {TOKEN_COLUMNS}"
         ))
         .bind(hash)
@@ -145,7 +153,7 @@ impl ClusterStore for SqliteStore {
 
     async fn list_node_tokens(&self, now: i64) -> Result<Vec<NodeTokenRecord>> {
         sqlx::query(&format!(
-            "SELECT {TOKEN_COLUMNS} FROM node_tokens WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?) \
+            "SELECT {TOKEN_COLUMNS} FROM node_tokens WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $1) \
              AND (uses_left IS NULL OR uses_left > 0) ORDER BY created_at, id"
         ))
         .bind(now)
@@ -158,7 +166,7 @@ impl ClusterStore for SqliteStore {
     }
 
     async fn revoke_node_token(&self, token_id: &str, at: i64) -> Result<()> {
-        let r = sqlx::query("UPDATE node_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL")
+        let r = sqlx::query("UPDATE node_tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
             .bind(at)
             .bind(token_id)
             .execute(&self.pool)
@@ -180,27 +188,29 @@ impl ClusterStore for SqliteStore {
     async fn insert_node(&self, n: &NewNode) -> Result<()> {
         let templates = serde_json::to_string(&n.report.templates).map_err(json_err)?;
         let (cap, used) = (&n.report.capacity, &n.report.usage);
-        sqlx::query(&format!("INSERT INTO nodes ({NODE_COLUMNS}) VALUES (?, ?, ?, 'up', ?, ?, ?, ?, ?, ?, ?, ?, ?)"))
-            .bind(&n.id)
-            .bind(&n.region)
-            .bind(&n.address)
-            .bind(i64::from(cap.vcpus))
-            .bind(stored(cap.memory_mib))
-            .bind(stored(cap.disk_gib))
-            .bind(i64::from(used.vcpus))
-            .bind(stored(used.memory_mib))
-            .bind(i64::from(used.sandboxes))
-            .bind(templates)
-            .bind(n.at)
-            .bind(n.at)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| conflict_or_backend(e, || format!("node {} already exists", n.id)))?;
+        sqlx::query(&format!(
+            "INSERT INTO nodes ({NODE_COLUMNS}) VALUES ($1, $2, $3, 'up', $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+        ))
+        .bind(&n.id)
+        .bind(&n.region)
+        .bind(&n.address)
+        .bind(i64::from(cap.vcpus))
+        .bind(stored(cap.memory_mib))
+        .bind(stored(cap.disk_gib))
+        .bind(i64::from(used.vcpus))
+        .bind(stored(used.memory_mib))
+        .bind(i64::from(used.sandboxes))
+        .bind(templates)
+        .bind(n.at)
+        .bind(n.at)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| conflict_or_backend(e, || format!("node {} already exists", n.id)))?;
         Ok(())
     }
 
     async fn get_node(&self, node_id: &str) -> Result<Option<ClusterNode>> {
-        sqlx::query(&format!("SELECT {NODE_COLUMNS} FROM nodes WHERE id = ?"))
+        sqlx::query(&format!("SELECT {NODE_COLUMNS} FROM nodes WHERE id = $1"))
             .bind(node_id)
             .fetch_optional(&self.pool)
             .await
@@ -212,7 +222,7 @@ impl ClusterStore for SqliteStore {
 
     async fn remove_node(&self, node_id: &str) -> Result<()> {
         let mut tx = self.write().await?;
-        let address: Option<Option<String>> = sqlx::query_scalar("SELECT address FROM nodes WHERE id = ?")
+        let address: Option<Option<String>> = sqlx::query_scalar("SELECT address FROM nodes WHERE id = $1")
             .bind(node_id)
             .fetch_optional(&mut *tx)
             .await
@@ -223,12 +233,12 @@ impl ClusterStore for SqliteStore {
             Some(Some(_)) => {}
         }
         let sandboxes: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM sandboxes WHERE node_id = ? AND ended_at IS NULL")
+            sqlx::query_scalar("SELECT COUNT(*) FROM sandboxes WHERE node_id = $1 AND ended_at IS NULL")
                 .bind(node_id)
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(backend)?;
-        let volumes: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM volumes WHERE node_id = ?")
+        let volumes: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM volumes WHERE node_id = $1")
             .bind(node_id)
             .fetch_one(&mut *tx)
             .await
@@ -239,7 +249,7 @@ impl ClusterStore for SqliteStore {
             )));
         }
         for table in ["node_unrecorded WHERE node_id", "nodes WHERE id"] {
-            sqlx::query(&format!("DELETE FROM {table} = ?")).bind(node_id).execute(&mut *tx).await.map_err(backend)?;
+            sqlx::query(&format!("DELETE FROM {table} = $1")).bind(node_id).execute(&mut *tx).await.map_err(backend)?;
         }
         tx.commit().await.map_err(backend)
     }
@@ -277,9 +287,9 @@ impl ClusterStore for SqliteStore {
         let (cap, used) = (&report.capacity, &report.usage);
         let mut tx = self.write().await?;
         let state: Option<String> = sqlx::query_scalar(
-            "UPDATE nodes SET vcpus = ?, memory_mib = ?, disk_gib = ?, used_vcpus = ?, used_memory_mib = ?, \
-             sandboxes = ?, templates = ?, last_heartbeat = ?, \
-             state = CASE WHEN state = 'down' THEN 'up' ELSE state END WHERE id = ? RETURNING state",
+            "UPDATE nodes SET vcpus = $1, memory_mib = $2, disk_gib = $3, used_vcpus = $4, used_memory_mib = $5, \
+             sandboxes = $6, templates = $7, last_heartbeat = $8, \
+             state = CASE WHEN state = 'down' THEN 'up' ELSE state END WHERE id = $9 RETURNING state",
         )
         .bind(i64::from(cap.vcpus))
         .bind(stored(cap.memory_mib))
@@ -295,20 +305,21 @@ impl ClusterStore for SqliteStore {
         .map_err(backend)?;
         let state = parse_node_state(&state.ok_or_else(|| StoreError::NotFound(format!("node {node_id}")))?)?;
         let reported: Vec<&str> = report.sandboxes.iter().map(|s| s.sandbox_id.as_str()).collect();
-        let reported_json = serde_json::to_string(&reported).map_err(json_err)?;
+        let reported_list = super::json_list(&reported)?;
         // Sightings of sandboxes it no longer reports are forgotten; new unknown ones
         // start their grace period now.
-        sqlx::query(
-            "DELETE FROM node_unrecorded WHERE node_id = ? AND sandbox_id NOT IN (SELECT value FROM json_each(?))",
-        )
+        sqlx::query(&format!(
+            "DELETE FROM node_unrecorded WHERE node_id = $1 AND sandbox_id NOT IN {}",
+            self.engine.json_list("$2")
+        ))
         .bind(node_id)
-        .bind(&reported_json)
+        .bind(&reported_list)
         .execute(&mut *tx)
         .await
         .map_err(backend)?;
         let mut stop = Vec::new();
-        for id in reported {
-            let ended: Option<Option<i64>> = sqlx::query_scalar("SELECT ended_at FROM sandboxes WHERE id = ?")
+        for &id in &reported {
+            let ended: Option<Option<i64>> = sqlx::query_scalar("SELECT ended_at FROM sandboxes WHERE id = $1")
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await
@@ -316,7 +327,7 @@ impl ClusterStore for SqliteStore {
             match ended {
                 Some(Some(_)) => stop.push(id.to_owned()),
                 Some(None) => {
-                    sqlx::query("DELETE FROM node_unrecorded WHERE node_id = ? AND sandbox_id = ?")
+                    sqlx::query("DELETE FROM node_unrecorded WHERE node_id = $1 AND sandbox_id = $2")
                         .bind(node_id)
                         .bind(id)
                         .execute(&mut *tx)
@@ -325,7 +336,7 @@ impl ClusterStore for SqliteStore {
                 }
                 None => {
                     let first_seen: i64 = sqlx::query_scalar(
-                        "INSERT INTO node_unrecorded (node_id, sandbox_id, first_seen) VALUES (?, ?, ?) \
+                        "INSERT INTO node_unrecorded (node_id, sandbox_id, first_seen) VALUES ($1, $2, $3) \
                          ON CONFLICT (node_id, sandbox_id) DO UPDATE SET first_seen = node_unrecorded.first_seen \
                          RETURNING first_seen",
                     )
@@ -345,13 +356,14 @@ impl ClusterStore for SqliteStore {
         // unless its list is shorter than its own count (a partial report ends nothing).
         let mut ended: Vec<String> = Vec::new();
         if u64::from(report.usage.sandboxes) <= u64::try_from(report.sandboxes.len()).unwrap_or(u64::MAX) {
-            ended = sqlx::query_scalar(
-                "SELECT id FROM sandboxes WHERE node_id = ? AND ended_at IS NULL AND created_at <= ? \
-                 AND id NOT IN (SELECT value FROM json_each(?)) ORDER BY id",
-            )
+            ended = sqlx::query_scalar(&format!(
+                "SELECT id FROM sandboxes WHERE node_id = $1 AND ended_at IS NULL AND created_at <= $2 \
+                 AND id NOT IN {} ORDER BY id",
+                self.engine.json_list("$3")
+            ))
             .bind(node_id)
             .bind(at.saturating_sub(grace_ms))
-            .bind(&reported_json)
+            .bind(&reported_list)
             .fetch_all(&mut *tx)
             .await
             .map_err(backend)?;
@@ -364,15 +376,18 @@ impl ClusterStore for SqliteStore {
     }
 
     async fn add_node_template(&self, node_id: &str, template: &str) -> Result<()> {
-        sqlx::query(
-            "UPDATE nodes SET templates = json_insert(templates, '$[#]', ?1) \
-             WHERE id = ?2 AND NOT EXISTS (SELECT 1 FROM json_each(nodes.templates) WHERE value = ?1)",
-        )
-        .bind(template)
-        .bind(node_id)
-        .execute(&self.pool)
-        .await
-        .map_err(backend)?;
+        // `templates` is a JSON array of names as text: append unless there.
+        let sql = match self.engine {
+            Engine::Sqlite => {
+                "UPDATE nodes SET templates = json_insert(templates, '$[#]', $1) \
+                 WHERE id = $2 AND NOT EXISTS (SELECT 1 FROM json_each(nodes.templates) WHERE value = $1)"
+            }
+            Engine::Postgres => {
+                "UPDATE nodes SET templates = (templates::jsonb || to_jsonb($1::text))::text \
+                 WHERE id = $2 AND NOT (templates::jsonb ? $1)"
+            }
+        };
+        sqlx::query(sql).bind(template).bind(node_id).execute(&self.pool).await.map_err(backend)?;
         Ok(())
     }
 
@@ -384,7 +399,7 @@ impl ClusterStore for SqliteStore {
             _ => {}
         }
         let (to, from) = if draining { ("draining", "up") } else { ("up", "draining") };
-        sqlx::query("UPDATE nodes SET state = ? WHERE id = ? AND state = ?")
+        sqlx::query("UPDATE nodes SET state = $1 WHERE id = $2 AND state = $3")
             .bind(to)
             .bind(node_id)
             .bind(from)
@@ -398,7 +413,7 @@ impl ClusterStore for SqliteStore {
         let cutoff = now.saturating_sub(lease_ms);
         let stale: Vec<String> = sqlx::query_scalar(
             "SELECT id FROM nodes WHERE address IS NOT NULL AND state IN ('up', 'draining') \
-             AND last_heartbeat < ? ORDER BY id",
+             AND last_heartbeat < $1 ORDER BY id",
         )
         .bind(cutoff)
         .fetch_all(&self.pool)
@@ -409,8 +424,8 @@ impl ClusterStore for SqliteStore {
             let mut tx = self.write().await?;
             // Still stale inside the write lock: a heartbeat that landed meanwhile wins.
             let last: Option<i64> = sqlx::query_scalar(
-                "UPDATE nodes SET state = 'down' WHERE id = ? AND state IN ('up', 'draining') \
-                 AND last_heartbeat < ? RETURNING last_heartbeat",
+                "UPDATE nodes SET state = 'down' WHERE id = $1 AND state IN ('up', 'draining') \
+                 AND last_heartbeat < $2 RETURNING last_heartbeat",
             )
             .bind(&node_id)
             .bind(cutoff)
@@ -419,7 +434,7 @@ impl ClusterStore for SqliteStore {
             .map_err(backend)?;
             let Some(last_heartbeat) = last else { continue };
             let sandboxes = sqlx::query(&format!(
-                "SELECT {SANDBOX_COLUMNS} WHERE s.node_id = ? AND s.ended_at IS NULL AND s.state = 'running' ORDER BY s.created_at, s.id"
+                "SELECT {SANDBOX_COLUMNS} WHERE s.node_id = $1 AND s.ended_at IS NULL AND s.state = 'running' ORDER BY s.created_at, s.id"
             ))
             .bind(&node_id)
             .fetch_all(&mut *tx)
@@ -441,7 +456,7 @@ impl ClusterStore for SqliteStore {
         let until = now.saturating_add(ttl_ms);
         // Insert-if-absent, then take it over only if it is ours or lapsed: one statement
         // each, so two contenders never both see it theirs.
-        sqlx::query("INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING")
+        sqlx::query("INSERT INTO leases (name, holder, expires_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING")
             .bind(name)
             .bind(holder)
             .bind(until)
@@ -449,7 +464,7 @@ impl ClusterStore for SqliteStore {
             .await
             .map_err(backend)?;
         let taken = sqlx::query(
-            "UPDATE leases SET holder = ?, expires_at = ? WHERE name = ? AND (holder = ? OR expires_at < ?)",
+            "UPDATE leases SET holder = $1, expires_at = $2 WHERE name = $3 AND (holder = $4 OR expires_at < $5)",
         )
         .bind(holder)
         .bind(until)
@@ -463,7 +478,7 @@ impl ClusterStore for SqliteStore {
     }
 
     async fn release_lease(&self, name: &str, holder: &str) -> Result<()> {
-        sqlx::query("DELETE FROM leases WHERE name = ? AND holder = ?")
+        sqlx::query("DELETE FROM leases WHERE name = $1 AND holder = $2")
             .bind(name)
             .bind(holder)
             .execute(&self.pool)

@@ -1,6 +1,6 @@
-//! [`BlobContentStore`] on SQLite.
+//! [`BlobContentStore`] on either engine.
 
-use super::{backend, SqliteStore};
+use super::{backend, SqlStore};
 use crate::store::blob_content::*;
 use crate::store::{Result, StoreError};
 use async_trait::async_trait;
@@ -8,10 +8,10 @@ use sqlx::Row;
 use std::collections::HashSet;
 
 #[async_trait]
-impl BlobContentStore for SqliteStore {
+impl BlobContentStore for SqlStore {
     async fn put_blob_chunk(&self, sha256: &str, seq: u32, data: &[u8]) -> Result<()> {
         sqlx::query(
-            "INSERT INTO blob_chunks (sha256, seq, data) VALUES (?, ?, ?) \
+            "INSERT INTO blob_chunks (sha256, seq, data) VALUES ($1, $2, $3) \
              ON CONFLICT (sha256, seq) DO UPDATE SET data = excluded.data",
         )
         .bind(sha256)
@@ -25,9 +25,11 @@ impl BlobContentStore for SqliteStore {
 
     async fn complete_blob_content(&self, sha256: &str, content: BlobContent, at: i64) -> Result<()> {
         let size = i64::try_from(content.size).map_err(|e| StoreError::Backend(Box::new(e)))?;
-        let mut tx = self.write().await?;
+        // Not serialized with the other writers: rows keyed by content never conflict with
+        // billing's writes, and a race with a forget heals (the fetch fails, forgets).
+        let mut tx = self.begin_write().await?;
         let row = sqlx::query(
-            "SELECT COUNT(*) AS n, COALESCE(SUM(LENGTH(data)), 0) AS bytes FROM blob_chunks WHERE sha256 = ? AND seq < ?",
+            "SELECT COUNT(*) AS n, COALESCE(SUM(LENGTH(data)), 0) AS bytes FROM blob_chunks WHERE sha256 = $1 AND seq < $2",
         )
         .bind(sha256)
         .bind(i64::from(content.chunks))
@@ -42,7 +44,7 @@ impl BlobContentStore for SqliteStore {
             )));
         }
         sqlx::query(
-            "INSERT INTO blob_contents (sha256, size, chunks, created_at) VALUES (?, ?, ?, ?) \
+            "INSERT INTO blob_contents (sha256, size, chunks, created_at) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (sha256) DO NOTHING",
         )
         .bind(sha256)
@@ -57,7 +59,7 @@ impl BlobContentStore for SqliteStore {
     }
 
     async fn blob_content(&self, sha256: &str) -> Result<Option<BlobContent>> {
-        let row = sqlx::query("SELECT size, chunks FROM blob_contents WHERE sha256 = ?")
+        let row = sqlx::query("SELECT size, chunks FROM blob_contents WHERE sha256 = $1")
             .bind(sha256)
             .fetch_optional(&self.pool)
             .await
@@ -66,21 +68,19 @@ impl BlobContentStore for SqliteStore {
     }
 
     async fn complete_blobs(&self, sha256: &[String]) -> Result<HashSet<String>> {
-        let mut complete = HashSet::new();
-        for chunk in sha256.chunks(500) {
-            let placeholders = vec!["?"; chunk.len()].join(", ");
-            let sql = format!("SELECT sha256 FROM blob_contents WHERE sha256 IN ({placeholders})");
-            let mut q = sqlx::query_scalar::<_, String>(&sql);
-            for h in chunk {
-                q = q.bind(h);
-            }
-            complete.extend(q.fetch_all(&self.pool).await.map_err(backend)?);
-        }
-        Ok(complete)
+        let found: Vec<String> = sqlx::query_scalar(&format!(
+            "SELECT sha256 FROM blob_contents WHERE sha256 IN {}",
+            self.engine.json_list("$1")
+        ))
+        .bind(super::json_list(sha256)?)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        Ok(found.into_iter().collect())
     }
 
     async fn blob_chunk(&self, sha256: &str, seq: u32) -> Result<Option<Vec<u8>>> {
-        sqlx::query_scalar("SELECT data FROM blob_chunks WHERE sha256 = ? AND seq = ?")
+        sqlx::query_scalar("SELECT data FROM blob_chunks WHERE sha256 = $1 AND seq = $2")
             .bind(sha256)
             .bind(i64::from(seq))
             .fetch_optional(&self.pool)
@@ -89,8 +89,8 @@ impl BlobContentStore for SqliteStore {
     }
 
     async fn forget_blob_content(&self, sha256: &str) -> Result<()> {
-        let mut tx = self.write().await?;
-        for sql in ["DELETE FROM blob_contents WHERE sha256 = ?", "DELETE FROM blob_chunks WHERE sha256 = ?"] {
+        let mut tx = self.begin_write().await?;
+        for sql in ["DELETE FROM blob_contents WHERE sha256 = $1", "DELETE FROM blob_chunks WHERE sha256 = $1"] {
             sqlx::query(sql).bind(sha256).execute(&mut *tx).await.map_err(backend)?;
         }
         tx.commit().await.map_err(backend)?;

@@ -1,16 +1,22 @@
-//! [`BillingStore`] on SQLite, and the meter steps the sandbox writes of
-//! [`super::SqliteStore`] run inside their own transactions.
+//! [`BillingStore`] on either engine, and the meter steps the sandbox writes of
+//! [`super::SqlStore`] run inside their own transactions.
 //!
 //! The balance is not computed here: the `ledger_balance` trigger (migration 0002) updates
 //! `account_balances` in the very statement that appends a ledger row, and triggers refuse
-//! any UPDATE or DELETE of the ledger.
+//! any UPDATE or DELETE of the ledger (and, on PostgreSQL, TRUNCATE).
+//!
+//! **Replicas.** Every step that reads a watermark and bills from it runs inside a
+//! write transaction ([`super::SqlStore::write`]): two replicas' ticks (or a tick and a state
+//! change) run one after the other, and the second reads the watermark the first moved,
+//! so it bills only what accrued since — never an interval twice (tested by
+//! `store::tests::replicas`).
 
-use super::{backend, SqliteStore};
+use super::{backend, SqlStore};
 use crate::store::billing::*;
 use crate::store::{Result, SandboxState, StoreError};
 use async_trait::async_trait;
-use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::any::AnyRow;
+use sqlx::{Any, Row, Transaction};
 use std::collections::BTreeMap;
 
 /// Idempotency key of the free credits every account starts with.
@@ -22,7 +28,7 @@ const LEDGER_COLUMNS: &str = "seq, id, account_id, kind, amount_nanos, descripti
 const METER_COLUMNS: &str = "sandbox_id, account_id, workspace_id, project_id, vcpus, memory_mib, \
      running_nanos_per_sec, paused_nanos_per_sec, state, billed_until, carry";
 
-fn entry(r: &SqliteRow) -> Result<LedgerEntry> {
+fn entry(r: &AnyRow) -> Result<LedgerEntry> {
     let kind: String = r.try_get("kind").map_err(backend)?;
     Ok(LedgerEntry {
         seq: r.try_get("seq").map_err(backend)?,
@@ -44,7 +50,7 @@ fn entry(r: &SqliteRow) -> Result<LedgerEntry> {
     })
 }
 
-fn meter(r: &SqliteRow) -> Result<MeterRecord> {
+fn meter(r: &AnyRow) -> Result<MeterRecord> {
     let state: String = r.try_get("state").map_err(backend)?;
     let vcpus: i64 = r.try_get("vcpus").map_err(backend)?;
     let memory_mib: i64 = r.try_get("memory_mib").map_err(backend)?;
@@ -70,7 +76,7 @@ fn meter(r: &SqliteRow) -> Result<MeterRecord> {
 
 /// Open a sandbox's meter, running from `at` (inside `insert_sandbox`'s transaction).
 pub(super) async fn open_meter_tx(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut Transaction<'static, Any>,
     sandbox_id: &str,
     project_id: &str,
     spec: &MeterSpec,
@@ -78,7 +84,7 @@ pub(super) async fn open_meter_tx(
     at: i64,
 ) -> Result<()> {
     let owner: Option<(String, String)> = sqlx::query_as(
-        "SELECT w.account_id, p.workspace_id FROM projects p JOIN workspaces w ON w.id = p.workspace_id WHERE p.id = ?",
+        "SELECT w.account_id, p.workspace_id FROM projects p JOIN workspaces w ON w.id = p.workspace_id WHERE p.id = $1",
     )
     .bind(project_id)
     .fetch_optional(&mut **tx)
@@ -93,33 +99,35 @@ pub(super) async fn open_meter_tx(
 /// Insert meter `id` of `(account, workspace, project)`, in `state` from `at` (a template
 /// build's, inside `insert_build`'s transaction, has no project).
 pub(super) async fn insert_meter_tx(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut Transaction<'static, Any>,
     id: &str,
     (account_id, workspace_id, project_id): (&str, &str, &str),
     spec: &MeterSpec,
     state: MeterState,
     at: i64,
 ) -> Result<()> {
-    sqlx::query(&format!("INSERT INTO sandbox_meters ({METER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)"))
-        .bind(id)
-        .bind(account_id)
-        .bind(workspace_id)
-        .bind(project_id)
-        .bind(spec.vcpus as i64)
-        .bind(spec.memory_mib as i64)
-        .bind(spec.running_nanos_per_sec)
-        .bind(spec.paused_nanos_per_sec)
-        .bind(state.as_str())
-        .bind(at)
-        .execute(&mut **tx)
-        .await
-        .map_err(backend)?;
+    sqlx::query(&format!(
+        "INSERT INTO sandbox_meters ({METER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0)"
+    ))
+    .bind(id)
+    .bind(account_id)
+    .bind(workspace_id)
+    .bind(project_id)
+    .bind(spec.vcpus as i64)
+    .bind(spec.memory_mib as i64)
+    .bind(spec.running_nanos_per_sec)
+    .bind(spec.paused_nanos_per_sec)
+    .bind(state.as_str())
+    .bind(at)
+    .execute(&mut **tx)
+    .await
+    .map_err(backend)?;
     Ok(())
 }
 
 /// Append the usage entry for `[billed_until, until)` of `m` (none when nothing accrued)
 /// and move its watermark to `until`. Returns whether an entry was written.
-async fn bill_tx(tx: &mut Transaction<'static, Sqlite>, m: &MeterRecord, until: i64) -> Result<bool> {
+async fn bill_tx(tx: &mut Transaction<'static, Any>, m: &MeterRecord, until: i64) -> Result<bool> {
     let Some(from) = m.billed_until else { return Ok(false) };
     if until <= from {
         return Ok(false);
@@ -137,7 +145,7 @@ async fn bill_tx(tx: &mut Transaction<'static, Sqlite>, m: &MeterRecord, until: 
         sqlx::query(
             "INSERT INTO ledger (id, account_id, kind, amount_nanos, description, workspace_id, project_id, sandbox_id, \
              usage_kind, period_start, period_end, quantity_ms, nanos_per_second, created_at) \
-             VALUES (?, ?, 'usage', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             VALUES ($1, $2, 'usage', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
         )
         .bind(crate::ids::new_id("txn"))
         .bind(&m.account_id)
@@ -163,7 +171,7 @@ async fn bill_tx(tx: &mut Transaction<'static, Sqlite>, m: &MeterRecord, until: 
         .await
         .map_err(backend)?;
     }
-    sqlx::query("UPDATE sandbox_meters SET billed_until = ?, carry = ? WHERE sandbox_id = ?")
+    sqlx::query("UPDATE sandbox_meters SET billed_until = $1, carry = $2 WHERE sandbox_id = $3")
         .bind(until)
         .bind(carry)
         .bind(&m.sandbox_id)
@@ -176,13 +184,13 @@ async fn bill_tx(tx: &mut Transaction<'static, Sqlite>, m: &MeterRecord, until: 
 /// Open a volume's storage meter from its `created_at` (inside `insert_volume`'s
 /// transaction).
 pub(super) async fn open_volume_meter_tx(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut Transaction<'static, Any>,
     v: &crate::store::NewVolume,
 ) -> Result<()> {
     sqlx::query(
         "INSERT INTO volume_meters (volume_id, account_id, workspace_id, project_id, size_gb, nanos_per_sec, \
-         billed_until) SELECT ?, w.account_id, p.workspace_id, p.id, ?, ?, ? \
-         FROM projects p JOIN workspaces w ON w.id = p.workspace_id WHERE p.id = ?",
+         billed_until) SELECT $1, w.account_id, p.workspace_id, p.id, $2, $3, $4 \
+         FROM projects p JOIN workspaces w ON w.id = p.workspace_id WHERE p.id = $5",
     )
     .bind(&v.id)
     .bind(i64::from(v.size_gb))
@@ -210,7 +218,7 @@ struct VolumeMeter {
 const VOLUME_METER_COLUMNS: &str =
     "volume_id, account_id, workspace_id, project_id, size_gb, nanos_per_sec, billed_until, carry";
 
-fn volume_meter(r: &SqliteRow) -> Result<VolumeMeter> {
+fn volume_meter(r: &AnyRow) -> Result<VolumeMeter> {
     Ok(VolumeMeter {
         volume_id: r.try_get("volume_id").map_err(backend)?,
         account_id: r.try_get("account_id").map_err(backend)?,
@@ -225,7 +233,7 @@ fn volume_meter(r: &SqliteRow) -> Result<VolumeMeter> {
 
 /// Append the storage entry of `[billed_until, until)` of a volume (none when nothing
 /// accrued: a free volume leaves no trace) and move its watermark. Whether it wrote one.
-async fn bill_volume_tx(tx: &mut Transaction<'static, Sqlite>, m: &VolumeMeter, until: i64) -> Result<bool> {
+async fn bill_volume_tx(tx: &mut Transaction<'static, Any>, m: &VolumeMeter, until: i64) -> Result<bool> {
     if until <= m.billed_until {
         return Ok(false);
     }
@@ -237,7 +245,7 @@ async fn bill_volume_tx(tx: &mut Transaction<'static, Sqlite>, m: &VolumeMeter, 
         sqlx::query(
             "INSERT INTO ledger (id, account_id, kind, amount_nanos, description, workspace_id, project_id, \
              usage_kind, period_start, period_end, quantity_ms, nanos_per_second, created_at) \
-             VALUES (?, ?, 'usage', ?, ?, ?, ?, 'volume_storage', ?, ?, ?, ?, ?)",
+             VALUES ($1, $2, 'usage', $3, $4, $5, $6, 'volume_storage', $7, $8, $9, $10, $11)",
         )
         .bind(crate::ids::new_id("txn"))
         .bind(&m.account_id)
@@ -254,7 +262,7 @@ async fn bill_volume_tx(tx: &mut Transaction<'static, Sqlite>, m: &VolumeMeter, 
         .await
         .map_err(backend)?;
     }
-    sqlx::query("UPDATE volume_meters SET billed_until = ?, carry = ? WHERE volume_id = ?")
+    sqlx::query("UPDATE volume_meters SET billed_until = $1, carry = $2 WHERE volume_id = $3")
         .bind(until)
         .bind(carry)
         .bind(&m.volume_id)
@@ -265,19 +273,15 @@ async fn bill_volume_tx(tx: &mut Transaction<'static, Sqlite>, m: &VolumeMeter, 
 }
 
 /// Bill a volume's storage up to `at` and remove its meter (inside its delete).
-pub(super) async fn close_volume_meter_tx(
-    tx: &mut Transaction<'static, Sqlite>,
-    volume_id: &str,
-    at: i64,
-) -> Result<()> {
-    let row = sqlx::query(&format!("SELECT {VOLUME_METER_COLUMNS} FROM volume_meters WHERE volume_id = ?"))
+pub(super) async fn close_volume_meter_tx(tx: &mut Transaction<'static, Any>, volume_id: &str, at: i64) -> Result<()> {
+    let row = sqlx::query(&format!("SELECT {VOLUME_METER_COLUMNS} FROM volume_meters WHERE volume_id = $1"))
         .bind(volume_id)
         .fetch_optional(&mut **tx)
         .await
         .map_err(backend)?;
     if let Some(m) = row.as_ref().map(volume_meter).transpose()? {
         bill_volume_tx(tx, &m, at).await?;
-        sqlx::query("DELETE FROM volume_meters WHERE volume_id = ?")
+        sqlx::query("DELETE FROM volume_meters WHERE volume_id = $1")
             .bind(volume_id)
             .execute(&mut **tx)
             .await
@@ -290,12 +294,12 @@ pub(super) async fn close_volume_meter_tx(
 /// for good). A sandbox without a meter (recorded before billing existed) is left alone;
 /// an ended meter never reopens.
 pub(super) async fn transition_tx(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut Transaction<'static, Any>,
     sandbox_id: &str,
     state: MeterState,
     at: i64,
 ) -> Result<()> {
-    let row = sqlx::query(&format!("SELECT {METER_COLUMNS} FROM sandbox_meters WHERE sandbox_id = ?"))
+    let row = sqlx::query(&format!("SELECT {METER_COLUMNS} FROM sandbox_meters WHERE sandbox_id = $1"))
         .bind(sandbox_id)
         .fetch_optional(&mut **tx)
         .await
@@ -305,7 +309,7 @@ pub(super) async fn transition_tx(
         if state != MeterState::Ended {
             // A sandbox back in a billable state after its meter closed (it cannot happen
             // by design; if it does, it is metered again rather than running free).
-            sqlx::query("UPDATE sandbox_meters SET state = ?, billed_until = ?, carry = 0 WHERE sandbox_id = ?")
+            sqlx::query("UPDATE sandbox_meters SET state = $1, billed_until = $2, carry = 0 WHERE sandbox_id = $3")
                 .bind(state.as_str())
                 .bind(at)
                 .bind(sandbox_id)
@@ -317,7 +321,7 @@ pub(super) async fn transition_tx(
     }
     let until = m.billed_until.map_or(at, |b| at.max(b));
     bill_tx(tx, &m, until).await?;
-    sqlx::query("UPDATE sandbox_meters SET state = ?, billed_until = ? WHERE sandbox_id = ?")
+    sqlx::query("UPDATE sandbox_meters SET state = $1, billed_until = $2 WHERE sandbox_id = $3")
         .bind(state.as_str())
         .bind((state != MeterState::Ended).then_some(until))
         .bind(sandbox_id)
@@ -337,10 +341,10 @@ pub(super) fn meter_state_of(sandbox_state: SandboxState) -> MeterState {
 }
 
 #[async_trait]
-impl BillingStore for SqliteStore {
+impl BillingStore for SqlStore {
     async fn add_credit(&self, c: &NewCredit) -> Result<CreditOutcome> {
         let mut tx = self.write().await?;
-        let exists: Option<String> = sqlx::query_scalar("SELECT id FROM accounts WHERE id = ?")
+        let exists: Option<String> = sqlx::query_scalar("SELECT id FROM accounts WHERE id = $1")
             .bind(&c.account_id)
             .fetch_optional(&mut *tx)
             .await
@@ -349,7 +353,7 @@ impl BillingStore for SqliteStore {
             return Err(StoreError::NotFound(format!("account {}", c.account_id)));
         }
         let before =
-            sqlx::query(&format!("SELECT {LEDGER_COLUMNS} FROM ledger WHERE account_id = ? AND idempotency_key = ?"))
+            sqlx::query(&format!("SELECT {LEDGER_COLUMNS} FROM ledger WHERE account_id = $1 AND idempotency_key = $2"))
                 .bind(&c.account_id)
                 .bind(&c.idempotency_key)
                 .fetch_optional(&mut *tx)
@@ -369,7 +373,7 @@ impl BillingStore for SqliteStore {
         }
         let row = sqlx::query(&format!(
             "INSERT INTO ledger (id, account_id, kind, amount_nanos, description, idempotency_key, created_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING {LEDGER_COLUMNS}"
+             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {LEDGER_COLUMNS}"
         ))
         .bind(crate::ids::new_id("txn"))
         .bind(&c.account_id)
@@ -390,7 +394,7 @@ impl BillingStore for SqliteStore {
         let mut tx = self.write().await?;
         let accounts: Vec<String> = sqlx::query_scalar(
             "SELECT a.id FROM accounts a WHERE NOT EXISTS \
-             (SELECT 1 FROM ledger l WHERE l.account_id = a.id AND l.idempotency_key = ?) ORDER BY a.id",
+             (SELECT 1 FROM ledger l WHERE l.account_id = a.id AND l.idempotency_key = $1) ORDER BY a.id",
         )
         .bind(SIGNUP_CREDIT_KEY)
         .fetch_all(&mut *tx)
@@ -399,7 +403,7 @@ impl BillingStore for SqliteStore {
         for a in &accounts {
             sqlx::query(
                 "INSERT INTO ledger (id, account_id, kind, amount_nanos, description, idempotency_key, created_at) \
-                 VALUES (?, ?, 'signup_credit', ?, 'free credits for a new account', ?, ?)",
+                 VALUES ($1, $2, 'signup_credit', $3, 'free credits for a new account', $4, $5)",
             )
             .bind(crate::ids::new_id("txn"))
             .bind(a)
@@ -416,7 +420,7 @@ impl BillingStore for SqliteStore {
 
     async fn balance(&self, account_id: &str) -> Result<BalanceRecord> {
         let row: Option<(i64, Option<i64>)> =
-            sqlx::query_as("SELECT balance_nanos, depleted_at FROM account_balances WHERE account_id = ?")
+            sqlx::query_as("SELECT balance_nanos, depleted_at FROM account_balances WHERE account_id = $1")
                 .bind(account_id)
                 .fetch_optional(&self.pool)
                 .await
@@ -425,7 +429,7 @@ impl BillingStore for SqliteStore {
     }
 
     async fn ledger_sum(&self, account_id: &str) -> Result<i64> {
-        sqlx::query_scalar("SELECT COALESCE(SUM(amount_nanos), 0) FROM ledger WHERE account_id = ?")
+        sqlx::query_scalar("SELECT CAST(COALESCE(SUM(amount_nanos), 0) AS BIGINT) FROM ledger WHERE account_id = $1")
             .bind(account_id)
             .fetch_one(&self.pool)
             .await
@@ -440,8 +444,8 @@ impl BillingStore for SqliteStore {
         include_usage: bool,
     ) -> Result<Vec<LedgerEntry>> {
         sqlx::query(&format!(
-            "SELECT {LEDGER_COLUMNS} FROM ledger WHERE account_id = ?1 AND (?2 IS NULL OR seq < ?2) \
-             AND (?3 OR kind != 'usage') ORDER BY seq DESC LIMIT ?4"
+            "SELECT {LEDGER_COLUMNS} FROM ledger WHERE account_id = $1 AND ($2 IS NULL OR seq < $2) \
+             AND ($3 OR kind != 'usage') ORDER BY seq DESC LIMIT $4"
         ))
         .bind(account_id)
         .bind(before_seq)
@@ -458,7 +462,7 @@ impl BillingStore for SqliteStore {
     async fn bill_meters(&self, now: i64) -> Result<u64> {
         let mut tx = self.write().await?;
         let open = sqlx::query(&format!(
-            "SELECT {METER_COLUMNS} FROM sandbox_meters WHERE state != 'ended' AND billed_until < ? ORDER BY sandbox_id"
+            "SELECT {METER_COLUMNS} FROM sandbox_meters WHERE state != 'ended' AND billed_until < $1 ORDER BY sandbox_id"
         ))
         .bind(now)
         .fetch_all(&mut *tx)
@@ -487,7 +491,7 @@ impl BillingStore for SqliteStore {
             }
         }
         let volumes = sqlx::query(&format!(
-            "SELECT {VOLUME_METER_COLUMNS} FROM volume_meters WHERE billed_until < ? ORDER BY volume_id"
+            "SELECT {VOLUME_METER_COLUMNS} FROM volume_meters WHERE billed_until < $1 ORDER BY volume_id"
         ))
         .bind(now)
         .fetch_all(&mut *tx)
@@ -507,7 +511,7 @@ impl BillingStore for SqliteStore {
 
     async fn set_meter_state(&self, meter_id: &str, state: MeterState, at: i64) -> Result<bool> {
         let mut tx = self.write().await?;
-        let current: Option<String> = sqlx::query_scalar("SELECT state FROM sandbox_meters WHERE sandbox_id = ?")
+        let current: Option<String> = sqlx::query_scalar("SELECT state FROM sandbox_meters WHERE sandbox_id = $1")
             .bind(meter_id)
             .fetch_optional(&mut *tx)
             .await
@@ -522,27 +526,31 @@ impl BillingStore for SqliteStore {
     }
 
     async fn close_meters_at_watermark(&self, running: &[String]) -> Result<u64> {
-        let running = serde_json::to_string(running).expect("a list of strings serializes");
-        let r = sqlx::query(
+        // Under the lock: a tick of another replica must not bill a meter this closes.
+        let running = super::json_list(running)?;
+        let mut tx = self.write().await?;
+        let r = sqlx::query(&format!(
             "UPDATE sandbox_meters SET state = 'ended', billed_until = NULL WHERE state = 'running' \
-             AND sandbox_id NOT IN (SELECT value FROM json_each(?)) \
+             AND sandbox_id NOT IN {} \
              AND sandbox_id NOT IN (SELECT id FROM sandboxes WHERE node_id IS NOT NULL AND node_id != 'node_local')",
-        )
+            self.engine.json_list("$1")
+        ))
         .bind(running)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
         Ok(r.rows_affected())
     }
 
     async fn charged_by_sandbox(&self, account_id: &str, sandbox_ids: &[String]) -> Result<BTreeMap<String, i64>> {
-        let ids = serde_json::to_string(sandbox_ids).map_err(super::json_err)?;
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT sandbox_id, -SUM(amount_nanos) FROM ledger WHERE account_id = ?1 AND kind = 'usage' \
-             AND sandbox_id IN (SELECT value FROM json_each(?2)) GROUP BY sandbox_id",
-        )
+        let rows: Vec<(String, i64)> = sqlx::query_as(&format!(
+            "SELECT sandbox_id, CAST(-SUM(amount_nanos) AS BIGINT) FROM ledger WHERE account_id = $1 AND kind = 'usage' \
+             AND sandbox_id IN {} GROUP BY sandbox_id",
+            self.engine.json_list("$2")
+        ))
         .bind(account_id)
-        .bind(ids)
+        .bind(super::json_list(sandbox_ids)?)
         .fetch_all(&self.pool)
         .await
         .map_err(backend)?;
@@ -551,7 +559,7 @@ impl BillingStore for SqliteStore {
 
     async fn open_meters(&self, account_id: Option<&str>) -> Result<Vec<MeterRecord>> {
         sqlx::query(&format!(
-            "SELECT {METER_COLUMNS} FROM sandbox_meters WHERE state != 'ended' AND (?1 IS NULL OR account_id = ?1) \
+            "SELECT {METER_COLUMNS} FROM sandbox_meters WHERE state != 'ended' AND ($1 IS NULL OR account_id = $1) \
              ORDER BY sandbox_id"
         ))
         .bind(account_id)
@@ -565,7 +573,7 @@ impl BillingStore for SqliteStore {
 
     async fn depleted_accounts(&self, depleted_at_or_before: i64) -> Result<Vec<String>> {
         sqlx::query_scalar(
-            "SELECT account_id FROM account_balances WHERE depleted_at IS NOT NULL AND depleted_at <= ? ORDER BY account_id",
+            "SELECT account_id FROM account_balances WHERE depleted_at IS NOT NULL AND depleted_at <= $1 ORDER BY account_id",
         )
         .bind(depleted_at_or_before)
         .fetch_all(&self.pool)
@@ -579,23 +587,19 @@ impl BillingStore for SqliteStore {
         granularity: Granularity,
         periods: u32,
     ) -> Result<Vec<PeriodRow>> {
-        let fmt = match granularity {
-            Granularity::Month => "%Y-%m",
-            Granularity::Day => "%Y-%m-%d",
-        };
         // Usage counts in the period its interval started in; credits when added.
-        let rows: Vec<(String, Option<String>, Option<String>, i64, i64)> = sqlx::query_as(
-            "WITH e AS (SELECT strftime(?2, COALESCE(period_start, created_at) / 1000, 'unixepoch') AS period, \
-                    kind, usage_kind, workspace_id, project_id, amount_nanos, quantity_ms FROM ledger WHERE account_id = ?1), \
-                  recent AS (SELECT DISTINCT period FROM e ORDER BY period DESC LIMIT ?3) \
-             SELECT period, workspace_id, project_id, SUM(amount_nanos), \
-                    SUM(CASE WHEN usage_kind = 'compute' THEN quantity_ms ELSE 0 END) \
+        let rows: Vec<(String, Option<String>, Option<String>, i64, i64)> = sqlx::query_as(&format!(
+            "WITH e AS (SELECT {} AS period, \
+                    kind, usage_kind, workspace_id, project_id, amount_nanos, quantity_ms FROM ledger WHERE account_id = $1), \
+                  recent AS (SELECT DISTINCT period FROM e ORDER BY period DESC LIMIT $2) \
+             SELECT period, workspace_id, project_id, CAST(SUM(amount_nanos) AS BIGINT), \
+                    CAST(SUM(CASE WHEN usage_kind = 'compute' THEN quantity_ms ELSE 0 END) AS BIGINT) \
              FROM e WHERE period IN (SELECT period FROM recent) \
              GROUP BY period, kind = 'usage', workspace_id, project_id \
              ORDER BY period DESC, workspace_id, project_id",
-        )
+            self.engine.utc_period("COALESCE(period_start, created_at)", granularity)
+        ))
         .bind(account_id)
-        .bind(fmt)
         .bind(periods as i64)
         .fetch_all(&self.pool)
         .await
@@ -619,13 +623,13 @@ impl BillingStore for SqliteStore {
         to: Option<i64>,
     ) -> Result<Vec<ProjectUsage>> {
         let rows: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(
-            "WITH used AS (SELECT workspace_id, project_id, -SUM(amount_nanos) AS cost, \
-                    SUM(CASE WHEN usage_kind = 'compute' THEN quantity_ms ELSE 0 END) AS ms \
-                  FROM ledger WHERE account_id = ?1 AND kind = 'usage' \
-                  AND (?2 IS NULL OR period_start >= ?2) AND (?3 IS NULL OR period_start < ?3) \
+            "WITH used AS (SELECT workspace_id, project_id, CAST(-SUM(amount_nanos) AS BIGINT) AS cost, \
+                    CAST(SUM(CASE WHEN usage_kind = 'compute' THEN quantity_ms ELSE 0 END) AS BIGINT) AS ms \
+                  FROM ledger WHERE account_id = $1 AND kind = 'usage' \
+                  AND ($2 IS NULL OR period_start >= $2) AND ($3 IS NULL OR period_start < $3) \
                   GROUP BY workspace_id, project_id), \
               live AS (SELECT workspace_id, project_id, COUNT(*) AS running FROM sandbox_meters \
-                  WHERE account_id = ?1 AND state = 'running' GROUP BY workspace_id, project_id), \
+                  WHERE account_id = $1 AND state = 'running' GROUP BY workspace_id, project_id), \
               keys AS (SELECT workspace_id, project_id FROM used UNION SELECT workspace_id, project_id FROM live) \
              SELECT k.workspace_id, k.project_id, COALESCE(u.cost, 0), COALESCE(u.ms, 0), COALESCE(l.running, 0) \
              FROM keys k LEFT JOIN used u ON u.workspace_id = k.workspace_id AND u.project_id = k.project_id \

@@ -1,11 +1,11 @@
-//! [`TemplateStore`] on SQLite.
+//! [`TemplateStore`] on either engine.
 
-use super::{backend, conflict_or_backend, json_err, SqliteStore};
+use super::{backend, conflict_or_backend, json_err, SqlStore};
 use crate::store::templates::*;
 use crate::store::{Result, StoreError};
 use async_trait::async_trait;
 use lizard_api::templates::{BuildFailure, BuildStatus};
-use sqlx::sqlite::SqliteRow;
+use sqlx::any::AnyRow;
 use sqlx::Row;
 
 const TEMPLATE_COLUMNS: &str = "t.id, w.account_id, t.workspace_id, t.name, t.description, t.base, t.start_cmd, \
@@ -19,12 +19,12 @@ const BUILD_COLUMNS: &str = "b.id, b.template_id, t.name AS template_name, t.wor
      b.steps, b.error, b.log, b.events, b.template_ref, b.layer_bytes, b.created_at, b.finished_at \
      FROM template_builds b JOIN templates t ON t.id = b.template_id JOIN workspaces w ON w.id = t.workspace_id";
 
-fn bytes(r: &SqliteRow, column: &str) -> Result<Option<u64>> {
+fn bytes(r: &AnyRow, column: &str) -> Result<Option<u64>> {
     let v: Option<i64> = r.try_get(column).map_err(backend)?;
     v.map(|v| u64::try_from(v).map_err(|e| StoreError::Backend(Box::new(e)))).transpose()
 }
 
-fn template(r: &SqliteRow) -> Result<TemplateRecord> {
+fn template(r: &AnyRow) -> Result<TemplateRecord> {
     Ok(TemplateRecord {
         id: r.try_get("id").map_err(backend)?,
         account_id: r.try_get("account_id").map_err(backend)?,
@@ -42,7 +42,7 @@ fn template(r: &SqliteRow) -> Result<TemplateRecord> {
     })
 }
 
-fn build(r: &SqliteRow) -> Result<BuildRecord> {
+fn build(r: &AnyRow) -> Result<BuildRecord> {
     let steps: String = r.try_get("steps").map_err(backend)?;
     let error: Option<String> = r.try_get("error").map_err(backend)?;
     Ok(BuildRecord {
@@ -67,7 +67,7 @@ fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-impl SqliteStore {
+impl SqlStore {
     async fn template_by(&self, filter: &str, a: &str, b: Option<&str>) -> Result<Option<TemplateRecord>> {
         let sql = format!("SELECT {TEMPLATE_COLUMNS} WHERE {filter}");
         let mut q = sqlx::query(&sql).bind(a);
@@ -79,10 +79,10 @@ impl SqliteStore {
 }
 
 #[async_trait]
-impl TemplateStore for SqliteStore {
+impl TemplateStore for SqlStore {
     async fn insert_build(&self, t: &NewTemplate, b: &NewBuild) -> Result<TemplateRecord> {
         let mut tx = self.write().await?;
-        let account: Option<String> = sqlx::query_scalar("SELECT account_id FROM workspaces WHERE id = ?")
+        let account: Option<String> = sqlx::query_scalar("SELECT account_id FROM workspaces WHERE id = $1")
             .bind(&t.workspace_id)
             .fetch_optional(&mut *tx)
             .await
@@ -92,7 +92,7 @@ impl TemplateStore for SqliteStore {
         };
         let unfinished: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM template_builds b JOIN templates t ON t.id = b.template_id \
-             WHERE t.workspace_id = ? AND b.status IN ('queued', 'running')",
+             WHERE t.workspace_id = $1 AND b.status IN ('queued', 'running')",
         )
         .bind(&t.workspace_id)
         .fetch_one(&mut *tx)
@@ -105,7 +105,7 @@ impl TemplateStore for SqliteStore {
             )));
         }
         let existing: Option<String> =
-            sqlx::query_scalar("SELECT id FROM templates WHERE workspace_id = ? AND name = ?")
+            sqlx::query_scalar("SELECT id FROM templates WHERE workspace_id = $1 AND name = $2")
                 .bind(&t.workspace_id)
                 .bind(&t.name)
                 .fetch_optional(&mut *tx)
@@ -114,7 +114,7 @@ impl TemplateStore for SqliteStore {
         let template_id = match existing {
             Some(id) => {
                 let running: Option<String> = sqlx::query_scalar(
-                    "SELECT id FROM template_builds WHERE template_id = ? AND status IN ('queued', 'running') LIMIT 1",
+                    "SELECT id FROM template_builds WHERE template_id = $1 AND status IN ('queued', 'running') LIMIT 1",
                 )
                 .bind(&id)
                 .fetch_optional(&mut *tx)
@@ -131,7 +131,7 @@ impl TemplateStore for SqliteStore {
             None => {
                 sqlx::query(
                     "INSERT INTO templates (id, workspace_id, name, description, base, start_cmd, created_at, updated_at) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
                 )
                 .bind(&t.id)
                 .bind(&t.workspace_id)
@@ -148,7 +148,7 @@ impl TemplateStore for SqliteStore {
             }
         };
         sqlx::query(
-            "INSERT INTO template_builds (id, template_id, status, template_ref, created_at) VALUES (?, ?, 'queued', ?, ?)",
+            "INSERT INTO template_builds (id, template_id, status, template_ref, created_at) VALUES ($1, $2, 'queued', $3, $4)",
         )
         .bind(&b.id)
         .bind(&template_id)
@@ -169,17 +169,17 @@ impl TemplateStore for SqliteStore {
         )
         .await?;
         tx.commit().await.map_err(backend)?;
-        self.template_by("t.id = ?", &template_id, None)
+        self.template_by("t.id = $1", &template_id, None)
             .await?
             .ok_or_else(|| StoreError::NotFound(format!("template {}", t.name)))
     }
 
     async fn find_template(&self, workspace_id: &str, name: &str) -> Result<Option<TemplateRecord>> {
-        self.template_by("t.workspace_id = ? AND t.name = ?", workspace_id, Some(name)).await
+        self.template_by("t.workspace_id = $1 AND t.name = $2", workspace_id, Some(name)).await
     }
 
     async fn list_templates(&self, account_id: &str) -> Result<Vec<TemplateRecord>> {
-        sqlx::query(&format!("SELECT {TEMPLATE_COLUMNS} WHERE w.account_id = ? ORDER BY t.workspace_id, t.name"))
+        sqlx::query(&format!("SELECT {TEMPLATE_COLUMNS} WHERE w.account_id = $1 ORDER BY t.workspace_id, t.name"))
             .bind(account_id)
             .fetch_all(&self.pool)
             .await
@@ -190,7 +190,7 @@ impl TemplateStore for SqliteStore {
     }
 
     async fn get_build(&self, build_id: &str) -> Result<Option<BuildRecord>> {
-        sqlx::query(&format!("SELECT {BUILD_COLUMNS} WHERE b.id = ?"))
+        sqlx::query(&format!("SELECT {BUILD_COLUMNS} WHERE b.id = $1"))
             .bind(build_id)
             .fetch_optional(&self.pool)
             .await
@@ -201,7 +201,7 @@ impl TemplateStore for SqliteStore {
     }
 
     async fn start_build(&self, build_id: &str) -> Result<()> {
-        sqlx::query("UPDATE template_builds SET status = 'running' WHERE id = ? AND status = 'queued'")
+        sqlx::query("UPDATE template_builds SET status = 'running' WHERE id = $1 AND status = 'queued'")
             .bind(build_id)
             .execute(&self.pool)
             .await
@@ -216,7 +216,7 @@ impl TemplateStore for SqliteStore {
         log: &str,
     ) -> Result<()> {
         let steps = serde_json::to_string(steps).map_err(json_err)?;
-        sqlx::query("UPDATE template_builds SET steps = ?, log = ? WHERE id = ? AND finished_at IS NULL")
+        sqlx::query("UPDATE template_builds SET steps = $1, log = $2 WHERE id = $3 AND finished_at IS NULL")
             .bind(steps)
             .bind(log)
             .bind(build_id)
@@ -228,7 +228,7 @@ impl TemplateStore for SqliteStore {
 
     async fn finish_build(&self, build_id: &str, f: &FinishedBuild) -> Result<Option<String>> {
         let mut tx = self.write().await?;
-        let template_id: Option<String> = sqlx::query_scalar("SELECT template_id FROM template_builds WHERE id = ?")
+        let template_id: Option<String> = sqlx::query_scalar("SELECT template_id FROM template_builds WHERE id = $1")
             .bind(build_id)
             .fetch_optional(&mut *tx)
             .await
@@ -236,8 +236,8 @@ impl TemplateStore for SqliteStore {
         let Some(template_id) = template_id else { return Err(StoreError::NotFound(format!("build {build_id}"))) };
         let error = f.error.as_ref().map(serde_json::to_string).transpose().map_err(json_err)?;
         sqlx::query(
-            "UPDATE template_builds SET status = ?, steps = ?, error = ?, log = ?, events = ?, layer_bytes = ?, \
-             finished_at = ? WHERE id = ?",
+            "UPDATE template_builds SET status = $1, steps = $2, error = $3, log = $4, events = $5, layer_bytes = $6, \
+             finished_at = $7 WHERE id = $8",
         )
         .bind(build_status_name(f.status))
         .bind(serde_json::to_string(&f.steps).map_err(json_err)?)
@@ -253,15 +253,15 @@ impl TemplateStore for SqliteStore {
         let mut replaced = None;
         if f.status == BuildStatus::Ready {
             replaced = sqlx::query_scalar(
-                "SELECT b.template_ref FROM templates t JOIN template_builds b ON b.id = t.current_build_id WHERE t.id = ?",
+                "SELECT b.template_ref FROM templates t JOIN template_builds b ON b.id = t.current_build_id WHERE t.id = $1",
             )
             .bind(&template_id)
             .fetch_optional(&mut *tx)
             .await
             .map_err(backend)?;
             sqlx::query(
-                "UPDATE templates SET current_build_id = ?, description = ?, base = ?, start_cmd = ?, updated_at = ? \
-                 WHERE id = ?",
+                "UPDATE templates SET current_build_id = $1, description = $2, base = $3, start_cmd = $4, updated_at = $5 \
+                 WHERE id = $6",
             )
             .bind(build_id)
             .bind(&f.description)
@@ -287,7 +287,7 @@ impl TemplateStore for SqliteStore {
                 .await
                 .map_err(backend)?;
         sqlx::query(
-            "UPDATE template_builds SET status = 'failed', error = ?, finished_at = ? \
+            "UPDATE template_builds SET status = 'failed', error = $1, finished_at = $2 \
              WHERE status IN ('queued', 'running')",
         )
         .bind(serde_json::to_string(error).map_err(json_err)?)
@@ -301,14 +301,14 @@ impl TemplateStore for SqliteStore {
 
     async fn delete_template(&self, template_id: &str) -> Result<Vec<String>> {
         let mut tx = self.write().await?;
-        let name: Option<String> = sqlx::query_scalar("SELECT name FROM templates WHERE id = ?")
+        let name: Option<String> = sqlx::query_scalar("SELECT name FROM templates WHERE id = $1")
             .bind(template_id)
             .fetch_optional(&mut *tx)
             .await
             .map_err(backend)?;
         let Some(name) = name else { return Err(StoreError::NotFound(format!("template {template_id}"))) };
         let building: Option<String> = sqlx::query_scalar(
-            "SELECT id FROM template_builds WHERE template_id = ? AND status IN ('queued', 'running') LIMIT 1",
+            "SELECT id FROM template_builds WHERE template_id = $1 AND status IN ('queued', 'running') LIMIT 1",
         )
         .bind(template_id)
         .fetch_optional(&mut *tx)
@@ -321,7 +321,7 @@ impl TemplateStore for SqliteStore {
         }
         let user: Option<String> = sqlx::query_scalar(
             "SELECT s.id FROM sandboxes s JOIN template_builds b ON b.template_ref = s.template_ref \
-             WHERE b.template_id = ? AND s.ended_at IS NULL ORDER BY s.created_at LIMIT 1",
+             WHERE b.template_id = $1 AND s.ended_at IS NULL ORDER BY s.created_at LIMIT 1",
         )
         .bind(template_id)
         .fetch_optional(&mut *tx)
@@ -331,18 +331,22 @@ impl TemplateStore for SqliteStore {
             return Err(StoreError::Conflict(format!("template {name} is in use by sandbox {s}")));
         }
         let refs: Vec<String> = sqlx::query_scalar(
-            "SELECT template_ref FROM template_builds WHERE template_id = ? AND status = 'ready' ORDER BY created_at, rowid",
+            "SELECT template_ref FROM template_builds WHERE template_id = $1 AND status = 'ready' ORDER BY created_at, seq",
         )
         .bind(template_id)
         .fetch_all(&mut *tx)
         .await
         .map_err(backend)?;
-        sqlx::query("DELETE FROM template_builds WHERE template_id = ?")
+        sqlx::query("DELETE FROM template_builds WHERE template_id = $1")
             .bind(template_id)
             .execute(&mut *tx)
             .await
             .map_err(backend)?;
-        sqlx::query("DELETE FROM templates WHERE id = ?").bind(template_id).execute(&mut *tx).await.map_err(backend)?;
+        sqlx::query("DELETE FROM templates WHERE id = $1")
+            .bind(template_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
         tx.commit().await.map_err(backend)?;
         Ok(refs)
     }
@@ -357,25 +361,23 @@ impl TemplateStore for SqliteStore {
     }
 
     async fn missing_blobs(&self, workspace_id: &str, sha256: &[String]) -> Result<Vec<String>> {
-        let mut missing = Vec::new();
-        for chunk in sha256.chunks(500) {
-            let placeholders = vec!["?"; chunk.len()].join(", ");
-            let sql =
-                format!("SELECT sha256 FROM template_blobs WHERE workspace_id = ? AND sha256 IN ({placeholders})");
-            let mut q = sqlx::query_scalar::<_, String>(&sql).bind(workspace_id);
-            for h in chunk {
-                q = q.bind(h);
-            }
-            let have: std::collections::HashSet<String> =
-                q.fetch_all(&self.pool).await.map_err(backend)?.into_iter().collect();
-            missing.extend(chunk.iter().filter(|h| !have.contains(*h)).cloned());
-        }
-        Ok(missing)
+        let have: std::collections::HashSet<String> = sqlx::query_scalar(&format!(
+            "SELECT sha256 FROM template_blobs WHERE workspace_id = $1 AND sha256 IN {}",
+            self.engine.json_list("$2")
+        ))
+        .bind(workspace_id)
+        .bind(super::json_list(sha256)?)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?
+        .into_iter()
+        .collect();
+        Ok(sha256.iter().filter(|h| !have.contains(*h)).cloned().collect())
     }
 
     async fn insert_blob(&self, workspace_id: &str, sha256: &str, size: u64, at: i64) -> Result<()> {
         sqlx::query(
-            "INSERT INTO template_blobs (workspace_id, sha256, size, created_at) VALUES (?, ?, ?, ?) \
+            "INSERT INTO template_blobs (workspace_id, sha256, size, created_at) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (workspace_id, sha256) DO NOTHING",
         )
         .bind(workspace_id)

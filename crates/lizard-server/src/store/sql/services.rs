@@ -1,6 +1,6 @@
-//! [`ServiceStore`] on PostgreSQL.
+//! [`ServiceStore`] on either engine.
 
-use super::{backend, conflict_or_backend, json_err, PostgresStore};
+use super::{backend, conflict_or_backend, json_err, SqlStore};
 use crate::store::services::{ServiceBody, ServiceRecord, ServiceStore};
 use crate::store::{Result, StoreError};
 use async_trait::async_trait;
@@ -8,7 +8,7 @@ use sqlx::Row;
 
 const COLUMNS: &str = "id, account_id, workspace_id, project_id, name, body, revision, created_at, updated_at";
 
-fn service(r: &sqlx::postgres::PgRow) -> Result<ServiceRecord> {
+fn service(r: &sqlx::any::AnyRow) -> Result<ServiceRecord> {
     let body: String = r.try_get("body").map_err(backend)?;
     Ok(ServiceRecord {
         id: r.try_get("id").map_err(backend)?,
@@ -24,7 +24,7 @@ fn service(r: &sqlx::postgres::PgRow) -> Result<ServiceRecord> {
 }
 
 #[async_trait]
-impl ServiceStore for PostgresStore {
+impl ServiceStore for SqlStore {
     async fn insert_service(&self, s: &ServiceRecord) -> Result<()> {
         let body = serde_json::to_string(&s.body).map_err(json_err)?;
         sqlx::query(&format!("INSERT INTO services ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"))

@@ -1,17 +1,17 @@
-//! [`VolumeStore`] on PostgreSQL.
+//! [`VolumeStore`] on either engine.
 
-use super::{backend, conflict_or_backend, PostgresStore};
+use super::{backend, conflict_or_backend, SqlStore};
 use crate::store::volumes::*;
 use crate::store::{Result, Scope, StoreError};
 use async_trait::async_trait;
-use sqlx::postgres::PgRow;
+use sqlx::any::AnyRow;
 use sqlx::Row;
 
 pub(super) const VOLUME_COLUMNS: &str = "v.id, w.account_id, p.workspace_id, v.project_id, v.name, v.size_gb, \
      v.node_id, v.region, v.created_at, v.attached_to \
      FROM volumes v JOIN projects p ON p.id = v.project_id JOIN workspaces w ON w.id = p.workspace_id";
 
-pub(super) fn volume(r: &PgRow) -> Result<VolumeRecord> {
+pub(super) fn volume(r: &AnyRow) -> Result<VolumeRecord> {
     let size: i64 = r.try_get("size_gb").map_err(backend)?;
     Ok(VolumeRecord {
         id: r.try_get("id").map_err(backend)?,
@@ -29,7 +29,7 @@ pub(super) fn volume(r: &PgRow) -> Result<VolumeRecord> {
 
 /// The volume that `filter` (a WHERE clause over [`VOLUME_COLUMNS`], one `?` per bind)
 /// finds, if any.
-async fn one_volume(store: &PostgresStore, filter: &str, binds: &[&str]) -> Result<Option<VolumeRecord>> {
+async fn one_volume(store: &SqlStore, filter: &str, binds: &[&str]) -> Result<Option<VolumeRecord>> {
     let sql = format!("SELECT {VOLUME_COLUMNS} WHERE {filter}");
     let mut query = sqlx::query(&sql);
     for value in binds {
@@ -47,7 +47,7 @@ pub(super) fn in_use(volume: &str, holder: &str) -> StoreError {
 }
 
 #[async_trait]
-impl VolumeStore for PostgresStore {
+impl VolumeStore for SqlStore {
     async fn upsert_node(&self, n: &NodeRecord) -> Result<()> {
         sqlx::query(
             "INSERT INTO nodes (id, region, created_at) VALUES ($1, $2, $3) ON CONFLICT (id) DO UPDATE SET region = excluded.region",
