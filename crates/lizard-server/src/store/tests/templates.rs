@@ -129,7 +129,54 @@ async fn builds_of_one_millisecond_keep_the_order_they_were_made_in(db: TestDb) 
     assert_eq!(s.delete_template("tpl_1").await.unwrap(), ["ref-bld_z", "ref-bld_m", "ref-bld_a"]);
 }
 
+/// A build's record from queued to running with progress to failed by a restart; the
+/// account's templates; the blobs a workspace has uploaded.
+async fn builds_record_progress_and_a_restart_fails_the_unfinished(db: TestDb) {
+    use lizard_api::templates::{BuildFailure, BuildStepInfo};
+    let s = db.seeded("acc", &[("ws_a", "prj_a"), ("ws_b", "prj_b")]).await;
+    s.insert_build(&template("tpl_1", "ws_a", "one"), &build("bld_1")).await.unwrap();
+    s.insert_build(&template("tpl_2", "ws_b", "two"), &build("bld_2")).await.unwrap();
+    let queued = s.get_build("bld_1").await.unwrap().unwrap();
+    assert_eq!(
+        (queued.status, queued.template_name.as_str(), queued.account_id.as_str()),
+        (BuildStatus::Queued, "one", "acc")
+    );
+    assert_eq!(s.get_build("bld_x").await.unwrap(), None);
+    s.start_build("bld_1").await.unwrap();
+    let step = BuildStepInfo {
+        index: 1,
+        description: "run make".into(),
+        cached: false,
+        status: BuildStatus::Running,
+        duration_ms: None,
+    };
+    s.record_progress("bld_1", std::slice::from_ref(&step), "making\n").await.unwrap();
+    let running = s.get_build("bld_1").await.unwrap().unwrap();
+    assert_eq!((running.status, running.steps, running.log.as_str()), (BuildStatus::Running, vec![step], "making\n"));
+    let listed: Vec<String> = s.list_templates("acc").await.unwrap().into_iter().map(|t| t.name).collect();
+    assert_eq!(listed, ["one", "two"], "by workspace then name");
+    assert!(s.list_templates("acc_x").await.unwrap().is_empty());
+    // A server that stopped mid-build: both unfinished builds fail, naming why.
+    let why =
+        BuildFailure { code: "INTERNAL".into(), message: "the server restarted".into(), step: None, output_tail: None };
+    let mut refs = s.fail_unfinished_builds(&why, 9).await.unwrap();
+    refs.sort();
+    assert_eq!(refs, ["ref-bld_1", "ref-bld_2"]);
+    let failed = s.get_build("bld_1").await.unwrap().unwrap();
+    assert_eq!((failed.status, failed.error, failed.finished_at), (BuildStatus::Failed, Some(why.clone()), Some(9)));
+    assert!(s.fail_unfinished_builds(&why, 10).await.unwrap().is_empty(), "none left");
+    // Blobs: those a workspace has not uploaded, in the order asked; per workspace.
+    let (h1, h2, h3) = ("a".repeat(64), "b".repeat(64), "c".repeat(64));
+    s.insert_blob("ws_a", &h2, 10, 1).await.unwrap();
+    s.insert_blob("ws_a", &h2, 10, 2).await.unwrap();
+    let asked = [h3.clone(), h2.clone(), h1.clone()];
+    assert_eq!(s.missing_blobs("ws_a", &asked).await.unwrap(), [h3.clone(), h1.clone()]);
+    assert_eq!(s.missing_blobs("ws_b", &asked).await.unwrap(), asked);
+    assert!(s.missing_blobs("ws_a", &[]).await.unwrap().is_empty());
+}
+
 store_tests!(
+    builds_record_progress_and_a_restart_fails_the_unfinished,
     builds_of_one_millisecond_keep_the_order_they_were_made_in,
     a_workspace_runs_a_bounded_number_of_builds_at_once,
     a_build_is_metered_from_its_record_until_it_is_finished,

@@ -62,7 +62,12 @@ async fn seeded(db: &TestDb) -> super::harness::TestStore {
 }
 
 async fn bootstrap_happens_once(db: TestDb) {
-    let s = seeded(&db).await;
+    let s = db.open().await;
+    assert_eq!(s.owner_account_id().await.unwrap(), None, "no owner before the first start");
+    assert!(s.bootstrap(&acc(), &k("key_root", None)).await.unwrap());
+    assert_eq!(s.owner_account_id().await.unwrap().as_deref(), Some("acc_1"));
+    assert_eq!(s.get_account("acc_1").await.unwrap(), Some(acc()));
+    assert_eq!(s.get_account("acc_2").await.unwrap(), None);
     assert!(!s.bootstrap(&acc(), &k("key_other", None)).await.unwrap());
     assert_eq!(s.list_keys("acc_1").await.unwrap().len(), 1);
     assert_eq!(s.schema_version().await, db.known_version());
@@ -130,6 +135,8 @@ async fn duplicates_conflict_per_parent(db: TestDb) {
     s.insert_project("acc_1", &prj("prj_2", "ws_b", "p")).await.unwrap();
     assert!(matches!(s.insert_project("acc_x", &prj("prj_3", "ws_b", "q")).await, Err(StoreError::NotFound(_))));
     s.insert_project("acc_1", &prj("prj_3", "ws_b", "q")).await.unwrap();
+    assert_eq!(s.get_project("acc_1", "prj_3").await.unwrap(), Some(prj("prj_3", "ws_b", "q")));
+    assert_eq!(s.get_project("acc_x", "prj_3").await.unwrap(), None, "another account's id reaches nothing");
     assert!(matches!(s.rename_project("acc_1", "prj_3", "p").await, Err(StoreError::Conflict(_))));
     let r = s.rename_project("acc_1", "prj_3", "Q2").await.unwrap();
     assert_eq!((r.name.as_str(), r.slug.as_str()), ("Q2", "q"));

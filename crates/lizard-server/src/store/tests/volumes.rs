@@ -29,6 +29,15 @@ async fn one_holder_at_a_time_until_the_sandbox_ends(db: TestDb) {
     let s = seeded(&db).await;
     s.insert_volume(&vol("vol_1", "data")).await.unwrap();
     assert!(matches!(s.insert_volume(&vol("vol_2", "data")).await, Err(StoreError::Conflict(_))));
+    assert_eq!(s.find_volume("acc_1", "prj_a", "data").await.unwrap().map(|v| v.id), Some("vol_1".into()));
+    assert_eq!(s.find_volume("acc_2", "prj_a", "data").await.unwrap(), None, "another account's");
+    assert_eq!(s.find_volume("acc_1", "prj_a", "other").await.unwrap(), None);
+    // Released only by its holder.
+    s.attach_volume("vol_1", "creating:w").await.unwrap();
+    s.release_volume("vol_1", "creating:other").await.unwrap();
+    assert_eq!(s.get_volume("acc_1", "vol_1").await.unwrap().unwrap().attached_to.as_deref(), Some("creating:w"));
+    s.release_volume("vol_1", "creating:w").await.unwrap();
+    assert_eq!(s.get_volume("acc_1", "vol_1").await.unwrap().unwrap().attached_to, None);
     s.attach_volume("vol_1", "creating:x").await.unwrap();
     let e = s.attach_volume("vol_1", "creating:y").await.unwrap_err();
     assert!(e.to_string().contains("being created"), "{e}");
