@@ -16,6 +16,7 @@ pub use lizard_agent_proto::types::{
 
 pub mod code;
 pub mod files;
+pub mod ids;
 pub mod processes;
 pub mod routes;
 pub mod services;

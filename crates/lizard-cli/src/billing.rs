@@ -14,7 +14,7 @@ use lizard_api::parse_usd;
 use lizard_api::routes;
 use lizard_api::{format_usd, Balance, BillingSummary, LiveBilling, Metrics, TransactionPage};
 #[cfg(feature = "node")]
-use lizard_server::store::billing::{CreditOutcome, LedgerKind, NewCredit};
+use lizard_store::billing::{CreditOutcome, LedgerKind, NewCredit};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 #[cfg(feature = "node")]
@@ -197,18 +197,18 @@ pub async fn credit(data_dir: &Path, cmd: BillingCmd, json: bool) -> Result<()> 
     if idempotency_key.trim().is_empty() {
         bail!("the idempotency key must not be empty");
     }
-    let db = data_dir.join(lizard_server::store::sql::DB_FILE);
+    let db = data_dir.join(lizard_store::sql::DB_FILE);
     if database.is_none() && !db.exists() {
         bail!("no Lizard database at {} (pass the server's --data-dir, or its --database)", db.display());
     }
-    let store = lizard_server::store::open_store(database.as_deref(), data_dir).await?;
+    let store = lizard_store::open_store(database.as_deref(), data_dir).await?;
     let credit = NewCredit {
         account_id: account,
         kind: LedgerKind::Credit,
         amount_nanos,
         description,
         idempotency_key,
-        at: lizard_server::ids::now_ms(),
+        at: lizard_api::ids::now_ms(),
     };
     let outcome = store.add_credit(&credit).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let balance = store.balance(&credit.account_id).await?;

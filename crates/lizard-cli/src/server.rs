@@ -178,7 +178,7 @@ pub fn options(data_dir: &Path, args: &ServerArgs) -> Result<RunOptions> {
     if let Some(l) = args.listen {
         server.listen = l;
     }
-    server.database = args.database.as_deref().map(lizard_server::store::database::DatabaseUrl::new);
+    server.database = args.database.as_deref().map(lizard_store::database::DatabaseUrl::new);
     server.metrics = args.metrics_listen.map(|addr| lizard_server::config::MetricsListen {
         addr,
         token: args.metrics_token.clone().filter(|t| !t.is_empty()),

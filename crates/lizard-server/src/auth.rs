@@ -18,11 +18,11 @@
 
 use crate::error::{ApiResult, AppError};
 use crate::keys;
-use crate::scope::{self, Scope};
 use crate::state::ServerState;
-use crate::store::{ProjectRecord, SandboxRecord, Store, WorkspaceRecord};
 use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
+use lizard_store::scope::{self, Scope};
+use lizard_store::{ProjectRecord, SandboxRecord, Store, WorkspaceRecord};
 
 /// The header that carries the key (the SDK reference's name).
 pub const API_KEY_HEADER: &str = "x-api-key";

@@ -1,6 +1,6 @@
 //! Per-second billing: prices, the metering task, the 402 guard, and pausing at zero.
 //!
-//! The ledger and the meters live in the store ([`crate::store::billing`]); this module
+//! The ledger and the meters live in the store ([`lizard_store::billing`]); this module
 //! holds the policy around them:
 //! - [`Pricing`]: what a sandbox of a given size costs a second, in nano-dollars, fixed
 //!   on its meter when it is created;
@@ -12,13 +12,13 @@
 //!
 //! **Crash bound.** Metered time reaches the ledger at each tick; a process that dies
 //! loses what its sandboxes ran since the last tick (at most one tick, by default 5 s per
-//! sandbox), and never bills a millisecond twice (see [`crate::store::billing`]).
+//! sandbox), and never bills a millisecond twice (see [`lizard_store::billing`]).
 
 use crate::error::{ApiResult, AppError};
-use crate::store::billing::{MeterRecord, MeterSpec, MeterState};
-use crate::store::Store;
 use async_trait::async_trait;
 use lizard_api::{ErrorCode, NANOS_PER_USD};
+use lizard_store::billing::{MeterRecord, MeterSpec, MeterState};
+use lizard_store::Store;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -144,7 +144,7 @@ pub trait SandboxPauser: Send + Sync + 'static {
 }
 
 /// The running sandboxes to pause: those of accounts in `depleted` (depleted for longer
-/// than the grace period, as [`crate::store::BillingStore::depleted_accounts`] answers).
+/// than the grace period, as [`lizard_store::BillingStore::depleted_accounts`] answers).
 pub fn due_for_pause<'a>(depleted: &[String], meters: &'a [MeterRecord]) -> Vec<&'a MeterRecord> {
     meters.iter().filter(|m| m.state == MeterState::Running && depleted.contains(&m.account_id)).collect()
 }
@@ -188,13 +188,13 @@ pub async fn meter_once(
 }
 
 /// Meter until the process ends (spawn it). Meters a dead process left open must have
-/// been closed first ([`crate::store::BillingStore::close_meters_at_watermark`]).
+/// been closed first ([`lizard_store::BillingStore::close_meters_at_watermark`]).
 pub async fn run_metering(store: Arc<dyn Store>, config: BillingConfig, pauser: Arc<dyn SandboxPauser>) {
     let mut tick = tokio::time::interval(config.tick.max(Duration::from_millis(10)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        meter_once(store.as_ref(), &config, pauser.as_ref(), crate::ids::now_ms()).await;
+        meter_once(store.as_ref(), &config, pauser.as_ref(), lizard_api::ids::now_ms()).await;
     }
 }
 
@@ -263,8 +263,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_tick_bills_then_pauses_only_after_the_grace_period() {
-        use crate::store::{BillingStore, NewSandbox};
-        let store = crate::store::fixture::seeded_store("acc", &[("ws", "prj")]).await;
+        use lizard_store::{BillingStore, NewSandbox};
+        let store = lizard_store::fixture::seeded_store("acc", &[("ws", "prj")]).await;
         // 4 s of credit at 2500 n$/s.
         store.grant_signup_credits(10_000, 0).await.unwrap();
         store
@@ -272,11 +272,11 @@ mod tests {
                 id: "sbx".into(),
                 project_id: "prj".into(),
                 template: "base".into(),
-                state: crate::store::SandboxState::Running,
+                state: lizard_store::SandboxState::Running,
                 created_at: 0,
                 timeout_at: None,
                 metadata: Default::default(),
-                on_timeout: crate::store::OnTimeout::Kill,
+                on_timeout: lizard_store::OnTimeout::Kill,
                 timeout_ms: None,
                 template_ref: None,
                 node_id: "node_local".into(),

@@ -74,7 +74,7 @@ impl BlobStore {
             move |source| BlobError::Io { context, source }
         };
         tokio::fs::create_dir_all(&self.root).await.map_err(io("create the blob directory"))?;
-        let tmp = self.root.join(format!(".upload-{}", crate::ids::new_id("tmp")));
+        let tmp = self.root.join(format!(".upload-{}", lizard_api::ids::new_id("tmp")));
         let written = self.write_hashed(&tmp, body, limit).await;
         let result = match written {
             Ok((size, actual)) if actual == sha256 => {

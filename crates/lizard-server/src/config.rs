@@ -14,8 +14,8 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// Where the state lives (`--database`): `None` is SQLite in [`Self::data_dir`];
     /// `sqlite:///path/lizard.db` another SQLite file; `postgres://…` a PostgreSQL server
-    /// shared by replicas. See [`crate::store::database`].
-    pub database: Option<crate::store::database::DatabaseUrl>,
+    /// shared by replicas. See [`lizard_store::database`].
+    pub database: Option<lizard_store::database::DatabaseUrl>,
     /// The region this server places sandboxes in.
     pub region: String,
     /// Public sandbox URLs are `{id}-{port}.sandbox.{region}.{domain}`.
@@ -110,7 +110,7 @@ impl Default for ClusterConfig {
         ClusterConfig {
             heartbeat_ms: DEFAULT_NODE_HEARTBEAT_MS,
             lease_ms: DEFAULT_NODE_LEASE_MS,
-            replica_id: crate::ids::new_id("replica"),
+            replica_id: lizard_api::ids::new_id("replica"),
         }
     }
 }
@@ -221,8 +221,8 @@ impl ServerConfig {
             BlobSharing::Off => false,
             BlobSharing::Auto => self.database.as_ref().is_some_and(|d| {
                 matches!(
-                    crate::store::database::Database::parse(Some(d.expose())),
-                    Ok(crate::store::database::Database::Postgres(_))
+                    lizard_store::database::Database::parse(Some(d.expose())),
+                    Ok(lizard_store::database::Database::Postgres(_))
                 )
             }),
         }
@@ -305,9 +305,9 @@ mod tests {
     fn pushed_files_are_shared_by_default_only_on_postgres() {
         let mut c = ServerConfig::new("/tmp/x");
         assert!(!c.shares_blobs(), "embedded SQLite: the disk is enough");
-        c.database = Some(crate::store::database::DatabaseUrl::new("sqlite:///tmp/x/lizard.db"));
+        c.database = Some(lizard_store::database::DatabaseUrl::new("sqlite:///tmp/x/lizard.db"));
         assert!(!c.shares_blobs());
-        c.database = Some(crate::store::database::DatabaseUrl::new("postgres://lizard@db/lizard"));
+        c.database = Some(lizard_store::database::DatabaseUrl::new("postgres://lizard@db/lizard"));
         assert!(c.shares_blobs(), "replicas");
         c.blob_sharing = BlobSharing::Off;
         assert!(!c.shares_blobs());

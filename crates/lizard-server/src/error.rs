@@ -5,15 +5,15 @@
 //! with a generic message: the cause may name files or SQL that a client has no business
 //! seeing.
 
-use crate::ids::NameError;
-use crate::store::StoreError;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use lizard_api::ids::NameError;
 use lizard_api::{ApiError, ErrorCode};
+use lizard_store::StoreError;
 use serde::de::DeserializeOwned;
 
 /// An error answer. Build one with the constructors, or `?` a [`StoreError`].

@@ -22,15 +22,15 @@ mod sealed;
 
 use crate::auth::{self, Principal};
 use crate::error::{AppError, BodyReadTimeout};
-use crate::ids;
 use crate::state::ServerState;
-use crate::store::idempotency::{IdempotencyEntry, IdempotencyId, StoredAnswer};
 use axum::body::Body;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use lizard_api::ids;
 use lizard_api::{routes, ErrorCode};
+use lizard_store::idempotency::{IdempotencyEntry, IdempotencyId, StoredAnswer};
 use sha2::{Digest, Sha256};
 use std::time::Duration;
 

@@ -21,7 +21,7 @@
 //! [`REFUSED_FOR`].
 
 use crate::keys;
-use crate::store::{Store, StoreError};
+use lizard_store::{Store, StoreError};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -116,7 +116,7 @@ impl KeyIndex {
         if let Some(began) = reads.began {
             tokio::time::sleep_until((began + MIN_READ_GAP).into()).await;
         }
-        let (began, began_ms) = (Instant::now(), crate::ids::now_ms());
+        let (began, began_ms) = (Instant::now(), lizard_api::ids::now_ms());
         let hashes = store.key_hashes_since(reads.began_ms.saturating_sub(CLOCK_MARGIN_MS)).await?;
         let mut known = self.known.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         known.extend(hashes.iter().filter_map(|h| Fingerprint::try_from(h.as_slice()).ok()));
@@ -129,7 +129,7 @@ impl KeyIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::KeyRecord;
+    use lizard_store::KeyRecord;
     use std::sync::Arc;
 
     const ACCOUNT: &str = "acc_1";
@@ -137,7 +137,7 @@ mod tests {
     async fn add_key(store: &dyn Store, created_at: i64) -> String {
         let new = keys::generate();
         let record = KeyRecord {
-            id: crate::ids::new_id("key"),
+            id: lizard_api::ids::new_id("key"),
             account_id: ACCOUNT.into(),
             name: "k".into(),
             prefix: new.prefix,
@@ -152,7 +152,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_key_in_the_store_is_checked_and_one_nobody_holds_is_refused_from_memory() {
-        let store: Arc<dyn Store> = Arc::new(crate::store::fixture::seeded_store(ACCOUNT, &[]).await);
+        let store: Arc<dyn Store> = Arc::new(lizard_store::fixture::seeded_store(ACCOUNT, &[]).await);
         let index = KeyIndex::default();
         // Made before the index read anything (another replica, a restart).
         let old = add_key(store.as_ref(), 1).await;
@@ -162,7 +162,7 @@ mod tests {
         assert_eq!(index.check(store.as_ref(), "lz_short").await.unwrap(), Verdict::Refuse);
         // Made a moment ago elsewhere, stamped by a clock 30 s behind: found at its first use.
         tokio::time::sleep(MIN_READ_GAP).await;
-        let fresh = add_key(store.as_ref(), crate::ids::now_ms() - 30_000).await;
+        let fresh = add_key(store.as_ref(), lizard_api::ids::now_ms() - 30_000).await;
         assert_eq!(index.check(store.as_ref(), &fresh).await.unwrap(), Verdict::Check);
         // Refused by the store (revoked): from memory from then on.
         index.refused(&fresh);
@@ -175,7 +175,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_flood_of_unknown_keys_costs_a_few_reads_and_a_fresh_key_still_works() {
-        let store: Arc<dyn Store> = Arc::new(crate::store::fixture::seeded_store(ACCOUNT, &[]).await);
+        let store: Arc<dyn Store> = Arc::new(lizard_store::fixture::seeded_store(ACCOUNT, &[]).await);
         let index = Arc::new(KeyIndex::default());
         let started = Instant::now();
         let flood: Vec<_> = (0..2000)
@@ -184,7 +184,7 @@ mod tests {
                 tokio::spawn(async move { index.check(store.as_ref(), &keys::generate().plaintext).await.unwrap() })
             })
             .collect();
-        let fresh = add_key(store.as_ref(), crate::ids::now_ms()).await;
+        let fresh = add_key(store.as_ref(), lizard_api::ids::now_ms()).await;
         assert_eq!(index.check(store.as_ref(), &fresh).await.unwrap(), Verdict::Check, "during the flood");
         for answer in flood {
             assert_eq!(answer.await.unwrap(), Verdict::Refuse);

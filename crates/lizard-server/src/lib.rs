@@ -66,7 +66,6 @@ pub mod front_door;
 pub mod guard;
 pub mod guest_buffers;
 pub mod idempotency;
-pub mod ids;
 pub mod key_index;
 pub mod keys;
 pub mod limits;
@@ -77,19 +76,17 @@ pub mod placement;
 pub mod proxy;
 pub mod request_id;
 pub mod run;
-pub mod scope;
 pub mod scrape;
 pub mod shared_blobs;
 pub mod state;
-pub mod store;
 pub mod telemetry;
 
 pub use auth::{require_account_scope, Principal};
 pub use config::ServerConfig;
 pub use error::{ApiResult, AppError};
-pub use scope::Scope;
+pub use lizard_store::scope::Scope;
+pub use lizard_store::{sql::SqlStore, Store, StoreError};
 pub use state::{AppState, NoReaper, SandboxReaper, ServerState};
-pub use store::{sql::SqlStore, Store, StoreError};
 
 use axum::extract::FromRef;
 use axum::{Extension, Json, Router};
@@ -119,14 +116,14 @@ pub struct Server {
 /// first start.
 pub async fn open(config: ServerConfig) -> Result<Server, ServerError> {
     let database = config.database.as_ref().map(|d| d.expose());
-    let store = store::open_store(database, &config.data_dir).await?;
+    let store = lizard_store::open_store(database, &config.data_dir).await?;
     open_with_store(config, store).await
 }
 
 /// [`open`] on a given store (another backend, or an in-memory one in tests).
 pub async fn open_with_store(config: ServerConfig, store: Arc<dyn Store>) -> Result<Server, ServerError> {
     let initial_key = bootstrap(store.as_ref(), &config).await?;
-    let granted = store.grant_signup_credits(config.billing.signup_credit_nanos, ids::now_ms()).await?;
+    let granted = store.grant_signup_credits(config.billing.signup_credit_nanos, lizard_api::ids::now_ms()).await?;
     if granted > 0 {
         tracing::info!(accounts = granted, "granted signup credits");
     }
@@ -136,16 +133,16 @@ pub async fn open_with_store(config: ServerConfig, store: Arc<dyn Store>) -> Res
 /// Create the owner account and its first, unscoped key if the store has no account.
 /// Returns the key's plaintext when it did.
 async fn bootstrap(store: &dyn Store, config: &ServerConfig) -> Result<Option<String>, StoreError> {
-    let now = ids::now_ms();
-    let account = store::AccountRecord {
-        id: ids::new_id("acc"),
+    let now = lizard_api::ids::now_ms();
+    let account = lizard_store::AccountRecord {
+        id: lizard_api::ids::new_id("acc"),
         email: config.owner_email.clone(),
         plan: config.owner_plan.clone(),
         created_at: now,
     };
     let new = keys::generate();
-    let key = store::KeyRecord {
-        id: ids::new_id("key"),
+    let key = lizard_store::KeyRecord {
+        id: lizard_api::ids::new_id("key"),
         account_id: account.id.clone(),
         name: "owner".into(),
         prefix: new.prefix,

@@ -11,9 +11,9 @@
 use crate::error::{ApiResult, AppError};
 use crate::nodes::{NodeClient, Nodes};
 use crate::state::AppState;
-use crate::store::{ClusterNode, NodeLoad, NodeRecord, SandboxRecord, Store};
 use lizard_api::cluster::{NodeCapacity, NodeReport, NodeState, NodeUsage};
 use lizard_api::ErrorCode;
+use lizard_store::{ClusterNode, NodeLoad, NodeRecord, SandboxRecord, Store};
 use std::cmp::Ordering;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -45,7 +45,7 @@ pub struct Placed {
 pub async fn place_volume(state: &AppState, region: Option<&str>) -> ApiResult<Placed> {
     register_home_node(state).await?;
     let store = state.server.store.as_ref();
-    let now = crate::ids::now_ms();
+    let now = lizard_api::ids::now_ms();
     let usable: HashSet<String> =
         store.list_nodes().await?.into_iter().filter(|n| usable(state, n, now)).map(|n| n.id).collect();
     let loads: Vec<NodeLoad> = store.node_loads().await?.into_iter().filter(|l| usable.contains(&l.node.id)).collect();
@@ -191,7 +191,7 @@ pub async fn place_sandbox(state: &AppState, want: &Want) -> ApiResult<Vec<Place
     if state.nodes.local_client().is_some() {
         register_home_node(state).await?;
     }
-    let now = crate::ids::now_ms();
+    let now = lizard_api::ids::now_ms();
     let nodes = state.server.store.list_nodes().await?;
     let pending = state.server.store.placed_since_heartbeat().await?;
     let candidates: Vec<Candidate> = nodes
@@ -338,7 +338,7 @@ pub async fn register_home_node(state: &AppState) -> ApiResult<()> {
     let node = NodeRecord {
         id: LOCAL_NODE_ID.to_string(),
         region: state.server.config.region.clone(),
-        created_at: crate::ids::now_ms(),
+        created_at: lizard_api::ids::now_ms(),
     };
     state.server.store.upsert_node(&node).await?;
     Ok(())

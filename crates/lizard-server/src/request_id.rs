@@ -13,7 +13,7 @@ pub const HEADER: &str = "x-request-id";
 
 /// A new request id.
 pub fn new() -> String {
-    crate::ids::new_id("req")
+    lizard_api::ids::new_id("req")
 }
 
 /// The id of the request this task serves, if it serves one.

@@ -225,7 +225,7 @@ fn leader_jobs(state: &AppState) -> Vec<(leader::Lease, tokio::task::JoinHandle<
                 (store.clone(), billing.clone(), pauser.clone(), telemetry.clone());
             async move {
                 let started = std::time::Instant::now();
-                crate::billing::meter_once(store.as_ref(), &billing, pauser.as_ref(), crate::ids::now_ms()).await;
+                crate::billing::meter_once(store.as_ref(), &billing, pauser.as_ref(), lizard_api::ids::now_ms()).await;
                 telemetry.billing_tick(started.elapsed());
             }
         })
@@ -242,7 +242,8 @@ fn leader_jobs(state: &AppState) -> Vec<(leader::Lease, tokio::task::JoinHandle<
         leader::run_as_leader(store.clone(), leader::NODE_EXPIRY, replica.clone(), second, move || {
             let store = store.clone();
             async move {
-                if let Err(e) = cluster::expiry::expire_once(store.as_ref(), crate::ids::now_ms(), lease_ms).await {
+                if let Err(e) = cluster::expiry::expire_once(store.as_ref(), lizard_api::ids::now_ms(), lease_ms).await
+                {
                     tracing::warn!("node-lease expiry: {e}");
                 }
             }

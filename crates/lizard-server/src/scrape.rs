@@ -12,14 +12,14 @@
 use crate::cluster::operator;
 use crate::error::ApiResult;
 use crate::state::AppState;
-use crate::store::cluster::node_state_name;
-use crate::store::MeterState;
 use crate::telemetry::{NodeLabels, NodeStateLabels, ScrapeGauges, StateLabels, Telemetry};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use lizard_store::cluster::node_state_name;
+use lizard_store::MeterState;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use std::sync::Arc;
@@ -75,7 +75,7 @@ async fn refresh(state: &AppState, telemetry: &Telemetry) -> ApiResult<()> {
     // Sandboxes only: a running template build is metered too.
     meters.retain(|m| !crate::ops::templates::is_build_id(&m.sandbox_id));
     let nodes = operator::current(state).await?;
-    let now = crate::ids::now_ms();
+    let now = lizard_api::ids::now_ms();
     let g: &ScrapeGauges = &telemetry.gauges;
     let count = |s: MeterState| i64::try_from(meters.iter().filter(|m| m.state == s).count()).unwrap_or(i64::MAX);
     g.sandboxes.get_or_create(&StateLabels { state: "running" }).set(count(MeterState::Running));

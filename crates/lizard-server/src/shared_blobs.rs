@@ -10,7 +10,7 @@
 //! corrupt or incomplete stored content never reaches a build).
 
 use crate::blobs::{BlobError, BlobStore};
-use crate::store::{BlobContent, Store, StoreError, BLOB_CHUNK_BYTES};
+use lizard_store::{BlobContent, Store, StoreError, BLOB_CHUNK_BYTES};
 use std::sync::Arc;
 use tokio::io::AsyncReadExt;
 
@@ -65,7 +65,7 @@ pub async fn share(store: &dyn Store, local: &BlobStore, sha256: &str) -> Result
             break;
         }
     }
-    store.complete_blob_content(sha256, BlobContent { size, chunks: seq }, crate::ids::now_ms()).await?;
+    store.complete_blob_content(sha256, BlobContent { size, chunks: seq }, lizard_api::ids::now_ms()).await?;
     Ok(())
 }
 
@@ -155,7 +155,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_file_of_several_chunks_goes_through_the_store_to_another_disk() {
-        let store: Arc<dyn Store> = Arc::new(crate::store::fixture::seeded_store("acc", &[]).await);
+        let store: Arc<dyn Store> = Arc::new(lizard_store::fixture::seeded_store("acc", &[]).await);
         let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let (a, b) = (BlobStore::new(dir_a.path()), BlobStore::new(dir_b.path()));
         let content: Vec<u8> = (0..BLOB_CHUNK_BYTES * 2 + 3).map(|i| u8::try_from(i % 251).unwrap()).collect();

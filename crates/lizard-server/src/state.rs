@@ -10,9 +10,9 @@ use crate::blobs::BlobStore;
 use crate::builds::Builds;
 use crate::config::ServerConfig;
 use crate::nodes::Nodes;
-use crate::store::{SandboxRecord, Store, VolumeRecord};
 use async_trait::async_trait;
 use axum::extract::FromRef;
+use lizard_store::{SandboxRecord, Store, VolumeRecord};
 use std::sync::Arc;
 
 /// Kills the VMs of sandboxes whose records a tenancy delete removed
@@ -37,7 +37,7 @@ pub trait SandboxReaper: Send + Sync + 'static {
 
     /// Forget the snapshots of removed projects and delete their saves (called before
     /// [`SandboxReaper::remove_templates`]: a node keeps a template its snapshots need).
-    async fn remove_snapshots(&self, snapshots: Vec<crate::store::SnapshotRecord>) {
+    async fn remove_snapshots(&self, snapshots: Vec<lizard_store::SnapshotRecord>) {
         if !snapshots.is_empty() {
             tracing::warn!(count = snapshots.len(), "no sandbox reaper installed; snapshots left in place");
         }

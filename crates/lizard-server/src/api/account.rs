@@ -65,5 +65,5 @@ pub async fn account(State(state): State<ServerState>, p: Principal) -> ApiResul
         .get_account(&p.account_id)
         .await?
         .ok_or_else(|| AppError::internal(format!("account {} missing", p.account_id)))?;
-    Ok(Json(Account { id: a.id, email: a.email, plan: a.plan, created_at: crate::ids::rfc3339(a.created_at) }))
+    Ok(Json(Account { id: a.id, email: a.email, plan: a.plan, created_at: lizard_api::ids::rfc3339(a.created_at) }))
 }

@@ -7,16 +7,16 @@
 
 use crate::auth::{require_account_scope, Principal};
 use crate::error::{ApiQuery, ApiResult, AppError};
-use crate::ids;
 use crate::openapi::{AccountScopeRequired, InvalidArgument, Unauthenticated};
 use crate::state::ServerState;
-use crate::store::billing::{Granularity, LedgerEntry, LedgerKind, MeterState};
 use axum::extract::State;
 use axum::Json;
+use lizard_api::ids;
 use lizard_api::{
     format_usd, Balance, BillingSummary, LiveBilling, LiveSandbox, ProjectSpend, SandboxCost, SummaryPeriod,
     Transaction, TransactionKind, TransactionPage, UsageKind, WorkspaceSpend, MAX_COST_IDS,
 };
+use lizard_store::billing::{Granularity, LedgerEntry, LedgerKind, MeterState};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 

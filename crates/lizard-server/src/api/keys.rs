@@ -1,6 +1,6 @@
 //! `/v1/api-keys`: list, mint, revoke.
 //!
-//! Minting follows [`crate::scope::covers`]: the new key's scope must be an exact subset of
+//! Minting follows [`lizard_store::scope::covers`]: the new key's scope must be an exact subset of
 //! the caller's (403 `FORBIDDEN` otherwise, whether or not the named ids exist, so the
 //! answer reveals nothing outside the caller's scope). A scoped key lists and revokes only
 //! keys within its own scope — keys it could have minted — so it never learns of broader
@@ -9,16 +9,16 @@
 use crate::api::key_json;
 use crate::auth::Principal;
 use crate::error::{ApiJson, ApiPath, ApiResult, AppError};
-use crate::ids;
 use crate::keys as keygen;
 use crate::openapi::{Conflict, Forbidden, InvalidArgument, NotFound, Unauthenticated};
-use crate::scope::{self, Scope};
 use crate::state::ServerState;
-use crate::store::{KeyRecord, Store};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
+use lizard_api::ids;
 use lizard_api::{ApiKey, CreateApiKeyRequest, CreatedApiKey};
+use lizard_store::scope::{self, Scope};
+use lizard_store::{KeyRecord, Store};
 use std::collections::HashMap;
 
 /// project id → workspace id, for the account (what [`scope::covers`] needs).

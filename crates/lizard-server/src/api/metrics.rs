@@ -8,11 +8,11 @@
 use crate::auth::{self, Principal};
 use crate::error::{ApiQuery, ApiResult, AppError};
 use crate::openapi::{InvalidArgument, NotFound, Unauthenticated};
-use crate::scope;
 use crate::state::ServerState;
 use axum::extract::State;
 use axum::Json;
 use lizard_api::{format_usd, Metrics, UsageMetrics};
+use lizard_store::scope;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 

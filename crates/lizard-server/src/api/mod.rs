@@ -26,8 +26,8 @@ pub mod volumes;
 pub mod workspaces;
 
 use crate::state::{AppState, ServerState};
-use crate::store::{KeyRecord, ProjectRecord, WorkspaceRecord};
 use axum::extract::FromRef;
+use lizard_store::{KeyRecord, ProjectRecord, WorkspaceRecord};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -129,7 +129,7 @@ pub(crate) fn workspace_json(w: WorkspaceRecord) -> lizard_api::Workspace {
         id: w.id,
         name: w.name,
         slug: w.slug,
-        created_at: crate::ids::rfc3339(w.created_at),
+        created_at: lizard_api::ids::rfc3339(w.created_at),
         volume_quota_gb: w.volume_quota_gb,
     }
 }
@@ -140,7 +140,7 @@ pub(crate) fn project_json(p: ProjectRecord) -> lizard_api::Project {
         workspace_id: p.workspace_id,
         name: p.name,
         slug: p.slug,
-        created_at: crate::ids::rfc3339(p.created_at),
+        created_at: lizard_api::ids::rfc3339(p.created_at),
     }
 }
 
@@ -155,7 +155,7 @@ pub(crate) fn key_json(k: KeyRecord) -> lizard_api::ApiKey {
         prefix: k.prefix,
         workspaces,
         projects,
-        created_at: crate::ids::rfc3339(k.created_at),
+        created_at: lizard_api::ids::rfc3339(k.created_at),
     }
 }
 

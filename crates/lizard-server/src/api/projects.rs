@@ -7,14 +7,14 @@
 use crate::api::project_json;
 use crate::auth::{self, Principal};
 use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError};
-use crate::ids;
 use crate::openapi::{Conflict, InvalidArgument, NotFound, Unauthenticated};
 use crate::state::ServerState;
-use crate::store::ProjectRecord;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
+use lizard_api::ids;
 use lizard_api::{CreateProjectRequest, Project, UpdateProjectRequest};
+use lizard_store::ProjectRecord;
 use serde::Deserialize;
 
 #[derive(Debug, Default, Deserialize)]
@@ -85,7 +85,7 @@ pub async fn create(
     let prj = ProjectRecord { id: ids::new_id("prj"), workspace_id: w.id, name, slug, created_at: ids::now_ms() };
     state.store.insert_project(&p.account_id, &prj).await.map_err(|e| match e {
         // Deleted between the check and the insert.
-        crate::store::StoreError::NotFound(_) => {
+        lizard_store::StoreError::NotFound(_) => {
             AppError::not_found(format!("workspace {} not found", req.workspace_id))
         }
         e => e.into(),

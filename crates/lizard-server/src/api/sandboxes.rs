@@ -5,18 +5,18 @@
 
 use crate::auth::{self, Principal};
 use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError};
-use crate::ids;
 use crate::openapi::{Conflict, InvalidArgument, NotFound, PaymentRequired, Unauthenticated};
 use crate::ops::sandboxes::{self as ops, LiveSandbox, NewSandboxSpec, DEFAULT_TIMEOUT_MS};
 use crate::state::AppState;
-use crate::store::SandboxFilter;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::{StreamExt, TryStreamExt};
+use lizard_api::ids;
 use lizard_api::{ExecRequest, NewSandboxRequest, SandboxInfo, SetTimeoutRequest, SignUrlRequest, SignedUrl};
+use lizard_store::SandboxFilter;
 use serde::Deserialize;
 
 /// The API's view of a sandbox: the node's facts plus the record's.
@@ -86,7 +86,7 @@ impl UrlAccess {
 pub(crate) async fn create_in(
     state: &AppState,
     p: &Principal,
-    project: crate::store::ProjectRecord,
+    project: lizard_store::ProjectRecord,
     req: NewSandboxRequest,
     urls: UrlAccess,
 ) -> ApiResult<SandboxInfo> {
@@ -143,7 +143,7 @@ pub(crate) async fn create_in(
         timeout_ms,
         timeout_at,
         on_timeout: req.on_timeout.unwrap_or_default(),
-        access: access.as_ref().map(|t| crate::store::SandboxAccess {
+        access: access.as_ref().map(|t| lizard_store::SandboxAccess {
             token_hash: t.hash.to_vec(),
             urls_public: urls.public,
             resume_on_request: urls.resume_on_request,
@@ -162,11 +162,11 @@ pub(crate) async fn snapshot_in(
     p: &Principal,
     project_id: &str,
     id: &str,
-) -> ApiResult<crate::store::SnapshotRecord> {
+) -> ApiResult<lizard_store::SnapshotRecord> {
     match state.server.store.get_snapshot(&p.account_id, id).await? {
         Some(s)
             if s.project_id == project_id
-                && crate::scope::sees_project(p.scope.as_ref(), &s.workspace_id, &s.project_id) =>
+                && lizard_store::scope::sees_project(p.scope.as_ref(), &s.workspace_id, &s.project_id) =>
         {
             Ok(s)
         }

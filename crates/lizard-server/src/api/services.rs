@@ -11,7 +11,6 @@ use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError};
 use crate::openapi::{Conflict, InvalidArgument, NotFound, PaymentRequired, Unauthenticated};
 use crate::ops::services as ops;
 use crate::state::AppState;
-use crate::store::ServiceRecord;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -22,6 +21,7 @@ use futures_util::StreamExt;
 use lizard_api::services::{
     CreateServiceRequest, DeployServiceRequest, RollbackRequest, ServiceInfo, ServiceLogLine, MAX_LOG_BYTES,
 };
+use lizard_store::ServiceRecord;
 use serde::Deserialize;
 
 /// The service `name` if the key reaches it; else 404.
@@ -29,7 +29,7 @@ async fn service_of(state: &AppState, p: &Principal, name: &str) -> ApiResult<Se
     match state.server.store.service_by_name(name).await? {
         Some(s)
             if s.account_id == p.account_id
-                && crate::scope::sees_project(p.scope.as_ref(), &s.workspace_id, &s.project_id) =>
+                && lizard_store::scope::sees_project(p.scope.as_ref(), &s.workspace_id, &s.project_id) =>
         {
             Ok(s)
         }
@@ -107,7 +107,7 @@ pub async fn list(
     let all = state.server.store.list_services(Some(&p.account_id)).await?;
     Ok(Json(
         all.iter()
-            .filter(|s| crate::scope::sees_project(p.scope.as_ref(), &s.workspace_id, &s.project_id))
+            .filter(|s| lizard_store::scope::sees_project(p.scope.as_ref(), &s.workspace_id, &s.project_id))
             .filter(|s| project.as_ref().is_none_or(|x| x.id == s.project_id))
             .map(|s| ops::info(&state, s))
             .collect(),

@@ -14,7 +14,6 @@ use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError};
 use crate::openapi::{Conflict, Forbidden, InvalidArgument, NotFound, Unauthenticated};
 use crate::ops::templates as ops;
 use crate::state::AppState;
-use crate::store::{BuildRecord, TemplateRecord, WorkspaceRecord};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -25,6 +24,7 @@ use futures_util::StreamExt;
 use lizard_api::templates::{
     BuildEvent, MissingBlobs, MissingBlobsRequest, PushTemplateRequest, TemplateBuildInfo, TemplateInfo,
 };
+use lizard_store::{BuildRecord, TemplateRecord, WorkspaceRecord};
 use serde::Deserialize;
 
 /// Largest push request (its manifest: about 200 bytes a path, up to the context's

@@ -10,15 +10,15 @@
 
 use crate::auth::{self, Principal};
 use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError};
-use crate::ids;
 use crate::openapi::{Conflict, InvalidArgument, NotFound, PaymentRequired, QuotaExceeded, Unauthenticated};
 use crate::ops::volumes as ops;
 use crate::state::AppState;
-use crate::store::{ProjectRecord, VolumeRecord};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
+use lizard_api::ids;
 use lizard_api::{CreateVolumeRequest, Volume, DEFAULT_VOLUME_SIZE_GB, MAX_VOLUME_SIZE_GB};
+use lizard_store::{ProjectRecord, VolumeRecord};
 use serde::Deserialize;
 
 pub(crate) fn volume_json(v: VolumeRecord) -> Volume {
@@ -30,7 +30,7 @@ pub(crate) fn volume_json(v: VolumeRecord) -> Volume {
         size_gb: v.size_gb,
         region: v.region,
         created_at: ids::rfc3339(v.created_at),
-        attached_to: v.attached_to.filter(|h| !h.starts_with(crate::store::volumes::RESERVATION_PREFIX)),
+        attached_to: v.attached_to.filter(|h| !h.starts_with(lizard_store::volumes::RESERVATION_PREFIX)),
     }
 }
 
@@ -80,7 +80,7 @@ pub async fn volume_for(
         store.find_volume(&p.account_id, &prj.id, name_or_id).await?
     };
     match found {
-        Some(v) if crate::scope::sees_project(p.scope.as_ref(), &v.workspace_id, &v.project_id) => Ok(v),
+        Some(v) if lizard_store::scope::sees_project(p.scope.as_ref(), &v.workspace_id, &v.project_id) => Ok(v),
         _ => Err(not_found()),
     }
 }

@@ -8,14 +8,14 @@
 use crate::api::workspace_json;
 use crate::auth::{self, Principal};
 use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult};
-use crate::ids;
 use crate::openapi::{AccountScopeRequired, Conflict, Forbidden, InvalidArgument, NotFound, Unauthenticated};
 use crate::state::ServerState;
-use crate::store::WorkspaceRecord;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
+use lizard_api::ids;
 use lizard_api::{CreateWorkspaceRequest, UpdateWorkspaceRequest, Workspace};
+use lizard_store::WorkspaceRecord;
 use serde::Deserialize;
 
 /// The workspaces the key sees, oldest first.

@@ -3,9 +3,9 @@
 //! the operator asks for more) until they expire or are revoked. Each join spends one,
 //! atomically: a token copied off a machine after its join is worth nothing.
 
-use crate::ids;
 use crate::nodes::ClusterKey;
-use crate::store::{NodeTokenRecord, Store, StoreError};
+use lizard_api::ids;
+use lizard_store::{NodeTokenRecord, Store, StoreError};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
@@ -73,8 +73,8 @@ pub async fn spend(store: &dyn Store, presented: &str, now: i64) -> Result<NodeT
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::sql::SqlStore;
-    use crate::store::ClusterStore;
+    use lizard_store::sql::SqlStore;
+    use lizard_store::ClusterStore;
 
     #[tokio::test]
     async fn tokens_join_their_number_of_times_until_revoked_or_expired_and_the_key_is_made_once() {

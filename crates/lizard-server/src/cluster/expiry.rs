@@ -4,7 +4,7 @@
 //! volumes answer 503 until it is back. Nothing is deleted: a node that comes back
 //! heartbeats, is `up` again, and is told to stop what the store ended.
 
-use crate::store::{LostNode, Store, StoreError};
+use lizard_store::{LostNode, Store, StoreError};
 
 /// The end reason of a sandbox whose node was lost.
 pub const LOST_REASON: &str = "lost: its node stopped answering";
@@ -17,7 +17,7 @@ pub async fn expire_once(store: &dyn Store, now: i64, lease_ms: u64) -> Result<V
         tracing::warn!(
             node = %node.node_id,
             sandboxes = node.sandboxes.len(),
-            last_heartbeat = %crate::ids::rfc3339(node.last_heartbeat),
+            last_heartbeat = %lizard_api::ids::rfc3339(node.last_heartbeat),
             "a node stopped answering: marked down, its sandboxes recorded lost"
         );
     }
@@ -27,10 +27,10 @@ pub async fn expire_once(store: &dyn Store, now: i64, lease_ms: u64) -> Result<V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::fixture::seeded_store;
-    use crate::store::sql::SqlStore;
-    use crate::store::{BillingStore, ClusterStore, MeterSpec, NewNode, NewSandbox, OnTimeout, SandboxState, Store};
     use lizard_api::cluster::{HeldSandbox, NodeReport, NodeState};
+    use lizard_store::fixture::seeded_store;
+    use lizard_store::sql::SqlStore;
+    use lizard_store::{BillingStore, ClusterStore, MeterSpec, NewNode, NewSandbox, OnTimeout, SandboxState, Store};
 
     mod fixture {
         use super::*;
@@ -161,7 +161,7 @@ mod tests {
         let hb = store.record_heartbeat("node_a", &report(&["sbx_held"]), 70_000, 60_000).await.unwrap();
         assert_eq!(hb.ended, ["sbx_old"]);
         let old = store.get_sandbox("sbx_old").await.unwrap().unwrap();
-        assert_eq!((old.ended_at, old.end_reason.as_deref()), (Some(70_000), Some(crate::store::GONE_REASON)));
+        assert_eq!((old.ended_at, old.end_reason.as_deref()), (Some(70_000), Some(lizard_store::GONE_REASON)));
         assert!(store.get_sandbox("sbx_new").await.unwrap().unwrap().is_live());
         assert!(store.get_sandbox("sbx_held").await.unwrap().unwrap().is_live());
     }

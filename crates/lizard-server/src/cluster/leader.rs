@@ -7,7 +7,7 @@
 //! Billing never depends on this alone: two ticks that overlap (a holder stalled past
 //! its lease) still bill each interval once, the store's guarantee.
 
-use crate::store::Store;
+use lizard_store::Store;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,7 +76,7 @@ pub async fn run_as_leader<F, Fut>(
     let mut held = false;
     loop {
         tick.tick().await;
-        let now_held = lease.hold(crate::ids::now_ms()).await;
+        let now_held = lease.hold(lizard_api::ids::now_ms()).await;
         match (held, now_held) {
             (false, true) => tracing::info!(lease = name, "this replica now runs {name}"),
             (true, false) => tracing::info!(lease = name, "another replica runs {name} now"),
@@ -92,7 +92,7 @@ pub async fn run_as_leader<F, Fut>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::sql::SqlStore;
+    use lizard_store::sql::SqlStore;
 
     #[tokio::test]
     async fn two_contenders_never_hold_one_lease_and_a_lapsed_holder_is_replaced() {
@@ -124,7 +124,7 @@ mod tests {
     async fn the_job_runs_only_while_the_lease_is_held() {
         let store: Arc<dyn Store> = Arc::new(SqlStore::memory().await.unwrap());
         // Someone else holds it far into the future.
-        assert!(store.acquire_lease(NODE_EXPIRY, "other", crate::ids::now_ms(), 60_000).await.unwrap());
+        assert!(store.acquire_lease(NODE_EXPIRY, "other", lizard_api::ids::now_ms(), 60_000).await.unwrap());
         let runs = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let counted = runs.clone();
         let task = tokio::spawn(run_as_leader(

@@ -9,13 +9,13 @@
 
 use crate::cluster::credentials::{self, TokenError};
 use crate::error::{ApiResult, AppError};
-use crate::ids;
 use crate::nodes::{ClusterKey, NodeEvent};
 use crate::ops::node_events;
 use crate::state::AppState;
-use crate::store::{NewNode, StoreError};
 use lizard_api::cluster::{HeartbeatResponse, JoinRequest, JoinResponse, NodeReport, SandboxEnded, SandboxHalt};
+use lizard_api::ids;
 use lizard_api::ErrorCode;
+use lizard_store::{NewNode, StoreError};
 
 /// How long a sandbox a node reports may go unrecorded before the node is told to stop
 /// it: a create in flight is recorded within seconds of its boot; an orphan (a create

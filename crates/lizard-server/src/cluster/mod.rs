@@ -4,7 +4,7 @@
 //! ([`expiry`]), and the leases that make one replica run each background job
 //! ([`leader`]).
 //!
-//! State lives in the store ([`crate::store::ClusterStore`]), so any replica answers any
+//! State lives in the store ([`lizard_store::ClusterStore`]), so any replica answers any
 //! node and any operator; nothing here is kept per process but the cluster key, read
 //! from the store at start.
 

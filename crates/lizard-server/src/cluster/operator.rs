@@ -6,12 +6,12 @@
 use crate::auth::Principal;
 use crate::cluster::credentials;
 use crate::error::{ApiResult, AppError};
-use crate::ids;
 use crate::nodes::LOCAL_NODE_ID;
 use crate::placement;
 use crate::state::AppState;
-use crate::store::{ClusterNode, NodeTokenRecord, StoreError};
 use lizard_api::cluster::{CreateNodeTokenRequest, NodeInfo, NodeToken};
+use lizard_api::ids;
+use lizard_store::{ClusterNode, NodeTokenRecord, StoreError};
 
 /// Longest join-token lifetime one may ask for (ten years).
 pub const MAX_TOKEN_TTL_SECS: u64 = 10 * 365 * 24 * 3600;

@@ -9,11 +9,11 @@ use crate::ops::sandboxes::{self, NewSandboxSpec};
 use crate::ops::tests::FakeNode;
 use crate::placement;
 use crate::state::{AppState, ServerState};
-use crate::store::fixture::seeded_store;
-use crate::store::{MeterState, OnTimeout, Store};
 use crate::{Scope, ServerConfig};
 use lizard_api::cluster::{JoinRequest, NodeCapacity, NodeReport, NodeState, NodeUsage, SandboxEnded};
 use lizard_api::ErrorCode;
+use lizard_store::fixture::seeded_store;
+use lizard_store::{MeterState, OnTimeout, Store};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -84,7 +84,7 @@ async fn spec(state: &AppState) -> NewSandboxSpec {
         deny_out: vec![],
         volume: None,
         timeout_ms: 60_000,
-        timeout_at: crate::ids::now_ms() + 60_000,
+        timeout_at: lizard_api::ids::now_ms() + 60_000,
         on_timeout: OnTimeout::Kill,
         access: None,
         snapshot: None,
@@ -95,7 +95,7 @@ async fn spec(state: &AppState) -> NewSandboxSpec {
 async fn nodes_join_take_sandboxes_by_load_answer_by_record_and_are_lost_when_silent() {
     let c = cluster().await;
     let state = &c.state;
-    let (record, plain) = credentials::mint(crate::ids::now_ms(), None, 2);
+    let (record, plain) = credentials::mint(lizard_api::ids::now_ms(), None, 2);
     state.server.store.insert_node_token(&record).await.unwrap();
     let req = JoinRequest { region: "local".into(), address: "http://a:7180".into(), report: report(0) };
     let e = membership::join(state, None, req.clone()).await.unwrap_err();
@@ -176,7 +176,7 @@ async fn nodes_join_take_sandboxes_by_load_answer_by_record_and_are_lost_when_si
     operator::set_draining(state, &a, false).await.unwrap();
 
     // B falls silent: down, its sandbox lost, its ops 503 — a lookup ends nothing more.
-    let later = crate::ids::now_ms() + 60_000;
+    let later = lizard_api::ids::now_ms() + 60_000;
     membership::heartbeat(state, &a, Some(&a_cred), report(0)).await.unwrap();
     let lost = expiry::expire_once(state.server.store.as_ref(), later, 10_000).await.unwrap();
     let lost_ids: Vec<&str> = lost.iter().map(|l| l.node_id.as_str()).collect();

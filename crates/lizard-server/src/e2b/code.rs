@@ -96,7 +96,7 @@ fn language(name: &str) -> Result<CodeLanguage, (StatusCode, String)> {
 
 /// One line of `/execute`'s answer for one of Lizard's code events (two for the end).
 fn lines(event: CodeEvent) -> Vec<Value> {
-    let now = || crate::ids::now_ms().saturating_mul(1_000_000);
+    let now = || lizard_api::ids::now_ms().saturating_mul(1_000_000);
     match event {
         CodeEvent::Stdout { text } => vec![json!({"type": "stdout", "text": text, "timestamp": now()})],
         CodeEvent::Stderr { text } => vec![json!({"type": "stderr", "text": text, "timestamp": now()})],

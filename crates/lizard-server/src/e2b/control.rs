@@ -13,7 +13,6 @@ use crate::error::AppError;
 use crate::ops::lifecycle;
 use crate::ops::sandboxes::{self as ops, LiveSandbox};
 use crate::state::AppState;
-use crate::store::{ProjectRecord, SandboxAccess};
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
@@ -21,6 +20,7 @@ use axum::routing::{get, post, put};
 use axum::Json;
 use lizard_api::{NewSandboxRequest, OnTimeout, SandboxState};
 use lizard_e2b::rest;
+use lizard_store::{ProjectRecord, SandboxAccess};
 use utoipa_axum::router::OpenApiRouter;
 
 /// The metadata key naming a create's project (id, slug or name) for a key that reaches
@@ -197,7 +197,7 @@ fn detail(state: &AppState, sandbox: &LiveSandbox, access: Option<&SandboxAccess
         sandbox_id: sandbox.id().to_owned(),
         client_id: CLIENT_ID.to_owned(),
         started_at: info.started_at.clone(),
-        end_at: sandbox.record.timeout_at.map(crate::ids::rfc3339).unwrap_or_else(|| info.started_at.clone()),
+        end_at: sandbox.record.timeout_at.map(lizard_api::ids::rfc3339).unwrap_or_else(|| info.started_at.clone()),
         envd_version: lizard_e2b::ENVD_VERSION.to_owned(),
         cpu_count: info.vcpus,
         memory_mb: info.memory_mib,
@@ -324,7 +324,7 @@ async fn list(
 ) -> E2bResult<axum::response::Response> {
     let p = p?;
     let q = rest::ListQuery::parse(query.as_deref().unwrap_or(""));
-    let filter = crate::store::SandboxFilter::default();
+    let filter = lizard_store::SandboxFilter::default();
     let records = state.server.store.list_sandboxes(&p.account_id, p.scope.as_ref(), &filter).await?;
     let mut live = ops::running_of(&state, records).await;
     if q.descending {
@@ -414,8 +414,8 @@ async fn metrics(
         ..Default::default()
     };
     let out = sandbox.node.exec(&id, req).await.map_err(|e| E2bError(e.into()))?;
-    let now = crate::ids::now_ms();
-    let sample = rest::Metric::parse(&out.stdout, crate::ids::rfc3339(now), now).ok_or_else(|| {
+    let now = lizard_api::ids::now_ms();
+    let sample = rest::Metric::parse(&out.stdout, lizard_api::ids::rfc3339(now), now).ok_or_else(|| {
         tracing::warn!(%id, stdout = %out.stdout, stderr = %out.stderr, "the guest's metrics did not read");
         E2bError(AppError::new(lizard_api::ErrorCode::Unavailable, "the sandbox's metrics could not be read"))
     })?;

@@ -192,7 +192,7 @@ fn rpc(e: ApiError) -> Failure {
     Failure::Rpc(rpc_error(&e))
 }
 
-fn store_failure(e: crate::store::StoreError) -> Failure {
+fn store_failure(e: lizard_store::StoreError) -> Failure {
     rest(AppError::from(e).0)
 }
 
@@ -540,7 +540,7 @@ fn entry(info: lizard_agent_proto::types::FileInfo) -> fs::EntryInfo {
         permissions: fs::permissions(file_type, info.mode),
         owner: info.owner,
         group: info.group,
-        modified_time: crate::ids::rfc3339(info.mtime_ms),
+        modified_time: lizard_api::ids::rfc3339(info.mtime_ms),
         symlink_target: info.symlink_target,
         metadata: info.metadata,
     }
@@ -576,7 +576,7 @@ async fn list(sandbox: &LiveSandbox, path: &str, depth: u32) -> Result<Vec<fs::E
                     mode: e.mode,
                     owner: String::new(),
                     group: String::new(),
-                    modified_time: crate::ids::rfc3339(e.mtime_ms),
+                    modified_time: lizard_api::ids::rfc3339(e.mtime_ms),
                     symlink_target: None,
                     metadata: e.metadata,
                 });

@@ -49,8 +49,8 @@ impl From<AppError> for E2bError {
     }
 }
 
-impl From<crate::store::StoreError> for E2bError {
-    fn from(e: crate::store::StoreError) -> Self {
+impl From<lizard_store::StoreError> for E2bError {
+    fn from(e: lizard_store::StoreError) -> Self {
         E2bError(e.into())
     }
 }

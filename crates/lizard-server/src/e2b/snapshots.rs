@@ -13,13 +13,13 @@ use crate::auth::Principal;
 use crate::error::AppError;
 use crate::ops::snapshots;
 use crate::state::AppState;
-use crate::store::{ProjectRecord, SnapshotRecord};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Json;
 use lizard_e2b::rest;
+use lizard_store::{ProjectRecord, SnapshotRecord};
 use utoipa_axum::router::OpenApiRouter;
 
 pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
@@ -74,7 +74,7 @@ async fn list(
     let p = p?;
     let all = state.server.store.list_snapshots(&p.account_id).await?;
     let wanted = |s: &SnapshotRecord| {
-        crate::scope::sees_project(p.scope.as_ref(), &s.workspace_id, &s.project_id)
+        lizard_store::scope::sees_project(p.scope.as_ref(), &s.workspace_id, &s.project_id)
             && q.sandbox_id.as_ref().is_none_or(|id| *id == s.source_sandbox_id)
             && q.name.as_ref().is_none_or(|n| Some(n) == s.name.as_ref() || *n == s.id)
     };
@@ -87,7 +87,7 @@ async fn list(
 pub(super) async fn remove(state: &AppState, p: &Principal, id: &str) -> E2bResult<StatusCode> {
     let not_found = || E2bError(AppError::not_found(format!("template {id} not found")));
     let snapshot = state.server.store.get_snapshot(&p.account_id, id).await?.ok_or_else(not_found)?;
-    if !crate::scope::sees_project(p.scope.as_ref(), &snapshot.workspace_id, &snapshot.project_id) {
+    if !lizard_store::scope::sees_project(p.scope.as_ref(), &snapshot.workspace_id, &snapshot.project_id) {
         return Err(not_found());
     }
     snapshots::delete(state, &snapshot).await?;

@@ -32,7 +32,6 @@ use crate::auth::Principal;
 use crate::error::AppError;
 use crate::ops::templates::{self as ops, BUILD_ID_PREFIX};
 use crate::state::AppState;
-use crate::store::WorkspaceRecord;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -40,6 +39,7 @@ use axum::routing::{delete, get, post};
 use axum::Json;
 use lizard_api::templates::{BuildStatus as LizardStatus, ContextEntry};
 use lizard_e2b::templates as wire;
+use lizard_store::WorkspaceRecord;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -150,7 +150,7 @@ fn template_name(given: &str) -> E2bResult<String> {
 }
 
 /// A build's id as E2B's SDKs read it, a UUID: a Lizard build id's 16 characters
-/// ([`crate::ids::new_id`]) are its 16 bytes, so [`build_id_of`] gives the id back.
+/// ([`lizard_api::ids::new_id`]) are its 16 bytes, so [`build_id_of`] gives the id back.
 pub(crate) fn build_uuid(build_id: &str) -> String {
     match build_id.strip_prefix(BUILD_ID_PREFIX).and_then(|b| b.strip_prefix('_')).filter(|b| b.len() == 16) {
         Some(body) => {
@@ -197,7 +197,7 @@ async fn request(
     }
     let workspace = workspace(&state, &p).await?;
     let size = lizard_recipe::recipe::SandboxSize { vcpus: req.cpu_count, memory_mib: req.memory_mb };
-    let build_id = crate::ids::new_id(BUILD_ID_PREFIX);
+    let build_id = lizard_api::ids::new_id(BUILD_ID_PREFIX);
     {
         let mut requested = state.e2b.requested.lock().expect("e2b builds poisoned");
         requested.retain(|_, r| r.at.elapsed() < REQUEST_KEPT);
@@ -350,7 +350,7 @@ async fn start(
     let Some(requested) = requested else {
         return Err(E2bError(AppError::not_found(format!("build {build} of template {id} not found"))));
     };
-    let nonce = crate::ids::new_id("force");
+    let nonce = lizard_api::ids::new_id("force");
     let translated = template_steps::recipe(
         &requested.name,
         requested.size,
@@ -418,7 +418,7 @@ async fn status(
         let index = usize::try_from(step).ok()?.checked_sub(1)?;
         origins.get(&record.id).and_then(|o| o.get(index)).map(u32::to_string)
     };
-    let now = crate::ids::rfc3339(crate::ids::now_ms());
+    let now = lizard_api::ids::rfc3339(lizard_api::ids::now_ms());
     let entry = |message: String, level: &'static str| wire::LogEntry { timestamp: now.clone(), message, level };
     let total = info.steps.len();
     let mut entries: Vec<wire::LogEntry> = info
@@ -531,7 +531,7 @@ async fn list_tags(
             .map(|t| wire::TemplateTag {
                 tag: t.tag,
                 build_id: build_uuid(&t.build_id),
-                created_at: crate::ids::rfc3339(t.created_at),
+                created_at: lizard_api::ids::rfc3339(t.created_at),
             })
             .collect(),
     ))
@@ -543,7 +543,7 @@ mod tests {
 
     #[test]
     fn a_build_id_travels_as_a_uuid_and_comes_back() {
-        let id = crate::ids::new_id(BUILD_ID_PREFIX);
+        let id = lizard_api::ids::new_id(BUILD_ID_PREFIX);
         let uuid = build_uuid(&id);
         assert_eq!(uuid.len(), 36);
         assert_eq!(uuid.matches('-').count(), 4);

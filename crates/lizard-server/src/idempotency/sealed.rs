@@ -5,10 +5,10 @@
 //! replica's operator), it shows nothing. A retry presents the same API key (a claim
 //! belongs to one key), so every replica can open it.
 
-use crate::store::idempotency::IdempotencyId;
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng};
 use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
 use hmac::{Hmac, Mac};
+use lizard_store::idempotency::IdempotencyId;
 use sha2::Sha256;
 
 /// Starts every sealed answer; what does not start with it was kept before answers were

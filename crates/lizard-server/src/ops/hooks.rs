@@ -7,8 +7,8 @@ use crate::nodes::Nodes;
 use crate::ops::lifecycle;
 use crate::placement;
 use crate::state::{AppState, SandboxReaper};
-use crate::store::{SandboxRecord, Store, VolumeRecord};
 use async_trait::async_trait;
+use lizard_store::{SandboxRecord, Store, VolumeRecord};
 use std::sync::Arc;
 
 /// Kills the VMs of sandboxes removed by a forced workspace delete, and deletes the
@@ -33,7 +33,7 @@ impl SandboxReaper for NodeReaper {
         }
     }
 
-    async fn remove_snapshots(&self, snapshots: Vec<crate::store::SnapshotRecord>) {
+    async fn remove_snapshots(&self, snapshots: Vec<lizard_store::SnapshotRecord>) {
         super::snapshots::remove_all(self.store.as_ref(), &self.nodes, snapshots).await;
     }
 

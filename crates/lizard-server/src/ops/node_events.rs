@@ -4,12 +4,12 @@
 //! call or its timeout notices. A sandbox whose VM a full node disk halted is billed as
 //! paused until it runs again.
 
-use crate::ids;
 use crate::nodes::NodeEvent;
 use crate::ops::sandboxes;
 use crate::state::AppState;
-use crate::store::{MeterState, StoreError};
 use futures_util::StreamExt;
+use lizard_api::ids;
+use lizard_store::{MeterState, StoreError};
 
 /// Follow the in-process node's events until the process ends (spawn it). Subscribe
 /// before anything can start sandboxes. Remote nodes post theirs

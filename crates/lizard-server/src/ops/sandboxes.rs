@@ -7,14 +7,14 @@
 //! answers 404 with the reason.
 
 use crate::error::{ApiResult, AppError};
-use crate::ids;
 use crate::nodes::{NodeClient, Tunnel};
 use crate::ops::volumes;
 use crate::placement;
 use crate::state::AppState;
-use crate::store::{NewSandbox, OnTimeout, ProjectRecord, SandboxRecord, SandboxState, StoreError, VolumeRecord};
 use crate::telemetry::Operation;
+use lizard_api::ids;
 use lizard_api::{CreateSandboxRequest, SandboxInfo};
+use lizard_store::{NewSandbox, OnTimeout, ProjectRecord, SandboxRecord, SandboxState, StoreError, VolumeRecord};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -135,9 +135,9 @@ pub struct NewSandboxSpec {
     pub timeout_at: i64,
     pub on_timeout: OnTimeout,
     /// Its access token's rule (`None`: no token, public URLs).
-    pub access: Option<crate::store::SandboxAccess>,
+    pub access: Option<lizard_store::SandboxAccess>,
     /// The snapshot it starts from (on the snapshot's node), instead of `template`.
-    pub snapshot: Option<crate::store::SnapshotRecord>,
+    pub snapshot: Option<lizard_store::SnapshotRecord>,
 }
 
 /// Boot a sandbox and record it. Its volume is held (reserved in the store) before it

@@ -10,9 +10,10 @@
 use super::sandboxes::LiveSandbox;
 use crate::error::{ApiResult, AppError};
 use crate::nodes::Nodes;
+use crate::placement;
 use crate::state::AppState;
-use crate::store::{SnapshotRecord, Store};
-use crate::{ids, placement};
+use lizard_api::ids;
+use lizard_store::{SnapshotRecord, Store};
 
 /// The prefix of snapshot ids (`snp_…`): a template name never has an underscore, so a
 /// create's template that starts with it names a snapshot.

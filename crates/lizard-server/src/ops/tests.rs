@@ -8,8 +8,6 @@ use crate::nodes::{
     NodeEvent, NodeResult, Nodes, Tunnel, LOCAL_NODE_ID,
 };
 use crate::state::{AppState, ServerState};
-use crate::store::fixture::seeded_store;
-use crate::store::{NewSandbox, OnTimeout, SandboxState};
 use crate::ServerConfig;
 use async_trait::async_trait;
 use lizard_api::templates::{BuildEvent, BuildFailure, BuildStatus, BuildStepInfo, OutputStream};
@@ -17,6 +15,8 @@ use lizard_api::{
     ApiError, ArchiveResult, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, FileInfo, ProcessResult,
     SandboxInfo, WriteResult,
 };
+use lizard_store::fixture::seeded_store;
+use lizard_store::{NewSandbox, OnTimeout, SandboxState};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::UnboundedSender;
@@ -121,7 +121,7 @@ impl NodeClient for FakeNode {
         if *self.full.lock().unwrap() {
             return Err(ApiError::new(ErrorCode::Unavailable, "this node cannot take a sandbox now"));
         }
-        let id = crate::ids::new_id("sbx");
+        let id = lizard_api::ids::new_id("sbx");
         self.running(&id);
         self.calls.lock().unwrap().push(format!("create {id}"));
         self.info(&id)
@@ -284,7 +284,7 @@ async fn app(node: Arc<FakeNode>) -> AppState {
 
 /// A store with these `(workspace, project)` pairs and data directory, over `node`.
 pub(super) async fn app_in(node: Arc<FakeNode>, projects: &[(&str, &str)], data_dir: &str) -> AppState {
-    let store: Arc<dyn crate::store::Store> = Arc::new(seeded_store("acc", projects).await);
+    let store: Arc<dyn lizard_store::Store> = Arc::new(seeded_store("acc", projects).await);
     let nodes = Nodes::single(LOCAL_NODE_ID, node);
     let server = ServerState::new(store.clone(), ServerConfig::new(data_dir))
         .with_reaper(Arc::new(hooks::NodeReaper { nodes: nodes.clone(), store }));
@@ -324,7 +324,7 @@ async fn the_reaper_pauses_or_kills_through_the_node_and_records_it() {
     let store = &state.server.store;
     let paused = store.get_sandbox("sb_pause").await.unwrap().unwrap();
     assert_eq!((paused.state, paused.ended_at), (SandboxState::Paused, None));
-    assert!(paused.timeout_at.unwrap() > crate::ids::now_ms(), "kept for the paused retention");
+    assert!(paused.timeout_at.unwrap() > lizard_api::ids::now_ms(), "kept for the paused retention");
     let killed = store.get_sandbox("sb_kill").await.unwrap().unwrap();
     assert_eq!(killed.end_reason.as_deref(), Some("timed out"));
     // Nothing more is due: the paused one waits out its retention.
@@ -373,7 +373,7 @@ async fn a_vm_that_dies_ends_its_record_and_meter_at_once() {
     let followers = node_events::follow(&state);
     record(&state, &node, "sb", OnTimeout::Kill).await;
     state.server.store.set_sandbox_timeout("sb", None).await.unwrap();
-    let before = crate::ids::now_ms();
+    let before = lizard_api::ids::now_ms();
     node.crash("sb");
     let store = &state.server.store;
     let ended = tokio::time::timeout(std::time::Duration::from_secs(5), async {
@@ -389,7 +389,7 @@ async fn a_vm_that_dies_ends_its_record_and_meter_at_once() {
     .expect("the record ends without any call touching it");
     assert_eq!(ended.state, SandboxState::Ended, "a record no longer says running once it ended");
     assert_eq!(ended.end_reason.as_deref(), Some("its VM stopped unexpectedly"));
-    assert!(ended.ended_at.unwrap() >= before && ended.ended_at.unwrap() <= crate::ids::now_ms());
+    assert!(ended.ended_at.unwrap() >= before && ended.ended_at.unwrap() <= lizard_api::ids::now_ms());
     assert!(node.calls().is_empty(), "nothing asked of the node");
     followers.iter().for_each(|f| f.abort());
 }

@@ -7,10 +7,10 @@ use super::tests::FakeNode;
 use crate::config::BlobSharing;
 use crate::nodes::{Nodes, LOCAL_NODE_ID};
 use crate::state::{AppState, ServerState};
-use crate::store::fixture::seeded_store;
-use crate::store::{BuildRecord, Store, WorkspaceRecord};
 use crate::ServerConfig;
 use lizard_api::templates::{BuildStatus, ContextEntry, ContextEntryKind, PushTemplateRequest, RecipeFormat};
+use lizard_store::fixture::seeded_store;
+use lizard_store::{BuildRecord, Store, WorkspaceRecord};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 

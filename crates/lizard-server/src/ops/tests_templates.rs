@@ -5,13 +5,13 @@
 use super::templates as ops;
 use super::tests::{app_in, BuildOutcome, FakeNode};
 use crate::auth::Principal;
-use crate::scope::Scope;
 use crate::state::AppState;
-use crate::store::{BuildRecord, NewSandbox, OnTimeout, SandboxState, WorkspaceRecord};
 use lizard_api::templates::{
     BuildEvent, BuildStatus, ContextEntry, ContextEntryKind, PushTemplateRequest, RecipeFormat,
 };
 use lizard_api::ErrorCode;
+use lizard_store::scope::Scope;
+use lizard_store::{BuildRecord, NewSandbox, OnTimeout, SandboxState, WorkspaceRecord};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -441,8 +441,8 @@ async fn a_forced_workspace_delete_hands_its_node_templates_to_the_reaper() {
 /// A key of the account with this scope, minted in the store; its plaintext.
 async fn mint(state: &AppState, scope: Option<Scope>) -> String {
     let new = crate::keys::generate();
-    let key = crate::store::KeyRecord {
-        id: crate::ids::new_id("key"),
+    let key = lizard_store::KeyRecord {
+        id: lizard_api::ids::new_id("key"),
         account_id: "acc".into(),
         name: "test".into(),
         prefix: new.prefix,

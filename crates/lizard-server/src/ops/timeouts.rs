@@ -2,11 +2,11 @@
 //! paused, those created with `onTimeout: pause`. A paused sandbox's timeout is the
 //! operator's retention; past it, it is killed.
 
-use crate::ids;
 use crate::ops::{lifecycle, sandboxes};
 use crate::placement;
 use crate::state::AppState;
-use crate::store::{OnTimeout, SandboxRecord, SandboxState};
+use lizard_api::ids;
+use lizard_store::{OnTimeout, SandboxRecord, SandboxState};
 
 /// Reap until the process ends (spawn it).
 pub async fn reap_expired(state: AppState) {

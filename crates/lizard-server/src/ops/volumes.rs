@@ -11,12 +11,12 @@
 //! timeout, loss) clears it.
 
 use crate::error::{ApiResult, AppError};
-use crate::ids;
 use crate::nodes::NodeClient;
 use crate::placement;
 use crate::state::AppState;
-use crate::store::volumes::RESERVATION_PREFIX;
-use crate::store::{NewVolume, ProjectRecord, Store, StoreError, VolumeRecord};
+use lizard_api::ids;
+use lizard_store::volumes::RESERVATION_PREFIX;
+use lizard_store::{NewVolume, ProjectRecord, Store, StoreError, VolumeRecord};
 use std::sync::Arc;
 
 /// Prefix of volume ids; names may not start with it.

@@ -2,7 +2,7 @@
 //!
 //! A sandbox's URLs are public by default (the reference's "public URL"). One created
 //! with `publicUrls: false` gets an access token, returned once by the create call and
-//! stored only as its SHA-256 ([`crate::store::AccessStore`]); every request through the
+//! stored only as its SHA-256 ([`lizard_store::AccessStore`]); every request through the
 //! proxy must then carry it, in the [`ACCESS_TOKEN_HEADER`] header or the
 //! [`ACCESS_TOKEN_QUERY`] query parameter (a URL that can be handed to a browser), or,
 //! for a sandbox made through E2B, its traffic token in [`E2B_TRAFFIC_TOKEN_HEADER`]
@@ -19,8 +19,8 @@ use super::headers::{ACCESS_TOKEN_HEADER, E2B_TRAFFIC_TOKEN_HEADER};
 use super::host::Target;
 use super::signed;
 use crate::error::AppError;
-use crate::store::Store;
 use axum::http::{HeaderMap, Uri};
+use lizard_store::Store;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;

@@ -9,9 +9,9 @@
 
 use super::host::Target;
 use crate::error::{ApiResult, AppError};
-use crate::store::Store;
 use hmac::{Hmac, Mac};
 use lizard_api::{SignUrlRequest, SignedUrl};
+use lizard_store::Store;
 use sha2::Sha256;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -92,7 +92,7 @@ pub async fn mint(store: &dyn Store, domain: &str, sandbox_id: &str, req: &SignU
     };
     let expires = now() + lifetime;
     let expires_ms = i64::try_from(expires.saturating_mul(1000)).unwrap_or(i64::MAX);
-    Ok(SignedUrl { host, query: query(&key, &target, expires), expires_at: Some(crate::ids::rfc3339(expires_ms)) })
+    Ok(SignedUrl { host, query: query(&key, &target, expires), expires_at: Some(lizard_api::ids::rfc3339(expires_ms)) })
 }
 
 /// `(expires, signature)` from a cookie value `{expires}.{signature}`.

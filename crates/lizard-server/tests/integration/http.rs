@@ -7,8 +7,8 @@ use crate::common;
 
 use async_trait::async_trait;
 use common::{start, Running};
-use lizard_server::store::{NewSandbox, SandboxRecord};
 use lizard_server::SandboxReaper;
+use lizard_store::{NewSandbox, SandboxRecord};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -208,17 +208,17 @@ async fn workspace_delete_is_empty_only_unless_forced() {
             template: "base".into(),
             template_ref: None,
             node_id: "node_local".into(),
-            state: lizard_server::store::SandboxState::Running,
+            state: lizard_store::SandboxState::Running,
             created_at: 1,
             timeout_at: None,
             metadata: Default::default(),
-            meter: lizard_server::store::MeterSpec {
+            meter: lizard_store::MeterSpec {
                 vcpus: 1,
                 memory_mib: 512,
                 running_nanos_per_sec: 0,
                 paused_nanos_per_sec: 0,
             },
-            on_timeout: lizard_server::store::OnTimeout::Kill,
+            on_timeout: lizard_store::OnTimeout::Kill,
             timeout_ms: None,
         };
         store.insert_sandbox(&sbx).await.unwrap();

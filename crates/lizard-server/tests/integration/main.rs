@@ -1,5 +1,6 @@
-//! The control plane without microVMs: HTTP, listeners, the route table against the
-//! OpenAPI document, key scopes (property tests) and the start order.
+//! The control plane without microVMs: HTTP, listeners, replicas on one database, the
+//! route table against the OpenAPI document, key scopes (property tests) and the start
+//! order.
 //!
 //! One test binary for all of them: each file is a module, so the crate links once.
 
@@ -8,6 +9,7 @@ mod common;
 
 mod http;
 mod listeners;
+mod replicas;
 mod routes;
 mod scope_props;
 mod startup;

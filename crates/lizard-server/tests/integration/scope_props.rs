@@ -16,7 +16,7 @@
 
 use crate::common;
 
-use lizard_server::scope::Scope;
+use lizard_store::scope::Scope;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashMap};

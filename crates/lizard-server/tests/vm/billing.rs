@@ -11,14 +11,14 @@ use crate::common;
 
 use common::Api;
 use lizard_server::billing::BillingConfig;
-use lizard_server::store::billing::{LedgerKind, NewCredit};
-use lizard_server::store::{MeterSpec, NewSandbox, OnTimeout, SandboxState};
+use lizard_store::billing::{LedgerKind, NewCredit};
+use lizard_store::{MeterSpec, NewSandbox, OnTimeout, SandboxState};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 fn now_ms() -> i64 {
-    lizard_server::ids::now_ms()
+    lizard_api::ids::now_ms()
 }
 
 /// A server with the node in process, the timeout reaper and its metering task running.

@@ -63,7 +63,7 @@ pub async fn trim(state: &AppState, sandbox_id: &str) -> ApiResult<()> {
 }
 
 /// The instances whose logs can be read now (paused ones cannot: their VM is saved).
-fn readable(service: &crate::store::ServiceRecord) -> Vec<(String, u32)> {
+fn readable(service: &lizard_store::ServiceRecord) -> Vec<(String, u32)> {
     service
         .body
         .instances
@@ -74,7 +74,7 @@ fn readable(service: &crate::store::ServiceRecord) -> Vec<(String, u32)> {
 }
 
 /// The last `tail` bytes of every running instance's log.
-pub async fn tails(state: &AppState, service: &crate::store::ServiceRecord, tail: u64) -> Vec<ServiceLogLine> {
+pub async fn tails(state: &AppState, service: &lizard_store::ServiceRecord, tail: u64) -> Vec<ServiceLogLine> {
     let mut out = Vec::new();
     for (sandbox_id, version) in readable(service) {
         match read_tail(state, &sandbox_id, tail).await {
@@ -134,7 +134,7 @@ pub fn follow(
 }
 
 /// Where each running instance's log ends now (a follow after a tail starts there).
-pub async fn ends(state: &AppState, service: &crate::store::ServiceRecord) -> Vec<(String, u64)> {
+pub async fn ends(state: &AppState, service: &lizard_store::ServiceRecord) -> Vec<(String, u64)> {
     let mut out = Vec::new();
     for (sandbox_id, _) in readable(service) {
         let size = run(state, &sandbox_id, "stat -c %s \"$1\" 2>/dev/null || echo 0", &[lizard_node::START_LOG.into()])

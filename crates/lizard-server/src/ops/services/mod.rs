@@ -39,19 +39,19 @@ mod rollout;
 pub mod traffic;
 
 use crate::error::{ApiResult, AppError};
-use crate::ids;
 use crate::ops::sandboxes::{self, LiveSandbox, NewSandboxSpec};
 use crate::ops::templates;
 use crate::state::AppState;
-use crate::store::{
-    InstanceRecord, OnTimeout, ProjectRecord, ServiceBody, ServiceRecord, StoreError, VersionRecord, WorkspaceRecord,
-};
+use lizard_api::ids;
 use lizard_api::services::{
     is_service_name, InstanceState, ServiceError, ServiceInfo, ServiceInstance, ServiceSpec, ServiceStatus,
     ServiceVersion, VersionStatus, MAX_DEPLOY_BYTES, MAX_SERVICE_NAME_LEN,
 };
 use lizard_api::templates::{ContextEntry, ContextEntryKind};
 use lizard_recipe::{Base, Copy, Ready, Recipe, Start, Step};
+use lizard_store::{
+    InstanceRecord, OnTimeout, ProjectRecord, ServiceBody, ServiceRecord, StoreError, VersionRecord, WorkspaceRecord,
+};
 use std::collections::BTreeMap;
 
 /// Prefix of service ids.
@@ -444,7 +444,7 @@ async fn start_instance(state: &AppState, service: &ServiceRecord, version: &Ver
         timeout_ms,
         timeout_at: sandboxes::timeout_end(timeout_ms)?,
         on_timeout: OnTimeout::Kill,
-        access: Some(crate::store::SandboxAccess {
+        access: Some(lizard_store::SandboxAccess {
             token_hash: unguessable.to_vec(),
             urls_public: false,
             resume_on_request: false,

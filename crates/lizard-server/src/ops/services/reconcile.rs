@@ -4,10 +4,10 @@
 
 use super::{error, health, instance, log_tail, logs, modify, start_instance, stop_instance, MAX_RESTARTS};
 use crate::error::ApiResult;
-use crate::ids;
 use crate::state::AppState;
-use crate::store::{InstanceRecord, ServiceRecord};
+use lizard_api::ids;
 use lizard_api::services::{IdlePolicy, InstanceState, ServiceSpec, ServiceStatus};
+use lizard_store::{InstanceRecord, ServiceRecord};
 
 /// Failed checks in a row (past the grace period) that make an instance unhealthy.
 const FAILURES_TO_RESTART: u32 = 2;

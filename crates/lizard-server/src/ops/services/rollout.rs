@@ -7,9 +7,9 @@ use super::{
     delete_version_template, error, health, instance, log_tail, modify, start_instance, stop_instance, KEPT_VERSIONS,
 };
 use crate::state::AppState;
-use crate::store::ServiceRecord;
 use lizard_api::services::{InstanceState, ServiceError, ServiceStatus, VersionStatus};
 use lizard_api::templates::BuildStatus;
+use lizard_store::ServiceRecord;
 use std::time::Duration;
 
 /// How often a rollout looks at its build and its instances.
@@ -84,7 +84,7 @@ async fn roll_out(state: &AppState, service: &ServiceRecord, version: u32) -> Re
                     modify(state, &service.name, &service.id, |s| {
                         if let Some(i) = s.body.instances.iter_mut().find(|i| &i.sandbox_id == id) {
                             i.state = InstanceState::Healthy;
-                            i.since = crate::ids::now_ms();
+                            i.since = lizard_api::ids::now_ms();
                         }
                     })
                     .await
@@ -114,7 +114,7 @@ async fn roll_out(state: &AppState, service: &ServiceRecord, version: u32) -> Re
                 v.status = VersionStatus::Retired;
             }
         }
-        let now = crate::ids::now_ms();
+        let now = lizard_api::ids::now_ms();
         for i in &mut s.body.instances {
             if i.version != version {
                 i.state = InstanceState::Draining;
@@ -201,7 +201,7 @@ pub(super) async fn fail(state: &AppState, service: &ServiceRecord, version: u32
 
 /// Delete the layers of versions past the [`KEPT_VERSIONS`] newest non-failed ones.
 async fn retire_old_layers(state: &AppState, service: &ServiceRecord) {
-    let mut kept: Vec<&crate::store::VersionRecord> = service
+    let mut kept: Vec<&lizard_store::VersionRecord> = service
         .body
         .versions
         .iter()

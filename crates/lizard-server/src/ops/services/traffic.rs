@@ -38,7 +38,7 @@ impl Drop for InFlight {
         let mut seen = self.traffic.seen.lock().expect("traffic lock");
         let s = seen.entry(self.sandbox_id.clone()).or_default();
         s.in_flight = s.in_flight.saturating_sub(1);
-        s.last_ms = crate::ids::now_ms();
+        s.last_ms = lizard_api::ids::now_ms();
     }
 }
 
@@ -48,7 +48,7 @@ impl Traffic {
         let mut seen = self.seen.lock().expect("traffic lock");
         let s = seen.entry(sandbox_id.to_owned()).or_default();
         s.in_flight += 1;
-        s.last_ms = crate::ids::now_ms();
+        s.last_ms = lizard_api::ids::now_ms();
         InFlight { traffic: self.clone(), sandbox_id: sandbox_id.to_owned() }
     }
 

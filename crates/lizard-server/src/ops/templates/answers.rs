@@ -1,10 +1,10 @@
 //! Templates and builds as the API shows them.
 
 use crate::builds::Progress;
-use crate::ids;
 use crate::nodes::BuiltinTemplate;
-use crate::store::{BuildRecord, TemplateRecord};
+use lizard_api::ids;
 use lizard_api::templates::{TemplateBuildInfo, TemplateInfo};
+use lizard_store::{BuildRecord, TemplateRecord};
 
 /// A build as the API shows it; `live` is the progress of one in flight.
 pub fn build_info(build: &BuildRecord, live: Option<Progress>) -> TemplateBuildInfo {

@@ -6,16 +6,16 @@
 use super::base_name;
 use crate::builds::{to_ndjson, Progress, RunningBuild};
 use crate::error::{ApiResult, AppError};
-use crate::ids;
 use crate::nodes::{BuildError, BuildTemplate, NodeResult, Nodes};
 use crate::placement;
 use crate::state::AppState;
-use crate::store::templates::FinishedBuild;
-use crate::store::BuildRecord;
-use crate::store::Store;
+use lizard_api::ids;
 use lizard_api::templates::{BuildEvent, BuildFailure, BuildStatus};
 use lizard_api::ErrorCode;
 use lizard_recipe::Base;
+use lizard_store::templates::FinishedBuild;
+use lizard_store::BuildRecord;
+use lizard_store::Store;
 
 /// The stable code of a node's refusal, as a build failure's code.
 fn code_name(code: ErrorCode) -> String {
@@ -151,7 +151,7 @@ pub async fn cancel(state: &AppState, build: &BuildRecord) -> ApiResult<()> {
         return Err(AppError::conflict(format!(
             "build {} already ended ({})",
             build.id,
-            crate::store::templates::build_status_name(build.status)
+            lizard_store::templates::build_status_name(build.status)
         )));
     }
     match state.builds.get(&build.id) {

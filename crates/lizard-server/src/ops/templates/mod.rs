@@ -27,13 +27,13 @@ pub use scope::{find, find_build, target_workspace, visible_workspaces};
 
 use crate::blobs::{self, BlobError};
 use crate::error::{ApiResult, AppError};
-use crate::ids;
 use crate::nodes::{BuildTemplate, BuiltinTemplate};
 use crate::shared_blobs::{self, SharedBlobError};
 use crate::state::AppState;
-use crate::store::{BuildRecord, NewBuild, NewTemplate, ProjectRecord, StoreError, TemplateRecord, WorkspaceRecord};
+use lizard_api::ids;
 use lizard_api::templates::{BuildFailure, ContextEntry, PushTemplateRequest, RecipeFormat};
 use lizard_recipe::{Base, Context, ContextLimits, Entry, EntryKind, Recipe, Step};
+use lizard_store::{BuildRecord, NewBuild, NewTemplate, ProjectRecord, StoreError, TemplateRecord, WorkspaceRecord};
 
 /// Largest file a push may upload.
 pub const MAX_BLOB_BYTES: u64 = 512 << 20;

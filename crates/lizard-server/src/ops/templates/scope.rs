@@ -7,7 +7,7 @@
 
 use crate::auth::{self, Principal};
 use crate::error::{ApiResult, AppError};
-use crate::store::{BuildRecord, Store, TemplateRecord, WorkspaceRecord};
+use lizard_store::{BuildRecord, Store, TemplateRecord, WorkspaceRecord};
 
 /// The workspaces whose templates the key reaches: those its scope lists, and those of
 /// the projects it lists (a sandbox in such a project is created from its workspace's

@@ -6,9 +6,9 @@
 
 use super::build::release_ref;
 use crate::error::{ApiResult, AppError};
-use crate::ids;
 use crate::state::AppState;
-use crate::store::{StoreError, TemplateRecord};
+use lizard_api::ids;
+use lizard_store::{StoreError, TemplateRecord};
 
 /// The tag that always names the current build.
 pub const DEFAULT_TAG: &str = "default";
