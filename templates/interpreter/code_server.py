@@ -92,6 +92,15 @@ def dead_error(detail: str) -> Event:
     }
 
 
+class Execution:
+    """One call of `/execute`; `cancelled` once its caller has gone."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+
 class Context:
     """One interpreter. `lock` serialises executions: a context runs one cell at a time.
 
@@ -112,19 +121,23 @@ class Context:
         self.running: Optional[object] = None
         self.state_lock = threading.Lock()
 
-    def begin(self, execution: object, timeout_ms: int) -> None:
-        """`execution` runs now, to be interrupted after `timeout_ms`."""
+    def begin(self, execution: "Execution", timeout_ms: int) -> None:
+        """`execution` runs now, to be interrupted after `timeout_ms` (at once if it was
+        cancelled meanwhile)."""
         with self.state_lock:
             self.running = execution
-            self.deadline = time.monotonic() + timeout_ms / 1000
+            self.deadline = time.monotonic() + (0 if execution.cancelled else timeout_ms / 1000)
 
     def end(self) -> None:
         with self.state_lock:
             self.running = None
 
-    def cancel(self, execution: object) -> None:
-        """Stop `execution` now, if it is still the one running."""
+    def cancel(self, execution: "Execution") -> None:
+        """Stop `execution` now if it runs, or as soon as it begins: the caller may go away
+        before its cell has the context (another cell holds it, or the worker has not
+        started yet)."""
         with self.state_lock:
+            execution.cancelled = True
             if self.running is execution:
                 self.deadline = time.monotonic()
 
@@ -579,11 +592,13 @@ def run(body: dict[str, Any]) -> tuple[Iterator[Event], Callable[[], None]]:
     ctx = CONTEXTS.get(context_id) if context_id else CONTEXTS.default(language or "python")
 
     events: "queue.Queue[Optional[Event]]" = queue.Queue()
-    execution = object()
+    execution = Execution()
 
     def work() -> None:
         try:
             with ctx.lock:
+                if execution.cancelled:  # its caller went away while it waited: never run it
+                    return
                 if ctx.dead:
                     ctx.restart()
                 ctx.begin(execution, timeout_ms)

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import struct
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, List, Tuple
 
 import httpx
@@ -138,6 +139,15 @@ def test_a_caller_that_goes_away_stops_its_cell(sandbox: Sandbox) -> None:
     with pytest.raises(APITimeoutError):
         sandbox.run_code("import time\ntime.sleep(60)\nkept = 2", context=ctx, request_timeout=3)
     assert sandbox.run_code("kept", context=ctx).text == "1"
+    # A caller that goes away while its cell waits for the context (another cell has it):
+    # its cell never runs.
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(sandbox.run_code, "import time\ntime.sleep(8)\nkept = 3", context=ctx)
+        time.sleep(2)
+        with pytest.raises(APITimeoutError):
+            sandbox.run_code("kept = 2", context=ctx, request_timeout=2)
+        assert first.result().error is None
+    assert sandbox.run_code("kept", context=ctx).text == "3"
     sandbox.remove_code_context(ctx)
 
 
