@@ -54,7 +54,7 @@ impl Bench {
         crate::admit_everything(&mut node_config);
         tweak(&mut node_config);
         let node = lizard_node::Node::start(node_config).await?;
-        let state = server.app_state(lizard_server::nodes::Nodes::local(node.clone()));
+        let state = server.app_state(lizard_node_client::Nodes::local(node.clone()));
         Self::serve(server, state, key, Runs::InProcess(node), dir).await
     }
 
@@ -68,9 +68,9 @@ impl Bench {
         let server = lizard_server::open(config).await?;
         let key = server.initial_key().context("first start prints a key")?.to_string();
         let cluster_key = lizard_server::cluster::credentials::load_key(server.state().store.as_ref()).await?;
-        let connector: std::sync::Arc<dyn lizard_server::nodes::NodeConnector> =
-            std::sync::Arc::new(lizard_server::nodes::remote::HttpConnector);
-        let nodes = lizard_server::nodes::Nodes::none().with_remote(cluster_key, Some(connector));
+        let connector: std::sync::Arc<dyn lizard_node_client::NodeConnector> =
+            std::sync::Arc::new(lizard_node_client::remote::HttpConnector);
+        let nodes = lizard_node_client::Nodes::none().with_remote(cluster_key, Some(connector));
         let state = server.app_state(nodes);
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let placeholder = Runs::Joined { stop, agent: tokio::spawn(async {}) };

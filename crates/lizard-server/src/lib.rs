@@ -69,7 +69,6 @@ pub mod idempotency;
 pub mod key_index;
 pub mod keys;
 pub mod limits;
-pub mod nodes;
 pub mod openapi;
 pub mod ops;
 pub mod placement;
@@ -172,7 +171,7 @@ impl Server {
 
     /// The state of the full API over `nodes`, with the hook that kills the sandboxes of
     /// a forced workspace delete installed.
-    pub fn app_state(&self, nodes: nodes::Nodes) -> AppState {
+    pub fn app_state(&self, nodes: lizard_node_client::Nodes) -> AppState {
         let reaper = ops::hooks::NodeReaper { nodes: nodes.clone(), store: self.state.store.clone() };
         let server = self.state.clone().with_reaper(Arc::new(reaper));
         AppState::new(server, nodes)

@@ -9,16 +9,16 @@
 //! any request.
 
 use crate::error::{ApiResult, AppError};
-use crate::nodes::{NodeClient, Nodes};
 use crate::state::AppState;
 use lizard_api::cluster::{NodeCapacity, NodeReport, NodeState, NodeUsage};
 use lizard_api::ErrorCode;
+use lizard_node_client::{NodeClient, Nodes};
 use lizard_store::{ClusterNode, NodeLoad, NodeRecord, SandboxRecord, Store};
 use std::cmp::Ordering;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-pub use crate::nodes::LOCAL_NODE_ID;
+pub use lizard_node_client::LOCAL_NODE_ID;
 
 /// The size placement assumes for a create that names none (a node's default size; a
 /// template whose own default is larger is caught by the node's admission, answered 503,
@@ -222,7 +222,7 @@ pub async fn place_sandbox(state: &AppState, want: &Want) -> ApiResult<Vec<Place
 /// creates from it are placed on nodes that hold it (`Want::template_required`).
 pub async fn place_build(
     state: &AppState,
-    build: &crate::nodes::BuildTemplate,
+    build: &lizard_node_client::BuildTemplate,
     base_is_built: bool,
 ) -> ApiResult<Placed> {
     if let Some(local) = state.nodes.local_client() {

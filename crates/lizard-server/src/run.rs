@@ -18,10 +18,10 @@
 //! back are ended ("lost: the server restarted") and their meters closed at that tick.
 
 use crate::cluster::{self, leader};
-use crate::nodes::Nodes;
 use crate::ops;
 use crate::state::AppState;
 use crate::{ServerConfig, ServerError};
+use lizard_node_client::Nodes;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,8 +42,8 @@ pub struct RunOptions {
     /// then unused).
     pub local_node: bool,
     /// How this server reaches remote nodes (`None`: over their HTTP API, with
-    /// [`crate::nodes::remote::HttpConnector`]; tests put fakes here).
-    pub node_connector: Option<Arc<dyn crate::nodes::NodeConnector>>,
+    /// [`lizard_node_client::remote::HttpConnector`]; tests put fakes here).
+    pub node_connector: Option<Arc<dyn lizard_node_client::NodeConnector>>,
 }
 
 /// The sandbox-URL proxy's TLS listener.
@@ -99,11 +99,10 @@ pub async fn run(
         None
     };
     let nodes = node.as_ref().map_or_else(Nodes::none, |n| Nodes::local(n.clone()));
-    let state =
-        server.app_state(nodes.with_remote(
-            key,
-            Some(opts.node_connector.unwrap_or_else(|| Arc::new(crate::nodes::remote::HttpConnector))),
-        ));
+    let state = server.app_state(nodes.with_remote(
+        key,
+        Some(opts.node_connector.unwrap_or_else(|| Arc::new(lizard_node_client::remote::HttpConnector))),
+    ));
     // Before any record is ended below or any sandbox starts: a VM that dies is ended at once.
     let node_events = ops::node_events::follow(&state);
     if let Some(node) = &node {

@@ -9,9 +9,9 @@
 use crate::blobs::BlobStore;
 use crate::builds::Builds;
 use crate::config::ServerConfig;
-use crate::nodes::Nodes;
 use async_trait::async_trait;
 use axum::extract::FromRef;
+use lizard_node_client::Nodes;
 use lizard_store::{SandboxRecord, Store, VolumeRecord};
 use std::sync::Arc;
 

@@ -42,7 +42,7 @@ fn full_server() -> (Served, String) {
         let server = lizard_server::open(lizard_server::ServerConfig::new(dir.path())).await.unwrap();
         let key = server.initial_key().expect("first start").to_string();
         let node = lizard_node::Node::start(lizard_node::NodeConfig::new(dir.path().join("node"))).await.unwrap();
-        let state = server.app_state(lizard_server::nodes::Nodes::local(node));
+        let state = server.app_state(lizard_node_client::Nodes::local(node));
         (lizard_server::build_router(state, lizard_server::api::all_routes()), key)
     });
     let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();

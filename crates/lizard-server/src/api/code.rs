@@ -130,11 +130,11 @@ pub async fn restart_context(
 
 #[cfg(test)]
 mod tests {
-    use crate::nodes::{Nodes, LOCAL_NODE_ID};
     use crate::ops::tests::FakeNode;
     use crate::{open_with_store, ServerConfig, SqlStore};
     use axum::body::Body;
     use axum::http::{Request, StatusCode};
+    use lizard_node_client::{Nodes, LOCAL_NODE_ID};
     use serde_json::{json, Value};
     use std::sync::Arc;
     use tower::ServiceExt;

@@ -10,7 +10,6 @@
 use crate::api::sandboxes::running;
 use crate::auth::Principal;
 use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError};
-use crate::nodes::{FrameStream, NodeClient};
 use crate::openapi::{Conflict, InvalidArgument, NotFound, TimedOut, Unauthenticated};
 use crate::state::AppState;
 use axum::body::{Body, Bytes};
@@ -27,6 +26,7 @@ use lizard_api::processes::{
     StartProcessRequest, PTY_PROTOCOL,
 };
 use lizard_api::{ApiError, ErrorCode};
+use lizard_node_client::{FrameStream, NodeClient};
 use serde::Deserialize;
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! `/v1/sandboxes`: create, list, get, kill, set the timeout, and run processes and move
 //! files inside one — each behind the key's scope. The operations are
 //! [`crate::ops::sandboxes`]'s; exec output and file contents are streamed from the
-//! sandbox's node ([`crate::nodes::NodeClient`]) into the response here.
+//! sandbox's node ([`lizard_node_client::NodeClient`]) into the response here.
 
 use crate::auth::{self, Principal};
 use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError};
@@ -428,7 +428,7 @@ pub async fn write_file(
     ApiQuery(q): ApiQuery<WriteQuery>,
     body: Body,
 ) -> ApiResult<Json<lizard_api::WriteResult>> {
-    let opts = crate::nodes::WriteOptions {
+    let opts = lizard_node_client::WriteOptions {
         mode: q.mode.map(lizard_api::FileMode::bits),
         owner: q.user,
         ..Default::default()

@@ -3,8 +3,8 @@
 //! the operator asks for more) until they expire or are revoked. Each join spends one,
 //! atomically: a token copied off a machine after its join is worth nothing.
 
-use crate::nodes::ClusterKey;
 use lizard_api::ids;
+use lizard_node_client::ClusterKey;
 use lizard_store::{NodeTokenRecord, Store, StoreError};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
@@ -111,6 +111,6 @@ mod tests {
         let a = load_key(&store).await.unwrap();
         let b = load_key(&store).await.unwrap();
         assert_eq!(a.bytes(), b.bytes(), "every start reads the one stored key");
-        assert_eq!(a.bytes().len(), crate::nodes::credential::KEY_LEN);
+        assert_eq!(a.bytes().len(), lizard_node_client::credential::KEY_LEN);
     }
 }

@@ -52,7 +52,7 @@ mod tests {
                 on_timeout: OnTimeout::Kill,
                 timeout_ms: None,
                 template_ref: None,
-                node_id: crate::nodes::LOCAL_NODE_ID.into(),
+                node_id: lizard_node_client::LOCAL_NODE_ID.into(),
                 meter: MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: 1_000, paused_nanos_per_sec: 0 },
             }
         }

@@ -4,17 +4,17 @@
 //! in-process node's events end them).
 //!
 //! A node proves who it is with its credential (HMAC of the cluster key and its id,
-//! [`crate::nodes::ClusterKey`]) as the bearer token, checked in constant time; a
+//! [`lizard_node_client::ClusterKey`]) as the bearer token, checked in constant time; a
 //! credential names one node, and a node can end only its own sandboxes.
 
 use crate::cluster::credentials::{self, TokenError};
 use crate::error::{ApiResult, AppError};
-use crate::nodes::{ClusterKey, NodeEvent};
 use crate::ops::node_events;
 use crate::state::AppState;
 use lizard_api::cluster::{HeartbeatResponse, JoinRequest, JoinResponse, NodeReport, SandboxEnded, SandboxHalt};
 use lizard_api::ids;
 use lizard_api::ErrorCode;
+use lizard_node_client::{ClusterKey, NodeEvent};
 use lizard_store::{NewNode, StoreError};
 
 /// How long a sandbox a node reports may go unrecorded before the node is told to stop

@@ -6,11 +6,11 @@
 use crate::auth::Principal;
 use crate::cluster::credentials;
 use crate::error::{ApiResult, AppError};
-use crate::nodes::LOCAL_NODE_ID;
 use crate::placement;
 use crate::state::AppState;
 use lizard_api::cluster::{CreateNodeTokenRequest, NodeInfo, NodeToken};
 use lizard_api::ids;
+use lizard_node_client::LOCAL_NODE_ID;
 use lizard_store::{ClusterNode, NodeTokenRecord, StoreError};
 
 /// Longest join-token lifetime one may ask for (ten years).

@@ -4,7 +4,6 @@
 
 use super::{credentials, expiry, membership, operator};
 use crate::auth::Principal;
-use crate::nodes::{ClusterKey, NodeClient, NodeConnector, Nodes};
 use crate::ops::sandboxes::{self, NewSandboxSpec};
 use crate::ops::tests::FakeNode;
 use crate::placement;
@@ -12,6 +11,7 @@ use crate::state::{AppState, ServerState};
 use crate::{Scope, ServerConfig};
 use lizard_api::cluster::{JoinRequest, NodeCapacity, NodeReport, NodeState, NodeUsage, SandboxEnded};
 use lizard_api::ErrorCode;
+use lizard_node_client::{ClusterKey, NodeClient, NodeConnector, Nodes};
 use lizard_store::fixture::seeded_store;
 use lizard_store::{MeterState, OnTimeout, Store};
 use std::collections::HashMap;

@@ -35,7 +35,6 @@
 
 use super::envd_token_matches;
 use crate::error::AppError;
-use crate::nodes::FrameStream;
 use crate::ops::sandboxes::{self as ops, LiveSandbox};
 use crate::state::AppState;
 use axum::body::{Body, Bytes};
@@ -50,6 +49,7 @@ use lizard_api::{ApiError, ErrorCode};
 use lizard_e2b::connect::{self, Code};
 use lizard_e2b::filesystem as fs;
 use lizard_e2b::process::{self as proc, Data, EventMessage};
+use lizard_node_client::FrameStream;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -231,8 +231,8 @@ impl Caller {
     }
 
     /// How its writes are made: its own, with `metadata` (envd's `X-Metadata-*` headers).
-    fn write_options(&self, metadata: BTreeMap<String, String>) -> crate::nodes::WriteOptions {
-        crate::nodes::WriteOptions { mode: None, owner: self.owner().map(str::to_owned), metadata }
+    fn write_options(&self, metadata: BTreeMap<String, String>) -> lizard_node_client::WriteOptions {
+        lizard_node_client::WriteOptions { mode: None, owner: self.owner().map(str::to_owned), metadata }
     }
 
     fn home(&self) -> String {
@@ -821,7 +821,7 @@ struct Written {
     metadata: BTreeMap<String, String>,
 }
 
-fn written(path: String, opts: &crate::nodes::WriteOptions) -> Written {
+fn written(path: String, opts: &lizard_node_client::WriteOptions) -> Written {
     let name = path.rsplit('/').next().unwrap_or_default().to_owned();
     Written { name, path, file_type: "file", metadata: opts.metadata.clone() }
 }

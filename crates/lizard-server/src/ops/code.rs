@@ -21,7 +21,6 @@
 
 use crate::error::{ApiResult, AppError};
 use crate::guest_buffers::{Charge, Exhausted, GuestBuffers};
-use crate::nodes::Tunnel;
 use crate::ops::sandboxes::LiveSandbox;
 use axum::body::Body;
 use axum::http::{header, Method, Request};
@@ -30,6 +29,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use hyper_util::rt::TokioIo;
 use lizard_api::code::{CodeContext, CodeEvent, CreateCodeContextRequest, RunCodeRequest, CODE_SERVICE_PORT};
 use lizard_api::{ApiError, ErrorCode};
+use lizard_node_client::Tunnel;
 use serde::de::DeserializeOwned;
 use std::collections::VecDeque;
 use std::time::Duration;

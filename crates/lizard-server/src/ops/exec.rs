@@ -13,11 +13,11 @@
 use crate::error::{ApiResult, AppError};
 use crate::guest_buffers::{Charge, Exhausted, GuestBuffers};
 use crate::limits::MAX_EXEC_OUTPUT_BYTES;
-use crate::nodes::FrameStream;
 use crate::telemetry::{Operation, Telemetry};
 use futures_util::StreamExt;
 use lizard_agent_proto::frame::FrameKind;
 use lizard_api::{ApiError, ErrorCode, ExitStatus, ProcessResult};
+use lizard_node_client::FrameStream;
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -3,11 +3,11 @@
 //! ([`crate::billing::SandboxPauser`], for accounts out of credits).
 
 use crate::billing::SandboxPauser;
-use crate::nodes::Nodes;
 use crate::ops::lifecycle;
 use crate::placement;
 use crate::state::{AppState, SandboxReaper};
 use async_trait::async_trait;
+use lizard_node_client::Nodes;
 use lizard_store::{SandboxRecord, Store, VolumeRecord};
 use std::sync::Arc;
 

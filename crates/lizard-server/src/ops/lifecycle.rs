@@ -5,12 +5,12 @@
 //! it its lifetime again, counted from the resume; a fork's copies get the source's.
 
 use crate::error::{ApiResult, AppError};
-use crate::nodes::MAX_FORKS;
 use crate::ops::sandboxes::{lifetime_end, run_to_completion, LiveSandbox};
 use crate::placement;
 use crate::state::AppState;
 use crate::telemetry::Operation;
 use lizard_api::ids;
+use lizard_node_client::MAX_FORKS;
 use lizard_store::{NewSandbox, SandboxState};
 
 /// Pause the sandbox `id` and record it: the pause route, the timeout reaper and the

@@ -4,7 +4,7 @@
 //! check keys and scopes in [`crate::api`]), keeps the store and the node in step, and
 //! answers [`crate::error::AppError`]s with stable codes.
 //!
-//! Nodes are reached only through [`crate::nodes::NodeClient`], found by
+//! Nodes are reached only through [`lizard_node_client::NodeClient`], found by
 //! [`crate::placement`].
 
 pub mod code;

@@ -4,11 +4,11 @@
 //! call or its timeout notices. A sandbox whose VM a full node disk halted is billed as
 //! paused until it runs again.
 
-use crate::nodes::NodeEvent;
 use crate::ops::sandboxes;
 use crate::state::AppState;
 use futures_util::StreamExt;
 use lizard_api::ids;
+use lizard_node_client::NodeEvent;
 use lizard_store::{MeterState, StoreError};
 
 /// Follow the in-process node's events until the process ends (spawn it). Subscribe

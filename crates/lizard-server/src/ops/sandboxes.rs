@@ -7,13 +7,13 @@
 //! answers 404 with the reason.
 
 use crate::error::{ApiResult, AppError};
-use crate::nodes::{NodeClient, Tunnel};
 use crate::ops::volumes;
 use crate::placement;
 use crate::state::AppState;
 use crate::telemetry::Operation;
 use lizard_api::ids;
 use lizard_api::{CreateSandboxRequest, SandboxInfo};
+use lizard_node_client::{NodeClient, Tunnel};
 use lizard_store::{NewSandbox, OnTimeout, ProjectRecord, SandboxRecord, SandboxState, StoreError, VolumeRecord};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -341,7 +341,7 @@ pub async fn end_unrun(state: &AppState, reason: &str) {
     let Some(local) = state.nodes.local_client() else { return };
     match store.sandboxes_due(i64::MAX).await {
         Ok(live) => {
-            for s in live.into_iter().filter(|s| s.node_id == crate::nodes::LOCAL_NODE_ID) {
+            for s in live.into_iter().filter(|s| s.node_id == lizard_node_client::LOCAL_NODE_ID) {
                 if local.sandbox(&s.id).await.is_err() {
                     let _ = store.end_sandbox(&s.id, ids::now_ms(), reason).await;
                 }

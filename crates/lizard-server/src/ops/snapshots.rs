@@ -9,10 +9,10 @@
 
 use super::sandboxes::LiveSandbox;
 use crate::error::{ApiResult, AppError};
-use crate::nodes::Nodes;
 use crate::placement;
 use crate::state::AppState;
 use lizard_api::ids;
+use lizard_node_client::Nodes;
 use lizard_store::{SnapshotRecord, Store};
 
 /// The prefix of snapshot ids (`snp_…`): a template name never has an underscore, so a

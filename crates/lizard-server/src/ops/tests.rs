@@ -3,10 +3,6 @@
 
 use super::{hooks, lifecycle, node_events, sandboxes, timeouts};
 use crate::billing::SandboxPauser;
-use crate::nodes::{
-    BuildError, BuildTemplate, BuiltTemplate, BuiltinTemplate, ByteStream, FileRead, FrameStream, NodeClient,
-    NodeEvent, NodeResult, Nodes, Tunnel, LOCAL_NODE_ID,
-};
 use crate::state::{AppState, ServerState};
 use crate::ServerConfig;
 use async_trait::async_trait;
@@ -14,6 +10,10 @@ use lizard_api::templates::{BuildEvent, BuildFailure, BuildStatus, BuildStepInfo
 use lizard_api::{
     ApiError, ArchiveResult, CreateSandboxRequest, ErrorCode, ExecRequest, FileEntry, FileInfo, ProcessResult,
     SandboxInfo, WriteResult,
+};
+use lizard_node_client::{
+    BuildError, BuildTemplate, BuiltTemplate, BuiltinTemplate, ByteStream, FileRead, FrameStream, NodeClient,
+    NodeEvent, NodeResult, Nodes, Tunnel, LOCAL_NODE_ID,
 };
 use lizard_store::fixture::seeded_store;
 use lizard_store::{NewSandbox, OnTimeout, SandboxState};
@@ -160,7 +160,7 @@ impl NodeClient for FakeNode {
         &self,
         _: &str,
         _: &str,
-        _: &crate::nodes::WriteOptions,
+        _: &lizard_node_client::WriteOptions,
         _: ByteStream,
     ) -> NodeResult<WriteResult> {
         not_here()

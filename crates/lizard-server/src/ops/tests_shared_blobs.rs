@@ -5,10 +5,10 @@
 use super::templates as ops;
 use super::tests::FakeNode;
 use crate::config::BlobSharing;
-use crate::nodes::{Nodes, LOCAL_NODE_ID};
 use crate::state::{AppState, ServerState};
 use crate::ServerConfig;
 use lizard_api::templates::{BuildStatus, ContextEntry, ContextEntryKind, PushTemplateRequest, RecipeFormat};
+use lizard_node_client::{Nodes, LOCAL_NODE_ID};
 use lizard_store::fixture::seeded_store;
 use lizard_store::{BuildRecord, Store, WorkspaceRecord};
 use sha2::{Digest, Sha256};

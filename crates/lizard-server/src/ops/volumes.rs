@@ -11,10 +11,10 @@
 //! timeout, loss) clears it.
 
 use crate::error::{ApiResult, AppError};
-use crate::nodes::NodeClient;
 use crate::placement;
 use crate::state::AppState;
 use lizard_api::ids;
+use lizard_node_client::NodeClient;
 use lizard_store::volumes::RESERVATION_PREFIX;
 use lizard_store::{NewVolume, ProjectRecord, Store, StoreError, VolumeRecord};
 use std::sync::Arc;

@@ -161,7 +161,7 @@ async fn forward_to_service(state: &AppState, name: &str, req: Request) -> Resul
 /// Speak HTTP/1.1 over `tunnel`: send `req`, answer the guest's response (an upgrade
 /// becomes a byte pipe between client and guest).
 pub(crate) async fn exchange(
-    tunnel: Box<dyn crate::nodes::Tunnel>,
+    tunnel: Box<dyn lizard_node_client::Tunnel>,
     mut req: Request,
     port: u16,
 ) -> Result<Response, AppError> {
@@ -242,8 +242,8 @@ mod tests {
         let store = crate::SqlStore::memory().await.unwrap();
         let server =
             crate::open_with_store(crate::ServerConfig::new("/nonexistent"), std::sync::Arc::new(store)).await.unwrap();
-        let nodes = crate::nodes::Nodes::single(
-            crate::nodes::LOCAL_NODE_ID,
+        let nodes = lizard_node_client::Nodes::single(
+            lizard_node_client::LOCAL_NODE_ID,
             std::sync::Arc::new(crate::ops::tests::FakeNode::default()),
         );
         server.app_state(nodes)

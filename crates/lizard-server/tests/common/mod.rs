@@ -13,8 +13,8 @@
 #![allow(dead_code)]
 
 use axum::Router;
+use lizard_node_client::Nodes;
 use lizard_server::billing::BillingConfig;
-use lizard_server::nodes::Nodes;
 use lizard_server::{AppState, ServerConfig, ServerState};
 use serde_json::{json, Value};
 use std::net::SocketAddr;

@@ -16,8 +16,8 @@ use lizard_agent_proto::frame::FrameKind;
 use lizard_api::processes::{ProcessControl, ProcessInfo, PtySize, StartProcessRequest};
 use lizard_api::templates::BuildEvent;
 use lizard_api::{CreateSandboxRequest, ErrorCode, ExecRequest, SandboxState};
-use lizard_server::nodes::remote::RemoteNode;
-use lizard_server::nodes::{BuildTemplate, NodeClient, WriteOptions};
+use lizard_node_client::remote::RemoteNode;
+use lizard_node_client::{BuildTemplate, NodeClient, WriteOptions};
 use lizard_vmm::census::live_vmms;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -354,7 +354,7 @@ async fn cancelling_a_remote_build_stops_it_on_the_node() {
     assert!(!live_vmms(&served._dir.path().to_string_lossy()).is_empty(), "the build VM runs");
     cancel.cancel();
     match task.await.unwrap() {
-        Err(lizard_server::nodes::BuildError::Failed(f)) => assert_eq!(f.code, "CANCELLED"),
+        Err(lizard_node_client::BuildError::Failed(f)) => assert_eq!(f.code, "CANCELLED"),
         other => panic!("expected a cancelled build, got {other:?}"),
     }
     // The node notices the closed connection and removes what the build made.

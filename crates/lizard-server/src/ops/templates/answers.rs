@@ -1,9 +1,9 @@
 //! Templates and builds as the API shows them.
 
 use crate::builds::Progress;
-use crate::nodes::BuiltinTemplate;
 use lizard_api::ids;
 use lizard_api::templates::{TemplateBuildInfo, TemplateInfo};
+use lizard_node_client::BuiltinTemplate;
 use lizard_store::{BuildRecord, TemplateRecord};
 
 /// A build as the API shows it; `live` is the progress of one in flight.

@@ -6,12 +6,12 @@
 use super::base_name;
 use crate::builds::{to_ndjson, Progress, RunningBuild};
 use crate::error::{ApiResult, AppError};
-use crate::nodes::{BuildError, BuildTemplate, NodeResult, Nodes};
 use crate::placement;
 use crate::state::AppState;
 use lizard_api::ids;
 use lizard_api::templates::{BuildEvent, BuildFailure, BuildStatus};
 use lizard_api::ErrorCode;
+use lizard_node_client::{BuildError, BuildTemplate, NodeResult, Nodes};
 use lizard_recipe::Base;
 use lizard_store::templates::FinishedBuild;
 use lizard_store::BuildRecord;

@@ -27,11 +27,11 @@ pub use scope::{find, find_build, target_workspace, visible_workspaces};
 
 use crate::blobs::{self, BlobError};
 use crate::error::{ApiResult, AppError};
-use crate::nodes::{BuildTemplate, BuiltinTemplate};
 use crate::shared_blobs::{self, SharedBlobError};
 use crate::state::AppState;
 use lizard_api::ids;
 use lizard_api::templates::{BuildFailure, ContextEntry, PushTemplateRequest, RecipeFormat};
+use lizard_node_client::{BuildTemplate, BuiltinTemplate};
 use lizard_recipe::{Base, Context, ContextLimits, Entry, EntryKind, Recipe, Step};
 use lizard_store::{BuildRecord, NewBuild, NewTemplate, ProjectRecord, StoreError, TemplateRecord, WorkspaceRecord};
 
@@ -67,7 +67,7 @@ pub fn template_ref(build_id: &str) -> String {
 
 /// The templates built into the nodes (the in-process node's, or this build's list).
 pub fn builtins(state: &AppState) -> Vec<BuiltinTemplate> {
-    state.nodes.local_client().map_or_else(crate::nodes::builtin_templates, |node| node.builtin_templates())
+    state.nodes.local_client().map_or_else(lizard_node_client::builtin_templates, |node| node.builtin_templates())
 }
 
 pub fn is_builtin(state: &AppState, name: &str) -> bool {

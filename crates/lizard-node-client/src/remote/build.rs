@@ -3,7 +3,7 @@
 //! and how it ended. Cancelling closes the connection, which cancels the node's build.
 
 use super::channel::{Call, Channel, Payload, SLOW};
-use crate::nodes::{BuildError, BuildTemplate, BuiltTemplate};
+use crate::{BuildError, BuildTemplate, BuiltTemplate};
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
 use http_body_util::{BodyExt, StreamBody};
