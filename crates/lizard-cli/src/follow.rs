@@ -3,7 +3,7 @@
 //! every line when verbose). A failed build prints its code, step and output tail.
 
 use crate::client::{empty, ApiClient, Call};
-use crate::templates::WorkspaceArgs;
+use crate::workspace_args::WorkspaceArgs;
 use anyhow::{bail, Result};
 use http_body_util::BodyExt;
 use indicatif::{ProgressBar, ProgressStyle};

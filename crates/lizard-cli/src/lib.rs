@@ -31,6 +31,7 @@ pub mod tenancy;
 pub mod tls;
 #[cfg(feature = "node")]
 pub mod traffic;
+pub mod workspace_args;
 
 use anyhow::{anyhow, Result};
 use clap::{Parser, Subcommand};

@@ -6,7 +6,7 @@
 use crate::client::{json_body, ApiClient, Body, Call};
 use crate::follow::follow;
 use crate::output::print_json;
-use crate::templates::WorkspaceArgs;
+use crate::workspace_args::WorkspaceArgs;
 use anyhow::{anyhow, bail, Context as _, Result};
 use bytes::Bytes;
 use clap::Args;

@@ -12,7 +12,7 @@ use crate::client::{empty, json_body, ApiClient, Call};
 use crate::follow::follow;
 use crate::output::{print_fields, print_json, Table};
 use crate::push::upload_missing;
-use crate::templates::WorkspaceArgs;
+use crate::workspace_args::WorkspaceArgs;
 use anyhow::{anyhow, bail, Context as _, Result};
 use clap::{Args, Subcommand};
 use http_body_util::BodyExt;

@@ -4,42 +4,12 @@
 use crate::client::{empty, ApiClient, Call};
 use crate::follow::{follow, print_failure};
 use crate::output::{print_fields, print_json, Table};
+use crate::workspace_args::WorkspaceArgs;
 use anyhow::{anyhow, Result};
-use clap::{Args, Subcommand};
+use clap::Subcommand;
 use lizard_api::routes;
 use lizard_api::templates::{TemplateBuildInfo, TemplateInfo};
 use std::collections::VecDeque;
-
-/// Which workspace a template command is about.
-#[derive(Args, Debug, Clone, Default)]
-pub struct WorkspaceArgs {
-    /// Workspace id, slug or name [default: the key's only workspace]
-    #[arg(long)]
-    pub workspace: Option<String>,
-    /// A project (id, slug or name) whose workspace to use [default: $LIZARD_PROJECT]
-    #[arg(long)]
-    pub project: Option<String>,
-}
-
-impl WorkspaceArgs {
-    /// `--workspace`, else `--project`, else `$LIZARD_PROJECT`.
-    pub(crate) fn resolved(&self) -> (Option<String>, Option<String>) {
-        if self.workspace.is_some() {
-            return (self.workspace.clone(), None);
-        }
-        let project = self
-            .project
-            .clone()
-            .or_else(|| std::env::var(crate::sandbox::PROJECT_ENV).ok())
-            .filter(|p| !p.trim().is_empty());
-        (None, project)
-    }
-
-    pub(crate) fn apply(&self, call: Call) -> Call {
-        let (workspace, project) = self.resolved();
-        call.param_opt("workspace", workspace).param_opt("project", project)
-    }
-}
 
 #[derive(Subcommand, Debug)]
 pub enum TemplateCmd {

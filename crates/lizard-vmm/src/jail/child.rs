@@ -16,12 +16,7 @@ use std::os::fd::RawFd;
 pub const TAP_FD: RawFd = 100;
 /// The descriptor that keeps the VMM's uid claim locked for as long as it lives.
 pub const CLAIM_FD: RawFd = 101;
-/// The descriptor of the library that lets QEMU map a template's memory read-only
-/// ([`super::preload`]), which the dynamic loader opens as `/proc/self/fd/102`.
-pub const PRELOAD_FD: RawFd = 102;
-/// The descriptor of the memory delta a restore's VMM maps over its base, read-only
-/// ([`crate::delta`]); the preload library closes it once mapped.
-pub const DELTA_FD: RawFd = 103;
+use super::preload::{DELTA_FD, PRELOAD_FD};
 
 /// `IFF_TAP | IFF_NO_PI | IFF_VNET_HDR`: what QEMU itself asks for when it opens a TAP
 /// by name, so that the device (and a snapshot's virtio-net features) stay the same.

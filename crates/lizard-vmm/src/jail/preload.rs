@@ -5,7 +5,7 @@
 //! that memory through it ([`crate::delta`]), from a descriptor it can only read.
 //!
 //! The node holds the library in a sealed memfd (no file on the host to plant or swap) and
-//! each confined clone inherits it at [`super::child::PRELOAD_FD`]; the dynamic loader
+//! each confined clone inherits it at [`PRELOAD_FD`]; the dynamic loader
 //! opens it as `/proc/self/fd/102` before QEMU runs.
 
 use nix::fcntl::{fcntl, FcntlArg, SealFlag};
@@ -18,6 +18,13 @@ use std::sync::OnceLock;
 /// The library, as `build.rs` made it.
 static LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/readonly_memory.so"));
 
+/// The descriptor the library is inherited at, which the dynamic loader opens as
+/// `/proc/self/fd/102`.
+pub const PRELOAD_FD: RawFd = 102;
+/// The descriptor of the memory delta a restore's VMM maps over its base, read-only
+/// ([`crate::delta`]); the library closes it once mapped.
+pub const DELTA_FD: RawFd = 103;
+
 /// The environment variable naming the one file the library opens read-only.
 pub const READONLY_MEMORY_VAR: &str = "LIZARD_READONLY_MEMORY";
 /// The environment variable naming the descriptor of the delta the library maps over
@@ -25,8 +32,8 @@ pub const READONLY_MEMORY_VAR: &str = "LIZARD_READONLY_MEMORY";
 pub const MEMORY_DELTA_FD_VAR: &str = "LIZARD_MEMORY_DELTA_FD";
 
 /// What a VMM that maps a shared memory file is given: the library's descriptor, to be
-/// inherited at [`super::child::PRELOAD_FD`], maybe a delta's at
-/// [`super::child::DELTA_FD`], and the environment that loads the library for them.
+/// inherited at [`PRELOAD_FD`], maybe a delta's at
+/// [`DELTA_FD`], and the environment that loads the library for them.
 #[derive(Debug, Clone)]
 pub struct Preload {
     pub library_fd: RawFd,
@@ -55,11 +62,11 @@ fn memfd() -> std::io::Result<RawFd> {
 pub fn for_memory(memory: &Path, delta: Option<RawFd>) -> std::io::Result<Preload> {
     let library_fd = memfd()?;
     let mut env = vec![
-        ("LD_PRELOAD".to_string(), format!("/proc/self/fd/{}", super::child::PRELOAD_FD)),
+        ("LD_PRELOAD".to_string(), format!("/proc/self/fd/{}", PRELOAD_FD)),
         (READONLY_MEMORY_VAR.to_string(), memory.to_string_lossy().into_owned()),
     ];
     if delta.is_some() {
-        env.push((MEMORY_DELTA_FD_VAR.to_string(), super::child::DELTA_FD.to_string()));
+        env.push((MEMORY_DELTA_FD_VAR.to_string(), DELTA_FD.to_string()));
     }
     Ok(Preload { library_fd, delta_fd: delta, env })
 }
@@ -94,9 +101,9 @@ mod tests {
         // SAFETY: dup2 and nothing else between fork and exec.
         unsafe {
             probe.pre_exec(move || {
-                nix::unistd::dup2(library, super::super::child::PRELOAD_FD)?;
+                nix::unistd::dup2(library, super::PRELOAD_FD)?;
                 if let Some(delta) = delta {
-                    nix::unistd::dup2(delta, super::super::child::DELTA_FD)?;
+                    nix::unistd::dup2(delta, super::DELTA_FD)?;
                 }
                 Ok(())
             });

@@ -1,9 +1,10 @@
 //! A build's life after its push: run on a node (the in-process one, else a joined one
 //! with room, [`placement::place_build`]) to its end with its events recorded and
 //! broadcast, cancelled on request, or failed at a restart that interrupted it. Node
-//! templates are deleted wherever they are ([`delete_node_template`]).
+//! templates are deleted wherever they are ([`super::refs`]).
 
 use super::base_name;
+use super::refs::{delete_node_template, release_ref};
 use crate::builds::{to_ndjson, Progress, RunningBuild};
 use crate::error::{ApiResult, AppError};
 use crate::placement;
@@ -11,11 +12,10 @@ use crate::state::AppState;
 use lizard_api::ids;
 use lizard_api::templates::{BuildEvent, BuildFailure, BuildStatus};
 use lizard_api::ErrorCode;
-use lizard_node_client::{BuildError, BuildTemplate, NodeResult, Nodes};
+use lizard_node_client::{BuildError, BuildTemplate};
 use lizard_recipe::Base;
 use lizard_store::templates::FinishedBuild;
 use lizard_store::BuildRecord;
-use lizard_store::Store;
 
 /// The stable code of a node's refusal, as a build failure's code.
 fn code_name(code: ErrorCode) -> String {
@@ -131,20 +131,6 @@ pub(super) async fn run_build(
     tracing::info!(build = %build_id, template = %recipe.name, status = ?status, "template build ended");
 }
 
-/// Delete a node template nothing keeps any more (a rebuild replaced it, or its last tag
-/// moved): no live sandbox runs from it, no tag names its build, it is no current build.
-pub(super) async fn release_ref(state: &AppState, node_ref: &str) {
-    match state.server.store.template_ref_in_use(node_ref).await {
-        Ok(false) => {
-            if let Err(e) = delete_node_template(state.server.store.as_ref(), &state.nodes, node_ref).await {
-                tracing::info!(template_ref = node_ref, "replaced node template kept: {}", e.message);
-            }
-        }
-        Ok(true) => tracing::info!(template_ref = node_ref, "replaced node template kept while sandboxes use it"),
-        Err(e) => tracing::warn!(template_ref = node_ref, "cannot tell whether a node template is in use: {e}"),
-    }
-}
-
 /// Cancel a queued or running build; 409 once it ended.
 pub async fn cancel(state: &AppState, build: &BuildRecord) -> ApiResult<()> {
     if build.status.is_final() {
@@ -204,18 +190,4 @@ pub async fn fail_unfinished(state: &AppState) {
         }
         Err(e) => tracing::warn!("cannot close the builds a previous process left: {e}"),
     }
-}
-
-/// Delete the node template `template_ref` on every node that may hold it (it lives on
-/// the node that built it). Ok when no node keeps it; the first refusal other than
-/// NOT_FOUND (a sandbox runs from it: 409) otherwise.
-pub async fn delete_node_template(store: &dyn Store, nodes: &Nodes, template_ref: &str) -> NodeResult<()> {
-    let mut result = Ok(());
-    for node in placement::template_holders(store, nodes).await {
-        match node.delete_template(template_ref).await {
-            Err(e) if e.code != ErrorCode::NotFound && result.is_ok() => result = Err(e),
-            _ => {}
-        }
-    }
-    result
 }

@@ -18,11 +18,13 @@
 
 mod answers;
 mod build;
+mod refs;
 mod scope;
 pub mod tags;
 
 pub use answers::{build_info, builtin_info, template_info};
-pub use build::{cancel, delete_node_template, fail_unfinished};
+pub use build::{cancel, fail_unfinished};
+pub use refs::delete_node_template;
 pub use scope::{find, find_build, target_workspace, visible_workspaces};
 
 use crate::blobs::{self, BlobError};
@@ -343,7 +345,7 @@ fn base_name(recipe: &Recipe) -> String {
 pub async fn delete(state: &AppState, template: &TemplateRecord) -> ApiResult<()> {
     let refs = state.server.store.delete_template(&template.id).await?;
     for r in refs {
-        if let Err(e) = build::delete_node_template(state.server.store.as_ref(), &state.nodes, &r).await {
+        if let Err(e) = refs::delete_node_template(state.server.store.as_ref(), &state.nodes, &r).await {
             tracing::warn!(template_ref = %r, "template deleted but its node template remains: {}", e.message);
         }
     }

@@ -4,7 +4,7 @@
 //! to a build when it finishes ready (a build requested with tags), or moved to the build
 //! another tag names. A tagged build's node template is kept until its last tag goes.
 
-use super::build::release_ref;
+use super::refs::release_ref;
 use crate::error::{ApiResult, AppError};
 use crate::state::AppState;
 use lizard_api::ids;
