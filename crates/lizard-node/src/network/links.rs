@@ -17,9 +17,6 @@ pub const HOST_IF_PREFIX: &str = "lzv";
 pub(super) const NETNS_DIR: &str = "/run/netns";
 /// Interface names hold 15 bytes; a slot takes up to 5 digits.
 pub(super) const MAX_LINK_PREFIX: usize = 10;
-/// The namespace side of the veth pair and the VM's TAP device, inside the namespace.
-pub(super) const NS_IF: &str = "veth0";
-pub(super) const TAP_IF: &str = "tap0";
 
 /// The node's pool, cut into slots, and the host-wide locks that say who owns which.
 #[derive(Debug)]
@@ -59,7 +56,7 @@ impl Slots {
     /// A free slot: its lock taken, and its addresses on no interface of the host (a
     /// leftover under another node's prefix would otherwise clash).
     pub fn allocate(&self) -> Result<(u32, SlotLock)> {
-        let in_use: std::collections::HashSet<Ipv4Addr> = super::firewall::all_host_addresses().into_iter().collect();
+        let in_use: std::collections::HashSet<Ipv4Addr> = super::forbidden::all_host_addresses().into_iter().collect();
         for _ in 0..self.count {
             let slot = self.cursor.fetch_add(1, Ordering::Relaxed) % self.count;
             let (host, _) = self.addrs(slot);

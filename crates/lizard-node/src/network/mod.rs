@@ -32,15 +32,17 @@
 mod dns;
 mod egress;
 mod firewall;
+mod forbidden;
 mod links;
 mod netlink;
 
-pub use firewall::PLATFORM_DENY;
+pub use forbidden::PLATFORM_DENY;
 pub use links::{HOST_IF_PREFIX, NETNS_PREFIX};
 
-use links::{Names, SlotLock, Slots, MAX_LINK_PREFIX, TAP_IF};
+use links::{Names, SlotLock, Slots, MAX_LINK_PREFIX};
 use lizard_agent_proto::net::GUEST_MAC;
 use lizard_api::network::{Cidr, ParsedPolicy};
+use netlink::TAP_IF;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};

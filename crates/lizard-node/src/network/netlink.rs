@@ -18,7 +18,6 @@
 //! unmounted and its file removed; the namespace itself (and the TAP) ends with its last
 //! user.
 
-use super::links::{NS_IF, TAP_IF};
 use super::{NetError, Result};
 use futures_util::TryStreamExt;
 use lizard_agent_proto::net::{GATEWAY, GATEWAY_MAC, PREFIX_LEN};
@@ -27,6 +26,10 @@ use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBu
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
+
+/// The namespace side of the veth pair and the VM's TAP device, inside the namespace.
+pub(super) const NS_IF: &str = "veth0";
+pub(super) const TAP_IF: &str = "tap0";
 
 /// The loopback device's index, the same in every namespace.
 const LOOPBACK_INDEX: u32 = 1;

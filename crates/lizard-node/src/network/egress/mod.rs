@@ -28,7 +28,7 @@
 mod http1;
 mod sniff;
 
-use super::{firewall, io_err, Result};
+use super::{forbidden, io_err, Result};
 use lizard_agent_proto::net::GATEWAY;
 use lizard_api::network::{Cidr, ParsedPolicy};
 use sniff::Sniffed;
@@ -207,7 +207,7 @@ fn may_dial(ip: Ipv4Addr, policy: &ParsedPolicy, test_allow: &[Cidr]) -> bool {
     if test_allow.iter().any(|c| c.contains(ip_any)) {
         return true;
     }
-    !firewall::platform_denies(ip) && !firewall::on_a_host_subnet(ip)
+    !forbidden::platform_denies(ip) && !forbidden::on_a_host_subnet(ip)
 }
 
 #[cfg(test)]
