@@ -45,7 +45,7 @@ if [ "$tier" = quick ]; then
   cargo fmt --all -- --check
   phase "lints (cargo clippy, all targets and features, warnings are errors)"
   cargo clippy --workspace --all-targets --all-features -- -D warnings
-  phase "no new import circles (scripts/check-module-cycles.py)"
+  phase "no import circles (scripts/check-module-cycles.py)"
   python3 scripts/check-module-cycles.py
 fi
 

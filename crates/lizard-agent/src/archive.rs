@@ -11,8 +11,8 @@
 //! The `tar` crate reads and writes the format; it is synchronous, so both directions run
 //! on the blocking pool, joined to the HTTP body by a channel (out) or `SyncIoBridge` (in).
 
+use crate::app::AppError;
 use crate::files::{blocking, FileQuery, FilesError};
-use crate::server::AppError;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;

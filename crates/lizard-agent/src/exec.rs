@@ -17,8 +17,8 @@
 //! with its output discarded: a session ending, e.g. around a snapshot, must not kill
 //! processes.
 
+use crate::app::AppError;
 use crate::reaper;
-use crate::server::AppError;
 use crate::users::{self, User, UserError};
 use axum::body::Body;
 use axum::http::header::CONTENT_TYPE;

@@ -7,7 +7,7 @@
 //! routes ([`crate::staged`]) move file contents through the staging disk instead of the
 //! channel, with the same checks and the same atomic replace ([`WriteTarget`]).
 
-use crate::server::AppError;
+use crate::app::AppError;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;

@@ -7,7 +7,7 @@
 //! Connections that arrive while no host request waits queue up (the kernel's backlog
 //! behind a small channel) until one does.
 
-use crate::server::AppError;
+use crate::app::AppError;
 use crate::tunnel;
 use axum::extract::Request;
 use axum::http::StatusCode;

@@ -18,7 +18,7 @@
 //! generator is reseeded here; a process that keeps its own seeded generator (most
 //! language runtimes do) goes on with the original's sequence until it reseeds.
 
-use crate::server::{AppError, AppState};
+use crate::app::{AppError, AppState};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;

@@ -15,8 +15,8 @@
 //! PID 1 must never exit (the kernel would panic, and the host would see a hung VM rather
 //! than an exit): anything fatal is printed to the console and the VM is powered off.
 
+use crate::app::AppState;
 use crate::reaper::{self, ReaperError};
-use crate::server::AppState;
 use crate::transport::{self, TransportError};
 use lizard_agent_proto::handshake::Secret;
 use lizard_agent_proto::{cmdline, parse_cmdline, PROBE_OK};

@@ -1,6 +1,7 @@
 //! `lizard-agent`: PID 1 of a Lizard guest, or (`serve`) the same service on a Unix
 //! socket on the host, for development and tests.
 
+mod app;
 mod archive;
 mod direct;
 mod exec;
@@ -100,7 +101,7 @@ fn serve(socket: PathBuf, secret_file: PathBuf, forward_listen: Option<String>) 
         if let Some(addr) = &forward_listen {
             forward::start(addr)?;
         }
-        let state = server::AppState { secret: Arc::new(RwLock::new(secret)), pid1: false };
+        let state = app::AppState { secret: Arc::new(RwLock::new(secret)), pid1: false };
         match transport::serve_unix(&socket, state).await? {}
     })
 }

@@ -9,7 +9,7 @@
 //! process with a descriptor `socket:[<inode>]` of the line's inode in `/proc/<pid>/fd`
 //! (the agent runs as root, so it sees every process's).
 
-use crate::server::AppError;
+use crate::app::AppError;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query};
 use axum::http::StatusCode;

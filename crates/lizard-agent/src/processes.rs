@@ -25,10 +25,10 @@
 //! pause freezes the whole VM; a node restart reconnects) processes, terminals and
 //! buffers stay as they were, and a new session reattaches with `…/output`.
 
+use crate::app::AppError;
 use crate::exec::{self, ExecError};
 use crate::pty;
 use crate::reaper;
-use crate::server::AppError;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::PathRejection;
 use axum::extract::Path;

@@ -6,18 +6,17 @@
 //! in the hyper connection and is dropped with it, so a host that reconnects (after a
 //! snapshot restore, say) starts from a clean slate.
 
+use crate::app::{AppError, AppState};
 use crate::{archive, exec, files, forward, identity, ports, processes, staged, tunnel, volume, watch};
 use axum::extract::Request;
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
-use lizard_agent_proto::handshake::{self, HandshakeError, Secret};
+use lizard_agent_proto::handshake::{self, HandshakeError};
 use lizard_agent_proto::types::{AgentError, ErrorCode, Health};
 use lizard_agent_proto::{routes, PROTOCOL_VERSION};
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -45,18 +44,6 @@ pub enum SessionError {
     /// The HTTP/2 connection failed.
     #[error("http/2 session failed: {0}")]
     Http(#[from] hyper::Error),
-}
-
-/// What every request handler can reach.
-#[derive(Clone)]
-pub struct AppState {
-    /// The secret the handshake checks. Shared and replaceable: after a snapshot restore
-    /// each clone will get a fresh identity (and secret) from the host.
-    pub secret: Arc<RwLock<Secret>>,
-    /// True when the agent is a guest's PID 1: only then does [`routes::IDENTITY`]
-    /// touch the system (hostname, RNG, clock); in dev mode on a host it swaps the
-    /// secret alone.
-    pub pid1: bool,
 }
 
 /// Run one session over `io` until the host disconnects.
@@ -137,26 +124,12 @@ async fn health() -> Json<Health> {
     })
 }
 
-/// A failed request: the status that matches the code, and the error as JSON.
-#[derive(Debug)]
-pub struct AppError(pub AgentError);
-
-impl<E: Into<AgentError>> From<E> for AppError {
-    fn from(e: E) -> Self {
-        AppError(e.into())
-    }
-}
-
-impl IntoResponse for AppError {
-    fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, Json(self.0)).into_response()
-    }
-}
-
 #[cfg(test)]
 pub mod tests {
     use super::*;
+    use axum::http::StatusCode;
+    use lizard_agent_proto::handshake::Secret;
+    use std::sync::{Arc, RwLock};
     use axum::body::Body;
     use http_body_util::BodyExt;
     use tower::ServiceExt;

@@ -7,9 +7,9 @@
 //! lines. The checks and the atomic replace are those of the plain routes in
 //! [`crate::files`], so both paths answer the same errors with the same codes.
 
+use crate::app::AppError;
 use crate::direct::DirectFile;
 use crate::files::{FileQuery, FilesError, WriteTarget};
-use crate::server::AppError;
 use crate::staging_disk::{AlignedBuf, StagingError, StagingSlot};
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;

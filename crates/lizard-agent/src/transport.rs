@@ -13,7 +13,8 @@
 //! a snapshot restore the host's connect is exactly what wakes it, and an idle agent
 //! makes no timer wake-ups at all.
 
-use crate::server::{self, AppState};
+use crate::app::AppState;
+use crate::server;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::socket::{self, AddressFamily, Backlog, SockFlag, SockType, VsockAddr};

@@ -15,7 +15,7 @@
 //! would pin the socket forever, so a half-closed tunnel also checks the stream every
 //! [`RESET_CHECK`].
 
-use crate::server::AppError;
+use crate::app::AppError;
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

@@ -12,7 +12,7 @@
 //! `syncfs` on `/workspace` returns once ext4 has written and flushed (virtio-blk FLUSH →
 //! `fdatasync` on the host) everything the guest cached.
 
-use crate::server::{AppError, AppState};
+use crate::app::{AppError, AppState};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;

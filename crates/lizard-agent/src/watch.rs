@@ -17,8 +17,8 @@
 //! - Dropping the stream (the host went away, the sandbox paused) closes the inotify
 //!   descriptor, which frees every watch.
 
+use crate::app::AppError;
 use crate::files::{blocking, FilesError};
-use crate::server::AppError;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;

@@ -120,7 +120,7 @@ pub struct AppState {
     /// Services' traffic as this process's proxy sees it.
     pub services: Arc<crate::ops::services::traffic::Traffic>,
     /// E2B template builds between their calls.
-    pub e2b: Arc<crate::e2b::templates::Pending>,
+    pub e2b: Arc<crate::e2b::pending::Pending>,
 }
 
 impl AppState {

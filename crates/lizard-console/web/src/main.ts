@@ -9,25 +9,7 @@ import { templatesPage, templatePage } from './pages/templates'
 import { volumesPage } from './pages/volumes'
 import { keysPage } from './pages/keys'
 import { usagePage } from './pages/usage'
-
-export interface Who {
-  accountId: string
-  keyId: string
-  keyName: string
-  scoped: boolean
-  email?: string
-  workspaces?: string[]
-  projects?: string[]
-}
-
-export interface Page {
-  main: HTMLElement
-  who: Who
-  /** Run `fn` every `ms` while this page is shown. */
-  every(ms: number, fn: () => Promise<void>): void
-  /** Whether the user has left this page. */
-  gone(): boolean
-}
+import type { Page, Who } from './page'
 
 const app = document.getElementById('app') as HTMLElement
 let generation = 0

@@ -898,7 +898,7 @@ async fn forward(sandbox: &LiveSandbox, port: u16, mut req: Request) -> Result<R
         req.headers_mut().remove(name);
     }
     let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-    crate::proxy::for_the_guest(&mut req, &host);
+    crate::proxy::guest::for_the_guest(&mut req, &host);
     let tunnel = match sandbox.node.connect_port(sandbox.id(), port).await {
         Ok(t) => t,
         Err(e) if e.code == ErrorCode::PortClosed => {
@@ -909,5 +909,5 @@ async fn forward(sandbox: &LiveSandbox, port: u16, mut req: Request) -> Result<R
         }
         Err(e) => return Err(rest(e)),
     };
-    crate::proxy::exchange(tunnel, req, port).await.map_err(|e| rest(e.0))
+    crate::proxy::guest::exchange(tunnel, req, port).await.map_err(|e| rest(e.0))
 }

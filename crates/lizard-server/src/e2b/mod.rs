@@ -24,6 +24,7 @@ mod code;
 pub mod control;
 pub mod envd;
 mod network;
+pub mod pending;
 pub mod snapshots;
 mod tags;
 mod template_files;

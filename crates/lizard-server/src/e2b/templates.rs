@@ -25,6 +25,7 @@
 //! uploaded archive into stored files ([`super::template_files`]).
 
 use super::control::json_body;
+use super::pending::{Requested, UploadGrant};
 use super::template_files::{save_archive, unpack, MAX_UPLOAD};
 use super::template_steps::{self, files_dir};
 use super::{E2bError, E2bResult};
@@ -37,11 +38,10 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{delete, get, post};
 use axum::Json;
-use lizard_api::templates::{BuildStatus as LizardStatus, ContextEntry};
+use lizard_api::templates::BuildStatus as LizardStatus;
 use lizard_e2b::templates as wire;
 use lizard_store::WorkspaceRecord;
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Mutex;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use utoipa_axum::router::OpenApiRouter;
 
@@ -52,58 +52,6 @@ const UPLOAD_URL_KEPT: Duration = Duration::from_secs(3600);
 /// How many upload URLs, requested builds and started builds' step origins are kept at
 /// once: past it, a request waits (503) or the origins start over.
 const KEPT: usize = 4096;
-/// How many uploaded file sets are remembered (oldest forgotten first: the SDK uploads
-/// again).
-const FILE_SETS_KEPT: usize = 4096;
-
-/// What this process keeps between the calls of a build.
-#[derive(Default)]
-pub struct Pending {
-    requested: Mutex<HashMap<String, Requested>>,
-    files: Mutex<FileSets>,
-    /// Each started build's steps' E2B instructions (see [`template_steps::Translated`]).
-    origins: Mutex<HashMap<String, Vec<u32>>>,
-    /// Upload tokens, each good for one upload of one file set into one workspace.
-    uploads: Mutex<HashMap<String, UploadGrant>>,
-}
-
-struct UploadGrant {
-    account_id: String,
-    workspace_id: String,
-    hash: String,
-    until: Instant,
-}
-
-struct Requested {
-    account_id: String,
-    workspace: WorkspaceRecord,
-    name: String,
-    size: lizard_recipe::recipe::SandboxSize,
-    /// What the build is tagged with once ready.
-    tags: Vec<String>,
-    at: Instant,
-}
-
-/// Uploaded file sets by (workspace, files hash): their manifest, paths under
-/// [`files_dir`].
-#[derive(Default)]
-struct FileSets {
-    sets: HashMap<(String, String), Vec<ContextEntry>>,
-    order: VecDeque<(String, String)>,
-}
-
-impl FileSets {
-    fn insert(&mut self, key: (String, String), entries: Vec<ContextEntry>) {
-        if self.sets.insert(key.clone(), entries).is_none() {
-            self.order.push_back(key);
-        }
-        while self.order.len() > FILE_SETS_KEPT {
-            if let Some(old) = self.order.pop_front() {
-                self.sets.remove(&old);
-            }
-        }
-    }
-}
 
 pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
     router

@@ -8,6 +8,7 @@
 //! With a TLS acceptor ([`super::tls`]) the same listener serves HTTPS; its handshake
 //! counts against the header-read timeout.
 
+pub use super::connection::{ClientConn, ConnectionSlot};
 use crate::state::AppState;
 use crate::ServerError;
 use axum::body::Body;
@@ -42,19 +43,6 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// What a connection over the cap gets before it is closed.
 const BUSY: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\nretry-after: 1\r\n\r\n";
-
-/// The client's connection, put on each request for [`super::headers::set_forwarded`].
-#[derive(Debug, Clone, Copy)]
-pub struct ClientConn {
-    pub addr: SocketAddr,
-    /// Whether it came over TLS (`X-Forwarded-Proto: https`).
-    pub tls: bool,
-}
-
-/// The connection's slot under [`Limits::max_connections`], put on each request so that
-/// an upgraded connection (a WebSocket piped on after its request) keeps holding it.
-#[derive(Debug, Clone)]
-pub struct ConnectionSlot(pub Arc<OwnedSemaphorePermit>);
 
 /// Serve the proxy on `listener` within `limits` until `shutdown` resolves; over TLS when
 /// given an acceptor.

@@ -31,6 +31,8 @@
 //! - this file: the request path tying them together.
 
 pub mod access;
+pub mod connection;
+pub mod guest;
 pub mod headers;
 pub mod host;
 pub mod listener;
@@ -45,9 +47,9 @@ use crate::ops;
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use hyper_util::rt::TokioIo;
+use guest::{exchange, for_the_guest};
 
 /// Refuse the platform's own guest ports: a sandbox URL must not be a door to them.
 pub fn check_port(target: &Target) -> Result<(), AppError> {
@@ -123,15 +125,6 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
     Ok(response)
 }
 
-/// What the guest sees of a request: no access token in its target, none of the
-/// platform's credentials, the proxy's own forwarding headers.
-pub(crate) fn for_the_guest(req: &mut Request, host: &str) {
-    let client = req.extensions().get::<ClientConn>().copied();
-    *req.uri_mut() = access::guest_target(req.uri());
-    headers::strip_platform_credentials(req.headers_mut());
-    headers::set_forwarded(req.headers_mut(), client.map(|c| c.addr.ip()), client.is_some_and(|c| c.tls), host);
-}
-
 /// A request to a service: to the instance [`ops::services::route`] picks, counted in
 /// flight until its response body ends (draining and idle pausing wait for it). An
 /// instance paused or stopped between the pick and the tunnel is picked again, once.
@@ -158,59 +151,10 @@ async fn forward_to_service(state: &AppState, name: &str, req: Request) -> Resul
     }))
 }
 
-/// Speak HTTP/1.1 over `tunnel`: send `req`, answer the guest's response (an upgrade
-/// becomes a byte pipe between client and guest).
-pub(crate) async fn exchange(
-    tunnel: Box<dyn lizard_node_client::Tunnel>,
-    mut req: Request,
-    port: u16,
-) -> Result<Response, AppError> {
-    let slot = req.extensions().get::<ConnectionSlot>().cloned();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tunnel))
-        .await
-        .map_err(|e| AppError::new(lizard_api::ErrorCode::PortClosed, format!("port {port}: {e}")))?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.with_upgrades().await {
-            tracing::debug!("proxied connection: {e}");
-        }
-    });
-
-    let client_upgrade = is_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
-    let mut resp = sender
-        .send_request(req)
-        .await
-        .map_err(|e| AppError::new(lizard_api::ErrorCode::PortClosed, format!("port {port}: {e}")))?;
-
-    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-        if let Some(client_upgrade) = client_upgrade {
-            let guest_upgrade = hyper::upgrade::on(&mut resp);
-            tokio::spawn(async move {
-                match tokio::try_join!(client_upgrade, guest_upgrade) {
-                    Ok((client, guest)) => {
-                        let _ =
-                            tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(guest)).await;
-                    }
-                    Err(e) => tracing::debug!("upgrade failed: {e}"),
-                }
-                // The pipe counted against the listener's cap until here.
-                drop(slot);
-            });
-        }
-    }
-    headers::strip_platform_set_cookies(resp.headers_mut());
-    Ok(resp.map(Body::new))
-}
-
-fn is_upgrade(headers: &axum::http::HeaderMap) -> bool {
-    headers
-        .get(header::CONNECTION)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
 
     #[test]
     fn reserved_guest_ports_are_refused_before_any_tunnel() {

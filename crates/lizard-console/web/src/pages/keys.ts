@@ -3,7 +3,7 @@
 
 import * as api from '../api'
 import { age, attempt, h, options, replace, table } from '../dom'
-import type { Page } from '../main'
+import type { Page } from '../page'
 
 export async function keysPage(page: Page): Promise<void> {
   const errors = h('div', {})

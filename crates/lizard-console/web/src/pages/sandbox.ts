@@ -3,7 +3,7 @@
 
 import * as api from '../api'
 import { age, attempt, bytes, h, replace, table, until } from '../dom'
-import type { Page } from '../main'
+import type { Page } from '../page'
 import { openTerminal } from '../terminal'
 import { kill, pause, resume, Sandbox, stateBadge } from './sandboxes'
 

@@ -3,7 +3,7 @@
 
 import * as api from '../api'
 import { age, attempt, h, options, replace, table, until, usd } from '../dom'
-import type { Page } from '../main'
+import type { Page } from '../page'
 
 export interface Sandbox {
   sandboxId: string

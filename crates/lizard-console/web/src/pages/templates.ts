@@ -3,7 +3,7 @@
 
 import * as api from '../api'
 import { age, bytes, h, replace, table } from '../dom'
-import type { Page } from '../main'
+import type { Page } from '../page'
 
 export async function templatesPage(page: Page): Promise<void> {
   const templates = await api.get('/v1/templates')

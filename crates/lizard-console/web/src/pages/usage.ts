@@ -3,7 +3,7 @@
 
 import * as api from '../api'
 import { age, h, replace, table, usd } from '../dom'
-import type { Page } from '../main'
+import type { Page } from '../page'
 
 function bars(rows: { label: string; value: number; text: string }[], empty: string): HTMLElement {
   const max = Math.max(1, ...rows.map((r) => r.value))

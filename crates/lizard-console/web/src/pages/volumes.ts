@@ -2,7 +2,7 @@
 
 import * as api from '../api'
 import { age, attempt, h, options, replace, table } from '../dom'
-import type { Page } from '../main'
+import type { Page } from '../page'
 
 export async function volumesPage(page: Page): Promise<void> {
   const errors = h('div', {})
