@@ -174,12 +174,13 @@ for suite in "${suites[@]}"; do
     e2b) run_e2b_desktop ;;
   esac
 done
-# The rest side by side, against the one server: each suite mostly waits on one guest vCPU
-# at a time under TCG, so on two cores three lanes finish well before one suite after the
-# other would (CONTRIBUTING.md). The Python files are split in two lanes (each pytest run
-# ends with the contract test over what it sent); E2B's packages follow the TypeScript files
-# in the third. Each line is prefixed with its lane; the console's browser tests follow once
-# all are done.
+# The rest side by side, against the one server, in three lanes of about equal length (each
+# suite mostly waits on one guest vCPU at a time under TCG, so on two cores three lanes
+# finish well before one suite after the other would; CONTRIBUTING.md): the Python files in
+# two lanes (each pytest run ends with the contract test over what it sent), each followed
+# by one of E2B's Python packages; the TypeScript files, then E2B's code interpreter add-on
+# and npm packages, in the third. Each line is prefixed with its lane; the console's
+# browser tests follow once all are done.
 first_python_lane="test_push.py test_templates.py test_code.py test_code_events.py test_model_standin.py
   test_services.py"
 lane() { # $1: label; the rest: a command run in the background, its output prefixed
@@ -201,20 +202,40 @@ second_python_lane() { # the Python files not in the first lane
     [[ " ${first_python_lane//$'\n'/ } " == *" $f "* ]] || echo "$f"
   done
 }
-js_then_e2b() {
+e2b_python_versions() { # $1: 1 or 2, the lane: E2B_SDK_VERSIONS taken in turn
+  local i=0 version
+  for version in ${E2B_SDK_VERSIONS:-2.27.0 2.63.0}; do
+    i=$((i + 1))
+    if [ $(((i - 1) % 2 + 1)) -eq "$1" ]; then echo "$version"; fi
+  done
+}
+first_lane() {
+  # shellcheck disable=SC2086
+  if has python; then run_files python $first_python_lane; fi
+  if has e2b; then run_e2b_python $(e2b_python_versions 1); fi
+}
+second_lane() {
+  # shellcheck disable=SC2046
+  if has python; then run_files python $(second_python_lane); fi
+  if has e2b; then run_e2b_python $(e2b_python_versions 2); fi
+}
+third_lane() {
   if has js; then
     # shellcheck disable=SC2046
     run_files js $(others sdk/js/test '*.test.js')
   fi
-  if has e2b; then run_e2b; fi
+  if has e2b; then run_e2b_add_ons_and_npm; fi
 }
-run_e2b() {
+run_e2b_python() { # $@: versions of E2B's Python package
   local version
-  for version in ${E2B_SDK_VERSIONS:-2.27.0 2.63.0}; do
+  for version in "$@"; do
     echo "--- e2b $version ---"
     (cd compat/e2b/python && "$root/target/e2b-venv-$version/bin/python" -m pytest -q -p no:cacheprovider \
       -o testpaths=. --rootdir=. --durations=5 --ignore=test_code_interpreter.py --ignore=test_desktop.py) || status=1
   done
+}
+run_e2b_add_ons_and_npm() {
+  local version
   # The code interpreter add-on needs the interpreter template: a run that builds only
   # some templates (LIZARD_TEMPLATES) without it says so and leaves it out.
   if [[ -z "${LIZARD_TEMPLATES:-}" || " $LIZARD_TEMPLATES " == *" interpreter "* ]]; then
@@ -242,14 +263,12 @@ run_e2b() {
 has() { [[ " ${suites[*]} " == *" $1 "* ]]; }
 echo "--- the desktop tests ended after $((SECONDS - desktops_started)) s ---"
 lanes=()
-if has python; then
-  # shellcheck disable=SC2086
-  lane python:1 run_files python $first_python_lane
-  # shellcheck disable=SC2046
-  lane python:2 run_files python $(second_python_lane)
+if has python || has e2b; then
+  lane py+e2b:1 first_lane
+  lane py+e2b:2 second_lane
 fi
 if has js || has e2b; then
-  lane js+e2b js_then_e2b
+  lane js+e2b third_lane
 fi
 for lane_pid in "${lanes[@]}"; do
   wait "$lane_pid" || status=1
