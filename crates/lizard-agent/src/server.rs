@@ -127,11 +127,11 @@ async fn health() -> Json<Health> {
 #[cfg(test)]
 pub mod tests {
     use super::*;
+    use axum::body::Body;
     use axum::http::StatusCode;
+    use http_body_util::BodyExt;
     use lizard_agent_proto::handshake::Secret;
     use std::sync::{Arc, RwLock};
-    use axum::body::Body;
-    use http_body_util::BodyExt;
     use tower::ServiceExt;
 
     /// A router for handler tests, as dev mode would build it.
