@@ -61,7 +61,7 @@ else
     rm -rf "${cache:?}/$key"
     mv "$staging" "$cache/$key"
     # The four most recent builds stay (≈ 30 MB each).
-    find "$cache" -mindepth 1 -maxdepth 1 -type d -printf '%T@ %p\n' | sort -rn | tail -n +5 | cut -d' ' -f2- |
+    find "$cache" -mindepth 1 -maxdepth 1 -type d -not -name '.*' -printf '%T@ %p\n' | sort -rn | tail -n +5 | cut -d' ' -f2- |
       xargs -r rm -rf
   fi
 fi

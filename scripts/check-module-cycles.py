@@ -32,17 +32,21 @@ def strip_rust(text: str) -> str:
     return re.sub(r"'(?:\\.|[^'\\])'", "' '", text)
 
 
+def closing(text: str, start: int) -> int:
+    """The index of the `}` that closes the `{` at `start` (the text's end if none does)."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return len(text)
+
+
 def without_test_modules(text: str) -> str:
     """`text` without its inline `#[cfg(test)] mod … { … }` blocks: a unit test may drive
     its module through the whole of its crate (a handler through the router)."""
     while match := re.search(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{", text):
-        depth, end = 0, len(text)
-        for i in range(match.end() - 1, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            if depth == 0:
-                end = i + 1
-                break
-        text = text[: match.start()] + text[end:]
+        text = text[: match.start()] + text[closing(text, match.end() - 1) + 1 :]
     return text
 
 
@@ -52,16 +56,11 @@ def expand(tree: str) -> List[str]:
     start = tree.find("{")
     if start < 0:
         return [tree]
-    depth, items, begin, end = 0, [], start + 1, len(tree)
-    for i in range(start, len(tree)):
-        if tree[i] == "{":
-            depth += 1
-        elif tree[i] == "}":
-            depth -= 1
-            if depth == 0:
-                end = i
-                break
-        elif tree[i] == "," and depth == 1:
+    end = closing(tree, start)
+    depth, items, begin = 0, [], start + 1
+    for i in range(start, end):
+        depth += {"{": 1, "}": -1}.get(tree[i], 0)
+        if tree[i] == "," and depth == 1:
             items.append(tree[begin:i])
             begin = i + 1
     items.append(tree[begin:end])
@@ -124,7 +123,7 @@ def name(src: Path, module: Tuple[str, ...]) -> str:
 
 def runtime_python(text: str) -> str:
     """`text` without its `if TYPE_CHECKING:` blocks: imports for annotations only are not
-    circles at run time ."""
+    circles at run time."""
     out, skipping, indent = [], False, 0
     for line in text.split("\n"):
         stripped = line.lstrip()

@@ -7,22 +7,24 @@
 //!                                                                                 ▼
 //!  timeout reaper, billing pauser ──────────────────────────────▶ operations (ops::*)
 //!                                                                  │            │
-//!                                           Arc<dyn Store> (store) ◀┘            ▼
-//!                                   placement ──▶ Nodes ──▶ Arc<dyn NodeClient> (nodes)
-//!                                                              ├─ LocalNode: the in-process lizard_node
-//!                                                              └─ remote nodes, by their store rows,
-//!                                                                 through a NodeConnector
+//!                                    Arc<dyn Store> (lizard_store) ◀┘            ▼
+//!                      placement ──▶ Nodes ──▶ Arc<dyn NodeClient> (lizard_node_client)
+//!                                                 ├─ LocalNode: the in-process lizard_node
+//!                                                 └─ remote nodes, by their store rows,
+//!                                                    through a NodeConnector
 //! ```
 //!
-//! Layers, each importing only those below it (no circles): `ids`, `keys`, `scope`,
-//! `request_id`, `telemetry` (the process's Prometheus metrics) → `store` → `error`, `limits` → `billing` → `config` → `guard` (per-key
-//! rate and concurrency), `guest_buffers` (guest-sized data held at once) → `key_index` (every key's hash), `connections` (listener limits); `nodes` (no imports from this
-//! crate), `blobs` (pushed files by hash), `builds` (template builds in flight) → `state`
-//! → `auth`, `placement` → `front_door` (request id, per-key limits), `idempotency` →
-//! `ops` → `cluster` (join tokens, node calls, the operator's node view, node-lease
-//! expiry, leader leases) → `openapi` (response docs), `api`, `proxy`, `scrape` (the
-//! operator's `/metrics` listener) → `run`, with
-//! [`open`], [`Server`] and the router builders at the root.
+//! The state (`lizard_store`) and the node client (`lizard_node_client`) are crates of
+//! their own below this one. Layers here, each importing only those below it (no circles,
+//! `scripts/check-module-cycles.py`): `keys`, `request_id`, `telemetry` (the process's
+//! Prometheus metrics) → `error`, `limits` → `billing` → `config` → `guard` (per-key rate
+//! and concurrency), `guest_buffers` (guest-sized data held at once) → `key_index` (every
+//! key's hash), `connections` (listener limits); `blobs` (pushed files by hash), `builds`
+//! (template builds in flight) → `state` → `auth`, `placement` → `front_door` (request
+//! id, per-key limits), `idempotency` → `ops` → `cluster` (join tokens, node calls, the
+//! operator's node view, node-lease expiry, leader leases) → `openapi` (response docs),
+//! `api`, `proxy`, `scrape` (the operator's `/metrics` listener) → `run`, with [`open`],
+//! [`Server`] and the router builders at the root.
 //!
 //! Every API request passes [`front_door::front_door`] (an `X-Request-Id`, a log span,
 //! the key's rate limit) and [`idempotency::layer`] (the `Idempotency-Key` of creates and
@@ -36,8 +38,9 @@
 //!
 //! **Building on this crate** (sandbox routes, the port proxy, the CLI):
 //! - state: [`ServerState`] (store, config, [`SandboxReaper`] hook), or a state of your own
-//!   with `impl FromRef<YourState> for ServerState`; [`AppState`] adds the [`nodes::Nodes`]
-//!   ([`Server::app_state`] builds it with the reaper installed);
+//!   with `impl FromRef<YourState> for ServerState`; [`AppState`] adds the
+//!   [`lizard_node_client::Nodes`] ([`Server::app_state`] builds it with the reaper
+//!   installed);
 //! - routes: [`api::routes`] gives the documented tenancy routes as a
 //!   [`utoipa_axum::router::OpenApiRouter`]; merge yours (documented with
 //!   `#[utoipa::path]`) into it and pass the result to [`build_router`], which adds
@@ -45,10 +48,11 @@
 //! - authorization: the [`auth::Principal`] extractor, [`auth::require_account_scope`],
 //!   [`auth::resolve_project`] / [`auth::project_for`] for a sandbox's project and
 //!   [`auth::sandbox_for`] for a sandbox;
-//! - the store's sandbox records: [`store::Store::insert_sandbox`] and friends;
+//! - the store's sandbox records: [`lizard_store::Store::insert_sandbox`] and friends;
 //! - billing: [`billing`] (prices, the metering task, the 402 guard [`billing::require_funds`]
 //!   for anything that starts or resumes a sandbox) over the store's ledger and meters
-//!   ([`store::BillingStore`]); every recorded sandbox carries a [`store::MeterSpec`].
+//!   ([`lizard_store::BillingStore`]); every recorded sandbox carries a
+//!   [`lizard_store::MeterSpec`].
 
 #![forbid(unsafe_code)]
 

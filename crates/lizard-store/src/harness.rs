@@ -4,6 +4,7 @@
 // Test support: a failure here is the calling test's failure, so it panics.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub use crate::sql::Engine;
 use crate::sql::SqlStore;
 use crate::Store;
 use sqlx::postgres::PgConnectOptions;
@@ -17,12 +18,6 @@ use std::sync::Arc;
 pub const POSTGRES_URL_VAR: &str = "LIZARD_TEST_POSTGRES_URL";
 /// `1`: a missing [`POSTGRES_URL_VAR`] fails the PostgreSQL tests instead of skipping them.
 pub const REQUIRE_POSTGRES_VAR: &str = "LIZARD_REQUIRE_POSTGRES";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
-    Sqlite,
-    Postgres,
-}
 
 /// One test's own database, empty until the first [`TestDb::open`] migrates it.
 #[derive(Clone)]
@@ -123,10 +118,7 @@ impl TestDb {
 
     /// The engine's migrations, in order: `(version, name, sql)`.
     pub fn migrations(&self) -> &'static [(i64, &'static str, &'static str)] {
-        match self.engine() {
-            Engine::Sqlite => crate::sql::Engine::Sqlite.migrations(),
-            Engine::Postgres => crate::sql::Engine::Postgres.migrations(),
-        }
+        self.engine().migrations()
     }
 
     /// The newest schema version this build knows.

@@ -12,11 +12,12 @@
 //! `Any` carries only integers, floats, text, bytes and booleans, which is all the schema
 //! holds (milliseconds and money as BIGINT, hashes as bytes, JSON as text; the two BOOLEAN
 //! columns are read through [`flag`]), and it costs a copy of each row's values, nothing
-//! next to a query's round trip (measured, debug build, a workspace read by id 3,000 times:
-//! 26.6 µs per query through `Any` against 25.9 µs through the SQLite driver directly;
-//! on PostgreSQL the difference was inside the run-to-run noise of 150–250 µs). Its options come from
-//! a URL, so SQLite's settings are PRAGMAs run on each new connection. Queries are plain
-//! strings (no compile-time macros), so building needs no database.
+//! next to a query's round trip (measured, debug build, a workspace read by id 3,000
+//! times: 26.6 µs per query through `Any` against 25.9 µs through the SQLite driver
+//! directly; on PostgreSQL the difference was inside the run-to-run noise of 150–250 µs).
+//! Its options come from a URL, so SQLite's settings are PRAGMAs run on each new
+//! connection. Queries are plain strings (no compile-time macros), so building needs no
+//! database.
 //!
 //! **SQLite settings.** WAL journal (readers never block the writer nor each other),
 //! `synchronous = NORMAL` (durable across process crashes; a power cut may lose the last
@@ -48,8 +49,7 @@
 
 use super::*;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
-use sqlx::AnyPool;
-use sqlx::{Any, Executor, Row, Transaction};
+use sqlx::{Any, AnyPool, Executor, Row, Transaction};
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
@@ -250,24 +250,28 @@ fn session_settings(engine: Engine) -> &'static str {
     }
 }
 
+/// A pool whose every new connection gets `engine`'s [`session_settings`].
+fn session_pool_options(engine: Engine) -> AnyPoolOptions {
+    AnyPoolOptions::new().after_connect(move |conn, _| {
+        Box::pin(async move {
+            conn.execute(sqlx::raw_sql(session_settings(engine))).await?;
+            Ok(())
+        })
+    })
+}
+
 /// A pool for `engine`. A connection still inside a transaction when it comes back (its
 /// COMMIT or ROLLBACK failed, e.g. on a full disk) is closed instead of being reused:
 /// reused, every later transaction on it failed ("non-zero transaction depth") and the
 /// server answered 500s and missed billing ticks until it was restarted.
 fn pool_options(engine: Engine) -> AnyPoolOptions {
     use sqlx::Connection;
-    AnyPoolOptions::new()
+    session_pool_options(engine)
         .max_connections(match engine {
             Engine::Sqlite => SQLITE_CONNECTIONS,
             Engine::Postgres => POSTGRES_CONNECTIONS,
         })
         .acquire_timeout(Duration::from_secs(10))
-        .after_connect(move |conn, _| {
-            Box::pin(async move {
-                conn.execute(sqlx::raw_sql(session_settings(engine))).await?;
-                Ok(())
-            })
-        })
         .after_release(|conn, _| {
             let clean = !conn.is_in_transaction();
             if !clean {
@@ -343,13 +347,7 @@ impl SqlStore {
         let options = AnyConnectOptions::from_str("sqlite::memory:").map_err(backend)?;
         // Not `pool_options`: closing its one connection (as those do one left inside a
         // transaction) would drop the database.
-        let pool = AnyPoolOptions::new()
-            .after_connect(|conn, _| {
-                Box::pin(async move {
-                    conn.execute(sqlx::raw_sql(session_settings(Engine::Sqlite))).await?;
-                    Ok(())
-                })
-            })
+        let pool = session_pool_options(Engine::Sqlite)
             .max_connections(1)
             .min_connections(1)
             .idle_timeout(None)

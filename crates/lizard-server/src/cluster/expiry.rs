@@ -30,7 +30,7 @@ mod tests {
     use lizard_api::cluster::{HeldSandbox, NodeReport, NodeState};
     use lizard_store::fixture::seeded_store;
     use lizard_store::sql::SqlStore;
-    use lizard_store::{BillingStore, ClusterStore, MeterSpec, NewNode, NewSandbox, OnTimeout, SandboxState, Store};
+    use lizard_store::{BillingStore, ClusterStore, NewNode, NewSandbox, SandboxState, Store};
 
     mod fixture {
         use super::*;
@@ -41,20 +41,7 @@ mod tests {
 
         /// A running sandbox recorded at `at` on the in-process node.
         pub fn sandbox(id: &str, at: i64) -> NewSandbox {
-            NewSandbox {
-                id: id.into(),
-                project_id: "prj_a".into(),
-                template: "base".into(),
-                state: SandboxState::Running,
-                created_at: at,
-                timeout_at: None,
-                metadata: Default::default(),
-                on_timeout: OnTimeout::Kill,
-                timeout_ms: None,
-                template_ref: None,
-                node_id: lizard_node_client::LOCAL_NODE_ID.into(),
-                meter: MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: 1_000, paused_nanos_per_sec: 0 },
-            }
+            lizard_store::fixture::running_sandbox(id, "prj_a", lizard_node_client::LOCAL_NODE_ID, at)
         }
 
         /// Milliseconds of `sandbox` the ledger has billed.

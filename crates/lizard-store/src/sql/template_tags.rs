@@ -18,6 +18,25 @@ fn tag_of(r: &AnyRow) -> Result<TagRecord> {
     get().map_err(backend)
 }
 
+/// The tag `tag` of `template_id`, read through `db` (the pool, or a transaction).
+async fn tag_named<'e>(
+    db: impl sqlx::Executor<'e, Database = sqlx::Any>,
+    template_id: &str,
+    tag: &str,
+) -> Result<Option<TagRecord>> {
+    sqlx::query(&format!(
+        "SELECT {TAG_COLUMNS} FROM template_tags t JOIN template_builds b ON b.id = t.build_id \
+         WHERE t.template_id = $1 AND t.tag = $2"
+    ))
+    .bind(template_id)
+    .bind(tag)
+    .fetch_optional(db)
+    .await
+    .map_err(backend)?
+    .map(|r| tag_of(&r))
+    .transpose()
+}
+
 #[async_trait::async_trait]
 impl TemplateTagStore for SqlStore {
     async fn assign_tags(&self, template_id: &str, build_id: &str, tags: &[String], at: i64) -> Result<Vec<String>> {
@@ -35,17 +54,7 @@ impl TemplateTagStore for SqlStore {
         }
         let mut released = Vec::new();
         for tag in tags {
-            let old = sqlx::query(&format!(
-                "SELECT {TAG_COLUMNS} FROM template_tags t JOIN template_builds b ON b.id = t.build_id \
-                 WHERE t.template_id = $1 AND t.tag = $2"
-            ))
-            .bind(template_id)
-            .bind(tag)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(backend)?
-            .map(|r| tag_of(&r))
-            .transpose()?;
+            let old = tag_named(&mut *tx, template_id, tag).await?;
             if let Some(old) = old.filter(|o| o.build_id != build_id) {
                 released.push(old.template_ref);
             }
@@ -72,17 +81,7 @@ impl TemplateTagStore for SqlStore {
         let mut tx = self.write().await?;
         let mut released = Vec::new();
         for tag in tags {
-            let old = sqlx::query(&format!(
-                "SELECT {TAG_COLUMNS} FROM template_tags t JOIN template_builds b ON b.id = t.build_id \
-                 WHERE t.template_id = $1 AND t.tag = $2"
-            ))
-            .bind(template_id)
-            .bind(tag)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(backend)?
-            .map(|r| tag_of(&r))
-            .transpose()?;
+            let old = tag_named(&mut *tx, template_id, tag).await?;
             let Some(old) = old else {
                 return Err(crate::StoreError::NotFound(format!("tag {tag}")));
             };
@@ -113,16 +112,6 @@ impl TemplateTagStore for SqlStore {
     }
 
     async fn tagged_build(&self, template_id: &str, tag: &str) -> Result<Option<TagRecord>> {
-        sqlx::query(&format!(
-            "SELECT {TAG_COLUMNS} FROM template_tags t JOIN template_builds b ON b.id = t.build_id \
-             WHERE t.template_id = $1 AND t.tag = $2"
-        ))
-        .bind(template_id)
-        .bind(tag)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(backend)?
-        .map(|r| tag_of(&r))
-        .transpose()
+        tag_named(&self.pool, template_id, tag).await
     }
 }

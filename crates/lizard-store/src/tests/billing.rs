@@ -3,7 +3,7 @@
 use crate::billing::*;
 use crate::harness::{TestDb, TestStore};
 use crate::store_tests;
-use crate::{NewSandbox, OnTimeout, SandboxState, Store, StoreError};
+use crate::{NewSandbox, SandboxState, Store, StoreError};
 
 const RATE: i64 = 2_500;
 
@@ -13,18 +13,8 @@ async fn seeded(db: &TestDb) -> TestStore {
 
 fn sbx(id: &str, project: &str, at: i64, paused_rate: i64) -> NewSandbox {
     NewSandbox {
-        id: id.into(),
-        project_id: project.into(),
-        template: "base".into(),
-        state: SandboxState::Running,
-        created_at: at,
-        timeout_at: None,
-        metadata: Default::default(),
-        on_timeout: OnTimeout::Kill,
-        timeout_ms: None,
-        template_ref: None,
-        node_id: "node_local".into(),
         meter: MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: RATE, paused_nanos_per_sec: paused_rate },
+        ..crate::fixture::running_sandbox(id, project, "node_local", at)
     }
 }
 

@@ -2,11 +2,10 @@
 //! one cluster key, join tokens, and a lost node's sandboxes ended and billed up to its
 //! last heartbeat.
 
-use crate::billing::MeterSpec;
 use crate::cluster::*;
 use crate::harness::{TestDb, TestStore};
 use crate::store_tests;
-use crate::{NewSandbox, OnTimeout, SandboxState, StoreError};
+use crate::{NewSandbox, SandboxState, StoreError};
 use lizard_api::cluster::{HeldSandbox, NodeCapacity, NodeUsage};
 
 fn report(held: &[&str]) -> NodeReport {
@@ -22,20 +21,7 @@ fn report(held: &[&str]) -> NodeReport {
 }
 
 fn sandbox_on(id: &str, node: &str, at: i64) -> NewSandbox {
-    NewSandbox {
-        id: id.into(),
-        project_id: "prj_a".into(),
-        template: "base".into(),
-        state: SandboxState::Running,
-        created_at: at,
-        timeout_at: None,
-        metadata: Default::default(),
-        on_timeout: OnTimeout::Kill,
-        timeout_ms: None,
-        template_ref: None,
-        node_id: node.into(),
-        meter: MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: 1_000, paused_nanos_per_sec: 0 },
-    }
+    crate::fixture::running_sandbox(id, "prj_a", node, at)
 }
 
 /// Both replicas try for the lease at once, round after round: never both hold it; the

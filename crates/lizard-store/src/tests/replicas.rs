@@ -7,7 +7,7 @@
 use crate::billing::{LedgerEntry, MeterSpec};
 use crate::harness::{TestDb, TestStore};
 use crate::store_tests;
-use crate::{NewSandbox, OnTimeout, SandboxState, Store};
+use crate::{NewSandbox, Store};
 
 const T0: i64 = 1_000_000;
 const ROUNDS: i64 = 60;
@@ -17,18 +17,8 @@ const RATES: [(i64, i64); 4] = [(2_500, 0), (1_333, 7), (997, 3), (10_001, 0)];
 
 fn sandbox(id: &str, running: i64, paused: i64) -> NewSandbox {
     NewSandbox {
-        id: id.into(),
-        project_id: "prj_a".into(),
-        template: "base".into(),
-        state: SandboxState::Running,
-        created_at: T0,
-        timeout_at: None,
-        metadata: Default::default(),
-        on_timeout: OnTimeout::Kill,
-        timeout_ms: None,
-        template_ref: None,
-        node_id: "node_local".into(),
         meter: MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: running, paused_nanos_per_sec: paused },
+        ..crate::fixture::running_sandbox(id, "prj_a", "node_local", T0)
     }
 }
 

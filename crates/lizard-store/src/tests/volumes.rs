@@ -3,7 +3,7 @@
 use crate::harness::{TestDb, TestStore};
 use crate::store_tests;
 use crate::volumes::*;
-use crate::{NewSandbox, OnTimeout, SandboxState, StoreError};
+use crate::{NewSandbox, StoreError};
 
 async fn seeded(db: &TestDb) -> TestStore {
     let s = db.seeded("acc_1", &[("ws_a", "prj_a")]).await;
@@ -48,18 +48,8 @@ async fn one_holder_at_a_time_until_the_sandbox_ends(db: TestDb) {
     assert!(matches!(&e, StoreError::Conflict(m) if m.contains("sbx_1")), "{e}");
     assert!(matches!(s.delete_project("acc_1", "prj_a").await, Err(StoreError::NotEmpty(_))));
     let sbx = NewSandbox {
-        id: "sbx_1".into(),
-        project_id: "prj_a".into(),
-        template: "base".into(),
-        state: SandboxState::Running,
-        created_at: 3,
-        timeout_at: None,
-        metadata: Default::default(),
-        on_timeout: OnTimeout::Kill,
-        timeout_ms: None,
-        template_ref: None,
-        node_id: "node_local".into(),
         meter: crate::MeterSpec { vcpus: 1, memory_mib: 512, running_nanos_per_sec: 0, paused_nanos_per_sec: 0 },
+        ..crate::fixture::running_sandbox("sbx_1", "prj_a", "node_local", 3)
     };
     s.insert_sandbox(&sbx).await.unwrap();
     assert_eq!(s.release_stale_attachments().await.unwrap(), 0);
