@@ -36,8 +36,9 @@ build_key() {
     env | grep -E '^(RUSTFLAGS|CARGO_ENCODED_RUSTFLAGS|CARGO_BUILD_|CARGO_PROFILE_)' | sort || true
     sha256sum scripts/build-agent.sh Cargo.lock Cargo.toml
     find .cargo rust-toolchain rust-toolchain.toml -maxdepth 1 -type f 2>/dev/null | sort | xargs -r sha256sum
+    # Paths relative to the checkout: a clone elsewhere (CI's) with the same sources has the same key.
     for dir in $dirs; do
-      (cd "$dir" && find . -type f -not -path './target/*' -print0 | sort -z | xargs -0 -r sha256sum | sed "s|^|$dir |")
+      (cd "$dir" && find . -type f -not -path './target/*' -print0 | sort -z | xargs -0 -r sha256sum | sed "s|^|${dir#"$root"/} |")
     done
   } | sha256sum | cut -c1-32
 }
