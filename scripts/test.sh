@@ -95,19 +95,15 @@ fi
 phase "API fuzzing (scripts/fuzz-api.sh)"
 ./scripts/fuzz-api.sh
 
-phase "unit and integration tests"
-"${nextest[@]}" -E 'not (package(lizard-attacks) | package(lizard-cluster-tests))' "$@"
-
-# The attack suite (crates/lizard-attacks): a real `lizard server` attacked as a hostile
-# guest, tenant and client would; every attack asserts that nothing got through.
-phase "attack suite (crates/lizard-attacks)"
-"${nextest[@]}" -E 'package(lizard-attacks)' "$@"
-
-# Many machines (crates/lizard-cluster-tests): two replicas on one PostgreSQL database,
-# two node agents, real microVMs; nodes and replicas SIGKILLed; the reference's examples
-# through either replica. One fleet at a time: each is four processes and their VMs.
-phase "many-machines suite (crates/lizard-cluster-tests)"
-"${nextest[@]}" -E 'package(lizard-cluster-tests)' --test-threads 1 "$@"
+# Every Rust test in one run (.config/nextest.toml: the longest first, those
+# that measure CPU or start a fleet alone): unit and integration tests, microVM tests
+# included; the attack suite (crates/lizard-attacks: a real `lizard server` attacked as a
+# hostile guest, tenant and client would; every attack asserts that nothing got through);
+# the many-machines suite (crates/lizard-cluster-tests: two replicas on one PostgreSQL
+# database, two node agents, real microVMs; nodes and replicas SIGKILLed; the reference's
+# examples through either replica).
+phase "unit, integration, attack and many-machines tests"
+"${nextest[@]}" "$@"
 
 # The Python and TypeScript SDKs (every example of the reference) against a real server.
 phase "SDK suites (scripts/test-sdk.sh)"
