@@ -5,10 +5,14 @@
     scripts/ci-cargo-cache.py prune    # when the run ends
 
 `attach` makes the clone's `target/debug` a link to the cache's (LIZARD_CI_CARGO_CACHE,
-default /var/cache/lizard/ci-target), so a clean clone compiles only the workspace's own
+default /var/cache/lizard/ci-target) and prints the cache, which the caller makes cargo's
+target directory (CARGO_TARGET_DIR): cargo then sees the same path in every clone, where
+through the link alone each clone's new path made every dependency with a build script
+compile again (183 s instead of 113 s). A clean clone compiles only the workspace's own
 crates: the dependencies' artifacts (the debug build and clippy's check build) are there
-from the last run. Everything else under `target/` (the SDK suites' virtual environments,
-the static agent) stays in the clone.
+from the last run. The paths the scripts use (`target/debug/lizard`) reach them through the
+link; everything else under the clone's `target/` (the SDK suites' virtual environments)
+stays in the clone.
 
 `prune` removes the workspace's own artifacts from the cache: they are the clone's, keyed by
 its path, and would only pile up. So the cache holds dependencies alone; one that has grown
@@ -43,8 +47,8 @@ def size(path: Path) -> int:
     return total
 
 
-def workspace_names() -> tuple[set[str], set[str]]:
-    """The workspace's package names and its targets' crate names (`-` as `_`)."""
+def workspace_names() -> set[str]:
+    """The workspace's package names and its targets' crate names, `-` as `_`."""
     meta = json.loads(
         subprocess.run(
             ["cargo", "metadata", "--no-deps", "--format-version", "1", "--offline"],
@@ -54,51 +58,46 @@ def workspace_names() -> tuple[set[str], set[str]]:
             text=True,
         ).stdout
     )
-    packages = {p["name"] for p in meta["packages"]}
-    crates = {t["name"].replace("-", "_") for p in meta["packages"] for t in p["targets"]}
-    return packages, crates
+    names = {p["name"] for p in meta["packages"]} | {t["name"] for p in meta["packages"] for t in p["targets"]}
+    return {n.replace("-", "_") for n in names}
 
 
-def is_workspace_artifact(name: str, packages: set[str], crates: set[str]) -> bool:
+def is_workspace_artifact(name: str, workspace: set[str]) -> bool:
     """`<crate>-<hash>…` or `lib<crate>-<hash>…` in deps/; `<package>-<hash>` in .fingerprint/ and build/."""
-    stem = name.split(".", 1)[0]
-    base = stem.rsplit("-", 1)[0] if "-" in stem else stem
-    if base.startswith("lib") and base[3:] in crates:
-        return True
-    return base in crates or base in packages or base.replace("-", "_") in crates
+    base = name.split(".", 1)[0].rsplit("-", 1)[0].replace("-", "_")
+    return base in workspace or base.removeprefix("lib") in workspace
+
+
+def remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 def prune() -> None:
     if not CACHE.is_dir():
         return
-    packages, crates = workspace_names()
-    removed = 0
-    for sub in ("deps", ".fingerprint", "build"):
-        folder = CACHE / sub
-        if not folder.is_dir():
-            continue
-        for entry in folder.iterdir():
-            if is_workspace_artifact(entry.name, packages, crates):
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry)
-                else:
-                    entry.unlink()
-                removed += 1
+    workspace = workspace_names()
+    doomed = [
+        entry
+        for sub in ("deps", ".fingerprint", "build")
+        if (CACHE / sub).is_dir()
+        for entry in (CACHE / sub).iterdir()
+        if is_workspace_artifact(entry.name, workspace)
+    ]
     # What cargo copies up beside deps/ (binaries and their .d files), and what is per run.
-    for entry in CACHE.iterdir():
-        if entry.is_file() or entry.name in ("examples", "incremental"):
-            if entry.is_dir():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-            removed += 1
-    say(f"{removed} artifacts of the workspace's own crates removed from {CACHE}")
+    doomed += [e for e in CACHE.iterdir() if e.is_file() or e.name in ("examples", "incremental")]
+    for entry in doomed:
+        remove(entry)
+    say(f"{len(doomed)} artifacts of the workspace's own crates removed from {CACHE}")
 
 
 def attach() -> None:
     target = ROOT / "target" / "debug"
     if target.is_symlink() or target.exists():
         say(f"{target} exists: left as it is")
+        print(target.parent)
         return
     if CACHE.is_dir():
         prune()  # what a run that was killed left
@@ -111,6 +110,7 @@ def attach() -> None:
     CACHE.mkdir(parents=True, exist_ok=True)
     target.parent.mkdir(exist_ok=True)
     target.symlink_to(CACHE)
+    print(CACHE.parent)
 
 
 def main() -> None:
