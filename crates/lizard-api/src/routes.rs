@@ -75,6 +75,16 @@ pub struct Route {
     pub errors: &'static [ErrorCode],
 }
 
+/// Append `key=value` to `uri`'s query, `value` percent-encoded: `?` before the first
+/// parameter, `&` before the others (a [`Route::uri`] has no `?` of its own: its
+/// arguments are encoded).
+pub fn push_query(uri: &mut String, key: &str, value: &str) {
+    uri.push(if uri.contains('?') { '&' } else { '?' });
+    uri.push_str(key);
+    uri.push('=');
+    uri.push_str(&urlencoding::encode(value));
+}
+
 impl Route {
     /// The path with each `{…}` parameter replaced, in order, by one of `args`,
     /// percent-encoded as one path segment.
@@ -808,6 +818,14 @@ mod tests {
         assert_eq!(LIST_DIR.uri(&["x"]), "/v1/sandboxes/x/files/list");
         assert_eq!(READ_FILE.params().collect::<Vec<_>>(), ["id"]);
         assert_eq!(GET_VOLUME.params().collect::<Vec<_>>(), ["nameOrId"]);
+    }
+
+    #[test]
+    fn query_parameters_follow_the_path_encoded() {
+        let mut uri = GET_VOLUME.uri(&["a?b"]);
+        push_query(&mut uri, "q", "1 & 2");
+        push_query(&mut uri, "n", "3");
+        assert_eq!(uri, "/v1/volumes/a%3Fb?q=1%20%26%202&n=3");
     }
 
     #[test]

@@ -74,22 +74,17 @@ impl Endpoint {
 pub struct Call {
     method: routes::Method,
     uri: String,
-    has_query: bool,
 }
 
 impl Call {
     /// `route` with its `{…}` parameters replaced by `args` (percent-encoded).
     pub fn new(route: &Route, args: &[&str]) -> Call {
-        Call { method: route.method, uri: route.uri(args), has_query: false }
+        Call { method: route.method, uri: route.uri(args) }
     }
 
     /// Append `key=value` to the query, `value` percent-encoded.
     pub fn param(mut self, key: &str, value: impl std::fmt::Display) -> Call {
-        self.uri.push(if self.has_query { '&' } else { '?' });
-        self.uri.push_str(key);
-        self.uri.push('=');
-        self.uri.push_str(&urlencoding::encode(&value.to_string()));
-        self.has_query = true;
+        lizard_api::routes::push_query(&mut self.uri, key, &value.to_string());
         self
     }
 

@@ -47,22 +47,17 @@ pub struct Channel {
 pub struct Call {
     method: Method,
     uri: String,
-    has_query: bool,
     head_timeout: Option<Duration>,
 }
 
 impl Call {
     pub fn new(route: &Route, args: &[&str]) -> Call {
-        Call { method: route.method, uri: route.uri(args), has_query: false, head_timeout: Some(QUICK) }
+        Call { method: route.method, uri: route.uri(args), head_timeout: Some(QUICK) }
     }
 
     /// Append `key=value` to the query, `value` percent-encoded.
     pub fn param(mut self, key: &str, value: impl std::fmt::Display) -> Call {
-        self.uri.push(if self.has_query { '&' } else { '?' });
-        self.uri.push_str(key);
-        self.uri.push('=');
-        self.uri.push_str(&urlencoding::encode(&value.to_string()));
-        self.has_query = true;
+        lizard_api::routes::push_query(&mut self.uri, key, &value.to_string());
         self
     }
 
