@@ -174,7 +174,7 @@ impl Engine {
 /// A BOOLEAN column, selected as `CASE WHEN c THEN 1 ELSE 0 END AS c`: `Any` reads no
 /// BOOLEAN from SQLite (which keeps it as an integer anyway).
 pub(crate) fn flag(r: &AnyRow, column: &str) -> Result<bool> {
-    Ok(r.try_get::<i64, _>(column).map_err(backend)? != 0)
+    Ok(col::<i64, _>(r, column)? != 0)
 }
 
 /// The value to bind for an [`Engine::json_list`] parameter.
@@ -187,6 +187,16 @@ pub(crate) fn json_list<S: serde::Serialize>(members: &[S]) -> Result<String> {
 pub struct SqlStore {
     pub(crate) pool: AnyPool,
     pub(crate) engine: Engine,
+}
+
+/// Column `index` of `row`, decoded; a column that is missing or of another type is a
+/// backend error like any other.
+fn col<'r, T, I>(row: &'r AnyRow, index: I) -> Result<T>
+where
+    T: sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any>,
+    I: sqlx::ColumnIndex<AnyRow>,
+{
+    row.try_get(index).map_err(backend)
 }
 
 /// A database error; one that says the database cannot be reached now (the pool timed
@@ -474,37 +484,37 @@ impl SqlStore {
 
 fn account(r: &AnyRow) -> Result<AccountRecord> {
     Ok(AccountRecord {
-        id: r.try_get("id").map_err(backend)?,
-        email: r.try_get("email").map_err(backend)?,
-        plan: r.try_get("plan").map_err(backend)?,
-        created_at: r.try_get("created_at").map_err(backend)?,
+        id: col(r, "id")?,
+        email: col(r, "email")?,
+        plan: col(r, "plan")?,
+        created_at: col(r, "created_at")?,
     })
 }
 
 fn workspace(r: &AnyRow) -> Result<WorkspaceRecord> {
     Ok(WorkspaceRecord {
-        id: r.try_get("id").map_err(backend)?,
-        account_id: r.try_get("account_id").map_err(backend)?,
-        name: r.try_get("name").map_err(backend)?,
-        slug: r.try_get("slug").map_err(backend)?,
-        created_at: r.try_get("created_at").map_err(backend)?,
-        volume_quota_gb: super::volumes::quota_gb(r.try_get("volume_quota_gb").map_err(backend)?),
+        id: col(r, "id")?,
+        account_id: col(r, "account_id")?,
+        name: col(r, "name")?,
+        slug: col(r, "slug")?,
+        created_at: col(r, "created_at")?,
+        volume_quota_gb: super::volumes::quota_gb(col(r, "volume_quota_gb")?),
     })
 }
 
 fn project(r: &AnyRow) -> Result<ProjectRecord> {
     Ok(ProjectRecord {
-        id: r.try_get("id").map_err(backend)?,
-        workspace_id: r.try_get("workspace_id").map_err(backend)?,
-        name: r.try_get("name").map_err(backend)?,
-        slug: r.try_get("slug").map_err(backend)?,
-        created_at: r.try_get("created_at").map_err(backend)?,
+        id: col(r, "id")?,
+        workspace_id: col(r, "workspace_id")?,
+        name: col(r, "name")?,
+        slug: col(r, "slug")?,
+        created_at: col(r, "created_at")?,
     })
 }
 
 fn key(r: &AnyRow) -> Result<KeyRecord> {
-    let workspaces: Option<String> = r.try_get("workspaces").map_err(backend)?;
-    let projects: Option<String> = r.try_get("projects").map_err(backend)?;
+    let workspaces: Option<String> = col(r, "workspaces")?;
+    let projects: Option<String> = col(r, "projects")?;
     let scope = match (workspaces, projects) {
         (None, None) => None,
         (w, p) => {
@@ -515,14 +525,14 @@ fn key(r: &AnyRow) -> Result<KeyRecord> {
         }
     };
     Ok(KeyRecord {
-        id: r.try_get("id").map_err(backend)?,
-        account_id: r.try_get("account_id").map_err(backend)?,
-        name: r.try_get("name").map_err(backend)?,
-        prefix: r.try_get("prefix").map_err(backend)?,
-        hash: r.try_get("hash").map_err(backend)?,
+        id: col(r, "id")?,
+        account_id: col(r, "account_id")?,
+        name: col(r, "name")?,
+        prefix: col(r, "prefix")?,
+        hash: col(r, "hash")?,
         scope,
-        created_at: r.try_get("created_at").map_err(backend)?,
-        revoked_at: r.try_get("revoked_at").map_err(backend)?,
+        created_at: col(r, "created_at")?,
+        revoked_at: col(r, "revoked_at")?,
     })
 }
 
@@ -542,23 +552,23 @@ const SANDBOX_COLUMNS: &str = "s.id, w.account_id, p.workspace_id, s.project_id,
      COALESCE(s.node_id, 'node_local') AS node_id FROM sandboxes s JOIN projects p ON p.id = s.project_id JOIN workspaces w ON w.id = p.workspace_id";
 
 fn sandbox(r: &AnyRow) -> Result<SandboxRecord> {
-    let metadata: String = r.try_get("metadata").map_err(backend)?;
+    let metadata: String = col(r, "metadata")?;
     Ok(SandboxRecord {
-        id: r.try_get("id").map_err(backend)?,
-        account_id: r.try_get("account_id").map_err(backend)?,
-        workspace_id: r.try_get("workspace_id").map_err(backend)?,
-        project_id: r.try_get("project_id").map_err(backend)?,
-        template: r.try_get("template").map_err(backend)?,
-        state: parse_sandbox_state(&r.try_get::<String, _>("state").map_err(backend)?)?,
-        created_at: r.try_get("created_at").map_err(backend)?,
-        timeout_at: r.try_get("timeout_at").map_err(backend)?,
-        ended_at: r.try_get("ended_at").map_err(backend)?,
-        end_reason: r.try_get("end_reason").map_err(backend)?,
+        id: col(r, "id")?,
+        account_id: col(r, "account_id")?,
+        workspace_id: col(r, "workspace_id")?,
+        project_id: col(r, "project_id")?,
+        template: col(r, "template")?,
+        state: parse_sandbox_state(&col::<String, _>(r, "state")?)?,
+        created_at: col(r, "created_at")?,
+        timeout_at: col(r, "timeout_at")?,
+        ended_at: col(r, "ended_at")?,
+        end_reason: col(r, "end_reason")?,
         metadata: serde_json::from_str(&metadata).map_err(json_err)?,
-        on_timeout: parse_on_timeout(&r.try_get::<String, _>("on_timeout").map_err(backend)?)?,
-        timeout_ms: r.try_get("timeout_ms").map_err(backend)?,
-        template_ref: r.try_get("template_ref").map_err(backend)?,
-        node_id: r.try_get("node_id").map_err(backend)?,
+        on_timeout: parse_on_timeout(&col::<String, _>(r, "on_timeout")?)?,
+        timeout_ms: col(r, "timeout_ms")?,
+        template_ref: col(r, "template_ref")?,
+        node_id: col(r, "node_id")?,
     })
 }
 

@@ -1,10 +1,9 @@
 //! [`AccessStore`] on either engine.
 
-use super::{backend, flag, SqlStore};
+use super::{backend, col, flag, SqlStore};
 use crate::access::{AccessStore, SandboxAccess};
 use crate::Result;
 use async_trait::async_trait;
-use sqlx::Row;
 
 #[async_trait]
 impl AccessStore for SqlStore {
@@ -36,7 +35,7 @@ impl AccessStore for SqlStore {
         .map_err(backend)?;
         row.map(|r| {
             Ok(SandboxAccess {
-                token_hash: r.try_get("token_hash").map_err(backend)?,
+                token_hash: col(&r, "token_hash")?,
                 urls_public: flag(&r, "urls_public")?,
                 resume_on_request: flag(&r, "resume_on_request")?,
             })

@@ -11,12 +11,12 @@
 //! so it bills only what accrued since — never an interval twice (tested by
 //! `store::tests::replicas`).
 
-use super::{backend, SqlStore};
+use super::{backend, col, SqlStore};
 use crate::billing::*;
 use crate::{Result, SandboxState, StoreError};
 use async_trait::async_trait;
 use sqlx::any::AnyRow;
-use sqlx::{Any, Row, Transaction};
+use sqlx::{Any, Transaction};
 use std::collections::BTreeMap;
 
 /// Idempotency key of the free credits every account starts with.
@@ -29,48 +29,48 @@ const METER_COLUMNS: &str = "sandbox_id, account_id, workspace_id, project_id, v
      running_nanos_per_sec, paused_nanos_per_sec, state, billed_until, carry";
 
 fn entry(r: &AnyRow) -> Result<LedgerEntry> {
-    let kind: String = r.try_get("kind").map_err(backend)?;
+    let kind: String = col(r, "kind")?;
     Ok(LedgerEntry {
-        seq: r.try_get("seq").map_err(backend)?,
-        id: r.try_get("id").map_err(backend)?,
-        account_id: r.try_get("account_id").map_err(backend)?,
+        seq: col(r, "seq")?,
+        id: col(r, "id")?,
+        account_id: col(r, "account_id")?,
         kind: LedgerKind::parse(&kind).ok_or_else(|| StoreError::Backend(format!("ledger kind {kind:?}").into()))?,
-        amount_nanos: r.try_get("amount_nanos").map_err(backend)?,
-        description: r.try_get("description").map_err(backend)?,
-        workspace_id: r.try_get("workspace_id").map_err(backend)?,
-        project_id: r.try_get("project_id").map_err(backend)?,
-        sandbox_id: r.try_get("sandbox_id").map_err(backend)?,
-        usage_kind: r.try_get("usage_kind").map_err(backend)?,
-        period_start: r.try_get("period_start").map_err(backend)?,
-        period_end: r.try_get("period_end").map_err(backend)?,
-        quantity_ms: r.try_get("quantity_ms").map_err(backend)?,
-        nanos_per_second: r.try_get("nanos_per_second").map_err(backend)?,
-        idempotency_key: r.try_get("idempotency_key").map_err(backend)?,
-        created_at: r.try_get("created_at").map_err(backend)?,
+        amount_nanos: col(r, "amount_nanos")?,
+        description: col(r, "description")?,
+        workspace_id: col(r, "workspace_id")?,
+        project_id: col(r, "project_id")?,
+        sandbox_id: col(r, "sandbox_id")?,
+        usage_kind: col(r, "usage_kind")?,
+        period_start: col(r, "period_start")?,
+        period_end: col(r, "period_end")?,
+        quantity_ms: col(r, "quantity_ms")?,
+        nanos_per_second: col(r, "nanos_per_second")?,
+        idempotency_key: col(r, "idempotency_key")?,
+        created_at: col(r, "created_at")?,
     })
 }
 
 fn meter(r: &AnyRow) -> Result<MeterRecord> {
-    let state: String = r.try_get("state").map_err(backend)?;
-    let vcpus: i64 = r.try_get("vcpus").map_err(backend)?;
-    let memory_mib: i64 = r.try_get("memory_mib").map_err(backend)?;
+    let state: String = col(r, "state")?;
+    let vcpus: i64 = col(r, "vcpus")?;
+    let memory_mib: i64 = col(r, "memory_mib")?;
     Ok(MeterRecord {
-        sandbox_id: r.try_get("sandbox_id").map_err(backend)?,
-        account_id: r.try_get("account_id").map_err(backend)?,
-        workspace_id: r.try_get("workspace_id").map_err(backend)?,
-        project_id: r.try_get("project_id").map_err(backend)?,
+        sandbox_id: col(r, "sandbox_id")?,
+        account_id: col(r, "account_id")?,
+        workspace_id: col(r, "workspace_id")?,
+        project_id: col(r, "project_id")?,
         spec: MeterSpec {
             vcpus: u32::try_from(vcpus)
                 .map_err(|_| StoreError::UnknownValue { what: "meter vcpus", value: vcpus.to_string() })?,
             memory_mib: u32::try_from(memory_mib)
                 .map_err(|_| StoreError::UnknownValue { what: "meter memory", value: memory_mib.to_string() })?,
-            running_nanos_per_sec: r.try_get("running_nanos_per_sec").map_err(backend)?,
-            paused_nanos_per_sec: r.try_get("paused_nanos_per_sec").map_err(backend)?,
+            running_nanos_per_sec: col(r, "running_nanos_per_sec")?,
+            paused_nanos_per_sec: col(r, "paused_nanos_per_sec")?,
         },
         state: MeterState::parse(&state)
             .ok_or_else(|| StoreError::UnknownValue { what: "meter state", value: state.clone() })?,
-        billed_until: r.try_get("billed_until").map_err(backend)?,
-        carry: r.try_get("carry").map_err(backend)?,
+        billed_until: col(r, "billed_until")?,
+        carry: col(r, "carry")?,
     })
 }
 
@@ -217,14 +217,14 @@ const VOLUME_METER_COLUMNS: &str =
 
 fn volume_meter(r: &AnyRow) -> Result<VolumeMeter> {
     Ok(VolumeMeter {
-        volume_id: r.try_get("volume_id").map_err(backend)?,
-        account_id: r.try_get("account_id").map_err(backend)?,
-        workspace_id: r.try_get("workspace_id").map_err(backend)?,
-        project_id: r.try_get("project_id").map_err(backend)?,
-        size_gb: r.try_get("size_gb").map_err(backend)?,
-        nanos_per_sec: r.try_get("nanos_per_sec").map_err(backend)?,
-        billed_until: r.try_get("billed_until").map_err(backend)?,
-        carry: r.try_get("carry").map_err(backend)?,
+        volume_id: col(r, "volume_id")?,
+        account_id: col(r, "account_id")?,
+        workspace_id: col(r, "workspace_id")?,
+        project_id: col(r, "project_id")?,
+        size_gb: col(r, "size_gb")?,
+        nanos_per_sec: col(r, "nanos_per_sec")?,
+        billed_until: col(r, "billed_until")?,
+        carry: col(r, "carry")?,
     })
 }
 
@@ -478,7 +478,7 @@ impl BillingStore for SqlStore {
         .await
         .map_err(backend)?
         .iter()
-        .map(|r| Ok((r.try_get::<String, _>(0).map_err(backend)?, r.try_get::<i64, _>(1).map_err(backend)?)))
+        .map(|r| Ok((col::<String, _>(r, 0)?, col::<i64, _>(r, 1)?)))
         .collect::<Result<_>>()?;
         let mut written = 0;
         for m in &open {

@@ -6,12 +6,12 @@
 //! the expiry of lost nodes are write transactions ([`super::SqlStore::write`]), as every
 //! billing step is.
 
-use super::{backend, billing, conflict_or_backend, json_err, sandbox, Engine, SqlStore, SANDBOX_COLUMNS};
+use super::{backend, billing, col, conflict_or_backend, json_err, sandbox, Engine, SqlStore, SANDBOX_COLUMNS};
 use crate::cluster::*;
 use crate::{MeterState, Result, StoreError};
 use async_trait::async_trait;
 use sqlx::any::AnyRow;
-use sqlx::{Any, Row, Transaction};
+use sqlx::{Any, Transaction};
 
 const NODE_COLUMNS: &str = "id, region, address, state, vcpus, memory_mib, disk_gib, used_vcpus, used_memory_mib, \
      sandboxes, templates, last_heartbeat, created_at";
@@ -22,7 +22,7 @@ fn int<T: TryFrom<i64>>(r: &AnyRow, column: &str) -> Result<T>
 where
     T::Error: std::error::Error + Send + Sync + 'static,
 {
-    let v: i64 = r.try_get(column).map_err(backend)?;
+    let v: i64 = col(r, column)?;
     T::try_from(v).map_err(|e| StoreError::Backend(Box::new(e)))
 }
 
@@ -31,7 +31,7 @@ fn stored(n: u64) -> i64 {
 }
 
 fn node(r: &AnyRow) -> Result<ClusterNode> {
-    let templates: String = r.try_get("templates").map_err(backend)?;
+    let templates: String = col(r, "templates")?;
     let report = NodeReport {
         capacity: lizard_api::cluster::NodeCapacity {
             vcpus: int(r, "vcpus")?,
@@ -47,24 +47,24 @@ fn node(r: &AnyRow) -> Result<ClusterNode> {
         sandboxes: Vec::new(),
     };
     Ok(ClusterNode {
-        id: r.try_get("id").map_err(backend)?,
-        region: r.try_get("region").map_err(backend)?,
-        address: r.try_get("address").map_err(backend)?,
-        state: parse_node_state(&r.try_get::<String, _>("state").map_err(backend)?)?,
+        id: col(r, "id")?,
+        region: col(r, "region")?,
+        address: col(r, "address")?,
+        state: parse_node_state(&col::<String, _>(r, "state")?)?,
         report,
-        last_heartbeat: r.try_get("last_heartbeat").map_err(backend)?,
-        created_at: r.try_get("created_at").map_err(backend)?,
+        last_heartbeat: col(r, "last_heartbeat")?,
+        created_at: col(r, "created_at")?,
     })
 }
 
 fn token(r: &AnyRow) -> Result<NodeTokenRecord> {
     Ok(NodeTokenRecord {
-        id: r.try_get("id").map_err(backend)?,
-        hash: r.try_get("hash").map_err(backend)?,
-        created_at: r.try_get("created_at").map_err(backend)?,
-        expires_at: r.try_get("expires_at").map_err(backend)?,
-        revoked_at: r.try_get("revoked_at").map_err(backend)?,
-        uses_left: r.try_get("uses_left").map_err(backend)?,
+        id: col(r, "id")?,
+        hash: col(r, "hash")?,
+        created_at: col(r, "created_at")?,
+        expires_at: col(r, "expires_at")?,
+        revoked_at: col(r, "revoked_at")?,
+        uses_left: col(r, "uses_left")?,
     })
 }
 

@@ -1,6 +1,6 @@
 //! [`IdempotencyStore`] on either engine.
 
-use super::{backend, SqlStore};
+use super::{backend, col, SqlStore};
 use crate::idempotency::*;
 use crate::Result;
 use async_trait::async_trait;
@@ -33,15 +33,15 @@ impl IdempotencyStore for SqlStore {
         .map_err(backend)?;
         let entry = match row {
             Some(r) => {
-                let request_hash: Vec<u8> = r.try_get("request_hash").map_err(backend)?;
-                let status: Option<i64> = r.try_get("status").map_err(backend)?;
+                let request_hash: Vec<u8> = col(&r, "request_hash")?;
+                let status: Option<i64> = col(&r, "status")?;
                 Some(match status {
                     None => IdempotencyEntry::InProgress { request_hash },
                     Some(status) => IdempotencyEntry::Done {
                         request_hash,
                         answer: StoredAnswer {
                             status: u16::try_from(status).map_err(|e| crate::StoreError::Backend(Box::new(e)))?,
-                            content_type: r.try_get("content_type").map_err(backend)?,
+                            content_type: col(&r, "content_type")?,
                             body: r.try_get::<Option<Vec<u8>>, _>("body").map_err(backend)?.unwrap_or_default(),
                         },
                     },

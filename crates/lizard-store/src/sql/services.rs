@@ -1,25 +1,24 @@
 //! [`ServiceStore`] on either engine.
 
-use super::{backend, conflict_or_backend, json_err, SqlStore};
+use super::{backend, col, conflict_or_backend, json_err, SqlStore};
 use crate::services::{ServiceBody, ServiceRecord, ServiceStore};
 use crate::{Result, StoreError};
 use async_trait::async_trait;
-use sqlx::Row;
 
 const COLUMNS: &str = "id, account_id, workspace_id, project_id, name, body, revision, created_at, updated_at";
 
 fn service(r: &sqlx::any::AnyRow) -> Result<ServiceRecord> {
-    let body: String = r.try_get("body").map_err(backend)?;
+    let body: String = col(r, "body")?;
     Ok(ServiceRecord {
-        id: r.try_get("id").map_err(backend)?,
-        account_id: r.try_get("account_id").map_err(backend)?,
-        workspace_id: r.try_get("workspace_id").map_err(backend)?,
-        project_id: r.try_get("project_id").map_err(backend)?,
-        name: r.try_get("name").map_err(backend)?,
+        id: col(r, "id")?,
+        account_id: col(r, "account_id")?,
+        workspace_id: col(r, "workspace_id")?,
+        project_id: col(r, "project_id")?,
+        name: col(r, "name")?,
         body: serde_json::from_str::<ServiceBody>(&body).map_err(json_err)?,
-        revision: r.try_get("revision").map_err(backend)?,
-        created_at: r.try_get("created_at").map_err(backend)?,
-        updated_at: r.try_get("updated_at").map_err(backend)?,
+        revision: col(r, "revision")?,
+        created_at: col(r, "created_at")?,
+        updated_at: col(r, "updated_at")?,
     })
 }
 

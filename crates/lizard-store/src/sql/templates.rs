@@ -1,12 +1,11 @@
 //! [`TemplateStore`] on either engine.
 
-use super::{backend, conflict_or_backend, json_err, SqlStore};
+use super::{backend, col, conflict_or_backend, json_err, SqlStore};
 use crate::templates::*;
 use crate::{Result, StoreError};
 use async_trait::async_trait;
 use lizard_api::templates::{BuildFailure, BuildStatus};
 use sqlx::any::AnyRow;
-use sqlx::Row;
 
 const TEMPLATE_COLUMNS: &str = "t.id, w.account_id, t.workspace_id, t.name, t.description, t.base, t.start_cmd, \
      t.current_build_id, cb.template_ref AS current_ref, cb.layer_bytes AS layer_bytes, \
@@ -20,46 +19,46 @@ const BUILD_COLUMNS: &str = "b.id, b.template_id, t.name AS template_name, t.wor
      FROM template_builds b JOIN templates t ON t.id = b.template_id JOIN workspaces w ON w.id = t.workspace_id";
 
 fn bytes(r: &AnyRow, column: &str) -> Result<Option<u64>> {
-    let v: Option<i64> = r.try_get(column).map_err(backend)?;
+    let v: Option<i64> = col(r, column)?;
     v.map(|v| u64::try_from(v).map_err(|e| StoreError::Backend(Box::new(e)))).transpose()
 }
 
 fn template(r: &AnyRow) -> Result<TemplateRecord> {
     Ok(TemplateRecord {
-        id: r.try_get("id").map_err(backend)?,
-        account_id: r.try_get("account_id").map_err(backend)?,
-        workspace_id: r.try_get("workspace_id").map_err(backend)?,
-        name: r.try_get("name").map_err(backend)?,
-        description: r.try_get("description").map_err(backend)?,
-        base: r.try_get("base").map_err(backend)?,
-        start_cmd: r.try_get("start_cmd").map_err(backend)?,
-        current_build_id: r.try_get("current_build_id").map_err(backend)?,
-        current_ref: r.try_get("current_ref").map_err(backend)?,
+        id: col(r, "id")?,
+        account_id: col(r, "account_id")?,
+        workspace_id: col(r, "workspace_id")?,
+        name: col(r, "name")?,
+        description: col(r, "description")?,
+        base: col(r, "base")?,
+        start_cmd: col(r, "start_cmd")?,
+        current_build_id: col(r, "current_build_id")?,
+        current_ref: col(r, "current_ref")?,
         layer_bytes: bytes(r, "layer_bytes")?,
-        latest_build_id: r.try_get("latest_build_id").map_err(backend)?,
-        created_at: r.try_get("created_at").map_err(backend)?,
-        updated_at: r.try_get("updated_at").map_err(backend)?,
+        latest_build_id: col(r, "latest_build_id")?,
+        created_at: col(r, "created_at")?,
+        updated_at: col(r, "updated_at")?,
     })
 }
 
 fn build(r: &AnyRow) -> Result<BuildRecord> {
-    let steps: String = r.try_get("steps").map_err(backend)?;
-    let error: Option<String> = r.try_get("error").map_err(backend)?;
+    let steps: String = col(r, "steps")?;
+    let error: Option<String> = col(r, "error")?;
     Ok(BuildRecord {
-        id: r.try_get("id").map_err(backend)?,
-        template_id: r.try_get("template_id").map_err(backend)?,
-        template_name: r.try_get("template_name").map_err(backend)?,
-        workspace_id: r.try_get("workspace_id").map_err(backend)?,
-        account_id: r.try_get("account_id").map_err(backend)?,
-        status: parse_build_status(&r.try_get::<String, _>("status").map_err(backend)?)?,
+        id: col(r, "id")?,
+        template_id: col(r, "template_id")?,
+        template_name: col(r, "template_name")?,
+        workspace_id: col(r, "workspace_id")?,
+        account_id: col(r, "account_id")?,
+        status: parse_build_status(&col::<String, _>(r, "status")?)?,
         steps: serde_json::from_str(&steps).map_err(json_err)?,
         error: error.map(|e| serde_json::from_str::<BuildFailure>(&e)).transpose().map_err(json_err)?,
-        log: r.try_get("log").map_err(backend)?,
-        events: r.try_get("events").map_err(backend)?,
-        template_ref: r.try_get("template_ref").map_err(backend)?,
+        log: col(r, "log")?,
+        events: col(r, "events")?,
+        template_ref: col(r, "template_ref")?,
         layer_bytes: bytes(r, "layer_bytes")?,
-        created_at: r.try_get("created_at").map_err(backend)?,
-        finished_at: r.try_get("finished_at").map_err(backend)?,
+        created_at: col(r, "created_at")?,
+        finished_at: col(r, "finished_at")?,
     })
 }
 

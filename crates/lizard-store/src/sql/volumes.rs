@@ -1,29 +1,28 @@
 //! [`VolumeStore`] on either engine.
 
-use super::{backend, conflict_or_backend, SqlStore};
+use super::{backend, col, conflict_or_backend, SqlStore};
 use crate::volumes::*;
 use crate::{Result, Scope, StoreError};
 use async_trait::async_trait;
 use sqlx::any::AnyRow;
-use sqlx::Row;
 
 pub(super) const VOLUME_COLUMNS: &str = "v.id, w.account_id, p.workspace_id, v.project_id, v.name, v.size_gb, \
      v.node_id, v.region, v.created_at, v.attached_to \
      FROM volumes v JOIN projects p ON p.id = v.project_id JOIN workspaces w ON w.id = p.workspace_id";
 
 pub(super) fn volume(r: &AnyRow) -> Result<VolumeRecord> {
-    let size: i64 = r.try_get("size_gb").map_err(backend)?;
+    let size: i64 = col(r, "size_gb")?;
     Ok(VolumeRecord {
-        id: r.try_get("id").map_err(backend)?,
-        account_id: r.try_get("account_id").map_err(backend)?,
-        workspace_id: r.try_get("workspace_id").map_err(backend)?,
-        project_id: r.try_get("project_id").map_err(backend)?,
-        name: r.try_get("name").map_err(backend)?,
+        id: col(r, "id")?,
+        account_id: col(r, "account_id")?,
+        workspace_id: col(r, "workspace_id")?,
+        project_id: col(r, "project_id")?,
+        name: col(r, "name")?,
         size_gb: u32::try_from(size).map_err(|e| StoreError::Backend(Box::new(e)))?,
-        node_id: r.try_get("node_id").map_err(backend)?,
-        region: r.try_get("region").map_err(backend)?,
-        created_at: r.try_get("created_at").map_err(backend)?,
-        attached_to: r.try_get("attached_to").map_err(backend)?,
+        node_id: col(r, "node_id")?,
+        region: col(r, "region")?,
+        created_at: col(r, "created_at")?,
+        attached_to: col(r, "attached_to")?,
     })
 }
 
@@ -71,12 +70,12 @@ impl VolumeStore for SqlStore {
         .map_err(backend)?;
         rows.iter()
             .map(|r| {
-                let volumes: i64 = r.try_get("volumes").map_err(backend)?;
+                let volumes: i64 = col(r, "volumes")?;
                 Ok(NodeLoad {
                     node: NodeRecord {
-                        id: r.try_get("id").map_err(backend)?,
-                        region: r.try_get("region").map_err(backend)?,
-                        created_at: r.try_get("created_at").map_err(backend)?,
+                        id: col(r, "id")?,
+                        region: col(r, "region")?,
+                        created_at: col(r, "created_at")?,
                     },
                     volumes: volumes.max(0) as u64,
                 })
