@@ -16,7 +16,8 @@
 //!    once the process ended. Any number of readers follow a process at once, each at its
 //!    own position; one that falls behind the buffer skips what was dropped.
 //! 4. Input goes to the stdin pipe or the terminal's master side; signals go to the
-//!    process group (the process leads its session); a resize is `TIOCSWINSZ` on the
+//!    process group (the process leads its session), and `SIGHUP` to one on a terminal
+//!    hangs the terminal up too, as closing its window does; a resize is `TIOCSWINSZ` on the
 //!    master, and the kernel sends `SIGWINCH` to the terminal's foreground group.
 //! 5. Ended processes stay listed, with their output and exit code, so that a client that
 //!    reattaches late still learns how they ended: the [`KEEP_EXITED`] most recent.
@@ -483,10 +484,16 @@ impl Process {
         }
     }
 
+    /// `SIGHUP` to a process on a terminal hangs the terminal up as well ([`pty::hang_up`]).
     fn signal(&self, signal: Signal) -> Result<(), ProcessError> {
         if self.exit_code().is_some() {
             // Ended already: nothing to signal, and its pid may belong to another process.
             return Ok(());
+        }
+        if let (Signal::SIGHUP, Some(master)) = (signal, &self.terminal) {
+            if let Err(e) = pty::hang_up(master.get_ref()) {
+                eprintln!("lizard-agent: hanging up the terminal of {}: {e}", self.info.pid);
+            }
         }
         let pid = Pid::from_raw(pid_i32(self.info.pid));
         // The process leads its own group; a group gone (it changed its own) falls back

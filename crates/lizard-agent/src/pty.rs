@@ -1,5 +1,5 @@
 //! Pseudo-terminals for [`crate::processes`]: a pair from `openpty(3)`, reads and writes on
-//! the master side through tokio, and resizes.
+//! the master side through tokio, resizes, and hang-ups.
 //!
 //! The slave side becomes the process's stdin, stdout and stderr, and its controlling
 //! terminal ([`crate::exec::Plan::controlling_tty`]); the agent keeps the master. Both
@@ -9,7 +9,7 @@ use lizard_agent_proto::types::PtySize;
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 use nix::pty::{openpty, Winsize};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use tokio::io::unix::AsyncFd;
 
 /// Both sides of a new terminal.
@@ -39,6 +39,31 @@ pub fn resize(master: &OwnedFd, size: PtySize) -> io::Result<()> {
     // SAFETY: TIOCSWINSZ reads one `struct winsize` from the pointer, which points at a
     // live, initialised value for the whole call; the descriptor is owned and open.
     let rc = unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &ws as *const Winsize) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Hang the terminal up, as closing a terminal window does: the kernel sends `SIGHUP` to
+/// the session's leader and foreground group, and every descriptor of the terminal the
+/// processes hold reads EOF from then on. A shell that ignores `SIGHUP`, or was still
+/// starting when the signal came, ends at its next read; a signal alone can miss both.
+/// The master stays open, so what was printed before is still read. Needs
+/// `CAP_SYS_ADMIN` (the agent runs as root).
+pub fn hang_up(master: &OwnedFd) -> io::Result<()> {
+    let flags = libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC;
+    // SAFETY: TIOCGPTPEER takes open(2) flags by value and returns a new descriptor of the
+    // master's slave side (or -1); the master is owned and open.
+    let peer = unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCGPTPEER, flags) };
+    if peer < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `peer` was just returned by the kernel as a new descriptor nothing else owns.
+    let slave = unsafe { OwnedFd::from_raw_fd(peer) };
+    // SAFETY: TIOCVHANGUP takes no argument; the descriptor is owned and open.
+    let rc = unsafe { libc::ioctl(slave.as_raw_fd(), libc::TIOCVHANGUP) };
     if rc == 0 {
         Ok(())
     } else {

@@ -22,3 +22,40 @@ async fn exec_as_root_and_as_a_numeric_uid() {
     let out = client.exec_collect(ExecRequest { user: Some("65534".into()), ..sh("id -u; id -g") }).await.unwrap();
     assert_eq!(String::from_utf8(out.stdout).unwrap().lines().next(), Some("65534"));
 }
+
+/// `SIGHUP` to a process on a terminal hangs the terminal up, as closing a terminal window
+/// does: a shell that ignores the signal still ends, at its next read (EOF).
+#[tokio::test]
+async fn a_hang_up_ends_a_terminal_shell_that_ignores_sighup() {
+    use futures_util::StreamExt;
+    use lizard_agent_proto::frame::FrameKind;
+    use lizard_agent_proto::types::{ProcessInfo, PtySize, StartProcess};
+    use std::time::Duration;
+
+    let agent = Agent::start();
+    let client = agent.connect().await;
+    let cmd = "trap '' HUP; echo ignoring-$((40+2)); read line";
+    let req = StartProcess { cmd: Some(cmd.into()), pty: Some(PtySize { cols: 80, rows: 24 }), ..Default::default() };
+    let mut frames = client.start_process(&req).await.unwrap();
+    let started = frames.next().await.unwrap().unwrap();
+    assert_eq!(started.kind, FrameKind::Started);
+    let pid = serde_json::from_slice::<ProcessInfo>(&started.data).unwrap().pid;
+    let mut screen = String::new();
+    let ended = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut signalled = false;
+        while let Some(frame) = frames.next().await {
+            let frame = frame.unwrap();
+            match frame.kind {
+                FrameKind::Exit => return,
+                _ => screen.push_str(&String::from_utf8_lossy(&frame.data)),
+            }
+            if !signalled && screen.contains("ignoring-42") {
+                client.signal_process(pid, "SIGHUP").await.unwrap();
+                signalled = true;
+            }
+        }
+        panic!("the output ended without an exit");
+    })
+    .await;
+    assert!(ended.is_ok(), "the shell ignoring SIGHUP was not hung up: {screen:?}");
+}
