@@ -21,6 +21,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 suites=("$@")
 [ ${#suites[@]} -eq 0 ] && suites=(python js console e2b)
+has() { [[ " ${suites[*]} " == *" $1 "* ]]; }
 
 export LIZARD_TEST_DATA_DIR="${LIZARD_TEST_DATA_DIR:-${LIZARD_DATA_DIR:-/var/lib/lizard}}"
 if [ -z "${LIZARD_AGENT_BIN:-}" ]; then
@@ -136,15 +137,12 @@ run_files() {
 others() { # $1: directory, $2: glob; the files not run before the rest
   (cd "$1" && for f in $2; do case "$f" in test_examples.py | examples.test.js | *desktop* | *zz*) ;; *) echo "$f" ;; esac; done)
 }
-# The reference's volume examples ask for a 10 GiB volume, which a node admits only with
-# 11 GiB free: both suites' examples run first, before the workload templates' sandboxes
-# and snapshots take their share of the disk.
-for suite in "${suites[@]}"; do
-  case "$suite" in
-    python) run_files python test_examples.py ;;
-    js) run_files js examples.test.js ;;
-  esac
-done
+# The reference's examples of both SDKs share its project and volume names, so they run
+# one after the other: the Python ones first, alone, the TypeScript ones at the head of
+# the third lane. Their volume asks for 10 GiB, which a node admits only with 11 GiB
+# free: they run before the workload templates' sandboxes and snapshots take their share
+# of the disk.
+if has python; then run_files python test_examples.py; fi
 # E2B's desktop add-on (Python, then npm): its SDK starts Xvfb and XFCE and waits at most
 # 60 s for them; the stream opens in the host's Chromium.
 run_e2b_desktop() {
@@ -178,8 +176,8 @@ done
 # suite mostly waits on one guest vCPU at a time under TCG, so on two cores three lanes
 # finish well before one suite after the other would; CONTRIBUTING.md): the Python files in
 # two lanes (each pytest run ends with the contract test over what it sent), each followed
-# by one of E2B's Python packages; the TypeScript files, then E2B's code interpreter add-on
-# and npm packages, in the third. Each line is prefixed with its lane; the console's
+# by one of E2B's Python packages; the TypeScript files (the reference's examples first),
+# then E2B's code interpreter add-on and npm packages, in the third. Each line is prefixed with its lane; the console's
 # browser tests follow once all are done.
 first_python_lane="test_push.py test_templates.py test_code.py test_code_events.py test_model_standin.py
   test_services.py"
@@ -222,7 +220,7 @@ second_lane() {
 third_lane() {
   if has js; then
     # shellcheck disable=SC2046
-    run_files js $(others sdk/js/test '*.test.js')
+    run_files js examples.test.js $(others sdk/js/test '*.test.js')
   fi
   if has e2b; then run_e2b_add_ons_and_npm; fi
 }
@@ -260,7 +258,6 @@ run_e2b_add_ons_and_npm() {
     done
   fi
 }
-has() { [[ " ${suites[*]} " == *" $1 "* ]]; }
 echo "--- the desktop tests ended after $((SECONDS - desktops_started)) s ---"
 lanes=()
 if has python || has e2b; then
