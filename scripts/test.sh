@@ -47,6 +47,8 @@ if [ "$tier" = quick ]; then
   cargo clippy --workspace --all-targets --all-features -- -D warnings
   phase "no import circles (scripts/check-module-cycles.py)"
   python3 scripts/check-module-cycles.py
+  phase "error messages that repeat their source (scripts/check-error-chains.py)"
+  python3 scripts/check-error-chains.py
 fi
 
 # A real PostgreSQL for the store tests: every store test runs on SQLite and on it, and

@@ -7,23 +7,35 @@ use lizard_agent_proto::types::AgentError;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The handshake failed (wrong secret: [`HandshakeError::Denied`]).
-    #[error("agent handshake: {0}")]
+    #[error(transparent)]
     Handshake(#[from] HandshakeError),
     /// Local I/O failed, e.g. the stream given as a file's body.
     #[error("i/o: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// HTTP/2 failed on a connection that is still up (a reset stream, say).
     #[error("http/2: {0}")]
-    Http(#[source] hyper::Error),
+    Http(hyper::Error),
     /// The agent answered something this client does not understand.
     #[error("agent protocol: {0}")]
     Protocol(String),
     /// The agent refused or failed the operation; `.0.code` says why.
     #[error("agent: {0}")]
-    Agent(#[from] AgentError),
+    Agent(AgentError),
     /// The channel to the agent is gone (the VM exited or the connection was dropped).
     #[error("the channel to the agent is closed")]
     Closed,
+}
+
+impl From<std::io::Error> for ClientError {
+    fn from(e: std::io::Error) -> Self {
+        ClientError::Io(e)
+    }
+}
+
+impl From<AgentError> for ClientError {
+    fn from(e: AgentError) -> Self {
+        ClientError::Agent(e)
+    }
 }
 
 impl ClientError {

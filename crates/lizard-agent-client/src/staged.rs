@@ -232,7 +232,7 @@ async fn release(slot: &Slot) {
 fn host_side(e: StagingFileError) -> ClientError {
     match e {
         StagingFileError::Layout(e) => ClientError::Protocol(e.to_string()),
-        StagingFileError::Io { ref source, .. } => {
+        StagingFileError::Io { cause: ref source, .. } => {
             tracing::error!("{e}");
             ClientError::Io(std::io::Error::new(source.kind(), "the staging file of the transfer failed"))
         }

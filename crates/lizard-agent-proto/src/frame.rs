@@ -73,11 +73,17 @@ impl Frame {
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
     #[error("frame i/o: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     #[error("unknown frame kind {0}")]
     UnknownKind(u8),
     #[error("frame of {0} bytes exceeds the limit")]
     TooLarge(usize),
+}
+
+impl From<std::io::Error> for FrameError {
+    fn from(e: std::io::Error) -> Self {
+        FrameError::Io(e)
+    }
 }
 
 /// tokio-util codec for [`Frame`]s.

@@ -64,7 +64,7 @@ pub const STALE_SESSION_BREAKER: &[u8] = b"\xff\xff\xff\x00\x00\x00\x00\x00\x00\
 pub enum HandshakeError {
     /// The transport failed.
     #[error("handshake i/o: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// The peer closed the stream before the handshake finished.
     #[error("peer closed the channel during the handshake")]
     Closed,
@@ -78,6 +78,12 @@ pub enum HandshakeError {
     /// agent's console says why); the guest keeps its old secret.
     #[error("the agent could not apply the identity")]
     IdentityFailed,
+}
+
+impl From<std::io::Error> for HandshakeError {
+    fn from(e: std::io::Error) -> Self {
+        HandshakeError::Io(e)
+    }
 }
 
 /// A per-sandbox secret: 32 random bytes.

@@ -136,9 +136,15 @@ pub struct LineBuffer {
 #[derive(Debug, thiserror::Error)]
 pub enum LineError {
     #[error("staging message: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
     #[error("staging message longer than {MAX_LINE} bytes")]
     TooLong,
+}
+
+impl From<serde_json::Error> for LineError {
+    fn from(e: serde_json::Error) -> Self {
+        LineError::Json(e)
+    }
 }
 
 /// Longest message line accepted (an error message with a long path fits).

@@ -75,17 +75,17 @@ pub enum ExecError {
     #[error("the agent does not run as root and cannot run commands as uid {0}")]
     NotRoot(u32),
     /// The working directory is missing or unusable.
-    #[error("working directory {path}: {source}")]
-    Cwd { path: String, source: io::Error },
+    #[error("working directory {path}: {cause}")]
+    Cwd { path: String, cause: io::Error },
     /// The working directory is not a directory.
     #[error("working directory {0} is not a directory")]
     CwdNotDir(String),
     /// The program could not be started.
-    #[error("cannot start {program}: {source}")]
-    Spawn { program: String, source: io::Error },
+    #[error("cannot start {program}: {cause}")]
+    Spawn { program: String, cause: io::Error },
     /// A pipe to the command could not be set up.
     #[error("cannot set up pipes: {0}")]
-    Pipe(#[source] io::Error),
+    Pipe(io::Error),
 }
 
 impl ExecError {
@@ -96,7 +96,9 @@ impl ExecError {
             ExecError::User(_) => ErrorCode::NotFound,
             ExecError::NotRoot(_) => ErrorCode::PermissionDenied,
             ExecError::CwdNotDir(_) => ErrorCode::NotADirectory,
-            ExecError::Cwd { source, .. } | ExecError::Spawn { source, .. } => AgentError::from_io(source, "").code,
+            ExecError::Cwd { cause: source, .. } | ExecError::Spawn { cause: source, .. } => {
+                AgentError::from_io(source, "").code
+            }
             ExecError::Pipe(_) => ErrorCode::Internal,
         }
     }
@@ -193,7 +195,8 @@ pub(crate) fn plan(req: ExecRequest) -> Result<Plan, ExecError> {
         // Relative directories are taken from the user's home, as a login shell would.
         Some(dir) => {
             let path = home.join(&dir);
-            let meta = std::fs::metadata(&path).map_err(|source| ExecError::Cwd { path: dir.clone(), source })?;
+            let meta =
+                std::fs::metadata(&path).map_err(|source| ExecError::Cwd { path: dir.clone(), cause: source })?;
             if !meta.is_dir() {
                 return Err(ExecError::CwdNotDir(dir));
             }
@@ -271,7 +274,7 @@ async fn start(req: ExecRequest) -> Result<Running, ExecError> {
         let plan = plan(req)?;
         let started = Instant::now();
         let (child, exit) = reaper::spawn(&mut plan.command())
-            .map_err(|source| ExecError::Spawn { program: plan.program.clone(), source })?;
+            .map_err(|source| ExecError::Spawn { program: plan.program.clone(), cause: source })?;
         Ok::<_, ExecError>((child, exit, started))
     })
     .await

@@ -66,13 +66,13 @@ pub enum FilesError {
     #[error("archive entry {entry:?} leaves {dir}")]
     Escape { entry: String, dir: String },
     /// The operation failed on the file system.
-    #[error("{path}: {source}")]
-    Io { path: String, source: io::Error },
+    #[error("{path}: {cause}")]
+    Io { path: String, cause: io::Error },
 }
 
 impl FilesError {
     pub(crate) fn io(path: &Path) -> impl FnOnce(io::Error) -> FilesError + '_ {
-        move |source| FilesError::Io { path: path.display().to_string(), source }
+        move |source| FilesError::Io { path: path.display().to_string(), cause: source }
     }
 }
 
@@ -89,7 +89,7 @@ impl From<FilesError> for AgentError {
             | FilesError::Escape { .. } => ErrorCode::InvalidArgument,
             FilesError::IsADirectory(_) => ErrorCode::IsADirectory,
             FilesError::NotADirectory(_) => ErrorCode::NotADirectory,
-            FilesError::Io { source, path } => AgentError::from_io(source, path).code,
+            FilesError::Io { cause: source, path } => AgentError::from_io(source, path).code,
         };
         AgentError::new(code, e.to_string())
     }
@@ -280,7 +280,7 @@ async fn write_via(target: &WriteTarget, body: Body) -> Result<u64, FilesError> 
     let mut written = 0u64;
     let mut data = body.into_data_stream();
     while let Some(chunk) = data.next().await {
-        let chunk = chunk.map_err(|e| FilesError::Io { path: target.shown.clone(), source: io::Error::other(e) })?;
+        let chunk = chunk.map_err(|e| FilesError::Io { path: target.shown.clone(), cause: io::Error::other(e) })?;
         file.write_all(&chunk).await.map_err(FilesError::io(&target.tmp))?;
         written += chunk.len() as u64;
     }
@@ -289,7 +289,7 @@ async fn write_via(target: &WriteTarget, body: Body) -> Result<u64, FilesError> 
     let t = target.clone();
     tokio::task::spawn_blocking(move || t.commit(file))
         .await
-        .map_err(|e| FilesError::Io { path: target.shown.clone(), source: io::Error::other(e) })??;
+        .map_err(|e| FilesError::Io { path: target.shown.clone(), cause: io::Error::other(e) })??;
     Ok(written)
 }
 

@@ -45,8 +45,8 @@ const MODULE_INIT_COMPRESSED_FILE: libc::c_uint = 4;
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
     /// A mount that the agent cannot do without failed.
-    #[error("mount {what}: {source}")]
-    Mount { what: String, source: Errno },
+    #[error("mount {what}: {cause}")]
+    Mount { what: String, cause: Errno },
     /// A required kernel command-line key is missing.
     #[error("{0} is not set on the kernel command line")]
     Missing(&'static str),
@@ -57,8 +57,8 @@ pub enum InitError {
     #[error("root device {0} did not appear")]
     NoRoot(String),
     /// A system call of the boot sequence failed.
-    #[error("{what}: {source}")]
-    Io { what: String, source: io::Error },
+    #[error("{what}: {cause}")]
+    Io { what: String, cause: io::Error },
     /// The host channel could not be served.
     #[error(transparent)]
     Transport(#[from] TransportError),
@@ -70,11 +70,11 @@ pub enum InitError {
 impl InitError {
     fn mount(what: impl Into<String>) -> impl FnOnce(Errno) -> InitError {
         let what = what.into();
-        move |source| InitError::Mount { what, source }
+        move |source| InitError::Mount { what, cause: source }
     }
     fn io<E: Into<io::Error>>(what: impl Into<String>) -> impl FnOnce(E) -> InitError {
         let what = what.into();
-        move |source| InitError::Io { what, source: source.into() }
+        move |source| InitError::Io { what, cause: source.into() }
     }
 }
 

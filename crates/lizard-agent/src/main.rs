@@ -66,7 +66,7 @@ enum DevError {
     Secret { path: PathBuf, reason: String },
     /// The runtime could not start.
     #[error("cannot start the runtime: {0}")]
-    Runtime(#[source] std::io::Error),
+    Runtime(std::io::Error),
     #[error(transparent)]
     Reaper(#[from] reaper::ReaperError),
     #[error(transparent)]

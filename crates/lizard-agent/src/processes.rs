@@ -99,9 +99,9 @@ pub enum ProcessError {
     #[error("{MAX_RUNNING} processes are running already")]
     TooMany,
     #[error("cannot open a pseudo-terminal: {0}")]
-    Pty(#[source] io::Error),
-    #[error("signal to process {pid}: {source}")]
-    Kill { pid: u32, source: nix::Error },
+    Pty(io::Error),
+    #[error("signal to process {pid}: {cause}")]
+    Kill { pid: u32, cause: nix::Error },
 }
 
 impl From<ProcessError> for AgentError {
@@ -307,8 +307,8 @@ async fn start(req: StartProcess) -> Result<Arc<Process>, ProcessError> {
             }
             None => None,
         };
-        let (child, exit) =
-            reaper::spawn(&mut command).map_err(|source| ExecError::Spawn { program: plan.program.clone(), source })?;
+        let (child, exit) = reaper::spawn(&mut command)
+            .map_err(|source| ExecError::Spawn { program: plan.program.clone(), cause: source })?;
         // `command` holds our copies of the terminal's slave side: they go with it, so
         // that the master reads EOF once the process and its children closed theirs.
         drop(command);
@@ -502,9 +502,9 @@ impl Process {
             Ok(()) => Ok(()),
             Err(nix::errno::Errno::ESRCH) => match kill(pid, signal) {
                 Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
-                Err(source) => Err(ProcessError::Kill { pid: self.info.pid, source }),
+                Err(source) => Err(ProcessError::Kill { pid: self.info.pid, cause: source }),
             },
-            Err(source) => Err(ProcessError::Kill { pid: self.info.pid, source }),
+            Err(source) => Err(ProcessError::Kill { pid: self.info.pid, cause: source }),
         }
     }
 

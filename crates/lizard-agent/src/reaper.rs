@@ -26,10 +26,10 @@ use tokio::sync::oneshot;
 pub enum ReaperError {
     /// The reaper's thread, runtime or SIGCHLD handler could not be set up.
     #[error("cannot start the reaper: {0}")]
-    Start(#[source] std::io::Error),
+    Start(std::io::Error),
     /// `prctl(PR_SET_CHILD_SUBREAPER)` failed.
     #[error("cannot become a child subreaper: {0}")]
-    Subreaper(#[source] nix::Error),
+    Subreaper(nix::Error),
 }
 
 struct Reaper {

@@ -36,14 +36,20 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     /// The host failed the handshake.
-    #[error("handshake failed: {0}")]
+    #[error(transparent)]
     Handshake(#[from] HandshakeError),
     /// The host did not complete the handshake in time.
     #[error("handshake timed out")]
     HandshakeTimeout,
     /// The HTTP/2 connection failed.
     #[error("http/2 session failed: {0}")]
-    Http(#[from] hyper::Error),
+    Http(hyper::Error),
+}
+
+impl From<hyper::Error> for SessionError {
+    fn from(e: hyper::Error) -> Self {
+        SessionError::Http(e)
+    }
 }
 
 /// Run one session over `io` until the host disconnects.

@@ -29,7 +29,13 @@ pub enum StagingError {
     Layout(#[from] LayoutError),
     /// Reading or writing the disk failed.
     #[error("staging disk: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
+}
+
+impl From<io::Error> for StagingError {
+    fn from(e: io::Error) -> Self {
+        StagingError::Io(e)
+    }
 }
 
 /// Use `path` as the staging disk (dev mode). Only the first call counts.

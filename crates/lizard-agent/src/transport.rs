@@ -38,14 +38,14 @@ pub enum TransportError {
     #[error("virtio-serial port {0:?} not found")]
     NoPort(String),
     /// Opening, polling or listening failed.
-    #[error("{what}: {source}")]
-    Io { what: String, source: io::Error },
+    #[error("{what}: {cause}")]
+    Io { what: String, cause: io::Error },
 }
 
 impl TransportError {
     fn io(what: impl Into<String>) -> impl FnOnce(io::Error) -> TransportError {
         let what = what.into();
-        move |source| TransportError::Io { what, source }
+        move |source| TransportError::Io { what, cause: source }
     }
 }
 
@@ -188,11 +188,11 @@ pub async fn serve_unix(path: &Path, state: AppState) -> Result<Infallible, Tran
 pub async fn serve_vsock(state: AppState) -> Result<Infallible, TransportError> {
     let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
     let fd = socket::socket(AddressFamily::Vsock, SockType::Stream, flags, None)
-        .map_err(|e| TransportError::Io { what: "vsock socket".into(), source: e.into() })?;
+        .map_err(|e| TransportError::Io { what: "vsock socket".into(), cause: e.into() })?;
     let addr = VsockAddr::new(libc::VMADDR_CID_ANY, lizard_agent_proto::VSOCK_PORT);
     socket::bind(fd.as_raw_fd(), &addr)
         .and_then(|_| socket::listen(&fd, Backlog::MAXCONN))
-        .map_err(|e| TransportError::Io { what: "vsock listen".into(), source: e.into() })?;
+        .map_err(|e| TransportError::Io { what: "vsock listen".into(), cause: e.into() })?;
     let listener = register(fd).map_err(TransportError::io("vsock listener"))?;
     loop {
         let mut guard = listener.readable().await.map_err(TransportError::io("vsock accept"))?;
@@ -232,7 +232,7 @@ pub async fn serve_serial(state: AppState) -> Result<Infallible, TransportError>
             nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_CLOEXEC,
             nix::sys::stat::Mode::empty(),
         )
-        .map_err(|e| TransportError::Io { what: format!("open {}", port.display()), source: e.into() })?;
+        .map_err(|e| TransportError::Io { what: format!("open {}", port.display()), cause: e.into() })?;
         // SAFETY: open just returned this descriptor; nothing else owns it.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         wait_for_host(&fd).await.map_err(TransportError::io("wait for the host"))?;

@@ -51,11 +51,11 @@ pub enum TunnelError {
     #[error(transparent)]
     Target(#[from] TunnelTargetError),
     /// Nothing accepted the connection: no listener on the port, or it did not answer.
-    #[error("nothing accepts connections on port {port} in the guest ({source})")]
-    Refused { port: u16, source: io::Error },
+    #[error("nothing accepts connections on port {port} in the guest ({cause})")]
+    Refused { port: u16, cause: io::Error },
     /// Connecting failed for another reason.
-    #[error("cannot connect to port {port} in the guest: {source}")]
-    Connect { port: u16, source: io::Error },
+    #[error("cannot connect to port {port} in the guest: {cause}")]
+    Connect { port: u16, cause: io::Error },
     /// The request did not arrive over a connection that can carry a tunnel (only
     /// handler tests build such requests).
     #[error("this connection cannot carry a tunnel")]
@@ -99,10 +99,10 @@ async fn connect(port: u16) -> Result<TcpStream, TunnelError> {
         io::ErrorKind::ConnectionRefused => match connect_to(SocketAddr::from((Ipv6Addr::LOCALHOST, port))).await {
             Ok(s) => Ok(s),
             // The IPv4 answer is the one to report: it is the address the host asked for.
-            Err(_) => Err(TunnelError::Refused { port, source: v4 }),
+            Err(_) => Err(TunnelError::Refused { port, cause: v4 }),
         },
-        io::ErrorKind::TimedOut => Err(TunnelError::Refused { port, source: v4 }),
-        _ => Err(TunnelError::Connect { port, source: v4 }),
+        io::ErrorKind::TimedOut => Err(TunnelError::Refused { port, cause: v4 }),
+        _ => Err(TunnelError::Connect { port, cause: v4 }),
     }
 }
 

@@ -15,13 +15,8 @@ pub enum ImageError {
     Recipe { name: String, reason: String },
 
     /// A file-system operation failed.
-    #[error("{action} {path}: {source}")]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    #[error("{action} {path}: {cause}")]
+    Io { action: &'static str, path: PathBuf, cause: io::Error },
 
     /// A host tool this crate shells out to is not installed.
     #[error("`{tool}` not found on this host; install it with `{install}`")]
@@ -65,6 +60,6 @@ impl ImageError {
     /// Wraps an [`io::Error`] with what we were doing and where.
     pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Self {
         let path = path.into();
-        move |source| ImageError::Io { action, path, source }
+        move |source| ImageError::Io { action, path, cause: source }
     }
 }

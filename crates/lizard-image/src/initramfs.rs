@@ -89,7 +89,7 @@ impl ImageStore {
         tmp.persist(&path).map_err(|e| ImageError::Io {
             action: "rename into place",
             path: path.clone(),
-            source: e.error,
+            cause: e.error,
         })?;
         util::sync_path(&dir)?;
         tracing::info!(path = %path.display(), modules = kernel.modules.len(), "initramfs built");

@@ -97,7 +97,7 @@ impl BuildLock {
             .write(true)
             .open(&path)
             .map_err(ImageError::io("open lock file", &path))?;
-        let lock_err = |errno: Errno| ImageError::Io { action: "lock", path: path.clone(), source: errno.into() };
+        let lock_err = |errno: Errno| ImageError::Io { action: "lock", path: path.clone(), cause: errno.into() };
         let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => lock,
             Err((file, Errno::EWOULDBLOCK)) => {
@@ -131,7 +131,7 @@ impl InUse {
         let lock = Flock::lock(file, FlockArg::LockShared).map_err(|(_, e)| ImageError::Io {
             action: "lock",
             path: dir.to_owned(),
-            source: e.into(),
+            cause: e.into(),
         })?;
         Ok(dir.exists().then_some(InUse { _lock: lock }))
     }
@@ -142,7 +142,7 @@ impl InUse {
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => Ok(Some(lock)),
             Err((_, Errno::EWOULDBLOCK)) => Ok(None),
-            Err((_, e)) => Err(ImageError::Io { action: "lock", path: dir.to_owned(), source: e.into() }),
+            Err((_, e)) => Err(ImageError::Io { action: "lock", path: dir.to_owned(), cause: e.into() }),
         }
     }
 }

@@ -72,7 +72,7 @@ pub enum AgentError {
     #[error("create the data directory {0}: {1}")]
     DataDir(String, std::io::Error),
     #[error("start the node: {0}")]
-    Node(#[from] lizard_node::NodeError),
+    Node(lizard_node::NodeError),
     #[error("listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
     #[error("join: {0}")]
@@ -81,6 +81,12 @@ pub enum AgentError {
     Removed(String),
     #[error("serve the node API: {0}")]
     Serve(std::io::Error),
+}
+
+impl From<lizard_node::NodeError> for AgentError {
+    fn from(e: lizard_node::NodeError) -> Self {
+        AgentError::Node(e)
+    }
 }
 
 /// The base URL the servers reach the node API at.

@@ -13,8 +13,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
     /// No answer: the server is down or unreachable (try again later).
-    #[error("the server at {url} is not reachable: {source}")]
-    Unreachable { url: String, source: reqwest::Error },
+    #[error("the server at {url} is not reachable: {cause}")]
+    Unreachable { url: String, cause: reqwest::Error },
     /// The server answered with an error.
     #[error("the server refused: {0}")]
     Refused(ApiError),
@@ -68,9 +68,10 @@ impl ServerApi {
             .json(body)
             .send()
             .await
-            .map_err(|source| CallError::Unreachable { url: self.base.clone(), source })?;
+            .map_err(|source| CallError::Unreachable { url: self.base.clone(), cause: source })?;
         let status = resp.status();
-        let bytes = resp.bytes().await.map_err(|source| CallError::Unreachable { url: self.base.clone(), source })?;
+        let bytes =
+            resp.bytes().await.map_err(|source| CallError::Unreachable { url: self.base.clone(), cause: source })?;
         if !status.is_success() {
             return Err(match serde_json::from_slice::<ApiError>(&bytes) {
                 Ok(e) => CallError::Refused(e),

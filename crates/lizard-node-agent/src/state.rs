@@ -14,14 +14,14 @@ pub const DEFAULT_HEARTBEAT_MS: u64 = 5_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    #[error("read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
-    #[error("{path} is not a node state file: {source}")]
-    Parse { path: PathBuf, source: serde_json::Error },
+    #[error("read {path}: {cause}")]
+    Read { path: PathBuf, cause: std::io::Error },
+    #[error("{path} is not a node state file: {cause}")]
+    Parse { path: PathBuf, cause: serde_json::Error },
     #[error("{path} is readable by others (mode {mode:o}): it holds the node's credential; chmod 600 it")]
     Exposed { path: PathBuf, mode: u32 },
-    #[error("write {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    #[error("write {path}: {cause}")]
+    Write { path: PathBuf, cause: std::io::Error },
     #[error(
         "{path} belongs to the cluster at {joined}, not {asked}: use another data directory, or delete it to join anew"
     )]
@@ -65,15 +65,15 @@ impl NodeState {
         let meta = match std::fs::metadata(&path) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(StateError::Read { path, source }),
+            Err(source) => return Err(StateError::Read { path, cause: source }),
         };
         let mode = meta.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
             return Err(StateError::Exposed { path, mode });
         }
-        let bytes = std::fs::read(&path).map_err(|source| StateError::Read { path: path.clone(), source })?;
+        let bytes = std::fs::read(&path).map_err(|source| StateError::Read { path: path.clone(), cause: source })?;
         let state: NodeState =
-            serde_json::from_slice(&bytes).map_err(|source| StateError::Parse { path: path.clone(), source })?;
+            serde_json::from_slice(&bytes).map_err(|source| StateError::Parse { path: path.clone(), cause: source })?;
         if same_server(&state.server, server) {
             Ok(Some(state))
         } else {
@@ -107,7 +107,7 @@ impl NodeState {
             f.sync_all()?;
             std::fs::rename(&tmp, &path)
         };
-        write().map_err(|source| StateError::Write { path, source })
+        write().map_err(|source| StateError::Write { path, cause: source })
     }
 }
 

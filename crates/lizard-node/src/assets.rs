@@ -48,14 +48,14 @@ impl Assets {
         let m = std::fs::metadata(&self.agent_bin).map_err(|source| ImageError::Io {
             action: "read the agent binary (build it with scripts/build-agent.sh)",
             path: self.agent_bin.clone(),
-            source,
+            cause: source,
         })?;
         let cli = match &self.guest_cli {
             Some(p) => {
                 let c = std::fs::metadata(p).map_err(|source| ImageError::Io {
                     action: "read the guest CLI (build it with scripts/build-agent.sh)",
                     path: p.clone(),
-                    source,
+                    cause: source,
                 })?;
                 Some((c.len(), c.modified().unwrap_or(std::time::UNIX_EPOCH)))
             }

@@ -234,12 +234,12 @@ pub enum NodeError {
     SnapshotRequest(String),
     /// The guest did not come up.
     #[error("sandbox did not boot: {0}")]
-    Boot(#[from] BootError),
+    Boot(BootError),
     /// Making a template snapshot failed (the create falls back to a cold boot).
     #[error("template snapshot: {0}")]
-    Snapshot(#[from] SnapshotError),
+    Snapshot(SnapshotError),
     /// The VMM failed.
-    #[error("vmm: {0}")]
+    #[error(transparent)]
     Vmm(#[from] VmmError),
     /// The agent refused or failed a request (its code says why).
     #[error("{0}")]
@@ -248,13 +248,13 @@ pub enum NodeError {
     #[error("agent unavailable: {0}")]
     AgentUnavailable(ClientError),
     /// Image build failed (an unknown template is the client's error).
-    #[error("image: {0}")]
+    #[error(transparent)]
     Image(#[from] ImageError),
     /// Filesystem work on the node failed.
-    #[error("{context}: {source}")]
-    Io { context: String, source: std::io::Error },
+    #[error("{context}: {cause}")]
+    Io { context: String, cause: std::io::Error },
     /// The sandbox's network could not be made.
-    #[error("network: {0}")]
+    #[error(transparent)]
     Network(#[from] NetError),
     /// No built-in or built template of that name (a build's base, a delete).
     #[error("template {name} not found")]
@@ -271,10 +271,10 @@ pub enum NodeError {
     Start(#[from] StartError),
     /// The template registry could not be written.
     #[error("template registry: {0}")]
-    Registry(#[from] crate::templates::RegistryError),
+    Registry(crate::templates::RegistryError),
     /// The node's sealing key could not be read or made.
     #[error("seal key: {0}")]
-    Seal(#[from] crate::sealed::SealError),
+    Seal(crate::sealed::SealError),
     /// Another node process has this data directory: a second one would take its VMs for
     /// a dead process's leftovers and kill them.
     #[error("another Lizard node process{} uses {}", .pid.map(|p| format!(" (pid {p})")).unwrap_or_default(), .dir.display())]
@@ -294,9 +294,33 @@ pub enum NodeError {
     NoDiskHeadroom { free_mib: u64, headroom_mib: u64 },
 }
 
+impl From<BootError> for NodeError {
+    fn from(e: BootError) -> Self {
+        NodeError::Boot(e)
+    }
+}
+
+impl From<SnapshotError> for NodeError {
+    fn from(e: SnapshotError) -> Self {
+        NodeError::Snapshot(e)
+    }
+}
+
+impl From<crate::templates::RegistryError> for NodeError {
+    fn from(e: crate::templates::RegistryError) -> Self {
+        NodeError::Registry(e)
+    }
+}
+
+impl From<crate::sealed::SealError> for NodeError {
+    fn from(e: crate::sealed::SealError) -> Self {
+        NodeError::Seal(e)
+    }
+}
+
 impl NodeError {
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        NodeError::Io { context: context.into(), source }
+        NodeError::Io { context: context.into(), cause: source }
     }
 
     /// This error as [`NodeError::DiskFull`] when it is for want of space: an `ENOSPC`
@@ -307,7 +331,8 @@ impl NodeError {
         if !matches!(self.code(), ErrorCode::Internal | ErrorCode::BootFailed) {
             return self;
         }
-        let enospc = matches!(&self, NodeError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC));
+        let enospc =
+            matches!(&self, NodeError::Io { cause: source, .. } if source.raw_os_error() == Some(libc::ENOSPC));
         if enospc || free_bytes(data_dir).is_some_and(|f| f < DISK_FULL_BELOW) {
             NodeError::DiskFull { what, cause: Box::new(self) }
         } else {
@@ -540,10 +565,7 @@ mod tests {
         let errors = [
             NodeError::io(format!("create {secret_dir}"), std::io::Error::other("full")),
             NodeError::Vmm(VmmError::ExitedAtStart { stderr: format!("qemu: cannot open {secret_dir}/memory") }),
-            NodeError::Vmm(VmmError::Io {
-                context: format!("create {secret_dir}"),
-                source: std::io::Error::other("x"),
-            }),
+            NodeError::Vmm(VmmError::Io { context: format!("create {secret_dir}"), cause: std::io::Error::other("x") }),
             NodeError::Boot(BootError::NotQcow2 { path: PathBuf::from(secret_dir) }),
             NodeError::Boot(BootError::Failed {
                 cause: BootCause::AgentTimeout(Duration::from_secs(1)),

@@ -25,12 +25,8 @@ pub enum SealError {
     Encoding,
     #[error("sealed value is damaged or was sealed with another key")]
     Damaged,
-    #[error("{action}: {source}")]
-    Io {
-        action: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("{action}: {cause}")]
+    Io { action: String, cause: std::io::Error },
     #[error("{0} holds no {KEY_LEN}-byte key")]
     BadKey(String),
 }
@@ -49,7 +45,7 @@ impl SealKey {
     /// there is none.
     pub fn load_or_create(data_dir: &Path) -> Result<SealKey, SealError> {
         let path = data_dir.join(KEY_FILE);
-        let io = |action: &str, source| SealError::Io { action: format!("{action} {}", path.display()), source };
+        let io = |action: &str, source| SealError::Io { action: format!("{action} {}", path.display()), cause: source };
         match std::fs::read(&path) {
             Ok(bytes) => {
                 let key: [u8; KEY_LEN] = bytes.try_into().map_err(|_| SealError::BadKey(path.display().to_string()))?;

@@ -152,10 +152,10 @@ pub fn is_valid_ref(name: &str) -> bool {
 /// Why the registry could not record a template.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    #[error("write {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
-    #[error("remove {path}: {source}")]
-    Remove { path: PathBuf, source: std::io::Error },
+    #[error("write {path}: {cause}")]
+    Write { path: PathBuf, cause: std::io::Error },
+    #[error("remove {path}: {cause}")]
+    Remove { path: PathBuf, cause: std::io::Error },
 }
 
 /// The node's built templates, in memory and under `<data>/templates/`.
@@ -222,7 +222,7 @@ impl Registry {
             f.sync_all()?;
             std::fs::rename(&tmp, dir.join(RECORD))
         };
-        write().map_err(|source| RegistryError::Write { path: dir.join(RECORD), source })?;
+        write().map_err(|source| RegistryError::Write { path: dir.join(RECORD), cause: source })?;
         self.records().insert(record.template_ref.clone(), record);
         Ok(())
     }
@@ -233,7 +233,7 @@ impl Registry {
         match std::fs::remove_file(dir.join(RECORD)) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(RegistryError::Remove { path: dir.join(RECORD), source }),
+            Err(source) => return Err(RegistryError::Remove { path: dir.join(RECORD), cause: source }),
         }
         let _ = std::fs::remove_dir_all(&dir);
         Ok(self.records().remove(template_ref))

@@ -84,10 +84,16 @@ pub enum ContextError {
     TooLarge { limit: u64 },
     #[error("the pushed directory holds more than {limit} entries")]
     TooManyEntries { limit: usize },
-    #[error("cannot read {path:?}: {source}")]
-    Io { path: String, source: std::io::Error },
+    #[error("cannot read {path:?}: {cause}")]
+    Io { path: String, cause: std::io::Error },
     #[error("cannot walk the pushed directory: {0}")]
-    Walk(#[from] ignore::Error),
+    Walk(ignore::Error),
+}
+
+impl From<ignore::Error> for ContextError {
+    fn from(e: ignore::Error) -> Self {
+        ContextError::Walk(e)
+    }
 }
 
 /// `a/./b/../c/` → `a/c`; `""` and `.` → `""` (the whole context). Refuses absolute paths
@@ -122,7 +128,7 @@ impl Context {
     }
 
     fn scan_with(root: &Path, limits: ContextLimits, app: bool) -> Result<Context, ContextError> {
-        let root = root.canonicalize().map_err(|source| ContextError::Io { path: ".".into(), source })?;
+        let root = root.canonicalize().map_err(|source| ContextError::Io { path: ".".into(), cause: source })?;
         let mut builder = ignore::WalkBuilder::new(&root);
         builder
             .standard_filters(false)
@@ -145,7 +151,7 @@ impl Context {
                 .to_str()
                 .ok_or_else(|| ContextError::NotUtf8 { path: relative.to_string_lossy().into_owned() })?
                 .to_owned();
-            let io = |source| ContextError::Io { path: path.clone(), source };
+            let io = |source| ContextError::Io { path: path.clone(), cause: source };
             let meta = std::fs::symlink_metadata(item.path()).map_err(io)?;
             let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777;
             let kind = if meta.is_symlink() {

@@ -35,7 +35,7 @@ pub fn load_dir(dir: &std::path::Path, name: Option<&str>) -> Result<Recipe, Loa
     let toml_path = dir.join(RECIPE_FILE);
     let docker_path = dir.join(DOCKERFILE);
     let read = |path: &std::path::Path| {
-        std::fs::read_to_string(path).map_err(|source| LoadError::Read { file: file_name(path), source })
+        std::fs::read_to_string(path).map_err(|source| LoadError::Read { file: file_name(path), cause: source })
     };
     if toml_path.is_file() {
         let mut recipe = Recipe::from_toml(&read(&toml_path)?)?;
@@ -63,8 +63,8 @@ pub enum LoadError {
     NoRecipe,
     #[error("a template built from a Dockerfile needs a name (a Dockerfile has none)")]
     DockerfileNeedsName,
-    #[error("cannot read {file}: {source}")]
-    Read { file: String, source: std::io::Error },
+    #[error("cannot read {file}: {cause}")]
+    Read { file: String, cause: std::io::Error },
     #[error(transparent)]
     Recipe(#[from] RecipeError),
 }

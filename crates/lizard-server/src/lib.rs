@@ -102,11 +102,11 @@ use utoipa_axum::routes;
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     /// The store failed to open, migrate or bootstrap.
-    #[error("store: {0}")]
+    #[error(transparent)]
     Store(#[from] StoreError),
     /// Binding or serving failed.
-    #[error("{context}: {source}")]
-    Io { context: String, source: std::io::Error },
+    #[error("{context}: {cause}")]
+    Io { context: String, cause: std::io::Error },
 }
 
 /// An opened control plane, ready to serve.
@@ -191,7 +191,7 @@ impl Server {
         let addr = self.state.config.listen;
         tokio::net::TcpListener::bind(addr)
             .await
-            .map_err(|source| ServerError::Io { context: format!("bind {addr}"), source })
+            .map_err(|source| ServerError::Io { context: format!("bind {addr}"), cause: source })
     }
 }
 

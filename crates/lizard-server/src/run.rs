@@ -56,7 +56,7 @@ pub struct ProxyTls {
 async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, ServerError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|source| ServerError::Io { context: format!("bind the {what} on {addr}"), source })
+        .map_err(|source| ServerError::Io { context: format!("bind the {what} on {addr}"), cause: source })
 }
 
 /// Serve the API until `shutdown` resolves; print `LIZARD_API_KEY=<key>` on stdout on the
@@ -92,7 +92,7 @@ pub async fn run(
         }
         Some(lizard_node::Node::start(node_config).await.map_err(|e| ServerError::Io {
             context: "start the node".into(),
-            source: std::io::Error::other(e.to_string()),
+            cause: std::io::Error::other(e.to_string()),
         })?)
     } else {
         tracing::info!("no in-process node (--no-local-node): sandboxes run on nodes that join");

@@ -18,11 +18,11 @@ use tokio::io::AsyncReadExt;
 #[derive(Debug, thiserror::Error)]
 pub enum SharedBlobError {
     /// The store failed (or cannot be reached: worth a retry).
-    #[error("the store: {0}")]
+    #[error(transparent)]
     Store(#[from] StoreError),
     /// This replica's own copy could not be read, or the fetched one written.
-    #[error("{context}: {source}")]
-    Io { context: &'static str, source: std::io::Error },
+    #[error("{context}: {cause}")]
+    Io { context: &'static str, cause: std::io::Error },
     /// No complete content of this blob is in the store.
     #[error("the store holds no complete content of {0}")]
     NotStored(String),
@@ -46,7 +46,7 @@ pub async fn share(store: &dyn Store, local: &BlobStore, sha256: &str) -> Result
     if store.blob_content(sha256).await?.is_some() {
         return Ok(());
     }
-    let io = |context| move |source| SharedBlobError::Io { context, source };
+    let io = |context| move |source| SharedBlobError::Io { context, cause: source };
     let mut file = tokio::fs::File::open(local.dir().join(sha256)).await.map_err(io("open a pushed file"))?;
     let mut buf = vec![0u8; BLOB_CHUNK_BYTES];
     let (mut seq, mut size) = (0u32, 0u64);
@@ -58,7 +58,7 @@ pub async fn share(store: &dyn Store, local: &BlobStore, sha256: &str) -> Result
         store.put_blob_chunk(sha256, seq, &buf[..filled]).await?;
         seq = seq.checked_add(1).ok_or_else(|| SharedBlobError::Io {
             context: "count a pushed file's chunks",
-            source: std::io::Error::other("too many chunks"),
+            cause: std::io::Error::other("too many chunks"),
         })?;
         size += filled as u64;
         if filled < buf.len() {
@@ -124,9 +124,9 @@ pub async fn fetch(store: Arc<dyn Store>, local: &BlobStore, sha256: &str) -> Re
             Some(missing @ ChunkError::Missing { .. }) => corrupt(missing.to_string()),
             None => corrupt(reason),
         },
-        Err(BlobError::Io { context, source }) => {
+        Err(BlobError::Io { context, cause: source }) => {
             tracing::error!(%context, "cannot write a fetched pushed file: {source}");
-            SharedBlobError::Io { context: "write a fetched pushed file", source }
+            SharedBlobError::Io { context: "write a fetched pushed file", cause: source }
         }
         Err(e @ BlobError::BadHash(_)) => corrupt(e.to_string()),
     };

@@ -79,10 +79,10 @@ pub enum StoreError {
     /// The database cannot be reached now (connection refused or lost, pool exhausted, the
     /// server shutting down): worth a retry.
     #[error("database unavailable: {0}")]
-    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    Unavailable(Box<dyn std::error::Error + Send + Sync>),
     /// The database failed.
     #[error("database: {0}")]
-    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+    Backend(Box<dyn std::error::Error + Send + Sync>),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

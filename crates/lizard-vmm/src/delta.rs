@@ -55,8 +55,8 @@ const PM_FILE_OR_SHARED: u64 = 1 << 61;
 #[derive(Debug, thiserror::Error)]
 pub enum DeltaError {
     /// A file or /proc read or write failed.
-    #[error("{context}: {source}")]
-    Io { context: String, source: std::io::Error },
+    #[error("{context}: {cause}")]
+    Io { context: String, cause: std::io::Error },
     /// The VMM has no mapping of that file of that size (not a copy-on-write clone of it).
     #[error("the VMM maps no {len}-byte region of {}", path.display())]
     NoMapping { path: PathBuf, len: u64 },
@@ -64,8 +64,8 @@ pub enum DeltaError {
     #[error("{what} moved {moved} of {asked} bytes")]
     Short { what: &'static str, moved: usize, asked: usize },
     /// Reading or writing the VMM's memory failed.
-    #[error("{what}: {source}")]
-    ProcessMemory { what: &'static str, source: nix::Error },
+    #[error("{what}: {cause}")]
+    ProcessMemory { what: &'static str, cause: nix::Error },
     /// The file does not start with [`MAGIC`] or [`MAGIC_V1`].
     #[error("not a memory delta")]
     BadMagic,
@@ -89,7 +89,7 @@ pub enum DeltaError {
 type Result<T, E = DeltaError> = std::result::Result<T, E>;
 
 fn io(context: impl Into<String>, source: std::io::Error) -> DeltaError {
-    DeltaError::Io { context: context.into(), source }
+    DeltaError::Io { context: context.into(), cause: source }
 }
 
 /// Where a VMM maps a file: its start address in the VMM process and its length.
@@ -319,7 +319,7 @@ fn write_delta(pid: u32, mapping: Mapping, pages: &[u64], path: &Path) -> Result
         }
         let data = &mut buf[..chunk.len() * PAGE];
         let moved = nix::sys::uio::process_vm_readv(remote_pid, &mut [std::io::IoSliceMut::new(data)], &remote)
-            .map_err(|source| DeltaError::ProcessMemory { what: "process_vm_readv", source })?;
+            .map_err(|source| DeltaError::ProcessMemory { what: "process_vm_readv", cause: source })?;
         if moved != data.len() {
             return Err(DeltaError::Short { what: "process_vm_readv", moved, asked: data.len() });
         }
@@ -506,7 +506,7 @@ fn write_batches(
         }
         let asked = batch.len() * PAGE;
         let moved = nix::sys::uio::process_vm_writev(remote_pid, &local, &remote)
-            .map_err(|source| DeltaError::ProcessMemory { what: "process_vm_writev", source })?;
+            .map_err(|source| DeltaError::ProcessMemory { what: "process_vm_writev", cause: source })?;
         if moved != asked {
             return Err(DeltaError::Short { what: "process_vm_writev", moved, asked });
         }

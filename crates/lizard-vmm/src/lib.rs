@@ -141,14 +141,14 @@ pub struct VmExit {
 #[derive(Debug, thiserror::Error)]
 pub enum VmmError {
     /// The VMM binary is missing or could not start.
-    #[error("cannot start {binary}: {source} (install it with `apt-get install qemu-system-x86`)")]
-    Spawn { binary: String, source: std::io::Error },
+    #[error("cannot start {binary}: {cause} (install it with `apt-get install qemu-system-x86`)")]
+    Spawn { binary: String, cause: std::io::Error },
     /// Filesystem work around the VM failed.
-    #[error("{context}: {source}")]
-    Io { context: String, source: std::io::Error },
+    #[error("{context}: {cause}")]
+    Io { context: String, cause: std::io::Error },
     /// The VMM's control channel failed or answered an error.
     #[error("VMM control: {0}")]
-    Control(#[from] QmpError),
+    Control(QmpError),
     /// QEMU ended before its control socket answered; `stderr` is the end of what it
     /// printed (for the operator's log, never for clients).
     #[error("QEMU exited at start: {stderr}")]
@@ -164,7 +164,7 @@ pub enum VmmError {
     NoSuchDisk(usize),
     /// A memory delta could not be saved or applied (damaged, missing, not this VM's).
     #[error("memory delta: {0}")]
-    Delta(#[from] DeltaError),
+    Delta(DeltaError),
     /// A delta save of a VM whose memory is no copy-on-write mapping of a base file.
     #[error("the VM's memory is not a copy-on-write mapping")]
     NotCopyOnWrite,
@@ -173,7 +173,7 @@ pub enum VmmError {
     Exited(VmExit),
     /// The VMM could not be confined.
     #[error("confine the VMM: {0}")]
-    Jail(#[from] jail::JailError),
+    Jail(jail::JailError),
     /// No VMM may start: the host cannot confine them (what it lacks).
     #[error("VMMs cannot be confined on this host ({0})")]
     Unconfined(String),
@@ -182,9 +182,27 @@ pub enum VmmError {
     Timeout(&'static str),
 }
 
+impl From<QmpError> for VmmError {
+    fn from(e: QmpError) -> Self {
+        VmmError::Control(e)
+    }
+}
+
+impl From<DeltaError> for VmmError {
+    fn from(e: DeltaError) -> Self {
+        VmmError::Delta(e)
+    }
+}
+
+impl From<jail::JailError> for VmmError {
+    fn from(e: jail::JailError) -> Self {
+        VmmError::Jail(e)
+    }
+}
+
 impl VmmError {
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        VmmError::Io { context: context.into(), source }
+        VmmError::Io { context: context.into(), cause: source }
     }
 }
 

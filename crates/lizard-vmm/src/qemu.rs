@@ -118,7 +118,7 @@ impl QemuBackend {
                 if let Some(jail) = jail {
                     jail.release();
                 }
-                return Err(VmmError::Spawn { binary: self.binary.display().to_string(), source });
+                return Err(VmmError::Spawn { binary: self.binary.display().to_string(), cause: source });
             }
         };
         drop(netns);
@@ -423,7 +423,7 @@ impl Backend for QemuBackend {
         let len = memory_bytes(config);
         // Opened once: a confined VMM maps the delta's pages from this descriptor, and the
         // check below reads the same file.
-        let open = |e| crate::delta::DeltaError::Io { context: format!("open {}", saved.delta.display()), source: e };
+        let open = |e| crate::delta::DeltaError::Io { context: format!("open {}", saved.delta.display()), cause: e };
         let file = std::fs::File::open(&saved.delta).map_err(open)?;
         let checked = file.try_clone().map_err(open)?;
         // The delta is read and checked while QEMU starts: a damaged one never runs.

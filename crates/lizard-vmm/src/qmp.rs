@@ -23,11 +23,11 @@ pub enum QmpError {
     #[error("unexpected greeting {0}")]
     Greeting(String),
     /// Connecting to the socket failed.
-    #[error("connect {}: {source}", path.display())]
-    Connect { path: std::path::PathBuf, source: std::io::Error },
+    #[error("connect {}: {cause}", path.display())]
+    Connect { path: std::path::PathBuf, cause: std::io::Error },
     /// Writing a command failed.
-    #[error("{command}: {source}")]
-    Send { command: &'static str, source: std::io::Error },
+    #[error("{command}: {cause}")]
+    Send { command: &'static str, cause: std::io::Error },
     /// A command line went out only in part.
     #[error("{command}: sent {sent} of {len} bytes")]
     PartialSend { command: &'static str, sent: usize, len: usize },
@@ -38,8 +38,8 @@ pub enum QmpError {
     #[error("QMP socket closed")]
     Closed,
     /// A line that is not JSON.
-    #[error("bad QMP line {line:?}: {source}")]
-    BadLine { line: String, source: serde_json::Error },
+    #[error("bad QMP line {line:?}: {cause}")]
+    BadLine { line: String, cause: serde_json::Error },
     /// QEMU answered a command with an error.
     #[error("{command}: {desc}")]
     Command { command: &'static str, class: String, desc: String },
@@ -79,7 +79,7 @@ impl Qmp {
                     tracing::trace!("qmp connect {}: {e}", path.display());
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
-                Err(source) => return Err(QmpError::Connect { path: path.to_path_buf(), source }),
+                Err(source) => return Err(QmpError::Connect { path: path.to_path_buf(), cause: source }),
             }
         };
         let (r, writer) = stream.into_split();
@@ -123,7 +123,7 @@ impl Qmp {
     pub async fn execute(&self, command: &'static str, arguments: Value) -> Result<Value> {
         let mut g = self.exchange.lock().await;
         let line = command_line(command, arguments);
-        g.writer.write_all(&line).await.map_err(|source| QmpError::Send { command, source })?;
+        g.writer.write_all(&line).await.map_err(|source| QmpError::Send { command, cause: source })?;
         Self::answer(&mut g.answers, command).await
     }
 
@@ -138,7 +138,7 @@ impl Qmp {
         let sock: &UnixStream = g.writer.as_ref();
         let fds = [fd.as_raw_fd()];
         loop {
-            sock.writable().await.map_err(|source| QmpError::Send { command: "getfd", source })?;
+            sock.writable().await.map_err(|source| QmpError::Send { command: "getfd", cause: source })?;
             let sent = sock.try_io(tokio::io::Interest::WRITABLE, || {
                 let iov = [std::io::IoSlice::new(&line)];
                 sendmsg::<()>(sock.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
@@ -150,7 +150,7 @@ impl Qmp {
                 // socket buffer, so this does not happen; refuse rather than guess.
                 Ok(sent) => return Err(QmpError::PartialSend { command: "getfd", sent, len: line.len() }),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                Err(source) => return Err(QmpError::Send { command: "getfd", source }),
+                Err(source) => return Err(QmpError::Send { command: "getfd", cause: source }),
             }
         }
         Self::answer(&mut g.answers, "getfd").await.map(drop)
@@ -257,7 +257,7 @@ async fn read_json(r: &mut BufReader<OwnedReadHalf>) -> Result<Value> {
     if n == 0 {
         return Err(QmpError::Closed);
     }
-    serde_json::from_str(&line).map_err(|source| QmpError::BadLine { line: line.clone(), source })
+    serde_json::from_str(&line).map_err(|source| QmpError::BadLine { line: line.clone(), cause: source })
 }
 
 #[cfg(test)]

@@ -88,11 +88,11 @@ impl Default for NetworkConfig {
 /// Why network setup failed.
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
-    #[error("{what}: {source}")]
-    Io { what: String, source: std::io::Error },
+    #[error("{what}: {cause}")]
+    Io { what: String, cause: std::io::Error },
     /// A netlink request failed.
-    #[error("{what}: {source}")]
-    Netlink { what: String, source: rtnetlink::Error },
+    #[error("{what}: {cause}")]
+    Netlink { what: String, cause: rtnetlink::Error },
     /// An `nft` command failed.
     #[error("{command} failed: {stderr}")]
     Command { command: String, stderr: String },
@@ -110,7 +110,7 @@ pub enum NetError {
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NetError {
-    move |source| NetError::Io { what: what.into(), source }
+    move |source| NetError::Io { what: what.into(), cause: source }
 }
 
 type Result<T, E = NetError> = std::result::Result<T, E>;

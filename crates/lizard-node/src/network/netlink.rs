@@ -35,7 +35,7 @@ pub(super) const TAP_IF: &str = "tap0";
 const LOOPBACK_INDEX: u32 = 1;
 
 fn nl_err(what: impl Into<String>) -> impl FnOnce(rtnetlink::Error) -> NetError {
-    move |source| NetError::Netlink { what: what.into(), source }
+    move |source| NetError::Netlink { what: what.into(), cause: source }
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NetError {
@@ -64,11 +64,7 @@ impl Netlink {
     async fn index_of(&self, name: &str) -> Result<u32> {
         let what = || format!("find link {name}");
         let link = self.handle.link().get().match_name(name.to_string()).execute().try_next().await;
-        Ok(link
-            .map_err(nl_err(what()))?
-            .ok_or_else(|| NetError::Io { what: what(), source: not_found() })?
-            .header
-            .index)
+        Ok(link.map_err(nl_err(what()))?.ok_or_else(|| NetError::Io { what: what(), cause: not_found() })?.header.index)
     }
 
     async fn up_with_address(&self, index: u32, name: &str, addr: Ipv4Addr, prefix: u8) -> Result<()> {
@@ -90,7 +86,7 @@ impl Netlink {
     pub async fn delete(&self, name: &str) -> Result<()> {
         match self.index_of(name).await {
             Ok(index) => self.handle.link().del(index).execute().await.map_err(nl_err(format!("delete link {name}"))),
-            Err(NetError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(NetError::Io { cause: source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -137,7 +133,7 @@ pub(super) async fn create(
     let tap = inside.index_of(TAP_IF).await?;
     let mac = parse_mac(GATEWAY_MAC).ok_or_else(|| NetError::Io {
         what: format!("gateway MAC {GATEWAY_MAC}"),
-        source: std::io::ErrorKind::InvalidData.into(),
+        cause: std::io::ErrorKind::InvalidData.into(),
     })?;
     let msg = LinkUnspec::new_with_index(tap).address(mac).build();
     inside.handle.link().set(msg).execute().await.map_err(nl_err("set the TAP's MAC"))?;
@@ -252,12 +248,12 @@ fn make_tap(name: &str) -> Result<()> {
     let tun = std::fs::OpenOptions::new().read(true).write(true).open("/dev/net/tun").map_err(io_err(what()))?;
     let mut req = IfReq { name: [0; libc::IFNAMSIZ], flags: 0, _pad: [0; 22] };
     if name.len() >= libc::IFNAMSIZ {
-        return Err(NetError::Io { what: what(), source: std::io::ErrorKind::InvalidInput.into() });
+        return Err(NetError::Io { what: what(), cause: std::io::ErrorKind::InvalidInput.into() });
     }
     req.name[..name.len()].copy_from_slice(name.as_bytes());
     // IFF_TAP | IFF_NO_PI (0x0002 | 0x1000) fits a c_short.
     req.flags = libc::c_short::try_from(libc::IFF_TAP | libc::IFF_NO_PI)
-        .map_err(|_| NetError::Io { what: what(), source: std::io::ErrorKind::InvalidInput.into() })?;
+        .map_err(|_| NetError::Io { what: what(), cause: std::io::ErrorKind::InvalidInput.into() })?;
     // SAFETY: TUNSETIFF reads a struct ifreq (name, flags; 40 bytes, which IfReq is) from
     // `req`, which lives across the call; `tun` is an open /dev/net/tun.
     unsafe { tun_set_iff(tun.as_raw_fd(), &req) }.map_err(|e| io_err(what())(e.into()))?;

@@ -133,7 +133,7 @@ struct ChargedLines {
 enum LineError {
     #[error("an output line passed {} MiB, the most one event may carry", MAX_LINE_BYTES >> 20)]
     TooLong,
-    #[error("{0}")]
+    #[error(transparent)]
     Exhausted(#[from] Exhausted),
     #[error("the connection to the code service broke during the execution")]
     Read(#[from] std::io::Error),

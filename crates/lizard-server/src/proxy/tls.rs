@@ -25,7 +25,7 @@ pub struct TlsFiles {
 pub fn acceptor(files: &TlsFiles) -> Result<tokio_rustls::TlsAcceptor, ServerError> {
     let invalid = |path: &Path, what: String| ServerError::Io {
         context: format!("the sandbox-URL listener's TLS {}", path.display()),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidData, what),
+        cause: std::io::Error::new(std::io::ErrorKind::InvalidData, what),
     };
     let certs = CertificateDer::pem_file_iter(&files.cert)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())

@@ -31,12 +31,12 @@ pub enum CgroupError {
     #[error("cgroup controller {0} is not available")]
     Missing(&'static str),
     /// A group or one of its files could not be made or written.
-    #[error("cgroup {}: {source}", .path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    #[error("cgroup {}: {cause}", .path.display())]
+    Io { path: PathBuf, cause: std::io::Error },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
-    move |source| CgroupError::Io { path: path.to_owned(), source }
+    move |source| CgroupError::Io { path: path.to_owned(), cause: source }
 }
 
 /// The limits of one VMM's group.

@@ -52,8 +52,8 @@ pub enum JailError {
     #[error(transparent)]
     Cgroup(#[from] CgroupError),
     /// Handing the run directory or a disk to the VMM's uid failed.
-    #[error("give {} to the VMM's uid: {source}", .path.display())]
-    Files { path: PathBuf, source: std::io::Error },
+    #[error("give {} to the VMM's uid: {cause}", .path.display())]
+    Files { path: PathBuf, cause: std::io::Error },
     /// The library that maps shared memory read-only could not be prepared.
     #[error("prepare the read-only memory library: {0}")]
     Preload(std::io::Error),
@@ -126,14 +126,14 @@ impl JailPolicy {
         let handed = (|| {
             let refs: Vec<&Path> = jail.writable.iter().map(PathBuf::as_path).collect();
             files::hand_over(&config.run_dir, &refs, uid, uid)
-                .map_err(|source| JailError::Files { path: config.run_dir.clone(), source })?;
+                .map_err(|source| JailError::Files { path: config.run_dir.clone(), cause: source })?;
             for input in [&config.kernel, &config.initramfs] {
                 files::share_readable(input, self.shared_gid)
-                    .map_err(|source| JailError::Files { path: input.clone(), source })?;
+                    .map_err(|source| JailError::Files { path: input.clone(), cause: source })?;
             }
             if let Some(memory) = shared_memory {
                 files::share_memory(memory, self.shared_gid)
-                    .map_err(|source| JailError::Files { path: memory.to_owned(), source })?;
+                    .map_err(|source| JailError::Files { path: memory.to_owned(), cause: source })?;
                 return preload::for_memory(memory, delta).map(Some).map_err(JailError::Preload);
             }
             Ok(None)

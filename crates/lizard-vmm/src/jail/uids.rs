@@ -37,8 +37,8 @@ impl UidRange {
 #[derive(Debug, thiserror::Error)]
 pub enum UidError {
     /// The claims directory cannot be made.
-    #[error("uid claims directory {}: {source}", .dir.display())]
-    Dir { dir: PathBuf, source: std::io::Error },
+    #[error("uid claims directory {}: {cause}", .dir.display())]
+    Dir { dir: PathBuf, cause: std::io::Error },
     /// Every uid of the range is held by a live VMM.
     #[error("all {count} VMM uids from {first} are in use")]
     Exhausted { first: u32, count: u32 },
@@ -124,10 +124,10 @@ pub fn check(range: UidRange, dir: &Path) -> Result<(), UidError> {
     if range.count == 0 || range.first.checked_add(range.count).is_none() || range.first == 0 {
         return Err(UidError::BadRange { first: range.first, count: range.count });
     }
-    std::fs::create_dir_all(dir).map_err(|source| UidError::Dir { dir: dir.to_owned(), source })?;
+    std::fs::create_dir_all(dir).map_err(|source| UidError::Dir { dir: dir.to_owned(), cause: source })?;
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|source| UidError::Dir { dir: dir.to_owned(), source })
+        .map_err(|source| UidError::Dir { dir: dir.to_owned(), cause: source })
 }
 
 /// Claim a free uid of `range` under `dir`.
