@@ -46,7 +46,7 @@ impl Bench {
         let dir = tempfile::Builder::new().prefix("lizard-bench-api-").tempdir()?;
         let mut config = lizard_server::ServerConfig::new(dir.path());
         config.listen = "127.0.0.1:0".parse()?;
-        let server = lizard_server::open(config).await?;
+        let server = lizard_server::open(config).await?.with_faces(faces());
         let key = server.initial_key().context("first start prints a key")?.to_string();
         let mut node_config = lizard_node::NodeConfig::new(dir.path().join("node"));
         node_config.image_root = image_root.to_path_buf();
@@ -65,7 +65,7 @@ impl Bench {
         let dir = tempfile::Builder::new().prefix("lizard-bench-joined-").tempdir()?;
         let mut config = lizard_server::ServerConfig::new(dir.path());
         config.listen = "127.0.0.1:0".parse()?;
-        let server = lizard_server::open(config).await?;
+        let server = lizard_server::open(config).await?.with_faces(faces());
         let key = server.initial_key().context("first start prints a key")?.to_string();
         let cluster_key = lizard_server::cluster::credentials::load_key(server.state().store.as_ref()).await?;
         let connector: std::sync::Arc<dyn lizard_node_client::NodeConnector> =
@@ -139,7 +139,7 @@ impl Bench {
                 lizard_server::ops::services::reconcile::reconcile_once(&reconciled).await;
             }
         });
-        let router = lizard_server::build_router(state, api::all_routes());
+        let router = lizard_server::build_router(state.clone(), state.server.faces.routes(api::all_routes()));
         tokio::spawn(lizard_server::serve(listener, router, std::future::pending()));
         let client = reqwest::Client::builder().no_proxy().build()?;
         let b = Bench { base, proxy_port, key, client, runs, dir };
@@ -255,8 +255,8 @@ impl Bench {
     /// `code-interpreter-v1`), whose snapshot one untimed E2B create makes first.
     pub async fn e2b_creates(&self, template: &str, n: usize) -> Result<(Vec<f64>, Vec<f64>)> {
         let (mut e2b, mut own) = (vec![], vec![]);
-        let mapped = lizard_server::config::default_e2b_templates();
-        let own_template = mapped.get(template).map_or(template, String::as_str);
+        let mapped = lizard_e2b_face::TemplateMap::default();
+        let own_template = mapped.get(template);
         let warm_up = self.e2b_create(template).await?;
         self.e2b_kill(warm_up["sandboxID"].as_str().context("no id")?).await?;
         let start = lizard_e2b::connect::envelope(&json!({
@@ -515,4 +515,9 @@ fn dir_mib(dir: &Path) -> f64 {
         })
         .unwrap_or(0);
     blocks as f64 * 512.0 / 1048576.0
+}
+
+/// The faces `lizard server` installs (E2B's: the bench measures its create path too).
+fn faces() -> lizard_server::state::Faces {
+    lizard_server::state::Faces::new(vec![std::sync::Arc::new(lizard_e2b_face::E2bFace::default())])
 }

@@ -189,15 +189,12 @@ pub fn options(data_dir: &Path, args: &ServerArgs) -> Result<RunOptions> {
     if let Some(d) = &args.domain {
         server.domain = d.clone();
     }
+    let mut e2b_templates = lizard_e2b_face::TemplateMap::default();
     for pair in &args.e2b_templates {
         let Some((name, template)) = pair.split_once('=') else {
             anyhow::bail!("--e2b-template takes NAME=TEMPLATE, got {pair:?}");
         };
-        if template.is_empty() {
-            server.e2b_templates.remove(name);
-        } else {
-            server.e2b_templates.insert(name.to_owned(), template.to_owned());
-        }
+        e2b_templates.set(name, template);
     }
     if args.node_heartbeat_ms == 0 || args.node_lease_ms <= args.node_heartbeat_ms {
         anyhow::bail!("--node-lease-ms must be longer than --node-heartbeat-ms, and both above 0");
@@ -241,6 +238,10 @@ pub fn options(data_dir: &Path, args: &ServerArgs) -> Result<RunOptions> {
         proxy_limits,
         local_node: !args.no_local_node,
         node_connector: None,
+        // E2B's SDKs drive the same sandboxes (docs/e2b.md).
+        faces: lizard_server::state::Faces::new(vec![std::sync::Arc::new(lizard_e2b_face::E2bFace::new(
+            e2b_templates,
+        ))]),
     })
 }
 

@@ -26,12 +26,6 @@ pub struct ServerConfig {
     /// The port of the sandbox-URL listener's TLS mode (`--proxy-tls-listen`), when it has
     /// one: public URLs are then `https` on it.
     pub public_proxy_tls_port: Option<u16>,
-    /// E2B template names and the template each stands for in an E2B create and as an
-    /// E2B template's base. By default E2B's `base` is Lizard's `code-interpreter-v1`
-    /// (`base` with pip, venv and `python`, as E2B's base image has them), and
-    /// `code-interpreter-v1`, E2B's code interpreter, is Lizard's `interpreter`, whose
-    /// code service speaks the add-on's protocol through the E2B face.
-    pub e2b_templates: std::collections::BTreeMap<String, String>,
     /// What `GET /v1/regions` lists. Empty: just [`Self::region`].
     pub regions: Vec<Region>,
     /// The owner account's email, set on first start.
@@ -166,17 +160,6 @@ pub const DEFAULT_PAUSED_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 /// Default listen address: loopback only, since the API is reachable by key alone.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7171";
 
-/// The template E2B's code-interpreter add-on creates.
-pub const E2B_CODE_INTERPRETER: &str = "code-interpreter-v1";
-
-/// [`ServerConfig::e2b_templates`]'s default.
-pub fn default_e2b_templates() -> std::collections::BTreeMap<String, String> {
-    std::collections::BTreeMap::from([
-        ("base".to_owned(), "code-interpreter-v1".to_owned()),
-        (E2B_CODE_INTERPRETER.to_owned(), "interpreter".to_owned()),
-    ])
-}
-
 impl ServerConfig {
     /// Defaults for everything but the data directory: region `local`, domain
     /// `lizard.localhost` (resolves to loopback without DNS setup), loopback port 7171.
@@ -190,7 +173,6 @@ impl ServerConfig {
             regions: Vec::new(),
             public_proxy_port: None,
             public_proxy_tls_port: None,
-            e2b_templates: default_e2b_templates(),
             owner_email: "owner@lizard.localhost".into(),
             owner_plan: "free".into(),
             billing: crate::billing::BillingConfig::default(),
@@ -200,17 +182,6 @@ impl ServerConfig {
             blob_sharing: BlobSharing::Auto,
             metrics: None,
         }
-    }
-
-    /// Whether `template` is what E2B's code interpreter (`code-interpreter-v1`) maps to:
-    /// its port 49999 runs code (private by default; public only when its create asked).
-    pub fn is_e2b_code_interpreter(&self, template: &str) -> bool {
-        self.e2b_templates.get(E2B_CODE_INTERPRETER).is_some_and(|t| t == template)
-    }
-
-    /// The template an E2B create that names `template` gets.
-    pub fn e2b_template<'a>(&'a self, template: &'a str) -> &'a str {
-        self.e2b_templates.get(template).map_or(template, String::as_str)
     }
 
     /// Whether this server shares pushed files through the store ([`BlobSharing`]):
@@ -264,17 +235,6 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn e2bs_base_has_pip_and_only_its_code_interpreter_is_one() {
-        let config = ServerConfig::new("/tmp/x");
-        assert_eq!(config.e2b_template("base"), "code-interpreter-v1");
-        assert_eq!(config.e2b_template(E2B_CODE_INTERPRETER), "interpreter");
-        assert_eq!(config.e2b_template("desktop"), "desktop");
-        assert!(config.is_e2b_code_interpreter("interpreter"));
-        // E2B's base is mapped too, but runs no code service on 49999.
-        assert!(!config.is_e2b_code_interpreter("code-interpreter-v1"));
-    }
 
     #[test]
     fn defaults() {

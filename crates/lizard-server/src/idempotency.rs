@@ -1,6 +1,6 @@
 //! `Idempotency-Key` on the calls a client must be able to retry without doing the work
-//! twice: create sandbox, exec, fork, create volume ([`ROUTES`]), and E2B's create and
-//! fork ([`crate::e2b::control::IDEMPOTENT_PATHS`]).
+//! twice: create sandbox, exec, fork, create volume ([`ROUTES`]), and the faces' own
+//! ([`crate::state::Face::idempotent_paths`]: E2B's create and fork).
 //!
 //! The first request with a key claims (API key, route, idempotency key) in the store
 //! with a hash of its path, query and body, is served, and its answer (status and body)
@@ -55,7 +55,7 @@ pub const ROUTES: [routes::Route; 4] = [routes::CREATE_SANDBOX, routes::EXEC, ro
 /// The middleware (see the module doc): requests on other routes, without the header
 /// or without a valid key pass untouched.
 pub async fn layer(State(state): State<ServerState>, req: Request, next: Next) -> Response {
-    let Some(route) = idempotent_route(&req) else { return next.run(req).await };
+    let Some(route) = idempotent_route(&req, &state.faces) else { return next.run(req).await };
     let Some(key) = req.headers().get(HEADER) else { return next.run(req).await };
     let Some(principal) = req.extensions().get::<Principal>().cloned() else { return next.run(req).await };
     // The key the principal was found by: it seals the kept answer.
@@ -111,18 +111,14 @@ pub async fn layer(State(state): State<ServerState>, req: Request, next: Next) -
     }
 }
 
-/// `"POST /v1/sandboxes"` when `req` is one of [`ROUTES`].
-fn idempotent_route(req: &Request) -> Option<String> {
+/// `"POST /v1/sandboxes"` when `req` is one of [`ROUTES`] or a face's
+/// ([`crate::state::Face::idempotent_paths`]).
+fn idempotent_route(req: &Request, faces: &crate::state::Faces) -> Option<String> {
     if req.method() != Method::POST {
         return None;
     }
     let path = req.extensions().get::<MatchedPath>()?.as_str();
-    ROUTES
-        .iter()
-        .map(|r| r.path)
-        .chain(crate::e2b::control::IDEMPOTENT_PATHS)
-        .find(|p| *p == path)
-        .map(|p| format!("POST {p}"))
+    ROUTES.iter().map(|r| r.path).chain(faces.idempotent_paths()).find(|p| *p == path).map(|p| format!("POST {p}"))
 }
 
 fn valid_key(key: &str) -> bool {

@@ -64,7 +64,6 @@ pub mod builds;
 pub mod cluster;
 pub mod config;
 pub mod connections;
-pub mod e2b;
 pub mod error;
 pub mod front_door;
 pub mod guard;
@@ -165,6 +164,12 @@ async fn bootstrap(store: &dyn Store, config: &ServerConfig) -> Result<Option<St
 impl Server {
     pub fn state(&self) -> &ServerState {
         &self.state
+    }
+
+    /// Install the faces served besides `/v1` ([`state::Face`]).
+    pub fn with_faces(mut self, faces: state::Faces) -> Server {
+        self.state = self.state.with_faces(faces);
+        self
     }
 
     /// The owner's unscoped key, on the first start only (then print

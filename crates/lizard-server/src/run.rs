@@ -44,6 +44,9 @@ pub struct RunOptions {
     /// How this server reaches remote nodes (`None`: over their HTTP API, with
     /// [`lizard_node_client::remote::HttpConnector`]; tests put fakes here).
     pub node_connector: Option<Arc<dyn lizard_node_client::NodeConnector>>,
+    /// The protocols served in front of the operations besides `/v1` (`lizard server`
+    /// installs E2B's).
+    pub faces: crate::state::Faces,
 }
 
 /// The sandbox-URL proxy's TLS listener.
@@ -78,7 +81,7 @@ pub async fn run(
         Some(m) => Some((bind(m.addr, "metrics").await?, m.token.clone())),
         None => None,
     };
-    let server = crate::open(opts.server).await?;
+    let server = crate::open(opts.server).await?.with_faces(opts.faces);
     if let Some(key) = server.initial_key() {
         println!("LIZARD_API_KEY={key}");
     }
@@ -155,7 +158,8 @@ pub async fn run(
         })
     });
     // The web console's pages need no key; every call they make is the API's, with one.
-    let router = crate::build_router(state.clone(), crate::api::all_routes()).merge(lizard_console::router(console));
+    let api = state.server.faces.routes(crate::api::all_routes());
+    let router = crate::build_router(state.clone(), api).merge(lizard_console::router(console));
     let result = crate::serve_within(listener, router, stopped(stop_rx), &state.server.config.traffic).await;
     for task in proxies.into_iter().chain(metrics) {
         let _ = task.await;

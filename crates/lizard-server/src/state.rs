@@ -1,19 +1,32 @@
-//! What every handler and operation shares, and the hook through which tenancy deletes
-//! reach running sandboxes.
+//! What every handler and operation shares, and the hooks installed into it: the one
+//! through which tenancy deletes reach running sandboxes, and the faces.
 //!
 //! [`ServerState`] (store, config, reaper hook) is the tenancy core; [`AppState`] adds the
 //! [`Nodes`] that run sandboxes. Both are cheap to clone (all `Arc`s). The tenancy routes
 //! work for any router state `S` with `impl FromRef<S> for ServerState` (see
 //! [`crate::api::routes`]).
+//!
+//! Faces are other protocols in front of the same operations. A face (E2B's, in the
+//! `lizard-e2b-face` crate) adds routes beside `/v1` on the API's listener and answers
+//! requests of its own on the sandbox-URL proxy's; it is one more client of
+//! [`crate::ops`], never a side door: the same keys, scopes, limits, admission and
+//! billing. The server knows no face by name: the process that runs it installs them
+//! ([`crate::run::RunOptions::faces`], [`ServerState::with_faces`]), so this crate
+//! carries none of a face's protocol.
 
 use crate::blobs::BlobStore;
 use crate::builds::Builds;
 use crate::config::ServerConfig;
 use async_trait::async_trait;
 use axum::extract::FromRef;
+use axum::extract::Request;
+use axum::http::HeaderMap;
+use axum::response::Response;
 use lizard_node_client::Nodes;
 use lizard_store::{SandboxRecord, Store, VolumeRecord};
+use std::any::Any;
 use std::sync::Arc;
+use utoipa_axum::router::OpenApiRouter;
 
 /// Kills the VMs of sandboxes whose records a tenancy delete removed
 /// (`DELETE /v1/workspaces/{id}?force=true`).
@@ -82,6 +95,8 @@ pub struct ServerState {
     pub telemetry: Arc<crate::telemetry::Telemetry>,
     /// What calls hold of guests' data.
     pub guest_buffers: Arc<crate::guest_buffers::GuestBuffers>,
+    /// The protocols installed in front of the operations (E2B's).
+    pub faces: Faces,
 }
 
 impl ServerState {
@@ -97,12 +112,19 @@ impl ServerState {
             key_index: Arc::default(),
             telemetry,
             guest_buffers,
+            faces: Faces::default(),
         }
     }
 
     /// Install the hook that kills sandboxes removed by a forced workspace delete.
     pub fn with_reaper(mut self, reaper: Arc<dyn SandboxReaper>) -> Self {
         self.reaper = reaper;
+        self
+    }
+
+    /// Install the faces (none by default).
+    pub fn with_faces(mut self, faces: Faces) -> Self {
+        self.faces = faces;
         self
     }
 }
@@ -119,27 +141,95 @@ pub struct AppState {
     pub blobs: BlobStore,
     /// Services' traffic as this process's proxy sees it.
     pub services: Arc<crate::ops::services::traffic::Traffic>,
-    /// E2B template builds between their calls.
-    pub e2b: Arc<crate::e2b::pending::Pending>,
 }
 
 impl AppState {
     /// The state over `nodes`, with pushed files kept under the config's data directory.
     pub fn new(server: ServerState, nodes: Nodes) -> AppState {
         let blobs = BlobStore::new(&server.config.data_dir);
-        AppState {
-            server,
-            nodes,
-            builds: Arc::new(Builds::default()),
-            blobs,
-            services: Arc::default(),
-            e2b: Arc::default(),
-        }
+        AppState { server, nodes, builds: Arc::new(Builds::default()), blobs, services: Arc::default() }
     }
 }
 
 impl FromRef<AppState> for ServerState {
     fn from_ref(s: &AppState) -> ServerState {
         s.server.clone()
+    }
+}
+
+/// Where the sandbox-URL proxy stands with a request when it offers it to the faces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyRoute<'a> {
+    /// Just arrived: its host not read yet.
+    Arrived,
+    /// Its host names no sandbox and no service of this region.
+    NoHost,
+    /// Its host names this sandbox's port.
+    Sandbox { id: &'a str, port: u16 },
+}
+
+/// A protocol in front of the server's operations.
+#[async_trait]
+pub trait Face: Any + Send + Sync {
+    /// `api` with this face's routes added.
+    fn routes(&self, api: OpenApiRouter<AppState>) -> OpenApiRouter<AppState>;
+
+    /// Routes of this face (as matched, `/sandboxes/{id}/fork`) whose `POST` takes an
+    /// `Idempotency-Key` (see [`crate::idempotency`]).
+    fn idempotent_paths(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Answer a request to the sandbox-URL proxy at `route` if it is this face's; else
+    /// hand it back unchanged.
+    async fn proxy(&self, _state: &AppState, req: Request, _route: ProxyRoute<'_>) -> Result<Response, Request> {
+        Err(req)
+    }
+
+    /// A request's proof of access to a private sandbox's URLs in this face's own form:
+    /// `Some(valid)` when `headers` carry one, for the sandbox `sandbox_id` whose access
+    /// token hashes to `access_hash`; `None` when they carry none of this face's.
+    fn url_access(&self, _headers: &HeaderMap, _sandbox_id: &str, _access_hash: &[u8]) -> Option<bool> {
+        None
+    }
+}
+
+/// The faces a server has installed (none by default).
+#[derive(Clone, Default)]
+pub struct Faces(Arc<[Arc<dyn Face>]>);
+
+impl Faces {
+    pub fn new(faces: Vec<Arc<dyn Face>>) -> Faces {
+        Faces(faces.into())
+    }
+
+    /// `api` with every face's routes.
+    pub fn routes(&self, api: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
+        self.0.iter().fold(api, |api, face| face.routes(api))
+    }
+
+    pub fn idempotent_paths(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.0.iter().flat_map(|face| face.idempotent_paths().iter().copied())
+    }
+
+    /// The first face's answer to a proxy request at `route`, or the request back.
+    pub async fn proxy(&self, state: &AppState, mut req: Request, route: ProxyRoute<'_>) -> Result<Response, Request> {
+        for face in self.0.iter() {
+            req = match face.proxy(state, req, route).await {
+                Ok(response) => return Ok(response),
+                Err(req) => req,
+            };
+        }
+        Err(req)
+    }
+
+    /// The first face's verdict on a request's proof of access (see [`Face::url_access`]).
+    pub fn url_access(&self, headers: &HeaderMap, sandbox_id: &str, access_hash: &[u8]) -> Option<bool> {
+        self.0.iter().find_map(|face| face.url_access(headers, sandbox_id, access_hash))
+    }
+
+    /// The installed face of type `F`: where a face keeps its own state.
+    pub fn get<F: Face>(&self) -> Option<&F> {
+        self.0.iter().find_map(|face| (face.as_ref() as &dyn Any).downcast_ref::<F>())
     }
 }

@@ -76,6 +76,7 @@ impl ControlPlane {
             proxy_limits: Default::default(),
             local_node: false,
             node_connector: None,
+            faces: Default::default(),
         };
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();

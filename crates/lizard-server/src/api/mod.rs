@@ -56,9 +56,10 @@ where
         .routes(routes!(metrics::metrics))
 }
 
-/// Every route: tenancy, sandboxes, volumes, templates, nodes and the node channel.
+/// Every route of `/v1`: tenancy, sandboxes, volumes, templates, nodes and the node
+/// channel (the faces add theirs: [`crate::state::Faces::routes`]).
 pub fn all_routes() -> OpenApiRouter<AppState> {
-    crate::e2b::templates::routes(crate::e2b::snapshots::routes(crate::e2b::control::routes(routes::<AppState>())))
+    routes::<AppState>()
         .routes(routes!(sandboxes::create, sandboxes::list))
         .routes(routes!(sandboxes::get, sandboxes::kill))
         .routes(routes!(sandboxes::set_timeout))

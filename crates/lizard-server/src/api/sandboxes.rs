@@ -20,7 +20,7 @@ use lizard_store::SandboxFilter;
 use serde::Deserialize;
 
 /// The API's view of a sandbox: the node's facts plus the record's.
-pub(crate) fn sandbox_json(state: &AppState, sandbox: &LiveSandbox) -> SandboxInfo {
+pub fn sandbox_json(state: &AppState, sandbox: &LiveSandbox) -> SandboxInfo {
     let mut info = sandbox.info.clone();
     // A pushed template's sandbox runs from a build's node template; clients see the name.
     info.template = sandbox.record.template.clone();
@@ -31,7 +31,7 @@ pub(crate) fn sandbox_json(state: &AppState, sandbox: &LiveSandbox) -> SandboxIn
 }
 
 /// The sandbox behind `id` (running or paused), if the key reaches it; 404 once it ended.
-pub(crate) async fn running(state: &AppState, p: &Principal, id: &str) -> ApiResult<LiveSandbox> {
+pub async fn running(state: &AppState, p: &Principal, id: &str) -> ApiResult<LiveSandbox> {
     let record = auth::sandbox_for(state.server.store.as_ref(), p, id).await?;
     ops::live(state, record).await
 }
@@ -64,7 +64,7 @@ pub async fn create(
 
 /// Who may use a new sandbox's URLs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct UrlAccess {
+pub struct UrlAccess {
     /// It gets an access token (shown once, in the create's answer).
     pub token: bool,
     /// Its URLs answer without the token.
@@ -83,7 +83,7 @@ impl UrlAccess {
 
 /// Boot a sandbox of `req` in `project` (one the key reaches), its URLs open to `urls`:
 /// the body of every create, Lizard's own and E2B's.
-pub(crate) async fn create_in(
+pub async fn create_in(
     state: &AppState,
     p: &Principal,
     project: lizard_store::ProjectRecord,
@@ -157,7 +157,7 @@ pub(crate) async fn create_in(
 }
 
 /// Snapshot `id` of `project_id`, if the key reaches it; 404 for any other.
-pub(crate) async fn snapshot_in(
+pub async fn snapshot_in(
     state: &AppState,
     p: &Principal,
     project_id: &str,

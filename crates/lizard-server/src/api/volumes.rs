@@ -35,7 +35,7 @@ pub(crate) fn volume_json(v: VolumeRecord) -> Volume {
 }
 
 /// The project named by `project`/`projectId`, or the only one the key reaches.
-pub(crate) async fn project_of(
+pub async fn project_of(
     state: &AppState,
     p: &Principal,
     project: Option<&str>,

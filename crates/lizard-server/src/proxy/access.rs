@@ -4,9 +4,10 @@
 //! with `publicUrls: false` gets an access token, returned once by the create call and
 //! stored only as its SHA-256 ([`lizard_store::AccessStore`]); every request through the
 //! proxy must then carry it, in the [`ACCESS_TOKEN_HEADER`] header or the
-//! [`ACCESS_TOKEN_QUERY`] query parameter (a URL that can be handed to a browser), or,
-//! for a sandbox made through E2B, its traffic token in [`E2B_TRAFFIC_TOKEN_HEADER`]
-//! (such a sandbox has a token even when its URLs are public, as E2B's are by default).
+//! [`ACCESS_TOKEN_QUERY`] query parameter (a URL that can be handed to a browser), or a
+//! proof in a face's own form ([`crate::state::Face::url_access`]: for a sandbox made
+//! through E2B, its traffic token; such a sandbox has a token even when its URLs are
+//! public, as E2B's are by default).
 //! A [signed URL](super::signed) (or the cookie its first request set) stands in for the
 //! token until it expires. Missing, wrong or another sandbox's token, or a signature that
 //! does not hold: 403, and no tunnel is opened. Either way the proof is removed before the
@@ -15,12 +16,13 @@
 //! Only recorded, live sandboxes are reachable at all: a VM the control plane has not
 //! recorded (a create still booting, or one being undone) has no URL.
 
-use super::headers::{ACCESS_TOKEN_HEADER, E2B_TRAFFIC_TOKEN_HEADER};
+use super::headers::ACCESS_TOKEN_HEADER;
 use super::host::Target;
 use super::signed;
 use crate::error::AppError;
+use crate::state::Faces;
+use crate::state::ServerState;
 use axum::http::{HeaderMap, Uri};
-use lizard_store::Store;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -75,7 +77,13 @@ pub struct Admitted {
 /// Allow the request to `target` or refuse it: 404 unless the sandbox is recorded and
 /// live, 403 when its URLs are private and the request carries no matching token or
 /// signature.
-pub async fn check(store: &dyn Store, target: &Target, headers: &HeaderMap, uri: &Uri) -> Result<Admitted, AppError> {
+pub async fn check(
+    server: &ServerState,
+    target: &Target,
+    headers: &HeaderMap,
+    uri: &Uri,
+) -> Result<Admitted, AppError> {
+    let store = server.store.as_ref();
     let not_running = || AppError::not_found(format!("sandbox {} is not running", target.sandbox_id));
     let record = store.get_sandbox(&target.sandbox_id).await?.ok_or_else(not_running)?;
     if record.ended_at.is_some() {
@@ -85,16 +93,25 @@ pub async fn check(store: &dyn Store, target: &Target, headers: &HeaderMap, uri:
     let wakes =
         record.state == lizard_api::SandboxState::Paused && access.as_ref().is_some_and(|a| a.resume_on_request);
     let granted = match access {
-        Some(access) if !access.urls_public => granted(&target.sandbox_id, &access.token_hash, target, headers, uri)?,
+        Some(access) if !access.urls_public => {
+            granted(&server.faces, &target.sandbox_id, &access.token_hash, target, headers, uri)?
+        }
         _ => Granted::Public,
     };
     Ok(Admitted { granted, wakes })
 }
 
 /// How a request to a private sandbox's URLs proves access, or why it does not.
-fn granted(id: &str, required: &[u8], target: &Target, headers: &HeaderMap, uri: &Uri) -> Result<Granted, AppError> {
-    if let Some(token) = single_header(headers, E2B_TRAFFIC_TOKEN_HEADER) {
-        return match crate::e2b::traffic_token_matches(required, id, &token) {
+fn granted(
+    faces: &Faces,
+    id: &str,
+    required: &[u8],
+    target: &Target,
+    headers: &HeaderMap,
+    uri: &Uri,
+) -> Result<Granted, AppError> {
+    if let Some(valid) = faces.url_access(headers, id, required) {
+        return match valid {
             true => Ok(Granted::Token),
             false => Err(AppError::forbidden("wrong traffic access token for this sandbox's URLs")),
         };
@@ -139,7 +156,7 @@ fn cookie_values<'a>(headers: &'a HeaderMap, name: &'a str) -> impl Iterator<Ite
 }
 
 /// The header's value, when there is exactly one readable one.
-fn single_header(headers: &HeaderMap, name: &str) -> Option<String> {
+pub fn single_header(headers: &HeaderMap, name: &str) -> Option<String> {
     let mut values = headers.get_all(name).iter();
     match (values.next(), values.next()) {
         (Some(v), None) => v.to_str().ok().map(str::to_string),

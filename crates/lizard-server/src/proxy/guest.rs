@@ -13,7 +13,7 @@ use hyper_util::rt::TokioIo;
 
 /// What the guest sees of a request: no access token in its target, none of the
 /// platform's credentials, the proxy's own forwarding headers.
-pub(crate) fn for_the_guest(req: &mut Request, host: &str) {
+pub fn for_the_guest(req: &mut Request, host: &str) {
     let client = req.extensions().get::<ClientConn>().copied();
     *req.uri_mut() = access::guest_target(req.uri());
     headers::strip_platform_credentials(req.headers_mut());
@@ -22,7 +22,7 @@ pub(crate) fn for_the_guest(req: &mut Request, host: &str) {
 
 /// Speak HTTP/1.1 over `tunnel`: send `req`, answer the guest's response (an upgrade
 /// becomes a byte pipe between client and guest).
-pub(crate) async fn exchange(
+pub async fn exchange(
     tunnel: Box<dyn lizard_node_client::Tunnel>,
     mut req: Request,
     port: u16,

@@ -44,7 +44,7 @@ pub use listener::{serve, ClientConn, ConnectionSlot, Limits};
 
 use crate::error::AppError;
 use crate::ops;
-use crate::state::AppState;
+use crate::state::{AppState, ProxyRoute};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -85,10 +85,12 @@ fn bad_request(message: String) -> AppError {
     AppError::new(lizard_api::ErrorCode::InvalidArgument, message)
 }
 
-async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppError> {
-    if crate::e2b::envd::is_e2b(req.headers()) {
-        return Ok(crate::e2b::envd::handle(state, req).await);
-    }
+async fn forward(state: &AppState, req: Request) -> Result<Response, AppError> {
+    let faces = &state.server.faces;
+    let mut req = match faces.proxy(state, req, ProxyRoute::Arrived).await {
+        Ok(answered) => return Ok(answered),
+        Err(req) => req,
+    };
     let config = &state.server.config;
     let host = match host::request_host(req.headers(), req.uri()) {
         Ok(h) => h,
@@ -99,17 +101,18 @@ async fn forward(state: &AppState, mut req: Request) -> Result<Response, AppErro
         return forward_to_service(state, &name, req).await;
     }
     let Some(target) = parse_host(&host, &config.sandbox_domain(&config.region)) else {
-        if crate::e2b::envd::is_signed_file_url(req.uri()) {
-            return Ok(crate::e2b::envd::handle(state, req).await);
-        }
-        return Err(AppError::not_found(format!("{host:?} is not a sandbox or service host of this region")));
+        return match faces.proxy(state, req, ProxyRoute::NoHost).await {
+            Ok(answered) => Ok(answered),
+            Err(_) => Err(AppError::not_found(format!("{host:?} is not a sandbox or service host of this region"))),
+        };
     };
-    if target.port == lizard_e2b::ENVD_PORT {
-        // E2B's envd, named by host (`49983-{id}.{domain}`) rather than by header.
-        return Ok(crate::e2b::envd::handle_for(state, &target.sandbox_id, req).await);
-    }
+    let route = ProxyRoute::Sandbox { id: &target.sandbox_id, port: target.port };
+    let mut req = match faces.proxy(state, req, route).await {
+        Ok(answered) => return Ok(answered),
+        Err(req) => req,
+    };
     check_port(&target)?;
-    let admitted = access::check(state.server.store.as_ref(), &target, req.headers(), req.uri()).await?;
+    let admitted = access::check(&state.server, &target, req.headers(), req.uri()).await?;
     if admitted.wakes {
         crate::ops::lifecycle::wake(state, &target.sandbox_id).await?;
     }
@@ -155,6 +158,7 @@ async fn forward_to_service(state: &AppState, name: &str, req: Request) -> Resul
 mod tests {
     use super::*;
     use axum::http::header;
+    use utoipa_axum::router::OpenApiRouter;
 
     #[test]
     fn reserved_guest_ports_are_refused_before_any_tunnel() {
@@ -183,9 +187,15 @@ mod tests {
     }
 
     async fn proxy_state() -> AppState {
+        proxy_state_with(crate::state::Faces::default()).await
+    }
+
+    async fn proxy_state_with(faces: crate::state::Faces) -> AppState {
         let store = crate::SqlStore::memory().await.unwrap();
-        let server =
-            crate::open_with_store(crate::ServerConfig::new("/nonexistent"), std::sync::Arc::new(store)).await.unwrap();
+        let server = crate::open_with_store(crate::ServerConfig::new("/nonexistent"), std::sync::Arc::new(store))
+            .await
+            .unwrap()
+            .with_faces(faces);
         let nodes = lizard_node_client::Nodes::single(
             lizard_node_client::LOCAL_NODE_ID,
             std::sync::Arc::new(crate::ops::tests::FakeNode::default()),
@@ -211,5 +221,56 @@ mod tests {
             .body(Body::empty())
             .unwrap();
         assert_eq!(router(state).oneshot(req).await.unwrap().status(), StatusCode::NOT_FOUND);
+    }
+
+    /// A face that takes requests carrying `x-test-face`, those to hosts that name nothing,
+    /// and those to port 4000 of any sandbox, answering which it took.
+    #[derive(Default)]
+    struct TestFace;
+
+    #[async_trait::async_trait]
+    impl crate::state::Face for TestFace {
+        fn routes(&self, api: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
+            api
+        }
+
+        async fn proxy(&self, _state: &AppState, req: Request, route: ProxyRoute<'_>) -> Result<Response, Request> {
+            let took = match route {
+                ProxyRoute::Arrived if req.headers().contains_key("x-test-face") => "arrived".to_string(),
+                ProxyRoute::NoHost => "no host".to_string(),
+                ProxyRoute::Sandbox { id, port: 4000 } => format!("{id}:4000"),
+                _ => return Err(req),
+            };
+            Ok(took.into_response())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_face_takes_its_requests_at_each_point_and_hands_back_the_rest() {
+        use tower::ServiceExt;
+        let faces = crate::state::Faces::new(vec![std::sync::Arc::new(TestFace)]);
+        assert!(faces.get::<TestFace>().is_some());
+        let state = proxy_state_with(faces).await;
+        let domain = state.server.config.sandbox_domain(&state.server.config.region);
+        let call = |host: String, marked: bool| {
+            let mut req = axum::http::Request::builder().uri("/").header(header::HOST, host);
+            if marked {
+                req = req.header("x-test-face", "1");
+            }
+            let answer = router(state.clone()).oneshot(req.body(Body::empty()).unwrap());
+            async move {
+                let resp = answer.await.unwrap();
+                let status = resp.status();
+                let body = axum::body::to_bytes(resp.into_body(), 1 << 16).await.unwrap();
+                (status, String::from_utf8(body.to_vec()).unwrap())
+            }
+        };
+        let ok = |took: &str| (StatusCode::OK, took.to_string());
+        // Before the host is read: even a host that is no host of this region.
+        assert_eq!(call("elsewhere.example".into(), true).await, ok("arrived"));
+        assert_eq!(call("elsewhere.example".into(), false).await, ok("no host"));
+        assert_eq!(call(format!("abc123-4000.{domain}"), false).await, ok("abc123:4000"));
+        // Another port of the same sandbox goes the sandbox URLs' way: unrecorded, no URL.
+        assert_eq!(call(format!("abc123-3000.{domain}"), false).await.0, StatusCode::NOT_FOUND);
     }
 }

@@ -55,6 +55,7 @@ impl Running {
             proxy_limits: Default::default(),
             local_node: false,
             node_connector: None,
+            faces: Default::default(),
         };
         configure(&mut opts, dir.path());
         // `run`'s future is not `Send` (the store's higher-ranked borrows): a thread and a

@@ -24,6 +24,7 @@ async fn a_taken_proxy_port_fails_the_start_before_any_key_exists() {
         proxy_limits: Default::default(),
         local_node: true,
         node_connector: None,
+        faces: Default::default(),
     };
     let err = tokio::time::timeout(std::time::Duration::from_secs(30), run(opts, std::future::pending()))
         .await

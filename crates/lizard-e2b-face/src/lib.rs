@@ -1,7 +1,8 @@
 //! Lizard's E2B face: E2B's published SDKs, pointed at Lizard by `E2B_API_URL` and
 //! `E2B_SANDBOX_URL` alone, drive Lizard's sandboxes unchanged. It is one more client of
 //! the same operations, never a side door: the same keys, scopes, limits, admission and
-//! billing as `/v1`.
+//! billing as `/v1`. [`E2bFace`] is the [`lizard_server::state::Face`] that `lizard server`
+//! installs; the wire it speaks is `lizard-e2b`'s.
 //!
 //! - [`control`]: the control plane (`/v2/sandboxes`, `/sandboxes/{id}`…) on the API's
 //!   listener, beside `/v1` (no path collides), behind `X-API-KEY` — a Lizard key.
@@ -33,12 +34,107 @@ pub mod templates;
 mod users;
 mod watch;
 
-use crate::error::AppError;
-use axum::http::StatusCode;
+use async_trait::async_trait;
+use axum::extract::Request;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hmac::{Hmac, Mac};
+use lizard_server::error::AppError;
+use lizard_server::proxy::headers::E2B_TRAFFIC_TOKEN_HEADER;
+use lizard_server::state::AppState;
+use lizard_server::state::{Face, ProxyRoute};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
+use utoipa_axum::router::OpenApiRouter;
+
+/// The face: E2B's control plane beside `/v1`, envd's protocol on the sandbox URLs, and
+/// what this process keeps between the calls of an E2B template build.
+#[derive(Default)]
+pub struct E2bFace {
+    templates: TemplateMap,
+    pending: pending::Pending,
+}
+
+impl E2bFace {
+    pub fn new(templates: TemplateMap) -> E2bFace {
+        E2bFace { templates, pending: Default::default() }
+    }
+}
+
+/// The installed face (its routes run only where it is installed).
+fn face(state: &AppState) -> &E2bFace {
+    state.server.faces.get::<E2bFace>().expect("the E2B face is installed where its routes run")
+}
+
+/// The template E2B's code-interpreter add-on creates.
+pub const CODE_INTERPRETER: &str = "code-interpreter-v1";
+
+/// E2B template names and the template each stands for in an E2B create and as an E2B
+/// template's base (`lizard server --e2b-template NAME=TEMPLATE`). By default E2B's `base`
+/// is Lizard's `code-interpreter-v1` (`base` with pip, venv and `python`, as E2B's base
+/// image has them), and `code-interpreter-v1`, E2B's code interpreter, is Lizard's
+/// `interpreter`, whose code service speaks the add-on's protocol through this face.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateMap(std::collections::BTreeMap<String, String>);
+
+impl Default for TemplateMap {
+    fn default() -> Self {
+        TemplateMap(std::collections::BTreeMap::from([
+            ("base".to_owned(), "code-interpreter-v1".to_owned()),
+            (CODE_INTERPRETER.to_owned(), "interpreter".to_owned()),
+        ]))
+    }
+}
+
+impl TemplateMap {
+    /// Map `name` to `template`; an empty `template` removes the mapping.
+    pub fn set(&mut self, name: &str, template: &str) {
+        if template.is_empty() {
+            self.0.remove(name);
+        } else {
+            self.0.insert(name.to_owned(), template.to_owned());
+        }
+    }
+
+    /// The template an E2B create that names `template` gets.
+    pub fn get<'a>(&'a self, template: &'a str) -> &'a str {
+        self.0.get(template).map_or(template, String::as_str)
+    }
+
+    /// Whether `template` is what E2B's code interpreter (`code-interpreter-v1`) maps to:
+    /// its port 49999 runs code (private by default; public only when its create asked).
+    pub fn is_code_interpreter(&self, template: &str) -> bool {
+        self.0.get(CODE_INTERPRETER).is_some_and(|t| t == template)
+    }
+}
+
+#[async_trait]
+impl Face for E2bFace {
+    fn routes(&self, api: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
+        templates::routes(snapshots::routes(control::routes(api)))
+    }
+
+    fn idempotent_paths(&self) -> &'static [&'static str] {
+        &control::IDEMPOTENT_PATHS
+    }
+
+    /// envd's requests: named by header (`E2b-Sandbox-Id`), by host (`49983-{id}.{domain}`),
+    /// or a signed `/files` URL on a host that names no sandbox.
+    async fn proxy(&self, state: &AppState, req: Request, route: ProxyRoute<'_>) -> Result<Response, Request> {
+        match route {
+            ProxyRoute::Arrived if envd::is_e2b(req.headers()) => Ok(envd::handle(state, req).await),
+            ProxyRoute::NoHost if envd::is_signed_file_url(req.uri()) => Ok(envd::handle(state, req).await),
+            ProxyRoute::Sandbox { id, port: lizard_e2b::ENVD_PORT } => Ok(envd::handle_for(state, id, req).await),
+            _ => Err(req),
+        }
+    }
+
+    /// The traffic token (`e2b-traffic-access-token`) of a sandbox made through E2B.
+    fn url_access(&self, headers: &HeaderMap, sandbox_id: &str, access_hash: &[u8]) -> Option<bool> {
+        let token = lizard_server::proxy::access::single_header(headers, E2B_TRAFFIC_TOKEN_HEADER)?;
+        Some(traffic_token_matches(access_hash, sandbox_id, &token))
+    }
+}
 
 /// An error in E2B's shape: `{"code": <the HTTP status>, "message"}` (its JS SDK branches
 /// on the body's code), the message Lizard's own.
@@ -113,12 +209,26 @@ pub fn traffic_token_matches(access_hash: &[u8], sandbox_id: &str, presented: &s
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn e2bs_base_has_pip_and_only_its_code_interpreter_is_one() {
+        let mut map = super::TemplateMap::default();
+        assert_eq!(map.get("base"), "code-interpreter-v1");
+        assert_eq!(map.get(super::CODE_INTERPRETER), "interpreter");
+        assert_eq!(map.get("desktop"), "desktop");
+        assert!(map.is_code_interpreter("interpreter"));
+        // E2B's base is mapped too, but runs no code service on 49999.
+        assert!(!map.is_code_interpreter("code-interpreter-v1"));
+        map.set("desktop", "my-desktop");
+        map.set("base", "");
+        assert_eq!((map.get("desktop"), map.get("base")), ("my-desktop", "base"));
+    }
+
     #[tokio::test]
     async fn a_failure_that_a_retry_could_repeat_says_not_to_retry() {
         use axum::response::IntoResponse;
         for (status, marked) in [(503, true), (502, true), (429, true), (504, true), (500, false), (201, false)] {
             let response = axum::http::StatusCode::from_u16(status).unwrap().into_response();
-            let answered = super::no_retry(response).await;
+            let answered = crate::no_retry(response).await;
             let header = answered.headers().get("should-retry").map(|v| v.to_str().unwrap().to_owned());
             assert_eq!(header, marked.then(|| "false".to_owned()), "{status}");
         }

@@ -1,20 +1,20 @@
 //! A Template SDK `COPY` step's upload: a tar (gzipped or not) of its files, saved
 //! bounded and read into a manifest of the build context (under the step's directory,
-//! [`super::template_steps::files_dir`]), each file's content copied out and hashed, as a
+//! [`crate::template_steps::files_dir`]), each file's content copied out and hashed, as a
 //! push's files are. Nothing in it runs: paths out of the archive, hard links and devices
 //! are refused.
 
-use super::{E2bError, E2bResult};
-use crate::error::AppError;
+use crate::{E2bError, E2bResult};
 use axum::body::Body;
 use futures_util::TryStreamExt;
 use lizard_api::templates::{ContextEntry, ContextEntryKind};
+use lizard_server::error::AppError;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 
 /// The largest upload: a push's whole directory, and its archive's headers.
-pub const MAX_UPLOAD: u64 = crate::ops::templates::MAX_BLOB_BYTES + (64 << 20);
+pub const MAX_UPLOAD: u64 = lizard_server::ops::templates::MAX_BLOB_BYTES + (64 << 20);
 
 /// Write the upload to `path`, ungzipped if it is gzip, at most [`MAX_UPLOAD`] bytes.
 pub async fn save_archive(body: Body, path: &std::path::Path) -> E2bResult<()> {

@@ -1,30 +1,30 @@
 //! E2B's snapshots: `create_snapshot` saves a running sandbox (it runs on), `Sandbox.create`
 //! starts new sandboxes from it by its id or its name as the template, `list_snapshots`
 //! and `delete_snapshot` (`DELETE /templates/{id}`, routed with templates') — the operations of
-//! [`crate::ops::snapshots`]. A snapshot belongs to its source's project.
+//! [`lizard_server::ops::snapshots`]. A snapshot belongs to its source's project.
 //!
 //! Snapshots keep memory and processes; a disk-only snapshot (`memory: false`) is refused
 //! with 400, as E2B does where the option is not enabled.
 
-use super::control::{body, paged};
-use super::{E2bError, E2bResult};
-use crate::api::sandboxes::running;
-use crate::auth::Principal;
-use crate::error::AppError;
-use crate::ops::snapshots;
-use crate::state::AppState;
+use crate::control::{body, paged};
+use crate::{E2bError, E2bResult};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Json;
 use lizard_e2b::rest;
+use lizard_server::api::sandboxes::running;
+use lizard_server::auth::Principal;
+use lizard_server::error::AppError;
+use lizard_server::ops::snapshots;
+use lizard_server::state::AppState;
 use lizard_store::{ProjectRecord, SnapshotRecord};
 use utoipa_axum::router::OpenApiRouter;
 
 pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
     router
-        .route("/sandboxes/{id}/snapshots", post(take).layer(axum::middleware::map_response(super::no_retry)))
+        .route("/sandboxes/{id}/snapshots", post(take).layer(axum::middleware::map_response(crate::no_retry)))
         .route("/snapshots", get(list))
 }
 
@@ -40,7 +40,7 @@ pub(super) async fn named_by(
     template_id: &str,
 ) -> E2bResult<Option<SnapshotRecord>> {
     if snapshots::is_snapshot_id(template_id) {
-        let found = crate::api::sandboxes::snapshot_in(state, p, &project.id, template_id).await?;
+        let found = lizard_server::api::sandboxes::snapshot_in(state, p, &project.id, template_id).await?;
         return Ok(Some(found));
     }
     Ok(state.server.store.snapshot_named(&p.account_id, &project.id, template_id).await?)
@@ -82,7 +82,7 @@ async fn list(
     paged(matching, q.next_token.as_deref(), q.limit)
 }
 
-/// `DELETE /templates/{id}` of a snapshot (see [`super::templates`]) → 204: one the key
+/// `DELETE /templates/{id}` of a snapshot (see [`crate::templates`]) → 204: one the key
 /// reaches, by its id.
 pub(super) async fn remove(state: &AppState, p: &Principal, id: &str) -> E2bResult<StatusCode> {
     let not_found = || E2bError(AppError::not_found(format!("template {id} not found")));

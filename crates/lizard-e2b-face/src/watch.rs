@@ -6,13 +6,13 @@
 //! another replica finds none); at most [`MAX_WATCHERS`] at once, each keeping its
 //! newest [`MAX_KEPT`] events, and one ends with its sandbox.
 
-use crate::ops::sandboxes::LiveSandbox;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt, TryStreamExt};
 use lizard_agent_proto::types::{FsEvent, FsEventKind};
 use lizard_e2b::connect;
 use lizard_e2b::filesystem::{relative_name, EventType, FilesystemEvent, WatchEvent};
 use lizard_node_client::ByteStream;
+use lizard_server::ops::sandboxes::LiveSandbox;
 use rand::RngCore;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex};

@@ -6,13 +6,7 @@
 //! exactly one; else the project its `metadata` names under [`PROJECT_METADATA`]; else
 //! it is refused, saying so.
 
-use super::{envd_token, traffic_token, E2bError, E2bResult};
-use crate::api::sandboxes::{create_in, running, UrlAccess};
-use crate::auth::{self, Principal};
-use crate::error::AppError;
-use crate::ops::lifecycle;
-use crate::ops::sandboxes::{self as ops, LiveSandbox};
-use crate::state::AppState;
+use crate::{envd_token, traffic_token, E2bError, E2bResult};
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
@@ -20,6 +14,12 @@ use axum::routing::{get, post, put};
 use axum::Json;
 use lizard_api::{NewSandboxRequest, OnTimeout, SandboxState};
 use lizard_e2b::rest;
+use lizard_server::api::sandboxes::{create_in, running, UrlAccess};
+use lizard_server::auth::{self, Principal};
+use lizard_server::error::AppError;
+use lizard_server::ops::lifecycle;
+use lizard_server::ops::sandboxes::{self as ops, LiveSandbox};
+use lizard_server::state::AppState;
 use lizard_store::{ProjectRecord, SandboxAccess};
 use utoipa_axum::router::OpenApiRouter;
 
@@ -45,7 +45,7 @@ pub fn routes(router: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
         .route("/sandboxes/{id}/timeout", post(set_timeout))
         .route("/sandboxes/{id}/pause", post(pause))
         .route("/sandboxes/{id}/resume", post(resume))
-        .route("/sandboxes/{id}/fork", post(fork).layer(axum::middleware::map_response(super::no_retry)))
+        .route("/sandboxes/{id}/fork", post(fork).layer(axum::middleware::map_response(crate::no_retry)))
         .route("/sandboxes/{id}/metrics", get(metrics))
         .route("/sandboxes/{id}/network", put(update_network))
         .route("/v2/sandboxes/{id}/connect", post(connect))
@@ -69,7 +69,7 @@ async fn project(state: &AppState, p: &Principal, new: &rest::NewSandbox) -> E2b
     if let Some(named) = new.metadata.get(PROJECT_METADATA) {
         return Ok(auth::resolve_project(state.server.store.as_ref(), p, named).await?);
     }
-    crate::api::volumes::project_of(state, p, None, None).await.map_err(|_| {
+    lizard_server::api::volumes::project_of(state, p, None, None).await.map_err(|_| {
         E2bError(AppError::invalid(format!(
             "this key reaches more than one project (or none): name the sandbox's project in its metadata as \
              {PROJECT_METADATA} (id, slug or name), or use a key scoped to one project"
@@ -123,16 +123,16 @@ async fn create(
     let project = project(&state, &p, &new).await?;
     let secs = new.timeout.unwrap_or(rest::DEFAULT_TIMEOUT_SECS);
     // A snapshot (by id or name) is started from; any other name is a template, mapped.
-    let (template, runs) = match super::snapshots::named_by(&state, &p, &project, &new.template_id).await? {
+    let (template, runs) = match crate::snapshots::named_by(&state, &p, &project, &new.template_id).await? {
         Some(snapshot) => (snapshot.id, snapshot.template),
         None => {
-            let template = state.server.config.e2b_template(&new.template_id).to_owned();
+            let template = crate::face(&state).templates.get(&new.template_id).to_owned();
             (template.clone(), template)
         }
     };
     // A code interpreter's port runs code: its sandbox's URLs are private unless asked
     // otherwise (the add-on sends the traffic token on every call once it has one).
-    let code_interpreter = state.server.config.is_e2b_code_interpreter(&runs);
+    let code_interpreter = crate::face(&state).templates.is_code_interpreter(&runs);
     let req = NewSandboxRequest {
         template,
         timeout_ms: Some(secs.saturating_mul(1000)),
@@ -154,7 +154,7 @@ async fn create(
     let info = create_in(&state, &p, project, req, urls).await?;
     // The rule just stored, from the token the create answered (no read back).
     let access = info.access_token.as_deref().map(|token| SandboxAccess {
-        token_hash: crate::proxy::access::hash(token).to_vec(),
+        token_hash: lizard_server::proxy::access::hash(token).to_vec(),
         urls_public: urls.public,
         resume_on_request: urls.resume_on_request,
     });
@@ -167,7 +167,7 @@ fn policy_of(network: &rest::Network, internet: Option<bool>) -> E2bResult<lizar
     if let Some(field) = network.unserved() {
         return Err(E2bError(AppError::invalid(format!("network.{field} is not served by Lizard"))));
     }
-    super::network::policy(internet.or(network.allow_internet_access), &network.allow_out, &network.deny_out)
+    crate::network::policy(internet.or(network.allow_internet_access), &network.allow_out, &network.deny_out)
         .map_err(|e| E2bError(AppError::invalid(format!("network: {e}"))))
 }
 
@@ -278,7 +278,7 @@ async fn connect(
     let req: rest::Connect = body(&bytes)?;
     let sandbox = running(&state, &p, &id).await?;
     let status = if sandbox.is_paused() {
-        crate::billing::require_funds(state.server.store.as_ref(), &sandbox.record.account_id).await?;
+        lizard_server::billing::require_funds(state.server.store.as_ref(), &sandbox.record.account_id).await?;
         lifecycle::resume(&state, &sandbox).await?;
         StatusCode::CREATED
     } else {
@@ -306,7 +306,7 @@ async fn resume(
     if !sandbox.is_paused() {
         return Err(E2bError(AppError::conflict(format!("sandbox {id} is running"))));
     }
-    crate::billing::require_funds(state.server.store.as_ref(), &sandbox.record.account_id).await?;
+    lizard_server::billing::require_funds(state.server.store.as_ref(), &sandbox.record.account_id).await?;
     lifecycle::resume(&state, &sandbox).await?;
     let wanted = req.timeout.unwrap_or(rest::DEFAULT_TIMEOUT_SECS).saturating_mul(1000);
     ops::set_timeout(&state, &sandbox, wanted).await?;
@@ -382,7 +382,7 @@ async fn fork(
     if source.is_paused() {
         return Err(E2bError(AppError::conflict(format!("sandbox {id} is paused: connect to resume it first"))));
     }
-    crate::billing::require_funds(state.server.store.as_ref(), &source.record.account_id).await?;
+    lizard_server::billing::require_funds(state.server.store.as_ref(), &source.record.account_id).await?;
     let copies = lifecycle::fork(&state, &source, req.count.unwrap_or(1)).await?;
     let mut results = Vec::with_capacity(copies.len());
     for copy in copies {

@@ -12,7 +12,7 @@
 //! - `POST /process.Process/{List,SendInput,SendSignal,CloseStdin,Update}` and
 //!   `POST /filesystem.Filesystem/{Stat,ListDir,MakeDir,Move,Remove}`: unary Connect calls;
 //! - `POST /filesystem.Filesystem/WatchDir` (a stream) and the polling watcher
-//!   (`CreateWatcher`, `GetWatcherEvents`, `RemoveWatcher`): see [`super::watch`];
+//!   (`CreateWatcher`, `GetWatcherEvents`, `RemoveWatcher`): see [`crate::watch`];
 //! - `GET|POST /files`: a file's bytes; a multipart or raw upload (gzip-compressed or
 //!   not), parents made.
 //!
@@ -28,15 +28,12 @@
 //! compares, expiry honoured), and an expired or foreign one is refused.
 //!
 //! Every other request but `/health` needs the sandbox's envd token in `X-Access-Token`
-//! ([`super::envd_token`]); the user is the one `Authorization: Basic` names (the
+//! ([`crate::envd_token`]); the user is the one `Authorization: Basic` names (the
 //! guest's default without one), and a relative path is taken from that user's home.
 //! A sandbox that is gone or paused answers 502 "The sandbox was not found", which the
 //! SDKs read as not running.
 
-use super::envd_token_matches;
-use crate::error::AppError;
-use crate::ops::sandboxes::{self as ops, LiveSandbox};
-use crate::state::AppState;
+use crate::envd_token_matches;
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::http::{header, HeaderMap, Method, StatusCode};
@@ -50,6 +47,9 @@ use lizard_e2b::connect::{self, Code};
 use lizard_e2b::filesystem as fs;
 use lizard_e2b::process::{self as proc, Data, EventMessage};
 use lizard_node_client::FrameStream;
+use lizard_server::error::AppError;
+use lizard_server::ops::sandboxes::{self as ops, LiveSandbox};
+use lizard_server::state::AppState;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -64,7 +64,7 @@ const ACCESS_TOKEN_HEADER: &str = "x-access-token";
 /// An upload's `X-Metadata-<key>: <value>` headers are the files' metadata (envd 0.6.2).
 const METADATA_HEADER: &str = "x-metadata-";
 /// The header a private sandbox's traffic token comes in.
-const TRAFFIC_TOKEN_HEADER: &str = crate::proxy::headers::E2B_TRAFFIC_TOKEN_HEADER;
+const TRAFFIC_TOKEN_HEADER: &str = lizard_server::proxy::headers::E2B_TRAFFIC_TOKEN_HEADER;
 /// How often a stream with nothing else to say sends a keepalive.
 const KEEPALIVE: Duration = Duration::from_secs(50);
 /// Largest unary request body read.
@@ -99,7 +99,7 @@ fn signed_by(method: &Method, uri: &axum::http::Uri, token: &str) -> bool {
     let expiry = match uri_query(uri, "signature_expiration") {
         None => None,
         Some(at) => match at.parse::<u64>() {
-            Ok(at) if at >= crate::proxy::signed::now() => Some(at),
+            Ok(at) if at >= lizard_server::proxy::signed::now() => Some(at),
             _ => return false,
         },
     };
@@ -119,7 +119,7 @@ async fn signer(state: &AppState, method: &Method, uri: &axum::http::Uri) -> Res
         let Some(access) = store.sandbox_access(&record.id).await.map_err(store_failure)? else {
             continue;
         };
-        if signed_by(method, uri, &super::envd_token(&access.token_hash, &record.id)) {
+        if signed_by(method, uri, &crate::envd_token(&access.token_hash, &record.id)) {
             return Ok(Some(record.id));
         }
     }
@@ -278,10 +278,10 @@ async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
     let granted = access.as_ref().map(|a| {
         let hash = &a.token_hash;
         envd_token_matches(hash, &id, &envd_token)
-            || (port != lizard_e2b::ENVD_PORT && super::traffic_token_matches(hash, &id, &traffic_token))
+            || (port != lizard_e2b::ENVD_PORT && crate::traffic_token_matches(hash, &id, &traffic_token))
             || (port == lizard_e2b::ENVD_PORT
                 && req.uri().path() == "/files"
-                && signed_by(req.method(), req.uri(), &super::envd_token(hash, &id)))
+                && signed_by(req.method(), req.uri(), &crate::envd_token(hash, &id)))
     });
     if sandbox.is_paused() {
         // A request wakes it only when its rule says so, and only one that may reach it.
@@ -289,7 +289,7 @@ async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
         if !access.as_ref().is_some_and(|a| a.resume_on_request) || !(granted == Some(true) || public_port) {
             return Err(not_found_sandbox());
         }
-        crate::ops::lifecycle::wake(state, &id).await.map_err(|e| rest(e.0))?;
+        lizard_server::ops::lifecycle::wake(state, &id).await.map_err(|e| rest(e.0))?;
         let record = store.get_sandbox(&id).await.map_err(store_failure)?.ok_or_else(not_found_sandbox)?;
         sandbox = ops::live(state, record).await.map_err(|_| not_found_sandbox())?;
     }
@@ -307,9 +307,9 @@ async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
                 && (granted == Some(true)
                     || public
                         && access.is_some()
-                        && state.server.config.is_e2b_code_interpreter(&sandbox.record.template)) =>
+                        && crate::face(state).templates.is_code_interpreter(&sandbox.record.template)) =>
             {
-                Ok(super::code::serve(state, &sandbox, req).await)
+                Ok(crate::code::serve(state, &sandbox, req).await)
             }
             Some(true) => forward(&sandbox, port, req).await,
             // Public URLs' ports are public, but for the platform's own.
@@ -337,7 +337,7 @@ async fn serve(state: &AppState, req: Request) -> Result<Response, Failure> {
     }
     let mut caller = Caller::of(req.headers());
     if caller.user.is_none() {
-        caller.user = super::users::default_user(&sandbox).await;
+        caller.user = crate::users::default_user(&sandbox).await;
     }
     let path = req.uri().path().to_owned();
     match (req.method().clone(), path.as_str()) {
@@ -375,7 +375,7 @@ fn json<T: Serialize>(value: &T) -> Response {
 fn pid_of(sandbox: &LiveSandbox, selector: &proc::Selector) -> Result<u32, Failure> {
     match selector {
         proc::Selector::Pid(pid) => Ok(*pid),
-        proc::Selector::Tag(tag) => super::tags::pid(sandbox.id(), tag)
+        proc::Selector::Tag(tag) => crate::tags::pid(sandbox.id(), tag)
             .ok_or_else(|| Failure::Rpc(connect::Error::new(Code::NotFound, format!("no process tagged {tag:?}")))),
     }
 }
@@ -389,11 +389,11 @@ async fn unary(sandbox: &LiveSandbox, caller: &Caller, path: &str, req: Request)
             let running: Vec<_> =
                 node.list_processes(id).await.map_err(rpc)?.into_iter().filter(|p| p.exit_code.is_none()).collect();
             // Ended processes' tags go: the list is where they are seen to end.
-            super::tags::keep_only(id, &running.iter().map(|p| p.pid).collect::<Vec<_>>());
+            crate::tags::keep_only(id, &running.iter().map(|p| p.pid).collect::<Vec<_>>());
             let processes = running
                 .into_iter()
                 .map(|p| proc::ProcessInfo {
-                    tag: super::tags::of(id, p.pid),
+                    tag: crate::tags::of(id, p.pid),
                     config: proc::ProcessConfig { cmd: p.cmd, ..Default::default() },
                     pid: p.pid,
                 })
@@ -473,17 +473,17 @@ async fn unary(sandbox: &LiveSandbox, caller: &Caller, path: &str, req: Request)
             let r: fs::WatchRequest = message(req).await?;
             let dir = caller.path(&r.path);
             let watch = node.watch(id, &dir, r.recursive).await.map_err(rpc)?;
-            let watcher_id = super::watch::create(sandbox, watch, dir).map_err(watcher_error)?;
+            let watcher_id = crate::watch::create(sandbox, watch, dir).map_err(watcher_error)?;
             Ok(json(&fs::CreateWatcherResponse { watcher_id }))
         }
         "/filesystem.Filesystem/GetWatcherEvents" => {
             let r: fs::WatcherRequest = message(req).await?;
-            let events = super::watch::take(sandbox, &r.watcher_id).map_err(watcher_error)?;
+            let events = crate::watch::take(sandbox, &r.watcher_id).map_err(watcher_error)?;
             Ok(json(&fs::WatcherEvents { events }))
         }
         "/filesystem.Filesystem/RemoveWatcher" => {
             let r: fs::WatcherRequest = message(req).await?;
-            super::watch::remove(sandbox, &r.watcher_id).map_err(watcher_error)?;
+            crate::watch::remove(sandbox, &r.watcher_id).map_err(watcher_error)?;
             Ok(empty())
         }
         other => {
@@ -492,8 +492,8 @@ async fn unary(sandbox: &LiveSandbox, caller: &Caller, path: &str, req: Request)
     }
 }
 
-fn watcher_error(e: super::watch::WatcherError) -> Failure {
-    use super::watch::{WatcherError, MAX_WATCHERS};
+fn watcher_error(e: crate::watch::WatcherError) -> Failure {
+    use crate::watch::{WatcherError, MAX_WATCHERS};
     Failure::Rpc(match e {
         WatcherError::TooMany => {
             connect::Error::new(Code::ResourceExhausted, format!("this server keeps at most {MAX_WATCHERS} watchers"))
@@ -507,7 +507,7 @@ async fn watch_dir(sandbox: &LiveSandbox, caller: &Caller, req: Request) -> Resu
     let r: fs::WatchRequest = stream_message(req).await?;
     let dir = caller.path(&r.path);
     let watch = sandbox.node.watch(sandbox.id(), &dir, r.recursive).await.map_err(rpc)?;
-    let body = super::watch::stream(watch, dir, KEEPALIVE).map(Ok::<_, std::io::Error>);
+    let body = crate::watch::stream(watch, dir, KEEPALIVE).map(Ok::<_, std::io::Error>);
     Ok(([(header::CONTENT_TYPE, connect::STREAM_CONTENT_TYPE)], Body::from_stream(body)).into_response())
 }
 
@@ -699,7 +699,7 @@ impl AfterStart {
     fn begin(self, pid: u32) {
         let AfterStart { sandbox, close_stdin, lifetime, tag } = self;
         if let Some(tag) = tag {
-            if !super::tags::remember(sandbox.id(), &tag, pid) {
+            if !crate::tags::remember(sandbox.id(), &tag, pid) {
                 tracing::warn!(id = %sandbox.id(), %tag, "process tag not kept: this server keeps as many as it may");
             }
         }
@@ -898,7 +898,7 @@ async fn forward(sandbox: &LiveSandbox, port: u16, mut req: Request) -> Result<R
         req.headers_mut().remove(name);
     }
     let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-    crate::proxy::guest::for_the_guest(&mut req, &host);
+    lizard_server::proxy::guest::for_the_guest(&mut req, &host);
     let tunnel = match sandbox.node.connect_port(sandbox.id(), port).await {
         Ok(t) => t,
         Err(e) if e.code == ErrorCode::PortClosed => {
@@ -909,5 +909,5 @@ async fn forward(sandbox: &LiveSandbox, port: u16, mut req: Request) -> Result<R
         }
         Err(e) => return Err(rest(e)),
     };
-    crate::proxy::guest::exchange(tunnel, req, port).await.map_err(|e| rest(e.0))
+    lizard_server::proxy::guest::exchange(tunnel, req, port).await.map_err(|e| rest(e.0))
 }

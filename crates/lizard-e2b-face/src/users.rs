@@ -8,8 +8,8 @@
 //!
 //! Lizard's own API keeps its default (the template's user, root in the built-ins).
 
-use crate::ops::sandboxes::LiveSandbox;
 use futures_util::TryStreamExt;
+use lizard_server::ops::sandboxes::LiveSandbox;
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 

@@ -1,6 +1,6 @@
 //! E2B's code interpreter (`e2b-code-interpreter`, `@e2b/code-interpreter`) as Lizard
 //! serves it: the requests its SDKs send to port 49999 through the sandbox URL, answered
-//! from the guest's one code service ([`crate::ops::code`], the same `run_code` as
+//! from the guest's one code service ([`lizard_server::ops::code`], the same `run_code` as
 //! Lizard's API) in the add-on's shapes. Nothing of the kernel protocol is here: only
 //! the translation.
 //!
@@ -17,16 +17,16 @@
 //! context for) by name. The add-on sends no execution timeout (its client bounds the
 //! wait): the code service's default, 300 s, holds.
 
-use crate::error::AppError;
-use crate::ops::code;
-use crate::ops::sandboxes::LiveSandbox;
-use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use lizard_api::code::{CodeContext, CodeEvent, CodeLanguage, CreateCodeContextRequest, RunCodeRequest};
+use lizard_server::error::AppError;
+use lizard_server::ops::code;
+use lizard_server::ops::sandboxes::LiveSandbox;
+use lizard_server::state::AppState;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;

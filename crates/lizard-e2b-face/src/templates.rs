@@ -11,7 +11,7 @@
 //!    as a push's are (by SHA-256, bounded like a push's), and the set is kept here by
 //!    hash.
 //! 3. `POST /v2/templates/{name}/builds/{build}` takes the steps, made a recipe by
-//!    [`super::template_steps`], checked and built as a push is.
+//!    [`crate::template_steps`], checked and built as a push is.
 //! 4. `GET /templates/{name}/builds/{build}/status?logsOffset=` answers the build's state
 //!    and its log: a line per step as it starts (`CACHED` when its layer came from the
 //!    cache), and the end.
@@ -22,17 +22,13 @@
 //! is ready: [`ops::tags`]) complete it. What is kept here lives in this process: a
 //! restart between steps 1 and 3 answers the build's start with 404, and the SDK's next
 //! build starts over. Nothing of a build runs on the host: the server only reads the
-//! uploaded archive into stored files ([`super::template_files`]).
+//! uploaded archive into stored files ([`crate::template_files`]).
 
-use super::control::json_body;
-use super::pending::{Requested, UploadGrant};
-use super::template_files::{save_archive, unpack, MAX_UPLOAD};
-use super::template_steps::{self, files_dir};
-use super::{E2bError, E2bResult};
-use crate::auth::Principal;
-use crate::error::AppError;
-use crate::ops::templates::{self as ops, BUILD_ID_PREFIX};
-use crate::state::AppState;
+use crate::control::json_body;
+use crate::pending::{Requested, UploadGrant};
+use crate::template_files::{save_archive, unpack, MAX_UPLOAD};
+use crate::template_steps::{self, files_dir};
+use crate::{E2bError, E2bResult};
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -40,6 +36,10 @@ use axum::routing::{delete, get, post};
 use axum::Json;
 use lizard_api::templates::BuildStatus as LizardStatus;
 use lizard_e2b::templates as wire;
+use lizard_server::auth::Principal;
+use lizard_server::error::AppError;
+use lizard_server::ops::templates::{self as ops, BUILD_ID_PREFIX};
+use lizard_server::state::AppState;
 use lizard_store::WorkspaceRecord;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -147,7 +147,7 @@ async fn request(
     let size = lizard_recipe::recipe::SandboxSize { vcpus: req.cpu_count, memory_mib: req.memory_mb };
     let build_id = lizard_api::ids::new_id(BUILD_ID_PREFIX);
     {
-        let mut requested = state.e2b.requested.lock().expect("e2b builds poisoned");
+        let mut requested = crate::face(&state).pending.requested.lock().expect("e2b builds poisoned");
         requested.retain(|_, r| r.at.elapsed() < REQUEST_KEPT);
         if requested.len() >= KEPT {
             return Err(E2bError(AppError::new(
@@ -190,8 +190,14 @@ async fn file_link(
     let p = p?;
     check_hash(&hash)?;
     let workspace = workspace(&state, &p).await?;
-    let known =
-        state.e2b.files.lock().expect("e2b files poisoned").sets.get(&(workspace.id.clone(), hash.clone())).cloned();
+    let known = crate::face(&state)
+        .pending
+        .files
+        .lock()
+        .expect("e2b files poisoned")
+        .sets
+        .get(&(workspace.id.clone(), hash.clone()))
+        .cloned();
     let present = match known {
         Some(entries) => {
             let hashes: Vec<String> = entries.iter().filter_map(|e| e.sha256.clone()).collect();
@@ -204,7 +210,7 @@ async fn file_link(
     }
     let token = hex::encode(rand::random::<[u8; 32]>());
     {
-        let mut uploads = state.e2b.uploads.lock().expect("e2b uploads poisoned");
+        let mut uploads = crate::face(&state).pending.uploads.lock().expect("e2b uploads poisoned");
         uploads.retain(|_, g| g.until > Instant::now());
         if uploads.len() >= KEPT {
             return Err(E2bError(AppError::new(
@@ -238,7 +244,7 @@ async fn upload_workspace(
     hash: &str,
 ) -> E2bResult<WorkspaceRecord> {
     let Some(token) = token else { return workspace(state, &p?).await };
-    let grant = state.e2b.uploads.lock().expect("e2b uploads poisoned").remove(token);
+    let grant = crate::face(state).pending.uploads.lock().expect("e2b uploads poisoned").remove(token);
     let refused = || E2bError(AppError::forbidden("this upload URL is not valid (used, expired, or for other files)"));
     let grant = grant.filter(|g| g.until > Instant::now() && g.hash == hash).ok_or_else(refused)?;
     state.server.store.get_workspace(&grant.account_id, &grant.workspace_id).await?.ok_or_else(refused)
@@ -274,7 +280,7 @@ async fn upload(
         }
         entries.push(entry);
     }
-    state.e2b.files.lock().expect("e2b files poisoned").insert((workspace.id, hash), entries);
+    crate::face(&state).pending.files.lock().expect("e2b files poisoned").insert((workspace.id, hash), entries);
     Ok(StatusCode::OK)
 }
 
@@ -289,7 +295,7 @@ async fn start(
     let build = build_id_of(&build);
     let req: wire::BuildStart = json_body(&bytes)?;
     let requested = {
-        let mut all = state.e2b.requested.lock().expect("e2b builds poisoned");
+        let mut all = crate::face(&state).pending.requested.lock().expect("e2b builds poisoned");
         match all.get(&build) {
             Some(r) if r.account_id == p.account_id && r.name == template_name(&id)? => all.remove(&build),
             _ => None,
@@ -303,14 +309,14 @@ async fn start(
         &requested.name,
         requested.size,
         &req,
-        |t| state.server.config.e2b_template(t).to_owned(),
+        |t| crate::face(&state).templates.get(t).to_owned(),
         &nonce,
     )
     .map_err(|e| E2bError(AppError::invalid(e)))?;
     // The context: every COPY step's uploaded files, each under its own directory.
     let mut files = Vec::new();
     {
-        let sets = state.e2b.files.lock().expect("e2b files poisoned");
+        let sets = crate::face(&state).pending.files.lock().expect("e2b files poisoned");
         for step in req.steps.iter().filter(|s| s.kind == "COPY") {
             let Some(hash) = &step.files_hash else { continue };
             match sets.sets.get(&(requested.workspace.id.clone(), hash.clone())) {
@@ -329,7 +335,7 @@ async fn start(
     let checked = ops::check_recipe(&state, &requested.workspace, translated.recipe, &files).await?;
     let started = ops::start_build_as(&state, &requested.workspace, checked, build.clone(), requested.tags).await?;
     {
-        let mut origins = state.e2b.origins.lock().expect("e2b origins poisoned");
+        let mut origins = crate::face(&state).pending.origins.lock().expect("e2b origins poisoned");
         if origins.len() >= KEPT {
             origins.clear();
         }
@@ -362,7 +368,7 @@ async fn status(
     let record = ops::find_build(store, &template, &build_id_of(&build)).await?;
     let info = ops::build_info(&record, state.builds.get(&record.id).map(|b| b.hub.progress()));
     let origin = |step: u32| -> Option<String> {
-        let origins = state.e2b.origins.lock().expect("e2b origins poisoned");
+        let origins = crate::face(&state).pending.origins.lock().expect("e2b origins poisoned");
         let index = usize::try_from(step).ok()?.checked_sub(1)?;
         origins.get(&record.id).and_then(|o| o.get(index)).map(u32::to_string)
     };
@@ -430,8 +436,8 @@ async fn remove(
     Path(id): Path<String>,
 ) -> E2bResult<StatusCode> {
     let p = p?;
-    if crate::ops::snapshots::is_snapshot_id(&id) {
-        return super::snapshots::remove(&state, &p, &id).await;
+    if lizard_server::ops::snapshots::is_snapshot_id(&id) {
+        return crate::snapshots::remove(&state, &p, &id).await;
     }
     let template = ops::find(state.server.store.as_ref(), &p, &template_name(&id)?, None).await?;
     ops::delete(&state, &template).await?;

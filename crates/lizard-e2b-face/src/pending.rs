@@ -17,7 +17,7 @@ const FILE_SETS_KEPT: usize = 4096;
 pub struct Pending {
     pub(super) requested: Mutex<HashMap<String, Requested>>,
     pub(super) files: Mutex<FileSets>,
-    /// Each started build's steps' E2B instructions (see [`super::template_steps::Translated`]).
+    /// Each started build's steps' E2B instructions (see [`crate::template_steps::Translated`]).
     pub(super) origins: Mutex<HashMap<String, Vec<u32>>>,
     /// Upload tokens, each good for one upload of one file set into one workspace.
     pub(super) uploads: Mutex<HashMap<String, UploadGrant>>,
@@ -41,7 +41,7 @@ pub(super) struct Requested {
 }
 
 /// Uploaded file sets by (workspace, files hash): their manifest, paths under
-/// [`super::template_steps::files_dir`].
+/// [`crate::template_steps::files_dir`].
 #[derive(Default)]
 pub(super) struct FileSets {
     pub(super) sets: HashMap<(String, String), Vec<ContextEntry>>,
