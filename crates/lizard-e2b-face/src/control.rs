@@ -14,10 +14,11 @@ use axum::routing::{get, post, put};
 use axum::Json;
 use lizard_api::{NewSandboxRequest, OnTimeout, SandboxState};
 use lizard_e2b::rest;
-use lizard_server::api::sandboxes::{create_in, running, UrlAccess};
+use lizard_server::api::sandboxes::{create_in, running};
 use lizard_server::auth::{self, Principal};
 use lizard_server::error::AppError;
 use lizard_server::ops::lifecycle;
+use lizard_server::ops::sandboxes::UrlAccess;
 use lizard_server::ops::sandboxes::{self as ops, LiveSandbox};
 use lizard_server::state::AppState;
 use lizard_store::{ProjectRecord, SandboxAccess};
@@ -154,7 +155,7 @@ async fn create(
     let info = create_in(&state, &p, project, req, urls).await?;
     // The rule just stored, from the token the create answered (no read back).
     let access = info.access_token.as_deref().map(|token| SandboxAccess {
-        token_hash: lizard_server::proxy::access::hash(token).to_vec(),
+        token_hash: lizard_server::keys::hash(token).to_vec(),
         urls_public: urls.public,
         resume_on_request: urls.resume_on_request,
     });

@@ -1,4 +1,6 @@
-//! API key material: generation, the stored hash, and verification.
+//! API key material: generation, the stored hash, and verification; and the access
+//! tokens of sandboxes whose URLs are private ([`AccessToken`], checked by
+//! [`crate::proxy::access`]), stored the same way: their SHA-256 alone.
 //!
 //! A key is `lz_` followed by 43 base-62 characters that encode 32 bytes from the
 //! operating system's random source (256 bits: not guessable, so a fast hash is the right
@@ -43,7 +45,25 @@ pub fn generate() -> NewKey {
     NewKey { prefix: lookup_prefix(&plaintext).expect("well-formed").to_string(), hash: hash(&plaintext), plaintext }
 }
 
-/// SHA-256 of a key.
+/// Prefix of every sandbox access token (so a leaked one is recognizable).
+pub const ACCESS_TOKEN_PREFIX: &str = "lzat_";
+
+/// A new sandbox access token: the plaintext, shown once, and the hash that is stored.
+pub struct AccessToken {
+    pub plaintext: String,
+    pub hash: [u8; 32],
+}
+
+impl AccessToken {
+    pub fn generate() -> AccessToken {
+        let mut bytes = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut bytes);
+        let plaintext = format!("{ACCESS_TOKEN_PREFIX}{}", hex::encode(bytes));
+        AccessToken { hash: hash(&plaintext), plaintext }
+    }
+}
+
+/// SHA-256 of a key or an access token.
 pub fn hash(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
 }
@@ -90,6 +110,14 @@ fn base62_fixed(bytes: &[u8; KEY_BYTES]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tokens_are_distinct_and_hash_to_what_is_stored() {
+        let (a, b) = (AccessToken::generate(), AccessToken::generate());
+        assert_ne!(a.plaintext, b.plaintext);
+        assert!(a.plaintext.starts_with(ACCESS_TOKEN_PREFIX) && a.plaintext.len() == ACCESS_TOKEN_PREFIX.len() + 64);
+        assert_eq!(hash(&a.plaintext), a.hash);
+    }
 
     #[test]
     fn keys_are_well_formed_and_unique() {

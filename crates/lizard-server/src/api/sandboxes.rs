@@ -6,7 +6,7 @@
 use crate::auth::{self, Principal};
 use crate::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError};
 use crate::openapi::{Conflict, InvalidArgument, NotFound, PaymentRequired, Unauthenticated};
-use crate::ops::sandboxes::{self as ops, LiveSandbox, NewSandboxSpec, DEFAULT_TIMEOUT_MS};
+use crate::ops::sandboxes::{self as ops, LiveSandbox, UrlAccess};
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
@@ -62,27 +62,9 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(create_in(&state, &p, project, req, urls).await?)))
 }
 
-/// Who may use a new sandbox's URLs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UrlAccess {
-    /// It gets an access token (shown once, in the create's answer).
-    pub token: bool,
-    /// Its URLs answer without the token.
-    pub public: bool,
-    /// With a token: a request to its URLs resumes it when paused.
-    pub resume_on_request: bool,
-}
-
-impl UrlAccess {
-    /// Lizard's rule: public URLs and no token, or private with one (`publicUrls: false`).
-    pub fn of(req: &NewSandboxRequest) -> UrlAccess {
-        let private = req.public_urls == Some(false);
-        UrlAccess { token: private, public: !private, resume_on_request: false }
-    }
-}
-
 /// Boot a sandbox of `req` in `project` (one the key reaches), its URLs open to `urls`:
-/// the body of every create, Lizard's own and E2B's.
+/// what the key reaches checked here (its `lizardToken`, volume and snapshot), the rest
+/// in [`ops::create_requested`]. Every create goes through it, Lizard's own and a face's.
 pub async fn create_in(
     state: &AppState,
     p: &Principal,
@@ -91,11 +73,6 @@ pub async fn create_in(
     urls: UrlAccess,
 ) -> ApiResult<SandboxInfo> {
     let store = state.server.store.as_ref();
-    crate::limits::check_env(&req.env)?;
-    crate::limits::check_metadata(&req.metadata)?;
-    let timeout_ms = req.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
-    let timeout_at = ops::timeout_end(timeout_ms)?;
-    let mut env = req.env;
     if let Some(token) = &req.lizard_token {
         // Only a live key of this account: a sandbox must not carry someone else's key.
         let holder = auth::authenticate(store, token)
@@ -104,9 +81,7 @@ pub async fn create_in(
         if holder.account_id != p.account_id {
             return Err(AppError::invalid("lizardToken is not a valid API key"));
         }
-        env.insert("LIZARD_API_KEY".into(), token.clone());
     }
-    crate::billing::require_funds(store, &p.account_id).await?;
     let volume = match &req.volume_name {
         Some(name) => Some(crate::api::volumes::volume_for(state, p, name, None, Some(&project.id)).await?),
         None => None,
@@ -116,43 +91,10 @@ pub async fn create_in(
         true => Some(snapshot_in(state, p, &project.id, &req.template).await?),
         false => None,
     };
-    if snapshot.is_some() && volume.is_some() {
-        return Err(AppError::invalid("a sandbox started from a snapshot cannot mount a volume"));
-    }
-    let (template, template_ref) = match &snapshot {
-        Some(s) => (s.template.clone(), s.template_ref.clone()),
-        None => {
-            let template_ref = crate::ops::templates::node_template_for(state, &project, &req.template).await?;
-            (req.template, template_ref)
-        }
-    };
-    let access = urls.token.then(crate::proxy::access::AccessToken::generate);
-    let spec = NewSandboxSpec {
-        account_id: p.account_id.clone(),
-        project,
-        template,
-        template_ref,
-        vcpus: req.vcpus,
-        memory_mib: req.memory_mib,
-        env,
-        metadata: req.metadata,
-        allow_internet_access: req.allow_internet_access,
-        allow_out: req.allow_out,
-        deny_out: req.deny_out,
-        volume,
-        timeout_ms,
-        timeout_at,
-        on_timeout: req.on_timeout.unwrap_or_default(),
-        access: access.as_ref().map(|t| lizard_store::SandboxAccess {
-            token_hash: t.hash.to_vec(),
-            urls_public: urls.public,
-            resume_on_request: urls.resume_on_request,
-        }),
-        snapshot,
-    };
-    let sandbox = ops::create(state, spec).await?;
-    let mut info = sandbox_json(state, &sandbox);
-    info.access_token = access.map(|t| t.plaintext);
+    let requested = ops::Requested { account_id: p.account_id.clone(), project, req, volume, snapshot, urls };
+    let created = ops::create_requested(state, requested).await?;
+    let mut info = sandbox_json(state, &created.sandbox);
+    info.access_token = created.access_token;
     Ok(info)
 }
 

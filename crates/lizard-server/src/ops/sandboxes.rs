@@ -12,7 +12,7 @@ use crate::placement;
 use crate::state::AppState;
 use crate::telemetry::Operation;
 use lizard_api::ids;
-use lizard_api::{CreateSandboxRequest, SandboxInfo};
+use lizard_api::{CreateSandboxRequest, NewSandboxRequest, SandboxInfo};
 use lizard_node_client::{NodeClient, Tunnel};
 use lizard_store::{NewSandbox, OnTimeout, ProjectRecord, SandboxRecord, SandboxState, StoreError, VolumeRecord};
 use std::collections::BTreeMap;
@@ -111,6 +111,96 @@ pub async fn running_of(state: &AppState, records: Vec<SandboxRecord>) -> Vec<Li
         }
     }
     out
+}
+
+/// Who may use a new sandbox's URLs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UrlAccess {
+    /// It gets an access token (shown once, in the create's answer).
+    pub token: bool,
+    /// Its URLs answer without the token.
+    pub public: bool,
+    /// With a token: a request to its URLs resumes it when paused.
+    pub resume_on_request: bool,
+}
+
+impl UrlAccess {
+    /// Lizard's rule: public URLs and no token, or private with one (`publicUrls: false`).
+    pub fn of(req: &NewSandboxRequest) -> UrlAccess {
+        let private = req.public_urls == Some(false);
+        UrlAccess { token: private, public: !private, resume_on_request: false }
+    }
+}
+
+/// A create as a client asked for it (Lizard's own or a face's), with the records its key
+/// was checked to reach.
+pub struct Requested {
+    pub account_id: String,
+    pub project: ProjectRecord,
+    /// `lizard_token`, when set, was checked to be a live key of this account.
+    pub req: NewSandboxRequest,
+    /// The volume `req.volume_name` names.
+    pub volume: Option<VolumeRecord>,
+    /// The snapshot `req.template` names, when it names one.
+    pub snapshot: Option<lizard_store::SnapshotRecord>,
+    pub urls: UrlAccess,
+}
+
+/// A new sandbox, and its access token when it has one (shown this once).
+pub struct Created {
+    pub sandbox: LiveSandbox,
+    pub access_token: Option<String>,
+}
+
+/// Check what `requested` asks (its env, metadata and timeout, the account's funds, a
+/// snapshot with a volume), find its template, and [`create`] it.
+pub async fn create_requested(state: &AppState, requested: Requested) -> ApiResult<Created> {
+    let Requested { account_id, project, req, volume, snapshot, urls } = requested;
+    crate::limits::check_env(&req.env)?;
+    crate::limits::check_metadata(&req.metadata)?;
+    let timeout_ms = req.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
+    let timeout_at = timeout_end(timeout_ms)?;
+    let mut env = req.env;
+    if let Some(token) = &req.lizard_token {
+        env.insert("LIZARD_API_KEY".into(), token.clone());
+    }
+    crate::billing::require_funds(state.server.store.as_ref(), &account_id).await?;
+    if snapshot.is_some() && volume.is_some() {
+        return Err(AppError::invalid("a sandbox started from a snapshot cannot mount a volume"));
+    }
+    let (template, template_ref) = match &snapshot {
+        Some(s) => (s.template.clone(), s.template_ref.clone()),
+        None => {
+            let template_ref = crate::ops::templates::node_template_for(state, &project, &req.template).await?;
+            (req.template, template_ref)
+        }
+    };
+    let access = urls.token.then(crate::keys::AccessToken::generate);
+    let spec = NewSandboxSpec {
+        account_id,
+        project,
+        template,
+        template_ref,
+        vcpus: req.vcpus,
+        memory_mib: req.memory_mib,
+        env,
+        metadata: req.metadata,
+        allow_internet_access: req.allow_internet_access,
+        allow_out: req.allow_out,
+        deny_out: req.deny_out,
+        volume,
+        timeout_ms,
+        timeout_at,
+        on_timeout: req.on_timeout.unwrap_or_default(),
+        access: access.as_ref().map(|t| lizard_store::SandboxAccess {
+            token_hash: t.hash.to_vec(),
+            urls_public: urls.public,
+            resume_on_request: urls.resume_on_request,
+        }),
+        snapshot,
+    };
+    let sandbox = create(state, spec).await?;
+    Ok(Created { sandbox, access_token: access.map(|t| t.plaintext) })
 }
 
 /// A sandbox to start, its request checked and authorized.

@@ -23,36 +23,10 @@ use crate::error::AppError;
 use crate::state::Faces;
 use crate::state::ServerState;
 use axum::http::{HeaderMap, Uri};
-use rand::RngCore;
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 /// Query parameter carrying a private sandbox's access token.
 pub const ACCESS_TOKEN_QUERY: &str = "lizardAccessToken";
-/// Prefix of every access token (so a leaked one is recognizable).
-pub const TOKEN_PREFIX: &str = "lzat_";
-/// Random bytes in a token.
-const TOKEN_BYTES: usize = 32;
-
-/// A new access token: the plaintext, shown once, and the hash that is stored.
-pub struct AccessToken {
-    pub plaintext: String,
-    pub hash: [u8; 32],
-}
-
-impl AccessToken {
-    pub fn generate() -> AccessToken {
-        let mut bytes = [0u8; TOKEN_BYTES];
-        rand::rngs::OsRng.fill_bytes(&mut bytes);
-        let plaintext = format!("{TOKEN_PREFIX}{}", hex::encode(bytes));
-        AccessToken { hash: hash(&plaintext), plaintext }
-    }
-}
-
-/// SHA-256 of a token.
-pub fn hash(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
 
 /// How a request to a sandbox's URL was let through.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,7 +91,7 @@ fn granted(
         };
     }
     if let Some(token) = single_header(headers, ACCESS_TOKEN_HEADER).or_else(|| query_value(uri, ACCESS_TOKEN_QUERY)) {
-        return match bool::from(hash(&token).ct_eq(required)) {
+        return match bool::from(crate::keys::hash(&token).ct_eq(required)) {
             true => Ok(Granted::Token),
             false => Err(AppError::forbidden("wrong access token for this sandbox's URLs")),
         };
@@ -193,14 +167,6 @@ pub fn guest_target(uri: &Uri) -> Uri {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tokens_are_distinct_and_hash_to_what_is_stored() {
-        let (a, b) = (AccessToken::generate(), AccessToken::generate());
-        assert_ne!(a.plaintext, b.plaintext);
-        assert!(a.plaintext.starts_with(TOKEN_PREFIX) && a.plaintext.len() == TOKEN_PREFIX.len() + 64);
-        assert_eq!(hash(&a.plaintext), a.hash);
-    }
 
     #[test]
     fn the_guest_sees_origin_form_without_the_token() {
