@@ -3,7 +3,8 @@
 //! Through the HTTP API ([`api`]): create → first `echo hi` from a template snapshot
 //! against cold boots, a burst of concurrent creates, pause and resume with 256 MiB of
 //! touched memory, host memory (PSS) per idle sandbox, fork into copies, create → a
-//! coding agent's first `--version` ([`agents`]).
+//! coding agent's first `--version` ([`agents`]), ComputeSDK's public time-to-interactive
+//! benchmark in its three modes ([`tti`]).
 //!
 //! On the node directly: cold create → first exec returns, and
 //! the same for creates restored from a template snapshot (unless `--no-snapshots`); the
@@ -29,6 +30,7 @@ mod idle;
 mod services;
 mod templates;
 mod transfer;
+mod tti;
 
 #[derive(Parser)]
 struct Args {
@@ -74,6 +76,11 @@ struct Args {
     /// over TCP (many machines' node channel), beside the in-process node's (0: skip).
     #[arg(long, default_value_t = 0)]
     api_joined_creates: usize,
+    /// API: ComputeSDK's public benchmark — create → `node -v` returns, sequential,
+    /// staggered (every 200 ms) and burst — with this many sandboxes in each mode (0: skip;
+    /// its figures use 100).
+    #[arg(long, default_value_t = 0)]
+    tti: usize,
     /// API: cold-boot creates timed the same way, for the ratio.
     #[arg(long, default_value_t = 20)]
     api_cold_creates: usize,
@@ -419,6 +426,9 @@ async fn api_benchmarks(args: &Args, image_root: &std::path::Path) -> Result<Vec
     warm.kill(&id).await?;
     let restored = warm.creates(t, args.api_creates, "API restored create").await?;
     rows.push(Summary::new(restored).row("API: create (snapshot restore) → first `echo hi` returns", "ms"));
+    if args.tti > 0 {
+        rows.extend(tti::rows(&warm, t, args.tti).await);
+    }
     if args.e2b_creates > 0 {
         let (e2b, own) = warm.e2b_creates(t, args.e2b_creates).await?;
         rows.push(
