@@ -39,7 +39,7 @@ impl StagingFile {
 
     /// Create the file for a new VM: sparse, [`DISK_LEN`] bytes, the header in front.
     pub fn create(path: &Path) -> Result<StagingFile, StagingFileError> {
-        let io = |source| StagingFileError::Io { path: path.to_path_buf(), cause: source };
+        let io = |cause| StagingFileError::Io { path: path.to_path_buf(), cause };
         let file = std::fs::OpenOptions::new().write(true).create_new(true).open(path).map_err(io)?;
         file.set_len(DISK_LEN).map_err(io)?;
         file.write_all_at(MAGIC, 0).map_err(io)?;
@@ -53,7 +53,7 @@ impl StagingFile {
     /// A free slot, or None when every slot is in use (or the file is missing: a VM
     /// made before staging disks existed).
     pub fn claim(&self) -> Result<Option<Slot>, StagingFileError> {
-        let io = |source| StagingFileError::Io { path: self.path.clone(), cause: source };
+        let io = |cause| StagingFileError::Io { path: self.path.clone(), cause };
         let file = match std::fs::OpenOptions::new().read(true).write(true).open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -139,7 +139,7 @@ async fn blocking<T: Send + 'static>(
     path: &Path,
     f: impl FnOnce() -> io::Result<T> + Send + 'static,
 ) -> Result<T, StagingFileError> {
-    let io = |source| StagingFileError::Io { path: path.to_path_buf(), cause: source };
+    let io = |cause| StagingFileError::Io { path: path.to_path_buf(), cause };
     tokio::task::spawn_blocking(f).await.map_err(|e| io(io::Error::other(e)))?.map_err(io)
 }
 

@@ -196,7 +196,7 @@ pub(crate) fn plan(req: ExecRequest) -> Result<Plan, ExecError> {
         Some(dir) => {
             let path = home.join(&dir);
             let meta =
-                std::fs::metadata(&path).map_err(|source| ExecError::Cwd { path: dir.clone(), cause: source })?;
+                std::fs::metadata(&path).map_err(|cause| ExecError::Cwd { path: dir.clone(), cause })?;
             if !meta.is_dir() {
                 return Err(ExecError::CwdNotDir(dir));
             }
@@ -274,7 +274,7 @@ async fn start(req: ExecRequest) -> Result<Running, ExecError> {
         let plan = plan(req)?;
         let started = Instant::now();
         let (child, exit) = reaper::spawn(&mut plan.command())
-            .map_err(|source| ExecError::Spawn { program: plan.program.clone(), cause: source })?;
+            .map_err(|cause| ExecError::Spawn { program: plan.program.clone(), cause })?;
         Ok::<_, ExecError>((child, exit, started))
     })
     .await

@@ -72,7 +72,7 @@ pub enum FilesError {
 
 impl FilesError {
     pub(crate) fn io(path: &Path) -> impl FnOnce(io::Error) -> FilesError + '_ {
-        move |source| FilesError::Io { path: path.display().to_string(), cause: source }
+        move |cause| FilesError::Io { path: path.display().to_string(), cause }
     }
 }
 

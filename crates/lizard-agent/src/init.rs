@@ -70,11 +70,11 @@ pub enum InitError {
 impl InitError {
     fn mount(what: impl Into<String>) -> impl FnOnce(Errno) -> InitError {
         let what = what.into();
-        move |source| InitError::Mount { what, cause: source }
+        move |cause| InitError::Mount { what, cause }
     }
     fn io<E: Into<io::Error>>(what: impl Into<String>) -> impl FnOnce(E) -> InitError {
         let what = what.into();
-        move |source| InitError::Io { what, cause: source.into() }
+        move |cause| InitError::Io { what, cause: cause.into() }
     }
 }
 

@@ -308,7 +308,7 @@ async fn start(req: StartProcess) -> Result<Arc<Process>, ProcessError> {
             None => None,
         };
         let (child, exit) = reaper::spawn(&mut command)
-            .map_err(|source| ExecError::Spawn { program: plan.program.clone(), cause: source })?;
+            .map_err(|cause| ExecError::Spawn { program: plan.program.clone(), cause })?;
         // `command` holds our copies of the terminal's slave side: they go with it, so
         // that the master reads EOF once the process and its children closed theirs.
         drop(command);
@@ -502,9 +502,9 @@ impl Process {
             Ok(()) => Ok(()),
             Err(nix::errno::Errno::ESRCH) => match kill(pid, signal) {
                 Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
-                Err(source) => Err(ProcessError::Kill { pid: self.info.pid, cause: source }),
+                Err(cause) => Err(ProcessError::Kill { pid: self.info.pid, cause }),
             },
-            Err(source) => Err(ProcessError::Kill { pid: self.info.pid, cause: source }),
+            Err(cause) => Err(ProcessError::Kill { pid: self.info.pid, cause }),
         }
     }
 

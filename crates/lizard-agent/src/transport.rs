@@ -45,7 +45,7 @@ pub enum TransportError {
 impl TransportError {
     fn io(what: impl Into<String>) -> impl FnOnce(io::Error) -> TransportError {
         let what = what.into();
-        move |source| TransportError::Io { what, cause: source }
+        move |cause| TransportError::Io { what, cause }
     }
 }
 

@@ -60,6 +60,6 @@ impl ImageError {
     /// Wraps an [`io::Error`] with what we were doing and where.
     pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Self {
         let path = path.into();
-        move |source| ImageError::Io { action, path, cause: source }
+        move |cause| ImageError::Io { action, path, cause }
     }
 }

@@ -68,10 +68,9 @@ impl ServerApi {
             .json(body)
             .send()
             .await
-            .map_err(|source| CallError::Unreachable { url: self.base.clone(), cause: source })?;
+            .map_err(|cause| CallError::Unreachable { url: self.base.clone(), cause })?;
         let status = resp.status();
-        let bytes =
-            resp.bytes().await.map_err(|source| CallError::Unreachable { url: self.base.clone(), cause: source })?;
+        let bytes = resp.bytes().await.map_err(|cause| CallError::Unreachable { url: self.base.clone(), cause })?;
         if !status.is_success() {
             return Err(match serde_json::from_slice::<ApiError>(&bytes) {
                 Ok(e) => CallError::Refused(e),

@@ -65,15 +65,15 @@ impl NodeState {
         let meta = match std::fs::metadata(&path) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(StateError::Read { path, cause: source }),
+            Err(cause) => return Err(StateError::Read { path, cause }),
         };
         let mode = meta.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
             return Err(StateError::Exposed { path, mode });
         }
-        let bytes = std::fs::read(&path).map_err(|source| StateError::Read { path: path.clone(), cause: source })?;
+        let bytes = std::fs::read(&path).map_err(|cause| StateError::Read { path: path.clone(), cause })?;
         let state: NodeState =
-            serde_json::from_slice(&bytes).map_err(|source| StateError::Parse { path: path.clone(), cause: source })?;
+            serde_json::from_slice(&bytes).map_err(|cause| StateError::Parse { path: path.clone(), cause })?;
         if same_server(&state.server, server) {
             Ok(Some(state))
         } else {
@@ -107,7 +107,7 @@ impl NodeState {
             f.sync_all()?;
             std::fs::rename(&tmp, &path)
         };
-        write().map_err(|source| StateError::Write { path, cause: source })
+        write().map_err(|cause| StateError::Write { path, cause })
     }
 }
 

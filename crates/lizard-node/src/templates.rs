@@ -222,7 +222,7 @@ impl Registry {
             f.sync_all()?;
             std::fs::rename(&tmp, dir.join(RECORD))
         };
-        write().map_err(|source| RegistryError::Write { path: dir.join(RECORD), cause: source })?;
+        write().map_err(|cause| RegistryError::Write { path: dir.join(RECORD), cause })?;
         self.records().insert(record.template_ref.clone(), record);
         Ok(())
     }
@@ -233,7 +233,7 @@ impl Registry {
         match std::fs::remove_file(dir.join(RECORD)) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(RegistryError::Remove { path: dir.join(RECORD), cause: source }),
+            Err(cause) => return Err(RegistryError::Remove { path: dir.join(RECORD), cause }),
         }
         let _ = std::fs::remove_dir_all(&dir);
         Ok(self.records().remove(template_ref))

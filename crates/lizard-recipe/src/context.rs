@@ -128,7 +128,7 @@ impl Context {
     }
 
     fn scan_with(root: &Path, limits: ContextLimits, app: bool) -> Result<Context, ContextError> {
-        let root = root.canonicalize().map_err(|source| ContextError::Io { path: ".".into(), cause: source })?;
+        let root = root.canonicalize().map_err(|cause| ContextError::Io { path: ".".into(), cause })?;
         let mut builder = ignore::WalkBuilder::new(&root);
         builder
             .standard_filters(false)
@@ -151,7 +151,7 @@ impl Context {
                 .to_str()
                 .ok_or_else(|| ContextError::NotUtf8 { path: relative.to_string_lossy().into_owned() })?
                 .to_owned();
-            let io = |source| ContextError::Io { path: path.clone(), cause: source };
+            let io = |cause| ContextError::Io { path: path.clone(), cause };
             let meta = std::fs::symlink_metadata(item.path()).map_err(io)?;
             let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777;
             let kind = if meta.is_symlink() {

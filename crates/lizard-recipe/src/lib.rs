@@ -35,7 +35,7 @@ pub fn load_dir(dir: &std::path::Path, name: Option<&str>) -> Result<Recipe, Loa
     let toml_path = dir.join(RECIPE_FILE);
     let docker_path = dir.join(DOCKERFILE);
     let read = |path: &std::path::Path| {
-        std::fs::read_to_string(path).map_err(|source| LoadError::Read { file: file_name(path), cause: source })
+        std::fs::read_to_string(path).map_err(|cause| LoadError::Read { file: file_name(path), cause })
     };
     if toml_path.is_file() {
         let mut recipe = Recipe::from_toml(&read(&toml_path)?)?;

@@ -71,7 +71,7 @@ impl BlobStore {
         }
         let io = |context: &str| {
             let context = context.to_owned();
-            move |source| BlobError::Io { context, cause: source }
+            move |cause| BlobError::Io { context, cause }
         };
         tokio::fs::create_dir_all(&self.root).await.map_err(io("create the blob directory"))?;
         let tmp = self.root.join(format!(".upload-{}", lizard_api::ids::new_id("tmp")));
@@ -94,7 +94,7 @@ impl BlobStore {
         S: Stream<Item = Result<bytes::Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
-        let io = |source| BlobError::Io { context: "write a blob".into(), cause: source };
+        let io = |cause| BlobError::Io { context: "write a blob".into(), cause };
         let mut file = tokio::fs::File::create(path).await.map_err(io)?;
         let mut hasher = Sha256::new();
         let mut size = 0u64;

@@ -196,7 +196,7 @@ impl Server {
         let addr = self.state.config.listen;
         tokio::net::TcpListener::bind(addr)
             .await
-            .map_err(|source| ServerError::Io { context: format!("bind {addr}"), cause: source })
+            .map_err(|cause| ServerError::Io { context: format!("bind {addr}"), cause })
     }
 }
 

@@ -59,7 +59,7 @@ pub struct ProxyTls {
 async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, ServerError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|source| ServerError::Io { context: format!("bind the {what} on {addr}"), cause: source })
+        .map_err(|cause| ServerError::Io { context: format!("bind the {what} on {addr}"), cause })
 }
 
 /// Serve the API until `shutdown` resolves; print `LIZARD_API_KEY=<key>` on stdout on the

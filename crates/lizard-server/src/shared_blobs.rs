@@ -46,7 +46,7 @@ pub async fn share(store: &dyn Store, local: &BlobStore, sha256: &str) -> Result
     if store.blob_content(sha256).await?.is_some() {
         return Ok(());
     }
-    let io = |context| move |source| SharedBlobError::Io { context, cause: source };
+    let io = |context| move |cause| SharedBlobError::Io { context, cause };
     let mut file = tokio::fs::File::open(local.dir().join(sha256)).await.map_err(io("open a pushed file"))?;
     let mut buf = vec![0u8; BLOB_CHUNK_BYTES];
     let (mut seq, mut size) = (0u32, 0u64);

@@ -319,7 +319,7 @@ fn write_delta(pid: u32, mapping: Mapping, pages: &[u64], path: &Path) -> Result
         }
         let data = &mut buf[..chunk.len() * PAGE];
         let moved = nix::sys::uio::process_vm_readv(remote_pid, &mut [std::io::IoSliceMut::new(data)], &remote)
-            .map_err(|source| DeltaError::ProcessMemory { what: "process_vm_readv", cause: source })?;
+            .map_err(|cause| DeltaError::ProcessMemory { what: "process_vm_readv", cause })?;
         if moved != data.len() {
             return Err(DeltaError::Short { what: "process_vm_readv", moved, asked: data.len() });
         }
@@ -506,7 +506,7 @@ fn write_batches(
         }
         let asked = batch.len() * PAGE;
         let moved = nix::sys::uio::process_vm_writev(remote_pid, &local, &remote)
-            .map_err(|source| DeltaError::ProcessMemory { what: "process_vm_writev", cause: source })?;
+            .map_err(|cause| DeltaError::ProcessMemory { what: "process_vm_writev", cause })?;
         if moved != asked {
             return Err(DeltaError::Short { what: "process_vm_writev", moved, asked });
         }

@@ -79,7 +79,7 @@ impl Qmp {
                     tracing::trace!("qmp connect {}: {e}", path.display());
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
-                Err(source) => return Err(QmpError::Connect { path: path.to_path_buf(), cause: source }),
+                Err(cause) => return Err(QmpError::Connect { path: path.to_path_buf(), cause }),
             }
         };
         let (r, writer) = stream.into_split();
@@ -123,7 +123,7 @@ impl Qmp {
     pub async fn execute(&self, command: &'static str, arguments: Value) -> Result<Value> {
         let mut g = self.exchange.lock().await;
         let line = command_line(command, arguments);
-        g.writer.write_all(&line).await.map_err(|source| QmpError::Send { command, cause: source })?;
+        g.writer.write_all(&line).await.map_err(|cause| QmpError::Send { command, cause })?;
         Self::answer(&mut g.answers, command).await
     }
 
@@ -138,7 +138,7 @@ impl Qmp {
         let sock: &UnixStream = g.writer.as_ref();
         let fds = [fd.as_raw_fd()];
         loop {
-            sock.writable().await.map_err(|source| QmpError::Send { command: "getfd", cause: source })?;
+            sock.writable().await.map_err(|cause| QmpError::Send { command: "getfd", cause })?;
             let sent = sock.try_io(tokio::io::Interest::WRITABLE, || {
                 let iov = [std::io::IoSlice::new(&line)];
                 sendmsg::<()>(sock.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
@@ -150,7 +150,7 @@ impl Qmp {
                 // socket buffer, so this does not happen; refuse rather than guess.
                 Ok(sent) => return Err(QmpError::PartialSend { command: "getfd", sent, len: line.len() }),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                Err(source) => return Err(QmpError::Send { command: "getfd", cause: source }),
+                Err(cause) => return Err(QmpError::Send { command: "getfd", cause }),
             }
         }
         Self::answer(&mut g.answers, "getfd").await.map(drop)
@@ -257,7 +257,7 @@ async fn read_json(r: &mut BufReader<OwnedReadHalf>) -> Result<Value> {
     if n == 0 {
         return Err(QmpError::Closed);
     }
-    serde_json::from_str(&line).map_err(|source| QmpError::BadLine { line: line.clone(), cause: source })
+    serde_json::from_str(&line).map_err(|cause| QmpError::BadLine { line: line.clone(), cause })
 }
 
 #[cfg(test)]

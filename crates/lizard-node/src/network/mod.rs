@@ -110,7 +110,7 @@ pub enum NetError {
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NetError {
-    move |source| NetError::Io { what: what.into(), cause: source }
+    move |cause| NetError::Io { what: what.into(), cause }
 }
 
 type Result<T, E = NetError> = std::result::Result<T, E>;

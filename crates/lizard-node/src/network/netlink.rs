@@ -35,7 +35,7 @@ pub(super) const TAP_IF: &str = "tap0";
 const LOOPBACK_INDEX: u32 = 1;
 
 fn nl_err(what: impl Into<String>) -> impl FnOnce(rtnetlink::Error) -> NetError {
-    move |source| NetError::Netlink { what: what.into(), cause: source }
+    move |cause| NetError::Netlink { what: what.into(), cause }
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NetError {

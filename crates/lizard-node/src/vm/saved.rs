@@ -72,7 +72,7 @@ pub(crate) async fn save_paused(vm: &dyn Vm, own_memory: bool) -> Result<SavedFo
     tokio::task::spawn_blocking(move || persist(&run_dir, form))
         .await
         .expect("persist task panicked")
-        .map_err(|source| VmmError::Io { context: "sync the saved VM to disk".into(), cause: source })?;
+        .map_err(|cause| VmmError::Io { context: "sync the saved VM to disk".into(), cause })?;
     Ok(form)
 }
 

@@ -36,7 +36,7 @@ pub enum CgroupError {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
-    move |source| CgroupError::Io { path: path.to_owned(), cause: source }
+    move |cause| CgroupError::Io { path: path.to_owned(), cause }
 }
 
 /// The limits of one VMM's group.

@@ -126,14 +126,14 @@ impl JailPolicy {
         let handed = (|| {
             let refs: Vec<&Path> = jail.writable.iter().map(PathBuf::as_path).collect();
             files::hand_over(&config.run_dir, &refs, uid, uid)
-                .map_err(|source| JailError::Files { path: config.run_dir.clone(), cause: source })?;
+                .map_err(|cause| JailError::Files { path: config.run_dir.clone(), cause })?;
             for input in [&config.kernel, &config.initramfs] {
                 files::share_readable(input, self.shared_gid)
-                    .map_err(|source| JailError::Files { path: input.clone(), cause: source })?;
+                    .map_err(|cause| JailError::Files { path: input.clone(), cause })?;
             }
             if let Some(memory) = shared_memory {
                 files::share_memory(memory, self.shared_gid)
-                    .map_err(|source| JailError::Files { path: memory.to_owned(), cause: source })?;
+                    .map_err(|cause| JailError::Files { path: memory.to_owned(), cause })?;
                 return preload::for_memory(memory, delta).map(Some).map_err(JailError::Preload);
             }
             Ok(None)

@@ -124,10 +124,10 @@ pub fn check(range: UidRange, dir: &Path) -> Result<(), UidError> {
     if range.count == 0 || range.first.checked_add(range.count).is_none() || range.first == 0 {
         return Err(UidError::BadRange { first: range.first, count: range.count });
     }
-    std::fs::create_dir_all(dir).map_err(|source| UidError::Dir { dir: dir.to_owned(), cause: source })?;
+    std::fs::create_dir_all(dir).map_err(|cause| UidError::Dir { dir: dir.to_owned(), cause })?;
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|source| UidError::Dir { dir: dir.to_owned(), cause: source })
+        .map_err(|cause| UidError::Dir { dir: dir.to_owned(), cause })
 }
 
 /// Claim a free uid of `range` under `dir`.
