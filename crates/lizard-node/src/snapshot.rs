@@ -149,6 +149,7 @@ pub(crate) async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<Templ
     let tmp = parent.join(format!("{TMP_PREFIX}{vm_id}"));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| NodeError::io(format!("create {}", tmp.display()), e))?;
+    let mut unfinished = Unfinished { vmm: None, tmp: &tmp };
     let secret = Secret::generate();
     // The same devices as its clones will have (the volume slot a placeholder).
     let machine = Machine::new(spec.boot, spec.vcpus, spec.memory_mib, spec.accel);
@@ -167,6 +168,7 @@ pub(crate) async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<Templ
             spec.boot_timeout,
         )
         .await?;
+        unfinished.vmm = Some(vm.pid());
         let saved = async {
             // The start command runs in the snapshot: every clone has it up already.
             if let Some(start) = &spec.template.start {
@@ -189,14 +191,13 @@ pub(crate) async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<Templ
             Ok::<(), NodeError>(())
         }
         .await;
+        unfinished.vmm = None;
         let _ = vm.kill().await;
         saved
     }
     .await;
-    if let Err(e) = result {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(e);
-    }
+    // On failure the guard removes the directory.
+    result?;
     for f in ["secret", "agent.sock", "qmp.sock", "vmm.pid", vm::PLACEHOLDER_DISK, vm::STAGING_DISK] {
         let _ = std::fs::remove_file(tmp.join(f));
     }
@@ -230,12 +231,28 @@ pub(crate) async fn build(spec: BuildSpec<'_>, final_dir: &Path) -> Result<Templ
         std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o711))?;
         std::fs::rename(&tmp, final_dir)
     };
-    if let Err(e) = finish() {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(NodeError::io(format!("store snapshot {}", final_dir.display()), e));
-    }
+    finish().map_err(|e| NodeError::io(format!("store snapshot {}", final_dir.display()), e))?;
     tracing::info!(template = %meta.template, key = %key, ms = meta.build_ms, "template snapshot ready");
     Ok(TemplateSnapshot { dir: final_dir.to_path_buf(), secret, meta })
+}
+
+/// A snapshot build that stops before its end — failed, or its future dropped (a
+/// cancelled build aborts it; a node shutting down drops its tasks) — leaves nothing: the
+/// template VM's VMM is killed (the backend reaps it) and the half-built directory goes,
+/// as [`sweep`] does at the next start. The finished directory was renamed away before.
+struct Unfinished<'a> {
+    vmm: Option<u32>,
+    tmp: &'a Path,
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        // Pids are at most 2^22 on Linux (pid_max); one that does not fit is no process of ours.
+        if let Some(pid) = self.vmm.and_then(|pid| i32::try_from(pid).ok()) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+        let _ = std::fs::remove_dir_all(self.tmp);
+    }
 }
 
 /// Remove half-built snapshots (and their VMMs) left by an earlier node process.

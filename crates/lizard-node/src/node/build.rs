@@ -10,7 +10,9 @@
 //! command running), so the first create is a restore.
 //!
 //! Whatever ends a build early — a failing step, the time limit, a cancel — the build
-//! VM, its directory and network, and the layers this build made are removed.
+//! VM, its directory and network, and the layers this build made are removed; a cancel
+//! or the time limit while the template snapshot is made (a start command awaited)
+//! stops that at once, its VM killed.
 
 use super::Node;
 use crate::error::BuildError;
@@ -393,21 +395,22 @@ impl Node {
                     "saving the template snapshot".into()
                 },
             });
-            // In its own task: a snapshot build cleans up only when it runs to its end.
+            // In its own task, aborted by a cancel or the time limit (an aborted snapshot
+            // build kills its VM and removes its files: `snapshot::build`), not awaited
+            // to the end of a start command's wait.
             let node = self.clone();
             let t = template.clone();
             let mut snapshot = tokio::spawn(async move { node.default_snapshot(&t).await });
             let limit_s = recipe.build.timeout_s;
+            let stopped = |snapshot: tokio::task::JoinHandle<Result<()>>, why: BuildError| async move {
+                snapshot.abort();
+                let _ = snapshot.await;
+                Err(why.into())
+            };
             let made = tokio::select! {
                 r = &mut snapshot => r.expect("snapshot task panicked"),
-                () = cancel.cancelled() => {
-                    let _ = snapshot.await;
-                    Err(BuildError::Cancelled.into())
-                }
-                () = tokio::time::sleep_until(deadline.into()) => {
-                    let _ = snapshot.await;
-                    Err(BuildError::TimedOut { limit_s }.into())
-                }
+                () = cancel.cancelled() => stopped(snapshot, BuildError::Cancelled).await,
+                () = tokio::time::sleep_until(deadline.into()) => stopped(snapshot, BuildError::TimedOut { limit_s }).await,
             };
             let failed = match made {
                 Ok(()) => None,

@@ -418,6 +418,31 @@ async fn failed_builds_say_why_and_leave_nothing() {
     assert_eq!(f.code, "START_NOT_READY", "{e}");
     assert!(f.output_tail.as_deref().unwrap_or_default().contains("starting-up"), "{f:?}");
     check_clean("a start command that never got ready");
+
+    // Cancelled while the template snapshot's start command is awaited: the build ends at
+    // once, not when the ready check would give up, and its template VM goes with it.
+    let recipe = format!("{QUICK}[start]\ncmd = \"sleep 600\"\nready = {{ port = 9 }}\nready_timeout_s = 600\n");
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    let cancelled_at = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let at = cancelled_at.clone();
+    let (r, _) = build_with(&node, pushed_ok.request("tb-cancel-start", "base", &recipe), cancel, move |e| {
+        if matches!(e, BuildEvent::Phase { message } if message.contains("start command")) {
+            let (trigger, at) = (trigger.clone(), at.clone());
+            tokio::spawn(async move {
+                // Past the template VM's boot, into the wait for its start command.
+                tokio::time::sleep(Duration::from_secs(20)).await;
+                *at.lock().unwrap() = Some(Instant::now());
+                trigger.cancel();
+            });
+        }
+    })
+    .await;
+    let e = r.unwrap_err();
+    assert_eq!(e.build_failure().unwrap().code, "CANCELLED", "{e}");
+    let waited = cancelled_at.lock().unwrap().expect("cancelled in the snapshot's phase").elapsed();
+    assert!(waited < Duration::from_secs(30), "the cancel waited {waited:?} for the start command");
+    check_clean("a cancel while the start command was awaited");
     // (Lock files of snapshot keys stay, as for every template.)
     let snapshots: Vec<String> =
         names(&t.dir.path().join("snapshots"), "").into_iter().filter(|n| !n.ends_with(".lock")).collect();
