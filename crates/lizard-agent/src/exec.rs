@@ -195,8 +195,7 @@ pub(crate) fn plan(req: ExecRequest) -> Result<Plan, ExecError> {
         // Relative directories are taken from the user's home, as a login shell would.
         Some(dir) => {
             let path = home.join(&dir);
-            let meta =
-                std::fs::metadata(&path).map_err(|cause| ExecError::Cwd { path: dir.clone(), cause })?;
+            let meta = std::fs::metadata(&path).map_err(|cause| ExecError::Cwd { path: dir.clone(), cause })?;
             if !meta.is_dir() {
                 return Err(ExecError::CwdNotDir(dir));
             }

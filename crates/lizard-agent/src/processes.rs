@@ -307,8 +307,8 @@ async fn start(req: StartProcess) -> Result<Arc<Process>, ProcessError> {
             }
             None => None,
         };
-        let (child, exit) = reaper::spawn(&mut command)
-            .map_err(|cause| ExecError::Spawn { program: plan.program.clone(), cause })?;
+        let (child, exit) =
+            reaper::spawn(&mut command).map_err(|cause| ExecError::Spawn { program: plan.program.clone(), cause })?;
         // `command` holds our copies of the terminal's slave side: they go with it, so
         // that the master reads EOF once the process and its children closed theirs.
         drop(command);
