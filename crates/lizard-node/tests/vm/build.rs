@@ -114,6 +114,30 @@ async fn build_with(
     (task.await.unwrap(), events)
 }
 
+/// A cancel token, and a watcher for [`build_with`] that cancels it `delay` after the first
+/// event `at` matches, noting when (in the returned cell).
+fn cancel_after(
+    delay: Duration,
+    at: fn(&BuildEvent) -> bool,
+) -> (CancellationToken, impl FnMut(&BuildEvent), Arc<std::sync::Mutex<Option<Instant>>>) {
+    let cancel = CancellationToken::new();
+    let cancelled_at = Arc::new(std::sync::Mutex::new(None));
+    let (trigger, noted) = (cancel.clone(), cancelled_at.clone());
+    let mut armed = false;
+    let watch = move |e: &BuildEvent| {
+        if !armed && at(e) {
+            armed = true;
+            let (trigger, noted) = (trigger.clone(), noted.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                *noted.lock().unwrap() = Some(Instant::now());
+                trigger.cancel();
+            });
+        }
+    };
+    (cancel, watch, cancelled_at)
+}
+
 /// What a build could leave behind.
 #[derive(Debug, PartialEq, Eq)]
 struct Footprint {
@@ -376,18 +400,8 @@ async fn failed_builds_say_why_and_leave_nothing() {
 
     // Cancelled while a step runs.
     let recipe = format!("{QUICK}[[steps]]\nrun = \"echo first > /x\"\n[[steps]]\nrun = \"sleep 600\"\n");
-    let cancel = CancellationToken::new();
-    let trigger = cancel.clone();
-    let (r, _) = build_with(&node, pushed_ok.request("tb-cancel", "base", &recipe), cancel, move |e| {
-        if matches!(e, BuildEvent::Step { index: 2, .. }) {
-            let trigger = trigger.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                trigger.cancel();
-            });
-        }
-    })
-    .await;
+    let (cancel, watch, _) = cancel_after(Duration::from_secs(1), |e| matches!(e, BuildEvent::Step { index: 2, .. }));
+    let (r, _) = build_with(&node, pushed_ok.request("tb-cancel", "base", &recipe), cancel, watch).await;
     let e = r.unwrap_err();
     assert_eq!(e.build_failure().unwrap().code, "CANCELLED", "{e}");
     check_clean("a cancel");
@@ -422,22 +436,12 @@ async fn failed_builds_say_why_and_leave_nothing() {
     // Cancelled while the template snapshot's start command is awaited: the build ends at
     // once, not when the ready check would give up, and its template VM goes with it.
     let recipe = format!("{QUICK}[start]\ncmd = \"sleep 600\"\nready = {{ port = 9 }}\nready_timeout_s = 600\n");
-    let cancel = CancellationToken::new();
-    let trigger = cancel.clone();
-    let cancelled_at = Arc::new(std::sync::Mutex::new(None::<Instant>));
-    let at = cancelled_at.clone();
-    let (r, _) = build_with(&node, pushed_ok.request("tb-cancel-start", "base", &recipe), cancel, move |e| {
-        if matches!(e, BuildEvent::Phase { message } if message.contains("start command")) {
-            let (trigger, at) = (trigger.clone(), at.clone());
-            tokio::spawn(async move {
-                // Past the template VM's boot, into the wait for its start command.
-                tokio::time::sleep(Duration::from_secs(20)).await;
-                *at.lock().unwrap() = Some(Instant::now());
-                trigger.cancel();
-            });
-        }
-    })
-    .await;
+    // 20 s: past the template VM's boot, into the wait for its start command.
+    let (cancel, watch, cancelled_at) = cancel_after(
+        Duration::from_secs(20),
+        |e| matches!(e, BuildEvent::Phase { message } if message.contains("start command")),
+    );
+    let (r, _) = build_with(&node, pushed_ok.request("tb-cancel-start", "base", &recipe), cancel, watch).await;
     let e = r.unwrap_err();
     assert_eq!(e.build_failure().unwrap().code, "CANCELLED", "{e}");
     let waited = cancelled_at.lock().unwrap().expect("cancelled in the snapshot's phase").elapsed();
