@@ -177,8 +177,8 @@ done
 # finish well before one suite after the other would; CONTRIBUTING.md): the Python files in
 # two lanes (each pytest run ends with the contract test over what it sent), each followed
 # by one of E2B's Python packages; the TypeScript files (the reference's examples first),
-# then E2B's code interpreter add-on and npm packages, in the third. Each line is prefixed with its lane; the console's
-# browser tests follow once all are done.
+# then E2B's code interpreter add-on and npm packages, in the third. Each line is prefixed
+# with its lane; the console's browser tests follow once all are done.
 first_python_lane="test_push.py test_templates.py test_code.py test_code_events.py test_model_standin.py
   test_services.py"
 lane() { # $1: label; the rest: a command run in the background, its output prefixed

@@ -119,12 +119,18 @@ impl Face for E2bFace {
 
     /// envd's requests: named by header (`E2b-Sandbox-Id`), by host (`49983-{id}.{domain}`),
     /// or a signed `/files` URL on a host that names no sandbox.
-    async fn proxy(&self, state: &AppState, req: Request, route: ProxyRoute<'_>) -> Result<Response, Request> {
+    fn takes(&self, req: &Request, route: ProxyRoute<'_>) -> bool {
         match route {
-            ProxyRoute::Arrived if envd::is_e2b(req.headers()) => Ok(envd::handle(state, req).await),
-            ProxyRoute::NoHost if envd::is_signed_file_url(req.uri()) => Ok(envd::handle(state, req).await),
-            ProxyRoute::Sandbox { id, port: lizard_e2b::ENVD_PORT } => Ok(envd::handle_for(state, id, req).await),
-            _ => Err(req),
+            ProxyRoute::Arrived => envd::is_e2b(req.headers()),
+            ProxyRoute::NoHost => envd::is_signed_file_url(req.uri()),
+            ProxyRoute::Sandbox { port, .. } => port == lizard_e2b::ENVD_PORT,
+        }
+    }
+
+    async fn answer(&self, state: &AppState, req: Request, route: ProxyRoute<'_>) -> Response {
+        match route {
+            ProxyRoute::Sandbox { id, .. } => envd::handle_for(state, id, req).await,
+            ProxyRoute::Arrived | ProxyRoute::NoHost => envd::handle(state, req).await,
         }
     }
 

@@ -247,9 +247,8 @@ struct Unfinished<'a> {
 
 impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
-        // Pids are at most 2^22 on Linux (pid_max); one that does not fit is no process of ours.
-        if let Some(pid) = self.vmm.and_then(|pid| i32::try_from(pid).ok()) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        if let Some(pid) = self.vmm {
+            vm::sigkill(pid);
         }
         let _ = std::fs::remove_dir_all(self.tmp);
     }

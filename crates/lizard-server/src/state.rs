@@ -180,11 +180,14 @@ pub trait Face: Any + Send + Sync {
         &[]
     }
 
-    /// Answer a request to the sandbox-URL proxy at `route` if it is this face's; else
-    /// hand it back unchanged.
-    async fn proxy(&self, _state: &AppState, req: Request, _route: ProxyRoute<'_>) -> Result<Response, Request> {
-        Err(req)
+    /// Whether a request to the sandbox-URL proxy at `route` is this face's. Asked of every
+    /// proxied request, up to three times: headers and path only, no I/O.
+    fn takes(&self, _req: &Request, _route: ProxyRoute<'_>) -> bool {
+        false
     }
+
+    /// Answer a request this face [`takes`](Face::takes).
+    async fn answer(&self, state: &AppState, req: Request, route: ProxyRoute<'_>) -> Response;
 
     /// A request's proof of access to a private sandbox's URLs in this face's own form:
     /// `Some(valid)` when `headers` carry one, for the sandbox `sandbox_id` whose access
@@ -212,15 +215,13 @@ impl Faces {
         self.0.iter().flat_map(|face| face.idempotent_paths().iter().copied())
     }
 
-    /// The first face's answer to a proxy request at `route`, or the request back.
-    pub async fn proxy(&self, state: &AppState, mut req: Request, route: ProxyRoute<'_>) -> Result<Response, Request> {
-        for face in self.0.iter() {
-            req = match face.proxy(state, req, route).await {
-                Ok(response) => return Ok(response),
-                Err(req) => req,
-            };
+    /// The answer of the first face that takes a proxy request at `route`, or the request
+    /// back when none does.
+    pub async fn proxy(&self, state: &AppState, req: Request, route: ProxyRoute<'_>) -> Result<Response, Request> {
+        match self.0.iter().find(|face| face.takes(&req, route)) {
+            Some(face) => Ok(face.answer(state, req, route).await),
+            None => Err(req),
         }
-        Err(req)
     }
 
     /// The first face's verdict on a request's proof of access (see [`Face::url_access`]).

@@ -72,16 +72,10 @@ impl Drop for Ready {
     /// removed; its network goes with the struct.
     fn drop(&mut self) {
         let Some(stage) = &self.stage else { return };
-        let pid = match stage {
+        vm::sigkill(match stage {
             Stage::Spawned(p) => p.pid(),
             Stage::Warm(l) => l.vm.pid(),
-        };
-        // Pids are at most 2^22 on Linux (pid_max), and a live child's is never 0.
-        if let Ok(pid) = i32::try_from(pid) {
-            if pid > 0 {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-            }
-        }
+        });
         let _ = std::fs::remove_dir_all(&self.config.run_dir);
     }
 }

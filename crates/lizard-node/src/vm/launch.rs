@@ -232,14 +232,26 @@ async fn connected<T>(vm: &dyn Vm, connect: impl std::future::Future<Output = Re
     }
 }
 
-/// SIGKILLs the VMM process it names when dropped (the backend reaps it).
+/// SIGKILL the VMM process `pid` now, from code that cannot wait for [`Vm::kill`] (a
+/// drop); the backend reaps it.
+pub(crate) fn sigkill(pid: u32) {
+    // Pids are at most 2^22 on Linux (pid_max), and a live child's is never 0: one that
+    // does not fit, or 0 (the caller's whole group), is no process of ours.
+    match i32::try_from(pid) {
+        Ok(pid) if pid > 0 => {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+        _ => {}
+    }
+}
+
+/// SIGKILLs the VMM process it names when dropped.
 struct KillOnDrop(Option<u32>);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        // Pids are at most 2^22 on Linux (pid_max); one that does not fit is no process of ours.
-        if let Some(pid) = self.0.and_then(|pid| i32::try_from(pid).ok()) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        if let Some(pid) = self.0 {
+            sigkill(pid);
         }
     }
 }

@@ -18,7 +18,7 @@ pub(crate) use agent::{connect_agent, give_identity, RESTORED_HANDSHAKE};
 pub(crate) use config::{probe_vm, sandbox_vm, Machine};
 pub(crate) use disk::{create_overlay, create_overlay_naming, virtual_size};
 pub(crate) use launch::{
-    clone_template, cold_boot, delta_copy, identify, load_copy, restore_clone, resume_in_place, save_in_place,
+    clone_template, cold_boot, delta_copy, identify, load_copy, restore_clone, resume_in_place, save_in_place, sigkill,
     spawn_clone, Launched,
 };
 pub(crate) use qcow2::backing_file;

@@ -234,14 +234,20 @@ mod tests {
             api
         }
 
-        async fn proxy(&self, _state: &AppState, req: Request, route: ProxyRoute<'_>) -> Result<Response, Request> {
-            let took = match route {
-                ProxyRoute::Arrived if req.headers().contains_key("x-test-face") => "arrived".to_string(),
-                ProxyRoute::NoHost => "no host".to_string(),
-                ProxyRoute::Sandbox { id, port: 4000 } => format!("{id}:4000"),
-                _ => return Err(req),
-            };
-            Ok(took.into_response())
+        fn takes(&self, req: &Request, route: ProxyRoute<'_>) -> bool {
+            match route {
+                ProxyRoute::Arrived => req.headers().contains_key("x-test-face"),
+                ProxyRoute::NoHost => true,
+                ProxyRoute::Sandbox { port, .. } => port == 4000,
+            }
+        }
+
+        async fn answer(&self, _state: &AppState, _req: Request, route: ProxyRoute<'_>) -> Response {
+            match route {
+                ProxyRoute::Arrived => "arrived".into_response(),
+                ProxyRoute::NoHost => "no host".into_response(),
+                ProxyRoute::Sandbox { id, port } => format!("{id}:{port}").into_response(),
+            }
         }
     }
 
